@@ -1,0 +1,76 @@
+//! Kernel version checks. Memory QoS asks for 5.9 or later: older kernels can livelock
+//! a cgroup at memory.high (fixed by commit b3ff92916af3). As in the v1.36 kubelet this
+//! is a warning, never a refusal.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KernelVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// The first kernel with the memory.high livelock fix.
+pub const MEMORY_HIGH_LIVELOCK_FIX: KernelVersion = KernelVersion { major: 5, minor: 9 };
+
+impl KernelVersion {
+    /// Parses the leading `major.minor` of strings like `6.1.0-18-amd64` or `5.4.0-1103-aws`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.trim().split(|c: char| !c.is_ascii_digit());
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some(KernelVersion { major, minor })
+    }
+}
+
+/// Warnings about the kernel for Memory QoS; empty when all is well.
+pub fn memory_qos_kernel_warnings(kernel_version: Option<&str>) -> Vec<String> {
+    match kernel_version {
+        None | Some("") => vec![
+            "node reports no kernel version (status.nodeInfo.kernelVersion); cannot check for the memory.high livelock fix in 5.9".to_string(),
+        ],
+        Some(text) => match KernelVersion::parse(text) {
+            None => vec![format!("cannot parse kernel version {text:?}; cannot check for the memory.high livelock fix in 5.9")],
+            Some(v) if v < MEMORY_HIGH_LIVELOCK_FIX => vec![format!(
+                "kernel {text} is older than 5.9: workloads throttled at memory.high may livelock (kernel commit b3ff92916af3); consider throttlingFactor 1.0 or a newer kernel"
+            )],
+            Some(_) => Vec::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_distribution_kernel_strings() {
+        assert_eq!(
+            KernelVersion::parse("6.1.0-18-amd64"),
+            Some(KernelVersion { major: 6, minor: 1 })
+        );
+        assert_eq!(
+            KernelVersion::parse("5.4.0-1103-aws"),
+            Some(KernelVersion { major: 5, minor: 4 })
+        );
+        assert_eq!(
+            KernelVersion::parse("5.10"),
+            Some(KernelVersion {
+                major: 5,
+                minor: 10
+            })
+        );
+        assert_eq!(KernelVersion::parse("banana"), None);
+        assert_eq!(KernelVersion::parse("6"), None);
+    }
+
+    #[test]
+    fn warns_below_5_9_only() {
+        assert_eq!(memory_qos_kernel_warnings(Some("5.8.18")).len(), 1);
+        assert!(memory_qos_kernel_warnings(Some("5.8.18"))[0].contains("older than 5.9"));
+        assert!(memory_qos_kernel_warnings(Some("5.9.0")).is_empty());
+        assert!(memory_qos_kernel_warnings(Some("5.10.0-28-cloud-amd64")).is_empty());
+        assert!(memory_qos_kernel_warnings(Some("6.1.0-18-amd64")).is_empty());
+        assert!(memory_qos_kernel_warnings(Some("4.19.0")).len() == 1);
+        assert!(memory_qos_kernel_warnings(None)[0].contains("no kernel version"));
+        assert!(memory_qos_kernel_warnings(Some("x"))[0].contains("cannot parse"));
+    }
+}

@@ -1,0 +1,29 @@
+//! nodemem's pure rules. No Kubernetes client, no async runtime, no file or network
+//! I/O: everything here is a function of its arguments, so it can be tested
+//! exhaustively with plain `#[test]`s.
+//!
+//! * [`quantity`]: Kubernetes quantities, exact.
+//! * [`pod`], [`defaulting`], [`aggregate`], [`qos`], [`pod_validation`]: what the
+//!   apiserver and kubelet derive from a Pod's resources.
+//! * [`memory_qos`]: cgroup v2 memory.min / memory.low / memory.high per container,
+//!   pod, QoS class and node.
+//! * [`policy`], [`selector`], [`resolve`]: policy settings, their semantic validation,
+//!   and which policy governs a node.
+
+pub mod aggregate;
+pub mod cgroup;
+pub mod defaulting;
+pub mod factor;
+pub mod kernel;
+pub mod memory_qos;
+pub mod pod;
+pub mod pod_validation;
+pub mod policy;
+pub mod problem;
+pub mod qos;
+pub mod quantity;
+pub mod resolve;
+pub mod selector;
+
+pub use problem::Problem;
+pub use quantity::Quantity;

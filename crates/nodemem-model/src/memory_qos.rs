@@ -1,0 +1,346 @@
+//! Memory QoS on cgroup v2: the values of memory.min, memory.low and memory.high for
+//! every container, pod, QoS-class cgroup and `kubepods` on a node.
+//!
+//! Parity target is the kubelet (v1.36 plus the v1.37 fixes), which wins over KEP prose
+//! where they differ. The places where they differ, and what is done here:
+//!
+//! * **Which containers get memory.high.** `generateLinuxContainerResources` skips it
+//!   only when the container's memory request equals its limit and is non-zero (v1.37
+//!   fix: before it, request == limit == 0 also skipped it, so BestEffort containers
+//!   got none). The test is per container, not per pod QoS class: a container with
+//!   request == limit inside a Burstable pod gets no memory.high either.
+//! * **KEP "Case III" (limit without request).** The apiserver defaults a missing
+//!   request to the limit, so the kubelet sees request == limit and sets no
+//!   memory.high. The KEP's `factor * limit` value only arises when the formula is
+//!   called with request 0 (see `ThrottlingFactor::memory_high`).
+//! * **The memory.high guard.** The KEP says "only if memory.high > memory.min"; the
+//!   kubelet compares with the container's memory *request*. Under HardReservation they
+//!   are the same number; under TieredReservation/None the request is used, as the
+//!   kubelet does.
+//! * **Pod-level limits.** The container's memory.high uses the container's own limit
+//!   (or node allocatable), never the pod-level limit, as in the kubelet, where the
+//!   pod-level limit only feeds the container's memory.max.
+//! * **kubepods under TieredReservation** gets memory.min = sum of Guaranteed and
+//!   Burstable pod requests, and (v1.37 fix) memory.low = sum of Burstable pod requests,
+//!   so the burstable cgroup's memory.low is not capped to 0 by its parent.
+//! * **HardReservation** (the KEP's v1.27 behaviour, not in the v1.36 kubelet):
+//!   memory.min = request for every container and pod with a memory request; the
+//!   burstable cgroup's memory.min = sum of Burstable pod requests; kubepods' memory.min
+//!   = sum of all pod requests.
+//!
+//! Pod requests are the effective pod requests (`PodRequests`): KEP-753 aggregation of
+//! init and sidecar containers, KEP-2837 pod-level resources, plus overhead.
+
+use crate::aggregate::{pod_limits, pod_memory_request};
+use crate::cgroup::{
+    memory_qos_reset, set_bytes, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
+};
+use crate::factor::ThrottlingFactor;
+use crate::kernel::memory_qos_kernel_warnings;
+use crate::pod::{Container, ContainerKind, Pod, PodSpec, MEMORY};
+use crate::qos::{has_pod_level_resources, qos_class, QosClass};
+use crate::quantity::format_bytes;
+
+/// `memoryReservationPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReservationPolicy {
+    /// No memory.min or memory.low; throttling via memory.high only.
+    #[default]
+    None,
+    /// Guaranteed: memory.min; Burstable: memory.low (the v1.36 kubelet).
+    TieredReservation,
+    /// memory.min for every container and pod with a memory request (KEP-2570, v1.27).
+    HardReservation,
+}
+
+/// What a policy asks of Memory QoS on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemoryQosSettings {
+    /// When false, nodemem rolls back what it set: memory.min/low to 0, memory.high to max.
+    pub enabled: bool,
+    pub throttling_factor: ThrottlingFactor,
+    pub reservation_policy: ReservationPolicy,
+}
+
+impl Default for MemoryQosSettings {
+    fn default() -> Self {
+        MemoryQosSettings {
+            enabled: true,
+            throttling_factor: ThrottlingFactor::DEFAULT,
+            reservation_policy: ReservationPolicy::None,
+        }
+    }
+}
+
+/// Node facts the rules need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeMemoryFacts {
+    /// `status.allocatable.memory` in bytes.
+    pub allocatable_memory: Option<i64>,
+    /// Base page size in bytes (4096 on x86_64); hugepages play no part.
+    pub page_size: i64,
+    /// `status.nodeInfo.kernelVersion`.
+    pub kernel_version: Option<String>,
+}
+
+impl Default for NodeMemoryFacts {
+    fn default() -> Self {
+        NodeMemoryFacts {
+            allocatable_memory: None,
+            page_size: 4096,
+            kernel_version: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerPlan {
+    pub name: String,
+    pub kind: ContainerKind,
+    pub cgroup: CgroupValues,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodPlan {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub qos: QosClass,
+    pub cgroup: CgroupValues,
+    /// Init and sidecar containers in spec order, then app containers.
+    pub containers: Vec<ContainerPlan>,
+}
+
+/// Node totals, the equivalents of `kubelet_memory_qos_node_memory_{min,low}_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryTotals {
+    pub memory_min_bytes: i64,
+    pub memory_low_bytes: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodePlan {
+    pub kubepods: CgroupValues,
+    pub burstable: CgroupValues,
+    pub besteffort: CgroupValues,
+    pub pods: Vec<PodPlan>,
+    pub warnings: Vec<String>,
+    pub totals: MemoryTotals,
+}
+
+/// Computes the desired cgroup values of a node. Pods must already carry apiserver
+/// defaults (see [`crate::defaulting::apply_defaults`]).
+pub fn plan_node(settings: &MemoryQosSettings, node: &NodeMemoryFacts, pods: &[Pod]) -> NodePlan {
+    if !settings.enabled {
+        return plan_rollback(pods);
+    }
+    let mut plan = NodePlan {
+        warnings: memory_qos_kernel_warnings(node.kernel_version.as_deref()),
+        ..NodePlan::default()
+    };
+    let mut needs_allocatable = false;
+    let (mut guaranteed_sum, mut burstable_sum) = (0i64, 0i64);
+    for pod in pods {
+        let qos = qos_class(&pod.spec);
+        let request = pod_memory_request(&pod.spec);
+        match qos {
+            QosClass::Guaranteed => guaranteed_sum = guaranteed_sum.saturating_add(request),
+            QosClass::Burstable => burstable_sum = burstable_sum.saturating_add(request),
+            QosClass::BestEffort => {}
+        }
+        let cgroup = pod_values(settings, qos, &pod.spec, request);
+        plan.totals.memory_min_bytes += cgroup.get(MEMORY_MIN).and_then(|v| v.bytes()).unwrap_or(0);
+        plan.totals.memory_low_bytes += cgroup.get(MEMORY_LOW).and_then(|v| v.bytes()).unwrap_or(0);
+        let containers = ordered_containers(&pod.spec)
+            .map(|c| {
+                needs_allocatable |= c.resources.limit(MEMORY).is_zero();
+                ContainerPlan {
+                    name: c.name.clone(),
+                    kind: c.kind,
+                    cgroup: container_values(settings, node, qos, &pod.spec, c),
+                }
+            })
+            .collect();
+        plan.pods.push(PodPlan {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            qos,
+            cgroup,
+            containers,
+        });
+    }
+    let all_requests = guaranteed_sum.saturating_add(burstable_sum);
+    match settings.reservation_policy {
+        ReservationPolicy::None => {}
+        ReservationPolicy::TieredReservation => {
+            set_bytes(&mut plan.kubepods, MEMORY_MIN, all_requests);
+            set_bytes(&mut plan.kubepods, MEMORY_LOW, burstable_sum);
+            set_bytes(&mut plan.burstable, MEMORY_LOW, burstable_sum);
+        }
+        ReservationPolicy::HardReservation => {
+            set_bytes(&mut plan.kubepods, MEMORY_MIN, all_requests);
+            set_bytes(&mut plan.burstable, MEMORY_MIN, burstable_sum);
+        }
+    }
+    if needs_allocatable && node.allocatable_memory.is_none_or(|a| a <= 0) {
+        plan.warnings.push(
+            "node has no status.allocatable.memory: memory.high is not set for containers without a memory limit"
+                .to_string(),
+        );
+    }
+    if let Some(allocatable) = node.allocatable_memory {
+        let protected = plan
+            .kubepods
+            .get(MEMORY_MIN)
+            .and_then(|v| v.bytes())
+            .unwrap_or(0);
+        if protected > allocatable {
+            plan.warnings.push(format!(
+                "kubepods memory.min ({}) exceeds node allocatable memory ({}): the kernel will OOM-kill to honour it",
+                format_bytes(protected),
+                format_bytes(allocatable)
+            ));
+        }
+    }
+    plan
+}
+
+/// The values that undo Memory QoS on every cgroup nodemem manages for these pods.
+pub fn plan_rollback(pods: &[Pod]) -> NodePlan {
+    NodePlan {
+        kubepods: memory_qos_reset(),
+        burstable: memory_qos_reset(),
+        besteffort: memory_qos_reset(),
+        pods: pods
+            .iter()
+            .map(|pod| PodPlan {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                qos: qos_class(&pod.spec),
+                cgroup: memory_qos_reset(),
+                containers: ordered_containers(&pod.spec)
+                    .map(|c| ContainerPlan {
+                        name: c.name.clone(),
+                        kind: c.kind,
+                        cgroup: memory_qos_reset(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        warnings: Vec::new(),
+        totals: MemoryTotals::default(),
+    }
+}
+
+fn ordered_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers.iter().chain(spec.containers.iter())
+}
+
+/// Pod cgroup: memory.min / memory.low from the effective pod request
+/// (`ResourceConfigForPod`), memory.max from the effective pod limit for information.
+fn pod_values(
+    settings: &MemoryQosSettings,
+    qos: QosClass,
+    spec: &PodSpec,
+    request: i64,
+) -> CgroupValues {
+    let mut values = CgroupValues::new();
+    if request > 0 {
+        match (settings.reservation_policy, qos) {
+            (ReservationPolicy::HardReservation, _) => set_bytes(&mut values, MEMORY_MIN, request),
+            (ReservationPolicy::TieredReservation, QosClass::Guaranteed) => {
+                set_bytes(&mut values, MEMORY_MIN, request)
+            }
+            (ReservationPolicy::TieredReservation, QosClass::Burstable) => {
+                set_bytes(&mut values, MEMORY_LOW, request)
+            }
+            _ => {}
+        }
+    }
+    if let Some(limit) = pod_memory_max(qos, spec) {
+        set_bytes(&mut values, MEMORY_MAX, limit);
+    }
+    values
+}
+
+/// The pod cgroup's memory.max as the kubelet sets it: always for Guaranteed, for
+/// Burstable only when a pod-level memory limit is set or every container declares one.
+fn pod_memory_max(qos: QosClass, spec: &PodSpec) -> Option<i64> {
+    let declared = match qos {
+        QosClass::Guaranteed => true,
+        QosClass::Burstable => {
+            spec.resources.as_ref().is_some_and(|r| r.limit(MEMORY) > 0)
+                || spec.all_containers().all(|c| c.resources.limit(MEMORY) > 0)
+        }
+        QosClass::BestEffort => false,
+    };
+    if !declared {
+        return None;
+    }
+    pod_limits(spec)
+        .get(MEMORY)
+        .map(|q| q.value())
+        .filter(|v| *v > 0)
+}
+
+fn container_values(
+    settings: &MemoryQosSettings,
+    node: &NodeMemoryFacts,
+    qos: QosClass,
+    spec: &PodSpec,
+    container: &Container,
+) -> CgroupValues {
+    let mut values = CgroupValues::new();
+    let request = container.resources.request(MEMORY).value();
+    let limit = container.resources.limit(MEMORY).value();
+    if request > 0 {
+        match (settings.reservation_policy, qos) {
+            (ReservationPolicy::HardReservation, _) => set_bytes(&mut values, MEMORY_MIN, request),
+            (ReservationPolicy::TieredReservation, QosClass::Guaranteed) => {
+                set_bytes(&mut values, MEMORY_MIN, request)
+            }
+            (ReservationPolicy::TieredReservation, QosClass::Burstable) => {
+                set_bytes(&mut values, MEMORY_LOW, request)
+            }
+            _ => {}
+        }
+    }
+    if let Some(high) = container_memory_high(settings.throttling_factor, node, request, limit) {
+        set_bytes(&mut values, MEMORY_HIGH, high);
+    }
+    let max = if limit > 0 {
+        limit
+    } else if has_pod_level_resources(spec) {
+        // KEP-2837: the pod-level limit stands in for a missing container limit.
+        spec.resources
+            .as_ref()
+            .map_or(0, |r| r.limit(MEMORY).value())
+    } else {
+        0
+    };
+    if max > 0 {
+        set_bytes(&mut values, MEMORY_MAX, max);
+    }
+    values
+}
+
+/// memory.high of one container, or None when the kubelet would not set it.
+pub fn container_memory_high(
+    factor: ThrottlingFactor,
+    node: &NodeMemoryFacts,
+    request: i64,
+    limit: i64,
+) -> Option<i64> {
+    if request == limit && request != 0 {
+        return None;
+    }
+    let ceiling = if limit != 0 {
+        limit
+    } else {
+        node.allocatable_memory.filter(|a| *a > 0)?
+    };
+    let high = factor.memory_high(request, ceiling, node.page_size);
+    (high != 0 && high > request).then_some(high)
+}

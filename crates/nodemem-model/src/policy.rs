@@ -1,0 +1,334 @@
+//! The effective settings a policy asks of a node, and the semantic validation that
+//! spans several fields (what OpenAPI schemas and CEL rules at admission cannot check).
+
+use std::collections::BTreeMap;
+
+use crate::memory_qos::MemoryQosSettings;
+use crate::pod::{is_hugepages, MEMORY};
+use crate::problem::Problem;
+use crate::quantity::{format_bytes, Quantity};
+
+/// The kubelet's default hard eviction threshold for memory (`memory.available<100Mi`),
+/// used in the KEP-1769 sum rule when no `evictionHard` is given.
+pub const DEFAULT_EVICTION_HARD_MEMORY: i64 = 100 << 20;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemoryManagerPolicy {
+    #[default]
+    None,
+    Static,
+}
+
+/// `reservedMemory[]`: memory held back from pods on one NUMA node, per memory type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ReservedMemory {
+    pub numa_node: i64,
+    /// `memory` or `hugepages-<size>` -> amount.
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MemoryManagerSettings {
+    pub policy: MemoryManagerPolicy,
+    pub reserved_memory: Vec<ReservedMemory>,
+}
+
+/// The node's reservations that the KEP-1769 sum rule compares `reservedMemory` with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeReserved {
+    pub kube_reserved: Option<Quantity>,
+    pub system_reserved: Option<Quantity>,
+    pub eviction_hard: Option<Quantity>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Enforcement {
+    /// The node agent writes cgroup files itself.
+    #[default]
+    Agent,
+    /// The node agent renders a KubeletConfiguration drop-in instead.
+    Kubelet,
+}
+
+/// Everything a policy asks of the nodes it selects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PolicySettings {
+    pub memory_qos: MemoryQosSettings,
+    pub memory_manager: MemoryManagerSettings,
+    pub node_reserved: Option<NodeReserved>,
+    pub enforcement: Enforcement,
+}
+
+/// True for `hugepages-<size>` where size is a positive binary quantity (`2Mi`, `1Gi`).
+pub fn is_valid_hugepages_name(name: &str) -> bool {
+    name.strip_prefix("hugepages-")
+        .and_then(|size| Quantity::parse(size).ok())
+        .is_some_and(|q| q.value() > 0)
+}
+
+/// Every semantic problem with the settings, with paths under `spec`.
+pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    validate_memory_manager(&settings.memory_manager, &mut problems);
+    if let Some(reserved) = &settings.node_reserved {
+        validate_node_reserved(reserved, &mut problems);
+        if settings.memory_manager.policy == MemoryManagerPolicy::Static {
+            check_sum_rule(&settings.memory_manager, reserved, &mut problems);
+        }
+    }
+    problems
+}
+
+fn validate_memory_manager(mm: &MemoryManagerSettings, problems: &mut Vec<Problem>) {
+    const PATH: &str = "spec.memoryManager.reservedMemory";
+    let mut seen = BTreeMap::new();
+    for (i, entry) in mm.reserved_memory.iter().enumerate() {
+        let p = format!("{PATH}[{i}]");
+        if entry.numa_node < 0 {
+            problems.push(Problem::new(
+                format!("{p}.numaNode"),
+                format!(
+                    "must be greater than or equal to 0, found {}",
+                    entry.numa_node
+                ),
+            ));
+        }
+        if let Some(first) = seen.insert(entry.numa_node, i) {
+            problems.push(Problem::new(
+                format!("{p}.numaNode"),
+                format!(
+                    "duplicate NUMA node {} (already listed at {PATH}[{first}])",
+                    entry.numa_node
+                ),
+            ));
+        }
+        if entry.limits.is_empty() {
+            problems.push(Problem::new(
+                format!("{p}.limits"),
+                "must name at least one memory type",
+            ));
+        }
+        for (name, q) in &entry.limits {
+            if name != MEMORY && !(is_hugepages(name) && is_valid_hugepages_name(name)) {
+                problems.push(Problem::new(
+                    format!("{p}.limits.{name}"),
+                    "unknown memory type: use memory or hugepages-<size> such as hugepages-2Mi",
+                ));
+            }
+            if q.is_negative() {
+                problems.push(Problem::new(
+                    format!("{p}.limits.{name}"),
+                    format!("must not be negative, found {q}"),
+                ));
+            }
+        }
+    }
+    match mm.policy {
+        MemoryManagerPolicy::Static => {
+            let has_memory = mm
+                .reserved_memory
+                .iter()
+                .any(|r| r.limits.get(MEMORY).is_some_and(|q| *q > 0));
+            if !has_memory {
+                problems.push(Problem::new(
+                    PATH,
+                    "the Static policy needs reserved memory of type memory on at least one NUMA node (the kubelet refuses to start without it)",
+                ));
+            }
+        }
+        MemoryManagerPolicy::None => {
+            if !mm.reserved_memory.is_empty() {
+                problems.push(Problem::new(PATH, "reserved memory is only used by the Static policy; remove it or set policy: Static"));
+            }
+        }
+    }
+}
+
+fn validate_node_reserved(reserved: &NodeReserved, problems: &mut Vec<Problem>) {
+    for (field, q) in [
+        ("kubeReserved", reserved.kube_reserved),
+        ("systemReserved", reserved.system_reserved),
+        ("evictionHard", reserved.eviction_hard),
+    ] {
+        if let Some(q) = q {
+            if q.is_negative() {
+                problems.push(Problem::new(
+                    format!("spec.nodeReserved.{field}"),
+                    format!("must not be negative, found {q}"),
+                ));
+            }
+        }
+    }
+}
+
+/// KEP-1769: per memory type, the sum of reservedMemory over NUMA nodes must equal
+/// kube-reserved + system-reserved + the hard eviction threshold. nodeReserved names
+/// memory only, so the rule is checked for `memory`; hugepage reservations are checked
+/// against each NUMA node's hugepage capacity by the NUMA model instead.
+fn check_sum_rule(
+    mm: &MemoryManagerSettings,
+    reserved: &NodeReserved,
+    problems: &mut Vec<Problem>,
+) {
+    let sum: i64 = mm
+        .reserved_memory
+        .iter()
+        .filter_map(|r| r.limits.get(MEMORY))
+        .map(|q| q.value())
+        .fold(0i64, |a, b| a.saturating_add(b));
+    let kube = reserved.kube_reserved.map_or(0, |q| q.value());
+    let system = reserved.system_reserved.map_or(0, |q| q.value());
+    let eviction = reserved
+        .eviction_hard
+        .map_or(DEFAULT_EVICTION_HARD_MEMORY, |q| q.value());
+    let expected = kube.saturating_add(system).saturating_add(eviction);
+    if sum != expected {
+        let eviction_note = if reserved.eviction_hard.is_none() {
+            " (kubelet default)"
+        } else {
+            ""
+        };
+        problems.push(Problem::new(
+            "spec.memoryManager.reservedMemory",
+            format!(
+                "reserved memory of type memory sums to {} over NUMA nodes but must equal kubeReserved + systemReserved + evictionHard = {} + {} + {}{} = {}",
+                format_bytes(sum),
+                format_bytes(kube),
+                format_bytes(system),
+                format_bytes(eviction),
+                eviction_note,
+                format_bytes(expected)
+            ),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap()
+    }
+
+    fn reserved(numa: i64, pairs: &[(&str, &str)]) -> ReservedMemory {
+        ReservedMemory {
+            numa_node: numa,
+            limits: pairs.iter().map(|(k, v)| (k.to_string(), q(v))).collect(),
+        }
+    }
+
+    fn static_settings(entries: Vec<ReservedMemory>, node: Option<NodeReserved>) -> PolicySettings {
+        PolicySettings {
+            memory_manager: MemoryManagerSettings {
+                policy: MemoryManagerPolicy::Static,
+                reserved_memory: entries,
+            },
+            node_reserved: node,
+            ..PolicySettings::default()
+        }
+    }
+
+    #[test]
+    fn sum_rule_holds_with_default_eviction_threshold() {
+        // 500Mi + 300Mi + 100Mi default eviction = 900Mi = 450Mi + 450Mi.
+        let node = NodeReserved {
+            kube_reserved: Some(q("500Mi")),
+            system_reserved: Some(q("300Mi")),
+            eviction_hard: None,
+        };
+        let ok = static_settings(
+            vec![
+                reserved(0, &[("memory", "450Mi")]),
+                reserved(1, &[("memory", "450Mi")]),
+            ],
+            Some(node.clone()),
+        );
+        assert_eq!(validate_policy_settings(&ok), vec![]);
+        let bad = static_settings(vec![reserved(0, &[("memory", "800Mi")])], Some(node));
+        let problems = validate_policy_settings(&bad);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("800Mi"), "{}", problems[0]);
+        assert!(problems[0].message.contains("900Mi"), "{}", problems[0]);
+        assert!(
+            problems[0].message.contains("kubelet default"),
+            "{}",
+            problems[0]
+        );
+    }
+
+    #[test]
+    fn sum_rule_uses_explicit_eviction_threshold() {
+        let node = NodeReserved {
+            kube_reserved: Some(q("1Gi")),
+            system_reserved: None,
+            eviction_hard: Some(q("500Mi")),
+        };
+        let ok = static_settings(vec![reserved(0, &[("memory", "1524Mi")])], Some(node));
+        assert_eq!(validate_policy_settings(&ok), vec![]);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let settings = static_settings(
+            vec![
+                reserved(
+                    0,
+                    &[("memory", "-1Gi"), ("hugepages-3x", "1Gi"), ("cpu", "1")],
+                ),
+                reserved(0, &[]),
+                reserved(-2, &[("memory", "1Gi")]),
+            ],
+            None,
+        );
+        let got: Vec<String> = validate_policy_settings(&settings)
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let want = [
+            "spec.memoryManager.reservedMemory[0].limits.cpu: unknown memory type",
+            "spec.memoryManager.reservedMemory[0].limits.hugepages-3x: unknown memory type",
+            "spec.memoryManager.reservedMemory[0].limits.memory: must not be negative",
+            "spec.memoryManager.reservedMemory[1].numaNode: duplicate NUMA node 0",
+            "spec.memoryManager.reservedMemory[1].limits: must name at least one memory type",
+            "spec.memoryManager.reservedMemory[2].numaNode: must be greater than or equal to 0",
+        ];
+        for w in want {
+            assert!(
+                got.iter().any(|g| g.starts_with(w)),
+                "missing {w:?} in {got:#?}"
+            );
+        }
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+    }
+
+    #[test]
+    fn static_needs_memory_reservation_and_none_refuses_it() {
+        let problems = validate_policy_settings(&static_settings(vec![], None));
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0]
+            .message
+            .contains("Static policy needs reserved memory"));
+        let none = PolicySettings {
+            memory_manager: MemoryManagerSettings {
+                policy: MemoryManagerPolicy::None,
+                reserved_memory: vec![reserved(0, &[("memory", "1Gi")])],
+            },
+            ..PolicySettings::default()
+        };
+        let problems = validate_policy_settings(&none);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0]
+            .message
+            .contains("only used by the Static policy"));
+    }
+
+    #[test]
+    fn hugepage_names() {
+        assert!(is_valid_hugepages_name("hugepages-2Mi"));
+        assert!(is_valid_hugepages_name("hugepages-1Gi"));
+        assert!(!is_valid_hugepages_name("hugepages-"));
+        assert!(!is_valid_hugepages_name("hugepages-0"));
+        assert!(!is_valid_hugepages_name("hugepages-abc"));
+    }
+}
