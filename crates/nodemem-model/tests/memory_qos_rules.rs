@@ -198,7 +198,7 @@ fn kep_burstable_cases_and_besteffort() {
     // Case I: request and limit -> formula with the limit.
     assert_eq!(
         container_memory_high(f, &facts, GI, 2 * GI),
-        Some(GI + 9 * GI / 10 / 4096 * 4096 + 0)
+        Some(GI + 9 * GI / 10 / 4096 * 4096)
     );
     // Case II: request without limit -> node allocatable stands in for the limit.
     let want = (GI as i128 * 10 + 9 * (10 * GI as i128 - GI as i128)) / 10 / 4096 * 4096;

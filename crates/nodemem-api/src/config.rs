@@ -1,0 +1,132 @@
+//! `NodeMemoryConfig`: the resolved settings for one node (name = node name), written
+//! by the controller and enforced by that node's agent, which reports back in status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeReservedSpec};
+
+/// Resolved memory settings for one node.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "nodemem.io",
+    version = "v1alpha1",
+    kind = "NodeMemoryConfig",
+    plural = "nodememoryconfigs",
+    singular = "nodememoryconfig",
+    shortname = "nmc",
+    category = "nodemem",
+    doc = "NodeMemoryConfig holds the resolved memory settings for one node (named after it), written by the nodemem controller; the node's agent enforces them and reports in status.",
+    status = "NodeMemoryConfigStatus",
+    printcolumn = r#"{"name": "Policy", "type": "string", "description": "the NodeMemoryPolicy governing this node", "jsonPath": ".spec.policy"}"#,
+    printcolumn = r#"{"name": "Revision", "type": "string", "description": "the policy revision this node should run", "jsonPath": ".spec.revision"}"#,
+    printcolumn = r#"{"name": "Applied", "type": "string", "description": "the agent applied the revision", "jsonPath": ".status.conditions[?(@.type==\"Applied\")].status"}"#,
+    printcolumn = r#"{"name": "Healthy", "type": "string", "description": "no throttling storm or OOM burst", "jsonPath": ".status.conditions[?(@.type==\"Healthy\")].status"}"#,
+    printcolumn = r#"{"name": "Kernel", "type": "string", "description": "the node's kernel", "jsonPath": ".status.node.kernelVersion"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMemoryConfigSpec {
+    /// Name of the NodeMemoryPolicy these settings come from.
+    #[schemars(length(min = 1, max = 253))]
+    pub policy: String,
+    /// Revision (settings hash) of that policy.
+    #[schemars(length(min = 1, max = 64))]
+    pub revision: String,
+    /// Memory QoS settings to enforce.
+    #[serde(default, rename = "memoryQoS")]
+    pub memory_qos: MemoryQosSpec,
+    /// Memory Manager settings to enforce.
+    #[serde(default)]
+    pub memory_manager: MemoryManagerSpec,
+    /// Node reservations the settings were validated against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_reserved: Option<NodeReservedSpec>,
+    /// Agent or Kubelet.
+    #[serde(default)]
+    pub enforcement: Enforcement,
+}
+
+/// What the node agent reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMemoryConfigStatus {
+    /// The revision the agent last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_revision: Option<String>,
+    /// Applied, Healthy and KernelSupported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Facts the agent discovered about the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeFacts>,
+    /// Totals over the pods on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<MemoryTotals>,
+    /// Pods whose cgroups the agent manages.
+    #[serde(default)]
+    pub managed_pods: i32,
+    /// The last error the agent hit, empty when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Node facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFacts {
+    /// uname -r
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_version: Option<String>,
+    /// 1 or 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_version: Option<i32>,
+    /// systemd or cgroupfs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_driver: Option<String>,
+    /// Base page size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_size: Option<i64>,
+    /// NUMA nodes with their memory per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    pub numa_nodes: Vec<NumaNodeFacts>,
+}
+
+/// One NUMA node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NumaNodeFacts {
+    /// NUMA node id.
+    pub id: i32,
+    /// Per memory type (`memory`, `hugepages-2Mi`, ...).
+    #[serde(default)]
+    pub memory: BTreeMap<String, NumaMemory>,
+}
+
+/// Capacity, reservation and allocatable bytes of one memory type on a NUMA node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NumaMemory {
+    /// Total bytes.
+    pub capacity: i64,
+    /// Bytes reserved for the system.
+    pub reserved: i64,
+    /// capacity - reserved.
+    pub allocatable: i64,
+}
+
+/// Sums over pods (the kubelet_memory_qos_node_memory_{min,low}_bytes equivalents).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryTotals {
+    /// Sum of pod memory.min bytes.
+    pub memory_min_bytes: i64,
+    /// Sum of pod memory.low bytes.
+    pub memory_low_bytes: i64,
+}

@@ -1,0 +1,171 @@
+//! From the API types to the model's settings: quantities parsed, enums mapped, and
+//! every problem collected with its field path (never only the first).
+
+use nodemem_model::factor::ThrottlingFactor;
+use nodemem_model::memory_qos::{self, MemoryQosSettings};
+use nodemem_model::policy::{
+    self as model, validate_policy_settings, MemoryManagerSettings, NodeReserved, PolicySettings,
+};
+use nodemem_model::selector::{self, LabelSelector, Requirement};
+use nodemem_model::{Problem, Quantity};
+
+use crate::int_or_percent::IntOrPercent;
+use crate::policy::{
+    Enforcement, MemoryManagerPolicy, MemoryManagerSpec, MemoryQosSpec, NodeMemoryPolicySpec,
+    NodeReservedSpec, NodeSelector, ReservationPolicy, RolloutSpec, SelectorOperator,
+};
+use crate::quantity::QuantityString;
+
+pub fn to_selector(selector: &NodeSelector) -> LabelSelector {
+    LabelSelector {
+        match_labels: selector.match_labels.clone(),
+        match_expressions: selector
+            .match_expressions
+            .iter()
+            .map(|r| Requirement {
+                key: r.key.clone(),
+                operator: match r.operator {
+                    SelectorOperator::In => selector::Operator::In,
+                    SelectorOperator::NotIn => selector::Operator::NotIn,
+                    SelectorOperator::Exists => selector::Operator::Exists,
+                    SelectorOperator::DoesNotExist => selector::Operator::DoesNotExist,
+                },
+                values: r.values.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn quantity(path: String, text: &QuantityString, problems: &mut Vec<Problem>) -> Option<Quantity> {
+    match text.parse() {
+        Ok(q) => Some(q),
+        Err(e) => {
+            problems.push(Problem::new(path, e.to_string()));
+            None
+        }
+    }
+}
+
+pub fn to_memory_qos(
+    spec: &MemoryQosSpec,
+    path: &str,
+    problems: &mut Vec<Problem>,
+) -> MemoryQosSettings {
+    let throttling_factor =
+        ThrottlingFactor::from_f64(spec.throttling_factor).unwrap_or_else(|e| {
+            problems.push(Problem::new(
+                format!("{path}.throttlingFactor"),
+                e.to_string(),
+            ));
+            ThrottlingFactor::DEFAULT
+        });
+    MemoryQosSettings {
+        enabled: spec.enabled,
+        throttling_factor,
+        reservation_policy: match spec.reservation_policy {
+            ReservationPolicy::None => memory_qos::ReservationPolicy::None,
+            ReservationPolicy::TieredReservation => {
+                memory_qos::ReservationPolicy::TieredReservation
+            }
+            ReservationPolicy::HardReservation => memory_qos::ReservationPolicy::HardReservation,
+        },
+    }
+}
+
+pub fn to_memory_manager(
+    spec: &MemoryManagerSpec,
+    path: &str,
+    problems: &mut Vec<Problem>,
+) -> MemoryManagerSettings {
+    MemoryManagerSettings {
+        policy: match spec.policy {
+            MemoryManagerPolicy::None => model::MemoryManagerPolicy::None,
+            MemoryManagerPolicy::Static => model::MemoryManagerPolicy::Static,
+        },
+        reserved_memory: spec
+            .reserved_memory
+            .iter()
+            .enumerate()
+            .map(|(i, r)| model::ReservedMemory {
+                numa_node: r.numa_node as i64,
+                limits: r
+                    .limits
+                    .iter()
+                    .filter_map(|(name, text)| {
+                        let p = format!("{path}.reservedMemory[{i}].limits.{name}");
+                        quantity(p, text, problems).map(|q| (name.clone(), q))
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub fn to_node_reserved(
+    spec: &NodeReservedSpec,
+    path: &str,
+    problems: &mut Vec<Problem>,
+) -> NodeReserved {
+    let mut field = |name: &str, v: &Option<QuantityString>| {
+        v.as_ref()
+            .and_then(|t| quantity(format!("{path}.{name}"), t, problems))
+    };
+    NodeReserved {
+        kube_reserved: field("kubeReserved", &spec.kube_reserved),
+        system_reserved: field("systemReserved", &spec.system_reserved),
+        eviction_hard: field("evictionHard", &spec.eviction_hard),
+    }
+}
+
+fn check_rollout(rollout: &RolloutSpec, problems: &mut Vec<Problem>) {
+    let mut check = |name: &str, v: &IntOrPercent| {
+        if let Err(e) = v.resolve(100) {
+            problems.push(Problem::new(format!("spec.rollout.{name}"), e));
+        }
+    };
+    check("maxUnavailable", &rollout.max_unavailable);
+    if let Some(canary) = &rollout.canary {
+        check("canary", canary);
+    }
+    if rollout.min_ready_seconds < 0 {
+        problems.push(Problem::new(
+            "spec.rollout.minReadySeconds",
+            "must be greater than or equal to 0",
+        ));
+    }
+    if rollout.max_failures < 1 {
+        problems.push(Problem::new(
+            "spec.rollout.maxFailures",
+            "must be greater than or equal to 1",
+        ));
+    }
+}
+
+/// The effective settings of a policy, or every problem found (type-level and
+/// semantic, the latter from `nodemem_model::policy::validate_policy_settings`).
+pub fn policy_settings(spec: &NodeMemoryPolicySpec) -> Result<PolicySettings, Vec<Problem>> {
+    let mut problems = to_selector(&spec.node_selector).validate("spec.nodeSelector");
+    let settings = PolicySettings {
+        memory_qos: to_memory_qos(&spec.memory_qos, "spec.memoryQoS", &mut problems),
+        memory_manager: to_memory_manager(
+            &spec.memory_manager,
+            "spec.memoryManager",
+            &mut problems,
+        ),
+        node_reserved: spec
+            .node_reserved
+            .as_ref()
+            .map(|r| to_node_reserved(r, "spec.nodeReserved", &mut problems)),
+        enforcement: match spec.enforcement {
+            Enforcement::Agent => model::Enforcement::Agent,
+            Enforcement::Kubelet => model::Enforcement::Kubelet,
+        },
+    };
+    check_rollout(&spec.rollout, &mut problems);
+    problems.extend(validate_policy_settings(&settings));
+    if problems.is_empty() {
+        Ok(settings)
+    } else {
+        Err(problems)
+    }
+}

@@ -1,0 +1,332 @@
+//! `NodeMemoryPolicy`: which nodes, what Memory QoS and Memory Manager settings, how
+//! to enforce them and how to roll them out. Cluster-scoped.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::int_or_percent::IntOrPercent;
+use crate::quantity::QuantityString;
+
+/// Desired node memory settings for the nodes a label selector picks (a node pool).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "nodemem.io",
+    version = "v1alpha1",
+    kind = "NodeMemoryPolicy",
+    plural = "nodememorypolicies",
+    singular = "nodememorypolicy",
+    shortname = "nmp",
+    category = "nodemem",
+    doc = "NodeMemoryPolicy sets Memory QoS (cgroup v2 memory.min/low/high) and Memory Manager (NUMA) policy for the nodes its selector picks, and how changes roll out across them.",
+    status = "NodeMemoryPolicyStatus",
+    printcolumn = r#"{"name": "Factor", "type": "number", "description": "memory.high throttling factor", "jsonPath": ".spec.memoryQoS.throttlingFactor"}"#,
+    printcolumn = r#"{"name": "Reservation", "type": "string", "description": "memory.min / memory.low reservation policy", "jsonPath": ".spec.memoryQoS.reservationPolicy"}"#,
+    printcolumn = r#"{"name": "Manager", "type": "string", "description": "Memory Manager policy", "jsonPath": ".spec.memoryManager.policy"}"#,
+    printcolumn = r#"{"name": "Enforcement", "type": "string", "description": "Agent writes cgroups; Kubelet renders a kubelet drop-in", "jsonPath": ".spec.enforcement"}"#,
+    printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
+    printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMemoryPolicySpec {
+    /// Nodes this policy applies to (a node pool). An empty selector selects every node.
+    #[serde(default)]
+    pub node_selector: NodeSelector,
+
+    /// When several policies select a node, the one with the highest priority governs it.
+    /// Policies with equal top priority conflict: the alphabetically first wins and the
+    /// conflict is reported in status.
+    #[serde(default)]
+    #[schemars(range(min = -1000000, max = 1000000))]
+    pub priority: i32,
+
+    /// Memory QoS on cgroup v2 (KEP-2570): memory.high throttling and memory.min /
+    /// memory.low reservation.
+    #[serde(default, rename = "memoryQoS")]
+    pub memory_qos: MemoryQosSpec,
+
+    /// The kubelet Memory Manager (KEP-1769): NUMA pinning of Guaranteed pods.
+    #[serde(default)]
+    pub memory_manager: MemoryManagerSpec,
+
+    /// The node's kube-reserved, system-reserved and hard eviction memory. When given,
+    /// memoryManager.reservedMemory must sum to kubeReserved + systemReserved +
+    /// evictionHard (KEP-1769).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_reserved: Option<NodeReservedSpec>,
+
+    /// How settings reach the node: Agent (the node agent writes cgroup files) or
+    /// Kubelet (the node agent renders a KubeletConfiguration drop-in).
+    #[serde(default)]
+    pub enforcement: Enforcement,
+
+    /// How a new revision rolls out across the selected nodes.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+}
+
+/// A label selector over node labels (same shape as metav1.LabelSelector).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelector {
+    /// Labels a node must carry with exactly these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub match_labels: BTreeMap<String, String>,
+
+    /// Label requirements a node must meet; all must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+}
+
+/// One label requirement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.operator in ['Exists', 'DoesNotExist'] ? (!has(self.values) || size(self.values) == 0) : (has(self.values) && size(self.values) > 0)",
+        "message": "values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+    }
+]))]
+pub struct NodeSelectorRequirement {
+    /// The label key.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// How the key relates to the values.
+    pub operator: SelectorOperator,
+    /// Values for In and NotIn; must be empty for Exists and DoesNotExist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 63)))]
+    pub values: Vec<String>,
+}
+
+/// Label selector operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// Memory QoS settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryQosSpec {
+    /// Whether nodemem manages Memory QoS on the selected nodes. Setting false rolls
+    /// back what nodemem set: memory.min and memory.low to 0, memory.high to max.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+
+    /// memory.high = floor((request + factor * (limit or node allocatable - request)) / pageSize) * pageSize.
+    /// Must be in (0, 1]; 1.0 disables early throttling.
+    #[serde(default = "default_factor")]
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true, "maximum" = 1))]
+    pub throttling_factor: f64,
+
+    /// None: no memory.min or memory.low. TieredReservation: memory.min for Guaranteed
+    /// pods, memory.low for Burstable pods (kubelet v1.36). HardReservation: memory.min
+    /// for every container and pod with a memory request (KEP-2570 v1.27 behaviour).
+    #[serde(default)]
+    pub reservation_policy: ReservationPolicy,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_factor() -> f64 {
+    0.9
+}
+
+impl Default for MemoryQosSpec {
+    fn default() -> Self {
+        MemoryQosSpec {
+            enabled: true,
+            throttling_factor: default_factor(),
+            reservation_policy: ReservationPolicy::None,
+        }
+    }
+}
+
+/// memory.min / memory.low reservation policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ReservationPolicy {
+    #[default]
+    None,
+    TieredReservation,
+    HardReservation,
+}
+
+/// Memory Manager settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.policy != 'Static' || (has(self.reservedMemory) && self.reservedMemory.exists(r, 'memory' in r.limits))",
+        "message": "the Static policy needs reservedMemory with a memory entry on at least one NUMA node",
+        "fieldPath": ".reservedMemory"
+    },
+    {
+        "rule": "self.policy == 'Static' || !has(self.reservedMemory) || size(self.reservedMemory) == 0",
+        "message": "reservedMemory is only used by the Static policy",
+        "fieldPath": ".reservedMemory"
+    }
+]))]
+pub struct MemoryManagerSpec {
+    /// None: no NUMA pinning. Static: Guaranteed pods are pinned to the smallest set of
+    /// NUMA nodes that can hold their memory and hugepages.
+    #[serde(default)]
+    pub policy: MemoryManagerPolicy,
+
+    /// Memory held back from pods per NUMA node and memory type (kubelet `reservedMemory`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["numaNode"]))]
+    pub reserved_memory: Vec<ReservedMemory>,
+}
+
+/// Memory Manager policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum MemoryManagerPolicy {
+    #[default]
+    None,
+    Static,
+}
+
+/// Reserved memory on one NUMA node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservedMemory {
+    /// NUMA node id as in /sys/devices/system/node/node<id>.
+    #[schemars(range(min = 0, max = 1023))]
+    pub numa_node: i32,
+
+    /// Amount per memory type: `memory` or `hugepages-<size>` (for example hugepages-2Mi).
+    #[schemars(extend(
+        "minProperties" = 1,
+        "maxProperties" = 8,
+        "x-kubernetes-validations" = [{
+            "rule": "self.all(k, k == 'memory' || k.matches('^hugepages-[0-9]+(Ki|Mi|Gi|Ti)$'))",
+            "message": "memory types must be memory or hugepages-<size> such as hugepages-2Mi or hugepages-1Gi"
+        }]
+    ))]
+    pub limits: BTreeMap<String, QuantityString>,
+}
+
+/// The node's memory reservations (kubelet kubeReserved, systemReserved, evictionHard).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReservedSpec {
+    /// kube-reserved memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_reserved: Option<QuantityString>,
+    /// system-reserved memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_reserved: Option<QuantityString>,
+    /// The memory.available hard eviction threshold; the kubelet default is 100Mi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_hard: Option<QuantityString>,
+}
+
+/// How settings reach the node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Enforcement {
+    #[default]
+    Agent,
+    Kubelet,
+}
+
+/// Rollout of a new revision across the selected nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Nodes updated at the same time (count or percent of matched nodes); default 1.
+    #[serde(default)]
+    pub max_unavailable: IntOrPercent,
+
+    /// Seconds a node must report Applied and Healthy before it counts as ready.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 86400))]
+    pub min_ready_seconds: i32,
+
+    /// Stops starting new node updates; nodes already updating finish.
+    #[serde(default)]
+    pub paused: bool,
+
+    /// Nodes (count or percent) updated first; the rest waits until they are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<IntOrPercent>,
+
+    /// What to do when maxFailures nodes fail: Pause the rollout or Rollback to the
+    /// previous revision.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+
+    /// Failed nodes tolerated before failurePolicy is applied.
+    #[serde(default = "default_max_failures")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_failures: i32,
+}
+
+fn default_max_failures() -> i32 {
+    1
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        RolloutSpec {
+            max_unavailable: IntOrPercent::default(),
+            min_ready_seconds: 0,
+            paused: false,
+            canary: None,
+            failure_policy: FailurePolicy::Pause,
+            max_failures: default_max_failures(),
+        }
+    }
+}
+
+/// Reaction to failed nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FailurePolicy {
+    #[default]
+    Pause,
+    Rollback,
+}
+
+/// Observed state of a policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMemoryPolicyStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Hash of the effective node settings; changes start a rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Nodes this policy governs.
+    #[serde(default)]
+    pub matched_nodes: i32,
+    /// Governed nodes whose NodeMemoryConfig carries the current revision.
+    #[serde(default)]
+    pub updated_nodes: i32,
+    /// Updated nodes applied and healthy for minReadySeconds.
+    #[serde(default)]
+    pub ready_nodes: i32,
+    /// Updated nodes whose agent reports a failure.
+    #[serde(default)]
+    pub failed_nodes: i32,
+    /// Selected nodes where another policy has the same top priority.
+    #[serde(default)]
+    pub conflicting_nodes: i32,
+    /// Accepted, Progressing, Ready and Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,84 @@
+//! A Kubernetes quantity field as users write it (`512Mi` or `536870912`), kept as
+//! text and parsed by `nodemem_model::Quantity`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Non-negative Kubernetes quantity: digits with an optional fraction, then a binary
+/// (Ki..Ei) or decimal (m, k, M, G, ...) suffix or an exponent.
+pub const NON_NEGATIVE_QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QuantityString(pub String);
+
+impl QuantityString {
+    pub fn new(text: impl Into<String>) -> Self {
+        QuantityString(text.into())
+    }
+
+    pub fn parse(&self) -> Result<nodemem_model::Quantity, nodemem_model::quantity::QuantityError> {
+        nodemem_model::Quantity::parse(&self.0)
+    }
+}
+
+impl fmt::Display for QuantityString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for QuantityString {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for QuantityString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = QuantityString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a quantity such as 512Mi or an integer number of bytes")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(QuantityString(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(QuantityString(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(QuantityString(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(QuantityString(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl JsonSchema for QuantityString {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "x-kubernetes-int-or-string": true,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": NON_NEGATIVE_QUANTITY_PATTERN,
+            "x-kubernetes-validations": [{
+                "rule": "type(self) == int ? self >= 0 : true",
+                "message": "must not be negative"
+            }],
+        })
+    }
+}

@@ -1,0 +1,21 @@
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = nodemem::Cli::parse();
+    match nodemem::run(&cli) {
+        Ok(out) => {
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::stdout().write_all(out.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            for problem in &err.problems {
+                eprintln!("error: {problem}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! core/v1 Pods and Nodes into the model's types, with every bad quantity reported by
+//! its field path.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
+use nodemem_model::{Problem, Quantity};
+
+fn resource_list(
+    path: &str,
+    list: Option<&BTreeMap<String, K8sQuantity>>,
+    problems: &mut Vec<Problem>,
+) -> ResourceList {
+    let mut out = ResourceList::new();
+    for (name, q) in list.into_iter().flatten() {
+        match Quantity::parse(&q.0) {
+            Ok(v) => {
+                out.insert(name.clone(), v);
+            }
+            Err(e) => problems.push(Problem::new(format!("{path}.{name}"), e.to_string())),
+        }
+    }
+    out
+}
+
+fn resources(
+    path: &str,
+    r: Option<&core::ResourceRequirements>,
+    problems: &mut Vec<Problem>,
+) -> Resources {
+    Resources {
+        requests: resource_list(
+            &format!("{path}.requests"),
+            r.and_then(|r| r.requests.as_ref()),
+            problems,
+        ),
+        limits: resource_list(
+            &format!("{path}.limits"),
+            r.and_then(|r| r.limits.as_ref()),
+            problems,
+        ),
+    }
+}
+
+fn container(
+    path: &str,
+    c: &core::Container,
+    kind: ContainerKind,
+    problems: &mut Vec<Problem>,
+) -> Container {
+    Container {
+        name: c.name.clone(),
+        kind,
+        resources: resources(&format!("{path}.resources"), c.resources.as_ref(), problems),
+    }
+}
+
+/// The model's view of a Pod, or the problems with its quantities.
+pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let spec = pod.spec.as_ref();
+    let containers = spec
+        .map(|s| &s.containers[..])
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            container(
+                &format!("spec.containers[{i}]"),
+                c,
+                ContainerKind::App,
+                &mut problems,
+            )
+        })
+        .collect();
+    let init_containers = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            // KEP-753: an init container with restartPolicy Always is a sidecar.
+            let kind = if c.restart_policy.as_deref() == Some("Always") {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            };
+            container(&format!("spec.initContainers[{i}]"), c, kind, &mut problems)
+        })
+        .collect();
+    let pod_resources = spec
+        .and_then(|s| s.resources.as_ref())
+        .map(|r| resources("spec.resources", Some(r), &mut problems));
+    let overhead = resource_list(
+        "spec.overhead",
+        spec.and_then(|s| s.overhead.as_ref()),
+        &mut problems,
+    );
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Pod {
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        spec: PodSpec {
+            init_containers,
+            containers,
+            resources: pod_resources,
+            overhead,
+        },
+    })
+}
+
+/// Node allocatable memory in bytes, if reported.
+pub fn node_allocatable_memory(node: &core::Node) -> Result<Option<i64>, Problem> {
+    let Some(q) = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get("memory"))
+    else {
+        return Ok(None);
+    };
+    Quantity::parse(&q.0)
+        .map(|v| Some(v.value()))
+        .map_err(|e| Problem::new("status.allocatable.memory", e.to_string()))
+}
+
+pub fn node_kernel_version(node: &core::Node) -> Option<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.kernel_version.clone())
+        .filter(|k| !k.is_empty())
+}
+
+pub fn node_labels(node: &core::Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}

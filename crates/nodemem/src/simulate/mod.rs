@@ -1,0 +1,235 @@
+//! `nodemem simulate`: what nodemem would write on one node, computed from a policy,
+//! a Node and its Pods, without a cluster. Users run it in CI before a rollout.
+
+mod output;
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1 as core;
+use nodemem_api::convert::{policy_settings, to_selector};
+use nodemem_api::NodeMemoryPolicy;
+use nodemem_model::defaulting::apply_defaults;
+use nodemem_model::memory_qos::{plan_node, NodeMemoryFacts, NodePlan};
+use nodemem_model::pod::Pod;
+use nodemem_model::pod_validation::validate_pod_resources;
+use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
+
+use crate::error::CliError;
+use crate::manifests::{read_documents, typed, Document};
+use crate::pod_adapter::{node_allocatable_memory, node_kernel_version, node_labels, pod_from_k8s};
+
+pub use output::{render_json, render_table, SimulateOutput};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Json,
+    Table,
+}
+
+/// Arguments of `nodemem simulate`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// NodeMemoryPolicy manifest(s); with several, the node's winning policy is used.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// A core/v1 Node manifest.
+    #[arg(long)]
+    pub node: PathBuf,
+    /// Pod manifests: a multi-document YAML stream or a v1 List.
+    #[arg(long)]
+    pub pods: PathBuf,
+    /// Base page size of the node in bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub page_size: i64,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// Runs the simulation and renders it.
+pub fn run(args: &SimulateArgs) -> Result<String, CliError> {
+    let policies = read_documents(&args.policy)?;
+    let nodes = read_documents(&args.node)?;
+    let pods = read_documents(&args.pods)?;
+    let result = simulate(&policies, &nodes, &pods, args.page_size)?;
+    Ok(match args.output {
+        OutputFormat::Json => render_json(&result),
+        OutputFormat::Table => render_table(&result),
+    })
+}
+
+/// The simulation on already-read documents; every input problem is collected before
+/// failing, so one run shows everything to fix.
+pub fn simulate(
+    policy_docs: &[Document],
+    node_docs: &[Document],
+    pod_docs: &[Document],
+    page_size: i64,
+) -> Result<SimulateOutput, CliError> {
+    let mut problems = Vec::new();
+    if page_size <= 0 || (page_size & (page_size - 1)) != 0 {
+        problems.push(format!(
+            "--page-size: must be a positive power of two, found {page_size}"
+        ));
+    }
+
+    let policies = read_policies(policy_docs, &mut problems);
+    let node = read_node(node_docs, &mut problems);
+    let pods = read_pods(pod_docs, &mut problems);
+    if !problems.is_empty() {
+        return Err(CliError::many(problems));
+    }
+    let (node_name, node) = node.expect("no problems means the node was read");
+
+    let selectors: Vec<_> = policies
+        .iter()
+        .map(|(p, _)| to_selector(&p.spec.node_selector))
+        .collect();
+    let candidates: Vec<PolicyCandidate<'_>> = policies
+        .iter()
+        .zip(&selectors)
+        .map(|((p, _), selector)| PolicyCandidate {
+            name: p.metadata.name.as_deref().unwrap_or(""),
+            priority: p.spec.priority,
+            selector,
+        })
+        .collect();
+    let resolution = resolve_policy(&candidates, &node_labels(&node));
+    let Some(winner) = resolution.winner.clone() else {
+        return Ok(SimulateOutput::unmanaged(&node_name, &pods));
+    };
+    let (_, settings) = policies
+        .iter()
+        .find(|(p, _)| p.metadata.name.as_deref() == Some(winner.as_str()))
+        .expect("the winner is one of the candidates");
+
+    let facts = NodeMemoryFacts {
+        allocatable_memory: node_allocatable_memory(&node)
+            .map_err(|p| CliError::one(format!("node {node_name}: {p}")))?,
+        page_size,
+        kernel_version: node_kernel_version(&node),
+    };
+    let mut plan: NodePlan = plan_node(&settings.memory_qos, &facts, &pods);
+    if !resolution.conflicting.is_empty() {
+        plan.warnings.insert(
+            0,
+            format!(
+                "policies {} have the same priority as {winner} and also select this node; {winner} wins by name",
+                resolution.conflicting.join(", ")
+            ),
+        );
+    }
+    Ok(SimulateOutput::from_plan(&node_name, &winner, &plan))
+}
+
+fn read_policies(
+    docs: &[Document],
+    problems: &mut Vec<String>,
+) -> Vec<(NodeMemoryPolicy, nodemem_model::policy::PolicySettings)> {
+    if docs.is_empty() {
+        problems.push("--policy: the file holds no NodeMemoryPolicy".to_string());
+    }
+    let mut out = Vec::new();
+    for doc in docs {
+        if doc.kind() != Some("NodeMemoryPolicy")
+            || doc.api_version() != Some("nodemem.io/v1alpha1")
+        {
+            problems.push(format!(
+                "{}: {}: expected apiVersion nodemem.io/v1alpha1 and kind NodeMemoryPolicy",
+                doc.origin,
+                doc.describe()
+            ));
+            continue;
+        }
+        let policy: NodeMemoryPolicy = match typed(doc) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.extend(e.problems);
+                continue;
+            }
+        };
+        if policy.metadata.name.as_deref().unwrap_or("").is_empty() {
+            problems.push(format!("{}: metadata.name: must be set", doc.origin));
+        }
+        match policy_settings(&policy.spec) {
+            Ok(settings) => out.push((policy, settings)),
+            Err(ps) => problems.extend(
+                ps.into_iter()
+                    .map(|p| format!("{}: {}: {p}", doc.origin, doc.describe())),
+            ),
+        }
+    }
+    out
+}
+
+fn read_node(docs: &[Document], problems: &mut Vec<String>) -> Option<(String, core::Node)> {
+    let [doc] = docs else {
+        problems.push(format!(
+            "--node: expected exactly one Node, found {} objects",
+            docs.len()
+        ));
+        return None;
+    };
+    if doc.kind() != Some("Node") {
+        problems.push(format!(
+            "{}: expected kind Node, found {}",
+            doc.origin,
+            doc.kind().unwrap_or("none")
+        ));
+        return None;
+    }
+    match typed::<core::Node>(doc) {
+        Ok(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            if let Err(p) = node_allocatable_memory(&node) {
+                problems.push(format!("{}: {}: {p}", doc.origin, doc.describe()));
+            }
+            Some((name, node))
+        }
+        Err(e) => {
+            problems.extend(e.problems);
+            None
+        }
+    }
+}
+
+fn read_pods(docs: &[Document], problems: &mut Vec<String>) -> Vec<Pod> {
+    let mut pods = Vec::new();
+    for doc in docs {
+        if doc.kind() != Some("Pod") {
+            problems.push(format!(
+                "{}: expected kind Pod, found {}",
+                doc.origin,
+                doc.kind().unwrap_or("none")
+            ));
+            continue;
+        }
+        let k8s_pod: core::Pod = match typed(doc) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.extend(e.problems);
+                continue;
+            }
+        };
+        match pod_from_k8s(&k8s_pod) {
+            Ok(mut pod) => {
+                apply_defaults(&mut pod.spec);
+                let invalid = validate_pod_resources(&pod.spec);
+                if invalid.is_empty() {
+                    pods.push(pod);
+                } else {
+                    problems.extend(
+                        invalid
+                            .into_iter()
+                            .map(|p| format!("{}: {}: {p}", doc.origin, doc.describe())),
+                    );
+                }
+            }
+            Err(ps) => problems.extend(
+                ps.into_iter()
+                    .map(|p| format!("{}: {}: {p}", doc.origin, doc.describe())),
+            ),
+        }
+    }
+    pods
+}

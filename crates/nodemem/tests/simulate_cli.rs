@@ -1,0 +1,392 @@
+//! `nodemem simulate` end to end through the real binary: the examples, the stable JSON
+//! shape, and clear one-line errors for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn nodemem(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run nodemem");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn simulate_json(policy: &str, node: &str, pods: &str) -> Value {
+    let (code, stdout, stderr) = nodemem(&[
+        "simulate", "--policy", policy, "--node", node, "--pods", pods, "-o", "json",
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    serde_json::from_str(&stdout).expect("JSON output")
+}
+
+fn example(pool: &str) -> Value {
+    simulate_json(
+        &format!("examples/{pool}/policy.yaml"),
+        &format!("examples/{pool}/node.yaml"),
+        &format!("examples/{pool}/pods.yaml"),
+    )
+}
+
+fn pod<'a>(out: &'a Value, name: &str) -> &'a Value {
+    out["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap()
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    &pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()["cgroup"]
+}
+
+const MI: i64 = 1 << 20;
+
+#[test]
+fn general_pool_json_has_the_documented_shape_and_values() {
+    let out = example("general");
+    let keys: Vec<_> = out.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(
+        keys,
+        ["kubepods", "node", "pods", "policy", "qos", "warnings"]
+    );
+    assert_eq!(out["node"], "general-1");
+    assert_eq!(out["policy"], "general");
+    assert_eq!(out["warnings"], serde_json::json!([]));
+    // kubepods: memory.min = Guaranteed + Burstable requests, memory.low = Burstable.
+    assert_eq!(
+        out["kubepods"],
+        serde_json::json!({"memory.min": 1088 * MI, "memory.low": 576 * MI})
+    );
+    assert_eq!(
+        out["qos"]["burstable"],
+        serde_json::json!({"memory.low": 576 * MI})
+    );
+    assert_eq!(out["qos"]["besteffort"], serde_json::json!({}));
+
+    let api = pod(&out, "api");
+    assert_eq!(api["namespace"], "shop");
+    assert_eq!(api["uid"], "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c");
+    assert_eq!(api["qosClass"], "Guaranteed");
+    assert_eq!(
+        api["cgroup"],
+        serde_json::json!({"memory.min": 536870912, "memory.max": 536870912})
+    );
+    assert_eq!(
+        container(api, "api"),
+        &serde_json::json!({"memory.min": 536870912, "memory.max": 536870912})
+    );
+
+    let web = pod(&out, "web");
+    assert_eq!(web["qosClass"], "Burstable");
+    // max(web 512Mi + proxy 64Mi, migrate 256Mi)
+    assert_eq!(web["cgroup"], serde_json::json!({"memory.low": 576 * MI}));
+    let names: Vec<_> = web["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["migrate", "proxy", "web"]);
+    // 512Mi + 0.9 * 512Mi = 972.8Mi, floored to 4 KiB pages.
+    assert_eq!(
+        container(web, "web")["memory.high"],
+        (512 * MI * 19 / 10) / 4096 * 4096
+    );
+    assert_eq!(container(web, "web")["memory.max"], 1024 * MI);
+
+    let debug = pod(&out, "debug");
+    assert_eq!(debug["qosClass"], "BestEffort");
+    assert_eq!(debug["cgroup"], serde_json::json!({}));
+    // BestEffort containers are throttled at 0.9 * allocatable (15Gi).
+    assert_eq!(
+        container(debug, "shell"),
+        &serde_json::json!({"memory.high": 15 * 1024 * MI * 9 / 10})
+    );
+}
+
+#[test]
+fn database_pool_uses_hard_reservation() {
+    let out = example("database");
+    assert_eq!(out["policy"], "database");
+    let pg0 = pod(&out, "pg-0");
+    assert_eq!(pg0["qosClass"], "Guaranteed");
+    // 16Gi + 128Mi + 64Mi overhead
+    assert_eq!(pg0["cgroup"]["memory.min"], (16 * 1024 + 192) * MI);
+    let pg1 = pod(&out, "pg-1");
+    assert_eq!(pg1["qosClass"], "Burstable");
+    assert_eq!(pg1["cgroup"]["memory.min"], 8 * 1024 * MI);
+    assert_eq!(pg1["cgroup"]["memory.max"], 12 * 1024 * MI);
+    assert_eq!(
+        container(pg1, "exporter")["memory.max"],
+        12 * 1024 * MI,
+        "pod-level limit stands in"
+    );
+    assert!(container(pg1, "exporter").get("memory.min").is_none());
+    assert_eq!(
+        out["qos"]["burstable"],
+        serde_json::json!({"memory.min": 9 * 1024 * MI})
+    );
+    assert_eq!(
+        out["kubepods"]["memory.min"],
+        (16 * 1024 + 192 + 9 * 1024) * MI
+    );
+    assert!(out["kubepods"].get("memory.low").is_none());
+}
+
+#[test]
+fn batch_pool_throttles_besteffort_and_warns_about_the_kernel() {
+    let out = example("batch");
+    assert_eq!(out["policy"], "batch");
+    let warnings = out["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].as_str().unwrap().contains("older than 5.9"));
+    assert_eq!(out["kubepods"], serde_json::json!({}));
+    for name in ["etl-1", "etl-2"] {
+        let p = pod(&out, name);
+        assert_eq!(p["qosClass"], "BestEffort");
+        for c in p["containers"].as_array().unwrap() {
+            assert_eq!(
+                c["cgroup"],
+                serde_json::json!({"memory.high": 24 * 1024 * MI})
+            );
+        }
+    }
+}
+
+#[test]
+fn a_policy_that_does_not_select_the_node_sets_nothing() {
+    let out = simulate_json(
+        "examples/database/policy.yaml",
+        "examples/general/node.yaml",
+        "examples/general/pods.yaml",
+    );
+    assert_eq!(out["policy"], Value::Null);
+    assert_eq!(out["kubepods"], serde_json::json!({}));
+    assert_eq!(
+        out["qos"],
+        serde_json::json!({"burstable": {}, "besteffort": {}})
+    );
+    for p in out["pods"].as_array().unwrap() {
+        assert_eq!(p["cgroup"], serde_json::json!({}));
+        assert!(p["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["cgroup"] == serde_json::json!({})));
+    }
+    assert_eq!(pod(&out, "api")["qosClass"], "Guaranteed");
+}
+
+#[test]
+fn table_output_and_page_size() {
+    let (code, stdout, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        "examples/general/policy.yaml",
+        "--node",
+        "examples/general/node.yaml",
+        "--pods",
+        "examples/general/pods.yaml",
+        "--page-size",
+        "65536",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("node general-1: policy general\nCGROUP"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("shop/api"));
+    assert!(stdout.contains("512Mi"));
+    let (code, _, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        "examples/general/policy.yaml",
+        "--node",
+        "examples/general/node.yaml",
+        "--pods",
+        "examples/general/pods.yaml",
+        "--page-size",
+        "1000",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--page-size: must be a positive power of two"),
+        "{stderr}"
+    );
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nodemem-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs simulate on a policy body (under spec:) and pods text; returns exit code and stderr.
+fn simulate_bad(tag: &str, policy_spec: &str, pods: &str) -> (i32, String) {
+    let dir = tempdir(tag);
+    let policy = write(
+        &dir,
+        "policy.yaml",
+        &format!("apiVersion: nodemem.io/v1alpha1\nkind: NodeMemoryPolicy\nmetadata:\n  name: bad\nspec:\n{policy_spec}"),
+    );
+    let pods = write(&dir, "pods.yaml", pods);
+    let (code, stdout, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        &policy,
+        "--node",
+        "examples/general/node.yaml",
+        "--pods",
+        &pods,
+        "-o",
+        "json",
+    ]);
+    assert!(stdout.is_empty(), "no partial output on failure: {stdout}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    (code, stderr)
+}
+
+const GOOD_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: x\n";
+
+#[test]
+fn invalid_input_fails_with_one_line_per_problem() {
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        ("factor0", "  memoryQoS:\n    throttlingFactor: 0\n", GOOD_POD, &["spec.memoryQoS.throttlingFactor: must be greater than 0"]),
+        ("factor15", "  memoryQoS:\n    throttlingFactor: 1.5\n", GOOD_POD, &["spec.memoryQoS.throttlingFactor: must be greater than 0 and less than or equal to 1, found 1.5"]),
+        ("enum", "  memoryQoS:\n    reservationPolicy: Soft\n", GOOD_POD, &["spec.memoryQoS.reservationPolicy: unknown variant `Soft`"]),
+        ("typo", "  memoryQoS:\n    throttlingfactor: 0.5\n", GOOD_POD, &["spec.memoryQoS.throttlingfactor: unknown field"]),
+        (
+            "quantity",
+            "  memoryQoS:\n    reservationPolicy: TieredReservation\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n}\nspec:\n  containers:\n  - name: c\n    image: x\n    resources:\n      limits: {memory: 12X}\n      requests: {memory: 1Gi, cpu: lots}\n",
+            &[
+                "Pod n/p: spec.containers[0].resources.requests.cpu: invalid quantity \"lots\"",
+                "Pod n/p: spec.containers[0].resources.limits.memory: invalid quantity \"12X\": unknown suffix \"X\"",
+            ],
+        ),
+        (
+            "several",
+            "  memoryQoS:\n    throttlingFactor: 2\n  memoryManager:\n    policy: Static\n    reservedMemory:\n    - numaNode: 0\n      limits: {memory: 1Gi}\n    - numaNode: 0\n      limits: {memory: 1Gi}\n  nodeReserved:\n    kubeReserved: 1Gi\n",
+            GOOD_POD,
+            &[
+                "spec.memoryQoS.throttlingFactor: must be greater than 0",
+                "spec.memoryManager.reservedMemory[1].numaNode: duplicate NUMA node 0",
+                "spec.memoryManager.reservedMemory: reserved memory of type memory sums to 2Gi",
+            ],
+        ),
+        ("yaml", "  memoryQoS: [\n", GOOD_POD, &["invalid YAML"]),
+        (
+            "pod-level",
+            "  memoryQoS:\n    reservationPolicy: None\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  resources:\n    limits: {memory: 100Gi}\n  containers:\n  - {name: a, image: x, resources: {limits: {memory: 60Gi}}}\n  - {name: b, image: x, resources: {limits: {memory: 60Gi}}}\n",
+            &["Pod p: spec.resources.requests.memory: must be less than or equal to the memory limit"],
+        ),
+        ("selector", "  nodeSelector:\n    matchExpressions:\n    - {key: pool, operator: In}\n", GOOD_POD, &["spec.nodeSelector.matchExpressions[0].values: must be specified"]),
+        ("operator", "  nodeSelector:\n    matchExpressions:\n    - {key: pool, operator: Near, values: [a]}\n", GOOD_POD, &["operator: unknown variant `Near`"]),
+    ];
+    for (tag, spec, pods, want) in cases {
+        let (code, stderr) = simulate_bad(tag, spec, pods);
+        assert_eq!(code, 1, "{tag}: {stderr}");
+        let lines: Vec<_> = stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            want.len(),
+            "{tag}: one line per problem:\n{stderr}"
+        );
+        for w in *want {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.starts_with("error: ") && l.contains(w)),
+                "{tag}: missing {w:?} in\n{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn missing_files_and_wrong_kinds_are_reported() {
+    let (code, _, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        "nope.yaml",
+        "--node",
+        "examples/general/node.yaml",
+        "--pods",
+        "examples/general/pods.yaml",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with("error: nope.yaml: cannot read"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        "examples/general/pods.yaml",
+        "--node",
+        "examples/general/node.yaml",
+        "--pods",
+        "examples/general/node.yaml",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("expected apiVersion nodemem.io/v1alpha1 and kind NodeMemoryPolicy"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("expected kind Pod, found Node"), "{stderr}");
+}
+
+#[test]
+fn crds_command_prints_and_checks_for_drift() {
+    let (code, stdout, _) = nodemem(&["crds"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 2);
+    let (code, stdout, stderr) = nodemem(&["crds", "--check", "crds"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("up to date"));
+    let dir = tempdir("drift");
+    let (code, _, _) = nodemem(&["crds", "--output-dir", dir.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let file = dir.join("nodememorypolicies.nodemem.io.yaml");
+    std::fs::write(
+        &file,
+        std::fs::read_to_string(&file).unwrap().replace("nmp", "np"),
+    )
+    .unwrap();
+    let (code, _, stderr) = nodemem(&["crds", "--check", dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("nodememorypolicies.nodemem.io.yaml: differs"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
