@@ -16,6 +16,7 @@ pub mod defaulting;
 pub mod factor;
 pub mod kernel;
 pub mod memory_qos;
+pub mod numa;
 pub mod pod;
 pub mod pod_validation;
 pub mod policy;
