@@ -83,7 +83,8 @@ pub fn node_capacity(
 mod tests {
     use super::*;
 
-    // Captured from a two-node QEMU guest (Debian 6.1 kernel), node0 and node1.
+    // Written in the kernel's node meminfo format (drivers/base/node.c), not yet a real
+    // capture: the VM tier (issue 4) is to replace these with text read from a guest.
     const NODE0: &str = "Node 0 MemTotal:        2027256 kB
 Node 0 MemFree:         1894612 kB
 Node 0 MemUsed:          132644 kB
