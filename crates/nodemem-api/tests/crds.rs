@@ -92,23 +92,29 @@ fn schemas_are_structural_and_documented() {
     }
 }
 
-#[test]
-fn policy_crd_has_the_promised_shape() {
-    let (_, crd) = &crds()[0];
+/// Scope, short name and status subresource shared by both CRDs; returns the
+/// printer column names.
+fn check_names(crd: &CustomResourceDefinition, short: &str) -> Vec<String> {
     assert_eq!(crd.spec.scope, "Cluster");
     assert_eq!(
         crd.spec.names.short_names.as_deref(),
-        Some(&["nmp".to_string()][..])
+        Some(&[short.to_string()][..])
     );
     let version = &crd.spec.versions[0];
     assert!(version.subresources.as_ref().unwrap().status.is_some());
-    let columns: Vec<_> = version
+    version
         .additional_printer_columns
         .as_ref()
         .unwrap()
         .iter()
-        .map(|c| c.name.as_str())
-        .collect();
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+#[test]
+fn policy_crd_has_the_promised_shape() {
+    let (_, crd) = &crds()[0];
+    let columns = check_names(crd, "nmp");
     assert_eq!(
         columns,
         [
@@ -184,19 +190,7 @@ fn policy_crd_has_the_promised_shape() {
 #[test]
 fn config_crd_has_the_promised_shape() {
     let (_, crd) = &crds()[1];
-    assert_eq!(crd.spec.scope, "Cluster");
-    assert_eq!(
-        crd.spec.names.short_names.as_deref(),
-        Some(&["nmc".to_string()][..])
-    );
-    let version = &crd.spec.versions[0];
-    let columns: Vec<_> = version
-        .additional_printer_columns
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|c| c.name.as_str())
-        .collect();
+    let columns = check_names(crd, "nmc");
     assert_eq!(
         columns,
         ["Policy", "Revision", "Applied", "Healthy", "Kernel", "Age"]

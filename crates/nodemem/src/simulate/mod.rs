@@ -79,7 +79,7 @@ pub fn simulate(
     if !problems.is_empty() {
         return Err(CliError::many(problems));
     }
-    let (node_name, node) = node.expect("no problems means the node was read");
+    let (node_name, node, allocatable_memory) = node.expect("no problems means the node was read");
 
     let selectors: Vec<_> = policies
         .iter()
@@ -104,8 +104,7 @@ pub fn simulate(
         .expect("the winner is one of the candidates");
 
     let facts = NodeMemoryFacts {
-        allocatable_memory: node_allocatable_memory(&node)
-            .map_err(|p| CliError::one(format!("node {node_name}: {p}")))?,
+        allocatable_memory,
         page_size,
         kernel_version: node_kernel_version(&node),
     };
@@ -162,7 +161,11 @@ fn read_policies(
     out
 }
 
-fn read_node(docs: &[Document], problems: &mut Vec<String>) -> Option<(String, core::Node)> {
+/// The Node, its name and its allocatable memory (parsed once, here).
+fn read_node(
+    docs: &[Document],
+    problems: &mut Vec<String>,
+) -> Option<(String, core::Node, Option<i64>)> {
     let [doc] = docs else {
         problems.push(format!(
             "--node: expected exactly one Node, found {} objects",
@@ -181,10 +184,13 @@ fn read_node(docs: &[Document], problems: &mut Vec<String>) -> Option<(String, c
     match typed::<core::Node>(doc) {
         Ok(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            if let Err(p) = node_allocatable_memory(&node) {
-                problems.push(format!("{}: {}: {p}", doc.origin, doc.describe()));
+            match node_allocatable_memory(&node) {
+                Ok(allocatable) => Some((name, node, allocatable)),
+                Err(p) => {
+                    problems.push(format!("{}: {}: {p}", doc.origin, doc.describe()));
+                    None
+                }
             }
-            Some((name, node))
         }
         Err(e) => {
             problems.extend(e.problems);
