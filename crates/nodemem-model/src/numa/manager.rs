@@ -208,7 +208,26 @@ impl MemoryManager {
     ) -> Result<Vec<NumaId>, String> {
         let hints = self.hints(requests, reusable);
         match hints.first() {
-            None => Err(format!("no NUMA node or group of NUMA nodes has enough free memory for {}", describe(requests))),
+            None => {
+                let mut reason = format!(
+                    "no NUMA node or group of NUMA nodes has enough free memory for {}",
+                    describe(requests)
+                );
+                let free_everywhere = |kind: &str| -> i64 {
+                    self.machine
+                        .nodes
+                        .values()
+                        .filter_map(|n| n.memory_map.get(kind))
+                        .map(|t| t.free)
+                        .sum()
+                };
+                if requests.iter().all(|(k, size)| free_everywhere(k) >= *size) {
+                    reason.push_str(
+                        "; the NUMA nodes together have enough, but they are already used as separate groups and groups never overlap",
+                    );
+                }
+                Err(reason)
+            }
             Some(h) if !h.preferred => Err(format!(
                 "{} fits on fewer NUMA nodes than are free for it (only NUMA nodes {} could hold it, and NUMA groups are inseparable)",
                 describe(requests),

@@ -1,6 +1,7 @@
 //! `nodemem simulate`: what nodemem would write on one node, computed from a policy,
 //! a Node and its Pods, without a cluster. Users run it in CI before a rollout.
 
+mod numa;
 mod output;
 
 use std::path::PathBuf;
@@ -10,14 +11,17 @@ use nodemem_api::convert::{policy_settings, to_selector};
 use nodemem_api::NodeMemoryPolicy;
 use nodemem_model::defaulting::apply_defaults;
 use nodemem_model::memory_qos::{plan_node, NodeMemoryFacts, NodePlan};
+use nodemem_model::numa::NumaTopology;
 use nodemem_model::pod::Pod;
 use nodemem_model::pod_validation::validate_pod_resources;
+use nodemem_model::policy::MemoryManagerPolicy;
 use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 
 use crate::error::CliError;
 use crate::manifests::{read_documents, typed, Document};
 use crate::pod_adapter::{node_allocatable_memory, node_kernel_version, node_labels, pod_from_k8s};
 
+pub use numa::{parse_topology, read_topology, ScopeArg};
 pub use output::{render_json, render_table, SimulateOutput};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -38,6 +42,13 @@ pub struct SimulateArgs {
     /// Pod manifests: a multi-document YAML stream or a v1 List.
     #[arg(long)]
     pub pods: PathBuf,
+    /// NUMA topology (`numaNodes: [{id, memory: {memory: 16Gi, hugepages-2Mi: 1Gi}}]`):
+    /// with a Static memoryManager policy, pods are admitted in file order and pinned.
+    #[arg(long)]
+    pub numa: Option<PathBuf>,
+    /// The kubelet's topologyManagerScope the Memory Manager hints are computed for.
+    #[arg(long, value_enum, default_value_t = ScopeArg::Container)]
+    pub topology_manager_scope: ScopeArg,
     /// Base page size of the node in bytes.
     #[arg(long, default_value_t = 4096)]
     pub page_size: i64,
@@ -51,11 +62,30 @@ pub fn run(args: &SimulateArgs) -> Result<String, CliError> {
     let policies = read_documents(&args.policy)?;
     let nodes = read_documents(&args.node)?;
     let pods = read_documents(&args.pods)?;
-    let result = simulate(&policies, &nodes, &pods, args.page_size)?;
+    let topology = args.numa.as_deref().map(read_topology).transpose()?;
+    let numa = topology.as_ref().map(|t| NumaInput {
+        origin: args
+            .numa
+            .as_ref()
+            .expect("topology read from --numa")
+            .display()
+            .to_string(),
+        topology: t,
+        scope: args.topology_manager_scope.into(),
+    });
+    let result = simulate(&policies, &nodes, &pods, args.page_size, numa)?;
     Ok(match args.output {
         OutputFormat::Json => render_json(&result),
         OutputFormat::Table => render_table(&result),
     })
+}
+
+/// `--numa`: the node's NUMA topology and the topology manager scope.
+pub struct NumaInput<'a> {
+    /// The topology file, for messages.
+    pub origin: String,
+    pub topology: &'a NumaTopology,
+    pub scope: nodemem_model::numa::Scope,
 }
 
 /// The simulation on already-read documents; every input problem is collected before
@@ -65,6 +95,7 @@ pub fn simulate(
     node_docs: &[Document],
     pod_docs: &[Document],
     page_size: i64,
+    numa: Option<NumaInput<'_>>,
 ) -> Result<SimulateOutput, CliError> {
     let mut problems = Vec::new();
     if page_size <= 0 || (page_size & (page_size - 1)) != 0 {
@@ -108,17 +139,59 @@ pub fn simulate(
         page_size,
         kernel_version: node_kernel_version(&node),
     };
-    let mut plan: NodePlan = plan_node(&settings.memory_qos, &facts, &pods);
+    let mut warnings = Vec::new();
     if !resolution.conflicting.is_empty() {
-        plan.warnings.insert(
-            0,
-            format!(
-                "policies {} have the same priority as {winner} and also select this node; {winner} wins by name",
-                resolution.conflicting.join(", ")
-            ),
-        );
+        warnings.push(format!(
+            "policies {} have the same priority as {winner} and also select this node; {winner} wins by name",
+            resolution.conflicting.join(", ")
+        ));
     }
-    Ok(SimulateOutput::from_plan(&node_name, &winner, &plan))
+
+    // The Memory Manager admits pods before they run: a rejected pod never gets
+    // cgroups, so it is left out of the QoS sums, as in the kubelet.
+    let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
+    let numa_run = match (&numa, static_policy) {
+        (Some(input), true) => {
+            let origin = format!("{} with policy {winner}", input.origin);
+            Some(numa::run_static_policy(
+                &origin,
+                input.topology,
+                &settings.memory_manager,
+                input.scope,
+                &pods,
+            )?)
+        }
+        (Some(input), false) => {
+            warnings.push(format!(
+                "{}: policy {winner} has memoryManager policy None; no pod is pinned to NUMA nodes",
+                input.origin
+            ));
+            None
+        }
+        (None, true) => {
+            warnings.push(format!(
+                "policy {winner} uses the Static memoryManager policy; pass --numa TOPOLOGY to see NUMA pinning"
+            ));
+            None
+        }
+        (None, false) => None,
+    };
+    let admitted: Vec<Pod> = match &numa_run {
+        Some(run) => pods
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| run.rejection(*i).is_none())
+            .map(|(_, p)| p.clone())
+            .collect(),
+        None => pods.clone(),
+    };
+    let mut plan: NodePlan = plan_node(&settings.memory_qos, &facts, &admitted);
+    plan.warnings.splice(0..0, warnings);
+    let output = SimulateOutput::from_plan(&node_name, &winner, &plan);
+    Ok(match numa_run {
+        Some(run) => output.with_numa(&pods, &run),
+        None => output,
+    })
 }
 
 fn read_policies(

@@ -4,15 +4,26 @@
 //! "pods": [{"namespace", "name", "uid", "qosClass", "cgroup", "containers": [{"name",
 //! "cgroup"}]}]}`, where every cgroup object maps file names to bytes or `"max"`, and a
 //! file nodemem does not set is absent.
+//!
+//! With `--numa` and a Static memoryManager policy, a pinned container's cgroup also
+//! holds `cpuset.mems`, a refused one has `"numa": {"rejected": reason}`, and the
+//! document gains `"numa": {"nodes": [{"id", "memoryMap": {type: {"total",
+//! "systemReserved", "allocatable", "reserved", "free"}}}], "pinningRequests",
+//! "pinningErrors"}`. Without `--numa` these keys are absent.
+
+use std::collections::BTreeMap;
 
 use nodemem_model::cgroup::{
-    CgroupValue, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
+    CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
 use nodemem_model::memory_qos::NodePlan;
+use nodemem_model::numa::{cpuset_mems, MemoryTable, NumaId, Pinning};
 use nodemem_model::pod::Pod;
 use nodemem_model::qos::qos_class;
 use nodemem_model::quantity::format_bytes;
 use serde::Serialize;
+
+use super::numa::NumaRun;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimulateOutput {
@@ -22,6 +33,28 @@ pub struct SimulateOutput {
     pub kubepods: CgroupValues,
     pub qos: QosCgroups,
     pub pods: Vec<PodOutput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa: Option<NumaOutput>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NumaOutput {
+    pub nodes: Vec<NumaNodeOutput>,
+    pub pinning_requests: u64,
+    pub pinning_errors: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NumaNodeOutput {
+    pub id: NumaId,
+    pub memory_map: BTreeMap<String, MemoryTable>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContainerNuma {
+    pub rejected: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -45,6 +78,8 @@ pub struct PodOutput {
 pub struct ContainerOutput {
     pub name: String,
     pub cgroup: CgroupValues,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa: Option<ContainerNuma>,
 }
 
 impl SimulateOutput {
@@ -72,10 +107,12 @@ impl SimulateOutput {
                         .map(|c| ContainerOutput {
                             name: c.name.clone(),
                             cgroup: CgroupValues::new(),
+                            numa: None,
                         })
                         .collect(),
                 })
                 .collect(),
+            numa: None,
         }
     }
 
@@ -104,11 +141,76 @@ impl SimulateOutput {
                         .map(|c| ContainerOutput {
                             name: c.name.clone(),
                             cgroup: c.cgroup.clone(),
+                            numa: None,
                         })
                         .collect(),
                 })
                 .collect(),
+            numa: None,
         }
+    }
+
+    /// Adds the Memory Manager's outcome. `pods` are all input pods in file order; the
+    /// plan covered only the admitted ones, so refused pods are put back in their
+    /// place with no cgroup values (they never run).
+    pub fn with_numa(mut self, pods: &[Pod], run: &NumaRun) -> Self {
+        let mut planned: Vec<Option<PodOutput>> = std::mem::take(&mut self.pods)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut next_planned = 0;
+        for (i, pod) in pods.iter().enumerate() {
+            let pinning = &run.pinning[i];
+            let mut out = if run.rejection(i).is_some() {
+                SimulateOutput::unmanaged("", std::slice::from_ref(pod))
+                    .pods
+                    .remove(0)
+            } else {
+                let out = planned[next_planned]
+                    .take()
+                    .expect("the plan has one entry per admitted pod, in order");
+                next_planned += 1;
+                out
+            };
+            for c in &mut out.containers {
+                match pinning.get(&c.name) {
+                    Some(Pinning::Pinned(nodes)) => {
+                        c.cgroup.insert(
+                            CPUSET_MEMS.to_string(),
+                            CgroupValue::Text(cpuset_mems(nodes)),
+                        );
+                    }
+                    Some(Pinning::Rejected(reason)) => {
+                        c.numa = Some(ContainerNuma {
+                            rejected: reason.clone(),
+                        });
+                    }
+                    Some(Pinning::Unpinned) | None => {}
+                }
+            }
+            if let Some(reason) = run.rejection(i) {
+                self.warnings.push(format!(
+                    "pod {}/{} is rejected by the Memory Manager ({reason}); it does not run and is left out of the QoS sums",
+                    pod.namespace, pod.name
+                ));
+            }
+            self.pods.push(out);
+        }
+        self.numa = Some(NumaOutput {
+            nodes: run
+                .manager
+                .machine
+                .nodes
+                .iter()
+                .map(|(id, n)| NumaNodeOutput {
+                    id: *id,
+                    memory_map: n.memory_map.clone(),
+                })
+                .collect(),
+            pinning_requests: run.manager.pinning_requests,
+            pinning_errors: run.manager.pinning_errors,
+        });
+        self
     }
 }
 
@@ -127,9 +229,11 @@ fn human(values: &CgroupValues, file: &str) -> String {
     }
 }
 
-/// One row per cgroup, values in binary units, `-` where nodemem sets nothing.
+/// One row per cgroup, values in binary units, `-` where nodemem sets nothing; with
+/// NUMA pinning, a CPUSET.MEMS column and the NUMA memory map below.
 pub fn render_table(output: &SimulateOutput) -> String {
-    let header = [
+    let with_numa = output.numa.is_some();
+    let mut header = vec![
         "CGROUP",
         "CONTAINER",
         "QOS",
@@ -138,42 +242,42 @@ pub fn render_table(output: &SimulateOutput) -> String {
         "MEMORY.HIGH",
         "MEMORY.MAX",
     ];
+    if with_numa {
+        header.push("CPUSET.MEMS");
+    }
     let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut row = |cgroup: &str, container: &str, qos: &str, v: &CgroupValues| {
-        let mut r = vec![cgroup.to_string(), container.to_string(), qos.to_string()];
-        r.extend(
-            [MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, MEMORY_MAX]
-                .iter()
-                .map(|f| human(v, f)),
-        );
-        rows.push(r);
-    };
-    row("kubepods", "", "", &output.kubepods);
-    row("kubepods/burstable", "", "", &output.qos.burstable);
-    row("kubepods/besteffort", "", "", &output.qos.besteffort);
+    let mut row =
+        |cgroup: &str, container: Option<&ContainerOutput>, qos: &str, v: &CgroupValues| {
+            let mut r = vec![
+                cgroup.to_string(),
+                container.map(|c| c.name.clone()).unwrap_or_default(),
+                qos.to_string(),
+            ];
+            r.extend(
+                [MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, MEMORY_MAX]
+                    .iter()
+                    .map(|f| human(v, f)),
+            );
+            if with_numa {
+                let rejected = container.is_some_and(|c| c.numa.is_some());
+                r.push(if rejected {
+                    "rejected".to_string()
+                } else {
+                    human(v, CPUSET_MEMS)
+                });
+            }
+            rows.push(r);
+        };
+    row("kubepods", None, "", &output.kubepods);
+    row("kubepods/burstable", None, "", &output.qos.burstable);
+    row("kubepods/besteffort", None, "", &output.qos.besteffort);
     for pod in &output.pods {
         let name = format!("{}/{}", pod.namespace, pod.name);
-        row(&name, "", &pod.qos_class, &pod.cgroup);
+        row(&name, None, &pod.qos_class, &pod.cgroup);
         for c in &pod.containers {
-            row(&name, &c.name, "", &c.cgroup);
+            row(&name, Some(c), "", &c.cgroup);
         }
     }
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
     let mut text = match &output.policy {
         Some(p) => format!("node {}: policy {p}\n", output.node),
         None => format!(
@@ -181,14 +285,72 @@ pub fn render_table(output: &SimulateOutput) -> String {
             output.node
         ),
     };
-    text.push_str(&line(header.to_vec()));
-    text.push('\n');
-    for r in &rows {
-        text.push_str(&line(r.iter().map(String::as_str).collect()));
-        text.push('\n');
+    text.push_str(&aligned(&header, &rows));
+    if let Some(numa) = &output.numa {
+        text.push_str(&format!(
+            "\nNUMA memory map (pinning requests {}, errors {})\n",
+            numa.pinning_requests, numa.pinning_errors
+        ));
+        let mut map_rows = Vec::new();
+        for n in &numa.nodes {
+            for (kind, t) in &n.memory_map {
+                let mut r = vec![n.id.to_string(), kind.clone()];
+                r.extend(
+                    [
+                        t.total,
+                        t.system_reserved,
+                        t.allocatable,
+                        t.reserved,
+                        t.free,
+                    ]
+                    .into_iter()
+                    .map(format_bytes),
+                );
+                map_rows.push(r);
+            }
+        }
+        text.push_str(&aligned(
+            &[
+                "NUMA",
+                "TYPE",
+                "TOTAL",
+                "SYSTEM-RESERVED",
+                "ALLOCATABLE",
+                "RESERVED",
+                "FREE",
+            ],
+            &map_rows,
+        ));
     }
     for w in &output.warnings {
         text.push_str(&format!("warning: {w}\n"));
+    }
+    text
+}
+
+/// Left-aligned columns two spaces apart, header first, no trailing blanks.
+fn aligned(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string();
+        l.push('\n');
+        l
+    };
+    let mut text = line(header.to_vec());
+    for r in rows {
+        text.push_str(&line(r.iter().map(String::as_str).collect()));
     }
     text
 }

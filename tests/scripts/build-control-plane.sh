@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kube-controller-manager and etcd from their Go modules with the
+# machine's Go, into a cache outside the repository keyed by version. A warm cache returns at once.
+#
+# Why a throwaway module: k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them
+# to ./staging with `replace`, which only applies inside that repository. A consumer module must
+# map each k8s.io/<staging> module to the published v0.<minor>.<patch> itself; the list of staging
+# modules is read from the pinned go.mod, so a version bump needs no edit here.
+#
+# Prints the bin directory on stdout (last line); progress goes to stderr.
+set -euo pipefail
+
+K8S_VERSION="${NODEMEM_K8S_VERSION:-v1.36.3}"
+ETCD_VERSION="${NODEMEM_ETCD_VERSION:-v3.6.8}"   # the etcd client version k8s v1.36.3 pins
+CACHE="${NODEMEM_CACHE:-$HOME/.cache/nodemem}"
+BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+JOBS="${NODEMEM_GO_JOBS:-2}"
+
+have_all() {
+  [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" && -x "$BIN/etcd" ]]
+}
+if have_all; then
+  echo "$BIN"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "error: go is not installed; it is needed to build the control plane" >&2; exit 1; }
+mkdir -p "$BIN"
+work="$(mktemp -d "$CACHE/build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+staging_version="v0.${K8S_VERSION#v1.}"
+gomod_url="$(go env GOPROXY | cut -d, -f1)/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
+
+build_k8s() {
+  local dir="$work/k8s"
+  mkdir -p "$dir"
+  cd "$dir"
+  echo ">> building kube-apiserver and kube-controller-manager $K8S_VERSION (staging $staging_version)" >&2
+  go mod init nodemem.local/controlplane >/dev/null 2>&1
+  # The staging modules are the k8s.io/<name> requirements at v0.0.0 in the upstream go.mod.
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
+  local upstream_mod
+  upstream_mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
+  [[ -f "$upstream_mod" ]] || { echo "error: cannot read $gomod_url" >&2; exit 1; }
+  local staging
+  staging="$(awk '/^\tk8s.io\/[A-Za-z0-9._-]+ v0\.0\.0$/{print $1}' "$upstream_mod")"
+  [[ -n "$staging" ]] || { echo "error: found no staging modules in $upstream_mod" >&2; exit 1; }
+  {
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo "replace ("
+    for m in $staging; do echo "  $m => $m $staging_version"; done
+    echo ")"
+  } >>go.mod
+  cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
+GO
+  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
+  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION" \
+    -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+}
+
+build_etcd() {
+  local dir="$work/etcd"
+  mkdir -p "$dir"
+  cd "$dir"
+  echo ">> building etcd $ETCD_VERSION" >&2
+  go mod init nodemem.local/etcd >/dev/null 2>&1
+  echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>go.mod
+  cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
+  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+}
+
+[[ -x "$BIN/etcd" ]] || build_etcd
+[[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" ]] || build_k8s
+have_all || { echo "error: control plane build did not produce all binaries in $BIN" >&2; exit 1; }
+echo "$BIN"
