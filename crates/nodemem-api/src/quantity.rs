@@ -75,6 +75,9 @@ impl JsonSchema for QuantityString {
             "x-kubernetes-int-or-string": true,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": NON_NEGATIVE_QUANTITY_PATTERN,
+            // Bounds the CEL cost estimate (the apiserver rejects CRDs whose rules
+            // could cost too much on unbounded strings); real quantities are short.
+            "maxLength": 64,
             "x-kubernetes-validations": [{
                 "rule": "type(self) == int ? self >= 0 : true",
                 "message": "must not be negative"

@@ -12,6 +12,7 @@
 
 pub mod aggregate;
 pub mod cgroup;
+pub mod cgroup_layout;
 pub mod defaulting;
 pub mod factor;
 pub mod kernel;

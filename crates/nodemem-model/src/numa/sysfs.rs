@@ -83,41 +83,25 @@ pub fn node_capacity(
 mod tests {
     use super::*;
 
-    // Written in the kernel's node meminfo format (drivers/base/node.c), not yet a real
-    // capture: the VM tier (issue 4) is to replace these with text read from a guest.
-    const NODE0: &str = "Node 0 MemTotal:        2027256 kB
-Node 0 MemFree:         1894612 kB
-Node 0 MemUsed:          132644 kB
-Node 0 SwapCached:            0 kB
-Node 0 Active:            13688 kB
-Node 0 Inactive:          39712 kB
-Node 0 FilePages:         52384 kB
-Node 0 HugePages_Total:    64
-Node 0 HugePages_Free:     64
-Node 0 HugePages_Surp:      0
-";
-    const NODE1: &str = "Node 1 MemTotal:        2064352 kB
-Node 1 MemFree:         2003200 kB
-Node 1 MemUsed:           61152 kB
-Node 1 HugePages_Total:     0
-Node 1 HugePages_Free:      0
-Node 1 HugePages_Surp:      0
-";
+    // Captured in the test VM (see tests/fixtures/README.md).
+    const NODE0: &str = include_str!("../../tests/fixtures/vm-node0-meminfo.txt");
+    const NODE1: &str = include_str!("../../tests/fixtures/vm-node1-meminfo.txt");
 
     #[test]
     fn parses_two_captured_nodes() {
-        assert_eq!(parse_meminfo_total(NODE0), Ok(2_027_256 * 1024));
-        assert_eq!(parse_meminfo_total(NODE1), Ok(2_064_352 * 1024));
-        let c0 = node_capacity(
-            NODE0,
-            &[("hugepages-2048kB", "64\n"), ("hugepages-1048576kB", "0\n")],
+        assert_eq!(parse_meminfo_total(NODE0), Ok(211_316 * 1024));
+        assert_eq!(parse_meminfo_total(NODE1), Ok(257_444 * 1024));
+        // Each node held 8 pre-allocated 2Mi pages; the VM offered no 1Gi pool.
+        let c0 = node_capacity(NODE0, &[("hugepages-2048kB", "8\n")]).unwrap();
+        assert_eq!(c0["hugepages-2Mi"], 16 << 20);
+        assert_eq!(c0["memory"], 211_316 * 1024 - (16 << 20));
+        let c1 = node_capacity(
+            NODE1,
+            &[("hugepages-2048kB", "8\n"), ("hugepages-1048576kB", "0\n")],
         )
         .unwrap();
-        assert_eq!(c0["hugepages-2Mi"], 128 << 20);
-        assert_eq!(c0["hugepages-1Gi"], 0);
-        assert_eq!(c0["memory"], 2_027_256 * 1024 - (128 << 20));
-        let c1 = node_capacity(NODE1, &[("hugepages-2048kB", "0")]).unwrap();
-        assert_eq!(c1["memory"], 2_064_352 * 1024);
+        assert_eq!(c1["hugepages-1Gi"], 0);
+        assert_eq!(c1["memory"], 257_444 * 1024 - (16 << 20));
     }
 
     #[test]

@@ -1,0 +1,68 @@
+//! Where the control-plane binaries come from: `NODEMEM_CONTROL_PLANE_BIN` when set
+//! (the Makefile builds them first), otherwise `tests/scripts/build-control-plane.sh`
+//! is run once per process (a no-op on a warm cache).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::Error;
+
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
+}
+
+/// The repository root (this crate lives in `crates/nodemem-testkit`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root exists")
+}
+
+pub fn control_plane_binaries() -> Result<Binaries, Error> {
+    static BIN: OnceLock<Result<Binaries, String>> = OnceLock::new();
+    BIN.get_or_init(|| locate().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(Error::Setup)
+}
+
+fn locate() -> Result<Binaries, Error> {
+    let dir = match std::env::var_os("NODEMEM_CONTROL_PLANE_BIN") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let script = repo_root().join("tests/scripts/build-control-plane.sh");
+            let out = Command::new("bash")
+                .arg(&script)
+                .output()
+                .map_err(|e| Error::Setup(format!("cannot run {}: {e}", script.display())))?;
+            if !out.status.success() {
+                return Err(Error::Setup(format!(
+                    "{} failed ({}):\n{}",
+                    script.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )));
+            }
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            PathBuf::from(stdout.lines().last().unwrap_or("").trim())
+        }
+    };
+    let b = Binaries {
+        etcd: dir.join("etcd"),
+        kube_apiserver: dir.join("kube-apiserver"),
+        kube_controller_manager: dir.join("kube-controller-manager"),
+    };
+    for p in [&b.etcd, &b.kube_apiserver, &b.kube_controller_manager] {
+        if !p.is_file() {
+            return Err(Error::Setup(format!(
+                "{} is missing; run tests/scripts/build-control-plane.sh",
+                p.display()
+            )));
+        }
+    }
+    Ok(b)
+}

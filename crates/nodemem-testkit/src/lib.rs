@@ -1,0 +1,39 @@
+//! nodemem's test harness, used by every tier above unit tests:
+//!
+//! - [`control_plane`]: a real etcd + kube-apiserver + kube-controller-manager on
+//!   loopback, with clients for several identities (admin, controller, per-node agent).
+//! - [`cgroup_tree`] and [`kubelet`]: simulated nodes: Node objects, a fake kubelet that
+//!   runs bound pods by creating their cgroup directories in a per-node temporary
+//!   cgroup v2 tree (systemd or cgroupfs layout).
+//! - [`vm`]: a real Linux kernel (Debian's) in qemu with two NUMA nodes and cgroup v2,
+//!   running a command and returning its output and exit code.
+
+pub mod binaries;
+pub mod cgroup_tree;
+pub mod control_plane;
+pub mod cpio;
+pub mod crds;
+pub mod kubelet;
+pub mod nodes;
+pub mod pki;
+pub mod process;
+pub mod vm;
+
+pub use control_plane::{ControlPlane, Identity};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The harness could not build or start something; the message says what and how
+    /// to look further (log paths, last log lines).
+    #[error("test harness: {0}")]
+    Setup(String),
+    /// A request to the apiserver failed.
+    #[error("apiserver: {0}")]
+    Api(String),
+    /// A probed-free port was taken before the component bound it (retried).
+    #[error("port taken: {0}")]
+    PortTaken(String),
+    /// The VM could not be built, booted or did not finish in time.
+    #[error("vm: {0}")]
+    Vm(String),
+}

@@ -1,0 +1,207 @@
+//! Simulated nodes: `Node` objects with labels, memory capacity and allocatable, the
+//! kernel version, and NUMA-shaped capacity (the per-NUMA-node split is published in
+//! the `nodemem.io/numa-topology` annotation in the `simulate --numa` topology format,
+//! since core/v1 Node has no field for it).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::json;
+
+use crate::Error;
+
+/// The annotation holding the simulated NUMA topology.
+pub const NUMA_TOPOLOGY_ANNOTATION: &str = "nodemem.io/numa-topology";
+
+/// One simulated NUMA node: bytes of memory and of each hugepage size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumaNode {
+    pub id: i64,
+    pub memory: i64,
+    /// `hugepages-2Mi` -> bytes
+    pub hugepages: BTreeMap<String, i64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SimNode {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub kernel_version: String,
+    pub numa: Vec<NumaNode>,
+    /// Bytes held back from pods (kube + system reserved + hard eviction).
+    pub reserved: i64,
+    pub cpus: u32,
+}
+
+const GI: i64 = 1 << 30;
+
+impl SimNode {
+    /// Two NUMA nodes of 8Gi, 1Gi reserved, kernel 6.1, 4 CPUs.
+    pub fn new(name: &str) -> Self {
+        SimNode {
+            name: name.to_string(),
+            labels: BTreeMap::new(),
+            kernel_version: "6.1.0-28-amd64".to_string(),
+            numa: (0..2)
+                .map(|id| NumaNode {
+                    id,
+                    memory: 8 * GI,
+                    hugepages: BTreeMap::new(),
+                })
+                .collect(),
+            reserved: GI,
+            cpus: 4,
+        }
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn kernel(mut self, version: &str) -> Self {
+        self.kernel_version = version.to_string();
+        self
+    }
+
+    pub fn numa(mut self, numa: Vec<NumaNode>) -> Self {
+        self.numa = numa;
+        self
+    }
+
+    pub fn memory_capacity(&self) -> i64 {
+        self.numa.iter().map(|n| n.memory).sum()
+    }
+
+    fn hugepages(&self) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for n in &self.numa {
+            for (k, v) in &n.hugepages {
+                *out.entry(k.clone()).or_insert(0) += v;
+            }
+        }
+        out
+    }
+
+    /// The Node object, status included.
+    pub fn to_node(&self) -> Node {
+        let mut capacity = json!({
+            "cpu": self.cpus.to_string(),
+            "memory": self.memory_capacity().to_string(),
+            "pods": "110",
+        });
+        let mut allocatable = json!({
+            "cpu": self.cpus.to_string(),
+            "memory": (self.memory_capacity() - self.reserved).to_string(),
+            "pods": "110",
+        });
+        for (k, v) in self.hugepages() {
+            capacity[&k] = json!(v.to_string());
+            allocatable[&k] = json!(v.to_string());
+        }
+        let topology = json!({
+            "numaNodes": self.numa.iter().map(|n| {
+                let mut memory = json!({"memory": n.memory});
+                for (k, v) in &n.hugepages {
+                    memory[k] = json!(v);
+                }
+                json!({"id": n.id, "memory": memory})
+            }).collect::<Vec<_>>()
+        });
+        serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": self.labels,
+                "annotations": {NUMA_TOPOLOGY_ANNOTATION: topology.to_string()},
+            },
+            "status": {
+                "capacity": capacity,
+                "allocatable": allocatable,
+                "conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "nodemem-testkit fake kubelet",
+                    "lastHeartbeatTime": now(), "lastTransitionTime": now(),
+                }],
+                "nodeInfo": {
+                    "kernelVersion": self.kernel_version,
+                    "architecture": "amd64", "operatingSystem": "linux",
+                    "osImage": "Debian GNU/Linux 12 (bookworm)",
+                    "containerRuntimeVersion": "containerd://1.7.24",
+                    "kubeletVersion": "v1.36.3", "kubeProxyVersion": "",
+                    "bootID": "", "machineID": "", "systemUUID": "",
+                },
+            },
+        }))
+        .expect("a valid Node")
+    }
+
+    /// Creates (or replaces the status of) the Node in the cluster.
+    pub async fn register(&self, client: &Client) -> Result<Node, Error> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node = self.to_node();
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(Error::Api(format!("create node {}: {e}", self.name))),
+        }
+        // Status set on create may be dropped by admission; write it explicitly.
+        let status = json!({"status": serde_json::to_value(&node.status).expect("status")});
+        nodes
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(|e| Error::Api(format!("node {} status: {e}", self.name)))
+    }
+}
+
+/// RFC 3339 UTC time of now, second precision (as the apiserver stores it).
+pub fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .expect("rounding to seconds")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_object_sums_numa_capacity() {
+        let mut n = SimNode::new("n1").label("pool", "db");
+        n.numa[1].hugepages.insert("hugepages-2Mi".into(), GI);
+        let node = n.to_node();
+        let status = node.status.unwrap();
+        assert_eq!(
+            status.capacity.as_ref().unwrap()["memory"].0,
+            (16 * GI).to_string()
+        );
+        assert_eq!(
+            status.allocatable.as_ref().unwrap()["memory"].0,
+            (15 * GI).to_string()
+        );
+        assert_eq!(
+            status.allocatable.as_ref().unwrap()["hugepages-2Mi"].0,
+            GI.to_string()
+        );
+        assert_eq!(status.node_info.unwrap().kernel_version, "6.1.0-28-amd64");
+        let topo: serde_json::Value =
+            serde_json::from_str(&node.metadata.annotations.unwrap()[NUMA_TOPOLOGY_ANNOTATION])
+                .unwrap();
+        assert_eq!(topo["numaNodes"][1]["memory"]["hugepages-2Mi"], GI);
+        assert_eq!(node.metadata.labels.unwrap()["pool"], "db");
+    }
+
+    #[test]
+    fn now_is_rfc3339() {
+        let t = now();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(
+            t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T",
+            "{t}"
+        );
+    }
+}

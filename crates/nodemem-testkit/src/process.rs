@@ -1,0 +1,143 @@
+//! A child process of the harness: output to a log file, killed (with its process
+//! group) when dropped, and also when the test process dies, through
+//! `PR_SET_PDEATHSIG`, so a crashed or killed test run leaves nothing behind.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+pub struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `program args...` with stdout and stderr appended to `log`.
+    pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Self, Error> {
+        let out = File::create(log)
+            .map_err(|e| Error::Setup(format!("{name}: cannot create {}: {e}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| Error::Setup(format!("{name}: {e}")))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = spawn_from_keeper(cmd).map_err(|e| {
+            Error::Setup(format!("{name}: cannot start {}: {e}", program.display()))
+        })?;
+        Ok(Process {
+            name: name.to_string(),
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The exit status if the process has ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The last `lines` lines of the log, for error messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log, lines)
+    }
+
+    /// Sends SIGTERM to the process group, waits up to `grace`, then SIGKILL.
+    pub fn stop(&mut self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        let pgid = self.child.id() as i32;
+        // SAFETY: signalling our own child's process group.
+        unsafe {
+            libc::kill(-pgid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if self.exited().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+type SpawnRequest = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns from one thread that lives as long as the test process. `PR_SET_PDEATHSIG`
+/// fires when the *thread* that forked the child exits; a tokio worker or a test
+/// thread would take a shared control plane down with it.
+fn spawn_from_keeper(cmd: Command) -> std::io::Result<Child> {
+    use std::sync::mpsc;
+    use std::sync::{Mutex, OnceLock};
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("nodemem-testkit-keeper".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                // The sender lives in a static: this loop ends only with the process.
+            })
+            .expect("start the keeper thread");
+        Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = mpsc::channel();
+    keeper
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, reply_tx))
+        .map_err(|_| std::io::Error::other("the keeper thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the keeper thread is gone"))?
+}
+
+/// The last `lines` lines of a text file (empty if unreadable).
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,278 @@
+//! The CRDs on a real apiserver: they install and become Established, the examples
+//! are accepted, `kubectl get` columns are served, and invalid policies are rejected at
+//! admission by the schema and the CEL rules with the expected messages.
+
+use kube::api::PostParams;
+use kube::core::DynamicObject;
+use serde_json::{json, Value};
+
+use crate::common::{admin, cluster, object, policies, repo};
+
+#[tokio::test]
+async fn crds_are_established_and_examples_are_accepted() {
+    let cp = cluster();
+    // Installing again is idempotent and still reports both Established.
+    let names = nodemem_testkit::crds::install_dir(cp, &repo().join("crds"))
+        .await
+        .expect("install");
+    assert_eq!(
+        names,
+        [
+            "nodememoryconfigs.nodemem.io",
+            "nodememorypolicies.nodemem.io"
+        ]
+    );
+    let api = policies(admin().await);
+    let mut examples = 0;
+    for entry in std::fs::read_dir(repo().join("examples")).unwrap() {
+        let path = entry.unwrap().path().join("policy.yaml");
+        if !path.exists() {
+            continue;
+        }
+        let value: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let name = value["metadata"]["name"].as_str().unwrap().to_string();
+        let created = api
+            .create(&PostParams::default(), &object(value.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{} rejected: {e}", path.display()));
+        // Defaults from the schema are applied by the apiserver.
+        let given = &value["spec"]["enforcement"];
+        let expected = if given.is_null() {
+            &json!("Agent")
+        } else {
+            given
+        };
+        assert_eq!(
+            &created.data["spec"]["enforcement"],
+            expected,
+            "{}",
+            path.display()
+        );
+        assert!(created.data["spec"]["memoryQoS"]["enabled"]
+            .as_bool()
+            .unwrap());
+        assert_eq!(created.metadata.name.as_deref(), Some(name.as_str()));
+        examples += 1;
+    }
+    assert_eq!(examples, 4, "general, database, batch and numa-database");
+    let numa = api.get("numa-database").await.unwrap();
+    assert_eq!(numa.data["spec"]["memoryManager"]["policy"], "Static");
+    assert_eq!(
+        numa.data["spec"]["memoryManager"]["reservedMemory"][0]["limits"]["memory"],
+        "1124Mi"
+    );
+}
+
+/// GET a list as a server-side Table (what `kubectl get` asks for).
+async fn table(path: &str) -> Value {
+    let client = admin().await;
+    let req = http::Request::get(path)
+        .header(
+            "Accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let text = client.request_text(req).await.expect("table request");
+    serde_json::from_str(&text).expect("table JSON")
+}
+
+fn columns(t: &Value) -> Vec<String> {
+    t["columnDefinitions"]
+        .as_array()
+        .expect("a Table")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn kubectl_get_columns_are_served() {
+    cluster();
+    let api = policies(admin().await);
+    api.create(
+        &PostParams::default(),
+        &object(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": "table-columns"},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"pool": "table-columns"}},
+                "memoryQoS": {"throttlingFactor": 0.8, "reservationPolicy": "TieredReservation"},
+            },
+        })),
+    )
+    .await
+    .expect("create");
+    let t = table("/apis/nodemem.io/v1alpha1/nodememorypolicies").await;
+    assert_eq!(t["kind"], "Table");
+    assert_eq!(
+        columns(&t),
+        [
+            "Name",
+            "Factor",
+            "Reservation",
+            "Manager",
+            "Enforcement",
+            "Matched",
+            "Updated",
+            "Ready",
+            "Age"
+        ]
+    );
+    let row = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["cells"][0] == "table-columns")
+        .expect("our policy is a row");
+    assert_eq!(row["cells"][1], 0.8);
+    assert_eq!(row["cells"][2], "TieredReservation");
+    assert_eq!(row["cells"][3], "None", "memoryManager defaults to None");
+    assert_eq!(row["cells"][4], "Agent");
+
+    let t = table("/apis/nodemem.io/v1alpha1/nodememoryconfigs").await;
+    assert_eq!(
+        columns(&t),
+        ["Name", "Policy", "Revision", "Applied", "Healthy", "Kernel", "Age"]
+    );
+}
+
+fn policy(name: &str, spec: Value) -> DynamicObject {
+    object(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+}
+
+#[tokio::test]
+async fn invalid_policies_are_rejected_at_admission() {
+    cluster();
+    let api = policies(admin().await);
+    let sel = json!({"matchLabels": {"pool": "invalid"}});
+    let reserved = |entries: Value| json!({"nodeSelector": sel, "memoryManager": {"policy": "Static", "reservedMemory": entries}});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "factor-zero",
+            json!({"nodeSelector": sel, "memoryQoS": {"throttlingFactor": 0}}),
+            "spec.memoryQoS.throttlingFactor in body should be greater than 0",
+        ),
+        (
+            "factor-high",
+            json!({"nodeSelector": sel, "memoryQoS": {"throttlingFactor": 1.5}}),
+            "spec.memoryQoS.throttlingFactor in body should be less than or equal to 1",
+        ),
+        (
+            "reservation-enum",
+            json!({"nodeSelector": sel, "memoryQoS": {"reservationPolicy": "Soft"}}),
+            "spec.memoryQoS.reservationPolicy: Unsupported value: \"Soft\"",
+        ),
+        (
+            "static-without-reservation",
+            json!({"nodeSelector": sel, "memoryManager": {"policy": "Static"}}),
+            "the Static policy needs reservedMemory with a memory entry on at least one NUMA node",
+        ),
+        (
+            "reservation-without-static",
+            json!({"nodeSelector": sel, "memoryManager": {"policy": "None", "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}]}}),
+            "reservedMemory is only used by the Static policy",
+        ),
+        (
+            "unknown-memory-type",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gi", "cpu": "1"}}])),
+            "memory types must be memory or hugepages-<size>",
+        ),
+        (
+            "negative-quantity-string",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "-1Gi"}}])),
+            "limits.memory in body should match",
+        ),
+        (
+            "negative-quantity-int",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": -5}}])),
+            "must not be negative",
+        ),
+        (
+            "duplicate-numa-node",
+            reserved(
+                json!([{"numaNode": 0, "limits": {"memory": "1Gi"}}, {"numaNode": 0, "limits": {"memory": "1Gi"}}]),
+            ),
+            "spec.memoryManager.reservedMemory[1]: Duplicate value: {\"numaNode\":0}",
+        ),
+        (
+            "negative-numa-node",
+            reserved(json!([{"numaNode": -1, "limits": {"memory": "1Gi"}}])),
+            "numaNode in body should be greater than or equal to 0",
+        ),
+        (
+            "too-many-numa-nodes",
+            reserved(json!((0..9)
+                .map(|i| json!({"numaNode": i, "limits": {"memory": "1Gi"}}))
+                .collect::<Vec<_>>())),
+            "must have at most 8 items",
+        ),
+        (
+            "selector-values",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "Exists", "values": ["x"]}]}}),
+            "values must be non-empty for In and NotIn and empty for Exists and DoesNotExist",
+        ),
+        (
+            "selector-operator",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "Like", "values": ["x"]}]}}),
+            "Unsupported value: \"Like\"",
+        ),
+        (
+            "max-unavailable",
+            json!({"nodeSelector": sel, "rollout": {"maxUnavailable": "150%"}}),
+            "must be a non-negative integer or a percentage from 0% to 100%",
+        ),
+        (
+            "failure-policy",
+            json!({"nodeSelector": sel, "rollout": {"failurePolicy": "Explode"}}),
+            "spec.rollout.failurePolicy: Unsupported value: \"Explode\"",
+        ),
+        (
+            "max-failures",
+            json!({"nodeSelector": sel, "rollout": {"maxFailures": 0}}),
+            "spec.rollout.maxFailures in body should be greater than or equal to 1",
+        ),
+        (
+            "priority",
+            json!({"nodeSelector": sel, "priority": 2000000}),
+            "spec.priority in body should be less than or equal to 1000000",
+        ),
+    ];
+    assert!(cases.len() >= 10);
+    let mut failures = Vec::new();
+    for (name, spec, expected) in cases {
+        match api
+            .create(
+                &PostParams::default(),
+                &policy(&format!("invalid-{name}"), spec),
+            )
+            .await
+        {
+            Ok(_) => failures.push(format!(
+                "{name}: accepted, expected rejection with {expected:?}"
+            )),
+            Err(kube::Error::Api(s)) => {
+                if s.code != 422 || !s.message.contains(expected) {
+                    failures.push(format!(
+                        "{name}: HTTP {} {:?}, expected 422 containing {expected:?}",
+                        s.code, s.message
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    // Nothing was stored.
+    let list = api.list(&Default::default()).await.unwrap();
+    assert!(list.items.iter().all(|p| !p
+        .metadata
+        .name
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("invalid-")));
+}

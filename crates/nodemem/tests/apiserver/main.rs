@@ -1,0 +1,9 @@
+//! The control-plane tier: a real kube-apiserver, etcd and kube-controller-manager
+//! started by nodemem-testkit. One control plane is shared by this test binary; every
+//! test uses its own namespace and names (see TESTING.md).
+
+mod common;
+mod crds;
+mod identities;
+mod nodes;
+mod parallel;
