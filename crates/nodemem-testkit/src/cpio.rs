@@ -62,7 +62,7 @@ impl Cpio {
     }
 
     fn pad(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }
@@ -137,7 +137,7 @@ mod tests {
         let name_end = second + 110 + 6; // "bin/x\0"
         let data_start = name_end.div_ceil(4) * 4;
         assert_eq!(&out[data_start..data_start + 5], b"hello");
-        assert!(out.len() % 4 == 0);
+        assert!(out.len().is_multiple_of(4));
         let trailer = out.windows(10).position(|w| w == b"TRAILER!!!").unwrap();
         assert!(trailer > data_start);
     }
