@@ -195,7 +195,9 @@ async fn handle_pod(
         return Ok(());
     }
 
-    let spec = pod.spec.as_ref().expect("a bound pod has a spec");
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(Error::Api(format!("pod {ns}/{name} has no spec")));
+    };
     let qos = qos_of(pod);
     let init: Vec<_> = spec.init_containers.iter().flatten().collect();
     let app: Vec<_> = spec.containers.iter().collect();

@@ -107,8 +107,7 @@ async fn each_identity_is_its_own_user_and_rbac_decides() {
     loop {
         match policies(controller.clone()).list(&Default::default()).await {
             Ok(_) => break,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
+            Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => panic!("still denied after the binding: {e}"),

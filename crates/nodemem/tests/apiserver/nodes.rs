@@ -214,6 +214,10 @@ async fn fake_kubelet_runs_pods_and_daemonsets_on_simulated_nodes() {
         1,
         "one pod: only one node matches the selector"
     );
-    let ds = daemonsets.get("agent").await.unwrap();
-    let _ = ds.status;
+    // The controller-manager's DaemonSet status counts the pod the fake kubelet runs.
+    wait_for("DaemonSet status", async || {
+        let st = daemonsets.get("agent").await.ok()?.status?;
+        (st.desired_number_scheduled == 1 && st.current_number_scheduled == 1).then_some(())
+    })
+    .await;
 }
