@@ -27,7 +27,7 @@ fn missing_control_plane_binaries_are_named_with_the_fix() {
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry; its state letter is Z.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.split_whitespace().nth(2).is_some_and(|st| st == "Z"))
+        .map(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
         .unwrap_or(false)
 }
 
