@@ -7,8 +7,16 @@ set -euo pipefail
 
 CACHE="${NODEMEM_CACHE:-$HOME/.cache/nodemem}"
 pkg="${NODEMEM_KERNEL_PACKAGE:-}"
+kernel_package() {
+  apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6/{print $2; exit}'
+}
 if [[ -z "$pkg" ]]; then
-  pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6/{print $2; exit}')"
+  pkg="$(kernel_package)"
+  if [[ -z "$pkg" && $(id -u) -eq 0 ]]; then
+    # A machine with empty package lists: refresh them once.
+    apt-get update -qq >&2 || true
+    pkg="$(kernel_package)"
+  fi
 fi
 [[ -n "$pkg" ]] || { echo "error: cannot find Debian's linux-image-6.1 package (is apt's package list up to date? run apt-get update)" >&2; exit 1; }
 version="$(apt-cache policy "$pkg" | awk '/Candidate:/{print $2}')"
