@@ -62,15 +62,13 @@ pub fn run(args: &SimulateArgs) -> Result<String, CliError> {
     let policies = read_documents(&args.policy)?;
     let nodes = read_documents(&args.node)?;
     let pods = read_documents(&args.pods)?;
-    let topology = args.numa.as_deref().map(read_topology).transpose()?;
-    let numa = topology.as_ref().map(|t| NumaInput {
-        origin: args
-            .numa
-            .as_ref()
-            .expect("topology read from --numa")
-            .display()
-            .to_string(),
-        topology: t,
+    let topology = match &args.numa {
+        Some(path) => Some((path.display().to_string(), read_topology(path)?)),
+        None => None,
+    };
+    let numa = topology.as_ref().map(|(origin, topology)| NumaInput {
+        origin: origin.clone(),
+        topology,
         scope: args.topology_manager_scope.into(),
     });
     let result = simulate(&policies, &nodes, &pods, args.page_size, numa)?;
