@@ -2,26 +2,12 @@
 //! shape, and clear one-line errors for bad input.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod cli_common;
 
-fn nodemem(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodemem"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run nodemem");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+use cli_common::nodemem;
 
 fn simulate_json(policy: &str, node: &str, pods: &str) -> Value {
     let (code, stdout, stderr) = nodemem(&[

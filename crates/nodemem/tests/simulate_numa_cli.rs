@@ -3,29 +3,15 @@
 //! topologies and reservations.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
 
 const GI: i64 = 1 << 30;
 const MI: i64 = 1 << 20;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod cli_common;
 
-fn nodemem(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodemem"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run nodemem");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+use cli_common::{nodemem, repo};
 
 const EX: &str = "examples/numa-database";
 

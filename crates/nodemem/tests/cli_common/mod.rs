@@ -1,0 +1,22 @@
+//! Shared by the CLI test files: run the real `nodemem` binary from the repository root.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `nodemem ARGS` in the repository root: exit code, stdout, stderr.
+pub fn nodemem(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run nodemem");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
