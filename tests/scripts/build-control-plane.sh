@@ -30,19 +30,41 @@ work="$(mktemp -d "$CACHE/build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 staging_version="v0.${K8S_VERSION#v1.}"
-gomod_url="$(go env GOPROXY | cut -d, -f1)/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
+
+# A fresh module in $work/<name> that imports the given main packages (so `go mod
+# tidy` resolves them); the caller appends its require/replace lines before tidy.
+new_module() {
+  local name="$1"
+  shift
+  mkdir -p "$work/$name"
+  cd "$work/$name"
+  go mod init "nodemem.local/$name" >/dev/null 2>&1
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for pkg in "$@"; do printf '\t_ "%s"\n' "$pkg"; done
+    printf ')\n'
+  } >tools.go
+}
+
+# Resolves the module graph and builds the packages to OUT (a file, or $BIN/ for one
+# binary per package named after it).
+build_to() {
+  local out="$1" ldflags="$2"
+  shift 2
+  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
+  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@"
+}
 
 build_k8s() {
-  local dir="$work/k8s"
-  mkdir -p "$dir"
-  cd "$dir"
+  local apiserver=k8s.io/kubernetes/cmd/kube-apiserver
+  local kcm=k8s.io/kubernetes/cmd/kube-controller-manager
   echo ">> building kube-apiserver and kube-controller-manager $K8S_VERSION (staging $staging_version)" >&2
-  go mod init nodemem.local/controlplane >/dev/null 2>&1
+  new_module controlplane "$apiserver" "$kcm"
   # The staging modules are the k8s.io/<name> requirements at v0.0.0 in the upstream go.mod.
   go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
   local upstream_mod
   upstream_mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
-  [[ -f "$upstream_mod" ]] || { echo "error: cannot read $gomod_url" >&2; exit 1; }
+  [[ -f "$upstream_mod" ]] || { echo "error: cannot download k8s.io/kubernetes@$K8S_VERSION's go.mod" >&2; exit 1; }
   local staging
   staging="$(awk '/^\tk8s.io\/[A-Za-z0-9._-]+ v0\.0\.0$/{print $1}' "$upstream_mod")"
   [[ -n "$staging" ]] || { echo "error: found no staging modules in $upstream_mod" >&2; exit 1; }
@@ -52,37 +74,15 @@ build_k8s() {
     for m in $staging; do echo "  $m => $m $staging_version"; done
     echo ")"
   } >>go.mod
-  cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-GO
-  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
-  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION" \
-    -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  build_to "$BIN/" "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION" "$apiserver" "$kcm"
 }
 
 build_etcd() {
-  local dir="$work/etcd"
-  mkdir -p "$dir"
-  cd "$dir"
   echo ">> building etcd $ETCD_VERSION" >&2
-  go mod init nodemem.local/etcd >/dev/null 2>&1
+  new_module etcd go.etcd.io/etcd/server/v3
   echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>go.mod
-  cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-GO
-  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
-  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+  # The server's main package is named after its directory (v3): name the file.
+  build_to "$BIN/etcd" "" go.etcd.io/etcd/server/v3
 }
 
 [[ -x "$BIN/etcd" ]] || build_etcd

@@ -78,22 +78,6 @@ fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::Setup(format!("{what}: {e}"))
 }
 
-/// Runs an async block to completion on a private runtime on its own thread, so the
-/// caller may be sync code or any async runtime.
-fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>> + Send + 'static,
-) -> T {
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-            .block_on(f())
-    })
-    .join()
-    .expect("the harness thread does not panic")
-}
-
 /// Removes directories of control planes whose test process is gone (a run killed
 /// with SIGKILL cannot clean up; its processes died with it through PDEATHSIG).
 fn remove_stale_dirs(root: &Path) {
@@ -320,28 +304,35 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Waits on a private runtime in a scoped thread (the caller may be sync code or
+    /// inside any async runtime), with one client for every probe.
     fn wait_ready(&mut self) -> Result<(), Error> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a tokio runtime")
+                        .block_on(self.probe_until_ready())
+                })
+                .join()
+                .expect("the readiness probe does not panic")
+        })
+    }
+
+    async fn probe_until_ready(&mut self) -> Result<(), Error> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        let kubeconfig = self.admin_kubeconfig.clone();
+        let client = client_from_kubeconfig(&self.admin_kubeconfig).await?;
         // 1. The apiserver answers /readyz with "ok" (etcd reachable, RBAC bootstrap
         //    roles and the CRD/VAP machinery up).
         let mut last;
         loop {
             self.check_alive()?;
-            let k = kubeconfig.clone();
-            let readyz = blocking(move || {
-                Box::pin(async move {
-                    let client = client_from_kubeconfig(&k).await?;
-                    let req = http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .map_err(|e| Error::Setup(e.to_string()))?;
-                    client
-                        .request_text(req)
-                        .await
-                        .map_err(|e| Error::Api(e.to_string()))
-                })
-            });
-            match readyz {
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Setup(e.to_string()))?;
+            match client.request_text(req).await {
                 Ok(body) if body.trim() == "ok" => break,
                 Ok(body) => last = body,
                 Err(e) => last = e.to_string(),
@@ -349,32 +340,22 @@ impl ControlPlane {
             if Instant::now() > deadline {
                 return Err(self.timeout("kube-apiserver /readyz", &last));
             }
-            std::thread::sleep(Duration::from_millis(250));
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         // 2. The controller-manager works: its service-account controller creates the
         //    `default` ServiceAccount in every namespace.
+        let sas: Api<ServiceAccount> = Api::namespaced(client, "default");
         loop {
             self.check_alive()?;
-            let k = kubeconfig.clone();
-            let found = blocking(move || {
-                Box::pin(async move {
-                    let client = client_from_kubeconfig(&k).await?;
-                    let sas: Api<ServiceAccount> = Api::namespaced(client, "default");
-                    sas.get_opt("default")
-                        .await
-                        .map(|sa| sa.is_some())
-                        .map_err(|e| Error::Api(e.to_string()))
-                })
-            });
-            match found {
-                Ok(true) => return Ok(()),
-                Ok(false) => last = "no default ServiceAccount yet".into(),
+            match sas.get_opt("default").await {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => last = "no default ServiceAccount yet".into(),
                 Err(e) => last = e.to_string(),
             }
             if Instant::now() > deadline {
                 return Err(self.timeout("kube-controller-manager (default ServiceAccount)", &last));
             }
-            std::thread::sleep(Duration::from_millis(250));
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
@@ -408,18 +389,19 @@ impl ControlPlane {
                 Ok(path)
             }
             Identity::Controller => {
-                let token = self
-                    .service_account_token(CONTROLLER_SERVICE_ACCOUNT, None)
-                    .await?;
+                let admin = self.admin().await?;
+                ensure_service_account(&admin, CONTROLLER_SERVICE_ACCOUNT).await?;
+                let token = service_account_token(&admin, CONTROLLER_SERVICE_ACCOUNT, None).await?;
                 let path = self.dir.join("controller.kubeconfig");
                 write_token_kubeconfig(&path, &self.server, &self.dir, &token)?;
                 Ok(path)
             }
             Identity::Agent(node) => {
-                let pod = self.agent_identity_pod(node).await?;
-                let token = self
-                    .service_account_token(AGENT_SERVICE_ACCOUNT, Some(&pod))
-                    .await?;
+                let admin = self.admin().await?;
+                ensure_service_account(&admin, AGENT_SERVICE_ACCOUNT).await?;
+                let pod = agent_identity_pod(&admin, node).await?;
+                let token =
+                    service_account_token(&admin, AGENT_SERVICE_ACCOUNT, Some(&pod)).await?;
                 let path = self
                     .dir
                     .join(format!("agent-{}.kubeconfig", sanitize(node)));
@@ -432,82 +414,71 @@ impl ControlPlane {
     async fn admin(&self) -> Result<Client, Error> {
         client_from_kubeconfig(&self.admin_kubeconfig).await
     }
+}
 
-    /// Creates `nodemem-system` and the service account if missing.
-    async fn ensure_service_account(&self, name: &str) -> Result<(), Error> {
-        let client = self.admin().await?;
-        let ns: Api<Namespace> = Api::all(client.clone());
-        let namespace: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": SYSTEM_NAMESPACE}
-        }))
-        .expect("a namespace");
-        create_if_missing(&ns, &namespace).await?;
-        let sas: Api<ServiceAccount> = Api::namespaced(client, SYSTEM_NAMESPACE);
-        let sa: ServiceAccount =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
-                .expect("a service account");
-        create_if_missing(&sas, &sa).await
-    }
+/// Creates `nodemem-system` and the service account if missing.
+async fn ensure_service_account(admin: &Client, name: &str) -> Result<(), Error> {
+    let ns: Api<Namespace> = Api::all(admin.clone());
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": SYSTEM_NAMESPACE}
+    }))
+    .expect("a namespace");
+    create_if_missing(&ns, &namespace).await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SYSTEM_NAMESPACE);
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("a service account");
+    create_if_missing(&sas, &sa).await.map(|_| ())
+}
 
-    /// A pod that stands for the agent on `node` (bound to it, never started): tokens
-    /// bound to it carry the node's name, as a DaemonSet pod's do.
-    async fn agent_identity_pod(&self, node: &str) -> Result<String, Error> {
-        self.ensure_service_account(AGENT_SERVICE_ACCOUNT).await?;
-        let name = format!("nodemem-agent-identity-{}", sanitize(node));
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "nodemem-agent-identity"}},
-            "spec": {
-                "nodeName": node,
-                "serviceAccountName": AGENT_SERVICE_ACCOUNT,
-                "automountServiceAccountToken": false,
-                "containers": [{"name": "agent", "image": "nodemem:identity"}]
-            }
-        }))
-        .expect("a pod");
-        let pods: Api<Pod> = Api::namespaced(self.admin().await?, SYSTEM_NAMESPACE);
-        create_if_missing(&pods, &pod).await?;
-        Ok(name)
-    }
+/// A pod that stands for the agent on `node` (bound to it, never started): tokens
+/// bound to it carry the node's name, as a DaemonSet pod's do.
+async fn agent_identity_pod(admin: &Client, node: &str) -> Result<Pod, Error> {
+    let name = format!("nodemem-agent-identity-{}", sanitize(node));
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "nodemem-agent-identity"}},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "agent", "image": "nodemem:identity"}]
+        }
+    }))
+    .expect("a pod");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), SYSTEM_NAMESPACE);
+    create_if_missing(&pods, &pod).await
+}
 
-    /// A one-hour token for a service account of `nodemem-system` (TokenRequest API),
-    /// bound to `pod` when given.
-    async fn service_account_token(&self, sa: &str, pod: Option<&str>) -> Result<String, Error> {
-        self.ensure_service_account(sa).await?;
-        let client = self.admin().await?;
-        let bound = match pod {
-            Some(name) => {
-                let pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
-                let p = pods
-                    .get(name)
-                    .await
-                    .map_err(|e| Error::Api(format!("get pod {name}: {e}")))?;
-                Some(BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: Some(name.into()),
-                    uid: p.metadata.uid,
-                })
-            }
-            None => None,
-        };
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                audiences: None,
-                bound_object_ref: bound,
-                expiration_seconds: Some(3600),
-            }),
-            ..Default::default()
-        };
-        let sas: Api<ServiceAccount> = Api::namespaced(client, SYSTEM_NAMESPACE);
-        let issued: TokenRequest = sas
-            .create_subresource("token", sa, &PostParams::default(), &request)
-            .await
-            .map_err(|e| Error::Api(format!("token for {SYSTEM_NAMESPACE}/{sa}: {e}")))?;
-        issued
-            .status
-            .and_then(|s| s.token)
-            .ok_or_else(|| Error::Api(format!("no token issued for {SYSTEM_NAMESPACE}/{sa}")))
-    }
+/// A one-hour token for a service account of `nodemem-system` (TokenRequest API),
+/// bound to `pod` when given.
+async fn service_account_token(
+    admin: &Client,
+    sa: &str,
+    pod: Option<&Pod>,
+) -> Result<String, Error> {
+    let bound = pod.map(|p| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: p.metadata.name.clone(),
+        uid: p.metadata.uid.clone(),
+    });
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: None,
+            bound_object_ref: bound,
+            expiration_seconds: Some(3600),
+        }),
+        ..Default::default()
+    };
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SYSTEM_NAMESPACE);
+    let issued: TokenRequest = sas
+        .create_subresource("token", sa, &PostParams::default(), &request)
+        .await
+        .map_err(|e| Error::Api(format!("token for {SYSTEM_NAMESPACE}/{sa}: {e}")))?;
+    issued
+        .status
+        .and_then(|s| s.token)
+        .ok_or_else(|| Error::Api(format!("no token issued for {SYSTEM_NAMESPACE}/{sa}")))
 }
 
 impl Drop for ControlPlane {
@@ -523,17 +494,19 @@ impl Drop for ControlPlane {
     }
 }
 
-async fn create_if_missing<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
+/// Creates `obj`, or returns the existing object of that name.
+async fn create_if_missing<K>(api: &Api<K>, obj: &K) -> Result<K, Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
+    let name = obj.meta().name.clone().unwrap_or_default();
     match api.create(&PostParams::default(), obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(Error::Api(format!(
-            "create {}: {e}",
-            obj.meta().name.as_deref().unwrap_or("")
-        ))),
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(s)) if s.code == 409 => api
+            .get(&name)
+            .await
+            .map_err(|e| Error::Api(format!("get {name}: {e}"))),
+        Err(e) => Err(Error::Api(format!("create {name}: {e}"))),
     }
 }
 

@@ -254,15 +254,7 @@ impl Vm {
         parse_console(&console, started.elapsed()).ok_or_else(|| {
             vm_err(format!(
                 "qemu ended ({status}) without the script's exit marker; console:\n{}",
-                console
-                    .lines()
-                    .rev()
-                    .take(40)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                crate::process::tail(&console_path, 40)
             ))
         })
     }

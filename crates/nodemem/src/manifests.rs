@@ -122,15 +122,7 @@ fn type_name(v: &Value) -> &'static str {
 /// not know are reported too, since the apiserver would drop them without a word.
 pub fn typed<T: DeserializeOwned + Serialize>(doc: &Document) -> Result<T, CliError> {
     let prefix = format!("{}: {}", doc.origin, doc.describe());
-    let typed: T = serde_path_to_error::deserialize(doc.value.clone()).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        if path == "." {
-            CliError::one(format!("{prefix}: {inner}"))
-        } else {
-            CliError::one(format!("{prefix}: {path}: {inner}"))
-        }
-    })?;
+    let typed: T = deserialize_with_path(&prefix, doc.value.clone())?;
     let round_trip =
         serde_json::to_value(&typed).map_err(|e| CliError::one(format!("{prefix}: {e}")))?;
     let mut unknown = Vec::new();
@@ -147,6 +139,22 @@ pub fn typed<T: DeserializeOwned + Serialize>(doc: &Document) -> Result<T, CliEr
                 .collect(),
         ))
     }
+}
+
+/// Deserializes `value`, naming the failing field's path after `prefix` on error.
+pub fn deserialize_with_path<T: DeserializeOwned>(
+    prefix: &str,
+    value: Value,
+) -> Result<T, CliError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." {
+            CliError::one(format!("{prefix}: {inner}"))
+        } else {
+            CliError::one(format!("{prefix}: {path}: {inner}"))
+        }
+    })
 }
 
 /// Paths present in `input` but absent from `known` (the typed value serialized back).

@@ -53,6 +53,11 @@ fn container<'a>(out: &'a Value, pod: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("container {name}"))
 }
 
+/// A container's `cpuset.mems`, or null when not pinned.
+fn mems<'a>(out: &'a Value, pod: &str, name: &str) -> &'a Value {
+    &container(out, pod, name)["cgroup"]["cpuset.mems"]
+}
+
 fn map<'a>(out: &'a Value, id: i64, kind: &str) -> &'a Value {
     &out["numa"]["nodes"]
         .as_array()
@@ -69,14 +74,8 @@ fn static_policy_pins_in_file_order_and_rejects_pod2() {
 
     // pg-primary (40Gi + 512Mi hugepages) takes NUMA node 0; pg-replica no longer fits
     // there (22428Mi free) and takes node 1.
-    assert_eq!(
-        container(&out, "pg-primary", "postgres")["cgroup"]["cpuset.mems"],
-        "0"
-    );
-    assert_eq!(
-        container(&out, "pg-replica", "postgres")["cgroup"]["cpuset.mems"],
-        "1"
-    );
+    assert_eq!(mems(&out, "pg-primary", "postgres"), "0");
+    assert_eq!(mems(&out, "pg-replica", "postgres"), "1");
     // analytics (30Gi) fits on one node by capacity, but now only on both together,
     // which are separate groups: the whole pod is refused.
     let analytics = container(&out, "analytics", "duckdb");
@@ -90,14 +89,8 @@ fn static_policy_pins_in_file_order_and_rejects_pod2() {
     assert!(web.get("numa").is_none());
     // cache: the init container and the app container share node 0; the app reuses
     // the init container's 1Gi, so the pod holds 2Gi there, not 3Gi.
-    assert_eq!(
-        container(&out, "cache", "warm")["cgroup"]["cpuset.mems"],
-        "0"
-    );
-    assert_eq!(
-        container(&out, "cache", "redis")["cgroup"]["cpuset.mems"],
-        "0"
-    );
+    assert_eq!(mems(&out, "cache", "warm"), "0");
+    assert_eq!(mems(&out, "cache", "redis"), "0");
 
     // Node 0: 63Gi total, 1124Mi reserved by the policy; 40Gi + 2Gi taken.
     let m0 = map(&out, 0, "memory");
@@ -145,10 +138,7 @@ fn pod_scope_makes_one_request_per_pod() {
         .to_string();
     assert!(reason.starts_with("pod rejected:"), "{reason}");
     // The cache pod's request is max(init 1Gi, app 2Gi) = 2Gi, on one node.
-    assert_eq!(
-        container(&out, "cache", "redis")["cgroup"]["cpuset.mems"],
-        "0"
-    );
+    assert_eq!(mems(&out, "cache", "redis"), "0");
     assert_eq!(map(&out, 0, "memory")["reserved"], 42 * GI);
 }
 

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::CliError;
+use crate::manifests::deserialize_with_path;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -60,15 +61,7 @@ pub fn read_topology(path: &Path) -> Result<NumaTopology, CliError> {
 pub fn parse_topology(name: &str, text: &str) -> Result<NumaTopology, CliError> {
     let value: Value = serde_yaml::from_str(text)
         .map_err(|e| CliError::one(format!("{name}: not valid YAML: {e}")))?;
-    let file: TopologyFile = serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        if path == "." {
-            CliError::one(format!("{name}: {inner}"))
-        } else {
-            CliError::one(format!("{name}: {path}: {inner}"))
-        }
-    })?;
+    let file: TopologyFile = deserialize_with_path(name, value)?;
 
     let mut problems = Vec::new();
     let mut topology = NumaTopology::default();

@@ -74,6 +74,30 @@ pub struct PodOutput {
     pub containers: Vec<ContainerOutput>,
 }
 
+impl PodOutput {
+    /// A pod nodemem sets nothing for: every container listed, no values.
+    fn unmanaged(p: &Pod) -> Self {
+        PodOutput {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            qos_class: qos_class(&p.spec).as_str().to_string(),
+            cgroup: CgroupValues::new(),
+            containers: p
+                .spec
+                .init_containers
+                .iter()
+                .chain(&p.spec.containers)
+                .map(|c| ContainerOutput {
+                    name: c.name.clone(),
+                    cgroup: CgroupValues::new(),
+                    numa: None,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ContainerOutput {
     pub name: String,
@@ -91,27 +115,7 @@ impl SimulateOutput {
             warnings: Vec::new(),
             kubepods: CgroupValues::new(),
             qos: QosCgroups::default(),
-            pods: pods
-                .iter()
-                .map(|p| PodOutput {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                    qos_class: qos_class(&p.spec).as_str().to_string(),
-                    cgroup: CgroupValues::new(),
-                    containers: p
-                        .spec
-                        .init_containers
-                        .iter()
-                        .chain(&p.spec.containers)
-                        .map(|c| ContainerOutput {
-                            name: c.name.clone(),
-                            cgroup: CgroupValues::new(),
-                            numa: None,
-                        })
-                        .collect(),
-                })
-                .collect(),
+            pods: pods.iter().map(PodOutput::unmanaged).collect(),
             numa: None,
         }
     }
@@ -162,9 +166,7 @@ impl SimulateOutput {
         for (i, pod) in pods.iter().enumerate() {
             let pinning = &run.pinning[i];
             let mut out = if run.rejection(i).is_some() {
-                SimulateOutput::unmanaged("", std::slice::from_ref(pod))
-                    .pods
-                    .remove(0)
+                PodOutput::unmanaged(pod)
             } else {
                 let out = planned[next_planned]
                     .take()
