@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeReservedSpec};
+use crate::policy::NodeSettings;
 
 /// Resolved memory settings for one node.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -37,18 +37,9 @@ pub struct NodeMemoryConfigSpec {
     /// Revision (settings hash) of that policy.
     #[schemars(length(min = 1, max = 64))]
     pub revision: String,
-    /// Memory QoS settings to enforce.
-    #[serde(default, rename = "memoryQoS")]
-    pub memory_qos: MemoryQosSpec,
-    /// Memory Manager settings to enforce.
-    #[serde(default)]
-    pub memory_manager: MemoryManagerSpec,
-    /// Node reservations the settings were validated against.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_reserved: Option<NodeReservedSpec>,
-    /// Agent or Kubelet.
-    #[serde(default)]
-    pub enforcement: Enforcement,
+    /// The settings to enforce.
+    #[serde(flatten)]
+    pub settings: NodeSettings,
 }
 
 /// What the node agent reports.

@@ -12,7 +12,7 @@ use nodemem_model::{Problem, Quantity};
 use crate::int_or_percent::IntOrPercent;
 use crate::policy::{
     Enforcement, MemoryManagerPolicy, MemoryManagerSpec, MemoryQosSpec, NodeMemoryPolicySpec,
-    NodeReservedSpec, NodeSelector, ReservationPolicy, RolloutSpec, SelectorOperator,
+    NodeReservedSpec, NodeSelector, NodeSettings, ReservationPolicy, RolloutSpec, SelectorOperator,
 };
 use crate::quantity::QuantityString;
 
@@ -141,26 +141,40 @@ fn check_rollout(rollout: &RolloutSpec, problems: &mut Vec<Problem>) {
     }
 }
 
-/// The effective settings of a policy, or every problem found (type-level and
-/// semantic, the latter from `nodemem_model::policy::validate_policy_settings`).
-pub fn policy_settings(spec: &NodeMemoryPolicySpec) -> Result<PolicySettings, Vec<Problem>> {
-    let mut problems = to_selector(&spec.node_selector).validate("spec.nodeSelector");
-    let settings = PolicySettings {
-        memory_qos: to_memory_qos(&spec.memory_qos, "spec.memoryQoS", &mut problems),
-        memory_manager: to_memory_manager(
-            &spec.memory_manager,
-            "spec.memoryManager",
-            &mut problems,
-        ),
-        node_reserved: spec
+/// The model's settings for a node (from a policy or a config spec), or every problem
+/// found, type-level and semantic (`nodemem_model::policy::validate_policy_settings`),
+/// with paths under `spec`.
+pub fn node_settings(settings: &NodeSettings) -> Result<PolicySettings, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let converted = convert_settings(settings, &mut problems);
+    problems.extend(validate_policy_settings(&converted));
+    if problems.is_empty() {
+        Ok(converted)
+    } else {
+        Err(problems)
+    }
+}
+
+fn convert_settings(settings: &NodeSettings, problems: &mut Vec<Problem>) -> PolicySettings {
+    PolicySettings {
+        memory_qos: to_memory_qos(&settings.memory_qos, "spec.memoryQoS", problems),
+        memory_manager: to_memory_manager(&settings.memory_manager, "spec.memoryManager", problems),
+        node_reserved: settings
             .node_reserved
             .as_ref()
-            .map(|r| to_node_reserved(r, "spec.nodeReserved", &mut problems)),
-        enforcement: match spec.enforcement {
+            .map(|r| to_node_reserved(r, "spec.nodeReserved", problems)),
+        enforcement: match settings.enforcement {
             Enforcement::Agent => model::Enforcement::Agent,
             Enforcement::Kubelet => model::Enforcement::Kubelet,
         },
-    };
+    }
+}
+
+/// The effective settings of a policy, or every problem found: the selector and the
+/// rollout parameters too.
+pub fn policy_settings(spec: &NodeMemoryPolicySpec) -> Result<PolicySettings, Vec<Problem>> {
+    let mut problems = to_selector(&spec.node_selector).validate("spec.nodeSelector");
+    let settings = convert_settings(&spec.settings, &mut problems);
     check_rollout(&spec.rollout, &mut problems);
     problems.extend(validate_policy_settings(&settings));
     if problems.is_empty() {

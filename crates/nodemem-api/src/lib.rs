@@ -5,12 +5,13 @@ pub mod config;
 pub mod convert;
 pub mod crdgen;
 pub mod int_or_percent;
+pub mod k8s;
 pub mod policy;
 pub mod quantity;
 pub mod revision;
 
 pub use config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus};
-pub use policy::{NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus};
+pub use policy::{NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus, NodeSettings};
 
 /// The API group.
 pub const GROUP: &str = "nodemem.io";

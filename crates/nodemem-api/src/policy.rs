@@ -45,6 +45,21 @@ pub struct NodeMemoryPolicySpec {
     #[schemars(range(min = -1000000, max = 1000000))]
     pub priority: i32,
 
+    /// The settings that reach the selected nodes (also the NodeMemoryConfig spec).
+    #[serde(flatten)]
+    pub settings: NodeSettings,
+
+    /// How a new revision rolls out across the selected nodes.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+}
+
+/// The settings that reach a node: shared by the NodeMemoryPolicy spec and the
+/// NodeMemoryConfig spec (flattened into both, so their YAML has these fields at the
+/// top of `spec`). The revision hashes exactly this.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSettings {
     /// Memory QoS on cgroup v2 (KEP-2570): memory.high throttling and memory.min /
     /// memory.low reservation.
     #[serde(default, rename = "memoryQoS")]
@@ -64,10 +79,6 @@ pub struct NodeMemoryPolicySpec {
     /// Kubelet (the node agent renders a KubeletConfiguration drop-in).
     #[serde(default)]
     pub enforcement: Enforcement,
-
-    /// How a new revision rolls out across the selected nodes.
-    #[serde(default)]
-    pub rollout: RolloutSpec,
 }
 
 /// A label selector over node labels (same shape as metav1.LabelSelector).
@@ -205,6 +216,15 @@ pub enum MemoryManagerPolicy {
 /// Reserved memory on one NUMA node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// The kubelet refuses to start with a zero reservation
+// (validateReservedMemoryConfiguration); so does admission. Quantities that do not parse
+// are left to the quantity pattern's own message.
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.limits.all(k, type(self.limits[k]) == int ? self.limits[k] != 0 : (!isQuantity(string(self.limits[k])) || quantity(string(self.limits[k])).sign() != 0))",
+        "messageExpression": "'reserved memory may not be zero for NUMA node ' + string(self.numaNode) + ' and resource \"' + self.limits.filter(k, type(self.limits[k]) == int ? self.limits[k] == 0 : (isQuantity(string(self.limits[k])) && quantity(string(self.limits[k])).sign() == 0))[0] + '\"'"
+    }
+]))]
 pub struct ReservedMemory {
     /// NUMA node id as in /sys/devices/system/node/node<id>.
     #[schemars(range(min = 0, max = 1023))]

@@ -5,12 +5,15 @@
 use serde::Serialize;
 
 use crate::policy::{
-    Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeMemoryPolicySpec, NodeReservedSpec,
+    Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeReservedSpec, NodeSettings,
 };
 
+/// The hashed document. Its own type (not `NodeSettings` itself) so the hash input
+/// stays fixed when `NodeSettings` gains serde attributes: a changed hash would start
+/// a rollout on every pool after an upgrade.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct EffectiveSettings<'a> {
+struct Hashed<'a> {
     #[serde(rename = "memoryQoS")]
     memory_qos: &'a MemoryQosSpec,
     memory_manager: &'a MemoryManagerSpec,
@@ -18,17 +21,17 @@ struct EffectiveSettings<'a> {
     enforcement: &'a Enforcement,
 }
 
-/// 64-bit FNV-1a over the canonical JSON of the effective settings, as 16 hex digits.
-/// FNV is fixed forever (unlike `DefaultHasher`), so revisions survive upgrades.
-pub fn revision(spec: &NodeMemoryPolicySpec) -> String {
-    let effective = EffectiveSettings {
-        memory_qos: &spec.memory_qos,
-        memory_manager: &spec.memory_manager,
-        node_reserved: &spec.node_reserved,
-        enforcement: &spec.enforcement,
+/// 64-bit FNV-1a over the canonical JSON of the settings, as 16 hex digits. FNV is
+/// fixed forever (unlike `DefaultHasher`), so revisions survive upgrades.
+pub fn revision(settings: &NodeSettings) -> String {
+    let hashed = Hashed {
+        memory_qos: &settings.memory_qos,
+        memory_manager: &settings.memory_manager,
+        node_reserved: &settings.node_reserved,
+        enforcement: &settings.enforcement,
     };
     // Struct fields serialize in declaration order and maps are BTreeMaps: canonical.
-    let json = serde_json::to_vec(&effective).expect("settings always serialize");
+    let json = serde_json::to_vec(&hashed).expect("settings always serialize");
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in json {
         hash ^= byte as u64;
@@ -40,25 +43,28 @@ pub fn revision(spec: &NodeMemoryPolicySpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::ReservationPolicy;
+    use crate::policy::{NodeMemoryPolicySpec, ReservationPolicy};
 
     #[test]
     fn revision_tracks_node_settings_only() {
         let base = NodeMemoryPolicySpec::default();
-        let r0 = revision(&base);
+        let r0 = revision(&base.settings);
         assert_eq!(r0.len(), 16);
-        assert_eq!(r0, revision(&base.clone()), "stable");
+        assert_eq!(r0, revision(&base.clone().settings), "stable");
+        // Pinned: a change of the hash or of the settings' serialization would start a
+        // rollout on every cluster after an upgrade.
+        assert_eq!(r0, "f46c4865d690dda5");
 
         let mut rollout_only = base.clone();
         rollout_only.rollout.paused = true;
         rollout_only.priority = 7;
-        assert_eq!(revision(&rollout_only), r0);
+        assert_eq!(revision(&rollout_only.settings), r0);
 
         let mut tiered = base.clone();
-        tiered.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
-        assert_ne!(revision(&tiered), r0);
+        tiered.settings.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
+        assert_ne!(revision(&tiered.settings), r0);
         let mut factor = base;
-        factor.memory_qos.throttling_factor = 0.8;
-        assert_ne!(revision(&factor), r0);
+        factor.settings.memory_qos.throttling_factor = 0.8;
+        assert_ne!(revision(&factor.settings), r0);
     }
 }

@@ -2,6 +2,8 @@
 //! a cgroup at memory.high (fixed by commit b3ff92916af3). As in the v1.36 kubelet this
 //! is a warning, never a refusal.
 
+use crate::warning::Warning;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KernelVersion {
     pub major: u32,
@@ -22,16 +24,16 @@ impl KernelVersion {
 }
 
 /// Warnings about the kernel for Memory QoS; empty when all is well.
-pub fn memory_qos_kernel_warnings(kernel_version: Option<&str>) -> Vec<String> {
+pub fn memory_qos_kernel_warnings(kernel_version: Option<&str>) -> Vec<Warning> {
     match kernel_version {
-        None | Some("") => vec![
-            "node reports no kernel version (status.nodeInfo.kernelVersion); cannot check for the memory.high livelock fix in 5.9".to_string(),
-        ],
+        None | Some("") => vec![Warning::KernelVersionUnknown],
         Some(text) => match KernelVersion::parse(text) {
-            None => vec![format!("cannot parse kernel version {text:?}; cannot check for the memory.high livelock fix in 5.9")],
-            Some(v) if v < MEMORY_HIGH_LIVELOCK_FIX => vec![format!(
-                "kernel {text} is older than 5.9: workloads throttled at memory.high may livelock (kernel commit b3ff92916af3); consider throttlingFactor 1.0 or a newer kernel"
-            )],
+            None => vec![Warning::KernelVersionUnparsable {
+                text: text.to_string(),
+            }],
+            Some(v) if v < MEMORY_HIGH_LIVELOCK_FIX => vec![Warning::KernelBeforeLivelockFix {
+                version: text.to_string(),
+            }],
             Some(_) => Vec::new(),
         },
     }
@@ -65,12 +67,23 @@ mod tests {
     #[test]
     fn warns_below_5_9_only() {
         assert_eq!(memory_qos_kernel_warnings(Some("5.8.18")).len(), 1);
-        assert!(memory_qos_kernel_warnings(Some("5.8.18"))[0].contains("older than 5.9"));
+        assert!(memory_qos_kernel_warnings(Some("5.8.18"))[0]
+            .to_string()
+            .contains("older than 5.9"));
         assert!(memory_qos_kernel_warnings(Some("5.9.0")).is_empty());
         assert!(memory_qos_kernel_warnings(Some("5.10.0-28-cloud-amd64")).is_empty());
         assert!(memory_qos_kernel_warnings(Some("6.1.0-18-amd64")).is_empty());
         assert!(memory_qos_kernel_warnings(Some("4.19.0")).len() == 1);
-        assert!(memory_qos_kernel_warnings(None)[0].contains("no kernel version"));
-        assert!(memory_qos_kernel_warnings(Some("x"))[0].contains("cannot parse"));
+        assert_eq!(
+            memory_qos_kernel_warnings(None),
+            vec![Warning::KernelVersionUnknown]
+        );
+        assert!(memory_qos_kernel_warnings(None)[0]
+            .to_string()
+            .contains("no kernel version"));
+        assert_eq!(
+            memory_qos_kernel_warnings(Some("x"))[0].code(),
+            "KernelVersionUnparsable"
+        );
     }
 }

@@ -17,6 +17,7 @@ pub mod defaulting;
 pub mod factor;
 pub mod kernel;
 pub mod memory_qos;
+pub mod node;
 pub mod numa;
 pub mod pod;
 pub mod pod_validation;
@@ -26,6 +27,8 @@ pub mod qos;
 pub mod quantity;
 pub mod resolve;
 pub mod selector;
+pub mod warning;
 
 pub use problem::Problem;
 pub use quantity::Quantity;
+pub use warning::Warning;

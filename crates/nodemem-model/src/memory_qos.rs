@@ -39,7 +39,7 @@ use crate::factor::ThrottlingFactor;
 use crate::kernel::memory_qos_kernel_warnings;
 use crate::pod::{Container, ContainerKind, Pod, PodSpec, MEMORY};
 use crate::qos::{has_pod_level_resources, qos_class, QosClass};
-use crate::quantity::format_bytes;
+use crate::warning::Warning;
 
 /// `memoryReservationPolicy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -106,6 +106,8 @@ pub struct PodPlan {
     pub name: String,
     pub uid: String,
     pub qos: QosClass,
+    /// Annotated `nodemem.io/memory-qos: disabled`: no values, not in the sums.
+    pub opted_out: bool,
     pub cgroup: CgroupValues,
     /// Init and sidecar containers in spec order, then app containers.
     pub containers: Vec<ContainerPlan>,
@@ -124,7 +126,7 @@ pub struct NodePlan {
     pub burstable: CgroupValues,
     pub besteffort: CgroupValues,
     pub pods: Vec<PodPlan>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
     pub totals: MemoryTotals,
 }
 
@@ -134,14 +136,30 @@ pub fn plan_node(settings: &MemoryQosSettings, node: &NodeMemoryFacts, pods: &[P
     if !settings.enabled {
         return plan_rollback(pods);
     }
+    plan_pods(settings, node, pods.iter().map(|p| (p, false)))
+}
+
+/// [`plan_node`] for Memory QoS enabled, where a pod paired with `true` has opted out
+/// (`nodemem.io/memory-qos: disabled`): it gets no memory.min/low/high and its
+/// request is left out of the QoS-class and kubepods sums, since nothing protects it.
+/// memory.max stays in its values: it is the runtime's, shown for information.
+pub fn plan_pods<'a>(
+    settings: &MemoryQosSettings,
+    node: &NodeMemoryFacts,
+    pods: impl Iterator<Item = (&'a Pod, bool)>,
+) -> NodePlan {
     let mut plan = NodePlan {
         warnings: memory_qos_kernel_warnings(node.kernel_version.as_deref()),
         ..NodePlan::default()
     };
     let mut needs_allocatable = false;
     let (mut guaranteed_sum, mut burstable_sum) = (0i64, 0i64);
-    for pod in pods {
+    for (pod, opted_out) in pods {
         let qos = qos_class(&pod.spec);
+        if opted_out {
+            plan.pods.push(unprotected_pod_plan(pod, qos, true));
+            continue;
+        }
         let request = pod_memory_request(&pod.spec);
         match qos {
             QosClass::Guaranteed => guaranteed_sum = guaranteed_sum.saturating_add(request),
@@ -166,6 +184,7 @@ pub fn plan_node(settings: &MemoryQosSettings, node: &NodeMemoryFacts, pods: &[P
             name: pod.name.clone(),
             uid: pod.uid.clone(),
             qos,
+            opted_out: false,
             cgroup,
             containers,
         });
@@ -184,10 +203,7 @@ pub fn plan_node(settings: &MemoryQosSettings, node: &NodeMemoryFacts, pods: &[P
         }
     }
     if needs_allocatable && node.allocatable_memory.is_none_or(|a| a <= 0) {
-        plan.warnings.push(
-            "node has no status.allocatable.memory: memory.high is not set for containers without a memory limit"
-                .to_string(),
-        );
+        plan.warnings.push(Warning::NoAllocatableMemory);
     }
     if let Some(allocatable) = node.allocatable_memory {
         let protected = plan
@@ -196,11 +212,10 @@ pub fn plan_node(settings: &MemoryQosSettings, node: &NodeMemoryFacts, pods: &[P
             .and_then(|v| v.bytes())
             .unwrap_or(0);
         if protected > allocatable {
-            plan.warnings.push(format!(
-                "kubepods memory.min ({}) exceeds node allocatable memory ({}): the kernel will OOM-kill to honour it",
-                format_bytes(protected),
-                format_bytes(allocatable)
-            ));
+            plan.warnings.push(Warning::ProtectionExceedsAllocatable {
+                protected,
+                allocatable,
+            });
         }
     }
     plan
@@ -219,6 +234,7 @@ pub fn plan_rollback(pods: &[Pod]) -> NodePlan {
                 name: pod.name.clone(),
                 uid: pod.uid.clone(),
                 qos: qos_class(&pod.spec),
+                opted_out: false,
                 cgroup: memory_qos_reset(),
                 containers: ordered_containers(&pod.spec)
                     .map(|c| ContainerPlan {
@@ -231,6 +247,37 @@ pub fn plan_rollback(pods: &[Pod]) -> NodePlan {
             .collect(),
         warnings: Vec::new(),
         totals: MemoryTotals::default(),
+    }
+}
+
+/// A pod nodemem protects nothing of (opted out, refused, or Memory QoS off): only
+/// the informational memory.max.
+pub fn unprotected_pod_plan(pod: &Pod, qos: QosClass, opted_out: bool) -> PodPlan {
+    let mut cgroup = CgroupValues::new();
+    if let Some(limit) = pod_memory_max(qos, &pod.spec) {
+        set_bytes(&mut cgroup, MEMORY_MAX, limit);
+    }
+    PodPlan {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        qos,
+        opted_out,
+        cgroup,
+        containers: ordered_containers(&pod.spec)
+            .map(|c| {
+                let mut values = CgroupValues::new();
+                let limit = c.resources.limit(MEMORY).value();
+                if limit > 0 {
+                    set_bytes(&mut values, MEMORY_MAX, limit);
+                }
+                ContainerPlan {
+                    name: c.name.clone(),
+                    kind: c.kind,
+                    cgroup: values,
+                }
+            })
+            .collect(),
     }
 }
 

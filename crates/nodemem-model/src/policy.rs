@@ -120,6 +120,15 @@ fn validate_memory_manager(mm: &MemoryManagerSettings, problems: &mut Vec<Proble
                     format!("{p}.limits.{name}"),
                     format!("must not be negative, found {q}"),
                 ));
+            } else if q.is_zero() {
+                // The kubelet's validateReservedMemoryConfiguration refuses to start.
+                problems.push(Problem::new(
+                    format!("{p}.limits.{name}"),
+                    format!(
+                        "reserved memory may not be zero for NUMA node {} and resource {name:?}",
+                        entry.numa_node
+                    ),
+                ));
             }
         }
     }
@@ -321,6 +330,28 @@ mod tests {
         assert!(problems[0]
             .message
             .contains("only used by the Static policy"));
+    }
+
+    #[test]
+    fn a_zero_reservation_is_refused_as_the_kubelet_does() {
+        let settings = static_settings(
+            vec![
+                reserved(0, &[("memory", "1Gi")]),
+                reserved(1, &[("memory", "0"), ("hugepages-2Mi", "0Mi")]),
+            ],
+            None,
+        );
+        let got: Vec<String> = validate_policy_settings(&settings)
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                "spec.memoryManager.reservedMemory[1].limits.hugepages-2Mi: reserved memory may not be zero for NUMA node 1 and resource \"hugepages-2Mi\"",
+                "spec.memoryManager.reservedMemory[1].limits.memory: reserved memory may not be zero for NUMA node 1 and resource \"memory\"",
+            ]
+        );
     }
 
     #[test]

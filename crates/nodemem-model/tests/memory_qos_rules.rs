@@ -426,7 +426,7 @@ fn old_kernel_is_a_warning_not_a_failure() {
         &pods,
     );
     assert_eq!(p.warnings.len(), 1);
-    assert!(p.warnings[0].contains("older than 5.9"));
+    assert!(p.warnings[0].to_string().contains("older than 5.9"));
     assert!(get(container_values(&p, "b", "c"), MEMORY_HIGH).is_some());
 }
 
@@ -626,7 +626,8 @@ fn protection_above_allocatable_is_warned_about() {
     assert!(
         p.warnings
             .iter()
-            .any(|w| w.contains("exceeds node allocatable")),
+            .any(|w| matches!(w, nodemem_model::Warning::ProtectionExceedsAllocatable { allocatable, .. } if *allocatable == 8 * GI)
+                && w.to_string().contains("exceeds node allocatable")),
         "{:?}",
         p.warnings
     );

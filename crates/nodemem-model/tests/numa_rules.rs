@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use nodemem_model::numa::{
-    cpuset_mems, MachineState, MemoryManager, MemoryManagerState, NumaTopology, Pinning, Scope,
+    cpuset_mems, MachineState, MemoryManager, MemoryManagerState, NumaTopology, Pinning,
+    RejectionReason, Scope,
 };
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
 use nodemem_model::policy::ReservedMemory;
@@ -143,8 +144,22 @@ fn multi_numa_request_forms_a_group_and_reject_pod2() {
         )],
     ));
     match pinned(&out, "c") {
-        Pinning::Rejected(reason) => {
-            assert!(reason.contains("NUMA groups are inseparable"), "{reason}")
+        Pinning::Rejected(rejection) => {
+            assert!(
+                matches!(rejection.reason(), RejectionReason::NotPreferred { nodes, .. } if nodes == &vec![0, 1]),
+                "{rejection:?}"
+            );
+            assert_eq!(rejection.reason().code(), "NumaGroupTooWide");
+            assert!(
+                rejection.to_string().starts_with("container c: "),
+                "{rejection}"
+            );
+            assert!(
+                rejection
+                    .to_string()
+                    .contains("NUMA groups are inseparable"),
+                "{rejection}"
+            )
         }
         other => panic!("pod2 must be rejected, got {other:?}"),
     }
@@ -173,7 +188,7 @@ fn a_used_single_node_cannot_join_a_group() {
         vec![guaranteed("c", ContainerKind::App, &[("memory", 15 * GI)])],
     ));
     assert!(
-        matches!(pinned(&out, "c"), Pinning::Rejected(r) if r.contains("no NUMA node or group"))
+        matches!(pinned(&out, "c"), Pinning::Rejected(r) if matches!(r.reason(), RejectionReason::NoFit { together_enough: true, .. }) && r.to_string().contains("no NUMA node or group"))
     );
 }
 

@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use nodemem_model::cgroup_layout::{container_dir, kubepods, pod_dir, qos_dir, CgroupDriver};
+use nodemem_model::cgroup_layout::{
+    container_dir, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId, ContainerRuntime,
+};
 use nodemem_model::qos::QosClass;
 
 use crate::Error;
@@ -128,7 +130,8 @@ impl CgroupTree {
         Ok(dir)
     }
 
-    /// Creates the pod cgroup and one cgroup per container ID; returns the pod's path.
+    /// Creates the pod cgroup and one cgroup per containerd container ID; returns the
+    /// pod's path.
     pub fn add_pod(
         &self,
         qos: QosClass,
@@ -137,7 +140,11 @@ impl CgroupTree {
     ) -> Result<PathBuf, Error> {
         let pod = self.create_cgroup(&pod_dir(self.driver, qos, uid))?;
         for id in container_ids {
-            self.create_cgroup(&container_dir(self.driver, qos, uid, id))?;
+            let id = ContainerId {
+                runtime: ContainerRuntime::Containerd,
+                id: id.clone(),
+            };
+            self.create_cgroup(&container_dir(self.driver, qos, uid, &id))?;
         }
         Ok(pod)
     }

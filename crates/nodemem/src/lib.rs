@@ -3,7 +3,6 @@
 pub mod crds_cmd;
 pub mod error;
 pub mod manifests;
-pub mod pod_adapter;
 pub mod simulate;
 
 use clap::{Parser, Subcommand};

@@ -54,7 +54,93 @@ pub enum Pinning {
     /// Pinned to these NUMA nodes.
     Pinned(Vec<NumaId>),
     /// Refused, with the reason.
-    Rejected(String),
+    Rejected(Rejection),
+}
+
+/// Why the Static policy found no NUMA nodes for a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum RejectionReason {
+    /// No node or group of nodes has the request free. `together_enough`: the nodes
+    /// summed would hold it, but they are already separate groups.
+    NoFit {
+        requests: BTreeMap<String, i64>,
+        together_enough: bool,
+    },
+    /// The best free nodes are more than the fewest that could physically hold the
+    /// request ("Reject Pod2" in KEP-1769).
+    NotPreferred {
+        requests: BTreeMap<String, i64>,
+        nodes: Vec<NumaId>,
+    },
+}
+
+impl RejectionReason {
+    /// A stable CamelCase name, for condition reasons and metrics labels.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RejectionReason::NoFit { .. } => "NoNumaNodeFits",
+            RejectionReason::NotPreferred { .. } => "NumaGroupTooWide",
+        }
+    }
+}
+
+impl std::fmt::Display for RejectionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RejectionReason::NoFit {
+                requests,
+                together_enough,
+            } => {
+                write!(
+                    f,
+                    "no NUMA node or group of NUMA nodes has enough free memory for {}",
+                    describe(requests)
+                )?;
+                if *together_enough {
+                    f.write_str("; the NUMA nodes together have enough, but they are already used as separate groups and groups never overlap")?;
+                }
+                Ok(())
+            }
+            RejectionReason::NotPreferred { requests, nodes } => write!(
+                f,
+                "{} fits on fewer NUMA nodes than are free for it (only NUMA nodes {} could hold it, and NUMA groups are inseparable)",
+                describe(requests),
+                cpuset_mems(nodes)
+            ),
+        }
+    }
+}
+
+/// A refused pod: the kubelet refuses the whole pod, for its pod-scope request or for
+/// one of its containers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "scope")]
+pub enum Rejection {
+    Pod {
+        reason: RejectionReason,
+    },
+    Container {
+        name: String,
+        reason: RejectionReason,
+    },
+}
+
+impl Rejection {
+    pub fn reason(&self) -> &RejectionReason {
+        match self {
+            Rejection::Pod { reason } | Rejection::Container { reason, .. } => reason,
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::Pod { reason } => write!(f, "pod rejected: {reason}"),
+            Rejection::Container { name, reason } => write!(f, "container {name}: {reason}"),
+        }
+    }
 }
 
 /// `cpuset.mems` text for a node set: `0`, `0-1`, `0,2-3`.
@@ -205,14 +291,10 @@ impl MemoryManager {
         &self,
         requests: &Requests,
         reusable: &BTreeMap<(Vec<NumaId>, String), i64>,
-    ) -> Result<Vec<NumaId>, String> {
+    ) -> Result<Vec<NumaId>, RejectionReason> {
         let hints = self.hints(requests, reusable);
         match hints.first() {
             None => {
-                let mut reason = format!(
-                    "no NUMA node or group of NUMA nodes has enough free memory for {}",
-                    describe(requests)
-                );
                 let free_everywhere = |kind: &str| -> i64 {
                     self.machine
                         .nodes
@@ -221,18 +303,15 @@ impl MemoryManager {
                         .map(|t| t.free)
                         .sum()
                 };
-                if requests.iter().all(|(k, size)| free_everywhere(k) >= *size) {
-                    reason.push_str(
-                        "; the NUMA nodes together have enough, but they are already used as separate groups and groups never overlap",
-                    );
-                }
-                Err(reason)
+                Err(RejectionReason::NoFit {
+                    requests: requests.clone(),
+                    together_enough: requests.iter().all(|(k, size)| free_everywhere(k) >= *size),
+                })
             }
-            Some(h) if !h.preferred => Err(format!(
-                "{} fits on fewer NUMA nodes than are free for it (only NUMA nodes {} could hold it, and NUMA groups are inseparable)",
-                describe(requests),
-                cpuset_mems(&h.nodes)
-            )),
+            Some(h) if !h.preferred => Err(RejectionReason::NotPreferred {
+                requests: requests.clone(),
+                nodes: h.nodes.clone(),
+            }),
             Some(h) => Ok(h.nodes.clone()),
         }
     }
@@ -363,10 +442,10 @@ impl MemoryManager {
                     Ok(mask) => Some(mask),
                     Err(reason) => {
                         self.pinning_errors += 1;
-                        let reason = format!("pod rejected: {reason}");
+                        let rejection = Rejection::Pod { reason };
                         return ordered
                             .iter()
-                            .map(|c| (c.name.clone(), Pinning::Rejected(reason.clone())))
+                            .map(|c| (c.name.clone(), Pinning::Rejected(rejection.clone())))
                             .collect();
                     }
                 }
@@ -398,7 +477,10 @@ impl MemoryManager {
                     for blocks in pod_blocks.values() {
                         self.release_blocks(blocks, true);
                     }
-                    let rejected = format!("container {}: {reason}", c.name);
+                    let rejected = Rejection::Container {
+                        name: c.name.clone(),
+                        reason,
+                    };
                     return ordered
                         .iter()
                         .map(|c| (c.name.clone(), Pinning::Rejected(rejected.clone())))

@@ -7,5 +7,5 @@ pub mod state;
 pub mod sysfs;
 
 pub use machine::{MachineState, MemoryTable, NumaId, NumaTopology};
-pub use manager::{cpuset_mems, MemoryManager, Pinning, Scope};
+pub use manager::{cpuset_mems, MemoryManager, Pinning, Rejection, RejectionReason, Scope};
 pub use state::MemoryManagerState;

@@ -6,8 +6,42 @@
 
 use std::collections::BTreeMap;
 
+/// What is wrong with a sysfs file; `Display` gives the message, [`SysfsError::code`] a
+/// stable name for condition reasons.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SysfsError {
+    #[error("meminfo: no \"Node N MemTotal:\" line")]
+    NoMemTotal,
+    #[error("meminfo: MemTotal value {0:?} is not a number")]
+    MemTotalNotANumber(String),
+    #[error("meminfo: MemTotal unit {0:?}, expected kB")]
+    MemTotalUnit(Option<String>),
+    #[error("meminfo: MemTotal overflows")]
+    MemTotalOverflow,
+    #[error("{0:?} is not a hugepages-<size>kB directory")]
+    NotAHugepagesDir(String),
+    #[error("{dir}/nr_hugepages: {value:?} is not a number")]
+    HugepageCountNotANumber { dir: String, value: String },
+    #[error("{0}: hugepage pool overflows")]
+    HugepagePoolOverflow(String),
+}
+
+impl SysfsError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            SysfsError::NoMemTotal
+            | SysfsError::MemTotalNotANumber(_)
+            | SysfsError::MemTotalUnit(_)
+            | SysfsError::MemTotalOverflow => "MalformedMeminfo",
+            SysfsError::NotAHugepagesDir(_)
+            | SysfsError::HugepageCountNotANumber { .. }
+            | SysfsError::HugepagePoolOverflow(_) => "MalformedHugepages",
+        }
+    }
+}
+
 /// `MemTotal` of a node's meminfo, in bytes.
-pub fn parse_meminfo_total(text: &str) -> Result<i64, String> {
+pub fn parse_meminfo_total(text: &str) -> Result<i64, SysfsError> {
     for line in text.lines() {
         let mut words = line.split_whitespace();
         // "Node", "<id>", "MemTotal:", "<n>", "kB"
@@ -22,25 +56,23 @@ pub fn parse_meminfo_total(text: &str) -> Result<i64, String> {
         };
         let kb: i64 = n
             .parse()
-            .map_err(|_| format!("meminfo: MemTotal value {n:?} is not a number"))?;
+            .map_err(|_| SysfsError::MemTotalNotANumber(n.to_string()))?;
         return match unit {
-            Some("kB") => kb
-                .checked_mul(1024)
-                .ok_or_else(|| "meminfo: MemTotal overflows".to_string()),
-            other => Err(format!("meminfo: MemTotal unit {other:?}, expected kB")),
+            Some("kB") => kb.checked_mul(1024).ok_or(SysfsError::MemTotalOverflow),
+            other => Err(SysfsError::MemTotalUnit(other.map(str::to_string))),
         };
     }
-    Err("meminfo: no \"Node N MemTotal:\" line".to_string())
+    Err(SysfsError::NoMemTotal)
 }
 
 /// `hugepages-2048kB` -> (`hugepages-2Mi`, 2097152).
-pub fn hugepage_resource(dir_name: &str) -> Result<(String, i64), String> {
+pub fn hugepage_resource(dir_name: &str) -> Result<(String, i64), SysfsError> {
     let kb: i64 = dir_name
         .strip_prefix("hugepages-")
         .and_then(|s| s.strip_suffix("kB"))
         .and_then(|s| s.parse().ok())
-        .filter(|kb| *kb > 0)
-        .ok_or_else(|| format!("{dir_name:?} is not a hugepages-<size>kB directory"))?;
+        .filter(|kb| *kb > 0 && *kb < i64::MAX / 1024)
+        .ok_or_else(|| SysfsError::NotAHugepagesDir(dir_name.to_string()))?;
     let bytes = kb * 1024;
     let name = if bytes % (1 << 30) == 0 {
         format!("hugepages-{}Gi", bytes >> 30)
@@ -59,7 +91,7 @@ pub fn hugepage_resource(dir_name: &str) -> Result<(String, i64), String> {
 pub fn node_capacity(
     meminfo: &str,
     hugepages: &[(&str, &str)],
-) -> Result<BTreeMap<String, i64>, String> {
+) -> Result<BTreeMap<String, i64>, SysfsError> {
     let total = parse_meminfo_total(meminfo)?;
     let mut capacity = BTreeMap::new();
     let mut huge_total = 0i64;
@@ -68,11 +100,15 @@ pub fn node_capacity(
         let count: i64 = nr
             .trim()
             .parse()
-            .map_err(|_| format!("{dir}/nr_hugepages: {:?} is not a number", nr.trim()))?;
+            .map_err(|_| SysfsError::HugepageCountNotANumber {
+                dir: dir.to_string(),
+                value: nr.trim().to_string(),
+            })?;
         let bytes = size
             .checked_mul(count)
-            .ok_or_else(|| format!("{dir}: hugepage pool overflows"))?;
-        huge_total += bytes;
+            .filter(|b| *b >= 0)
+            .ok_or_else(|| SysfsError::HugepagePoolOverflow(dir.to_string()))?;
+        huge_total = huge_total.saturating_add(bytes);
         capacity.insert(name, bytes);
     }
     capacity.insert("memory".to_string(), (total - huge_total).max(0));
@@ -106,19 +142,37 @@ mod tests {
 
     #[test]
     fn malformed_files_are_reported() {
-        assert!(parse_meminfo_total("")
-            .unwrap_err()
-            .contains("no \"Node N MemTotal:\""));
-        assert!(parse_meminfo_total("Node 0 MemTotal: x kB")
-            .unwrap_err()
-            .contains("not a number"));
-        assert!(parse_meminfo_total("Node 0 MemTotal: 12 MB")
-            .unwrap_err()
-            .contains("expected kB"));
-        assert!(hugepage_resource("hugepages-abc").is_err());
-        assert!(node_capacity(NODE1, &[("hugepages-2048kB", "many")])
-            .unwrap_err()
-            .contains("nr_hugepages"));
+        assert_eq!(parse_meminfo_total(""), Err(SysfsError::NoMemTotal));
+        assert_eq!(
+            parse_meminfo_total("").unwrap_err().to_string(),
+            "meminfo: no \"Node N MemTotal:\" line"
+        );
+        assert_eq!(
+            parse_meminfo_total("Node 0 MemTotal: x kB")
+                .unwrap_err()
+                .to_string(),
+            "meminfo: MemTotal value \"x\" is not a number"
+        );
+        let unit = parse_meminfo_total("Node 0 MemTotal: 12 MB").unwrap_err();
+        assert_eq!(
+            unit.to_string(),
+            "meminfo: MemTotal unit Some(\"MB\"), expected kB"
+        );
+        assert_eq!(unit.code(), "MalformedMeminfo");
+        assert_eq!(
+            parse_meminfo_total("Node 0 MemTotal: 9223372036854775807 kB"),
+            Err(SysfsError::MemTotalOverflow)
+        );
+        assert_eq!(
+            hugepage_resource("hugepages-abc").unwrap_err().to_string(),
+            "\"hugepages-abc\" is not a hugepages-<size>kB directory"
+        );
+        let count = node_capacity(NODE1, &[("hugepages-2048kB", "many")]).unwrap_err();
+        assert_eq!(
+            count.to_string(),
+            "hugepages-2048kB/nr_hugepages: \"many\" is not a number"
+        );
+        assert_eq!(count.code(), "MalformedHugepages");
         assert_eq!(
             hugepage_resource("hugepages-64kB").unwrap().0,
             "hugepages-64Ki"

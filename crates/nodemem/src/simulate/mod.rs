@@ -8,18 +8,19 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::{policy_settings, to_selector};
-use nodemem_api::NodeMemoryPolicy;
-use nodemem_model::defaulting::apply_defaults;
-use nodemem_model::memory_qos::{plan_node, NodeMemoryFacts, NodePlan};
+use nodemem_api::k8s::{
+    node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
+};
+use nodemem_api::{NodeMemoryPolicy, NodeSettings};
+use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
 use nodemem_model::pod::Pod;
-use nodemem_model::pod_validation::validate_pod_resources;
-use nodemem_model::policy::MemoryManagerPolicy;
 use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
+use nodemem_model::Warning;
 
 use crate::error::CliError;
-use crate::manifests::{read_documents, typed, Document};
-use crate::pod_adapter::{node_allocatable_memory, node_kernel_version, node_labels, pod_from_k8s};
+use crate::manifests::{deserialize_with_path, read_documents, typed, Document};
 
 pub use numa::{parse_topology, read_topology, ScopeArg};
 pub use output::{render_json, render_table, SimulateOutput};
@@ -124,19 +125,41 @@ pub fn simulate(
         })
         .collect();
     let resolution = resolve_policy(&candidates, &node_labels(&node));
+    let model_pods: Vec<Pod> = pods.iter().map(|p| p.pod.clone()).collect();
     let Some(winner) = resolution.winner.clone() else {
-        return Ok(SimulateOutput::unmanaged(&node_name, &pods));
+        return Ok(SimulateOutput::unmanaged(&node_name, &model_pods));
     };
     let (_, settings) = policies
         .iter()
         .find(|(p, _)| p.metadata.name.as_deref() == Some(winner.as_str()))
         .expect("the winner is one of the candidates");
 
-    let facts = NodeMemoryFacts {
-        allocatable_memory,
-        page_size,
-        kernel_version: node_kernel_version(&node),
+    let facts = NodeFacts {
+        memory: NodeMemoryFacts {
+            allocatable_memory,
+            page_size,
+            kernel_version: node_kernel_version(&node),
+        },
+        topology: numa.as_ref().map(|n| n.topology.clone()),
+        topology_scope: numa.as_ref().map(|n| n.scope).unwrap_or_default(),
+        ..NodeFacts::default()
     };
+    let desired = desired_node(NodeInput {
+        settings,
+        facts: &facts,
+        pods: &pods,
+        memory_manager: None,
+    })
+    .map_err(|NodeError::ReservedMemory(problems)| {
+        let origin = numa.as_ref().map(|n| n.origin.as_str()).unwrap_or("");
+        CliError::many(
+            problems
+                .iter()
+                .map(|p| format!("{origin} with policy {winner}: {p}"))
+                .collect(),
+        )
+    })?;
+
     let mut warnings = Vec::new();
     if !resolution.conflicting.is_empty() {
         warnings.push(format!(
@@ -144,52 +167,26 @@ pub fn simulate(
             resolution.conflicting.join(", ")
         ));
     }
+    // Two warnings are worded for the command line: they name the file and the flag.
+    warnings.extend(desired.warnings.iter().map(|w| match w {
+        Warning::TopologyWithoutStaticPolicy => format!(
+            "{}: policy {winner} has memoryManager policy None; no pod is pinned to NUMA nodes",
+            numa.as_ref().map(|n| n.origin.as_str()).unwrap_or("--numa")
+        ),
+        Warning::StaticPolicyWithoutTopology => format!(
+            "policy {winner} uses the Static memoryManager policy; pass --numa TOPOLOGY to see NUMA pinning"
+        ),
+        other => other.to_string(),
+    }));
+    Ok(SimulateOutput::from_desired(
+        &node_name, &winner, &desired, warnings,
+    ))
+}
 
-    // The Memory Manager admits pods before they run: a rejected pod never gets
-    // cgroups, so it is left out of the QoS sums, as in the kubelet.
-    let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
-    let numa_run = match (&numa, static_policy) {
-        (Some(input), true) => {
-            let origin = format!("{} with policy {winner}", input.origin);
-            Some(numa::run_static_policy(
-                &origin,
-                input.topology,
-                &settings.memory_manager,
-                input.scope,
-                &pods,
-            )?)
-        }
-        (Some(input), false) => {
-            warnings.push(format!(
-                "{}: policy {winner} has memoryManager policy None; no pod is pinned to NUMA nodes",
-                input.origin
-            ));
-            None
-        }
-        (None, true) => {
-            warnings.push(format!(
-                "policy {winner} uses the Static memoryManager policy; pass --numa TOPOLOGY to see NUMA pinning"
-            ));
-            None
-        }
-        (None, false) => None,
-    };
-    let admitted: Vec<Pod> = match &numa_run {
-        Some(run) => pods
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| run.rejection(*i).is_none())
-            .map(|(_, p)| p.clone())
-            .collect(),
-        None => pods.clone(),
-    };
-    let mut plan: NodePlan = plan_node(&settings.memory_qos, &facts, &admitted);
-    plan.warnings.splice(0..0, warnings);
-    let output = SimulateOutput::from_plan(&node_name, &winner, &plan);
-    Ok(match numa_run {
-        Some(run) => output.with_numa(&pods, &run),
-        None => output,
-    })
+#[derive(serde::Deserialize)]
+struct SettingsOnly {
+    #[serde(rename = "spec")]
+    _spec: Option<NodeSettings>,
 }
 
 fn read_policies(
@@ -209,6 +206,15 @@ fn read_policies(
                 doc.origin,
                 doc.describe()
             ));
+            continue;
+        }
+        // serde's flatten hides where in the shared settings a value is wrong; checking
+        // them on their own first keeps the field path in the message.
+        if let Err(e) = deserialize_with_path::<SettingsOnly>(
+            &format!("{}: {}", doc.origin, doc.describe()),
+            doc.value.clone(),
+        ) {
+            problems.extend(e.problems);
             continue;
         }
         let policy: NodeMemoryPolicy = match typed(doc) {
@@ -270,7 +276,7 @@ fn read_node(
     }
 }
 
-fn read_pods(docs: &[Document], problems: &mut Vec<String>) -> Vec<Pod> {
+fn read_pods(docs: &[Document], problems: &mut Vec<String>) -> Vec<NodePod> {
     let mut pods = Vec::new();
     for doc in docs {
         if doc.kind() != Some("Pod") {
@@ -288,20 +294,8 @@ fn read_pods(docs: &[Document], problems: &mut Vec<String>) -> Vec<Pod> {
                 continue;
             }
         };
-        match pod_from_k8s(&k8s_pod) {
-            Ok(mut pod) => {
-                apply_defaults(&mut pod.spec);
-                let invalid = validate_pod_resources(&pod.spec);
-                if invalid.is_empty() {
-                    pods.push(pod);
-                } else {
-                    problems.extend(
-                        invalid
-                            .into_iter()
-                            .map(|p| format!("{}: {}: {p}", doc.origin, doc.describe())),
-                    );
-                }
-            }
+        match node_pod_from_k8s(&k8s_pod, false) {
+            Ok(pod) => pods.push(pod),
             Err(ps) => problems.extend(
                 ps.into_iter()
                     .map(|p| format!("{}: {}: {p}", doc.origin, doc.describe())),

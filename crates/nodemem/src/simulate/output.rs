@@ -3,7 +3,8 @@
 //! JSON: `{"node", "policy", "warnings", "kubepods", "qos": {"burstable", "besteffort"},
 //! "pods": [{"namespace", "name", "uid", "qosClass", "cgroup", "containers": [{"name",
 //! "cgroup"}]}]}`, where every cgroup object maps file names to bytes or `"max"`, and a
-//! file nodemem does not set is absent.
+//! file nodemem does not set is absent. A pod annotated `nodemem.io/memory-qos:
+//! disabled` also has `"optedOut": true` (and no memory.min/low/high).
 //!
 //! With `--numa` and a Static memoryManager policy, a pinned container's cgroup also
 //! holds `cpuset.mems`, a refused one has `"numa": {"rejected": reason}`, and the
@@ -16,14 +17,12 @@ use std::collections::BTreeMap;
 use nodemem_model::cgroup::{
     CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
-use nodemem_model::memory_qos::NodePlan;
-use nodemem_model::numa::{cpuset_mems, MemoryTable, NumaId, Pinning};
+use nodemem_model::node::{Admission, DesiredNode, PodOutcome};
+use nodemem_model::numa::{MemoryTable, NumaId, Pinning};
 use nodemem_model::pod::Pod;
 use nodemem_model::qos::qos_class;
 use nodemem_model::quantity::format_bytes;
 use serde::Serialize;
-
-use super::numa::NumaRun;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimulateOutput {
@@ -70,6 +69,9 @@ pub struct PodOutput {
     pub name: String,
     pub uid: String,
     pub qos_class: String,
+    /// Annotated `nodemem.io/memory-qos: disabled`: nodemem protects nothing of it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opted_out: bool,
     pub cgroup: CgroupValues,
     pub containers: Vec<ContainerOutput>,
 }
@@ -82,6 +84,7 @@ impl PodOutput {
             name: p.name.clone(),
             uid: p.uid.clone(),
             qos_class: qos_class(&p.spec).as_str().to_string(),
+            opted_out: false,
             cgroup: CgroupValues::new(),
             containers: p
                 .spec
@@ -120,99 +123,65 @@ impl SimulateOutput {
         }
     }
 
-    pub fn from_plan(node: &str, policy: &str, plan: &NodePlan) -> Self {
+    /// Renders the node computation; `warnings` are the texts of its warnings (the
+    /// caller words some of them for the command line).
+    pub fn from_desired(
+        node: &str,
+        policy: &str,
+        desired: &DesiredNode,
+        warnings: Vec<String>,
+    ) -> Self {
         SimulateOutput {
             node: node.to_string(),
             policy: Some(policy.to_string()),
-            warnings: plan.warnings.clone(),
-            kubepods: plan.kubepods.clone(),
+            warnings,
+            kubepods: desired.kubepods.clone(),
             qos: QosCgroups {
-                burstable: plan.burstable.clone(),
-                besteffort: plan.besteffort.clone(),
+                burstable: desired.burstable.clone(),
+                besteffort: desired.besteffort.clone(),
             },
-            pods: plan
-                .pods
-                .iter()
-                .map(|p| PodOutput {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                    qos_class: p.qos.as_str().to_string(),
-                    cgroup: p.cgroup.clone(),
-                    containers: p
-                        .containers
-                        .iter()
-                        .map(|c| ContainerOutput {
-                            name: c.name.clone(),
-                            cgroup: c.cgroup.clone(),
-                            numa: None,
-                        })
-                        .collect(),
-                })
-                .collect(),
-            numa: None,
+            pods: desired.pods.iter().map(PodOutput::from_outcome).collect(),
+            numa: desired.memory_manager.as_ref().map(|m| NumaOutput {
+                nodes: m
+                    .machine
+                    .nodes
+                    .iter()
+                    .map(|(id, n)| NumaNodeOutput {
+                        id: *id,
+                        memory_map: n.memory_map.clone(),
+                    })
+                    .collect(),
+                pinning_requests: m.pinning_requests,
+                pinning_errors: m.pinning_errors,
+            }),
         }
     }
+}
 
-    /// Adds the Memory Manager's outcome. `pods` are all input pods in file order; the
-    /// plan covered only the admitted ones, so refused pods are put back in their
-    /// place with no cgroup values (they never run).
-    pub fn with_numa(mut self, pods: &[Pod], run: &NumaRun) -> Self {
-        let mut planned: Vec<Option<PodOutput>> = std::mem::take(&mut self.pods)
-            .into_iter()
-            .map(Some)
-            .collect();
-        let mut next_planned = 0;
-        for (i, pod) in pods.iter().enumerate() {
-            let pinning = &run.pinning[i];
-            let mut out = if run.rejection(i).is_some() {
-                PodOutput::unmanaged(pod)
-            } else {
-                let out = planned[next_planned]
-                    .take()
-                    .expect("the plan has one entry per admitted pod, in order");
-                next_planned += 1;
-                out
-            };
-            for c in &mut out.containers {
-                match pinning.get(&c.name) {
-                    Some(Pinning::Pinned(nodes)) => {
-                        c.cgroup.insert(
-                            CPUSET_MEMS.to_string(),
-                            CgroupValue::Text(cpuset_mems(nodes)),
-                        );
-                    }
-                    Some(Pinning::Rejected(reason)) => {
-                        c.numa = Some(ContainerNuma {
-                            rejected: reason.clone(),
-                        });
-                    }
-                    Some(Pinning::Unpinned) | None => {}
-                }
-            }
-            if let Some(reason) = run.rejection(i) {
-                self.warnings.push(format!(
-                    "pod {}/{} is rejected by the Memory Manager ({reason}); it does not run and is left out of the QoS sums",
-                    pod.namespace, pod.name
-                ));
-            }
-            self.pods.push(out);
-        }
-        self.numa = Some(NumaOutput {
-            nodes: run
-                .manager
-                .machine
-                .nodes
+impl PodOutput {
+    fn from_outcome(p: &PodOutcome) -> Self {
+        PodOutput {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            qos_class: p.qos.as_str().to_string(),
+            opted_out: p.admission == Admission::OptedOut,
+            cgroup: p.values.clone(),
+            containers: p
+                .containers
                 .iter()
-                .map(|(id, n)| NumaNodeOutput {
-                    id: *id,
-                    memory_map: n.memory_map.clone(),
+                .map(|c| ContainerOutput {
+                    name: c.name.clone(),
+                    cgroup: c.values.clone(),
+                    numa: match &c.pinning {
+                        Pinning::Rejected(r) => Some(ContainerNuma {
+                            rejected: r.to_string(),
+                        }),
+                        _ => None,
+                    },
                 })
                 .collect(),
-            pinning_requests: run.manager.pinning_requests,
-            pinning_errors: run.manager.pinning_errors,
-        });
-        self
+        }
     }
 }
 
@@ -275,7 +244,12 @@ pub fn render_table(output: &SimulateOutput) -> String {
     row("kubepods/besteffort", None, "", &output.qos.besteffort);
     for pod in &output.pods {
         let name = format!("{}/{}", pod.namespace, pod.name);
-        row(&name, None, &pod.qos_class, &pod.cgroup);
+        let qos = if pod.opted_out {
+            format!("{} (opted out)", pod.qos_class)
+        } else {
+            pod.qos_class.clone()
+        };
+        row(&name, None, &qos, &pod.cgroup);
         for c in &pod.containers {
             row(&name, Some(c), "", &c.cgroup);
         }

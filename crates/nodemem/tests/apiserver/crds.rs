@@ -193,6 +193,21 @@ async fn invalid_policies_are_rejected_at_admission() {
             "must not be negative",
         ),
         (
+            "zero-reservation",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gi"}}, {"numaNode": 1, "limits": {"memory": "0"}}])),
+            "spec.memoryManager.reservedMemory[1]: Invalid value: \"object\": reserved memory may not be zero for NUMA node 1 and resource \"memory\"",
+        ),
+        (
+            "zero-reservation-int",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gi", "hugepages-2Mi": 0}}])),
+            "reserved memory may not be zero for NUMA node 0 and resource \"hugepages-2Mi\"",
+        ),
+        (
+            "zero-reservation-suffix",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "0Gi"}}])),
+            "reserved memory may not be zero for NUMA node 0 and resource \"memory\"",
+        ),
+        (
             "duplicate-numa-node",
             reserved(
                 json!([{"numaNode": 0, "limits": {"memory": "1Gi"}}, {"numaNode": 0, "limits": {"memory": "1Gi"}}]),

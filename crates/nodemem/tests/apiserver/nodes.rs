@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
-use nodemem_model::cgroup_layout::{container_dir, pod_dir, CgroupDriver};
+use nodemem_model::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
 use nodemem_model::qos::QosClass;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::{container_id, FakeKubelet};
@@ -115,7 +115,12 @@ async fn fake_kubelet_runs_pods_and_daemonsets_on_simulated_nodes() {
         statuses[0].container_id.as_deref(),
         Some(format!("containerd://{app_id}").as_str())
     );
-    let app_dir = container_dir(CgroupDriver::Systemd, QosClass::Burstable, &uid, &app_id);
+    let app_dir = container_dir(
+        CgroupDriver::Systemd,
+        QosClass::Burstable,
+        &uid,
+        &containerd(&app_id),
+    );
     assert!(app_dir.ends_with(&format!("cri-containerd-{app_id}.scope")));
     assert_eq!(systemd.read(&app_dir, "memory.high").unwrap(), "max");
     assert_eq!(systemd.read(&app_dir, "memory.min").unwrap(), "0");
@@ -123,7 +128,7 @@ async fn fake_kubelet_runs_pods_and_daemonsets_on_simulated_nodes() {
         CgroupDriver::Systemd,
         QosClass::Burstable,
         &uid,
-        &container_id(&uid, "init"),
+        &containerd(&container_id(&uid, "init")),
     );
     assert!(systemd.root().join(&init_dir).is_dir());
 
@@ -202,7 +207,7 @@ async fn fake_kubelet_runs_pods_and_daemonsets_on_simulated_nodes() {
         CgroupDriver::Systemd,
         QosClass::BestEffort,
         &ds_uid,
-        &container_id(&ds_uid, "agent"),
+        &containerd(&container_id(&ds_uid, "agent")),
     );
     assert!(systemd.root().join(ds_dir).is_dir());
     let all = pods
@@ -220,4 +225,8 @@ async fn fake_kubelet_runs_pods_and_daemonsets_on_simulated_nodes() {
         (st.desired_number_scheduled == 1 && st.current_number_scheduled == 1).then_some(())
     })
     .await;
+}
+
+fn containerd(id: &str) -> ContainerId {
+    ContainerId::parse(&format!("containerd://{id}")).expect("a containerd ID")
 }

@@ -1,11 +1,15 @@
 //! core/v1 Pods and Nodes into the model's types, with every bad quantity reported by
-//! its field path.
+//! its field path. Shared by `nodemem simulate`, the agent and the test harness.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use nodemem_model::cgroup_layout::ContainerId;
+use nodemem_model::defaulting::apply_defaults;
+use nodemem_model::node::{NodePod, MEMORY_QOS_OPT_OUT_KEY, MEMORY_QOS_OPT_OUT_VALUE};
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
+use nodemem_model::pod_validation::validate_pod_resources;
 use nodemem_model::{Problem, Quantity};
 
 fn resource_list(
@@ -115,6 +119,52 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, Vec<Problem>> {
             resources: pod_resources,
             overhead,
         },
+    })
+}
+
+/// True when `labels_or_annotations` carries `nodemem.io/memory-qos: disabled`.
+pub fn opts_out(labels_or_annotations: Option<&BTreeMap<String, String>>) -> bool {
+    labels_or_annotations
+        .and_then(|m| m.get(MEMORY_QOS_OPT_OUT_KEY))
+        .is_some_and(|v| v == MEMORY_QOS_OPT_OUT_VALUE)
+}
+
+/// Container name -> runtime ID from `status.initContainerStatuses` and
+/// `status.containerStatuses`; containers without an ID (not started) or with an
+/// unknown runtime are left out.
+pub fn container_ids(pod: &core::Pod) -> BTreeMap<String, ContainerId> {
+    let Some(status) = pod.status.as_ref() else {
+        return BTreeMap::new();
+    };
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .filter_map(|s| {
+            let id = ContainerId::parse(s.container_id.as_deref()?)?;
+            Some((s.name.clone(), id))
+        })
+        .collect()
+}
+
+/// A pod as the node computation takes it: converted, defaulted as the apiserver does,
+/// validated, with its container IDs and opt-out (`namespace_opts_out`: the pod's
+/// namespace carries the opt-out label).
+pub fn node_pod_from_k8s(
+    pod: &core::Pod,
+    namespace_opts_out: bool,
+) -> Result<NodePod, Vec<Problem>> {
+    let mut model = pod_from_k8s(pod)?;
+    apply_defaults(&mut model.spec);
+    let invalid = validate_pod_resources(&model.spec);
+    if !invalid.is_empty() {
+        return Err(invalid);
+    }
+    Ok(NodePod {
+        pod: model,
+        container_ids: container_ids(pod),
+        memory_qos_opt_out: namespace_opts_out || opts_out(pod.metadata.annotations.as_ref()),
     })
 }
 

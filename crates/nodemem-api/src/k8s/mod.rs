@@ -1,0 +1,11 @@
+//! From core/v1 objects (and the topology document) to the model's types: one place
+//! the CLI, the agent and the test harness share.
+
+pub mod pod;
+pub mod topology;
+
+pub use pod::{
+    container_ids, node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
+    opts_out, pod_from_k8s,
+};
+pub use topology::{parse_topology, TopologyDocument, NUMA_TOPOLOGY_ANNOTATION};
