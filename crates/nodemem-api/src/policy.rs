@@ -221,8 +221,8 @@ pub enum MemoryManagerPolicy {
 // are left to the quantity pattern's own message.
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "self.limits.all(k, type(self.limits[k]) == int ? self.limits[k] != 0 : (!isQuantity(string(self.limits[k])) || quantity(string(self.limits[k])).sign() != 0))",
-        "messageExpression": "'reserved memory may not be zero for NUMA node ' + string(self.numaNode) + ' and resource \"' + self.limits.filter(k, type(self.limits[k]) == int ? self.limits[k] == 0 : (isQuantity(string(self.limits[k])) && quantity(string(self.limits[k])).sign() == 0))[0] + '\"'"
+        "rule": "self.limits.all(k, type(self.limits[k]) == int ? self.limits[k] != 0 : (!isQuantity(string(self.limits[k])) || quantity(string(self.limits[k])).isGreaterThan(quantity('0'))))",
+        "message": "reserved memory may not be zero (the kubelet refuses to start with a zero reservation)"
     }
 ]))]
 pub struct ReservedMemory {

@@ -195,17 +195,17 @@ async fn invalid_policies_are_rejected_at_admission() {
         (
             "zero-reservation",
             reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gi"}}, {"numaNode": 1, "limits": {"memory": "0"}}])),
-            "spec.memoryManager.reservedMemory[1]: Invalid value: \"object\": reserved memory may not be zero for NUMA node 1 and resource \"memory\"",
+            "spec.memoryManager.reservedMemory[1]: Invalid value: reserved memory may not be zero (the kubelet refuses to start with a zero reservation)",
         ),
         (
             "zero-reservation-int",
             reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gi", "hugepages-2Mi": 0}}])),
-            "reserved memory may not be zero for NUMA node 0 and resource \"hugepages-2Mi\"",
+            "spec.memoryManager.reservedMemory[0]: Invalid value: reserved memory may not be zero",
         ),
         (
             "zero-reservation-suffix",
             reserved(json!([{"numaNode": 0, "limits": {"memory": "0Gi"}}])),
-            "reserved memory may not be zero for NUMA node 0 and resource \"memory\"",
+            "spec.memoryManager.reservedMemory[0]: Invalid value: reserved memory may not be zero",
         ),
         (
             "duplicate-numa-node",
