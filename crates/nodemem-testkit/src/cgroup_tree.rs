@@ -138,13 +138,26 @@ impl CgroupTree {
         uid: &str,
         container_ids: &[String],
     ) -> Result<PathBuf, Error> {
-        let pod = self.create_cgroup(&pod_dir(self.driver, qos, uid))?;
-        for id in container_ids {
-            let id = ContainerId {
+        let ids: Vec<ContainerId> = container_ids
+            .iter()
+            .map(|id| ContainerId {
                 runtime: ContainerRuntime::Containerd,
                 id: id.clone(),
-            };
-            self.create_cgroup(&container_dir(self.driver, qos, uid, &id))?;
+            })
+            .collect();
+        self.add_pod_with_ids(qos, uid, &ids)
+    }
+
+    /// Creates the pod cgroup and one cgroup per container of any runtime.
+    pub fn add_pod_with_ids(
+        &self,
+        qos: QosClass,
+        uid: &str,
+        container_ids: &[ContainerId],
+    ) -> Result<PathBuf, Error> {
+        let pod = self.create_cgroup(&pod_dir(self.driver, qos, uid))?;
+        for id in container_ids {
+            self.create_cgroup(&container_dir(self.driver, qos, uid, id))?;
         }
         Ok(pod)
     }

@@ -1,0 +1,383 @@
+//! Pure write planning: `plan(desired, observed, owned)` -> the writes, in the order
+//! the kernel needs them. No I/O; the executor ([`crate::execute`]) is a thin loop.
+//!
+//! * Only values that differ are written. memory.* values compare after rounding down
+//!   to the page size (the kernel stores pages: `100000000` reads back as `99999744`),
+//!   `cpuset.mems` compares as a set (`0,1` is `0-1`).
+//! * Order: `cpuset.mems` widened parents first; protection (`memory.min`,
+//!   `memory.low`) lowered children first, then raised parents first; `memory.high`;
+//!   `cpuset.mems` narrowed children first. A parent's `cpuset.mems` that changes to a
+//!   set that is neither wider nor narrower while a descendant's also changes is first
+//!   widened to the union, then narrowed, so no child ever asks for a node its parent
+//!   lacks.
+//! * Files nodemem set before ([`Ownership`]) but no longer wants are restored:
+//!   memory.min and memory.low to 0, memory.high to max, cpuset.mems to the value it had
+//!   before nodemem (empty: the parent's set). Files it never set are never touched.
+//! * A desired cgroup that does not exist yet (the container has not started) is
+//!   counted as missing and written once it appears.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nodemem_cgroup::parse::{memory_value, range_list, MemoryValue};
+use nodemem_model::cgroup::{CgroupValue, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
+use nodemem_model::node::DesiredCgroup;
+use serde::{Deserialize, Serialize};
+
+/// What nodemem set and what each file held before it did: cgroup path -> file -> the
+/// value before nodemem's first write.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ownership {
+    pub files: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Ownership {
+    pub fn owns(&self, path: &str, file: &str) -> bool {
+        self.files.get(path).is_some_and(|f| f.contains_key(file))
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.values().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    fn record(&mut self, path: &str, file: &str, before: &str) {
+        self.files
+            .entry(path.to_string())
+            .or_default()
+            .entry(file.to_string())
+            .or_insert_with(|| before.to_string());
+    }
+
+    fn release(&mut self, path: &str, file: &str) {
+        if let Some(files) = self.files.get_mut(path) {
+            files.remove(file);
+            if files.is_empty() {
+                self.files.remove(path);
+            }
+        }
+    }
+
+    fn release_cgroup(&mut self, path: &str) {
+        self.files.remove(path);
+    }
+}
+
+/// One cgroup as read before planning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CgroupState {
+    /// The directory does not exist.
+    Missing,
+    /// File -> its text (trimmed), or None when it could not be read.
+    Present(BTreeMap<String, Option<String>>),
+}
+
+/// What the files hold now, for every cgroup the plan looks at.
+pub type Observed = BTreeMap<String, CgroupState>;
+
+/// The cgroups and files a plan needs read: every desired file and every owned one.
+pub fn files_to_observe(
+    desired: &[DesiredCgroup],
+    owned: &Ownership,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for d in desired {
+        out.entry(d.path.clone())
+            .or_default()
+            .extend(d.values.keys().cloned());
+    }
+    for (path, files) in &owned.files {
+        out.entry(path.clone())
+            .or_default()
+            .extend(files.keys().cloned());
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WriteKind {
+    /// A value nodemem wants.
+    Set,
+    /// Giving back a file nodemem no longer manages.
+    Restore,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Write {
+    pub cgroup: String,
+    pub file: String,
+    /// The text read before planning; None when it could not be read.
+    pub old: Option<String>,
+    pub new: String,
+    pub kind: WriteKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub writes: Vec<Write>,
+    /// Desired cgroups that do not exist (yet).
+    pub missing: Vec<String>,
+    /// Owned files to forget without a write: their cgroup is gone, or they already
+    /// hold the restore value.
+    pub released: Vec<(String, String)>,
+}
+
+/// The value the kernel would hold for `value` (memory.* rounded down to pages).
+fn normalized_memory(value: MemoryValue, page_size: i64) -> MemoryValue {
+    match value {
+        MemoryValue::Bytes(b) if page_size > 0 => {
+            let p = page_size as u64;
+            MemoryValue::Bytes(b / p * p)
+        }
+        other => other,
+    }
+}
+
+/// True when the file already holds what `want` asks for.
+pub fn holds(file: &str, have: &str, want: &str, page_size: i64) -> bool {
+    match file {
+        MEMORY_MIN | MEMORY_LOW | MEMORY_HIGH => {
+            match (memory_value(file, have), memory_value(file, want)) {
+                (Ok(h), Ok(w)) => {
+                    normalized_memory(h, page_size) == normalized_memory(w, page_size)
+                }
+                _ => false,
+            }
+        }
+        CPUSET_MEMS => match (range_list(file, have), range_list(file, want)) {
+            (Ok(h), Ok(w)) => h == w,
+            _ => false,
+        },
+        _ => have.trim() == want.trim(),
+    }
+}
+
+/// What a file nodemem stops managing goes back to.
+fn restore_value(file: &str, before: &str) -> String {
+    match file {
+        MEMORY_MIN | MEMORY_LOW => "0".to_string(),
+        MEMORY_HIGH => "max".to_string(),
+        _ => before.trim().to_string(),
+    }
+}
+
+fn render(value: &CgroupValue) -> String {
+    value.render()
+}
+
+/// Plans the writes that take the node from `observed` to `desired`, giving back
+/// what `owned` records and `desired` no longer asks for.
+pub fn plan(
+    desired: &[DesiredCgroup],
+    observed: &Observed,
+    owned: &Ownership,
+    page_size: i64,
+) -> Plan {
+    let mut out = Plan::default();
+    let mut wanted: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for cgroup in desired {
+        let files = match observed.get(&cgroup.path) {
+            Some(CgroupState::Present(files)) => files,
+            _ => {
+                out.missing.push(cgroup.path.clone());
+                // Still wanted: ownership of a cgroup that is only briefly gone is not
+                // dropped here (released below only when nothing wants it).
+                for file in cgroup.values.keys() {
+                    wanted.insert((&cgroup.path, file));
+                }
+                continue;
+            }
+        };
+        for (file, value) in &cgroup.values {
+            wanted.insert((&cgroup.path, file));
+            let want = render(value);
+            let have = files.get(file).cloned().flatten();
+            if have
+                .as_deref()
+                .is_some_and(|h| holds(file, h, &want, page_size))
+            {
+                continue;
+            }
+            out.writes.push(Write {
+                cgroup: cgroup.path.clone(),
+                file: file.clone(),
+                old: have,
+                new: want,
+                kind: WriteKind::Set,
+            });
+        }
+    }
+    for (path, files) in &owned.files {
+        for (file, before) in files {
+            if wanted.contains(&(path.as_str(), file.as_str())) {
+                continue;
+            }
+            let present = match observed.get(path) {
+                Some(CgroupState::Present(files)) => files,
+                _ => {
+                    out.released.push((path.clone(), file.clone()));
+                    continue;
+                }
+            };
+            let want = restore_value(file, before);
+            let have = present.get(file).cloned().flatten();
+            if have
+                .as_deref()
+                .is_some_and(|h| holds(file, h, &want, page_size))
+            {
+                out.released.push((path.clone(), file.clone()));
+                continue;
+            }
+            out.writes.push(Write {
+                cgroup: path.clone(),
+                file: file.clone(),
+                old: have,
+                new: want,
+                kind: WriteKind::Restore,
+            });
+        }
+    }
+    out.writes = order(out.writes, page_size);
+    out
+}
+
+fn depth(path: &str) -> usize {
+    if path.is_empty() {
+        0
+    } else {
+        path.split('/').count()
+    }
+}
+
+fn is_below(child: &str, parent: &str) -> bool {
+    child.len() > parent.len()
+        && child.starts_with(parent)
+        && child.as_bytes()[parent.len()] == b'/'
+}
+
+/// A set of NUMA nodes, where an empty `cpuset.mems` (inherit) is wider than any.
+#[derive(Clone, PartialEq, Eq)]
+enum Mems {
+    Inherit,
+    Nodes(BTreeSet<u32>),
+}
+
+fn mems(text: Option<&str>) -> Option<Mems> {
+    let set = range_list(CPUSET_MEMS, text?).ok()?;
+    Some(if set.is_empty() {
+        Mems::Inherit
+    } else {
+        Mems::Nodes(set)
+    })
+}
+
+fn covers(wide: &Mems, narrow: &Mems) -> bool {
+    match (wide, narrow) {
+        (Mems::Inherit, _) => true,
+        (Mems::Nodes(_), Mems::Inherit) => false,
+        (Mems::Nodes(w), Mems::Nodes(n)) => n.is_subset(w),
+    }
+}
+
+fn protection_bytes(text: Option<&str>, file: &str, page_size: i64) -> Option<u64> {
+    match normalized_memory(memory_value(file, text?).ok()?, page_size) {
+        MemoryValue::Bytes(b) => Some(b),
+        MemoryValue::Max => Some(u64::MAX),
+    }
+}
+
+/// Orders the writes in the five phases described at the top of this module.
+fn order(writes: Vec<Write>, page_size: i64) -> Vec<Write> {
+    let cpuset_paths: Vec<String> = writes
+        .iter()
+        .filter(|w| w.file == CPUSET_MEMS)
+        .map(|w| w.cgroup.clone())
+        .collect();
+    let mut widen = Vec::new();
+    let mut lower = Vec::new();
+    let mut raise = Vec::new();
+    let mut high = Vec::new();
+    let mut narrow = Vec::new();
+    for w in writes {
+        match w.file.as_str() {
+            CPUSET_MEMS => {
+                let (old, new) = (mems(w.old.as_deref()), mems(Some(&w.new)));
+                match (old, new) {
+                    (Some(old), Some(new)) if covers(&new, &old) => widen.push(w),
+                    (Some(old), Some(new)) if covers(&old, &new) => narrow.push(w),
+                    (Some(Mems::Nodes(old)), Some(Mems::Nodes(new)))
+                        if cpuset_paths.iter().any(|p| is_below(p, &w.cgroup)) =>
+                    {
+                        let union: BTreeSet<u32> = old.union(&new).copied().collect();
+                        let union_text = nodemem_cgroup::parse::render_range_list(&union);
+                        widen.push(Write {
+                            new: union_text.clone(),
+                            ..w.clone()
+                        });
+                        narrow.push(Write {
+                            old: Some(union_text),
+                            ..w
+                        });
+                    }
+                    // Unknown old value: write it after the children are narrowed,
+                    // as a narrowing.
+                    _ => narrow.push(w),
+                }
+            }
+            MEMORY_MIN | MEMORY_LOW => {
+                let old = protection_bytes(w.old.as_deref(), &w.file, page_size);
+                let new = protection_bytes(Some(&w.new), &w.file, page_size);
+                match (old, new) {
+                    (Some(o), Some(n)) if n < o => lower.push(w),
+                    _ => raise.push(w),
+                }
+            }
+            _ => high.push(w),
+        }
+    }
+    // Stable sorts keep the input order (path order) within a depth.
+    widen.sort_by_key(|w| depth(&w.cgroup));
+    lower.sort_by_key(|w| std::cmp::Reverse(depth(&w.cgroup)));
+    raise.sort_by_key(|w| depth(&w.cgroup));
+    narrow.sort_by_key(|w| std::cmp::Reverse(depth(&w.cgroup)));
+    let mut out = widen;
+    out.extend(lower);
+    out.extend(raise);
+    out.extend(high);
+    out.extend(narrow);
+    out
+}
+
+/// Ownership after a run: successful sets recorded with what the file held before,
+/// successful restores and released files forgotten, vanished cgroups forgotten.
+pub fn update_ownership(owned: &mut Ownership, plan: &Plan, applied: &[Write], vanished: &[Write]) {
+    for (path, file) in &plan.released {
+        owned.release(path, file);
+    }
+    for w in applied {
+        match w.kind {
+            WriteKind::Set => {
+                // The kernel's default stands in when the old value could not be read.
+                let before = w.old.clone().unwrap_or_else(|| default_value(&w.file));
+                owned.record(&w.cgroup, &w.file, &before);
+            }
+            WriteKind::Restore => owned.release(&w.cgroup, &w.file),
+        }
+    }
+    for w in vanished {
+        owned.release_cgroup(&w.cgroup);
+    }
+}
+
+/// A fresh cgroup's value of a file nodemem sets.
+pub fn default_value(file: &str) -> String {
+    match file {
+        MEMORY_HIGH => "max".to_string(),
+        CPUSET_MEMS => String::new(),
+        _ => "0".to_string(),
+    }
+}
