@@ -381,3 +381,169 @@ pub fn default_value(file: &str) -> String {
         _ => "0".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_model::cgroup::CgroupValues;
+
+    fn cgroup(path: &str, values: &[(&str, CgroupValue)]) -> DesiredCgroup {
+        DesiredCgroup {
+            path: path.to_string(),
+            values: values
+                .iter()
+                .map(|(f, v)| (f.to_string(), v.clone()))
+                .collect::<CgroupValues>(),
+        }
+    }
+
+    fn present(files: &[(&str, &str)]) -> CgroupState {
+        CgroupState::Present(
+            files
+                .iter()
+                .map(|(f, v)| (f.to_string(), Some(v.to_string())))
+                .collect(),
+        )
+    }
+
+    fn mems(text: &str) -> CgroupValue {
+        CgroupValue::Text(text.to_string())
+    }
+
+    fn sequence(p: &Plan) -> Vec<String> {
+        p.writes
+            .iter()
+            .map(|w| format!("{} {} {}", w.cgroup, w.file, w.new))
+            .collect()
+    }
+
+    #[test]
+    fn values_equal_after_page_rounding_or_as_sets_are_not_written() {
+        let desired = [cgroup(
+            "a",
+            &[
+                (MEMORY_MIN, CgroupValue::Bytes(100_000_000)),
+                (MEMORY_HIGH, CgroupValue::max()),
+                (CPUSET_MEMS, mems("0,1")),
+            ],
+        )];
+        let observed = Observed::from([(
+            "a".to_string(),
+            present(&[
+                (MEMORY_MIN, "99999744"),
+                (MEMORY_HIGH, "max"),
+                (CPUSET_MEMS, "0-1"),
+            ]),
+        )]);
+        assert!(plan(&desired, &observed, &Ownership::default(), 4096)
+            .writes
+            .is_empty());
+        assert!(holds(MEMORY_MIN, "100000000", "100000000", 4096));
+        assert!(
+            !holds(MEMORY_MIN, "garbage", "0", 4096),
+            "unreadable values are rewritten"
+        );
+    }
+
+    #[test]
+    fn cpuset_mems_widens_parents_first_and_narrows_children_first() {
+        // Parent p goes 0 -> 0-1 (widen), child c goes "" -> 1 (narrow from inherit).
+        let desired = [
+            cgroup("p", &[(CPUSET_MEMS, mems("0-1"))]),
+            cgroup("p/c", &[(CPUSET_MEMS, mems("1"))]),
+        ];
+        let observed = Observed::from([
+            ("p".to_string(), present(&[(CPUSET_MEMS, "0")])),
+            ("p/c".to_string(), present(&[(CPUSET_MEMS, "")])),
+        ]);
+        let p = plan(&desired, &observed, &Ownership::default(), 4096);
+        assert_eq!(sequence(&p), vec!["p cpuset.mems 0-1", "p/c cpuset.mems 1"]);
+
+        // Back again: child first, then the parent narrows.
+        let desired = [
+            cgroup("p", &[(CPUSET_MEMS, mems("0"))]),
+            cgroup("p/c", &[(CPUSET_MEMS, mems("0"))]),
+        ];
+        let observed = Observed::from([
+            ("p".to_string(), present(&[(CPUSET_MEMS, "0-1")])),
+            ("p/c".to_string(), present(&[(CPUSET_MEMS, "1")])),
+        ]);
+        let p = plan(&desired, &observed, &Ownership::default(), 4096);
+        assert_eq!(sequence(&p), vec!["p/c cpuset.mems 0", "p cpuset.mems 0"]);
+    }
+
+    #[test]
+    fn a_parent_moving_between_disjoint_sets_passes_through_the_union() {
+        // p: 0 -> 1 with child c: 0 -> 1. Writing p=1 first would strand c on 0.
+        let desired = [
+            cgroup("p", &[(CPUSET_MEMS, mems("1"))]),
+            cgroup("p/c", &[(CPUSET_MEMS, mems("1"))]),
+        ];
+        let observed = Observed::from([
+            ("p".to_string(), present(&[(CPUSET_MEMS, "0")])),
+            ("p/c".to_string(), present(&[(CPUSET_MEMS, "0")])),
+        ]);
+        let p = plan(&desired, &observed, &Ownership::default(), 4096);
+        assert_eq!(
+            sequence(&p),
+            vec!["p cpuset.mems 0-1", "p/c cpuset.mems 1", "p cpuset.mems 1"]
+        );
+    }
+
+    #[test]
+    fn protection_mixed_moves_lower_before_raise() {
+        // b's protection falls, a's rises: all lowering happens before any raising.
+        let desired = [
+            cgroup("k", &[(MEMORY_MIN, CgroupValue::Bytes(8192))]),
+            cgroup("k/a", &[(MEMORY_MIN, CgroupValue::Bytes(8192))]),
+            cgroup("k/b", &[(MEMORY_MIN, CgroupValue::Bytes(0))]),
+        ];
+        let observed = Observed::from([
+            ("k".to_string(), present(&[(MEMORY_MIN, "8192")])),
+            ("k/a".to_string(), present(&[(MEMORY_MIN, "0")])),
+            ("k/b".to_string(), present(&[(MEMORY_MIN, "8192")])),
+        ]);
+        let p = plan(&desired, &observed, &Ownership::default(), 4096);
+        assert_eq!(
+            sequence(&p),
+            vec!["k/b memory.min 0", "k/a memory.min 8192"]
+        );
+    }
+
+    #[test]
+    fn owned_files_are_restored_or_released_and_unowned_ones_left_alone() {
+        let mut owned = Ownership::default();
+        owned.record("gone", MEMORY_MIN, "0");
+        owned.record("k", MEMORY_HIGH, "max");
+        owned.record("k", CPUSET_MEMS, "");
+        owned.record("k", MEMORY_LOW, "0");
+        let observed = Observed::from([
+            ("gone".to_string(), CgroupState::Missing),
+            (
+                "k".to_string(),
+                present(&[
+                    (MEMORY_HIGH, "4096"),
+                    (CPUSET_MEMS, "1"),
+                    (MEMORY_LOW, "0"),
+                    (MEMORY_MIN, "4096"),
+                ]),
+            ),
+        ]);
+        let p = plan(&[], &observed, &owned, 4096);
+        // Back to inherit (the parent's set) is a widening: first.
+        assert_eq!(sequence(&p), vec!["k cpuset.mems ", "k memory.high max"]);
+        assert!(p.writes.iter().all(|w| w.kind == WriteKind::Restore));
+        assert_eq!(
+            p.released,
+            vec![
+                ("gone".to_string(), MEMORY_MIN.to_string()),
+                ("k".to_string(), MEMORY_LOW.to_string())
+            ]
+        );
+        // memory.min on k was never nodemem's: untouched.
+        assert!(p.writes.iter().all(|w| w.file != MEMORY_MIN));
+        let applied = p.writes.clone();
+        update_ownership(&mut owned, &p, &applied, &[]);
+        assert!(owned.is_empty());
+    }
+}
