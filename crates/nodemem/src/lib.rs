@@ -1,5 +1,6 @@
 //! The `nodemem` command: thin wiring of the library crates into subcommands.
 
+pub mod agent;
 pub mod crds_cmd;
 pub mod error;
 pub mod manifests;
@@ -23,12 +24,32 @@ pub enum Command {
     Crds(crds_cmd::CrdsArgs),
     /// Show the cgroup values nodemem would set on a node for its pods.
     Simulate(simulate::SimulateArgs),
+    /// The node agent: `--once` applies one node from files (no apiserver).
+    Agent(agent::AgentArgs),
 }
 
-/// Runs a parsed command line and returns what to print on stdout.
-pub fn run(cli: &Cli) -> Result<String, CliError> {
+/// What a command leaves: its output, problems for stderr, and the exit code.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub stdout: String,
+    pub stderr: Vec<String>,
+    pub code: u8,
+}
+
+impl Outcome {
+    pub fn ok(stdout: String) -> Self {
+        Outcome {
+            stdout,
+            ..Outcome::default()
+        }
+    }
+}
+
+/// Runs a parsed command line. `Err` is bad input: one line per problem, exit 1.
+pub fn run(cli: &Cli) -> Result<Outcome, CliError> {
     match &cli.command {
-        Command::Crds(args) => crds_cmd::run(args),
-        Command::Simulate(args) => simulate::run(args),
+        Command::Crds(args) => crds_cmd::run(args).map(Outcome::ok),
+        Command::Simulate(args) => simulate::run(args).map(Outcome::ok),
+        Command::Agent(args) => agent::run(args),
     }
 }

@@ -8,8 +8,11 @@ fn main() -> ExitCode {
     match nodemem::run(&cli) {
         Ok(out) => {
             // A closed pipe (`| head`) is not an error worth a panic.
-            let _ = std::io::stdout().write_all(out.as_bytes());
-            ExitCode::SUCCESS
+            let _ = std::io::stdout().write_all(out.stdout.as_bytes());
+            for problem in &out.stderr {
+                eprintln!("error: {problem}");
+            }
+            ExitCode::from(out.code)
         }
         Err(err) => {
             for problem in &err.problems {

@@ -219,3 +219,20 @@ mod tests {
         assert_eq!(out, ["b.typo", "l[0].y"]);
     }
 }
+
+#[derive(serde::Deserialize)]
+struct SettingsOnly {
+    #[serde(rename = "spec")]
+    _spec: Option<nodemem_api::NodeSettings>,
+}
+
+/// Checks the node settings of a NodeMemoryPolicy or NodeMemoryConfig on their own:
+/// serde's `flatten` (which both specs use for them) hides where a value is wrong, so
+/// this runs first to keep the field path in the message.
+pub fn check_settings(doc: &Document) -> Result<(), CliError> {
+    deserialize_with_path::<SettingsOnly>(
+        &format!("{}: {}", doc.origin, doc.describe()),
+        doc.value.clone(),
+    )
+    .map(drop)
+}

@@ -11,7 +11,7 @@ use nodemem_api::convert::{policy_settings, to_selector};
 use nodemem_api::k8s::{
     node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
 };
-use nodemem_api::{NodeMemoryPolicy, NodeSettings};
+use nodemem_api::NodeMemoryPolicy;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
@@ -20,7 +20,7 @@ use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 use nodemem_model::Warning;
 
 use crate::error::CliError;
-use crate::manifests::{deserialize_with_path, read_documents, typed, Document};
+use crate::manifests::{check_settings, read_documents, typed, Document};
 
 pub use numa::{parse_topology, read_topology, ScopeArg};
 pub use output::{render_json, render_table, SimulateOutput};
@@ -183,12 +183,6 @@ pub fn simulate(
     ))
 }
 
-#[derive(serde::Deserialize)]
-struct SettingsOnly {
-    #[serde(rename = "spec")]
-    _spec: Option<NodeSettings>,
-}
-
 fn read_policies(
     docs: &[Document],
     problems: &mut Vec<String>,
@@ -208,12 +202,7 @@ fn read_policies(
             ));
             continue;
         }
-        // serde's flatten hides where in the shared settings a value is wrong; checking
-        // them on their own first keeps the field path in the message.
-        if let Err(e) = deserialize_with_path::<SettingsOnly>(
-            &format!("{}: {}", doc.origin, doc.describe()),
-            doc.value.clone(),
-        ) {
+        if let Err(e) = check_settings(doc) {
             problems.extend(e.problems);
             continue;
         }

@@ -1,0 +1,425 @@
+//! `nodemem agent --once` end to end: the real binary on temp-dir cgroup, sys and proc
+//! roots (the VM tier runs it on a real kernel). Values are checked against what
+//! `nodemem simulate` predicts for the same settings and pods.
+
+mod cli_common;
+
+use std::path::{Path, PathBuf};
+
+use cli_common::{nodemem, repo};
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::qos::QosClass;
+use nodemem_testkit::cgroup_tree::CgroupTree;
+use serde_json::Value;
+
+const EX: &str = "examples/agent-once";
+
+struct Node {
+    tree: CgroupTree,
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// A node with the example's running pods' cgroups (not the finished one, not the
+    /// one still starting), two NUMA nodes, kernel 6.1.
+    fn new(driver: CgroupDriver) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("cgroup")).unwrap();
+        let tree = CgroupTree::at(&dir.path().join("cgroup"), driver, 2).unwrap();
+        tree.add_pod(
+            QosClass::Guaranteed,
+            "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c",
+            &["a1".repeat(32)],
+        )
+        .unwrap();
+        tree.add_pod(
+            QosClass::Burstable,
+            "8b3c7d2e-4f5a-6b7c-9d1e-3f4a5b6c7d8e",
+            &["b2".repeat(32), "c3".repeat(32)],
+        )
+        .unwrap();
+        tree.add_pod(
+            QosClass::BestEffort,
+            "0c1d2e3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f",
+            &["d4".repeat(32)],
+        )
+        .unwrap();
+        tree.add_pod(
+            QosClass::Burstable,
+            "1d2e3f4a-5b6c-7d8e-9f0a-1b2c3d4e5f6a",
+            &["e5".repeat(32)],
+        )
+        .unwrap();
+        let write = |p: PathBuf, text: &str| {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write(
+            dir.path().join("proc/sys/kernel/osrelease"),
+            "6.1.0-56-amd64\n",
+        );
+        for (n, kb) in [(0, 262_144), (1, 262_144)] {
+            write(
+                dir.path()
+                    .join(format!("sys/devices/system/node/node{n}/meminfo")),
+                &format!("Node {n} MemTotal:       {kb} kB\n"),
+            );
+            write(
+                dir.path().join(format!(
+                    "sys/devices/system/node/node{n}/hugepages/hugepages-2048kB/nr_hugepages"
+                )),
+                "0\n",
+            );
+        }
+        Node { tree, dir }
+    }
+
+    fn path(&self, p: &str) -> String {
+        self.dir.path().join(p).display().to_string()
+    }
+
+    fn run(&self, config: &str, extra: &[&str]) -> (i32, String, String) {
+        let (cgroup, sys, proc, state) = (
+            self.path("cgroup"),
+            self.path("sys"),
+            self.path("proc"),
+            self.path("state"),
+        );
+        let mut args = vec![
+            "agent",
+            "--once",
+            "--config",
+            config,
+            "--node",
+            "examples/agent-once/node.yaml",
+            "--pods",
+            "examples/agent-once/pods.yaml",
+            "--cgroup-root",
+            &cgroup,
+            "--sys-root",
+            &sys,
+            "--proc-root",
+            &proc,
+            "--state-dir",
+            &state,
+        ];
+        args.extend_from_slice(extra);
+        nodemem(&args)
+    }
+
+    fn json(&self, config: &str, extra: &[&str]) -> Value {
+        let mut args = vec!["-o", "json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = self.run(config, &args);
+        assert_eq!(code, 0, "{err}\n{out}");
+        serde_json::from_str(&out).unwrap()
+    }
+
+    fn read(&self, cgroup: &str, file: &str) -> String {
+        self.tree.read(cgroup, file).unwrap()
+    }
+}
+
+fn config() -> String {
+    format!("{EX}/config.yaml")
+}
+
+/// A copy of the example config with `edit` applied to its YAML text.
+fn edited_config(dir: &Path, name: &str, edit: impl Fn(&str) -> String) -> String {
+    let text = std::fs::read_to_string(repo().join(EX).join("config.yaml")).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, edit(&text)).unwrap();
+    path.display().to_string()
+}
+
+/// `simulate -o json` for the example pods that run (the finished pod has no cgroups
+/// and the kubelet does not count it), with a policy carrying the config's settings.
+fn simulate_prediction(dir: &Path) -> Value {
+    let pods: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(repo().join(EX).join("pods.yaml")).unwrap())
+            .unwrap();
+    let running: Vec<Value> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["status"]["phase"] != "Succeeded")
+        .cloned()
+        .collect();
+    let pods_path = dir.join("running.yaml");
+    std::fs::write(
+        &pods_path,
+        serde_yaml::to_string(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": running}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: nodemem.io/v1alpha1\nkind: NodeMemoryPolicy\nmetadata: {name: general}\nspec:\n  nodeSelector: {matchLabels: {nodemem.io/pool: general}}\n  memoryQoS: {throttlingFactor: 0.9, reservationPolicy: TieredReservation}\n",
+    )
+    .unwrap();
+    let (code, out, err) = nodemem(&[
+        "simulate",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--node",
+        "examples/agent-once/node.yaml",
+        "--pods",
+        pods_path.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn applies_what_simulate_predicts_then_writes_nothing_the_second_time() {
+    let node = Node::new(CgroupDriver::Systemd);
+    let out = node.json(&config(), &[]);
+    assert!(out["failed"].as_array().unwrap().is_empty(), "{out:#}");
+    assert_eq!(
+        out["managedPods"], 4,
+        "api, web, debug, starting; legacy opted out, report finished"
+    );
+    assert_eq!(
+        out["missing"].as_array().unwrap().len(),
+        1,
+        "the starting pod's cgroup: {out:#}"
+    );
+
+    let predicted = simulate_prediction(node.dir.path());
+    let kp = "kubepods.slice";
+    for file in ["memory.min", "memory.low"] {
+        assert_eq!(
+            node.read(kp, file),
+            predicted["kubepods"][file].to_string(),
+            "kubepods {file}"
+        );
+    }
+    assert_eq!(
+        node.read("kubepods.slice/kubepods-burstable.slice", "memory.low"),
+        predicted["qos"]["burstable"]["memory.low"].to_string()
+    );
+    let pod_dirs = [
+        ("api", "kubepods.slice/kubepods-pod6a4f2e3b_1c9d_4a5e_8f7b_2d3e4f5a6b7c.slice", vec![("api", "a1")]),
+        (
+            "web",
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8b3c7d2e_4f5a_6b7c_9d1e_3f4a5b6c7d8e.slice",
+            vec![("migrate", "b2"), ("web", "c3")],
+        ),
+        ("debug", "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0c1d2e3f_4a5b_6c7d_8e9f_0a1b2c3d4e5f.slice", vec![("shell", "d4")]),
+    ];
+    let mut compared = 0;
+    for (name, dir, containers) in pod_dirs {
+        let pod = predicted["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap();
+        for file in ["memory.min", "memory.low", "memory.high"] {
+            let want = pod["cgroup"].get(file).map_or_else(
+                || {
+                    if file == "memory.high" {
+                        "max".into()
+                    } else {
+                        "0".into()
+                    }
+                },
+                |v| v.as_i64().map_or("max".to_string(), |b| b.to_string()),
+            );
+            assert_eq!(node.read(dir, file), want, "{name} {file}");
+            compared += 1;
+            for (c, id) in &containers {
+                let cdir = format!("{dir}/cri-containerd-{}.scope", id.repeat(32));
+                let cp = pod["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["name"] == *c)
+                    .unwrap();
+                let want = cp["cgroup"].get(file).map_or_else(
+                    || {
+                        if file == "memory.high" {
+                            "max".into()
+                        } else {
+                            "0".into()
+                        }
+                    },
+                    |v| v.as_i64().map_or("max".to_string(), |b| b.to_string()),
+                );
+                assert_eq!(node.read(&cdir, file), want, "{name}/{c} {file}");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 21);
+    // The opted-out pod was not touched.
+    let legacy = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1d2e3f4a_5b6c_7d8e_9f0a_1b2c3d4e5f6a.slice";
+    assert_eq!(node.read(legacy, "memory.low"), "0");
+    assert_eq!(
+        node.read(
+            &format!("{legacy}/cri-containerd-{}.scope", "e5".repeat(32)),
+            "memory.high"
+        ),
+        "max"
+    );
+
+    let again = node.json(&config(), &[]);
+    assert_eq!(again["writes"], serde_json::json!([]), "{again:#}");
+}
+
+#[test]
+fn the_table_lists_cgroup_file_old_and_new_and_dry_run_writes_nothing() {
+    let node = Node::new(CgroupDriver::Cgroupfs);
+    let (code, out, err) = node.run(&config(), &["--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("node agent-1: config agent-1 revision f46c4865d690dda5: would write "),
+        "{out}"
+    );
+    let header = out.lines().nth(1).unwrap();
+    for col in ["CGROUP", "FILE", "OLD", "NEW", "RESULT"] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("kubepods ")
+            && l.contains("memory.min")
+            && l.contains("planned")),
+        "{out}"
+    );
+    assert_eq!(node.read("kubepods", "memory.min"), "0", "dry run");
+    assert!(!node.dir.path().join("state/ownership.json").exists());
+    let (code, out, _) = node.run(&config(), &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains(" wrote "), "{out}");
+    assert_ne!(node.read("kubepods", "memory.min"), "0");
+}
+
+#[test]
+fn disabling_memory_qos_restores_what_the_first_run_set() {
+    let node = Node::new(CgroupDriver::Systemd);
+    let first = node.json(&config(), &[]);
+    let written = first["writes"].as_array().unwrap().clone();
+    assert_eq!(written.len(), 10, "{first:#}");
+    let off = edited_config(node.dir.path(), "off.yaml", |t| {
+        t.replace("enabled: true", "enabled: false")
+    });
+    let out = node.json(&off, &[]);
+    let restored = out["writes"].as_array().unwrap();
+    assert_eq!(restored.len(), written.len(), "{out:#}");
+    assert!(restored.iter().all(|w| w["kind"] == "restore"));
+    for w in &written {
+        let want = if w["file"] == "memory.high" {
+            "max"
+        } else {
+            "0"
+        };
+        assert_eq!(
+            node.read(w["cgroup"].as_str().unwrap(), w["file"].as_str().unwrap()),
+            want
+        );
+    }
+    assert_eq!(node.json(&off, &[])["writes"], serde_json::json!([]));
+}
+
+#[test]
+fn exit_codes_tell_bad_input_from_partial_failure() {
+    let node = Node::new(CgroupDriver::Systemd);
+    // Bad input: one error line per problem, exit 1, nothing written.
+    let bad = edited_config(node.dir.path(), "bad.yaml", |t| {
+        t.replace("throttlingFactor: 0.9", "throttlingFactor: 1.5")
+            .replace("TieredReservation", "Soft")
+    });
+    let (code, out, err) = node.run(&bad, &[]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("spec.memoryQoS.reservationPolicy: unknown variant `Soft`"),
+        "{err}"
+    );
+    assert_eq!(node.read("kubepods.slice", "memory.min"), "0");
+
+    // A write the kernel refuses: the rest is applied, exit 3, the failure named.
+    let kp = node.dir.path().join("cgroup/kubepods.slice/memory.low");
+    std::fs::remove_file(&kp).unwrap();
+    std::fs::create_dir(&kp).unwrap();
+    let (code, out, err) = node.run(&config(), &[]);
+    assert_eq!(code, 3, "{out}\n{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with("error: write \"")
+            && l.ends_with("kubepods.slice/memory.low: Is a directory (os error 21) (errno 21)")),
+        "{err}"
+    );
+    assert!(out.contains("failed (errno 21)"), "{out}");
+    assert_ne!(
+        node.read("kubepods.slice", "memory.min"),
+        "0",
+        "the rest of the plan ran"
+    );
+}
+
+#[test]
+fn a_corrupt_state_record_is_reported_not_trusted() {
+    let node = Node::new(CgroupDriver::Systemd);
+    node.json(&config(), &[]);
+    let record = node.dir.path().join("state/ownership.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, &text[..text.len() / 3]).unwrap();
+    let (code, out, err) = node.run(&config(), &[]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert!(
+        err.contains("ownership.json: corrupt state record (not a state envelope: "),
+        "{err}"
+    );
+    assert!(
+        err.trim_end()
+            .ends_with("move it away to start from an empty record"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_static_policy_checks_its_saved_numa_state_against_the_node() {
+    let node = Node::new(CgroupDriver::Systemd);
+    let static_config = edited_config(node.dir.path(), "static.yaml", |t| {
+        format!("{t}  memoryManager:\n    policy: Static\n    reservedMemory:\n    - numaNode: 0\n      limits: {{memory: 32Mi}}\n    - numaNode: 1\n      limits: {{memory: 32Mi}}\n")
+    });
+    let out = node.json(&static_config, &[]);
+    assert_eq!(out["pinnedPods"], 1, "{out:#}");
+    let api = format!("kubepods.slice/kubepods-pod6a4f2e3b_1c9d_4a5e_8f7b_2d3e4f5a6b7c.slice/cri-containerd-{}.scope", "a1".repeat(32));
+    assert_eq!(node.read(&api, "cpuset.mems"), "0");
+    assert!(node.dir.path().join("state/memory-manager.json").exists());
+    // Same node, same pods: nothing to do, the pin is kept.
+    assert_eq!(
+        node.json(&static_config, &[])["writes"],
+        serde_json::json!([])
+    );
+
+    // The reservation changed under the saved state: reported with what differs.
+    let changed = edited_config(node.dir.path(), "changed.yaml", |_| {
+        std::fs::read_to_string(&static_config)
+            .unwrap()
+            .replacen("memory: 32Mi", "memory: 48Mi", 1)
+    });
+    let (code, _, err) = node.run(&changed, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("memory-manager.json: the saved Memory Manager state does not match this node: NUMA node 0 memory: reserved memory changed from 33554432 to 50331648"), "{err}");
+    assert!(
+        err.contains("remove the file to admit every pod again"),
+        "{err}"
+    );
+
+    // Unsatisfiable on this node: reserved memory on a NUMA node it lacks.
+    let missing = edited_config(node.dir.path(), "missing.yaml", |_| {
+        std::fs::read_to_string(&static_config)
+            .unwrap()
+            .replace("numaNode: 1", "numaNode: 3")
+    });
+    std::fs::remove_file(node.dir.path().join("state/memory-manager.json")).unwrap();
+    let (code, _, err) = node.run(&missing, &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("this node cannot satisfy it: spec.memoryManager.reservedMemory[1].numaNode: NUMA node 3 does not exist on this node (NUMA nodes: 0, 1)"), "{err}");
+}
