@@ -45,7 +45,7 @@ apiserver:
 vm:
 	NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL && \
-	  $(CARGO) test -p nodemem --features vm-tests --test vm_kernel --locked
+	  $(CARGO) test -p nodemem --features vm-tests --test vm_kernel --test vm_agent --locked
 
 ## control-plane: start the test control plane alone (CRDs installed) until Ctrl-C
 control-plane:

@@ -12,7 +12,10 @@
 //!   lacks.
 //! * Files nodemem set before ([`Ownership`]) but no longer wants are restored:
 //!   memory.min and memory.low to 0, memory.high to max, cpuset.mems to the value it had
-//!   before nodemem (empty: the parent's set). Files it never set are never touched.
+//!   before nodemem or, when that was empty (inherit), to the parent's
+//!   `cpuset.mems.effective`: the kernel refuses to empty the cpuset.mems of a cgroup
+//!   with processes (ENOSPC), so "inherit" is given back as the parent's set. Files it
+//!   never set are never touched.
 //! * A desired cgroup that does not exist yet (the container has not started) is
 //!   counted as missing and written once it appears.
 
@@ -92,9 +95,21 @@ pub fn files_to_observe(
         out.entry(path.clone())
             .or_default()
             .extend(files.keys().cloned());
+        if files.contains_key(CPUSET_MEMS) {
+            out.entry(parent_of(path).to_string())
+                .or_default()
+                .insert(CPUSET_MEMS_EFFECTIVE.to_string());
+        }
     }
     out
 }
+
+/// The parent cgroup's path ("" for the root).
+fn parent_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
+const CPUSET_MEMS_EFFECTIVE: &str = "cpuset.mems.effective";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -156,11 +171,13 @@ pub fn holds(file: &str, have: &str, want: &str, page_size: i64) -> bool {
     }
 }
 
-/// What a file nodemem stops managing goes back to.
-fn restore_value(file: &str, before: &str) -> String {
+/// What a file nodemem stops managing goes back to; `parent_mems` is the parent's
+/// `cpuset.mems.effective`, for a cpuset.mems that inherited before.
+fn restore_value(file: &str, before: &str, parent_mems: Option<&str>) -> String {
     match file {
         MEMORY_MIN | MEMORY_LOW => "0".to_string(),
         MEMORY_HIGH => "max".to_string(),
+        CPUSET_MEMS if before.trim().is_empty() => parent_mems.unwrap_or("").trim().to_string(),
         _ => before.trim().to_string(),
     }
 }
@@ -223,7 +240,13 @@ pub fn plan(
                     continue;
                 }
             };
-            let want = restore_value(file, before);
+            let parent_mems = match observed.get(parent_of(path)) {
+                Some(CgroupState::Present(files)) => {
+                    files.get(CPUSET_MEMS_EFFECTIVE).cloned().flatten()
+                }
+                _ => None,
+            };
+            let want = restore_value(file, before, parent_mems.as_deref());
             let have = present.get(file).cloned().flatten();
             if have
                 .as_deref()
@@ -519,6 +542,7 @@ mod tests {
         owned.record("k", MEMORY_LOW, "0");
         let observed = Observed::from([
             ("gone".to_string(), CgroupState::Missing),
+            (String::new(), present(&[("cpuset.mems.effective", "0-1")])),
             (
                 "k".to_string(),
                 present(&[
@@ -530,8 +554,11 @@ mod tests {
             ),
         ]);
         let p = plan(&[], &observed, &owned, 4096);
-        // Back to inherit (the parent's set) is a widening: first.
-        assert_eq!(sequence(&p), vec!["k cpuset.mems ", "k memory.high max"]);
+        // Back to the parent's set (a populated cgroup cannot be emptied): a widening,
+        // so first.
+        assert_eq!(sequence(&p), vec!["k cpuset.mems 0-1", "k memory.high max"]);
+        let wanted = files_to_observe(&[], &owned);
+        assert!(wanted[""].contains("cpuset.mems.effective"), "{wanted:?}");
         assert!(p.writes.iter().all(|w| w.kind == WriteKind::Restore));
         assert_eq!(
             p.released,

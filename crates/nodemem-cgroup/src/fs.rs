@@ -125,15 +125,22 @@ impl CgroupFs {
         }
     }
 
-    /// Writes `value` whole to an existing file; never creates one.
+    /// Writes `value` whole to an existing file; never creates one. An empty value is
+    /// written as a newline: a zero-length write would not reach the kernel at all,
+    /// and `cpuset.mems` is emptied (back to the parent's set) by writing "\n".
     pub fn write(&self, cgroup: &CgroupPath, file: &str, value: &str) -> Result<(), CgroupError> {
         let path = self.file(cgroup, file)?;
+        let bytes: &[u8] = if value.is_empty() {
+            b"\n"
+        } else {
+            value.as_bytes()
+        };
         let result = OpenOptions::new()
             .write(true)
             .truncate(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
-            .and_then(|mut f: File| f.write_all(value.as_bytes()));
+            .and_then(|mut f: File| f.write_all(bytes));
         result.map_err(|e| self.io_error(Op::Write, cgroup, path, Some(value), e))
     }
 }
@@ -155,6 +162,14 @@ mod tests {
         let (_d, fs, kp) = tree();
         fs.write(&kp, "memory.min", "4096").unwrap();
         assert_eq!(fs.read(&kp, "memory.min").unwrap(), "4096");
+    }
+
+    #[test]
+    fn an_empty_value_reaches_the_file() {
+        let (dir, fs, kp) = tree();
+        std::fs::write(dir.path().join("kubepods/cpuset.mems"), "1\n").unwrap();
+        fs.write(&kp, "cpuset.mems", "").unwrap();
+        assert_eq!(fs.read(&kp, "cpuset.mems").unwrap(), "\n");
     }
 
     #[test]

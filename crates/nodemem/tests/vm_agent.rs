@@ -1,0 +1,348 @@
+//! `nodemem agent --once` on a real kernel: Debian's 6.1 in qemu with two NUMA nodes
+//! and cgroup v2. A kubelet-shaped tree (`kubepods.slice/...`, pods of all three QoS
+//! classes, real processes in the container cgroups) is built by a script, the real
+//! binary applies the example config against `/sys/fs/cgroup`, and every value is read
+//! back and compared with the node computation made here on the host.
+
+use std::collections::BTreeMap;
+
+use nodemem_api::convert::node_settings;
+use nodemem_api::k8s::node_pod_from_k8s;
+use nodemem_api::NodeMemoryConfig;
+use nodemem_cgroup::parse::memory_events;
+use nodemem_model::cgroup::CgroupValue;
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+use nodemem_testkit::vm::Vm;
+use serde_json::Value;
+
+fn repo_file(path: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(path),
+    )
+    .unwrap()
+}
+
+fn example_pods() -> Vec<Value> {
+    let list: Value = serde_yaml::from_str(&repo_file("examples/agent-once/pods.yaml")).unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+fn list(items: Vec<Value>) -> String {
+    serde_yaml::to_string(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))
+        .unwrap()
+}
+
+/// A Guaranteed pod of `memory` with one container.
+fn guaranteed_pod(name: &str, uid: &str, id: &str, memory: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "db", "uid": uid},
+        "spec": {"nodeName": "agent-1", "containers": [{"name": "db", "image": "db",
+            "resources": {"requests": {"cpu": "1", "memory": memory}, "limits": {"cpu": "1", "memory": memory}}}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "db", "containerID": format!("containerd://{id}"),
+            "image": "db", "imageID": "", "ready": true, "restartCount": 0}]}
+    })
+}
+
+/// Shell that creates a pod's cgroups (controllers enabled on the way down) and starts a
+/// real process in each container cgroup.
+fn make_pod_tree(pods: &[NodePod]) -> String {
+    let mut s = String::new();
+    for p in pods.iter().filter(|p| !p.container_ids.is_empty()) {
+        let qos = nodemem_model::qos::qos_class(&p.pod.spec);
+        let pod_dir = nodemem_model::cgroup_layout::pod_dir(CgroupDriver::Systemd, qos, &p.pod.uid);
+        s.push_str(&format!(
+            "mkdir -p {pod_dir}\necho '+memory +cpuset' > {pod_dir}/cgroup.subtree_control\n"
+        ));
+        for id in p.container_ids.values() {
+            let dir = nodemem_model::cgroup_layout::container_dir(
+                CgroupDriver::Systemd,
+                qos,
+                &p.pod.uid,
+                id,
+            );
+            s.push_str(&format!(
+                "mkdir {dir}\nsh -c 'echo $$ > /sys/fs/cgroup/{dir}/cgroup.procs; exec sleep 600' &\n"
+            ));
+        }
+    }
+    s
+}
+
+fn node_pods(items: &[Value]) -> Vec<NodePod> {
+    items
+        .iter()
+        // The kubelet counts every pod that has not terminated (Pending ones too).
+        .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        .map(|p| node_pod_from_k8s(&serde_json::from_value(p.clone()).unwrap(), false).unwrap())
+        .collect()
+}
+
+/// `key=value` and `v <path> <file> <value>` lines of the script's output.
+fn section(output: &str, name: &str) -> String {
+    let start = format!("=== {name}\n");
+    let from = output
+        .find(&start)
+        .unwrap_or_else(|| panic!("no section {name} in\n{output}"))
+        + start.len();
+    let to = output[from..]
+        .find("===")
+        .map_or(output.len(), |i| from + i);
+    output[from..to].to_string()
+}
+
+fn read_values(output: &str, name: &str) -> BTreeMap<(String, String), String> {
+    section(output, name)
+        .lines()
+        .filter_map(|l| l.strip_prefix("v "))
+        .map(|l| {
+            let mut w = l.splitn(3, ' ');
+            let (p, f, v) = (w.next().unwrap(), w.next().unwrap(), w.next().unwrap_or(""));
+            ((p.to_string(), f.to_string()), v.to_string())
+        })
+        .collect()
+}
+
+/// The JSON document at the start of a section (before its `v` lines).
+fn json_section(output: &str, name: &str) -> Value {
+    let text: String = section(output, name)
+        .lines()
+        .take_while(|l| !l.starts_with("v "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"))
+}
+
+#[test]
+fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
+    let config_text = repo_file("examples/agent-once/config.yaml");
+    let static_text = format!(
+        "{config_text}  memoryManager:\n    policy: Static\n    reservedMemory:\n    - numaNode: 0\n      limits: {{memory: 32Mi}}\n    - numaNode: 1\n      limits: {{memory: 32Mi}}\n"
+    );
+    let off_text = config_text.replace("enabled: true", "enabled: false");
+    let items = example_pods();
+    let pods = node_pods(&items);
+    let big = guaranteed_pod(
+        "big",
+        "9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0",
+        &"f6".repeat(32),
+        "300Mi",
+    );
+    let big_pods = node_pods(std::slice::from_ref(&big));
+
+    // The prediction, made on the host with the same inputs the agent reads.
+    let config: NodeMemoryConfig = serde_yaml::from_str(&config_text).unwrap();
+    let settings = node_settings(&config.spec.settings).unwrap();
+    let facts = NodeFacts {
+        memory: NodeMemoryFacts {
+            allocatable_memory: Some(15 << 30),
+            page_size: 4096,
+            kernel_version: Some("6.1.0".into()),
+        },
+        cgroup_driver: CgroupDriver::Systemd,
+        ..NodeFacts::default()
+    };
+    let desired = desired_node(NodeInput {
+        settings: &settings,
+        facts: &facts,
+        pods: &pods,
+        memory_manager: None,
+    })
+    .unwrap();
+    let mut expected = BTreeMap::new();
+    let mut reads = String::new();
+    // The pod still starting has no cgroup yet: the agent reports it missing.
+    let starting = desired
+        .pods
+        .iter()
+        .find(|p| p.name == "starting")
+        .unwrap()
+        .path
+        .clone();
+    for c in desired.cgroups.iter().filter(|c| c.path != starting) {
+        for (file, value) in &c.values {
+            let text = match value {
+                CgroupValue::Bytes(b) => (b / 4096 * 4096).to_string(),
+                CgroupValue::Text(t) => t.clone(),
+            };
+            expected.insert((c.path.clone(), file.clone()), text);
+            reads.push_str(&format!(
+                "echo \"v {} {file} $(cat /sys/fs/cgroup/{}/{file})\"\n",
+                c.path, c.path
+            ));
+        }
+    }
+    assert!(expected.len() >= 10, "{expected:#?}");
+    let legacy = desired.pods.iter().find(|p| p.name == "legacy").unwrap();
+    let legacy_container = legacy.containers[0].path.clone().unwrap();
+    let web = desired.pods.iter().find(|p| p.name == "web").unwrap();
+    let web_container = web
+        .containers
+        .iter()
+        .find(|c| c.name == "web")
+        .unwrap()
+        .path
+        .clone()
+        .unwrap();
+    let api_container = desired
+        .pods
+        .iter()
+        .find(|p| p.name == "api")
+        .unwrap()
+        .containers[0]
+        .path
+        .clone()
+        .unwrap();
+    let big_container = nodemem_model::cgroup_layout::container_dir(
+        CgroupDriver::Systemd,
+        nodemem_model::qos::QosClass::Guaranteed,
+        &big_pods[0].pod.uid,
+        big_pods[0].container_ids.values().next().unwrap(),
+    );
+
+    let agent = "nodemem agent --once --node /etc/node.yaml --state-dir /tmp/state -o json";
+    let script = format!(
+        r#"
+set -e
+cd /sys/fs/cgroup
+echo '+memory +cpuset' > cgroup.subtree_control
+mkdir kubepods.slice
+echo '+memory +cpuset' > kubepods.slice/cgroup.subtree_control
+for q in burstable besteffort; do
+  mkdir kubepods.slice/kubepods-$q.slice
+  echo '+memory +cpuset' > kubepods.slice/kubepods-$q.slice/cgroup.subtree_control
+done
+{tree}
+{big_tree}
+echo "=== first"
+{agent} --config /etc/config.yaml --pods /etc/pods.yaml
+echo "=== values"
+{reads}
+echo "v {legacy} memory.low $(cat {legacy}/memory.low)"
+echo "v {legacy_container} memory.high $(cat {legacy_container}/memory.high)"
+echo "=== second"
+{agent} --config /etc/config.yaml --pods /etc/pods.yaml
+echo "=== throttle"
+sh -c 'echo $$ > /sys/fs/cgroup/{web_container}/cgroup.procs; exec dd if=/dev/zero of=/dev/null bs=124M count=1 2>/dev/null'
+cat {web_container}/memory.events
+echo "=== static"
+{agent} --config /etc/static.yaml --pods /etc/pods.yaml
+echo "v {api_container} cpuset.mems $(cat {api_container}/cpuset.mems)"
+echo "v {api_container} cpuset.mems.effective $(cat {api_container}/cpuset.mems.effective)"
+echo "=== big"
+nodemem agent --once --node /etc/node.yaml --state-dir /tmp/state-big -o json --config /etc/static.yaml --pods /etc/big.yaml
+echo "v {big_container} cpuset.mems $(cat {big_container}/cpuset.mems)"
+echo "v {big_container} cpuset.mems.effective $(cat {big_container}/cpuset.mems.effective)"
+echo "=== off"
+{agent} --config /etc/off.yaml --pods /etc/pods.yaml
+{reads}
+echo "v {api_container} cpuset.mems $(cat {api_container}/cpuset.mems)"
+echo "v {api_container} cpuset.mems.effective $(cat {api_container}/cpuset.mems.effective)"
+echo "=== end"
+"#,
+        tree = make_pod_tree(&pods),
+        big_tree = make_pod_tree(&big_pods),
+        legacy = legacy.path,
+    );
+    let vm = Vm::new()
+        .expect("VM prerequisites")
+        .with_binary(
+            std::path::Path::new(env!("CARGO_BIN_EXE_nodemem")),
+            "nodemem",
+        )
+        .with_file("/etc/config.yaml", config_text.as_bytes(), 0o644)
+        .with_file("/etc/static.yaml", static_text.as_bytes(), 0o644)
+        .with_file("/etc/off.yaml", off_text.as_bytes(), 0o644)
+        .with_file(
+            "/etc/node.yaml",
+            repo_file("examples/agent-once/node.yaml").as_bytes(),
+            0o644,
+        )
+        .with_file("/etc/pods.yaml", list(items).as_bytes(), 0o644)
+        .with_file("/etc/big.yaml", list(vec![big]).as_bytes(), 0o644);
+    let out = vm.run(&script).expect("the VM runs the script");
+    assert_eq!(out.exit_code, 0, "script failed:\n{}", out.output);
+    let o = &out.output;
+
+    // First run: every predicted value reads back from the kernel.
+    let first = json_section(o, "first");
+    assert!(first["failed"].as_array().unwrap().is_empty(), "{first:#}");
+    assert_eq!(first["missing"], serde_json::json!([starting]));
+    assert_eq!(
+        first["writes"].as_array().unwrap().len(),
+        expected.len(),
+        "{first:#}"
+    );
+    let values = read_values(o, "values");
+    for (key, want) in &expected {
+        assert_eq!(values.get(key), Some(want), "{key:?}");
+    }
+    // The opted-out pod is untouched.
+    assert_eq!(values[&(legacy.path.clone(), "memory.low".into())], "0");
+    assert_eq!(
+        values[&(legacy_container.clone(), "memory.high".into())],
+        "max"
+    );
+
+    // Second run: nothing differs, nothing is written.
+    assert_eq!(json_section(o, "second")["writes"], serde_json::json!([]));
+
+    // Crossing memory.high counts a `high` event, read with the agent's own parser.
+    let events = memory_events("memory.events", &section(o, "throttle"))
+        .expect("the kernel's memory.events parses");
+    assert!(events.high > 0, "memory.high was crossed: {events:?}");
+    assert_eq!(events.oom_kill, 0, "throttled, not killed");
+
+    // Static policy: the Guaranteed container is pinned to one NUMA node, and a pod
+    // larger than either node spans both.
+    let st = json_section(o, "static");
+    assert_eq!(st["pinnedPods"], 1, "{st:#}");
+    let pins = read_values(o, "static");
+    assert_eq!(pins[&(api_container.clone(), "cpuset.mems".into())], "0");
+    assert_eq!(
+        pins[&(api_container.clone(), "cpuset.mems.effective".into())],
+        "0"
+    );
+    let big_out = json_section(o, "big");
+    assert_eq!(big_out["pinnedPods"], 1, "{big_out:#}");
+    let big_pins = read_values(o, "big");
+    assert_eq!(
+        big_pins[&(big_container.clone(), "cpuset.mems".into())],
+        "0-1"
+    );
+    assert_eq!(
+        big_pins[&(big_container.clone(), "cpuset.mems.effective".into())],
+        "0-1"
+    );
+
+    // Memory QoS off and no Memory Manager: everything nodemem set is back at the
+    // kernel's defaults; cpuset.mems is the parent's set again (a cgroup with
+    // processes cannot be emptied: the kernel answers ENOSPC).
+    let off = json_section(o, "off");
+    assert!(
+        off["writes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["kind"] == "restore"),
+        "{off:#}"
+    );
+    let after = read_values(o, "off");
+    for (path, file) in expected.keys() {
+        let default = if file == "memory.high" { "max" } else { "0" };
+        assert_eq!(
+            after[&(path.clone(), file.clone())],
+            default,
+            "{path} {file}"
+        );
+    }
+    assert_eq!(after[&(api_container.clone(), "cpuset.mems".into())], "0-1");
+    assert_eq!(
+        after[&(api_container.clone(), "cpuset.mems.effective".into())],
+        "0-1"
+    );
+}
