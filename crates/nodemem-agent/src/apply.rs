@@ -19,7 +19,8 @@ pub struct ApplyOptions {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyReport {
-    /// The writes in plan order (with `dry_run`, what would be written).
+    /// With `dry_run`, the writes that would be made, in plan order; otherwise empty
+    /// (see `applied`, `vanished` and `failed`, which together are the plan).
     pub planned: Vec<Write>,
     pub applied: Vec<Write>,
     /// Skipped because the cgroup disappeared meanwhile.
@@ -37,36 +38,51 @@ impl ApplyReport {
     pub fn ok(&self) -> bool {
         self.failed.is_empty() && self.refused.is_empty()
     }
+
+    /// Writes planned: attempted, or with `dry_run` proposed.
+    pub fn writes(&self) -> usize {
+        self.planned.len() + self.applied.len() + self.vanished.len() + self.failed.len()
+    }
+
+    /// Every planned write, whatever became of it.
+    pub fn all_writes(&self) -> impl Iterator<Item = &Write> {
+        self.planned
+            .iter()
+            .chain(&self.applied)
+            .chain(&self.vanished)
+            .chain(self.failed.iter().map(|f| &f.write))
+    }
 }
 
 pub fn apply(
     fs: &CgroupFs,
-    desired: &[DesiredCgroup],
+    desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,
     options: ApplyOptions,
 ) -> ApplyReport {
     let mut report = ApplyReport::default();
     let mut safe = Vec::with_capacity(desired.len());
     for d in desired {
-        match CgroupPath::new(&d.path) {
-            Ok(_) => safe.push(d.clone()),
+        match CgroupPath::new(d.path) {
+            Ok(_) => safe.push(*d),
             Err(e) => report.refused.push(e.to_string()),
         }
     }
     let wanted = files_to_observe(&safe, owned);
-    let observed = observe(fs, &wanted);
+    let (observed, mut held) = observe(fs, &wanted);
     report.reads = wanted
         .iter()
         .filter(|(p, _)| matches!(observed.get(*p), Some(crate::plan::CgroupState::Present(_))))
         .map(|(_, f)| f.len())
         .sum();
-    let plan = plan(&safe, &observed, owned, options.page_size);
-    report.planned = plan.writes.clone();
-    report.missing = plan.missing.clone();
+    let mut plan = plan(&safe, &observed, owned, options.page_size);
+    report.missing = std::mem::take(&mut plan.missing);
     if options.dry_run {
+        report.planned = plan.writes;
         return report;
     }
-    let executed = execute(fs, &plan);
+    let writes = std::mem::take(&mut plan.writes);
+    let executed = execute(fs, writes, &mut held);
     update_ownership(owned, &plan, &executed.applied, &executed.vanished);
     report.applied = executed.applied;
     report.vanished = executed.vanished;

@@ -82,14 +82,14 @@ pub type Observed = BTreeMap<String, CgroupState>;
 
 /// The cgroups and files a plan needs read: every desired file and every owned one.
 pub fn files_to_observe(
-    desired: &[DesiredCgroup],
+    desired: &[DesiredCgroup<'_>],
     owned: &Ownership,
 ) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for d in desired {
-        out.entry(d.path.clone())
+        out.entry(d.path.to_string())
             .or_default()
-            .extend(d.values.keys().cloned());
+            .extend(d.managed().map(|(k, _)| k.to_string()));
     }
     for (path, files) in &owned.files {
         out.entry(path.clone())
@@ -189,7 +189,7 @@ fn render(value: &CgroupValue) -> String {
 /// Plans the writes that take the node from `observed` to `desired`, giving back
 /// what `owned` records and `desired` no longer asks for.
 pub fn plan(
-    desired: &[DesiredCgroup],
+    desired: &[DesiredCgroup<'_>],
     observed: &Observed,
     owned: &Ownership,
     page_size: i64,
@@ -197,20 +197,20 @@ pub fn plan(
     let mut out = Plan::default();
     let mut wanted: BTreeSet<(&str, &str)> = BTreeSet::new();
     for cgroup in desired {
-        let files = match observed.get(&cgroup.path) {
+        let files = match observed.get(cgroup.path) {
             Some(CgroupState::Present(files)) => files,
             _ => {
-                out.missing.push(cgroup.path.clone());
+                out.missing.push(cgroup.path.to_string());
                 // Still wanted: ownership of a cgroup that is only briefly gone is not
                 // dropped here (released below only when nothing wants it).
-                for file in cgroup.values.keys() {
-                    wanted.insert((&cgroup.path, file));
+                for (file, _) in cgroup.managed() {
+                    wanted.insert((cgroup.path, file));
                 }
                 continue;
             }
         };
-        for (file, value) in &cgroup.values {
-            wanted.insert((&cgroup.path, file));
+        for (file, value) in cgroup.managed() {
+            wanted.insert((cgroup.path, file));
             let want = render(value);
             let have = files.get(file).cloned().flatten();
             if have
@@ -220,8 +220,8 @@ pub fn plan(
                 continue;
             }
             out.writes.push(Write {
-                cgroup: cgroup.path.clone(),
-                file: file.clone(),
+                cgroup: cgroup.path.to_string(),
+                file: file.to_string(),
                 old: have,
                 new: want,
                 kind: WriteKind::Set,
@@ -410,13 +410,16 @@ mod tests {
     use super::*;
     use nodemem_model::cgroup::CgroupValues;
 
-    fn cgroup(path: &str, values: &[(&str, CgroupValue)]) -> DesiredCgroup {
+    /// Leaked for the test's lifetime: a DesiredCgroup borrows its path and values.
+    fn cgroup(path: &str, values: &[(&'static str, CgroupValue)]) -> DesiredCgroup<'static> {
         DesiredCgroup {
-            path: path.to_string(),
-            values: values
-                .iter()
-                .map(|(f, v)| (f.to_string(), v.clone()))
-                .collect::<CgroupValues>(),
+            path: Box::leak(path.to_string().into_boxed_str()),
+            values: Box::leak(Box::new(
+                values
+                    .iter()
+                    .map(|(f, v)| (*f, v.clone()))
+                    .collect::<CgroupValues>(),
+            )),
         }
     }
 

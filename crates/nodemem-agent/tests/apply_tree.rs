@@ -80,16 +80,16 @@ fn pod(
             )
         })
         .collect();
-    NodePod {
-        pod: Pod {
+    NodePod::new(
+        Pod {
             namespace: "shop".into(),
             name: name.into(),
             uid: uid.into(),
             spec,
         },
-        container_ids: ids,
-        memory_qos_opt_out: false,
-    }
+        ids,
+        false,
+    )
 }
 
 /// One pod of each QoS class, with an init container and a container without a limit.
@@ -148,14 +148,18 @@ fn facts(driver: CgroupDriver) -> NodeFacts {
 fn tree_for(driver: CgroupDriver, pods: &[NodePod]) -> CgroupTree {
     let tree = CgroupTree::new(driver, 2).unwrap();
     for p in pods {
-        let ids: Vec<ContainerId> = p.container_ids.values().cloned().collect();
-        tree.add_pod_with_ids(qos_class(&p.pod.spec), &p.pod.uid, &ids)
+        let ids: Vec<ContainerId> = p.container_ids().values().cloned().collect();
+        tree.add_pod_with_ids(qos_class(&p.pod().spec), &p.pod().uid, &ids)
             .unwrap();
     }
     tree
 }
 
-fn desired(settings: &PolicySettings, driver: CgroupDriver, pods: &[NodePod]) -> DesiredNode {
+fn desired<'a>(
+    settings: &PolicySettings,
+    driver: CgroupDriver,
+    pods: &'a [NodePod],
+) -> DesiredNode<'a> {
     desired_node(NodeInput {
         settings,
         facts: &facts(driver),
@@ -191,16 +195,16 @@ fn every_qos_class_gets_what_the_node_computation_predicts_in_both_drivers_and_r
                 &pods,
             );
             let mut owned = Ownership::default();
-            let report = apply(&fs, &node.cgroups, &mut owned, options());
+            let report = apply(&fs, &node.cgroups(), &mut owned, options());
             assert!(report.ok(), "{report:#?}");
             assert!(report.missing.is_empty(), "{:?}", report.missing);
             // Every cgroup and file the computation names reads back as predicted, and
             // nothing else was written.
             let mut checked = 0;
-            for c in &node.cgroups {
-                for (file, value) in &c.values {
+            for c in &node.cgroups() {
+                for (file, value) in c.managed() {
                     assert_eq!(
-                        tree.read(&c.path, file).unwrap(),
+                        tree.read(c.path, file).unwrap(),
                         expected_text(value),
                         "{driver:?} {runtime:?} {}/{file}",
                         c.path
@@ -261,8 +265,8 @@ fn every_qos_class_gets_what_the_node_computation_predicts_in_both_drivers_and_r
             assert_eq!(tree.read(job, MEMORY_MIN).unwrap(), "0");
 
             // A second pass changes nothing: zero writes.
-            let again = apply(&fs, &node.cgroups, &mut owned, options());
-            assert!(again.planned.is_empty(), "{:#?}", again.planned);
+            let again = apply(&fs, &node.cgroups(), &mut owned, options());
+            assert_eq!(again.writes(), 0, "{again:#?}");
         }
     }
 }
@@ -279,7 +283,7 @@ fn protection_rises_parents_first_and_falls_children_first() {
         driver,
         &pods,
     );
-    let up = apply(&fs, &hard.cgroups, &mut owned, options());
+    let up = apply(&fs, &hard.cgroups(), &mut owned, options());
     let depth = |p: &str| p.split('/').count();
     let min_depths: Vec<usize> = up
         .applied
@@ -297,13 +301,12 @@ fn protection_rises_parents_first_and_falls_children_first() {
     let halved: Vec<NodePod> = pods
         .iter()
         .map(|p| {
-            let mut p = p.clone();
-            for c in p
-                .pod
+            let mut pod = p.pod().clone();
+            for c in pod
                 .spec
                 .containers
                 .iter_mut()
-                .chain(p.pod.spec.init_containers.iter_mut())
+                .chain(pod.spec.init_containers.iter_mut())
             {
                 for list in [&mut c.resources.requests, &mut c.resources.limits] {
                     if let Some(q) = list.get_mut("memory") {
@@ -311,7 +314,7 @@ fn protection_rises_parents_first_and_falls_children_first() {
                     }
                 }
             }
-            p
+            NodePod::new(pod, p.container_ids().clone(), false)
         })
         .collect();
     let lower = desired(
@@ -319,7 +322,7 @@ fn protection_rises_parents_first_and_falls_children_first() {
         driver,
         &halved,
     );
-    let down = apply(&fs, &lower.cgroups, &mut owned, options());
+    let down = apply(&fs, &lower.cgroups(), &mut owned, options());
     let min_depths: Vec<usize> = down
         .applied
         .iter()
@@ -332,7 +335,7 @@ fn protection_rises_parents_first_and_falls_children_first() {
         "lower: children first: {min_depths:?}"
     );
     // Ownership still remembers the kernel defaults, not the first values.
-    assert_eq!(owned.files[&hard.cgroups[0].path][MEMORY_MIN], "0");
+    assert_eq!(owned.files[hard.cgroups()[0].path][MEMORY_MIN], "0");
 }
 
 #[test]
@@ -347,12 +350,13 @@ fn a_cgroup_that_vanishes_before_its_write_is_skipped_and_counted() {
         &pods,
     );
     let mut owned = Ownership::default();
-    let wanted = files_to_observe(&node.cgroups, &owned);
-    let planned = plan(&node.cgroups, &observe(&fs, &wanted), &owned, 4096);
+    let wanted = files_to_observe(&node.cgroups(), &owned);
+    let (observed, mut held) = observe(&fs, &wanted);
+    let planned = plan(&node.cgroups(), &observed, &owned, 4096);
     // The Burstable pod is deleted between planning and writing.
-    tree.remove_pod(QosClass::Burstable, &pods[1].pod.uid)
+    tree.remove_pod(QosClass::Burstable, &pods[1].pod().uid)
         .unwrap();
-    let done = execute(&fs, &planned);
+    let done = execute(&fs, planned.writes.clone(), &mut held);
     assert!(done.failed.is_empty(), "{:#?}", done.failed);
     let gone: Vec<&str> = done.vanished.iter().map(|w| w.cgroup.as_str()).collect();
     assert_eq!(
@@ -369,7 +373,7 @@ fn a_cgroup_that_vanishes_before_its_write_is_skipped_and_counted() {
     // A later pass with the pod gone (no longer desired) plans nothing for it.
     let rest: Vec<NodePod> = pods
         .iter()
-        .filter(|p| p.pod.name != "api")
+        .filter(|p| p.pod().name != "api")
         .cloned()
         .collect();
     let node = desired(
@@ -377,12 +381,11 @@ fn a_cgroup_that_vanishes_before_its_write_is_skipped_and_counted() {
         driver,
         &rest,
     );
-    let report = apply(&fs, &node.cgroups, &mut owned, options());
+    let report = apply(&fs, &node.cgroups(), &mut owned, options());
     assert!(
         report.ok()
             && report
-                .planned
-                .iter()
+                .all_writes()
                 .all(|w| !w.cgroup.contains("000000000002")),
         "{report:#?}"
     );
@@ -425,7 +428,7 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
         driver,
         &pods,
     );
-    let first = apply(&fs, &on.cgroups, &mut owned, options());
+    let first = apply(&fs, &on.cgroups(), &mut owned, options());
     assert!(first.ok());
     assert!(
         !owned.owns(&api_pod, MEMORY_LOW),
@@ -437,11 +440,11 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
     off_settings.memory_qos.enabled = false;
     let off = desired(&off_settings, driver, &pods);
     assert!(
-        off.cgroups.is_empty(),
+        off.cgroups().is_empty(),
         "nothing is desired: {:?}",
-        off.cgroups
+        off.cgroups()
     );
-    let report = apply(&fs, &off.cgroups, &mut owned, options());
+    let report = apply(&fs, &off.cgroups(), &mut owned, options());
     assert!(report.ok(), "{report:#?}");
     assert!(report.applied.iter().all(|w| w.kind == WriteKind::Restore));
     assert_eq!(
@@ -466,9 +469,10 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
         (256 * MI + 100_000_000).to_string()
     );
     // Nothing more to restore.
-    assert!(apply(&fs, &off.cgroups, &mut owned, options())
-        .planned
-        .is_empty());
+    assert_eq!(
+        apply(&fs, &off.cgroups(), &mut owned, options()).writes(),
+        0
+    );
 }
 
 #[test]
@@ -488,7 +492,7 @@ fn a_failed_write_names_the_file_value_and_errno_and_the_rest_still_runs() {
     std::fs::remove_file(&kp).unwrap();
     std::fs::create_dir(&kp).unwrap();
     let mut owned = Ownership::default();
-    let report = apply(&fs, &node.cgroups, &mut owned, options());
+    let report = apply(&fs, &node.cgroups(), &mut owned, options());
     assert_eq!(report.failed.len(), 1, "{:#?}", report.failed);
     let f = &report.failed[0];
     assert_eq!(
@@ -519,14 +523,18 @@ fn a_failed_write_names_the_file_value_and_errno_and_the_rest_still_runs() {
 fn hostile_identifiers_are_refused_and_nothing_outside_is_touched() {
     let driver = CgroupDriver::Cgroupfs;
     let mut pods = pods(ContainerRuntime::Containerd);
-    pods[1].pod.uid = "../../../../outside".into();
-    pods[2].container_ids.insert(
+    let mut hostile = pods[1].pod().clone();
+    hostile.uid = "../../../../outside".into();
+    pods[1] = NodePod::new(hostile, pods[1].container_ids().clone(), false);
+    let mut ids = pods[2].container_ids().clone();
+    ids.insert(
         "job".into(),
         ContainerId {
             runtime: ContainerRuntime::Containerd,
             id: "..".into(),
         },
     );
+    pods[2] = NodePod::new(pods[2].pod().clone(), ids, false);
     let tree = tree_for(driver, &pods[..1]);
     let fs = CgroupFs::new(tree.root());
     let outside = tree.root().parent().unwrap().join("outside");
@@ -536,7 +544,7 @@ fn hostile_identifiers_are_refused_and_nothing_outside_is_touched() {
         &pods,
     );
     let mut owned = Ownership::default();
-    let report = apply(&fs, &node.cgroups, &mut owned, options());
+    let report = apply(&fs, &node.cgroups(), &mut owned, options());
     assert!(!report.refused.is_empty());
     assert!(
         report
@@ -570,7 +578,7 @@ fn dry_run_plans_without_writing() {
     let mut owned = Ownership::default();
     let report = apply(
         &fs,
-        &node.cgroups,
+        &node.cgroups(),
         &mut owned,
         ApplyOptions {
             dry_run: true,

@@ -135,7 +135,7 @@ pub fn discover(roots: &Roots, driver: Option<CgroupDriver>) -> Result<Discovery
         Some(d) => d,
         None => return Err(DiscoveryError::NoKubepods(roots.cgroup.clone())),
     };
-    let kp = CgroupPath::new(&kubepods(cgroup_driver)).expect("a constant path");
+    let kp = CgroupPath::new(kubepods(cgroup_driver)).expect("a constant path");
     if !fs.exists(&kp) {
         return Err(DiscoveryError::NoKubepods(roots.cgroup.clone()));
     }

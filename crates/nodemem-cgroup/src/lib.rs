@@ -27,6 +27,6 @@ pub mod parse;
 pub mod path;
 pub mod roots;
 
-pub use fs::{CgroupError, CgroupFs};
+pub use fs::{CgroupError, CgroupFs, HeldFile, OpenCgroup};
 pub use path::{check_identifier, CgroupPath, UnsafeName};
 pub use roots::Roots;

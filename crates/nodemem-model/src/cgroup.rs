@@ -1,6 +1,5 @@
 //! Desired values of cgroup v2 interface files, keyed by file name.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -47,11 +46,98 @@ impl fmt::Display for CgroupValue {
     }
 }
 
-/// Files nodemem sets on one cgroup; a file that is absent is left alone.
-pub type CgroupValues = BTreeMap<String, CgroupValue>;
+/// The files a [`CgroupValues`] can hold, in name order (the JSON order).
+pub const FILES: [&str; 5] = [CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN];
 
-pub fn set_bytes(values: &mut CgroupValues, file: &str, bytes: i64) {
-    values.insert(file.to_string(), CgroupValue::Bytes(bytes));
+/// Files nodemem sets on one cgroup, by file name; a file that is absent is left
+/// alone. A fixed slot per known file instead of a map: a node has thousands of
+/// cgroups and the node computation runs on every event, so values cost no allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupValues {
+    slots: [Option<CgroupValue>; FILES.len()],
+}
+
+fn slot(file: &str) -> Option<usize> {
+    FILES.iter().position(|f| *f == file)
+}
+
+impl CgroupValues {
+    pub fn new() -> Self {
+        CgroupValues::default()
+    }
+
+    /// Sets `file` (one of [`FILES`]); any other name is not a file nodemem manages
+    /// and is ignored.
+    pub fn insert(&mut self, file: &str, value: CgroupValue) -> Option<CgroupValue> {
+        debug_assert!(slot(file).is_some(), "{file} is not a file nodemem sets");
+        slot(file).and_then(|i| self.slots[i].replace(value))
+    }
+
+    pub fn get(&self, file: &str) -> Option<&CgroupValue> {
+        slot(file).and_then(|i| self.slots[i].as_ref())
+    }
+
+    pub fn remove(&mut self, file: &str) -> Option<CgroupValue> {
+        slot(file).and_then(|i| self.slots[i].take())
+    }
+
+    pub fn contains_key(&self, file: &str) -> bool {
+        self.get(file).is_some()
+    }
+
+    /// Files with a value, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &CgroupValue)> + '_ {
+        FILES
+            .iter()
+            .zip(&self.slots)
+            .filter_map(|(f, v)| v.as_ref().map(|v| (*f, v)))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.iter().map(|(f, _)| f)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+}
+
+impl<'a> IntoIterator for &'a CgroupValues {
+    type Item = (&'static str, &'a CgroupValue);
+    type IntoIter = Box<dyn Iterator<Item = Self::Item> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl<'f> FromIterator<(&'f str, CgroupValue)> for CgroupValues {
+    fn from_iter<I: IntoIterator<Item = (&'f str, CgroupValue)>>(iter: I) -> Self {
+        let mut values = CgroupValues::new();
+        for (f, v) in iter {
+            values.insert(f, v);
+        }
+        values
+    }
+}
+
+impl Serialize for CgroupValues {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.len()))?;
+        for (f, v) in self.iter() {
+            map.serialize_entry(f, v)?;
+        }
+        map.end()
+    }
+}
+
+pub fn set_bytes(values: &mut CgroupValues, file: &'static str, bytes: i64) {
+    values.insert(file, CgroupValue::Bytes(bytes));
 }
 
 /// What rolling back Memory QoS writes to a cgroup nodemem managed (KEP-2570:
@@ -61,6 +147,6 @@ pub fn memory_qos_reset() -> CgroupValues {
     let mut values = CgroupValues::new();
     set_bytes(&mut values, MEMORY_MIN, 0);
     set_bytes(&mut values, MEMORY_LOW, 0);
-    values.insert(MEMORY_HIGH.to_string(), CgroupValue::max());
+    values.insert(MEMORY_HIGH, CgroupValue::max());
     values
 }

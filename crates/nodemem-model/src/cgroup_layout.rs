@@ -49,41 +49,45 @@ impl ContainerId {
 }
 
 /// The node-level pods cgroup.
-pub fn kubepods(driver: CgroupDriver) -> String {
+pub fn kubepods(driver: CgroupDriver) -> &'static str {
     match driver {
-        CgroupDriver::Systemd => "kubepods.slice".to_string(),
-        CgroupDriver::Cgroupfs => "kubepods".to_string(),
+        CgroupDriver::Systemd => "kubepods.slice",
+        CgroupDriver::Cgroupfs => "kubepods",
     }
 }
 
 /// The QoS-level cgroup; Guaranteed pods live directly under kubepods.
-pub fn qos_dir(driver: CgroupDriver, qos: QosClass) -> String {
-    let class = match qos {
-        QosClass::Guaranteed => return kubepods(driver),
-        QosClass::Burstable => "burstable",
-        QosClass::BestEffort => "besteffort",
-    };
-    match driver {
-        CgroupDriver::Systemd => format!("kubepods.slice/kubepods-{class}.slice"),
-        CgroupDriver::Cgroupfs => format!("kubepods/{class}"),
+pub fn qos_dir(driver: CgroupDriver, qos: QosClass) -> &'static str {
+    match (driver, qos) {
+        (_, QosClass::Guaranteed) => kubepods(driver),
+        (CgroupDriver::Systemd, QosClass::Burstable) => "kubepods.slice/kubepods-burstable.slice",
+        (CgroupDriver::Systemd, QosClass::BestEffort) => "kubepods.slice/kubepods-besteffort.slice",
+        (CgroupDriver::Cgroupfs, QosClass::Burstable) => "kubepods/burstable",
+        (CgroupDriver::Cgroupfs, QosClass::BestEffort) => "kubepods/besteffort",
     }
 }
 
-/// The pod cgroup.
+/// The pod cgroup. Built in one allocation: it runs for every pod on every event.
 pub fn pod_dir(driver: CgroupDriver, qos: QosClass, uid: &str) -> String {
     let parent = qos_dir(driver, qos);
+    let (prefix, suffix) = match (driver, qos) {
+        (CgroupDriver::Systemd, QosClass::Guaranteed) => ("kubepods-pod", ".slice"),
+        (CgroupDriver::Systemd, QosClass::Burstable) => ("kubepods-burstable-pod", ".slice"),
+        (CgroupDriver::Systemd, QosClass::BestEffort) => ("kubepods-besteffort-pod", ".slice"),
+        (CgroupDriver::Cgroupfs, _) => ("pod", ""),
+    };
+    let mut path =
+        String::with_capacity(parent.len() + 1 + prefix.len() + uid.len() + suffix.len());
+    path.push_str(parent);
+    path.push('/');
+    path.push_str(prefix);
     match driver {
-        CgroupDriver::Systemd => {
-            let escaped = uid.replace('-', "_");
-            let unit = match qos {
-                QosClass::Guaranteed => format!("kubepods-pod{escaped}.slice"),
-                QosClass::Burstable => format!("kubepods-burstable-pod{escaped}.slice"),
-                QosClass::BestEffort => format!("kubepods-besteffort-pod{escaped}.slice"),
-            };
-            format!("{parent}/{unit}")
-        }
-        CgroupDriver::Cgroupfs => format!("{parent}/pod{uid}"),
+        // systemd unit names escape `-` (the slice hierarchy separator) as `_`.
+        CgroupDriver::Systemd => path.extend(uid.chars().map(|c| if c == '-' { '_' } else { c })),
+        CgroupDriver::Cgroupfs => path.push_str(uid),
     }
+    path.push_str(suffix);
+    path
 }
 
 /// A container cgroup.
@@ -93,16 +97,25 @@ pub fn container_dir(
     uid: &str,
     container: &ContainerId,
 ) -> String {
-    let pod = pod_dir(driver, qos, uid);
-    let id = &container.id;
-    match (driver, container.runtime) {
-        (CgroupDriver::Systemd, ContainerRuntime::Containerd) => {
-            format!("{pod}/cri-containerd-{id}.scope")
-        }
-        (CgroupDriver::Systemd, ContainerRuntime::CriO) => format!("{pod}/crio-{id}.scope"),
-        (CgroupDriver::Cgroupfs, ContainerRuntime::Containerd) => format!("{pod}/{id}"),
-        (CgroupDriver::Cgroupfs, ContainerRuntime::CriO) => format!("{pod}/crio-{id}"),
-    }
+    container_dir_under(&pod_dir(driver, qos, uid), driver, container)
+}
+
+/// A container cgroup under its pod's cgroup path (computed once per pod).
+pub fn container_dir_under(pod: &str, driver: CgroupDriver, container: &ContainerId) -> String {
+    let (prefix, suffix) = match (driver, container.runtime) {
+        (CgroupDriver::Systemd, ContainerRuntime::Containerd) => ("cri-containerd-", ".scope"),
+        (CgroupDriver::Systemd, ContainerRuntime::CriO) => ("crio-", ".scope"),
+        (CgroupDriver::Cgroupfs, ContainerRuntime::Containerd) => ("", ""),
+        (CgroupDriver::Cgroupfs, ContainerRuntime::CriO) => ("crio-", ""),
+    };
+    let mut path =
+        String::with_capacity(pod.len() + 1 + prefix.len() + container.id.len() + suffix.len());
+    path.push_str(pod);
+    path.push('/');
+    path.push_str(prefix);
+    path.push_str(&container.id);
+    path.push_str(suffix);
+    path
 }
 
 #[cfg(test)]

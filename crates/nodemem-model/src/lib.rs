@@ -23,6 +23,7 @@ pub mod pod;
 pub mod pod_validation;
 pub mod policy;
 pub mod problem;
+pub mod profile;
 pub mod qos;
 pub mod quantity;
 pub mod resolve;

@@ -31,14 +31,14 @@
 //! Pod requests are the effective pod requests (`PodRequests`): KEP-753 aggregation of
 //! init and sidecar containers, KEP-2837 pod-level resources, plus overhead.
 
-use crate::aggregate::{pod_limits, pod_memory_request};
 use crate::cgroup::{
     memory_qos_reset, set_bytes, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
 use crate::factor::ThrottlingFactor;
 use crate::kernel::memory_qos_kernel_warnings;
-use crate::pod::{Container, ContainerKind, Pod, PodSpec, MEMORY};
-use crate::qos::{has_pod_level_resources, qos_class, QosClass};
+use crate::pod::{Container, ContainerKind, Pod, PodSpec};
+use crate::profile::{ContainerMemory, PodMemoryProfile};
+use crate::qos::{qos_class, QosClass};
 use crate::warning::Warning;
 
 /// `memoryReservationPolicy`.
@@ -148,77 +148,185 @@ pub fn plan_pods<'a>(
     node: &NodeMemoryFacts,
     pods: impl Iterator<Item = (&'a Pod, bool)>,
 ) -> NodePlan {
-    let mut plan = NodePlan {
-        warnings: memory_qos_kernel_warnings(node.kernel_version.as_deref()),
-        ..NodePlan::default()
-    };
-    let mut needs_allocatable = false;
-    let (mut guaranteed_sum, mut burstable_sum) = (0i64, 0i64);
+    let mut acc = NodeAccumulator::new(settings, node);
+    let mut planned = Vec::new();
     for (pod, opted_out) in pods {
         let qos = qos_class(&pod.spec);
         if opted_out {
-            plan.pods.push(unprotected_pod_plan(pod, qos, true));
+            planned.push(unprotected_pod_plan(pod, qos, true));
             continue;
         }
-        let request = pod_memory_request(&pod.spec);
-        match qos {
-            QosClass::Guaranteed => guaranteed_sum = guaranteed_sum.saturating_add(request),
-            QosClass::Burstable => burstable_sum = burstable_sum.saturating_add(request),
-            QosClass::BestEffort => {}
-        }
-        let cgroup = pod_values(settings, qos, &pod.spec, request);
-        plan.totals.memory_min_bytes += cgroup.get(MEMORY_MIN).and_then(|v| v.bytes()).unwrap_or(0);
-        plan.totals.memory_low_bytes += cgroup.get(MEMORY_LOW).and_then(|v| v.bytes()).unwrap_or(0);
-        let containers = ordered_containers(&pod.spec)
-            .map(|c| {
-                needs_allocatable |= c.resources.limit(MEMORY).is_zero();
-                ContainerPlan {
-                    name: c.name.clone(),
-                    kind: c.kind,
-                    cgroup: container_values(settings, node, qos, &pod.spec, c),
-                }
-            })
-            .collect();
-        plan.pods.push(PodPlan {
+        let values = acc.add_pod(&PodMemoryProfile::of(&pod.spec));
+        planned.push(PodPlan {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
             qos,
             opted_out: false,
-            cgroup,
-            containers,
+            cgroup: values.pod,
+            containers: ordered_containers(&pod.spec)
+                .zip(values.containers)
+                .map(|(c, cgroup)| ContainerPlan {
+                    name: c.name.clone(),
+                    kind: c.kind,
+                    cgroup,
+                })
+                .collect(),
         });
     }
-    let all_requests = guaranteed_sum.saturating_add(burstable_sum);
-    match settings.reservation_policy {
-        ReservationPolicy::None => {}
-        ReservationPolicy::TieredReservation => {
-            set_bytes(&mut plan.kubepods, MEMORY_MIN, all_requests);
-            set_bytes(&mut plan.kubepods, MEMORY_LOW, burstable_sum);
-            set_bytes(&mut plan.burstable, MEMORY_LOW, burstable_sum);
-        }
-        ReservationPolicy::HardReservation => {
-            set_bytes(&mut plan.kubepods, MEMORY_MIN, all_requests);
-            set_bytes(&mut plan.burstable, MEMORY_MIN, burstable_sum);
+    let level = acc.finish();
+    NodePlan {
+        kubepods: level.kubepods,
+        burstable: level.burstable,
+        besteffort: level.besteffort,
+        pods: planned,
+        warnings: level.warnings,
+        totals: level.totals,
+    }
+}
+
+/// One pod's values: its cgroup, and its containers' in [`ordered_containers`] order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodValues {
+    pub pod: CgroupValues,
+    pub containers: Vec<CgroupValues>,
+}
+
+/// The node-level cgroups, warnings and totals once every pod is added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLevel {
+    pub kubepods: CgroupValues,
+    pub burstable: CgroupValues,
+    pub besteffort: CgroupValues,
+    pub warnings: Vec<Warning>,
+    pub totals: MemoryTotals,
+}
+
+/// Walks a node's protected pods once: each pod's values as it is added, the QoS-class
+/// and kubepods sums at the end. Memory QoS must be enabled.
+pub struct NodeAccumulator<'s> {
+    settings: &'s MemoryQosSettings,
+    node: &'s NodeMemoryFacts,
+    guaranteed_sum: i64,
+    burstable_sum: i64,
+    needs_allocatable: bool,
+    totals: MemoryTotals,
+}
+
+impl<'s> NodeAccumulator<'s> {
+    pub fn new(settings: &'s MemoryQosSettings, node: &'s NodeMemoryFacts) -> Self {
+        NodeAccumulator {
+            settings,
+            node,
+            guaranteed_sum: 0,
+            burstable_sum: 0,
+            needs_allocatable: false,
+            totals: MemoryTotals::default(),
         }
     }
-    if needs_allocatable && node.allocatable_memory.is_none_or(|a| a <= 0) {
-        plan.warnings.push(Warning::NoAllocatableMemory);
+
+    /// The values of a pod that nodemem protects, counted in the sums.
+    pub fn add_pod(&mut self, profile: &PodMemoryProfile) -> PodValues {
+        let pod = self.add_pod_cgroup(profile);
+        let containers = profile
+            .containers
+            .iter()
+            .map(|c| self.container(profile, c))
+            .collect();
+        PodValues { pod, containers }
     }
-    if let Some(allocatable) = node.allocatable_memory {
-        let protected = plan
-            .kubepods
-            .get(MEMORY_MIN)
-            .and_then(|v| v.bytes())
-            .unwrap_or(0);
-        if protected > allocatable {
-            plan.warnings.push(Warning::ProtectionExceedsAllocatable {
-                protected,
-                allocatable,
-            });
+
+    /// The pod cgroup's values, counted in the sums; its containers' values come from
+    /// [`NodeAccumulator::container`] (no intermediate list on the hot path).
+    pub fn add_pod_cgroup(&mut self, profile: &PodMemoryProfile) -> CgroupValues {
+        let qos = profile.qos();
+        let request = profile.request;
+        match qos {
+            QosClass::Guaranteed => {
+                self.guaranteed_sum = self.guaranteed_sum.saturating_add(request)
+            }
+            QosClass::Burstable => self.burstable_sum = self.burstable_sum.saturating_add(request),
+            QosClass::BestEffort => {}
         }
+        let pod = pod_values(self.settings, qos, profile, request);
+        self.totals.memory_min_bytes += pod.get(MEMORY_MIN).and_then(|v| v.bytes()).unwrap_or(0);
+        self.totals.memory_low_bytes += pod.get(MEMORY_LOW).and_then(|v| v.bytes()).unwrap_or(0);
+        pod
     }
-    plan
+
+    /// One container's values of a pod added with [`NodeAccumulator::add_pod_cgroup`].
+    pub fn container(&mut self, profile: &PodMemoryProfile, c: &ContainerMemory) -> CgroupValues {
+        self.needs_allocatable |= c.limit == 0;
+        container_values(self.settings, self.node, profile.qos(), profile, c)
+    }
+
+    pub fn finish(self) -> NodeLevel {
+        let mut level = NodeLevel {
+            warnings: memory_qos_kernel_warnings(self.node.kernel_version.as_deref()),
+            totals: self.totals,
+            ..NodeLevel::default()
+        };
+        let all_requests = self.guaranteed_sum.saturating_add(self.burstable_sum);
+        match self.settings.reservation_policy {
+            ReservationPolicy::None => {}
+            ReservationPolicy::TieredReservation => {
+                set_bytes(&mut level.kubepods, MEMORY_MIN, all_requests);
+                set_bytes(&mut level.kubepods, MEMORY_LOW, self.burstable_sum);
+                set_bytes(&mut level.burstable, MEMORY_LOW, self.burstable_sum);
+            }
+            ReservationPolicy::HardReservation => {
+                set_bytes(&mut level.kubepods, MEMORY_MIN, all_requests);
+                set_bytes(&mut level.burstable, MEMORY_MIN, self.burstable_sum);
+            }
+        }
+        if self.needs_allocatable && self.node.allocatable_memory.is_none_or(|a| a <= 0) {
+            level.warnings.push(Warning::NoAllocatableMemory);
+        }
+        if let Some(allocatable) = self.node.allocatable_memory {
+            let protected = level
+                .kubepods
+                .get(MEMORY_MIN)
+                .and_then(|v| v.bytes())
+                .unwrap_or(0);
+            if protected > allocatable {
+                level.warnings.push(Warning::ProtectionExceedsAllocatable {
+                    protected,
+                    allocatable,
+                });
+            }
+        }
+        level
+    }
+}
+
+/// Values of a pod nodemem does not protect: only the informational memory.max.
+pub fn unprotected_values(profile: &PodMemoryProfile) -> PodValues {
+    PodValues {
+        pod: unprotected_pod_cgroup(profile),
+        containers: profile
+            .containers
+            .iter()
+            .map(unprotected_container)
+            .collect(),
+    }
+}
+
+/// The informational memory.max of an unprotected pod's cgroup.
+pub fn unprotected_pod_cgroup(profile: &PodMemoryProfile) -> CgroupValues {
+    let mut pod = CgroupValues::new();
+    if let Some(limit) = profile.memory_max {
+        set_bytes(&mut pod, MEMORY_MAX, limit);
+    }
+    pod
+}
+
+/// The informational memory.max of an unprotected container.
+pub fn unprotected_container(c: &ContainerMemory) -> CgroupValues {
+    let mut values = CgroupValues::new();
+    if c.limit > 0 {
+        set_bytes(&mut values, MEMORY_MAX, c.limit);
+    }
+    values
 }
 
 /// The values that undo Memory QoS on every cgroup nodemem manages for these pods.
@@ -253,35 +361,28 @@ pub fn plan_rollback(pods: &[Pod]) -> NodePlan {
 /// A pod nodemem protects nothing of (opted out, refused, or Memory QoS off): only
 /// the informational memory.max.
 pub fn unprotected_pod_plan(pod: &Pod, qos: QosClass, opted_out: bool) -> PodPlan {
-    let mut cgroup = CgroupValues::new();
-    if let Some(limit) = pod_memory_max(qos, &pod.spec) {
-        set_bytes(&mut cgroup, MEMORY_MAX, limit);
-    }
+    let values = unprotected_values(&PodMemoryProfile::of(&pod.spec));
     PodPlan {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         uid: pod.uid.clone(),
         qos,
         opted_out,
-        cgroup,
+        cgroup: values.pod,
         containers: ordered_containers(&pod.spec)
-            .map(|c| {
-                let mut values = CgroupValues::new();
-                let limit = c.resources.limit(MEMORY).value();
-                if limit > 0 {
-                    set_bytes(&mut values, MEMORY_MAX, limit);
-                }
-                ContainerPlan {
-                    name: c.name.clone(),
-                    kind: c.kind,
-                    cgroup: values,
-                }
+            .zip(values.containers)
+            .map(|(c, cgroup)| ContainerPlan {
+                name: c.name.clone(),
+                kind: c.kind,
+                cgroup,
             })
             .collect(),
     }
 }
 
-fn ordered_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+/// Init and sidecar containers in spec order, then app containers: the order of
+/// [`PodValues::containers`].
+pub fn ordered_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
     spec.init_containers.iter().chain(spec.containers.iter())
 }
 
@@ -290,7 +391,7 @@ fn ordered_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
 fn pod_values(
     settings: &MemoryQosSettings,
     qos: QosClass,
-    spec: &PodSpec,
+    profile: &PodMemoryProfile,
     request: i64,
 ) -> CgroupValues {
     let mut values = CgroupValues::new();
@@ -306,42 +407,21 @@ fn pod_values(
             _ => {}
         }
     }
-    if let Some(limit) = pod_memory_max(qos, spec) {
+    if let Some(limit) = profile.memory_max {
         set_bytes(&mut values, MEMORY_MAX, limit);
     }
     values
-}
-
-/// The pod cgroup's memory.max as the kubelet sets it: always for Guaranteed, for
-/// Burstable only when a pod-level memory limit is set or every container declares one.
-fn pod_memory_max(qos: QosClass, spec: &PodSpec) -> Option<i64> {
-    let declared = match qos {
-        QosClass::Guaranteed => true,
-        QosClass::Burstable => {
-            spec.resources.as_ref().is_some_and(|r| r.limit(MEMORY) > 0)
-                || spec.all_containers().all(|c| c.resources.limit(MEMORY) > 0)
-        }
-        QosClass::BestEffort => false,
-    };
-    if !declared {
-        return None;
-    }
-    pod_limits(spec)
-        .get(MEMORY)
-        .map(|q| q.value())
-        .filter(|v| *v > 0)
 }
 
 fn container_values(
     settings: &MemoryQosSettings,
     node: &NodeMemoryFacts,
     qos: QosClass,
-    spec: &PodSpec,
-    container: &Container,
+    profile: &PodMemoryProfile,
+    container: &ContainerMemory,
 ) -> CgroupValues {
     let mut values = CgroupValues::new();
-    let request = container.resources.request(MEMORY).value();
-    let limit = container.resources.limit(MEMORY).value();
+    let (request, limit) = (container.request, container.limit);
     if request > 0 {
         match (settings.reservation_policy, qos) {
             (ReservationPolicy::HardReservation, _) => set_bytes(&mut values, MEMORY_MIN, request),
@@ -357,15 +437,11 @@ fn container_values(
     if let Some(high) = container_memory_high(settings.throttling_factor, node, request, limit) {
         set_bytes(&mut values, MEMORY_HIGH, high);
     }
+    // KEP-2837: the pod-level limit stands in for a missing container limit.
     let max = if limit > 0 {
         limit
-    } else if has_pod_level_resources(spec) {
-        // KEP-2837: the pod-level limit stands in for a missing container limit.
-        spec.resources
-            .as_ref()
-            .map_or(0, |r| r.limit(MEMORY).value())
     } else {
-        0
+        profile.pod_level_limit
     };
     if max > 0 {
         set_bytes(&mut values, MEMORY_MAX, max);

@@ -9,9 +9,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cgroup::{CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
-use crate::cgroup_layout::{container_dir, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId};
+use crate::cgroup_layout::{
+    container_dir_under, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId,
+};
 use crate::memory_qos::{
-    plan_pods, unprotected_pod_plan, ContainerPlan, MemoryTotals, NodeMemoryFacts, NodePlan,
+    ordered_containers, unprotected_container, unprotected_pod_cgroup, MemoryTotals,
+    NodeAccumulator, NodeLevel, NodeMemoryFacts,
 };
 use crate::numa::{
     cpuset_mems, MachineState, MemoryManager, NumaTopology, Pinning, Rejection, Scope,
@@ -19,7 +22,8 @@ use crate::numa::{
 use crate::pod::{ContainerKind, Pod};
 use crate::policy::{MemoryManagerPolicy, PolicySettings};
 use crate::problem::Problem;
-use crate::qos::{qos_class, QosClass};
+use crate::profile::PodMemoryProfile;
+use crate::qos::QosClass;
 use crate::warning::Warning;
 
 /// The pod annotation (and namespace label) that opts pods out of Memory QoS. This goes
@@ -42,32 +46,57 @@ pub struct NodeFacts {
     pub topology_scope: Scope,
 }
 
-/// A pod on the node with what the kubelet reported about its containers.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A pod on the node with what the kubelet reported about its containers. Built once
+/// per pod event: its memory profile is derived here, not on every computation.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodePod {
-    /// Already defaulted as the apiserver does.
-    pub pod: Pod,
-    /// Container name -> runtime ID, for containers that have started.
-    pub container_ids: BTreeMap<String, ContainerId>,
-    /// `nodemem.io/memory-qos: disabled` on the pod or its namespace.
-    pub memory_qos_opt_out: bool,
+    pod: Pod,
+    container_ids: BTreeMap<String, ContainerId>,
+    memory_qos_opt_out: bool,
+    profile: PodMemoryProfile,
 }
 
 impl NodePod {
-    pub fn new(pod: Pod) -> Self {
+    /// `pod` must already carry the apiserver's defaults. `container_ids`: container
+    /// name -> runtime ID, for containers that have started. `memory_qos_opt_out`:
+    /// `nodemem.io/memory-qos: disabled` on the pod or its namespace.
+    pub fn new(
+        pod: Pod,
+        container_ids: BTreeMap<String, ContainerId>,
+        memory_qos_opt_out: bool,
+    ) -> Self {
+        let profile = PodMemoryProfile::of(&pod.spec);
         NodePod {
             pod,
-            ..NodePod::default()
+            container_ids,
+            memory_qos_opt_out,
+            profile,
         }
+    }
+
+    pub fn pod(&self) -> &Pod {
+        &self.pod
+    }
+
+    pub fn container_ids(&self) -> &BTreeMap<String, ContainerId> {
+        &self.container_ids
+    }
+
+    pub fn memory_qos_opt_out(&self) -> bool {
+        self.memory_qos_opt_out
+    }
+
+    pub fn profile(&self) -> &PodMemoryProfile {
+        &self.profile
     }
 }
 
-/// Everything [`desired_node`] reads.
+/// Everything [`desired_node`] reads. The output borrows from the pods (`'p`) only.
 #[derive(Clone, Debug)]
-pub struct NodeInput<'a> {
-    pub settings: &'a PolicySettings,
-    pub facts: &'a NodeFacts,
-    pub pods: &'a [NodePod],
+pub struct NodeInput<'s, 'p> {
+    pub settings: &'s PolicySettings,
+    pub facts: &'s NodeFacts,
+    pub pods: &'p [NodePod],
     /// The Memory Manager's state from the previous computation (Static policy), so
     /// pods keep their NUMA nodes; None starts from an empty node map.
     pub memory_manager: Option<MemoryManager>,
@@ -84,9 +113,11 @@ pub enum Admission {
     Rejected(Rejection),
 }
 
+/// A container's outcome; names borrow from the input pods (the computation runs on
+/// every event, so it copies nothing it does not have to).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerOutcome {
-    pub name: String,
+pub struct ContainerOutcome<'a> {
+    pub name: &'a str,
     pub kind: ContainerKind,
     /// Its cgroup, once the container has an ID.
     pub path: Option<String>,
@@ -96,20 +127,20 @@ pub struct ContainerOutcome {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodOutcome {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+pub struct PodOutcome<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
     pub qos: QosClass,
     pub path: String,
     pub admission: Admission,
     /// Values including the informational memory.max.
     pub values: CgroupValues,
     /// Init and sidecar containers in spec order, then app containers.
-    pub containers: Vec<ContainerOutcome>,
+    pub containers: Vec<ContainerOutcome<'a>>,
 }
 
-impl PodOutcome {
+impl PodOutcome<'_> {
     /// The NUMA nodes its containers are pinned to, if any is pinned.
     pub fn pinned_nodes(&self) -> BTreeSet<i64> {
         self.containers
@@ -123,29 +154,41 @@ impl PodOutcome {
     }
 }
 
-/// One cgroup nodemem writes and the files it sets there (never memory.max).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DesiredCgroup {
-    pub path: String,
-    pub values: CgroupValues,
+/// One cgroup nodemem writes, borrowed from a [`DesiredNode`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DesiredCgroup<'n> {
+    pub path: &'n str,
+    pub values: &'n CgroupValues,
+}
+
+impl<'n> DesiredCgroup<'n> {
+    /// The files nodemem writes (never the informational memory.max).
+    pub fn managed(&self) -> impl Iterator<Item = (&'static str, &'n CgroupValue)> + 'n {
+        self.values
+            .iter()
+            .filter(|(file, _)| MANAGED_FILES.contains(file))
+    }
+
+    fn has_managed(&self) -> bool {
+        self.managed().next().is_some()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DesiredNode {
+pub struct DesiredNode<'a> {
+    pub cgroup_driver: CgroupDriver,
     pub kubepods: CgroupValues,
     pub burstable: CgroupValues,
     pub besteffort: CgroupValues,
     /// In input order, refused pods included.
-    pub pods: Vec<PodOutcome>,
+    pub pods: Vec<PodOutcome<'a>>,
     pub warnings: Vec<Warning>,
     pub totals: MemoryTotals,
     /// The Memory Manager after admitting the pods (Static policy with a topology).
     pub memory_manager: Option<MemoryManager>,
-    /// Every cgroup with a value to set, parents before their children.
-    pub cgroups: Vec<DesiredCgroup>,
 }
 
-impl DesiredNode {
+impl DesiredNode<'_> {
     pub fn managed_pods(&self) -> usize {
         self.pods
             .iter()
@@ -158,6 +201,36 @@ impl DesiredNode {
             .iter()
             .filter(|p| !p.pinned_nodes().is_empty())
             .count()
+    }
+
+    /// Every cgroup with a file to set, parents before their children: kubepods, the
+    /// QoS classes, then each pod followed by its containers (those with an ID).
+    pub fn cgroups(&self) -> Vec<DesiredCgroup<'_>> {
+        let d = self.cgroup_driver;
+        let mut out = Vec::with_capacity(3 + self.pods.len() * 4);
+        for (path, values) in [
+            (kubepods(d), &self.kubepods),
+            (qos_dir(d, QosClass::Burstable), &self.burstable),
+            (qos_dir(d, QosClass::BestEffort), &self.besteffort),
+        ] {
+            out.push(DesiredCgroup { path, values });
+        }
+        for pod in &self.pods {
+            out.push(DesiredCgroup {
+                path: &pod.path,
+                values: &pod.values,
+            });
+            for c in &pod.containers {
+                if let Some(path) = &c.path {
+                    out.push(DesiredCgroup {
+                        path,
+                        values: &c.values,
+                    });
+                }
+            }
+        }
+        out.retain(DesiredCgroup::has_managed);
+        out
     }
 }
 
@@ -178,7 +251,7 @@ fn join(problems: &[Problem]) -> String {
 }
 
 /// Computes the node. Pure: the same input gives the same output.
-pub fn desired_node(input: NodeInput<'_>) -> Result<DesiredNode, NodeError> {
+pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, NodeError> {
     let NodeInput {
         settings,
         facts,
@@ -211,128 +284,75 @@ pub fn desired_node(input: NodeInput<'_>) -> Result<DesiredNode, NodeError> {
         Some(m) => admit(m, pods),
         None => vec![BTreeMap::new(); pods.len()],
     };
-    let rejections: Vec<Option<Rejection>> = pinning
-        .iter()
-        .map(|p| {
-            p.values().find_map(|p| match p {
-                Pinning::Rejected(r) => Some(r.clone()),
-                _ => None,
-            })
-        })
-        .collect();
 
-    // A refused pod never runs under the kubelet, so it is left out of the sums.
-    let admitted = pods
-        .iter()
-        .zip(&rejections)
-        .filter(|(_, r)| r.is_none())
-        .map(|(p, _)| (&p.pod, p.memory_qos_opt_out));
-    let mut plan: NodePlan = if settings.memory_qos.enabled {
-        plan_pods(&settings.memory_qos, &facts.memory, admitted)
-    } else {
-        let mut plan = NodePlan {
-            pods: admitted
-                .map(|(pod, opted_out)| unprotected_pod_plan(pod, qos_class(&pod.spec), opted_out))
-                .collect(),
-            ..NodePlan::default()
-        };
-        plan.warnings.push(Warning::MemoryQosDisabled);
-        plan
-    };
-    warnings.append(&mut plan.warnings);
-
+    let qos_enabled = settings.memory_qos.enabled;
+    let mut acc = NodeAccumulator::new(&settings.memory_qos, &facts.memory);
     let driver = facts.cgroup_driver;
-    let mut desired = DesiredNode {
-        kubepods: plan.kubepods,
-        burstable: plan.burstable,
-        besteffort: plan.besteffort,
-        pods: Vec::with_capacity(pods.len()),
-        warnings,
-        totals: plan.totals,
-        memory_manager: None,
-        cgroups: Vec::with_capacity(1 + pods.len() * 4),
-    };
-    push_cgroup(&mut desired.cgroups, kubepods(driver), &desired.kubepods);
-    push_cgroup(
-        &mut desired.cgroups,
-        qos_dir(driver, QosClass::Burstable),
-        &desired.burstable,
-    );
-    push_cgroup(
-        &mut desired.cgroups,
-        qos_dir(driver, QosClass::BestEffort),
-        &desired.besteffort,
-    );
-
-    let mut planned = plan.pods.into_iter();
-    for ((node_pod, pinning), rejection) in pods.iter().zip(pinning).zip(rejections) {
+    let mut outcomes = Vec::with_capacity(pods.len());
+    let mut rejected_warnings = Vec::new();
+    for (node_pod, mut pinning) in pods.iter().zip(pinning) {
         let pod = &node_pod.pod;
-        let qos = qos_class(&pod.spec);
-        let (admission, pod_plan) = match rejection {
+        let profile = &node_pod.profile;
+        let qos = profile.qos();
+        let rejection = pinning.values().find_map(|p| match p {
+            Pinning::Rejected(r) => Some((**r).clone()),
+            _ => None,
+        });
+        // How each cgroup's values are made: a refused pod never runs under the
+        // kubelet, so it gets nothing and is left out of the sums.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mode {
+            Nothing,
+            Unprotected,
+            Protected,
+        }
+        let (admission, mode) = match rejection {
             Some(r) => {
-                desired.warnings.push(Warning::PodRejected {
+                rejected_warnings.push(Warning::PodRejected {
                     namespace: pod.namespace.clone(),
                     name: pod.name.clone(),
                     rejection: r.clone(),
                 });
-                (
-                    Admission::Rejected(r),
-                    unprotected_pod_plan(pod, qos, false),
-                )
+                (Admission::Rejected(r), Mode::Nothing)
             }
-            None => {
-                let p = planned
-                    .next()
-                    .expect("the plan has one entry per admitted pod, in order");
-                let admission = if p.opted_out {
-                    Admission::OptedOut
-                } else {
-                    Admission::Managed
-                };
-                (admission, p)
-            }
+            None if node_pod.memory_qos_opt_out => (Admission::OptedOut, Mode::Unprotected),
+            None if !qos_enabled => (Admission::Managed, Mode::Unprotected),
+            None => (Admission::Managed, Mode::Protected),
         };
-        let rejected = matches!(admission, Admission::Rejected(_));
+        let pod_values = match mode {
+            Mode::Nothing => CgroupValues::new(),
+            Mode::Unprotected => unprotected_pod_cgroup(profile),
+            Mode::Protected => acc.add_pod_cgroup(profile),
+        };
         let path = pod_dir(driver, qos, &pod.uid);
-        let pod_values = if rejected {
-            CgroupValues::new()
-        } else {
-            pod_plan.cgroup
-        };
-        push_cgroup(&mut desired.cgroups, path.clone(), &pod_values);
-        let mut containers = Vec::with_capacity(pod_plan.containers.len());
-        for ContainerPlan { name, kind, cgroup } in pod_plan.containers {
-            let pin = pinning.get(&name).cloned().unwrap_or(Pinning::Unpinned);
-            let mut values = if rejected {
-                CgroupValues::new()
-            } else {
-                cgroup
-            };
-            if let Pinning::Pinned(nodes) = &pin {
-                values.insert(
-                    CPUSET_MEMS.to_string(),
-                    CgroupValue::Text(cpuset_mems(nodes)),
-                );
-            }
-            let container_path = node_pod
-                .container_ids
-                .get(&name)
-                .map(|id| container_dir(driver, qos, &pod.uid, id));
-            if let Some(p) = &container_path {
-                push_cgroup(&mut desired.cgroups, p.clone(), &values);
-            }
-            containers.push(ContainerOutcome {
-                name,
-                kind,
-                path: container_path,
-                values,
-                pinning: pin,
-            });
-        }
-        desired.pods.push(PodOutcome {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
+        let containers = ordered_containers(&pod.spec)
+            .zip(&profile.containers)
+            .map(|(c, memory)| {
+                let mut values = match mode {
+                    Mode::Nothing => CgroupValues::new(),
+                    Mode::Unprotected => unprotected_container(memory),
+                    Mode::Protected => acc.container(profile, memory),
+                };
+                let pin = pinning.remove(&c.name).unwrap_or(Pinning::Unpinned);
+                if let Pinning::Pinned(nodes) = &pin {
+                    values.insert(CPUSET_MEMS, CgroupValue::Text(cpuset_mems(nodes)));
+                }
+                ContainerOutcome {
+                    name: &c.name,
+                    kind: c.kind,
+                    path: node_pod
+                        .container_ids
+                        .get(&c.name)
+                        .map(|id| container_dir_under(&path, driver, id)),
+                    values,
+                    pinning: pin,
+                }
+            })
+            .collect();
+        outcomes.push(PodOutcome {
+            namespace: &pod.namespace,
+            name: &pod.name,
+            uid: &pod.uid,
             qos,
             path,
             admission,
@@ -340,23 +360,26 @@ pub fn desired_node(input: NodeInput<'_>) -> Result<DesiredNode, NodeError> {
             containers,
         });
     }
-    desired.memory_manager = manager;
-    Ok(desired)
-}
-
-/// Adds a cgroup when it has a file nodemem writes.
-fn push_cgroup(cgroups: &mut Vec<DesiredCgroup>, path: String, values: &CgroupValues) {
-    let managed: CgroupValues = values
-        .iter()
-        .filter(|(file, _)| MANAGED_FILES.contains(&file.as_str()))
-        .map(|(f, v)| (f.clone(), v.clone()))
-        .collect();
-    if !managed.is_empty() {
-        cgroups.push(DesiredCgroup {
-            path,
-            values: managed,
-        });
-    }
+    let level = if qos_enabled {
+        acc.finish()
+    } else {
+        NodeLevel {
+            warnings: vec![Warning::MemoryQosDisabled],
+            ..NodeLevel::default()
+        }
+    };
+    warnings.extend(level.warnings);
+    warnings.extend(rejected_warnings);
+    Ok(DesiredNode {
+        cgroup_driver: driver,
+        kubepods: level.kubepods,
+        burstable: level.burstable,
+        besteffort: level.besteffort,
+        pods: outcomes,
+        warnings,
+        totals: level.totals,
+        memory_manager: manager,
+    })
 }
 
 /// The key a pod's assignments are stored under: its UID, or its position when the

@@ -6,8 +6,6 @@
 //! sidecar) is summed and every container must set both CPU and memory limits for the
 //! pod to be Guaranteed.
 
-use std::collections::BTreeMap;
-
 use crate::pod::{is_pod_level_resource, PodSpec, Resources, CPU, MEMORY};
 use crate::quantity::Quantity;
 
@@ -40,27 +38,26 @@ pub fn has_pod_level_resources(spec: &PodSpec) -> bool {
 
 /// The pod's QoS class. Expects apiserver defaulting to have been applied.
 pub fn qos_class(spec: &PodSpec) -> QosClass {
-    let mut requests: BTreeMap<&str, Quantity> = BTreeMap::new();
-    let mut limits: BTreeMap<&str, Quantity> = BTreeMap::new();
+    // Sums per resource, [cpu, memory]; None until a positive amount is seen (fixed
+    // slots, not maps: this runs for every pod on every node event).
+    type Sums = [Option<Quantity>; 2];
+    let mut requests: Sums = [None, None];
+    let mut limits: Sums = [None, None];
     let mut guaranteed = true;
 
-    let collect = |resources: &Resources,
-                   requests: &mut BTreeMap<&str, Quantity>,
-                   limits: &mut BTreeMap<&str, Quantity>|
-     -> bool {
-        for name in [CPU, MEMORY] {
+    let add = |sums: &mut Sums, i: usize, q: Quantity| {
+        sums[i] = Some(sums[i].unwrap_or_default().saturating_add(q));
+    };
+    let mut collect = |resources: &Resources| -> bool {
+        let mut found = 0;
+        for (i, name) in [CPU, MEMORY].into_iter().enumerate() {
             let q = resources.request(name);
             if q > 0 {
-                let e = requests.entry(name).or_default();
-                *e = e.saturating_add(q);
+                add(&mut requests, i, q);
             }
-        }
-        let mut found = 0;
-        for name in [CPU, MEMORY] {
             let q = resources.limit(name);
             if q > 0 {
-                let e = limits.entry(name).or_default();
-                *e = e.saturating_add(q);
+                add(&mut limits, i, q);
                 found += 1;
             }
         }
@@ -72,22 +69,24 @@ pub fn qos_class(spec: &PodSpec) -> QosClass {
             .resources
             .as_ref()
             .expect("checked by has_pod_level_resources");
-        guaranteed &= collect(pod, &mut requests, &mut limits);
+        guaranteed &= collect(pod);
     } else {
         for container in spec.all_containers() {
-            guaranteed &= collect(&container.resources, &mut requests, &mut limits);
+            guaranteed &= collect(&container.resources);
         }
     }
 
-    if requests.is_empty() && limits.is_empty() {
+    let count = |sums: &Sums| sums.iter().filter(|s| s.is_some()).count();
+    if count(&requests) == 0 && count(&limits) == 0 {
         return QosClass::BestEffort;
     }
     if guaranteed {
         guaranteed = requests
             .iter()
-            .all(|(name, req)| limits.get(name) == Some(req));
+            .zip(&limits)
+            .all(|(req, lim)| req.is_none() || req == lim);
     }
-    if guaranteed && requests.len() == limits.len() {
+    if guaranteed && count(&requests) == count(&limits) {
         QosClass::Guaranteed
     } else {
         QosClass::Burstable

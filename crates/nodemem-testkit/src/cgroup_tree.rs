@@ -100,7 +100,7 @@ impl CgroupTree {
             qos_dir(driver, QosClass::Burstable),
             qos_dir(driver, QosClass::BestEffort),
         ] {
-            tree.create_cgroup(&dir)?;
+            tree.create_cgroup(dir)?;
         }
         Ok(tree)
     }

@@ -52,17 +52,18 @@ fn guaranteed_pod(name: &str, uid: &str, id: &str, memory: &str) -> Value {
 /// real process in each container cgroup.
 fn make_pod_tree(pods: &[NodePod]) -> String {
     let mut s = String::new();
-    for p in pods.iter().filter(|p| !p.container_ids.is_empty()) {
-        let qos = nodemem_model::qos::qos_class(&p.pod.spec);
-        let pod_dir = nodemem_model::cgroup_layout::pod_dir(CgroupDriver::Systemd, qos, &p.pod.uid);
+    for p in pods.iter().filter(|p| !p.container_ids().is_empty()) {
+        let qos = nodemem_model::qos::qos_class(&p.pod().spec);
+        let pod_dir =
+            nodemem_model::cgroup_layout::pod_dir(CgroupDriver::Systemd, qos, &p.pod().uid);
         s.push_str(&format!(
             "mkdir -p {pod_dir}\necho '+memory +cpuset' > {pod_dir}/cgroup.subtree_control\n"
         ));
-        for id in p.container_ids.values() {
+        for id in p.container_ids().values() {
             let dir = nodemem_model::cgroup_layout::container_dir(
                 CgroupDriver::Systemd,
                 qos,
-                &p.pod.uid,
+                &p.pod().uid,
                 id,
             );
             s.push_str(&format!(
@@ -163,13 +164,13 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
         .unwrap()
         .path
         .clone();
-    for c in desired.cgroups.iter().filter(|c| c.path != starting) {
-        for (file, value) in &c.values {
+    for c in desired.cgroups().iter().filter(|c| c.path != starting) {
+        for (file, value) in c.managed() {
             let text = match value {
                 CgroupValue::Bytes(b) => (b / 4096 * 4096).to_string(),
                 CgroupValue::Text(t) => t.clone(),
             };
-            expected.insert((c.path.clone(), file.clone()), text);
+            expected.insert((c.path.to_string(), file.to_string()), text);
             reads.push_str(&format!(
                 "echo \"v {} {file} $(cat /sys/fs/cgroup/{}/{file})\"\n",
                 c.path, c.path
@@ -200,8 +201,8 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
     let big_container = nodemem_model::cgroup_layout::container_dir(
         CgroupDriver::Systemd,
         nodemem_model::qos::QosClass::Guaranteed,
-        &big_pods[0].pod.uid,
-        big_pods[0].container_ids.values().next().unwrap(),
+        &big_pods[0].pod().uid,
+        big_pods[0].container_ids().values().next().unwrap(),
     );
 
     let agent = "nodemem agent --once --node /etc/node.yaml --state-dir /tmp/state -o json";

@@ -161,11 +161,11 @@ pub fn node_pod_from_k8s(
     if !invalid.is_empty() {
         return Err(invalid);
     }
-    Ok(NodePod {
-        pod: model,
-        container_ids: container_ids(pod),
-        memory_qos_opt_out: namespace_opts_out || opts_out(pod.metadata.annotations.as_ref()),
-    })
+    Ok(NodePod::new(
+        model,
+        container_ids(pod),
+        namespace_opts_out || opts_out(pod.metadata.annotations.as_ref()),
+    ))
 }
 
 /// Node allocatable memory in bytes, if reported.

@@ -53,8 +53,9 @@ pub enum Pinning {
     Unpinned,
     /// Pinned to these NUMA nodes.
     Pinned(Vec<NumaId>),
-    /// Refused, with the reason.
-    Rejected(Rejection),
+    /// Refused, with the reason (boxed: rare, and it keeps every container's outcome
+    /// small).
+    Rejected(Box<Rejection>),
 }
 
 /// Why the Static policy found no NUMA nodes for a request.
@@ -445,7 +446,12 @@ impl MemoryManager {
                         let rejection = Rejection::Pod { reason };
                         return ordered
                             .iter()
-                            .map(|c| (c.name.clone(), Pinning::Rejected(rejection.clone())))
+                            .map(|c| {
+                                (
+                                    c.name.clone(),
+                                    Pinning::Rejected(Box::new(rejection.clone())),
+                                )
+                            })
                             .collect();
                     }
                 }
@@ -483,7 +489,12 @@ impl MemoryManager {
                     };
                     return ordered
                         .iter()
-                        .map(|c| (c.name.clone(), Pinning::Rejected(rejected.clone())))
+                        .map(|c| {
+                            (
+                                c.name.clone(),
+                                Pinning::Rejected(Box::new(rejected.clone())),
+                            )
+                        })
                         .collect();
                 }
             };

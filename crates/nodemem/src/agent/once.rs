@@ -51,6 +51,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         ));
     };
     let inputs = read_inputs(config, node, pods)?;
+    nodemem_cgroup::fs::raise_open_file_limit();
     let roots = Roots {
         cgroup: args.cgroup_root.clone(),
         sys: args.sys_root.clone(),
@@ -100,7 +101,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let fs = CgroupFs::new(&roots.cgroup);
     let report = apply(
         &fs,
-        &desired.cgroups,
+        &desired.cgroups(),
         &mut owned,
         ApplyOptions {
             dry_run: args.dry_run,
@@ -310,10 +311,10 @@ fn read_pods(docs: &[Document], node_name: &str, problems: &mut Vec<String>) -> 
         match node_pod_from_k8s(&pod, false) {
             Ok(p) => {
                 let mut bad = Vec::new();
-                if let Err(e) = check_identifier("pod UID", &p.pod.uid) {
+                if let Err(e) = check_identifier("pod UID", &p.pod().uid) {
                     bad.push(e.to_string());
                 }
-                for id in p.container_ids.values() {
+                for id in p.container_ids().values() {
                     if let Err(e) = check_identifier("container ID", &id.id) {
                         bad.push(e.to_string());
                     }

@@ -125,7 +125,7 @@ pub fn simulate(
         })
         .collect();
     let resolution = resolve_policy(&candidates, &node_labels(&node));
-    let model_pods: Vec<Pod> = pods.iter().map(|p| p.pod.clone()).collect();
+    let model_pods: Vec<Pod> = pods.iter().map(|p| p.pod().clone()).collect();
     let Some(winner) = resolution.winner.clone() else {
         return Ok(SimulateOutput::unmanaged(&node_name, &model_pods));
     };

@@ -159,11 +159,11 @@ impl SimulateOutput {
 }
 
 impl PodOutput {
-    fn from_outcome(p: &PodOutcome) -> Self {
+    fn from_outcome(p: &PodOutcome<'_>) -> Self {
         PodOutput {
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-            uid: p.uid.clone(),
+            namespace: p.namespace.to_string(),
+            name: p.name.to_string(),
+            uid: p.uid.to_string(),
             qos_class: p.qos.as_str().to_string(),
             opted_out: p.admission == Admission::OptedOut,
             cgroup: p.values.clone(),
@@ -171,7 +171,7 @@ impl PodOutput {
                 .containers
                 .iter()
                 .map(|c| ContainerOutput {
-                    name: c.name.clone(),
+                    name: c.name.to_string(),
                     cgroup: c.values.clone(),
                     numa: match &c.pinning {
                         Pinning::Rejected(r) => Some(ContainerNuma {
