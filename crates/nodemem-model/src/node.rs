@@ -441,3 +441,204 @@ fn existing_pinning(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup_layout::ContainerRuntime;
+    use crate::factor::ThrottlingFactor;
+    use crate::memory_qos::{MemoryQosSettings, ReservationPolicy};
+    use crate::pod::{Container, PodSpec, Resources};
+    use crate::policy::{MemoryManagerSettings, ReservedMemory};
+    use crate::quantity::Quantity;
+
+    const MI: i64 = 1 << 20;
+
+    fn guaranteed(name: &str, uid: &str, memory: &str, with_id: bool) -> NodePod {
+        let mut r = Resources::default();
+        for list in [&mut r.requests, &mut r.limits] {
+            list.insert("memory".into(), Quantity::parse(memory).unwrap());
+            list.insert("cpu".into(), Quantity::parse("1").unwrap());
+        }
+        let pod = Pod {
+            namespace: "db".into(),
+            name: name.into(),
+            uid: uid.into(),
+            spec: PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    kind: ContainerKind::App,
+                    resources: r,
+                }],
+                ..PodSpec::default()
+            },
+        };
+        let ids = if with_id {
+            BTreeMap::from([(
+                "c".to_string(),
+                ContainerId {
+                    runtime: ContainerRuntime::CriO,
+                    id: format!("{uid}c"),
+                },
+            )])
+        } else {
+            BTreeMap::new()
+        };
+        NodePod::new(pod, ids, false)
+    }
+
+    fn static_settings() -> PolicySettings {
+        PolicySettings {
+            memory_qos: MemoryQosSettings {
+                enabled: true,
+                throttling_factor: ThrottlingFactor::DEFAULT,
+                reservation_policy: ReservationPolicy::TieredReservation,
+            },
+            memory_manager: MemoryManagerSettings {
+                policy: MemoryManagerPolicy::Static,
+                reserved_memory: vec![ReservedMemory {
+                    numa_node: 0,
+                    limits: BTreeMap::from([(
+                        "memory".to_string(),
+                        Quantity::parse("16Mi").unwrap(),
+                    )]),
+                }],
+            },
+            ..PolicySettings::default()
+        }
+    }
+
+    fn two_nodes() -> NodeFacts {
+        NodeFacts {
+            memory: NodeMemoryFacts {
+                allocatable_memory: Some(1 << 30),
+                page_size: 4096,
+                kernel_version: Some("6.1.0".into()),
+            },
+            topology: Some(NumaTopology {
+                nodes: BTreeMap::from([
+                    (0, BTreeMap::from([("memory".to_string(), 256 * MI)])),
+                    (1, BTreeMap::from([("memory".to_string(), 256 * MI)])),
+                ]),
+            }),
+            ..NodeFacts::default()
+        }
+    }
+
+    #[test]
+    fn pins_refuses_and_keeps_pins_across_computations() {
+        let settings = static_settings();
+        let facts = two_nodes();
+        let pods = vec![
+            guaranteed("a", "uid-a", "200Mi", true),
+            guaranteed("b", "uid-b", "200Mi", false),
+            guaranteed("huge", "uid-huge", "600Mi", true),
+        ];
+        let first = desired_node(NodeInput {
+            settings: &settings,
+            facts: &facts,
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        let pins: Vec<BTreeSet<i64>> = first.pods.iter().map(PodOutcome::pinned_nodes).collect();
+        assert_eq!(
+            pins[0],
+            BTreeSet::from([0]),
+            "node 0 holds 240Mi after the 16Mi reservation"
+        );
+        assert_eq!(pins[1], BTreeSet::from([1]));
+        assert!(matches!(first.pods[2].admission, Admission::Rejected(_)));
+        assert!(first.pods[2].values.is_empty() && first.pods[2].containers[0].values.is_empty());
+        assert!(
+            matches!(first.warnings.last(), Some(Warning::PodRejected { name, .. }) if name == "huge")
+        );
+        // A container without an ID has its values but no cgroup yet; the pod has one.
+        assert_eq!(first.pods[1].containers[0].path, None);
+        assert!(first.pods[1].containers[0].values.contains_key(CPUSET_MEMS));
+        let cgroups = first.cgroups();
+        assert!(cgroups
+            .iter()
+            .any(|c| c.path.ends_with("/crio-uid-ac.scope")));
+        assert!(
+            cgroups.iter().all(|c| !c.path.contains("uid-huge")),
+            "a refused pod gets nothing"
+        );
+        // The refused pod is not in the sums: kubepods memory.min = 200Mi + 200Mi.
+        assert_eq!(
+            first.kubepods.get(MEMORY_MIN),
+            Some(&CgroupValue::Bytes(400 * MI))
+        );
+
+        // Next event: pod a is gone, a new pod arrives; b keeps node 1 and the newcomer
+        // gets a's node back.
+        let saved = first.memory_manager.clone();
+        let pods = vec![
+            guaranteed("b", "uid-b", "200Mi", true),
+            guaranteed("c", "uid-c", "100Mi", true),
+        ];
+        let next = desired_node(NodeInput {
+            settings: &settings,
+            facts: &facts,
+            pods: &pods,
+            memory_manager: saved,
+        })
+        .unwrap();
+        assert_eq!(next.pods[0].pinned_nodes(), BTreeSet::from([1]));
+        assert_eq!(next.pods[1].pinned_nodes(), BTreeSet::from([0]));
+        let manager = next.memory_manager.unwrap();
+        assert!(!manager.assignments.contains_key("uid-a"), "released");
+        assert_eq!(
+            manager.machine.nodes[&0].memory_map["memory"].reserved,
+            100 * MI
+        );
+    }
+
+    #[test]
+    fn policy_none_with_a_topology_and_static_without_one_warn() {
+        let mut settings = static_settings();
+        let pods = vec![guaranteed("a", "uid-a", "100Mi", true)];
+        let no_topology = NodeFacts {
+            topology: None,
+            ..two_nodes()
+        };
+        let d = desired_node(NodeInput {
+            settings: &settings,
+            facts: &no_topology,
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        assert_eq!(d.warnings[0], Warning::StaticPolicyWithoutTopology);
+        assert!(d.memory_manager.is_none() && d.pinned_pods() == 0);
+        settings.memory_manager = MemoryManagerSettings::default();
+        let d = desired_node(NodeInput {
+            settings: &settings,
+            facts: &two_nodes(),
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        assert_eq!(d.warnings[0], Warning::TopologyWithoutStaticPolicy);
+        assert_eq!(d.warnings[0].code(), "TopologyWithoutStaticPolicy");
+    }
+
+    #[test]
+    fn reserved_memory_on_a_missing_numa_node_is_an_error() {
+        let mut settings = static_settings();
+        settings.memory_manager.reserved_memory[0].numa_node = 5;
+        let pods = vec![];
+        let err = desired_node(NodeInput {
+            settings: &settings,
+            facts: &two_nodes(),
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("NUMA node 5 does not exist on this node (NUMA nodes: 0, 1)"),
+            "{err}"
+        );
+    }
+}

@@ -12,8 +12,10 @@ use serde_json::json;
 
 use crate::Error;
 
-/// The annotation holding the simulated NUMA topology.
-pub const NUMA_TOPOLOGY_ANNOTATION: &str = "nodemem.io/numa-topology";
+use nodemem_api::k8s::TopologyDocument;
+/// The annotation holding the simulated NUMA topology (nodemem-api's shared document).
+pub use nodemem_api::k8s::NUMA_TOPOLOGY_ANNOTATION;
+use nodemem_model::numa::NumaTopology;
 
 /// One simulated NUMA node: bytes of memory and of each hugepage size.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +40,21 @@ pub struct SimNode {
 const GI: i64 = 1 << 30;
 
 impl SimNode {
+    /// The NUMA topology as the model sees it: memory and hugepages per NUMA node.
+    pub fn topology(&self) -> NumaTopology {
+        NumaTopology {
+            nodes: self
+                .numa
+                .iter()
+                .map(|n| {
+                    let mut memory = n.hugepages.clone();
+                    memory.insert("memory".to_string(), n.memory);
+                    (n.id, memory)
+                })
+                .collect(),
+        }
+    }
+
     /// Two NUMA nodes of 8Gi, 1Gi reserved, kernel 6.1, 4 CPUs.
     pub fn new(name: &str) -> Self {
         SimNode {
@@ -101,15 +118,8 @@ impl SimNode {
             capacity[&k] = json!(v.to_string());
             allocatable[&k] = json!(v.to_string());
         }
-        let topology = json!({
-            "numaNodes": self.numa.iter().map(|n| {
-                let mut memory = json!({"memory": n.memory});
-                for (k, v) in &n.hugepages {
-                    memory[k] = json!(v);
-                }
-                json!({"id": n.id, "memory": memory})
-            }).collect::<Vec<_>>()
-        });
+        let topology = serde_json::to_value(TopologyDocument::from_topology(&self.topology()))
+            .expect("a topology document serializes");
         serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -174,7 +184,7 @@ mod tests {
         let mut n = SimNode::new("n1").label("pool", "db");
         n.numa[1].hugepages.insert("hugepages-2Mi".into(), GI);
         let node = n.to_node();
-        let status = node.status.unwrap();
+        let status = node.status.clone().unwrap();
         assert_eq!(
             status.capacity.as_ref().unwrap()["memory"].0,
             (16 * GI).to_string()
@@ -188,10 +198,13 @@ mod tests {
             GI.to_string()
         );
         assert_eq!(status.node_info.unwrap().kernel_version, "6.1.0-28-amd64");
-        let topo: serde_json::Value =
-            serde_json::from_str(&node.metadata.annotations.unwrap()[NUMA_TOPOLOGY_ANNOTATION])
-                .unwrap();
-        assert_eq!(topo["numaNodes"][1]["memory"]["hugepages-2Mi"], GI);
+        // The annotation is the shared topology document and reads back as the model's
+        // topology.
+        let read = nodemem_api::k8s::node_topology(&node)
+            .expect("the annotation is there")
+            .expect("it parses");
+        assert_eq!(read, n.topology());
+        assert_eq!(read.nodes[&1]["hugepages-2Mi"], GI);
         assert_eq!(node.metadata.labels.unwrap()["pool"], "db");
     }
 

@@ -376,3 +376,54 @@ fn crds_command_prints_and_checks_for_drift() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `nodemem.io/memory-qos: disabled` (beyond the kubelet, which has no such switch):
+/// the pod gets no memory.min/low/high, is shown as opted out, and its request leaves
+/// the parents' sums.
+#[test]
+fn an_opted_out_pod_gets_nothing_and_leaves_the_sums() {
+    let base = example("general");
+    let text =
+        std::fs::read_to_string(cli_common::repo().join("examples/general/pods.yaml")).unwrap();
+    // Opt the Burstable web pod out.
+    let opted = text.replacen(
+        "  name: web\n  namespace: shop\n",
+        "  name: web\n  namespace: shop\n  annotations: {nodemem.io/memory-qos: disabled}\n",
+        1,
+    );
+    assert_ne!(opted, text, "the example still has the web pod");
+    let dir = std::env::temp_dir().join(format!("nodemem-optout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods = dir.join("pods.yaml");
+    std::fs::write(&pods, opted).unwrap();
+    let out = simulate_json(
+        "examples/general/policy.yaml",
+        "examples/general/node.yaml",
+        pods.to_str().unwrap(),
+    );
+    let web = pod(&out, "web");
+    assert_eq!(web["optedOut"], true);
+    assert!(
+        pod(&out, "api").get("optedOut").is_none(),
+        "only opted-out pods carry the key"
+    );
+    for c in web["containers"].as_array().unwrap() {
+        for file in ["memory.min", "memory.low", "memory.high"] {
+            assert!(c["cgroup"].get(file).is_none(), "{c}");
+        }
+    }
+    for file in ["memory.min", "memory.low", "memory.high"] {
+        assert!(web["cgroup"].get(file).is_none(), "{web}");
+    }
+    // web requested max(256Mi + 64Mi sidecar, 512Mi + 64Mi) = 576Mi: gone from the sums.
+    let before = base["kubepods"]["memory.min"].as_i64().unwrap();
+    assert_eq!(
+        out["kubepods"]["memory.min"].as_i64().unwrap(),
+        before - 576 * MI
+    );
+    assert_eq!(
+        out["qos"]["burstable"]["memory.low"].as_i64().unwrap(),
+        base["qos"]["burstable"]["memory.low"].as_i64().unwrap() - 576 * MI
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

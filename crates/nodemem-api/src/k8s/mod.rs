@@ -8,4 +8,4 @@ pub use pod::{
     container_ids, node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
     opts_out, pod_from_k8s,
 };
-pub use topology::{parse_topology, TopologyDocument, NUMA_TOPOLOGY_ANNOTATION};
+pub use topology::{node_topology, parse_topology, TopologyDocument, NUMA_TOPOLOGY_ANNOTATION};

@@ -101,6 +101,22 @@ impl TopologyDocument {
     }
 }
 
+/// The topology a Node carries in its `nodemem.io/numa-topology` annotation, if any.
+pub fn node_topology(
+    node: &k8s_openapi::api::core::v1::Node,
+) -> Option<Result<NumaTopology, Vec<String>>> {
+    let text = node
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(NUMA_TOPOLOGY_ANNOTATION)?;
+    let origin = format!(
+        "node {} annotation {NUMA_TOPOLOGY_ANNOTATION}",
+        node.metadata.name.as_deref().unwrap_or("")
+    );
+    Some(parse_topology(&origin, text))
+}
+
 /// Parses a topology document (YAML or JSON); every problem is one line naming
 /// `origin` and the path of the bad value.
 pub fn parse_topology(origin: &str, text: &str) -> Result<NumaTopology, Vec<String>> {
