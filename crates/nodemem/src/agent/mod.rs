@@ -1,6 +1,7 @@
 //! `nodemem agent`: the node agent. `--once` computes and applies one node from files
 //! (no apiserver); the in-cluster mode builds on the same engine.
 
+pub mod engine;
 pub mod once;
 mod output;
 

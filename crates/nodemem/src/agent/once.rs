@@ -9,28 +9,21 @@
 use std::path::Path;
 
 use k8s_openapi::api::core::v1 as core;
-use nodemem_agent::numa_state;
-use nodemem_agent::state::StateDir;
-use nodemem_agent::{apply, ApplyOptions, ApplyReport, Ownership};
+use nodemem_agent::ApplyReport;
 use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s};
 use nodemem_api::NodeMemoryConfig;
-use nodemem_cgroup::discover::{discover, Discovery};
-use nodemem_cgroup::{check_identifier, CgroupFs, Roots};
-use nodemem_model::memory_qos::NodeMemoryFacts;
-use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
-use nodemem_model::numa::MachineState;
-use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
+use nodemem_cgroup::{check_identifier, Roots};
+use nodemem_model::node::{DesiredNode, NodePod};
+use nodemem_model::policy::PolicySettings;
 use nodemem_model::Warning;
 
+use super::engine::{Category, EngineConfig, EngineError, NodeEngine};
 use super::output::{render, OnceOutput};
 use super::{AgentArgs, DriverArg};
 use crate::error::CliError;
 use crate::manifests::{check_settings, read_documents, typed, Document};
 use crate::Outcome;
-
-const OWNERSHIP_FILE: &str = "ownership.json";
-const OWNERSHIP_KIND: &str = "ownership";
 
 /// Exit code of a run where some writes failed.
 pub const PARTIAL_FAILURE: u8 = 3;
@@ -51,66 +44,23 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         ));
     };
     let inputs = read_inputs(config, node, pods)?;
-    nodemem_cgroup::fs::raise_open_file_limit();
-    let roots = Roots {
-        cgroup: args.cgroup_root.clone(),
-        sys: args.sys_root.clone(),
-        proc: args.proc_root.clone(),
-    };
-    let discovery = discover(&roots, args.cgroup_driver.map(DriverArg::into))
-        .map_err(|e| CliError::one(format!("discovery: {e}")))?;
-    check_node_can_satisfy(&inputs.settings, &discovery)?;
-
-    let state = StateDir::open(&args.state_dir).map_err(|e| CliError::one(e.to_string()))?;
-    let mut owned: Ownership = state
-        .load(OWNERSHIP_FILE, OWNERSHIP_KIND)
-        .map_err(|e| CliError::one(e.to_string()))?
-        .unwrap_or_default();
-
-    let facts = NodeFacts {
-        memory: NodeMemoryFacts {
-            allocatable_memory: inputs.allocatable,
-            page_size: discovery.page_size,
-            kernel_version: Some(discovery.kernel_version.clone()),
-        },
-        cgroup_driver: discovery.cgroup_driver,
-        topology: discovery.topology.clone(),
-        topology_scope: args.topology_manager_scope.into(),
-    };
-    let static_policy = inputs.settings.memory_manager.policy == MemoryManagerPolicy::Static;
-    let saved_manager = if static_policy {
-        load_memory_manager(&state, &inputs.settings, &facts)?
-    } else {
-        None
-    };
-    let desired = desired_node(NodeInput {
-        settings: &inputs.settings,
-        facts: &facts,
-        pods: &inputs.pods,
-        memory_manager: saved_manager,
-    })
-    .map_err(|NodeError::ReservedMemory(problems)| {
-        CliError::many(
-            problems
-                .iter()
-                .map(|p| format!("{}: this node cannot satisfy it: {p}", inputs.config_name))
-                .collect(),
+    let mut engine = NodeEngine::open(&engine_config(args)).map_err(engine_error)?;
+    let (desired, report) = engine
+        .enforce(
+            &inputs.settings,
+            inputs.allocatable,
+            &inputs.pods,
+            args.dry_run,
         )
-    })?;
-
-    let fs = CgroupFs::new(&roots.cgroup);
-    let report = apply(
-        &fs,
-        &desired.cgroups(),
-        &mut owned,
-        ApplyOptions {
-            dry_run: args.dry_run,
-            page_size: discovery.page_size,
-        },
-    );
-    if !args.dry_run {
-        save_state(&state, &owned, &desired, static_policy)?;
-    }
+        .map_err(|e| match e.category {
+            Category::Unsatisfiable => CliError::many(
+                e.problems
+                    .iter()
+                    .map(|p| format!("{}: {p}", inputs.config_name))
+                    .collect(),
+            ),
+            _ => engine_error(e),
+        })?;
     let output = OnceOutput::new(
         &inputs.node_name,
         &inputs.config_name,
@@ -126,6 +76,24 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     })
 }
 
+fn engine_error(e: EngineError) -> CliError {
+    CliError::many(e.problems)
+}
+
+/// The engine's settings from the command line.
+pub fn engine_config(args: &AgentArgs) -> EngineConfig {
+    EngineConfig {
+        roots: Roots {
+            cgroup: args.cgroup_root.clone(),
+            sys: args.sys_root.clone(),
+            proc: args.proc_root.clone(),
+        },
+        cgroup_driver: args.cgroup_driver.map(DriverArg::into),
+        state_dir: args.state_dir.clone(),
+        topology_scope: args.topology_manager_scope.into(),
+    }
+}
+
 fn problems_of(report: &ApplyReport) -> Vec<String> {
     report
         .refused
@@ -133,61 +101,6 @@ fn problems_of(report: &ApplyReport) -> Vec<String> {
         .cloned()
         .chain(report.failed.iter().map(|f| f.error.clone()))
         .collect()
-}
-
-fn save_state(
-    state: &StateDir,
-    owned: &Ownership,
-    desired: &DesiredNode,
-    static_policy: bool,
-) -> Result<(), CliError> {
-    let err = |e: nodemem_agent::StateError| CliError::one(e.to_string());
-    state
-        .save(OWNERSHIP_FILE, OWNERSHIP_KIND, owned)
-        .map_err(err)?;
-    match (&desired.memory_manager, static_policy) {
-        (Some(manager), _) => numa_state::save(state, manager).map_err(err),
-        (None, false) => numa_state::clear(state).map_err(err),
-        (None, true) => Ok(()),
-    }
-}
-
-/// The saved Memory Manager state, checked against this node's topology and the
-/// configuration's reservedMemory. A mismatch stops the run: nothing is written.
-fn load_memory_manager(
-    state: &StateDir,
-    settings: &PolicySettings,
-    facts: &NodeFacts,
-) -> Result<Option<nodemem_model::numa::MemoryManager>, CliError> {
-    let Some(topology) = &facts.topology else {
-        return Ok(None);
-    };
-    // A reservedMemory that does not fit is reported by the node computation.
-    let Ok(fresh) = MachineState::new(topology, &settings.memory_manager.reserved_memory) else {
-        return Ok(None);
-    };
-    numa_state::load(state, &fresh, facts.topology_scope).map_err(|e| CliError::one(e.to_string()))
-}
-
-/// Settings this node cannot carry out are refused before anything is written.
-fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), CliError> {
-    let mut problems = Vec::new();
-    if settings.memory_qos.enabled && !d.has_controller("memory") {
-        problems.push("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied".to_string());
-    }
-    if settings.memory_manager.policy == MemoryManagerPolicy::Static {
-        if !d.has_controller("cpuset") {
-            problems.push("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer".to_string());
-        }
-        if d.topology.is_none() {
-            problems.push("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none".to_string());
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::many(problems))
-    }
 }
 
 fn read_inputs(config: &Path, node: &Path, pods: &Path) -> Result<Inputs, CliError> {

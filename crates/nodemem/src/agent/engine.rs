@@ -1,0 +1,224 @@
+//! One node's enforcement, shared by `agent --once` and the in-cluster agent:
+//! discovery once, then on every change the node computation, the apply engine and the
+//! state directory (what nodemem owns, the Memory Manager's state).
+
+use std::fmt;
+
+use nodemem_agent::numa_state;
+use nodemem_agent::state::StateDir;
+use nodemem_agent::{apply, ApplyOptions, ApplyReport, Ownership};
+use nodemem_cgroup::discover::{discover, Discovery};
+use nodemem_cgroup::{CgroupFs, Roots};
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
+use nodemem_model::numa::{MachineState, MemoryManager, Scope};
+use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
+
+const OWNERSHIP_FILE: &str = "ownership.json";
+const OWNERSHIP_KIND: &str = "ownership";
+
+/// The bounded set of reasons a node's settings are not (fully) applied; each names a
+/// condition reason, a metric label and whether retrying can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    /// The node is not what nodemem needs (cgroup v1, no kubepods).
+    Discovery,
+    /// The settings cannot be carried out on this node (reserved memory on a NUMA node
+    /// it lacks, Static without cpuset, no memory controller).
+    Unsatisfiable,
+    /// The state directory holds a record nodemem cannot trust.
+    State,
+    /// Some writes failed; the rest were applied.
+    WriteFailed,
+}
+
+impl Category {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Category::Discovery => "NodeNotSupported",
+            Category::Unsatisfiable => "CannotSatisfy",
+            Category::State => "StateUnusable",
+            Category::WriteFailed => "WriteFailed",
+        }
+    }
+}
+
+/// A failure of one enforcement pass: its category and one line per problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineError {
+    pub category: Category,
+    pub problems: Vec<String>,
+}
+
+impl EngineError {
+    fn one(category: Category, problem: impl Into<String>) -> Self {
+        EngineError {
+            category,
+            problems: vec![problem.into()],
+        }
+    }
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.problems.join("; "))
+    }
+}
+
+/// Where the engine runs and keeps its state.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub roots: Roots,
+    pub cgroup_driver: Option<CgroupDriver>,
+    pub state_dir: std::path::PathBuf,
+    pub topology_scope: Scope,
+}
+
+pub struct NodeEngine {
+    fs: CgroupFs,
+    discovery: Discovery,
+    state: StateDir,
+    owned: Ownership,
+    scope: Scope,
+}
+
+impl NodeEngine {
+    /// Discovers the node and loads what nodemem owns from the state directory.
+    pub fn open(config: &EngineConfig) -> Result<Self, EngineError> {
+        nodemem_cgroup::fs::raise_open_file_limit();
+        let discovery = discover(&config.roots, config.cgroup_driver)
+            .map_err(|e| EngineError::one(Category::Discovery, format!("discovery: {e}")))?;
+        let state = StateDir::open(&config.state_dir)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+        let owned = state
+            .load(OWNERSHIP_FILE, OWNERSHIP_KIND)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?
+            .unwrap_or_default();
+        Ok(NodeEngine {
+            fs: CgroupFs::new(&config.roots.cgroup),
+            discovery,
+            state,
+            owned,
+            scope: config.topology_scope,
+        })
+    }
+
+    pub fn discovery(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    /// Computes the node and applies it (or, with `dry_run`, only plans). Settings the
+    /// node cannot carry out are refused before anything is written.
+    pub fn enforce<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+        dry_run: bool,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
+        check_node_can_satisfy(settings, &self.discovery)?;
+        let d = &self.discovery;
+        let facts = NodeFacts {
+            memory: NodeMemoryFacts {
+                allocatable_memory: allocatable,
+                page_size: d.page_size,
+                kernel_version: Some(d.kernel_version.clone()),
+            },
+            cgroup_driver: d.cgroup_driver,
+            topology: d.topology.clone(),
+            topology_scope: self.scope,
+        };
+        let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
+        let saved = if static_policy {
+            self.load_memory_manager(settings, &facts)?
+        } else {
+            None
+        };
+        let desired = desired_node(NodeInput {
+            settings,
+            facts: &facts,
+            pods,
+            memory_manager: saved,
+        })
+        .map_err(|NodeError::ReservedMemory(problems)| EngineError {
+            category: Category::Unsatisfiable,
+            problems: problems
+                .iter()
+                .map(|p| format!("this node cannot satisfy it: {p}"))
+                .collect(),
+        })?;
+        let report = apply(
+            &self.fs,
+            &desired.cgroups(),
+            &mut self.owned,
+            ApplyOptions {
+                dry_run,
+                page_size: d.page_size,
+            },
+        );
+        if !dry_run {
+            self.save_state(&desired, static_policy)?;
+        }
+        Ok((desired, report))
+    }
+
+    fn save_state(
+        &self,
+        desired: &DesiredNode<'_>,
+        static_policy: bool,
+    ) -> Result<(), EngineError> {
+        let err = |e: nodemem_agent::StateError| EngineError::one(Category::State, e.to_string());
+        self.state
+            .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
+            .map_err(err)?;
+        match (&desired.memory_manager, static_policy) {
+            (Some(manager), _) => numa_state::save(&self.state, manager).map_err(err),
+            (None, false) => numa_state::clear(&self.state).map_err(err),
+            (None, true) => Ok(()),
+        }
+    }
+
+    /// The saved Memory Manager state, checked against this node's topology and the
+    /// settings' reservedMemory. A mismatch stops the pass: nothing is written.
+    fn load_memory_manager(
+        &self,
+        settings: &PolicySettings,
+        facts: &NodeFacts,
+    ) -> Result<Option<MemoryManager>, EngineError> {
+        let Some(topology) = &facts.topology else {
+            return Ok(None);
+        };
+        // A reservedMemory that does not fit is reported by the node computation.
+        let Ok(fresh) = MachineState::new(topology, &settings.memory_manager.reserved_memory)
+        else {
+            return Ok(None);
+        };
+        numa_state::load(&self.state, &fresh, facts.topology_scope)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))
+    }
+}
+
+/// Settings this node cannot carry out.
+fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), EngineError> {
+    let mut problems = Vec::new();
+    if settings.memory_qos.enabled && !d.has_controller("memory") {
+        problems.push("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied".to_string());
+    }
+    if settings.memory_manager.policy == MemoryManagerPolicy::Static {
+        if !d.has_controller("cpuset") {
+            problems.push("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer".to_string());
+        }
+        if d.topology.is_none() {
+            problems.push("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none".to_string());
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(EngineError {
+            category: Category::Unsatisfiable,
+            problems,
+        })
+    }
+}
