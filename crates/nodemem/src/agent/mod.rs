@@ -1,9 +1,12 @@
 //! `nodemem agent`: the node agent. `--once` computes and applies one node from files
 //! (no apiserver); the in-cluster mode builds on the same engine.
 
+pub mod cluster;
 pub mod engine;
+pub mod index;
 pub mod once;
 mod output;
+pub mod status;
 
 use std::path::PathBuf;
 
@@ -40,6 +43,12 @@ pub struct AgentArgs {
     /// Compute and apply the node once from files, then exit (no apiserver).
     #[arg(long)]
     pub once: bool,
+    /// This node's name (default: the NODE_NAME environment variable).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Seconds between full passes that read every file and repair drift.
+    #[arg(long, default_value_t = 300)]
+    pub resync_seconds: u64,
     /// The NodeMemoryConfig to enforce (YAML).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -77,10 +86,38 @@ pub struct AgentArgs {
 }
 
 pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
-    if !args.once {
-        return Err(CliError::one(
-            "the in-cluster agent (watching the apiserver) is not part of this build; run `nodemem agent --once` to apply one node from files",
-        ));
+    if args.once {
+        return once::run(args);
     }
-    once::run(args)
+    let node_name = args
+        .node_name
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok())
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
+        })?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let agent = cluster::ClusterAgent {
+        node_name,
+        engine: once::engine_config(args),
+        resync: std::time::Duration::from_secs(args.resync_seconds.max(1)),
+    };
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default().await.map_err(|e| {
+            CliError::one(format!(
+                "cannot reach the apiserver ({e}); in a pod the service account is used, elsewhere set KUBECONFIG"
+            ))
+        })?;
+        agent.run(client).await.map_err(CliError::one)
+    })?;
+    Ok(Outcome::default())
 }

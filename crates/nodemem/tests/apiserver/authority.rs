@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::common::{admin, cluster, object, repo};
 
 /// Applies every object of a manifest file (server-side apply, as the chart will).
-async fn apply_manifest(client: &Client, path: &str) {
+pub async fn apply_manifest(client: &Client, path: &str) {
     let text = std::fs::read_to_string(repo().join(path)).unwrap();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();

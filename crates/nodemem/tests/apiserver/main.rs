@@ -2,6 +2,7 @@
 //! started by nodemem-testkit. One control plane is shared by this test binary; every
 //! test uses its own namespace and names (see TESTING.md).
 
+mod agent;
 mod authority;
 mod common;
 mod crds;

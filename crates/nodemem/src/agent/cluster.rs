@@ -1,0 +1,254 @@
+//! `nodemem agent` in the cluster: watches only its own NodeMemoryConfig, Node and the
+//! pods bound to its node (plus Namespace labels, for the opt-out), keeps the
+//! [`NodeIndex`] current, enforces through the [`NodeEngine`] whenever something the
+//! computation reads changed (and on a periodic resync that repairs drift), and reports
+//! in the config's status by server-side apply, only when the status changed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
+use nodemem_model::policy::PolicySettings;
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::engine::{EngineConfig, NodeEngine};
+use super::index::NodeIndex;
+use super::status::{differs, status, PassOutcome};
+
+/// The field manager of everything the agent writes.
+pub const FIELD_MANAGER: &str = "nodemem-agent";
+
+pub struct ClusterAgent {
+    pub node_name: String,
+    pub engine: EngineConfig,
+    pub resync: Duration,
+}
+
+/// Watch events of the four kinds, merged into one stream (boxed: Kubernetes objects
+/// are large and of very different sizes).
+enum Update {
+    Config(Box<Event<NodeMemoryConfig>>),
+    Pod(Box<Event<core::Pod>>),
+    Node(Box<Event<core::Node>>),
+    Namespace(Box<Event<kube::core::PartialObjectMeta<core::Namespace>>>),
+    Resync,
+}
+
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff()
+}
+
+impl ClusterAgent {
+    pub async fn run(self, client: Client) -> Result<(), String> {
+        let node = &self.node_name;
+        let mut engine = NodeEngine::open(&self.engine).map_err(|e| e.to_string())?;
+        let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let config_events =
+            watch(configs.clone(), by_name.clone()).map(|e| e.map(|e| Update::Config(Box::new(e))));
+        let pod_events = watch(
+            Api::<core::Pod>::all(client.clone()),
+            watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+        )
+        .map(|e| e.map(|e| Update::Pod(Box::new(e))));
+        let node_events = watch(Api::<core::Node>::all(client.clone()), by_name)
+            .map(|e| e.map(|e| Update::Node(Box::new(e))));
+        // Namespace metadata only: the agent reads their labels, nothing else.
+        let namespace_events = watch(
+            Api::<kube::core::PartialObjectMeta<core::Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .map(|e| e.map(|e| Update::Namespace(Box::new(e))));
+        let resync = futures::stream::unfold(tokio::time::interval(self.resync), |mut t| async {
+            t.tick().await;
+            Some((Ok(Update::Resync), t))
+        });
+        let mut updates = futures::stream::select_all(vec![
+            config_events.boxed(),
+            pod_events.boxed(),
+            node_events.boxed(),
+            namespace_events.boxed(),
+            resync.boxed(),
+        ]);
+
+        let mut index = NodeIndex::new(node);
+        let mut config_listed = false;
+        let mut relisting_pods: Option<BTreeSet<String>> = None;
+        let mut last_status: Option<NodeMemoryConfigStatus> = None;
+        info!(node = %node, "watching this node's NodeMemoryConfig, Node and pods");
+        while let Some(update) = updates.next().await {
+            let update = match update {
+                Ok(u) => u,
+                Err(e) => {
+                    warn!(error = %e, "watch failed; retrying with backoff");
+                    continue;
+                }
+            };
+            let mut changed = false;
+            let mut resync = false;
+            match update {
+                Update::Config(e) => match *e {
+                    Event::Apply(c) | Event::InitApply(c) => changed |= index.apply_config(&c),
+                    Event::Delete(_) => changed |= index.delete_config(),
+                    Event::InitDone => {
+                        config_listed = true;
+                        changed = true;
+                    }
+                    Event::Init => {}
+                },
+                Update::Pod(e) => match *e {
+                    Event::Apply(p) => changed |= index.apply_pod(&p),
+                    Event::InitApply(p) => {
+                        if let (Some(seen), Some(uid)) = (&mut relisting_pods, &p.metadata.uid) {
+                            seen.insert(uid.clone());
+                        }
+                        changed |= index.apply_pod(&p);
+                    }
+                    Event::Delete(p) => changed |= index.delete_pod(&p),
+                    Event::Init => relisting_pods = Some(BTreeSet::new()),
+                    Event::InitDone => {
+                        if let Some(seen) = relisting_pods.take() {
+                            changed |= index.retain_pods(&seen);
+                        }
+                    }
+                },
+                Update::Node(e) => {
+                    if let Event::Apply(n) | Event::InitApply(n) = *e {
+                        changed |= index.apply_node(&n);
+                    }
+                }
+                Update::Namespace(e) => {
+                    if let Event::Apply(ns) | Event::InitApply(ns) = *e {
+                        let name = ns.metadata.name.clone().unwrap_or_default();
+                        changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
+                    }
+                }
+                Update::Resync => resync = true,
+            }
+            if !(changed || resync) || !config_listed || relisting_pods.is_some() {
+                continue;
+            }
+            let written = self
+                .pass(&mut engine, &index, &configs, last_status.as_ref())
+                .await;
+            if let Some(s) = written {
+                last_status = Some(s);
+            }
+        }
+        Err("the watch streams ended".to_string())
+    }
+
+    /// One enforcement pass and, when it changed, the status. Returns the status
+    /// written.
+    async fn pass(
+        &self,
+        engine: &mut NodeEngine,
+        index: &NodeIndex,
+        configs: &Api<NodeMemoryConfig>,
+        last: Option<&NodeMemoryConfigStatus>,
+    ) -> Option<NodeMemoryConfigStatus> {
+        let pods = index.node_pods();
+        for problem in index.pod_problems() {
+            warn!(%problem, "pod skipped");
+        }
+        let Some(config) = index.config() else {
+            // No config (never created, or deleted): give back everything nodemem set.
+            let off = PolicySettings {
+                memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
+                    enabled: false,
+                    ..Default::default()
+                },
+                ..PolicySettings::default()
+            };
+            match engine.enforce(&off, index.allocatable(), &pods, false) {
+                Ok((_, report)) if report.applied.is_empty() => {}
+                Ok((_, report)) => info!(
+                    restored = report.applied.len(),
+                    "no NodeMemoryConfig: restored what nodemem had set"
+                ),
+                Err(e) => warn!(error = %e, "restoring without a NodeMemoryConfig failed"),
+            }
+            return None;
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let discovery = engine.discovery().clone();
+        let new_status = match &config.settings {
+            Err(problems) => status(
+                &config.revision,
+                config.generation,
+                PassOutcome::InvalidConfig(problems),
+                &discovery,
+                last,
+                &now,
+            ),
+            Ok(settings) => match engine.enforce(settings, index.allocatable(), &pods, false) {
+                Ok((desired, report)) => {
+                    for f in &report.failed {
+                        warn!(error = %f.error, "write failed");
+                    }
+                    if !report.applied.is_empty() {
+                        info!(revision = %config.revision, writes = report.applied.len(), "applied");
+                    }
+                    status(
+                        &config.revision,
+                        config.generation,
+                        PassOutcome::Applied {
+                            desired: &desired,
+                            report: &report,
+                        },
+                        &discovery,
+                        last,
+                        &now,
+                    )
+                }
+                Err(e) => {
+                    warn!(error = %e, "not applied");
+                    status(
+                        &config.revision,
+                        config.generation,
+                        PassOutcome::Failed(&e),
+                        &discovery,
+                        last,
+                        &now,
+                    )
+                }
+            },
+        };
+        if last.is_some_and(|l| !differs(l, &new_status)) {
+            return None;
+        }
+        let patch = json!({
+            "apiVersion": "nodemem.io/v1alpha1",
+            "kind": "NodeMemoryConfig",
+            "status": new_status,
+        });
+        match configs
+            .patch_status(
+                &config.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => Some(new_status),
+            Err(e) => {
+                warn!(error = %e, "status not written; retried on the next change or resync");
+                None
+            }
+        }
+    }
+}

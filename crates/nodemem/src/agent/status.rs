@@ -1,0 +1,227 @@
+//! The NodeMemoryConfig status an enforcement pass earns: observedRevision, the
+//! Applied and KernelSupported conditions with specific reasons, node facts, totals,
+//! managed pods and the last error. Pure: the agent writes it only when it differs
+//! from what it wrote last (condition times aside).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_agent::ApplyReport;
+use nodemem_api::config::{MemoryTotals, NodeFacts, NumaMemory, NumaNodeFacts};
+use nodemem_api::NodeMemoryConfigStatus;
+use nodemem_cgroup::discover::Discovery;
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::node::DesiredNode;
+use nodemem_model::Warning;
+
+use super::engine::EngineError;
+
+/// What a pass ended with.
+pub enum PassOutcome<'a, 'p> {
+    Applied {
+        desired: &'a DesiredNode<'p>,
+        report: &'a ApplyReport,
+    },
+    /// The config's settings do not validate (admission normally prevents it).
+    InvalidConfig(&'a [String]),
+    Failed(&'a EngineError),
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+fn facts(d: &Discovery, desired: Option<&DesiredNode<'_>>) -> NodeFacts {
+    let manager = desired.and_then(|d| d.memory_manager.as_ref());
+    NodeFacts {
+        kernel_version: Some(d.kernel_version.clone()),
+        cgroup_version: Some(2),
+        cgroup_driver: Some(
+            match d.cgroup_driver {
+                CgroupDriver::Systemd => "systemd",
+                CgroupDriver::Cgroupfs => "cgroupfs",
+            }
+            .to_string(),
+        ),
+        page_size: Some(d.page_size),
+        numa_nodes: d
+            .topology
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .map(|(id, memory)| NumaNodeFacts {
+                id: *id as i32,
+                memory: memory
+                    .iter()
+                    .map(|(kind, capacity)| {
+                        let reserved = manager
+                            .and_then(|m| m.machine.nodes.get(id))
+                            .and_then(|n| n.memory_map.get(kind))
+                            .map_or(0, |t| t.system_reserved);
+                        (
+                            kind.clone(),
+                            NumaMemory {
+                                capacity: *capacity,
+                                reserved,
+                                allocatable: capacity - reserved,
+                            },
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The status for a pass over `revision` (of config `generation`).
+pub fn status(
+    revision: &str,
+    generation: Option<i64>,
+    outcome: PassOutcome<'_, '_>,
+    discovery: &Discovery,
+    previous: Option<&NodeMemoryConfigStatus>,
+    now: &Time,
+) -> NodeMemoryConfigStatus {
+    let mut s = NodeMemoryConfigStatus {
+        observed_revision: previous.and_then(|p| p.observed_revision.clone()),
+        node: Some(facts(discovery, None)),
+        ..NodeMemoryConfigStatus::default()
+    };
+    let kernel_warning = |warnings: &[Warning]| {
+        warnings
+            .iter()
+            .find(|w| {
+                matches!(
+                    w,
+                    Warning::KernelBeforeLivelockFix { .. }
+                        | Warning::KernelVersionUnknown
+                        | Warning::KernelVersionUnparsable { .. }
+                )
+            })
+            .cloned()
+    };
+    let mut conditions = Vec::new();
+    match outcome {
+        PassOutcome::Applied { desired, report } => {
+            s.node = Some(facts(discovery, Some(desired)));
+            s.totals = Some(MemoryTotals {
+                memory_min_bytes: desired.totals.memory_min_bytes,
+                memory_low_bytes: desired.totals.memory_low_bytes,
+            });
+            s.managed_pods = desired.managed_pods() as i32;
+            if report.ok() {
+                s.observed_revision = Some(revision.to_string());
+                conditions.push(condition(
+                    "Applied",
+                    true,
+                    "Applied",
+                    format!(
+                        "revision {revision}: {} file(s) written, {} cgroup(s) not created yet",
+                        report.applied.len(),
+                        report.missing.len()
+                    ),
+                    generation,
+                    now,
+                ));
+            } else {
+                let errors: Vec<&str> = report
+                    .refused
+                    .iter()
+                    .map(String::as_str)
+                    .chain(report.failed.iter().map(|f| f.error.as_str()))
+                    .collect();
+                s.last_error = errors.first().map(|e| e.to_string());
+                conditions.push(condition(
+                    "Applied",
+                    false,
+                    "WriteFailed",
+                    format!(
+                        "revision {revision}: {} write(s) failed (the rest applied): {}",
+                        errors.len(),
+                        errors.join("; ")
+                    ),
+                    generation,
+                    now,
+                ));
+            }
+            conditions.push(match kernel_warning(&desired.warnings) {
+                Some(w) => condition(
+                    "KernelSupported",
+                    false,
+                    w.code(),
+                    w.to_string(),
+                    generation,
+                    now,
+                ),
+                None => condition(
+                    "KernelSupported",
+                    true,
+                    "CgroupV2",
+                    format!("kernel {} with cgroup v2", discovery.kernel_version),
+                    generation,
+                    now,
+                ),
+            });
+        }
+        PassOutcome::InvalidConfig(problems) => {
+            s.last_error = Some(problems.join("; "));
+            conditions.push(condition(
+                "Applied",
+                false,
+                "InvalidConfig",
+                format!(
+                    "revision {revision} is not applied: {}; the previous state stays",
+                    problems.join("; ")
+                ),
+                generation,
+                now,
+            ));
+        }
+        PassOutcome::Failed(e) => {
+            s.last_error = Some(e.to_string());
+            conditions.push(condition(
+                "Applied",
+                false,
+                e.category.reason(),
+                format!("revision {revision} is not applied: {e}; the previous state stays"),
+                generation,
+                now,
+            ));
+        }
+    }
+    // A condition keeps its transition time while its status stays.
+    for c in &mut conditions {
+        if let Some(p) = previous
+            .into_iter()
+            .flat_map(|p| &p.conditions)
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+        {
+            c.last_transition_time = p.last_transition_time.clone();
+        }
+    }
+    s.conditions = conditions;
+    s
+}
+
+/// True when two statuses differ in more than condition times.
+pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
+    let strip = |s: &NodeMemoryConfigStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Default::default());
+        }
+        s
+    };
+    strip(a) != strip(b)
+}

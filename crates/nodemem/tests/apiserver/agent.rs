@@ -1,0 +1,333 @@
+//! The in-cluster agent: the real `nodemem agent` binary as a process for a simulated
+//! node, with the agent's own token (deploy/agent RBAC and admission policy), pointed at
+//! the node's temp cgroup tree the fake kubelet fills.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::Client;
+use nodemem_api::convert::node_settings;
+use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s};
+use nodemem_api::{NodeMemoryConfig, NodeSettings};
+use nodemem_model::cgroup::CgroupValue;
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::node::{desired_node, NodeFacts, NodeInput};
+use nodemem_testkit::cgroup_tree::CgroupTree;
+use nodemem_testkit::kubelet::FakeKubelet;
+use nodemem_testkit::nodes::SimNode;
+use nodemem_testkit::Identity;
+use serde_json::{json, Value};
+
+use crate::authority::apply_manifest;
+use crate::common::{admin, cluster};
+
+const NODE: &str = "agent-node-1";
+const NS: &str = "agent-pods";
+
+/// The agent process, killed when the test ends however it ends.
+struct AgentProcess {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl AgentProcess {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn configs(client: Client) -> Api<DynamicObject> {
+    Api::all_with(client, &ApiResource::erase::<NodeMemoryConfig>(&()))
+}
+
+fn config_spec(revision: &str, memory_qos: Value) -> Value {
+    json!({"policy": "agent-test", "revision": revision, "memoryQoS": memory_qos})
+}
+
+async fn set_config(client: &Client, revision: &str, memory_qos: Value) {
+    configs(client.clone())
+        .patch(
+            NODE,
+            &PatchParams::apply("nodemem-controller-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+                "metadata": {"name": NODE},
+                "spec": config_spec(revision, memory_qos),
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_for<T>(
+    what: &str,
+    agent: &AgentProcess,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; agent log:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The config's status once it reports `revision` applied.
+async fn applied(client: &Client, agent: &AgentProcess, revision: &str) -> Value {
+    wait_for(&format!("revision {revision} applied"), agent, async || {
+        let c = configs(client.clone()).get_status(NODE).await.ok()?;
+        let status = c.data.get("status")?.clone();
+        let applied = status["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Applied")?
+            .clone();
+        (status["observedRevision"] == revision && applied["status"] == "True").then_some(status)
+    })
+    .await
+}
+
+/// What the node computation predicts for the pods on the API and these settings.
+async fn expected(client: &Client, memory_qos: Value) -> BTreeMap<(String, String), String> {
+    // Every pod bound to the node: the test's and the agent's own (the harness binds
+    // the agent's token to a pod on the node, as a DaemonSet pod's is).
+    let pods: Api<Pod> = Api::all(client.clone());
+    let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={NODE}"));
+    let mut listed: Vec<Pod> = pods.list(&on_node).await.unwrap().items;
+    listed.sort_by_key(|p| {
+        (
+            p.metadata
+                .creation_timestamp
+                .clone()
+                .map(|t| t.0.to_string()),
+            p.metadata.name.clone(),
+        )
+    });
+    let node_pods: Vec<_> = listed
+        .iter()
+        .map(|p| node_pod_from_k8s(p, false).unwrap())
+        .collect();
+    let node: Node = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
+    let settings: NodeSettings = serde_json::from_value(config_spec("x", memory_qos)).unwrap();
+    let settings = node_settings(&settings).unwrap();
+    let facts = NodeFacts {
+        memory: NodeMemoryFacts {
+            allocatable_memory: node_allocatable_memory(&node).unwrap(),
+            // SAFETY: sysconf has no preconditions.
+            page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64,
+            kernel_version: Some("6.1.0-56-amd64".into()),
+        },
+        cgroup_driver: CgroupDriver::Systemd,
+        ..NodeFacts::default()
+    };
+    let desired = desired_node(NodeInput {
+        settings: &settings,
+        facts: &facts,
+        pods: &node_pods,
+        memory_manager: None,
+    })
+    .unwrap();
+    let mut out = BTreeMap::new();
+    for c in desired.cgroups() {
+        for (file, value) in c.managed() {
+            let text = match value {
+                CgroupValue::Bytes(b) => b.to_string(),
+                CgroupValue::Text(t) => t.clone(),
+            };
+            out.insert((c.path.to_string(), file.to_string()), text);
+        }
+    }
+    out
+}
+
+fn assert_tree(
+    tree: &CgroupTree,
+    expected: &BTreeMap<(String, String), String>,
+    agent: &AgentProcess,
+) {
+    for ((path, file), want) in expected {
+        assert_eq!(
+            &tree.read(path, file).unwrap(),
+            want,
+            "{path}/{file}; agent log:\n{}",
+            agent.log()
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_agent_enforces_its_config_on_its_node_and_reports() {
+    let cp = cluster();
+    let client = admin().await;
+    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
+    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    SimNode::new(NODE).register(&client).await.unwrap();
+    let tree = Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap());
+    let _kubelet = FakeKubelet::start(
+        client.clone(),
+        BTreeMap::from([(NODE.to_string(), tree.clone())]),
+    );
+
+    // The config first (what the controller will write), then the pods.
+    let tiered = json!({"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"});
+    set_config(&client, "rev-1", tiered.clone()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = |name: &str, resources: Value| {
+        serde_json::from_value::<Pod>(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x", "resources": resources}]},
+        }))
+        .unwrap()
+    };
+    for (name, resources) in [
+        (
+            "guaranteed",
+            json!({"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}),
+        ),
+        (
+            "burstable",
+            json!({"requests": {"memory": "128Mi"}, "limits": {"memory": "512Mi"}}),
+        ),
+        ("besteffort", json!({})),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match pods
+                .create(&PostParams::default(), &pod(name, resources.clone()))
+                .await
+            {
+                Ok(_) => break,
+                // The namespace's default ServiceAccount comes a moment later.
+                Err(kube::Error::Api(s))
+                    if s.message.contains("serviceaccount") && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    // The agent: the real binary, with its node's token.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+    std::fs::write(
+        dir.path().join("proc/sys/kernel/osrelease"),
+        "6.1.0-56-amd64\n",
+    )
+    .unwrap();
+    let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE.into())).await.unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = AgentProcess {
+        child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
+            .args(["agent", "--node-name", NODE, "--resync-seconds", "2"])
+            .arg("--cgroup-root")
+            .arg(tree.root())
+            .arg("--sys-root")
+            .arg(dir.path().join("sys"))
+            .arg("--proc-root")
+            .arg(dir.path().join("proc"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the agent"),
+        log,
+    };
+
+    // Every pod's values, as the computation predicts, once the agent reports rev-1.
+    let status = applied(&client, &agent, "rev-1").await;
+    assert_eq!(
+        status["managedPods"], 4,
+        "three test pods and the agent's own: {status:#}"
+    );
+    assert_eq!(status["node"]["cgroupDriver"], "systemd");
+    assert_eq!(status["node"]["kernelVersion"], "6.1.0-56-amd64");
+    let kernel = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "KernelSupported")
+        .unwrap();
+    assert_eq!(kernel["status"], "True", "{kernel}");
+    let want = wait_for("all three pods in the prediction", &agent, async || {
+        let e = expected(&client, tiered.clone()).await;
+        (e.keys().filter(|(p, _)| p.contains("kubepods-")).count() >= 5).then_some(e)
+    })
+    .await;
+    let agent_ref = &agent;
+    wait_for("the tree to match the prediction", agent_ref, async || {
+        want.iter()
+            .all(|((p, f), v)| tree.read(p, f).ok().as_deref() == Some(v))
+            .then_some(())
+    })
+    .await;
+    assert_tree(&tree, &want, &agent);
+    assert_eq!(
+        status["totals"]["memoryMinBytes"].as_i64().unwrap()
+            + status["totals"]["memoryLowBytes"].as_i64().unwrap(),
+        (256 + 128) << 20
+    );
+
+    // A config change is applied and acknowledged.
+    let hard = json!({"throttlingFactor": 0.8, "reservationPolicy": "HardReservation"});
+    set_config(&client, "rev-2", hard.clone()).await;
+    applied(&client, &agent, "rev-2").await;
+    assert_tree(&tree, &expected(&client, hard.clone()).await, &agent);
+
+    // A pod deleted meanwhile is no error.
+    pods.delete("burstable", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    wait_for(
+        "the burstable pod gone from kubepods memory.min",
+        &agent,
+        async || {
+            (tree.read("kubepods.slice", "memory.min").ok()? == (256u64 << 20).to_string())
+                .then_some(())
+        },
+    )
+    .await;
+    let status = applied(&client, &agent, "rev-2").await;
+    assert!(status.get("lastError").is_none(), "{status:#}");
+
+    // Disabling Memory QoS gives back what the agent set.
+    set_config(&client, "rev-3", json!({"enabled": false})).await;
+    applied(&client, &agent, "rev-3").await;
+    for (path, file) in want.keys() {
+        let default = if file == "memory.high" { "max" } else { "0" };
+        let now = tree.read(path, file).unwrap_or_default();
+        // The deleted pod's cgroups are gone; the rest are back at the defaults.
+        if !now.is_empty() {
+            assert_eq!(now, default, "{path}/{file}; agent log:\n{}", agent.log());
+        }
+    }
+}
