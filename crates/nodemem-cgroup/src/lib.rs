@@ -26,6 +26,7 @@ pub mod fs;
 pub mod parse;
 pub mod path;
 pub mod roots;
+pub mod watch;
 
 pub use fs::{CgroupError, CgroupFs, HeldFile, OpenCgroup};
 pub use path::{check_identifier, CgroupPath, UnsafeName};

@@ -423,3 +423,96 @@ fn a_static_policy_checks_its_saved_numa_state_against_the_node() {
     assert_eq!(code, 1);
     assert!(err.contains("this node cannot satisfy it: spec.memoryManager.reservedMemory[1].numaNode: NUMA node 3 does not exist on this node (NUMA nodes: 0, 1)"), "{err}");
 }
+
+/// `--follow`: a container cgroup that appears after the first pass gets its values at
+/// once (inotify), without another run.
+#[test]
+fn follow_covers_a_cgroup_the_moment_it_appears() {
+    use std::io::BufRead;
+    let node = Node::new(CgroupDriver::Systemd);
+    // The web container's cgroup is not there yet: moved aside, as if not created.
+    let pod = node.dir.path().join("cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8b3c7d2e_4f5a_6b7c_9d1e_3f4a5b6c7d8e.slice");
+    let web = pod.join(format!("cri-containerd-{}.scope", "c3".repeat(32)));
+    let aside = node.dir.path().join("web-aside");
+    std::fs::rename(&web, &aside).unwrap();
+    let (cgroup, sys, proc, state) = (
+        node.path("cgroup"),
+        node.path("sys"),
+        node.path("proc"),
+        node.path("state"),
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args([
+            "agent",
+            "--once",
+            "--follow",
+            "--config",
+            "examples/agent-once/config.yaml",
+            "--node",
+            "examples/agent-once/node.yaml",
+            "--pods",
+            "examples/agent-once/pods.yaml",
+            "--cgroup-root",
+            &cgroup,
+            "--sys-root",
+            &sys,
+            "--proc-root",
+            &proc,
+            "--state-dir",
+            &state,
+        ])
+        .current_dir(repo())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // The first pass prints its report, then that it follows the tree.
+    let mut first = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.starts_with("following ");
+        first.push(line);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        first[0].starts_with("node agent-1: config agent-1 revision"),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .last()
+            .unwrap()
+            .ends_with("/kubepods.slice for new cgroups"),
+        "{first:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(aside.join("memory.high")).unwrap(),
+        "max"
+    );
+    // The container appears, atomically as a mkdir on cgroupfs (a rename of a prepared
+    // directory on this tree of plain files).
+    std::fs::rename(&aside, &web).unwrap();
+    let reaction = lines.next().unwrap().unwrap();
+    child.kill().ok();
+    child.wait().ok();
+    assert!(
+        reaction.starts_with("reacted to kubepods.slice/kubepods-burstable.slice/"),
+        "{reaction}"
+    );
+    assert!(
+        reaction.ends_with(": wrote 2 file(s), 0 failed"),
+        "memory.low and memory.high: {reaction}"
+    );
+    // web: request 32Mi, limit 128Mi, factor 0.9 -> memory.high 118.4Mi, page-aligned.
+    let high: i64 = std::fs::read_to_string(web.join("memory.high"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(high, ((32 << 20) + (96 << 20) * 9 / 10) / 4096 * 4096);
+    assert_eq!(
+        std::fs::read_to_string(web.join("memory.low")).unwrap(),
+        (32 << 20).to_string()
+    );
+}

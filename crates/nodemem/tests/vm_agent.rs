@@ -205,6 +205,27 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
         big_pods[0].container_ids().values().next().unwrap(),
     );
 
+    // A pod whose container cgroup the script creates while `agent --follow` runs.
+    let follow_item = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "follow", "namespace": "shop", "uid": "7a6b5c4d-3e2f-1a0b-9c8d-7e6f5a4b3c2d"},
+        "spec": {"nodeName": "agent-1", "containers": [{"name": "app", "image": "x",
+            "resources": {"requests": {"memory": "32Mi"}, "limits": {"memory": "128Mi"}}}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "app", "containerID": format!("containerd://{}", "a7".repeat(32)),
+            "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}
+    });
+    let follow_pods = node_pods(std::slice::from_ref(&follow_item));
+    let follow_pod_dir = nodemem_model::cgroup_layout::pod_dir(
+        CgroupDriver::Systemd,
+        nodemem_model::qos::QosClass::Burstable,
+        &follow_pods[0].pod().uid,
+    );
+    let follow_container_dir = nodemem_model::cgroup_layout::container_dir(
+        CgroupDriver::Systemd,
+        nodemem_model::qos::QosClass::Burstable,
+        &follow_pods[0].pod().uid,
+        follow_pods[0].container_ids().values().next().unwrap(),
+    );
     let agent = "nodemem agent --once --node /etc/node.yaml --state-dir /tmp/state -o json";
     let script = format!(
         r#"
@@ -243,11 +264,28 @@ echo "=== off"
 {reads}
 echo "v {api_container} cpuset.mems $(cat {api_container}/cpuset.mems)"
 echo "v {api_container} cpuset.mems.effective $(cat {api_container}/cpuset.mems.effective)"
+echo "=== follow"
+mkdir {follow_pod}
+echo '+memory +cpuset' > {follow_pod}/cgroup.subtree_control
+nodemem agent --once --follow --node /etc/node.yaml --state-dir /tmp/state-follow --config /etc/config.yaml --pods /etc/follow.yaml > /tmp/follow.out 2>&1 &
+AGENT=$!
+n=0
+until grep -q '^following ' /tmp/follow.out; do n=$((n+1)); [ $n -lt 300 ] || break; usleep 100000; done
+mkdir {follow_container}
+n=0
+until [ "$(cat {follow_container}/memory.high)" != max ]; do n=$((n+1)); [ $n -lt 50 ] || break; usleep 100000; done
+echo "polls=$n"
+echo "v {follow_container} memory.high $(cat {follow_container}/memory.high)"
+echo "v {follow_container} memory.low $(cat {follow_container}/memory.low)"
+kill $AGENT
+grep '^reacted to ' /tmp/follow.out | head -1
 echo "=== end"
 "#,
         tree = make_pod_tree(&pods),
         big_tree = make_pod_tree(&big_pods),
         legacy = legacy.path,
+        follow_pod = follow_pod_dir,
+        follow_container = follow_container_dir,
     );
     let vm = Vm::new()
         .expect("VM prerequisites")
@@ -264,7 +302,12 @@ echo "=== end"
             0o644,
         )
         .with_file("/etc/pods.yaml", list(items).as_bytes(), 0o644)
-        .with_file("/etc/big.yaml", list(vec![big]).as_bytes(), 0o644);
+        .with_file("/etc/big.yaml", list(vec![big]).as_bytes(), 0o644)
+        .with_file(
+            "/etc/follow.yaml",
+            list(vec![follow_item]).as_bytes(),
+            0o644,
+        );
     let out = vm.run(&script).expect("the VM runs the script");
     assert_eq!(out.exit_code, 0, "script failed:\n{}", out.output);
     let o = &out.output;
@@ -342,6 +385,26 @@ echo "=== end"
         );
     }
     assert_eq!(after[&(api_container.clone(), "cpuset.mems".into())], "0-1");
+
+    // The reaction path: the container cgroup created while `--follow` runs gets its
+    // values from the inotify event, with no second run.
+    let follow = read_values(o, "follow");
+    assert_eq!(
+        follow[&(follow_container_dir.clone(), "memory.high".into())],
+        (((32 << 20) + (96 << 20) * 9 / 10) / 4096 * 4096).to_string(),
+        "{}",
+        section(o, "follow")
+    );
+    assert_eq!(
+        follow[&(follow_container_dir.clone(), "memory.low".into())],
+        (32 << 20).to_string()
+    );
+    let text = section(o, "follow");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("reacted to ") && l.contains(&follow_container_dir)),
+        "{text}"
+    );
     assert_eq!(
         after[&(api_container.clone(), "cpuset.mems.effective".into())],
         "0-1"

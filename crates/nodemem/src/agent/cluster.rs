@@ -39,7 +39,41 @@ enum Update {
     Pod(Box<Event<core::Pod>>),
     Node(Box<Event<core::Node>>),
     Namespace(Box<Event<kube::core::PartialObjectMeta<core::Namespace>>>),
+    /// Cgroup directories appeared under kubepods (inotify).
+    Cgroups(usize),
     Resync,
+}
+
+/// Watches the kubepods tree on a thread of its own (inotify reads block) and forwards
+/// how many directories appeared.
+fn cgroup_events(
+    root: std::path::PathBuf,
+    top: nodemem_cgroup::CgroupPath,
+) -> Result<impl Stream<Item = watcher::Result<Update>> + Send, String> {
+    let mut tree = nodemem_cgroup::watch::TreeWatcher::new(&root, &top)
+        .map_err(|e| format!("cannot watch {}: {e}", root.join(top.as_str()).display()))?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("cgroup-watch".into())
+        .spawn(move || loop {
+            match tree.wait() {
+                Ok(changes) => {
+                    let appeared = changes
+                        .iter()
+                        .filter(|c| matches!(c, nodemem_cgroup::watch::TreeChange::Appeared(_)))
+                        .count();
+                    if appeared > 0 && tx.send(appeared).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "watching the cgroup tree failed; the periodic resync still covers new cgroups");
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the cgroup watcher: {e}"))?;
+    Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(|n| Ok(Update::Cgroups(n))))
 }
 
 fn watch<K>(
@@ -77,7 +111,13 @@ impl ClusterAgent {
             t.tick().await;
             Some((Ok(Update::Resync), t))
         });
+        let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
+            engine.discovery().cgroup_driver,
+        ))
+        .expect("a constant path");
+        let cgroups = cgroup_events(self.engine.roots.cgroup.clone(), top)?;
         let mut updates = futures::stream::select_all(vec![
+            cgroups.boxed(),
             config_events.boxed(),
             pod_events.boxed(),
             node_events.boxed(),
@@ -136,6 +176,10 @@ impl ClusterAgent {
                         let name = ns.metadata.name.clone().unwrap_or_default();
                         changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
                     }
+                }
+                Update::Cgroups(n) => {
+                    tracing::debug!(appeared = n, "new cgroups");
+                    changed = true;
                 }
                 Update::Resync => resync = true,
             }

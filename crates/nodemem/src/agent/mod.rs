@@ -80,6 +80,9 @@ pub struct AgentArgs {
     /// Print the writes without performing them; the state is not changed.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --once: stay, and cover each cgroup the moment its directory appears.
+    #[arg(long, requires = "once")]
+    pub follow: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OnceFormat::Table)]
     pub output: OnceFormat,

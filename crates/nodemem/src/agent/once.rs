@@ -69,11 +69,83 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         &desired,
         &report,
     );
-    Ok(Outcome {
+    let outcome = Outcome {
         stdout: render(&output, args.output),
         stderr: problems_of(&report),
         code: if report.ok() { 0 } else { PARTIAL_FAILURE },
-    })
+    };
+    if !args.follow {
+        return Ok(outcome);
+    }
+    drop(desired);
+    follow(&mut engine, &inputs, args, &outcome.stdout)
+}
+
+/// `--follow`: stays, and covers every cgroup that appears under kubepods the moment
+/// its directory is created (the reaction path of the in-cluster agent, with file
+/// inputs). One line per reaction on stdout.
+fn follow(
+    engine: &mut NodeEngine,
+    inputs: &Inputs,
+    args: &AgentArgs,
+    first_report: &str,
+) -> Result<Outcome, CliError> {
+    use std::io::Write as _;
+    let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
+        engine.discovery().cgroup_driver,
+    ))
+    .expect("a constant path");
+    let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
+        .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
+    // A cgroup created between the first pass and the watch: covered now.
+    let _ = engine.enforce(
+        &inputs.settings,
+        inputs.allocatable,
+        &inputs.pods,
+        args.dry_run,
+    );
+    {
+        let mut out = std::io::stdout();
+        let _ = write!(out, "{first_report}");
+        let _ = writeln!(
+            out,
+            "following {} for new cgroups",
+            args.cgroup_root.join(top.as_str()).display()
+        );
+        let _ = out.flush();
+    }
+    loop {
+        let changes = watcher
+            .wait()
+            .map_err(|e| CliError::one(format!("watching {}: {e}", args.cgroup_root.display())))?;
+        let appeared: Vec<String> = changes
+            .iter()
+            .filter_map(|c| match c {
+                nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.to_string()),
+                nodemem_cgroup::watch::TreeChange::Gone(_) => None,
+            })
+            .collect();
+        if appeared.is_empty() {
+            continue;
+        }
+        let line = match engine.enforce(
+            &inputs.settings,
+            inputs.allocatable,
+            &inputs.pods,
+            args.dry_run,
+        ) {
+            Ok((_, report)) => format!(
+                "reacted to {}: wrote {} file(s), {} failed",
+                appeared.join(", "),
+                report.applied.len(),
+                report.failed.len()
+            ),
+            Err(e) => format!("reacted to {}: not applied: {e}", appeared.join(", ")),
+        };
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
 }
 
 fn engine_error(e: EngineError) -> CliError {
