@@ -148,6 +148,18 @@ impl StateDir {
         Ok(())
     }
 
+    /// Removes a record (absent is fine).
+    pub fn remove(&self, name: &str) -> Result<(), StateError> {
+        match fs::remove_file(self.path(name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io {
+                path: self.path(name),
+                source,
+            }),
+        }
+    }
+
     /// Moves a record aside (`<name>.<reason>-<unix seconds>`), keeping it for people.
     pub fn set_aside(&self, name: &str, reason: &str) -> Result<PathBuf, StateError> {
         let secs = std::time::SystemTime::now()

@@ -20,11 +20,14 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::engine::{EngineConfig, NodeEngine};
-use super::index::NodeIndex;
+use super::index::{LastKnown, NodeIndex};
 use super::status::{differs, status, PassOutcome};
 
 /// The field manager of everything the agent writes.
 pub const FIELD_MANAGER: &str = "nodemem-agent";
+
+const LAST_KNOWN_FILE: &str = "last-known.json";
+const LAST_KNOWN_KIND: &str = "last-known";
 
 pub struct ClusterAgent {
     pub node_name: String,
@@ -129,6 +132,36 @@ impl ClusterAgent {
         let mut config_listed = false;
         let mut relisting_pods: Option<BTreeSet<String>> = None;
         let mut last_status: Option<NodeMemoryConfigStatus> = None;
+        let mut saved: Option<LastKnown> = None;
+        // Serve from the state before the first list (the apiserver may be away): the
+        // last known config for the last known pods. Status waits for the apiserver.
+        match engine
+            .state()
+            .load::<LastKnown>(LAST_KNOWN_FILE, LAST_KNOWN_KIND)
+        {
+            Ok(Some(last)) => {
+                index.restore(&last);
+                let pods = index.node_pods();
+                if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
+                    match engine.enforce(&settings, index.allocatable(), &pods, false) {
+                        Ok((_, report)) => info!(
+                            revision = %last.revision,
+                            pods = pods.len(),
+                            writes = report.applied.len(),
+                            "enforced the last known config from the state directory"
+                        ),
+                        Err(e) => warn!(error = %e, "the last known config could not be enforced"),
+                    }
+                }
+                saved = Some(last);
+                // The watches' first lists replace what the record said.
+                index = NodeIndex::new(node);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, "the last known config is not usable; waiting for the apiserver")
+            }
+        }
         info!(node = %node, "watching this node's NodeMemoryConfig, Node and pods");
         while let Some(update) = updates.next().await {
             let update = match update {
@@ -191,6 +224,18 @@ impl ClusterAgent {
                 .await;
             if let Some(s) = written {
                 last_status = Some(s);
+            }
+            // Record what is enforced now, when it changed.
+            let now_known = index.last_known();
+            if now_known != saved {
+                let result = match &now_known {
+                    Some(k) => engine.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
+                    None => engine.state().remove(LAST_KNOWN_FILE),
+                };
+                match result {
+                    Ok(()) => saved = now_known,
+                    Err(e) => warn!(error = %e, "the last known config was not recorded"),
+                }
             }
         }
         Err("the watch streams ended".to_string())

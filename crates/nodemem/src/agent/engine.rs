@@ -108,6 +108,11 @@ impl NodeEngine {
         &self.discovery
     }
 
+    /// The state directory, for the agent's other records (the last known config).
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
     /// Computes the node and applies it (or, with `dry_run`, only plans). Settings the
     /// node cannot carry out are refused before anything is written.
     pub fn enforce<'p>(

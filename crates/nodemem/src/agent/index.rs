@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s, opts_out};
-use nodemem_api::NodeMemoryConfig;
+use nodemem_api::{NodeMemoryConfig, NodeSettings};
 use nodemem_model::node::NodePod;
 use nodemem_model::policy::PolicySettings;
 
@@ -21,7 +21,75 @@ pub struct IndexedConfig {
     pub name: String,
     pub revision: String,
     pub generation: Option<i64>,
+    /// The spec's settings as written (kept for the last-known record).
+    pub spec: NodeSettings,
     pub settings: Result<PolicySettings, Vec<String>>,
+}
+
+/// What the agent last enforced, kept in the state directory so a restart with the
+/// apiserver unreachable enforces it again at once.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastKnown {
+    pub config: String,
+    pub revision: String,
+    pub generation: Option<i64>,
+    pub settings: NodeSettings,
+    pub allocatable: Option<i64>,
+    /// The pods, reduced to what the computation reads.
+    pub pods: Vec<core::Pod>,
+}
+
+/// A pod reduced to what the node computation reads (the state record stays small).
+fn reduced(pod: &core::Pod) -> core::Pod {
+    let mut p = core::Pod::default();
+    p.metadata.name = pod.metadata.name.clone();
+    p.metadata.namespace = pod.metadata.namespace.clone();
+    p.metadata.uid = pod.metadata.uid.clone();
+    p.metadata.creation_timestamp = pod.metadata.creation_timestamp.clone();
+    p.metadata.annotations = pod.metadata.annotations.clone().map(|a| {
+        a.into_iter()
+            .filter(|(k, _)| k == nodemem_model::node::MEMORY_QOS_OPT_OUT_KEY)
+            .collect()
+    });
+    p.spec = pod.spec.as_ref().map(|s| core::PodSpec {
+        node_name: s.node_name.clone(),
+        containers: s.containers.iter().map(reduced_container).collect(),
+        init_containers: s
+            .init_containers
+            .as_ref()
+            .map(|c| c.iter().map(reduced_container).collect()),
+        resources: s.resources.clone(),
+        overhead: s.overhead.clone(),
+        ..core::PodSpec::default()
+    });
+    let ids = |list: &Option<Vec<core::ContainerStatus>>| {
+        list.as_ref().map(|l| {
+            l.iter()
+                .map(|c| core::ContainerStatus {
+                    name: c.name.clone(),
+                    container_id: c.container_id.clone(),
+                    ..core::ContainerStatus::default()
+                })
+                .collect()
+        })
+    };
+    p.status = pod.status.as_ref().map(|s| core::PodStatus {
+        phase: s.phase.clone(),
+        container_statuses: ids(&s.container_statuses),
+        init_container_statuses: ids(&s.init_container_statuses),
+        ..core::PodStatus::default()
+    });
+    p
+}
+
+fn reduced_container(c: &core::Container) -> core::Container {
+    core::Container {
+        name: c.name.clone(),
+        resources: c.resources.clone(),
+        restart_policy: c.restart_policy.clone(),
+        ..core::Container::default()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +148,7 @@ impl NodeIndex {
             name: self.node_name.clone(),
             revision: config.spec.revision.clone(),
             generation: config.metadata.generation,
+            spec: config.spec.settings.clone(),
             settings: node_settings(&config.spec.settings)
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
         };
@@ -213,6 +282,37 @@ impl NodeIndex {
             .collect()
     }
 
+    /// The record of what is enforced now, when a config is known.
+    pub fn last_known(&self) -> Option<LastKnown> {
+        let config = self.config.as_ref()?;
+        let mut pods: Vec<&IndexedPod> = self.pods.values().collect();
+        pods.sort_by(|a, b| a.order.cmp(&b.order));
+        Some(LastKnown {
+            config: config.name.clone(),
+            revision: config.revision.clone(),
+            generation: config.generation,
+            settings: config.spec.clone(),
+            allocatable: self.allocatable,
+            pods: pods.into_iter().map(|p| reduced(&p.raw)).collect(),
+        })
+    }
+
+    /// Restores what a previous run recorded (before any watch has listed).
+    pub fn restore(&mut self, last: &LastKnown) {
+        self.config = Some(IndexedConfig {
+            name: last.config.clone(),
+            revision: last.revision.clone(),
+            generation: last.generation,
+            spec: last.settings.clone(),
+            settings: node_settings(&last.settings)
+                .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
+        });
+        self.allocatable = last.allocatable;
+        for pod in &last.pods {
+            self.apply_pod(pod);
+        }
+    }
+
     /// Pods that could not be converted, with why (namespace/name: problem).
     pub fn pod_problems(&self) -> Vec<String> {
         self.pod_problems
@@ -334,6 +434,26 @@ mod tests {
         assert!(
             !index.apply_namespace("other", Some(&labels)),
             "no pod of this node there"
+        );
+    }
+
+    #[test]
+    fn the_last_known_record_round_trips_without_status_noise() {
+        let mut index = NodeIndex::new("n1");
+        index.apply_config(&config("n1", "r1", 0.8));
+        index.apply_pod(&pod("a", "uid-1", "n1", "64Mi", Some("c1")));
+        let last = index.last_known().unwrap();
+        let json = serde_json::to_string(&last).unwrap();
+        assert!(!json.contains("\"x\""), "images are not kept: {json}");
+        assert!(json.contains("containerd://c1"), "{json}");
+        let back: LastKnown = serde_json::from_str(&json).unwrap();
+        let mut restored = NodeIndex::new("n1");
+        restored.restore(&back);
+        assert_eq!(restored.config().unwrap().revision, "r1");
+        assert_eq!(restored.node_pods(), index.node_pods());
+        assert_eq!(
+            restored.config().unwrap().settings,
+            index.config().unwrap().settings
         );
     }
 

@@ -243,25 +243,28 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     )
     .unwrap();
     let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE.into())).await.unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = AgentProcess {
-        child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
-            .args(["agent", "--node-name", NODE, "--resync-seconds", "2"])
-            .arg("--cgroup-root")
-            .arg(tree.root())
-            .arg("--sys-root")
-            .arg(dir.path().join("sys"))
-            .arg("--proc-root")
-            .arg(dir.path().join("proc"))
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start the agent"),
-        log,
+    let spawn = |kubeconfig: &std::path::Path, log: &str| {
+        let log = dir.path().join(log);
+        AgentProcess {
+            child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
+                .args(["agent", "--node-name", NODE, "--resync-seconds", "2"])
+                .arg("--cgroup-root")
+                .arg(tree.root())
+                .arg("--sys-root")
+                .arg(dir.path().join("sys"))
+                .arg("--proc-root")
+                .arg(dir.path().join("proc"))
+                .arg("--state-dir")
+                .arg(dir.path().join("state"))
+                .env("KUBECONFIG", kubeconfig)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("start the agent"),
+            log,
+        }
     };
+    let mut agent = spawn(&kubeconfig, "agent.log");
 
     // Every pod's values, as the computation predicts, once the agent reports rev-1.
     let status = applied(&client, &agent, "rev-1").await;
@@ -302,6 +305,55 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     set_config(&client, "rev-2", hard.clone()).await;
     applied(&client, &agent, "rev-2").await;
     assert_tree(&tree, &expected(&client, hard.clone()).await, &agent);
+
+    // Restarted while the apiserver is unreachable, the agent enforces the last known
+    // config from its state directory at once (a value lost meanwhile comes back), and
+    // reports when the apiserver is reachable again, applying nothing twice.
+    drop(agent);
+    let hard_kubepods_min = tree.read("kubepods.slice", "memory.min").unwrap();
+    std::fs::write(tree.root().join("kubepods.slice/memory.min"), "0").unwrap();
+    let unreachable = dir.path().join("unreachable.kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let server = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("server:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    std::fs::write(
+        &unreachable,
+        text.replace(&server, "server: https://127.0.0.1:9"),
+    )
+    .unwrap();
+    let offline = spawn(&unreachable, "offline.log");
+    wait_for(
+        "the offline agent to restore kubepods memory.min",
+        &offline,
+        async || {
+            (tree.read("kubepods.slice", "memory.min").ok()? == hard_kubepods_min).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        offline
+            .log()
+            .contains("enforced the last known config from the state directory"),
+        "{}",
+        offline.log()
+    );
+    drop(offline);
+    agent = spawn(&kubeconfig, "agent-again.log");
+    // The restarted agent's report: everything was already in place.
+    wait_for("the restarted agent's report", &agent, async || {
+        let status = applied(&client, &agent, "rev-2").await;
+        let message = status["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Applied")?["message"]
+            .clone();
+        (message == "revision rev-2: 0 file(s) written, 0 cgroup(s) not created yet").then_some(())
+    })
+    .await;
 
     // A pod deleted meanwhile is no error.
     pods.delete("burstable", &DeleteParams::default().grace_period(0))
