@@ -9,12 +9,15 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
+use nodemem_model::node::Admission;
 use nodemem_model::policy::PolicySettings;
 use serde_json::json;
 use tracing::{info, warn};
@@ -33,6 +36,63 @@ pub struct ClusterAgent {
     pub node_name: String,
     pub engine: EngineConfig,
     pub resync: Duration,
+    /// Set once the client exists.
+    pub recorder: Option<Recorder>,
+    /// Pods already told they were refused NUMA pinning (uid).
+    pub told_refused: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl ClusterAgent {
+    pub fn new(node_name: String, engine: EngineConfig, resync: Duration) -> Self {
+        ClusterAgent {
+            node_name,
+            engine,
+            resync,
+            recorder: None,
+            told_refused: Default::default(),
+        }
+    }
+
+    async fn event(&self, reference: &ObjectReference, reason: &str, note: &str, action: &str) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, reference).await {
+            warn!(error = %e, "event not recorded");
+        }
+    }
+
+    /// An Event on each pod the Memory Manager newly refused.
+    async fn refusal_events(&self, refused: Vec<(String, String, String, String)>) {
+        let new: Vec<_> = {
+            let mut told = self.told_refused.lock().unwrap_or_else(|e| e.into_inner());
+            let now: BTreeSet<String> = refused.iter().map(|r| r.2.clone()).collect();
+            told.retain(|uid| now.contains(uid));
+            refused
+                .into_iter()
+                .filter(|r| told.insert(r.2.clone()))
+                .collect()
+        };
+        for (namespace, name, uid, reason) in new {
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(namespace),
+                name: Some(name),
+                uid: Some(uid),
+                ..ObjectReference::default()
+            };
+            self.event(&reference, "NumaPinningRefused", &reason, "Pin")
+                .await;
+        }
+    }
 }
 
 /// Watch events of the four kinds, merged into one stream (boxed: Kubernetes objects
@@ -90,7 +150,14 @@ where
 }
 
 impl ClusterAgent {
-    pub async fn run(self, client: Client) -> Result<(), String> {
+    pub async fn run(mut self, client: Client) -> Result<(), String> {
+        self.recorder = Some(Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(self.node_name.clone()),
+            },
+        ));
         let node = &self.node_name;
         let mut engine = NodeEngine::open(&self.engine).map_err(|e| e.to_string())?;
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
@@ -275,6 +342,7 @@ impl ClusterAgent {
         };
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let discovery = engine.discovery().clone();
+        let mut refused = Vec::new();
         let new_status = match &config.settings {
             Err(problems) => status(
                 &config.revision,
@@ -288,6 +356,16 @@ impl ClusterAgent {
                 Ok((desired, report)) => {
                     for f in &report.failed {
                         warn!(error = %f.error, "write failed");
+                    }
+                    for p in &desired.pods {
+                        if let Admission::Rejected(r) = &p.admission {
+                            refused.push((
+                                p.namespace.to_string(),
+                                p.name.to_string(),
+                                p.uid.to_string(),
+                                r.to_string(),
+                            ));
+                        }
                     }
                     if !report.applied.is_empty() {
                         info!(revision = %config.revision, writes = report.applied.len(), "applied");
@@ -317,8 +395,25 @@ impl ClusterAgent {
                 }
             },
         };
+        self.refusal_events(refused).await;
         if last.is_some_and(|l| !differs(l, &new_status)) {
             return None;
+        }
+        // A pass that did not apply is also an Event on the config (once per change).
+        if let Some(failed) = new_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Applied" && c.status == "False")
+        {
+            let reference = ObjectReference {
+                api_version: Some("nodemem.io/v1alpha1".into()),
+                kind: Some("NodeMemoryConfig".into()),
+                name: Some(config.name.clone()),
+                uid: config.uid.clone(),
+                ..ObjectReference::default()
+            };
+            self.event(&reference, &failed.reason, &failed.message, "Apply")
+                .await;
         }
         let patch = json!({
             "apiVersion": "nodemem.io/v1alpha1",

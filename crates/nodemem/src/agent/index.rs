@@ -21,6 +21,7 @@ pub struct IndexedConfig {
     pub name: String,
     pub revision: String,
     pub generation: Option<i64>,
+    pub uid: Option<String>,
     /// The spec's settings as written (kept for the last-known record).
     pub spec: NodeSettings,
     pub settings: Result<PolicySettings, Vec<String>>,
@@ -148,6 +149,7 @@ impl NodeIndex {
             name: self.node_name.clone(),
             revision: config.spec.revision.clone(),
             generation: config.metadata.generation,
+            uid: config.metadata.uid.clone(),
             spec: config.spec.settings.clone(),
             settings: node_settings(&config.spec.settings)
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
@@ -303,6 +305,7 @@ impl NodeIndex {
             name: last.config.clone(),
             revision: last.revision.clone(),
             generation: last.generation,
+            uid: None,
             spec: last.settings.clone(),
             settings: node_settings(&last.settings)
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),

@@ -107,11 +107,11 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let agent = cluster::ClusterAgent {
+    let agent = cluster::ClusterAgent::new(
         node_name,
-        engine: once::engine_config(args),
-        resync: std::time::Duration::from_secs(args.resync_seconds.max(1)),
-    };
+        once::engine_config(args),
+        std::time::Duration::from_secs(args.resync_seconds.max(1)),
+    );
     let runtime = tokio::runtime::Runtime::new()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {

@@ -300,6 +300,63 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
         (256 + 128) << 20
     );
 
+    // A write the kernel refuses: Applied=False with the file and errno, an Event on the
+    // config, and once the file takes writes again the next resync applies it.
+    let low = tree.root().join("kubepods.slice/memory.low");
+    let low_value = std::fs::read_to_string(&low).unwrap();
+    std::fs::remove_file(&low).unwrap();
+    std::fs::create_dir(&low).unwrap();
+    std::fs::write(tree.root().join("kubepods.slice/memory.min"), "0").unwrap();
+    let failed = wait_for("Applied=False WriteFailed", &agent, async || {
+        let c = configs(client.clone()).get_status(NODE).await.ok()?;
+        let applied = c.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Applied")?
+            .clone();
+        (applied["status"] == "False").then_some((applied, c.data["status"]["lastError"].clone()))
+    })
+    .await;
+    assert_eq!(failed.0["reason"], "WriteFailed", "{failed:?}");
+    let message = failed.0["message"].as_str().unwrap();
+    assert!(
+        message.contains("kubepods.slice/memory.low: Is a directory (os error 21) (errno 21)"),
+        "{message}"
+    );
+    assert!(
+        failed.1.as_str().unwrap().contains("memory.low"),
+        "{failed:?}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    wait_for("a WriteFailed event on the config", &agent, async || {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("WriteFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NODE)
+                    && e.type_.as_deref() == Some("Warning")
+            })
+    })
+    .await;
+    std::fs::remove_dir(&low).unwrap();
+    std::fs::write(&low, low_value).unwrap();
+    wait_for("Applied=True again after the resync", &agent, async || {
+        let c = configs(client.clone()).get_status(NODE).await.ok()?;
+        let applied = c.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Applied")?
+            .clone();
+        (applied["status"] == "True").then_some(())
+    })
+    .await;
+    assert_tree(&tree, &want, &agent);
+
     // A config change is applied and acknowledged.
     let hard = json!({"throttlingFactor": 0.8, "reservationPolicy": "HardReservation"});
     set_config(&client, "rev-2", hard.clone()).await;
