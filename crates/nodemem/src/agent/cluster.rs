@@ -24,6 +24,7 @@ use tracing::{info, warn};
 
 use super::engine::{EngineConfig, NodeEngine};
 use super::index::{LastKnown, NodeIndex};
+use super::metrics::{self, Metrics, Trigger};
 use super::status::{differs, status, PassOutcome};
 
 /// The field manager of everything the agent writes.
@@ -40,6 +41,9 @@ pub struct ClusterAgent {
     pub recorder: Option<Recorder>,
     /// Pods already told they were refused NUMA pinning (uid).
     pub told_refused: std::sync::Mutex<BTreeSet<String>>,
+    pub metrics: std::sync::Arc<Metrics>,
+    /// Where /metrics, /healthz and /readyz are served; None serves nothing.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl ClusterAgent {
@@ -50,6 +54,8 @@ impl ClusterAgent {
             resync,
             recorder: None,
             told_refused: Default::default(),
+            metrics: Default::default(),
+            metrics_addr: None,
         }
     }
 
@@ -102,8 +108,8 @@ enum Update {
     Pod(Box<Event<core::Pod>>),
     Node(Box<Event<core::Node>>),
     Namespace(Box<Event<kube::core::PartialObjectMeta<core::Namespace>>>),
-    /// Cgroup directories appeared under kubepods (inotify).
-    Cgroups(usize),
+    /// Cgroup directories appeared under kubepods (inotify), and when it was seen.
+    Cgroups(usize, std::time::Instant),
     Resync,
 }
 
@@ -125,7 +131,7 @@ fn cgroup_events(
                         .iter()
                         .filter(|c| matches!(c, nodemem_cgroup::watch::TreeChange::Appeared(_)))
                         .count();
-                    if appeared > 0 && tx.send(appeared).is_err() {
+                    if appeared > 0 && tx.send((appeared, std::time::Instant::now())).is_err() {
                         return;
                     }
                 }
@@ -136,7 +142,8 @@ fn cgroup_events(
             }
         })
         .map_err(|e| format!("cannot start the cgroup watcher: {e}"))?;
-    Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(|n| Ok(Update::Cgroups(n))))
+    Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .map(|(n, at)| Ok(Update::Cgroups(n, at))))
 }
 
 fn watch<K>(
@@ -158,6 +165,10 @@ impl ClusterAgent {
                 instance: Some(self.node_name.clone()),
             },
         ));
+        if let Some(addr) = self.metrics_addr {
+            let bound = metrics::serve(addr, self.metrics.clone()).await?;
+            info!(%bound, "serving /metrics, /healthz and /readyz");
+        }
         let node = &self.node_name;
         let mut engine = NodeEngine::open(&self.engine).map_err(|e| e.to_string())?;
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
@@ -211,12 +222,15 @@ impl ClusterAgent {
                 let pods = index.node_pods();
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
                     match engine.enforce(&settings, index.allocatable(), &pods, false) {
-                        Ok((_, report)) => info!(
-                            revision = %last.revision,
-                            pods = pods.len(),
-                            writes = report.applied.len(),
-                            "enforced the last known config from the state directory"
-                        ),
+                        Ok((_, report)) => {
+                            self.metrics.pass(Trigger::Start, 0.0);
+                            info!(
+                                revision = %last.revision,
+                                pods = pods.len(),
+                                writes = report.applied.len(),
+                                "enforced the last known config from the state directory"
+                            )
+                        }
                         Err(e) => warn!(error = %e, "the last known config could not be enforced"),
                     }
                 }
@@ -240,6 +254,7 @@ impl ClusterAgent {
             };
             let mut changed = false;
             let mut resync = false;
+            let mut reaction_since: Option<std::time::Instant> = None;
             match update {
                 Update::Config(e) => match *e {
                     Event::Apply(c) | Event::InitApply(c) => changed |= index.apply_config(&c),
@@ -277,18 +292,27 @@ impl ClusterAgent {
                         changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
                     }
                 }
-                Update::Cgroups(n) => {
+                Update::Cgroups(n, at) => {
                     tracing::debug!(appeared = n, "new cgroups");
                     changed = true;
+                    reaction_since.get_or_insert(at);
                 }
                 Update::Resync => resync = true,
             }
             if !(changed || resync) || !config_listed || relisting_pods.is_some() {
                 continue;
             }
+            let trigger = match (reaction_since, changed) {
+                (Some(_), _) => Trigger::Cgroup,
+                (None, true) => Trigger::Event,
+                (None, false) => Trigger::Resync,
+            };
             let written = self
-                .pass(&mut engine, &index, &configs, last_status.as_ref())
+                .pass(&mut engine, &index, &configs, last_status.as_ref(), trigger)
                 .await;
+            if let Some(at) = reaction_since {
+                self.metrics.reaction(at.elapsed().as_secs_f64());
+            }
             if let Some(s) = written {
                 last_status = Some(s);
             }
@@ -316,7 +340,9 @@ impl ClusterAgent {
         index: &NodeIndex,
         configs: &Api<NodeMemoryConfig>,
         last: Option<&NodeMemoryConfigStatus>,
+        trigger: Trigger,
     ) -> Option<NodeMemoryConfigStatus> {
+        let started = std::time::Instant::now();
         let pods = index.node_pods();
         for problem in index.pod_problems() {
             warn!(%problem, "pod skipped");
@@ -357,6 +383,22 @@ impl ClusterAgent {
                     for f in &report.failed {
                         warn!(error = %f.error, "write failed");
                     }
+                    let errnos: Vec<Option<i32>> = report.failed.iter().map(|f| f.errno).collect();
+                    self.metrics.writes(
+                        report.applied.len(),
+                        report.vanished.len(),
+                        &errnos,
+                        trigger == Trigger::Resync,
+                    );
+                    self.metrics.node(
+                        desired.totals.memory_min_bytes,
+                        desired.totals.memory_low_bytes,
+                        desired.managed_pods(),
+                        desired
+                            .memory_manager
+                            .as_ref()
+                            .map(|m| (m.pinning_requests, m.pinning_errors)),
+                    );
                     for p in &desired.pods {
                         if let Admission::Rejected(r) = &p.admission {
                             refused.push((
@@ -395,6 +437,7 @@ impl ClusterAgent {
                 }
             },
         };
+        self.metrics.pass(trigger, started.elapsed().as_secs_f64());
         self.refusal_events(refused).await;
         if last.is_some_and(|l| !differs(l, &new_status)) {
             return None;

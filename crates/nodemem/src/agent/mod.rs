@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod index;
+pub mod metrics;
 pub mod once;
 mod output;
 pub mod status;
@@ -49,6 +50,9 @@ pub struct AgentArgs {
     /// Seconds between full passes that read every file and repair drift.
     #[arg(long, default_value_t = 300)]
     pub resync_seconds: u64,
+    /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
+    #[arg(long, default_value = "0.0.0.0:9180")]
+    pub metrics_addr: String,
     /// The NodeMemoryConfig to enforce (YAML).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -106,12 +110,21 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
-    let agent = cluster::ClusterAgent::new(
+    let mut agent = cluster::ClusterAgent::new(
         node_name,
         once::engine_config(args),
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );
+    agent.metrics_addr = match args.metrics_addr.as_str() {
+        "" | "off" => None,
+        a => Some(a.parse().map_err(|e| {
+            CliError::one(format!(
+                "--metrics-addr {a:?}: {e}; give host:port such as 0.0.0.0:9180, or off"
+            ))
+        })?),
+    };
     let runtime = tokio::runtime::Runtime::new()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {

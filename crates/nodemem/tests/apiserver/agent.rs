@@ -47,6 +47,40 @@ impl AgentProcess {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// GET a path from the agent's metrics endpoint: status code and body.
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let log = self.log();
+        let at = log.find("bound=")? + "bound=".len();
+        let addr: String = log[at..]
+            .chars()
+            .take_while(|c| !c.is_whitespace())
+            .collect();
+        let mut stream = std::net::TcpStream::connect(addr.trim()).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let code = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n")?.1.to_string();
+        Some((code, body))
+    }
+
+    /// The value of one metric line (exact name and labels).
+    fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics")?;
+        body.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
 }
 
 fn configs(client: Client) -> Api<DynamicObject> {
@@ -247,7 +281,15 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
         let log = dir.path().join(log);
         AgentProcess {
             child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
-                .args(["agent", "--node-name", NODE, "--resync-seconds", "2"])
+                .args([
+                    "agent",
+                    "--node-name",
+                    NODE,
+                    "--resync-seconds",
+                    "2",
+                    "--metrics-addr",
+                    "127.0.0.1:0",
+                ])
                 .arg("--cgroup-root")
                 .arg(tree.root())
                 .arg("--sys-root")
@@ -356,6 +398,50 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     })
     .await;
     assert_tree(&tree, &want, &agent);
+
+    // Metrics, scraped and checked by value.
+    assert_eq!(agent.get("/healthz").map(|r| r.0), Some(200));
+    assert_eq!(agent.get("/readyz").map(|r| r.0), Some(200));
+    assert_eq!(
+        agent.metric("nodemem_agent_managed_pods"),
+        Some(4.0),
+        "{:?}",
+        agent.get("/metrics")
+    );
+    assert_eq!(
+        agent.metric("nodemem_agent_node_memory_min_bytes"),
+        Some(256.0 * 1024.0 * 1024.0),
+        "Guaranteed 256Mi under TieredReservation"
+    );
+    assert_eq!(
+        agent.metric("nodemem_agent_node_memory_low_bytes"),
+        Some(128.0 * 1024.0 * 1024.0)
+    );
+    assert!(
+        agent
+            .metric("nodemem_agent_writes_total{result=\"ok\"}")
+            .unwrap_or(0.0)
+            >= 10.0
+    );
+    assert!(
+        agent
+            .metric("nodemem_agent_write_errors_total{errno=\"EISDIR\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert!(
+        agent
+            .metric("nodemem_agent_drift_repairs_total")
+            .unwrap_or(0.0)
+            >= 1.0,
+        "memory.min reset by hand, repaired on resync"
+    );
+    assert!(
+        agent
+            .metric("nodemem_agent_passes_total{trigger=\"resync\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
 
     // A config change is applied and acknowledged.
     let hard = json!({"throttlingFactor": 0.8, "reservationPolicy": "HardReservation"});
