@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::NodeSettings;
+use crate::policy::{HealthSpec, NodeSettings};
 
 /// Resolved memory settings for one node.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -40,6 +40,10 @@ pub struct NodeMemoryConfigSpec {
     /// The settings to enforce.
     #[serde(flatten)]
     pub settings: NodeSettings,
+    /// When the agent reports this node Healthy (from the policy's rollout settings;
+    /// not part of the revision).
+    #[serde(default)]
+    pub health: HealthSpec,
 }
 
 /// What the node agent reports.
@@ -62,6 +66,9 @@ pub struct NodeMemoryConfigStatus {
     /// Pods whose cgroups the agent manages.
     #[serde(default)]
     pub managed_pods: i32,
+    /// What the managed pods went through since `observedRevision` was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_revision: Option<RevisionSignals>,
     /// The last error the agent hit, empty when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -120,4 +127,20 @@ pub struct MemoryTotals {
     pub memory_min_bytes: i64,
     /// Sum of pod memory.low bytes.
     pub memory_low_bytes: i64,
+}
+
+/// Memory signals of the managed pods since the revision was applied, so `kubectl get
+/// nmc -o yaml` answers "is this node worse since the change?" without Prometheus.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionSignals {
+    /// The revision these count from.
+    pub revision: String,
+    /// memory.high crossings (memory.events `high`), summed over managed pods.
+    pub throttle_events: i64,
+    /// OOM kills (memory.events `oom_kill`), summed over managed pods.
+    #[serde(rename = "oomKills")]
+    pub oom_kills: i64,
+    /// The highest `full` memory pressure (PSI avg60, percent) seen on a managed pod.
+    pub peak_full_memory_pressure: f64,
 }

@@ -265,10 +265,48 @@ pub enum Enforcement {
     Kubelet,
 }
 
+/// When a node counts as healthy on a revision: the agent's `Healthy` condition, which
+/// the rollout gates on. Counted over the pods nodemem manages, since the revision was
+/// applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSpec {
+    /// OOM kills (memory.events oom_kill) tolerated before the node is unhealthy.
+    #[serde(default = "default_max_oom_kills", rename = "maxOOMKills")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub max_oom_kills: i32,
+    /// The highest `full` memory pressure (PSI, avg60, percent of time) any managed pod
+    /// may show: above it, work is stalled on memory for a sustained period.
+    #[serde(default = "default_max_full_pressure")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_full_memory_pressure_percent: i32,
+}
+
+fn default_max_oom_kills() -> i32 {
+    3
+}
+
+fn default_max_full_pressure() -> i32 {
+    20
+}
+
+impl Default for HealthSpec {
+    fn default() -> Self {
+        HealthSpec {
+            max_oom_kills: default_max_oom_kills(),
+            max_full_memory_pressure_percent: default_max_full_pressure(),
+        }
+    }
+}
+
 /// Rollout of a new revision across the selected nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSpec {
+    /// When an updated node counts as healthy.
+    #[serde(default)]
+    pub health: HealthSpec,
+
     /// Nodes updated at the same time (count or percent of matched nodes); default 1.
     #[serde(default)]
     pub max_unavailable: IntOrPercent,
@@ -310,6 +348,7 @@ impl Default for RolloutSpec {
             canary: None,
             failure_policy: FailurePolicy::Pause,
             max_failures: default_max_failures(),
+            health: HealthSpec::default(),
         }
     }
 }

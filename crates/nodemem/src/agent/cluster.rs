@@ -23,6 +23,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::engine::{EngineConfig, NodeEngine};
+use super::health::{verdict, Baseline};
 use super::index::{LastKnown, NodeIndex};
 use super::metrics::{self, Metrics, Trigger};
 use super::status::{differs, status, PassOutcome};
@@ -42,6 +43,8 @@ pub struct ClusterAgent {
     /// Pods already told they were refused NUMA pinning (uid).
     pub told_refused: std::sync::Mutex<BTreeSet<String>>,
     pub metrics: std::sync::Arc<Metrics>,
+    /// Counters at the time the current revision was applied.
+    baseline: std::sync::Mutex<Baseline>,
     /// Where /metrics, /healthz and /readyz are served; None serves nothing.
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
@@ -55,6 +58,7 @@ impl ClusterAgent {
             recorder: None,
             told_refused: Default::default(),
             metrics: Default::default(),
+            baseline: Default::default(),
             metrics_addr: None,
         }
     }
@@ -374,6 +378,7 @@ impl ClusterAgent {
                 &config.revision,
                 config.generation,
                 PassOutcome::InvalidConfig(problems),
+                None,
                 &discovery,
                 last,
                 &now,
@@ -412,6 +417,21 @@ impl ClusterAgent {
                     if !report.applied.is_empty() {
                         info!(revision = %config.revision, writes = report.applied.len(), "applied");
                     }
+                    let readings = engine.read_signals(
+                        desired
+                            .pods
+                            .iter()
+                            .filter(|p| p.admission == Admission::Managed)
+                            .map(|p| p.path.as_str()),
+                    );
+                    let current_full = readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
+                    let signals = self
+                        .baseline
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .update(&config.revision, &readings);
+                    let health =
+                        verdict(signals, current_full, &config.health, report.failed.len());
                     status(
                         &config.revision,
                         config.generation,
@@ -419,6 +439,7 @@ impl ClusterAgent {
                             desired: &desired,
                             report: &report,
                         },
+                        Some(&health),
                         &discovery,
                         last,
                         &now,
@@ -430,6 +451,7 @@ impl ClusterAgent {
                         &config.revision,
                         config.generation,
                         PassOutcome::Failed(&e),
+                        None,
                         &discovery,
                         last,
                         &now,

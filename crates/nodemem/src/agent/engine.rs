@@ -108,6 +108,43 @@ impl NodeEngine {
         &self.discovery
     }
 
+    /// memory.events and memory.pressure of these cgroups (the managed pods); a cgroup
+    /// whose files cannot be read or parsed is left out.
+    pub fn read_signals<'a>(
+        &self,
+        cgroups: impl Iterator<Item = &'a str>,
+    ) -> std::collections::BTreeMap<String, super::health::Reading> {
+        use nodemem_cgroup::parse::{memory_events, pressure};
+        let mut out = std::collections::BTreeMap::new();
+        for path in cgroups {
+            let Ok(p) = nodemem_cgroup::CgroupPath::new(path) else {
+                continue;
+            };
+            let events = self
+                .fs
+                .read(&p, "memory.events")
+                .ok()
+                .and_then(|t| memory_events("memory.events", &t).ok());
+            let Some(events) = events else { continue };
+            let full = self
+                .fs
+                .read(&p, "memory.pressure")
+                .ok()
+                .and_then(|t| pressure("memory.pressure", &t).ok())
+                .and_then(|p| p.full)
+                .map_or(0.0, |f| f.avg60);
+            out.insert(
+                path.to_string(),
+                super::health::Reading {
+                    high: events.high,
+                    oom_kill: events.oom_kill,
+                    full_avg60: full,
+                },
+            );
+        }
+        out
+    }
+
     /// The state directory, for the agent's other records (the last known config).
     pub fn state(&self) -> &StateDir {
         &self.state

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s, opts_out};
+use nodemem_api::policy::HealthSpec;
 use nodemem_api::{NodeMemoryConfig, NodeSettings};
 use nodemem_model::node::NodePod;
 use nodemem_model::policy::PolicySettings;
@@ -24,6 +25,8 @@ pub struct IndexedConfig {
     pub uid: Option<String>,
     /// The spec's settings as written (kept for the last-known record).
     pub spec: NodeSettings,
+    /// When the node counts as healthy.
+    pub health: HealthSpec,
     pub settings: Result<PolicySettings, Vec<String>>,
 }
 
@@ -36,6 +39,8 @@ pub struct LastKnown {
     pub revision: String,
     pub generation: Option<i64>,
     pub settings: NodeSettings,
+    #[serde(default)]
+    pub health: HealthSpec,
     pub allocatable: Option<i64>,
     /// The pods, reduced to what the computation reads.
     pub pods: Vec<core::Pod>,
@@ -151,6 +156,7 @@ impl NodeIndex {
             generation: config.metadata.generation,
             uid: config.metadata.uid.clone(),
             spec: config.spec.settings.clone(),
+            health: config.spec.health.clone(),
             settings: node_settings(&config.spec.settings)
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
         };
@@ -294,6 +300,7 @@ impl NodeIndex {
             revision: config.revision.clone(),
             generation: config.generation,
             settings: config.spec.clone(),
+            health: config.health.clone(),
             allocatable: self.allocatable,
             pods: pods.into_iter().map(|p| reduced(&p.raw)).collect(),
         })
@@ -307,6 +314,7 @@ impl NodeIndex {
             generation: last.generation,
             uid: None,
             spec: last.settings.clone(),
+            health: last.health.clone(),
             settings: node_settings(&last.settings)
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
         });

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod health;
 pub mod index;
 pub mod metrics;
 pub mod once;

@@ -13,6 +13,7 @@ use nodemem_model::node::DesiredNode;
 use nodemem_model::Warning;
 
 use super::engine::EngineError;
+use super::health::Verdict;
 
 /// What a pass ended with.
 pub enum PassOutcome<'a, 'p> {
@@ -89,6 +90,7 @@ pub fn status(
     revision: &str,
     generation: Option<i64>,
     outcome: PassOutcome<'_, '_>,
+    health: Option<&Verdict>,
     discovery: &Discovery,
     previous: Option<&NodeMemoryConfigStatus>,
     now: &Time,
@@ -199,6 +201,27 @@ pub fn status(
                 now,
             ));
         }
+    }
+    match health {
+        Some(v) => {
+            s.since_revision = Some(v.signals.clone());
+            conditions.push(condition(
+                "Healthy",
+                v.healthy,
+                v.reason,
+                v.message.clone(),
+                generation,
+                now,
+            ));
+        }
+        None => conditions.push(condition(
+            "Healthy",
+            false,
+            "NotApplied",
+            format!("revision {revision} is not applied"),
+            generation,
+            now,
+        )),
     }
     // A condition keeps its transition time while its status stays.
     for c in &mut conditions {

@@ -342,6 +342,51 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
         (256 + 128) << 20
     );
 
+    // Healthy, until an OOM-kill burst lands in a managed pod's memory.events.
+    let healthy = |status: &Value| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Healthy")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(healthy(&status)["status"], "True", "{status:#}");
+    let g_uid = pods.get("guaranteed").await.unwrap().metadata.uid.unwrap();
+    let g_dir = nodemem_model::cgroup_layout::pod_dir(
+        CgroupDriver::Systemd,
+        nodemem_model::qos::QosClass::Guaranteed,
+        &g_uid,
+    );
+    let events_file = tree.root().join(&g_dir).join("memory.events");
+    let calm = std::fs::read_to_string(&events_file).unwrap();
+    std::fs::write(
+        &events_file,
+        calm.replace("high 0", "high 12")
+            .replace("oom_kill 0", "oom_kill 5"),
+    )
+    .unwrap();
+    let sick = wait_for("Healthy=False after the OOM kills", &agent, async || {
+        let c = configs(client.clone()).get_status(NODE).await.ok()?;
+        let s = c.data.get("status")?.clone();
+        (healthy(&s)["status"] == "False").then_some(s)
+    })
+    .await;
+    assert_eq!(healthy(&sick)["reason"], "OOMKillBurst", "{sick:#}");
+    assert_eq!(sick["sinceRevision"]["oomKills"], 5);
+    assert_eq!(sick["sinceRevision"]["throttleEvents"], 12);
+    assert_eq!(sick["sinceRevision"]["revision"], "rev-1");
+    assert!(healthy(&sick)["message"].as_str().unwrap().starts_with(
+        "5 OOM kill(s) in managed pods since revision rev-1 was applied (tolerated: 3)"
+    ));
+    std::fs::write(&events_file, calm).unwrap();
+    wait_for("Healthy=True again", &agent, async || {
+        let c = configs(client.clone()).get_status(NODE).await.ok()?;
+        (healthy(c.data.get("status")?)["status"] == "True").then_some(())
+    })
+    .await;
+
     // A write the kernel refuses: Applied=False with the file and errno, an Event on the
     // config, and once the file takes writes again the next resync applies it.
     let low = tree.root().join("kubepods.slice/memory.low");
