@@ -174,7 +174,7 @@ impl ClusterAgent {
             info!(%bound, "serving /metrics, /healthz and /readyz");
         }
         let node = &self.node_name;
-        let mut engine = NodeEngine::open(&self.engine).map_err(|e| e.to_string())?;
+        let mut engine = self.open_engine(&client).await;
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
         let config_events =
@@ -334,6 +334,63 @@ impl ClusterAgent {
             }
         }
         Err("the watch streams ended".to_string())
+    }
+
+    /// Discovers the node, and until that works (cgroup v1, or kubepods not created
+    /// yet by a kubelet that starts after the agent) reports why on the config and
+    /// tries again every resync interval, rather than exiting into a crash loop.
+    async fn open_engine(&self, client: &Client) -> NodeEngine {
+        let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let mut reported = None;
+        loop {
+            let e = match NodeEngine::open(&self.engine) {
+                Ok(engine) => return engine,
+                Err(e) => e,
+            };
+            warn!(error = %e, "this node cannot be enforced yet; retrying every resync interval");
+            if let Ok(Some(config)) = configs.get_opt(&self.node_name).await {
+                let key = (config.spec.revision.clone(), e.to_string());
+                if reported.as_ref() != Some(&key) {
+                    let now = Time(k8s_openapi::jiff::Timestamp::now());
+                    let message = format!("revision {} is not applied: {e}", config.spec.revision);
+                    let condition = |type_: &str, reason: &str| {
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                            type_: type_.into(),
+                            status: "False".into(),
+                            reason: reason.into(),
+                            message: message.clone(),
+                            observed_generation: config.metadata.generation,
+                            last_transition_time: now.clone(),
+                        }
+                    };
+                    let status = NodeMemoryConfigStatus {
+                        observed_revision: config
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.observed_revision.clone()),
+                        conditions: vec![
+                            condition("Applied", e.category.reason()),
+                            condition("Healthy", "NotApplied"),
+                            condition("KernelSupported", e.category.reason()),
+                        ],
+                        last_error: Some(e.to_string()),
+                        ..NodeMemoryConfigStatus::default()
+                    };
+                    let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig", "status": status});
+                    let written = configs
+                        .patch_status(
+                            &self.node_name,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&patch),
+                        )
+                        .await;
+                    if written.is_ok() {
+                        reported = Some(key);
+                    }
+                }
+            }
+            tokio::time::sleep(self.resync).await;
+        }
     }
 
     /// One enforcement pass and, when it changed, the status. Returns the status

@@ -48,6 +48,10 @@ impl AgentProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    fn child_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// GET a path from the agent's metrics endpoint: status code and body.
     fn get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
@@ -570,4 +574,103 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
             assert_eq!(now, default, "{path}/{file}; agent log:\n{}", agent.log());
         }
     }
+}
+
+fn spawn_agent(
+    node: &str,
+    cgroup_root: &std::path::Path,
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    log: &str,
+) -> AgentProcess {
+    std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
+    std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
+    let log = dir.join(log);
+    AgentProcess {
+        child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
+            .args([
+                "agent",
+                "--node-name",
+                node,
+                "--resync-seconds",
+                "1",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--cgroup-root")
+            .arg(cgroup_root)
+            .arg("--sys-root")
+            .arg(dir.join("sys"))
+            .arg("--proc-root")
+            .arg(dir.join("proc"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the agent"),
+        log,
+    }
+}
+
+/// A node the agent cannot enforce yet (no cgroup v2 at the root, as on a cgroup v1
+/// host or before the kubelet set up kubepods): the agent says why on the config and
+/// does not exit; once the node is right it proceeds.
+#[tokio::test]
+async fn the_agent_reports_a_node_it_cannot_enforce_and_waits() {
+    const NODE2: &str = "agent-node-2";
+    let cp = cluster();
+    let client = admin().await;
+    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
+    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
+    SimNode::new(NODE2).register(&client).await.unwrap();
+    let tree = CgroupTree::new(CgroupDriver::Systemd, 1).unwrap();
+    let controllers = tree.root().join("cgroup.controllers");
+    std::fs::rename(&controllers, tree.root().join("hidden")).unwrap();
+    configs(client.clone())
+        .patch(
+            NODE2,
+            &PatchParams::apply("nodemem-controller-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+                "metadata": {"name": NODE2},
+                "spec": config_spec("rev-1", json!({"reservationPolicy": "TieredReservation"})),
+            })),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE2.into())).await.unwrap();
+    let mut agent = spawn_agent(NODE2, tree.root(), dir.path(), &kubeconfig, "agent.log");
+    let applied_condition = async || {
+        let c = configs(client.clone()).get_status(NODE2).await.ok()?;
+        c.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Applied")
+            .cloned()
+    };
+    let not_yet = wait_for("Applied=False NodeNotSupported", &agent, async || {
+        applied_condition().await.filter(|c| c["status"] == "False")
+    })
+    .await;
+    assert_eq!(not_yet["reason"], "NodeNotSupported", "{not_yet}");
+    assert!(
+        not_yet["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a cgroup v2 hierarchy (no cgroup.controllers); nodemem needs cgroup v2"),
+        "{not_yet}"
+    );
+    assert!(
+        agent.child_running(),
+        "the agent waits, it does not exit:\n{}",
+        agent.log()
+    );
+    std::fs::rename(tree.root().join("hidden"), &controllers).unwrap();
+    wait_for("Applied=True once the node is right", &agent, async || {
+        applied_condition().await.filter(|c| c["status"] == "True")
+    })
+    .await;
 }
