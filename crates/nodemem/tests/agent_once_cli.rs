@@ -516,3 +516,69 @@ fn follow_covers_a_cgroup_the_moment_it_appears() {
         (32 << 20).to_string()
     );
 }
+
+/// The in-cluster agent logs one JSON object per line with --log-format json, and
+/// says what is wrong while the apiserver is unreachable (it keeps trying).
+#[test]
+fn the_agent_logs_json_and_keeps_trying_an_unreachable_apiserver() {
+    use std::io::BufRead;
+    let node = Node::new(CgroupDriver::Systemd);
+    let kubeconfig = node.dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let (cgroup, sys, proc, state) = (
+        node.path("cgroup"),
+        node.path("sys"),
+        node.path("proc"),
+        node.path("state"),
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args([
+            "agent",
+            "--node-name",
+            "agent-1",
+            "--log-format",
+            "json",
+            "--metrics-addr",
+            "off",
+            "--cgroup-root",
+            &cgroup,
+            "--sys-root",
+            &sys,
+            "--proc-root",
+            &proc,
+            "--state-dir",
+            &state,
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut logs = Vec::new();
+    for line in lines {
+        let line = line.unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let retrying = value["fields"]["message"] == "watch failed; retrying with backoff";
+        logs.push(value);
+        if retrying {
+            break;
+        }
+    }
+    child.kill().ok();
+    child.wait().ok();
+    assert_eq!(
+        logs[0]["fields"]["message"],
+        "watching this node's NodeMemoryConfig, Node and pods"
+    );
+    let failed = logs.last().unwrap();
+    assert_eq!(failed["level"], "WARN");
+    assert!(
+        failed["fields"]["error"].as_str().unwrap().len() > 10,
+        "{failed}"
+    );
+}

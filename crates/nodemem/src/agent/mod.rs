@@ -34,6 +34,12 @@ impl From<DriverArg> for CgroupDriver {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnceFormat {
     Table,
     Json,
@@ -51,6 +57,9 @@ pub struct AgentArgs {
     /// Seconds between full passes that read every file and repair drift.
     #[arg(long, default_value_t = 300)]
     pub resync_seconds: u64,
+    /// Logs on stderr: human text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
     #[arg(long, default_value = "0.0.0.0:9180")]
     pub metrics_addr: String,
@@ -105,14 +114,16 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         .ok_or_else(|| {
             CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
         })?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match args.log_format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
     let mut agent = cluster::ClusterAgent::new(
         node_name,
         once::engine_config(args),
