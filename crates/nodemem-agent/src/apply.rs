@@ -32,11 +32,13 @@ pub struct ApplyReport {
     pub refused: Vec<String>,
     /// Interface files read to plan.
     pub reads: usize,
+    /// Writes held back: their file failed before and its backoff has not passed.
+    pub deferred: Vec<crate::backoff::Deferred>,
 }
 
 impl ApplyReport {
     pub fn ok(&self) -> bool {
-        self.failed.is_empty() && self.refused.is_empty()
+        self.failed.is_empty() && self.refused.is_empty() && self.deferred.is_empty()
     }
 
     /// Writes planned: attempted, or with `dry_run` proposed.
@@ -60,6 +62,18 @@ pub fn apply(
     owned: &mut Ownership,
     options: ApplyOptions,
 ) -> ApplyReport {
+    apply_with_backoff(fs, desired, owned, options, None)
+}
+
+/// [`apply`], holding back writes to files whose earlier failures' backoff has not
+/// passed (`backoff` with the current time), and recording this pass's failures.
+pub fn apply_with_backoff(
+    fs: &CgroupFs,
+    desired: &[DesiredCgroup<'_>],
+    owned: &mut Ownership,
+    options: ApplyOptions,
+    mut backoff: Option<(&mut crate::backoff::WriteBackoff, std::time::Duration)>,
+) -> ApplyReport {
     let mut report = ApplyReport::default();
     let mut safe = Vec::with_capacity(desired.len());
     for d in desired {
@@ -81,8 +95,28 @@ pub fn apply(
         report.planned = plan.writes;
         return report;
     }
-    let writes = std::mem::take(&mut plan.writes);
+    let mut writes = std::mem::take(&mut plan.writes);
+    if let Some((b, now)) = backoff.as_mut() {
+        writes.retain(|w| match b.deferred(&w.cgroup, &w.file, *now) {
+            Some(d) => {
+                report.deferred.push(d);
+                false
+            }
+            None => true,
+        });
+    }
     let executed = execute(fs, writes, &mut held);
+    if let Some((b, now)) = backoff {
+        for f in &executed.failed {
+            b.failed(&f.write.cgroup, &f.write.file, &f.error, now);
+        }
+        for w in &executed.applied {
+            b.succeeded(&w.cgroup, &w.file);
+        }
+        for w in &executed.vanished {
+            b.forget_cgroup(&w.cgroup);
+        }
+    }
     update_ownership(owned, &plan, &executed.applied, &executed.vanished);
     report.applied = executed.applied;
     report.vanished = executed.vanished;

@@ -10,11 +10,13 @@
 //!   node at start.
 
 pub mod apply;
+pub mod backoff;
 pub mod execute;
 pub mod numa_state;
 pub mod plan;
 pub mod state;
 
-pub use apply::{apply, ApplyOptions, ApplyReport};
+pub use apply::{apply, apply_with_backoff, ApplyOptions, ApplyReport};
+pub use backoff::WriteBackoff;
 pub use plan::{Ownership, Write, WriteKind};
 pub use state::{StateDir, StateError};

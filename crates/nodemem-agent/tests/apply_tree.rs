@@ -594,3 +594,57 @@ fn dry_run_plans_without_writing() {
     });
     assert_eq!(by_file[MEMORY_HIGH], 3, "api, sidecar, job");
 }
+
+#[test]
+fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
+    use nodemem_agent::{apply_with_backoff, WriteBackoff};
+    use std::time::Duration;
+    let driver = CgroupDriver::Systemd;
+    let pods = pods(ContainerRuntime::Containerd);
+    let tree = tree_for(driver, &pods);
+    let fs = CgroupFs::new(tree.root());
+    let node = desired(
+        &settings(ReservationPolicy::TieredReservation, 0.9),
+        driver,
+        &pods,
+    );
+    let kp = tree.root().join("kubepods.slice/memory.min");
+    std::fs::remove_file(&kp).unwrap();
+    std::fs::create_dir(&kp).unwrap();
+    let mut owned = Ownership::default();
+    let mut backoff = WriteBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
+    let at = |s: u64| Duration::from_secs(s);
+    let pass = |owned: &mut Ownership, backoff: &mut WriteBackoff, now| {
+        apply_with_backoff(&fs, &node.cgroups(), owned, options(), Some((backoff, now)))
+    };
+    let first = pass(&mut owned, &mut backoff, at(0));
+    assert_eq!(first.failed.len(), 1);
+    // Passes before the delay do not touch the file; they report it deferred.
+    let early = pass(&mut owned, &mut backoff, at(0));
+    assert!(
+        early.failed.is_empty() && early.applied.is_empty(),
+        "{early:#?}"
+    );
+    assert_eq!(early.deferred.len(), 1);
+    assert_eq!(early.deferred[0].file, MEMORY_MIN);
+    assert!(
+        early.deferred[0].error.contains("Is a directory"),
+        "{:?}",
+        early.deferred
+    );
+    assert!(!early.ok());
+    // Due after 1 s: tried and failed again, next in 2 s.
+    let second = pass(&mut owned, &mut backoff, at(1));
+    assert_eq!(second.failed.len(), 1);
+    assert_eq!(
+        pass(&mut owned, &mut backoff, at(2)).deferred[0].retry_in_seconds,
+        1
+    );
+    // The file takes writes again: the next due attempt succeeds and clears it.
+    std::fs::remove_dir(&kp).unwrap();
+    std::fs::write(&kp, "0").unwrap();
+    let fixed = pass(&mut owned, &mut backoff, at(3));
+    assert!(fixed.ok(), "{fixed:#?}");
+    assert_eq!(fixed.applied.len(), 1);
+    assert!(backoff.is_empty());
+}

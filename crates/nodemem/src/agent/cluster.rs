@@ -487,8 +487,12 @@ impl ClusterAgent {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .update(&config.revision, &readings);
-                    let health =
-                        verdict(signals, current_full, &config.health, report.failed.len());
+                    let health = verdict(
+                        signals,
+                        current_full,
+                        &config.health,
+                        report.failed.len() + report.deferred.len(),
+                    );
                     status(
                         &config.revision,
                         config.generation,

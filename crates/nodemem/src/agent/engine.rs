@@ -6,7 +6,7 @@ use std::fmt;
 
 use nodemem_agent::numa_state;
 use nodemem_agent::state::StateDir;
-use nodemem_agent::{apply, ApplyOptions, ApplyReport, Ownership};
+use nodemem_agent::{apply_with_backoff, ApplyOptions, ApplyReport, Ownership};
 use nodemem_cgroup::discover::{discover, Discovery};
 use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_model::cgroup_layout::CgroupDriver;
@@ -76,6 +76,9 @@ pub struct EngineConfig {
 }
 
 pub struct NodeEngine {
+    /// Writes the kernel refused, retried with capped exponential backoff.
+    backoff: nodemem_agent::WriteBackoff,
+    started: std::time::Instant,
     fs: CgroupFs,
     discovery: Discovery,
     state: StateDir,
@@ -96,6 +99,8 @@ impl NodeEngine {
             .map_err(|e| EngineError::one(Category::State, e.to_string()))?
             .unwrap_or_default();
         Ok(NodeEngine {
+            backoff: nodemem_agent::WriteBackoff::default(),
+            started: std::time::Instant::now(),
             fs: CgroupFs::new(&config.roots.cgroup),
             discovery,
             state,
@@ -190,7 +195,8 @@ impl NodeEngine {
                 .map(|p| format!("this node cannot satisfy it: {p}"))
                 .collect(),
         })?;
-        let report = apply(
+        let now = self.started.elapsed();
+        let report = apply_with_backoff(
             &self.fs,
             &desired.cgroups(),
             &mut self.owned,
@@ -198,6 +204,7 @@ impl NodeEngine {
                 dry_run,
                 page_size: d.page_size,
             },
+            Some((&mut self.backoff, now)),
         );
         if !dry_run {
             self.save_state(&desired, static_policy)?;

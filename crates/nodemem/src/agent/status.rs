@@ -137,11 +137,22 @@ pub fn status(
                     now,
                 ));
             } else {
+                let deferred: Vec<String> = report
+                    .deferred
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{} (failed {} time(s); next try in {} s)",
+                            d.error, d.failures, d.retry_in_seconds
+                        )
+                    })
+                    .collect();
                 let errors: Vec<&str> = report
                     .refused
                     .iter()
                     .map(String::as_str)
                     .chain(report.failed.iter().map(|f| f.error.as_str()))
+                    .chain(deferred.iter().map(String::as_str))
                     .collect();
                 s.last_error = errors.first().map(|e| e.to_string());
                 conditions.push(condition(
