@@ -6,7 +6,7 @@ use nodemem_model::node::DesiredCgroup;
 use serde::Serialize;
 
 use crate::execute::{execute, observe, FailedWrite};
-use crate::plan::{files_to_observe, plan, update_ownership, Ownership, Write};
+use crate::plan::{files_to_observe, plan_leaving, update_ownership, Ownership, Write};
 
 #[derive(Clone, Copy, Debug)]
 pub struct ApplyOptions {
@@ -14,6 +14,8 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// The node's base page size (memory.* values are compared in pages).
     pub page_size: i64,
+    /// Files to neither set nor restore: the node's kubelet enforces them itself.
+    pub leave_alone: &'static [&'static str],
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -89,7 +91,13 @@ pub fn apply_with_backoff(
         .filter(|(p, _)| matches!(observed.get(*p), Some(crate::plan::CgroupState::Present(_))))
         .map(|(_, f)| f.len())
         .sum();
-    let mut plan = plan(&safe, &observed, owned, options.page_size);
+    let mut plan = plan_leaving(
+        &safe,
+        &observed,
+        owned,
+        options.page_size,
+        options.leave_alone,
+    );
     report.missing = std::mem::take(&mut plan.missing);
     if options.dry_run {
         report.planned = plan.writes;

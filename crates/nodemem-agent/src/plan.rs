@@ -194,6 +194,18 @@ pub fn plan(
     owned: &Ownership,
     page_size: i64,
 ) -> Plan {
+    plan_leaving(desired, observed, owned, page_size, &[])
+}
+
+/// [`plan`], leaving the files in `leave_alone` untouched (neither set nor restored):
+/// files the node's kubelet enforces itself.
+pub fn plan_leaving(
+    desired: &[DesiredCgroup<'_>],
+    observed: &Observed,
+    owned: &Ownership,
+    page_size: i64,
+    leave_alone: &[&str],
+) -> Plan {
     let mut out = Plan::default();
     let mut wanted: BTreeSet<(&str, &str)> = BTreeSet::new();
     for cgroup in desired {
@@ -209,7 +221,7 @@ pub fn plan(
                 continue;
             }
         };
-        for (file, value) in cgroup.managed() {
+        for (file, value) in cgroup.managed().filter(|(f, _)| !leave_alone.contains(f)) {
             wanted.insert((cgroup.path, file));
             let want = render(value);
             let have = files.get(file).cloned().flatten();
@@ -230,7 +242,9 @@ pub fn plan(
     }
     for (path, files) in &owned.files {
         for (file, before) in files {
-            if wanted.contains(&(path.as_str(), file.as_str())) {
+            if wanted.contains(&(path.as_str(), file.as_str()))
+                || leave_alone.contains(&file.as_str())
+            {
                 continue;
             }
             let present = match observed.get(path) {
@@ -513,6 +527,35 @@ mod tests {
         assert_eq!(
             sequence(&p),
             vec!["p cpuset.mems 0-1", "p/c cpuset.mems 1", "p cpuset.mems 1"]
+        );
+    }
+
+    #[test]
+    fn files_the_kubelet_enforces_are_left_alone() {
+        let desired = [cgroup(
+            "a",
+            &[
+                (MEMORY_MIN, CgroupValue::Bytes(8192)),
+                (CPUSET_MEMS, mems("1")),
+            ],
+        )];
+        let observed = Observed::from([(
+            "a".to_string(),
+            present(&[(MEMORY_MIN, "0"), (CPUSET_MEMS, ""), (MEMORY_HIGH, "4096")]),
+        )]);
+        let mut owned = Ownership::default();
+        owned.record("a", MEMORY_HIGH, "max");
+        let p = plan_leaving(
+            &desired,
+            &observed,
+            &owned,
+            4096,
+            &[MEMORY_MIN, MEMORY_HIGH],
+        );
+        assert_eq!(
+            sequence(&p),
+            vec!["a cpuset.mems 1"],
+            "neither set nor restored"
         );
     }
 

@@ -173,6 +173,7 @@ fn options() -> ApplyOptions {
     ApplyOptions {
         dry_run: false,
         page_size: 4096,
+        leave_alone: &[],
     }
 }
 
@@ -583,6 +584,7 @@ fn dry_run_plans_without_writing() {
         ApplyOptions {
             dry_run: true,
             page_size: 4096,
+            leave_alone: &[],
         },
     );
     assert!(!report.planned.is_empty() && report.applied.is_empty());

@@ -149,3 +149,73 @@ pub fn discover(roots: &Roots, driver: Option<CgroupDriver>) -> Result<Discovery
         topology: numa_topology(&roots.sys)?,
     })
 }
+
+/// What the node's kubelet enforces itself, from its configuration file (and the
+/// drop-ins of its `--config-dir`, applied in name order): files nodemem must then leave
+/// to the kubelet, or the two would fight over them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KubeletSettings {
+    /// `featureGates.MemoryQoS: true`: the kubelet writes memory.min/low/high.
+    pub memory_qos: bool,
+    /// `memoryManagerPolicy: Static`: the kubelet pins containers (cpuset.mems).
+    pub static_memory_manager: bool,
+    /// The files read, for messages.
+    pub sources: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{}: not a KubeletConfiguration: {reason}", .path.display())]
+pub struct KubeletConfigError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// Reads the kubelet's configuration; a missing file means nothing is known (the agent
+/// may run without the host mount).
+pub fn kubelet_settings(
+    config: &Path,
+    config_dir: Option<&Path>,
+) -> Result<KubeletSettings, KubeletConfigError> {
+    let mut files = vec![config.to_path_buf()];
+    if let Some(dir) = config_dir {
+        let mut dropins: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+            .collect();
+        dropins.sort();
+        files.extend(dropins);
+    }
+    let mut out = KubeletSettings::default();
+    for path in files {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let bad = |reason: String| KubeletConfigError {
+            path: path.clone(),
+            reason,
+        };
+        let doc: KubeletDoc = serde_yaml_ng(&text).map_err(bad)?;
+        if let Some(on) = doc.feature_gates.get("MemoryQoS") {
+            out.memory_qos = *on;
+        }
+        if let Some(policy) = doc.memory_manager_policy {
+            out.static_memory_manager = policy == "Static";
+        }
+        out.sources.push(path);
+    }
+    Ok(out)
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct KubeletDoc {
+    feature_gates: std::collections::BTreeMap<String, bool>,
+    memory_manager_policy: Option<String>,
+}
+
+fn serde_yaml_ng(text: &str) -> Result<KubeletDoc, String> {
+    serde_yaml::from_str(text).map_err(|e| e.to_string())
+}

@@ -582,3 +582,34 @@ fn the_agent_logs_json_and_keeps_trying_an_unreachable_apiserver() {
         "{failed}"
     );
 }
+
+/// A kubelet that enforces Memory QoS itself keeps those files: nodemem leaves them
+/// alone (and says so) instead of fighting over them.
+#[test]
+fn files_the_kubelet_enforces_are_left_to_it() {
+    let node = Node::new(CgroupDriver::Systemd);
+    let kubelet = node.dir.path().join("kubelet-config.yaml");
+    std::fs::write(
+        &kubelet,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\n",
+    )
+    .unwrap();
+    let kubelet_arg = kubelet.display().to_string();
+    let out = node.json(&config(), &["--kubelet-config", &kubelet_arg]);
+    assert_eq!(out["writes"], serde_json::json!([]), "{out:#}");
+    let warning = out["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("the kubelet enforces this itself (featureGates.MemoryQoS: true in ")
+            && warning.contains("nodemem leaves memory.min, memory.low, memory.high to it"),
+        "{warning}"
+    );
+    assert_eq!(node.read("kubepods.slice", "memory.min"), "0");
+    // Without the gate, nodemem writes them.
+    std::fs::write(
+        &kubelet,
+        "kind: KubeletConfiguration\nfeatureGates: {MemoryQoS: false}\n",
+    )
+    .unwrap();
+    let out = node.json(&config(), &["--kubelet-config", &kubelet_arg]);
+    assert_eq!(out["writes"].as_array().unwrap().len(), 10, "{out:#}");
+}

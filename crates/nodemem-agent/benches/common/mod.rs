@@ -198,6 +198,7 @@ pub fn run(allocator: &str) {
     let options = ApplyOptions {
         dry_run: false,
         page_size: 4096,
+        leave_alone: &[],
     };
     // The exact writes a full apply makes, and the files' kernel defaults to reset to.
     let mut probe = Ownership::default();

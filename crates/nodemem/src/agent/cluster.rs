@@ -474,6 +474,7 @@ impl ClusterAgent {
                     if !report.applied.is_empty() {
                         info!(revision = %config.revision, writes = report.applied.len(), "applied");
                     }
+                    let conflict = engine.conflict().cloned();
                     let readings = engine.read_signals(
                         desired
                             .pods
@@ -499,6 +500,7 @@ impl ClusterAgent {
                         PassOutcome::Applied {
                             desired: &desired,
                             report: &report,
+                            conflict: conflict.as_ref(),
                         },
                         Some(&health),
                         &discovery,

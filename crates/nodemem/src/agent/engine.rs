@@ -73,9 +73,74 @@ pub struct EngineConfig {
     pub cgroup_driver: Option<CgroupDriver>,
     pub state_dir: std::path::PathBuf,
     pub topology_scope: Scope,
+    /// The kubelet's configuration file (read-only host mount) and drop-in directory.
+    pub kubelet_config: std::path::PathBuf,
+    pub kubelet_config_dir: Option<std::path::PathBuf>,
+}
+
+/// The node's kubelet enforces some of what nodemem would write; under
+/// `enforcement: Agent` nodemem leaves those files to it rather than fight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletConflict {
+    pub reason: &'static str,
+    pub message: String,
+    pub files: &'static [&'static str],
+}
+
+const MEMORY_QOS_FILES: &[&str] = &["memory.min", "memory.low", "memory.high"];
+const MEMORY_MANAGER_FILES: &[&str] = &["cpuset.mems"];
+const ALL_FILES: &[&str] = &["memory.min", "memory.low", "memory.high", "cpuset.mems"];
+
+/// What to leave to the kubelet, from its settings and what nodemem is asked to do.
+pub fn kubelet_conflict(
+    kubelet: &nodemem_cgroup::discover::KubeletSettings,
+    settings: &PolicySettings,
+) -> Option<KubeletConflict> {
+    if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
+        return None;
+    }
+    let qos = kubelet.memory_qos && settings.memory_qos.enabled;
+    let mm = kubelet.static_memory_manager
+        && settings.memory_manager.policy == MemoryManagerPolicy::Static;
+    let sources: Vec<String> = kubelet
+        .sources
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let (reason, what, files) = match (qos, mm) {
+        (false, false) => return None,
+        (true, false) => (
+            "KubeletMemoryQoS",
+            "featureGates.MemoryQoS: true",
+            MEMORY_QOS_FILES,
+        ),
+        (false, true) => (
+            "KubeletMemoryManager",
+            "memoryManagerPolicy: Static",
+            MEMORY_MANAGER_FILES,
+        ),
+        (true, true) => (
+            "KubeletMemoryQoSAndMemoryManager",
+            "featureGates.MemoryQoS: true and memoryManagerPolicy: Static",
+            ALL_FILES,
+        ),
+    };
+    Some(KubeletConflict {
+        reason,
+        message: format!(
+            "the kubelet enforces this itself ({what} in {}); nodemem leaves {} to it: turn it off in the kubelet or use enforcement: Kubelet",
+            sources.join(", "),
+            files.join(", ")
+        ),
+        files,
+    })
 }
 
 pub struct NodeEngine {
+    kubelet_config: std::path::PathBuf,
+    kubelet_config_dir: Option<std::path::PathBuf>,
+    /// What the last pass left to the kubelet.
+    conflict: Option<KubeletConflict>,
     /// Writes the kernel refused, retried with capped exponential backoff.
     backoff: nodemem_agent::WriteBackoff,
     started: std::time::Instant,
@@ -99,6 +164,9 @@ impl NodeEngine {
             .map_err(|e| EngineError::one(Category::State, e.to_string()))?
             .unwrap_or_default();
         Ok(NodeEngine {
+            kubelet_config: config.kubelet_config.clone(),
+            kubelet_config_dir: config.kubelet_config_dir.clone(),
+            conflict: None,
             backoff: nodemem_agent::WriteBackoff::default(),
             started: std::time::Instant::now(),
             fs: CgroupFs::new(&config.roots.cgroup),
@@ -150,6 +218,11 @@ impl NodeEngine {
         out
     }
 
+    /// What the last pass left to the kubelet, if anything.
+    pub fn conflict(&self) -> Option<&KubeletConflict> {
+        self.conflict.as_ref()
+    }
+
     /// The state directory, for the agent's other records (the last known config).
     pub fn state(&self) -> &StateDir {
         &self.state
@@ -195,6 +268,13 @@ impl NodeEngine {
                 .map(|p| format!("this node cannot satisfy it: {p}"))
                 .collect(),
         })?;
+        let kubelet = nodemem_cgroup::discover::kubelet_settings(
+            &self.kubelet_config,
+            self.kubelet_config_dir.as_deref(),
+        )
+        .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?;
+        self.conflict = kubelet_conflict(&kubelet, settings);
+        let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
         let now = self.started.elapsed();
         let report = apply_with_backoff(
             &self.fs,
@@ -203,6 +283,7 @@ impl NodeEngine {
             ApplyOptions {
                 dry_run,
                 page_size: d.page_size,
+                leave_alone,
             },
             Some((&mut self.backoff, now)),
         );
@@ -269,5 +350,47 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
             category: Category::Unsatisfiable,
             problems,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_cgroup::discover::KubeletSettings;
+
+    #[test]
+    fn only_what_both_enforce_is_left_to_the_kubelet() {
+        let mut kubelet = KubeletSettings {
+            memory_qos: true,
+            static_memory_manager: false,
+            sources: vec!["/var/lib/kubelet/config.yaml".into()],
+        };
+        let mut settings = PolicySettings::default();
+        let c = kubelet_conflict(&kubelet, &settings).unwrap();
+        assert_eq!((c.reason, c.files), ("KubeletMemoryQoS", MEMORY_QOS_FILES));
+        assert!(c.message.starts_with("the kubelet enforces this itself (featureGates.MemoryQoS: true in /var/lib/kubelet/config.yaml); nodemem leaves memory.min, memory.low, memory.high to it"), "{}", c.message);
+        settings.memory_qos.enabled = false;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings),
+            None,
+            "nodemem does not do Memory QoS here"
+        );
+        kubelet.static_memory_manager = true;
+        settings.memory_manager.policy = MemoryManagerPolicy::Static;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings).unwrap().files,
+            MEMORY_MANAGER_FILES
+        );
+        settings.memory_qos.enabled = true;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings).unwrap().files,
+            ALL_FILES
+        );
+        settings.enforcement = nodemem_model::policy::Enforcement::Kubelet;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings),
+            None,
+            "the kubelet is meant to enforce"
+        );
     }
 }

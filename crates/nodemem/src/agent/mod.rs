@@ -85,6 +85,13 @@ pub struct AgentArgs {
     /// The agent's state: what nodemem set and what it held before, NUMA assignments.
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub state_dir: PathBuf,
+    /// The kubelet's configuration file (a read-only host mount): files it enforces
+    /// itself are left to it.
+    #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
+    pub kubelet_config: PathBuf,
+    /// The kubelet's --config-dir, whose *.conf drop-ins override the file.
+    #[arg(long)]
+    pub kubelet_config_dir: Option<PathBuf>,
     /// Override the cgroup driver detected from the tree.
     #[arg(long, value_enum)]
     pub cgroup_driver: Option<DriverArg>,

@@ -61,7 +61,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             ),
             _ => engine_error(e),
         })?;
-    let output = OnceOutput::new(
+    let mut output = OnceOutput::new(
         &inputs.node_name,
         &inputs.config_name,
         &inputs.revision,
@@ -69,6 +69,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         &desired,
         &report,
     );
+    if let Some(c) = engine.conflict() {
+        output.warnings.insert(0, c.message.clone());
+    }
     let outcome = Outcome {
         stdout: render(&output, args.output),
         stderr: problems_of(&report),
@@ -163,6 +166,8 @@ pub fn engine_config(args: &AgentArgs) -> EngineConfig {
         cgroup_driver: args.cgroup_driver.map(DriverArg::into),
         state_dir: args.state_dir.clone(),
         topology_scope: args.topology_manager_scope.into(),
+        kubelet_config: args.kubelet_config.clone(),
+        kubelet_config_dir: args.kubelet_config_dir.clone(),
     }
 }
 

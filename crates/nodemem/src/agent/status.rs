@@ -12,7 +12,7 @@ use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::node::DesiredNode;
 use nodemem_model::Warning;
 
-use super::engine::EngineError;
+use super::engine::{EngineError, KubeletConflict};
 use super::health::Verdict;
 
 /// What a pass ended with.
@@ -20,6 +20,8 @@ pub enum PassOutcome<'a, 'p> {
     Applied {
         desired: &'a DesiredNode<'p>,
         report: &'a ApplyReport,
+        /// What was left to the kubelet.
+        conflict: Option<&'a KubeletConflict>,
     },
     /// The config's settings do not validate (admission normally prevents it).
     InvalidConfig(&'a [String]),
@@ -115,7 +117,29 @@ pub fn status(
     };
     let mut conditions = Vec::new();
     match outcome {
-        PassOutcome::Applied { desired, report } => {
+        PassOutcome::Applied {
+            desired,
+            report,
+            conflict,
+        } => {
+            conditions.push(match conflict {
+                Some(c) => condition(
+                    "KubeletConflict",
+                    true,
+                    c.reason,
+                    c.message.clone(),
+                    generation,
+                    now,
+                ),
+                None => condition(
+                    "KubeletConflict",
+                    false,
+                    "NoConflict",
+                    "the kubelet does not enforce what nodemem does here".to_string(),
+                    generation,
+                    now,
+                ),
+            });
             s.node = Some(facts(discovery, Some(desired)));
             s.totals = Some(MemoryTotals {
                 memory_min_bytes: desired.totals.memory_min_bytes,
