@@ -59,6 +59,15 @@ pub struct NodeMemoryPolicySpec {
 /// top of `spec`). The revision hashes exactly this.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// The kubelet's KubeletConfiguration accepts memoryReservationPolicy None or
+// TieredReservation only (verified with v1.36.3), so a drop-in cannot express it.
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.enforcement) && self.enforcement == 'Kubelet' && has(self.memoryQoS) && has(self.memoryQoS.reservationPolicy) && self.memoryQoS.reservationPolicy == 'HardReservation')",
+        "message": "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
+        "fieldPath": ".enforcement"
+    }
+]))]
 pub struct NodeSettings {
     /// Memory QoS on cgroup v2 (KEP-2570): memory.high throttling and memory.min /
     /// memory.low reservation.

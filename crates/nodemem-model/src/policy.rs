@@ -69,6 +69,15 @@ pub fn is_valid_hugepages_name(name: &str) -> bool {
 /// Every semantic problem with the settings, with paths under `spec`.
 pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
     let mut problems = Vec::new();
+    if settings.enforcement == Enforcement::Kubelet
+        && settings.memory_qos.reservation_policy
+            == crate::memory_qos::ReservationPolicy::HardReservation
+    {
+        problems.push(Problem::new(
+            "spec.enforcement",
+            "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
+        ));
+    }
     validate_memory_manager(&settings.memory_manager, &mut problems);
     if let Some(reserved) = &settings.node_reserved {
         validate_node_reserved(reserved, &mut problems);
@@ -352,6 +361,22 @@ mod tests {
                 "spec.memoryManager.reservedMemory[1].limits.memory: reserved memory may not be zero for NUMA node 1 and resource \"memory\"",
             ]
         );
+    }
+
+    #[test]
+    fn hard_reservation_cannot_be_rendered_for_the_kubelet() {
+        let mut settings = PolicySettings {
+            enforcement: Enforcement::Kubelet,
+            ..PolicySettings::default()
+        };
+        settings.memory_qos.reservation_policy =
+            crate::memory_qos::ReservationPolicy::HardReservation;
+        let problems = validate_policy_settings(&settings);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].to_string().starts_with("spec.enforcement: enforcement: Kubelet cannot express reservationPolicy HardReservation"));
+        settings.memory_qos.reservation_policy =
+            crate::memory_qos::ReservationPolicy::TieredReservation;
+        assert!(validate_policy_settings(&settings).is_empty());
     }
 
     #[test]

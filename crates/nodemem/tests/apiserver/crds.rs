@@ -237,6 +237,11 @@ async fn invalid_policies_are_rejected_at_admission() {
             "Unsupported value: \"Like\"",
         ),
         (
+            "kubelet-hard-reservation",
+            json!({"nodeSelector": sel, "enforcement": "Kubelet", "memoryQoS": {"reservationPolicy": "HardReservation"}}),
+            "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
+        ),
+        (
             "max-unavailable",
             json!({"nodeSelector": sel, "rollout": {"maxUnavailable": "150%"}}),
             "must be a non-negative integer or a percentage from 0% to 100%",
