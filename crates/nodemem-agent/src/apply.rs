@@ -74,17 +74,49 @@ pub fn apply_with_backoff(
     desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,
     options: ApplyOptions,
+    backoff: Option<(&mut crate::backoff::WriteBackoff, std::time::Duration)>,
+) -> ApplyReport {
+    apply_scoped(fs, desired, owned, options, backoff, None)
+}
+
+/// [`apply_with_backoff`] limited to the cgroups in `scope` (None: the whole node):
+/// a cgroup that just appeared is planned, read and written alone, nothing else is
+/// read, and owned files outside the scope are neither read nor restored.
+pub fn apply_scoped(
+    fs: &CgroupFs,
+    desired: &[DesiredCgroup<'_>],
+    owned: &mut Ownership,
+    options: ApplyOptions,
     mut backoff: Option<(&mut crate::backoff::WriteBackoff, std::time::Duration)>,
+    scope: Option<&std::collections::BTreeSet<String>>,
 ) -> ApplyReport {
     let mut report = ApplyReport::default();
     let mut safe = Vec::with_capacity(desired.len());
     for d in desired {
+        if scope.is_some_and(|s| !s.contains(d.path)) {
+            continue;
+        }
         match CgroupPath::new(d.path) {
             Ok(_) => safe.push(*d),
             Err(e) => report.refused.push(e.to_string()),
         }
     }
-    let wanted = files_to_observe(&safe, owned);
+    let scoped_owned;
+    let owned_view: &Ownership = match scope {
+        None => owned,
+        Some(s) => {
+            scoped_owned = Ownership {
+                files: owned
+                    .files
+                    .iter()
+                    .filter(|(p, _)| s.contains(*p))
+                    .map(|(p, f)| (p.clone(), f.clone()))
+                    .collect(),
+            };
+            &scoped_owned
+        }
+    };
+    let wanted = files_to_observe(&safe, owned_view);
     let (observed, mut held) = observe(fs, &wanted);
     report.reads = wanted
         .iter()
@@ -94,7 +126,7 @@ pub fn apply_with_backoff(
     let mut plan = plan_leaving(
         &safe,
         &observed,
-        owned,
+        owned_view,
         options.page_size,
         options.leave_alone,
     );

@@ -650,3 +650,57 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
     assert_eq!(fixed.applied.len(), 1);
     assert!(backoff.is_empty());
 }
+
+#[test]
+fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
+    use nodemem_agent::apply_scoped;
+    use std::collections::BTreeSet;
+    let driver = CgroupDriver::Systemd;
+    let pods = pods(ContainerRuntime::Containerd);
+    let tree = tree_for(driver, &pods);
+    let fs = CgroupFs::new(tree.root());
+    let node = desired(
+        &settings(ReservationPolicy::TieredReservation, 0.9),
+        driver,
+        &pods,
+    );
+    let mut owned = Ownership::default();
+    let api_container = node.pods[1].containers[0].path.clone().unwrap();
+    let scope = BTreeSet::from([api_container.clone()]);
+    let report = apply_scoped(
+        &fs,
+        &node.cgroups(),
+        &mut owned,
+        options(),
+        None,
+        Some(&scope),
+    );
+    assert!(report.ok());
+    assert!(
+        report.applied.iter().all(|w| w.cgroup == api_container),
+        "{:#?}",
+        report.applied
+    );
+    assert_eq!(report.applied.len(), 2, "memory.low and memory.high");
+    assert_eq!(report.reads, 2, "nothing outside the scope is read");
+    assert_eq!(
+        tree.read("kubepods.slice", MEMORY_MIN).unwrap(),
+        "0",
+        "not in scope"
+    );
+    // Owned files outside the scope are not restored by a scoped pass either.
+    let mut off = settings(ReservationPolicy::TieredReservation, 0.9);
+    off.memory_qos.enabled = false;
+    let nothing = desired(&off, driver, &pods);
+    let other = BTreeSet::from(["kubepods.slice".to_string()]);
+    let report = apply_scoped(
+        &fs,
+        &nothing.cgroups(),
+        &mut owned,
+        options(),
+        None,
+        Some(&other),
+    );
+    assert_eq!(report.writes(), 0);
+    assert!(owned.owns(&api_container, MEMORY_HIGH));
+}

@@ -112,8 +112,8 @@ enum Update {
     Pod(Box<Event<core::Pod>>),
     Node(Box<Event<core::Node>>),
     Namespace(Box<Event<kube::core::PartialObjectMeta<core::Namespace>>>),
-    /// Cgroup directories appeared under kubepods (inotify), and when it was seen.
-    Cgroups(usize, std::time::Instant),
+    /// Cgroup directories that appeared under kubepods (inotify), and when.
+    Cgroups(Vec<String>, std::time::Instant),
     Resync,
 }
 
@@ -131,11 +131,14 @@ fn cgroup_events(
         .spawn(move || loop {
             match tree.wait() {
                 Ok(changes) => {
-                    let appeared = changes
+                    let appeared: Vec<String> = changes
                         .iter()
-                        .filter(|c| matches!(c, nodemem_cgroup::watch::TreeChange::Appeared(_)))
-                        .count();
-                    if appeared > 0 && tx.send((appeared, std::time::Instant::now())).is_err() {
+                        .filter_map(|c| match c {
+                            nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.as_str().to_string()),
+                            nodemem_cgroup::watch::TreeChange::Gone(_) => None,
+                        })
+                        .collect();
+                    if !appeared.is_empty() && tx.send((appeared, std::time::Instant::now())).is_err() {
                         return;
                     }
                 }
@@ -259,6 +262,7 @@ impl ClusterAgent {
             let mut changed = false;
             let mut resync = false;
             let mut reaction_since: Option<std::time::Instant> = None;
+            let mut appeared: BTreeSet<String> = BTreeSet::new();
             match update {
                 Update::Config(e) => match *e {
                     Event::Apply(c) | Event::InitApply(c) => changed |= index.apply_config(&c),
@@ -281,8 +285,10 @@ impl ClusterAgent {
                     Event::Init => relisting_pods = Some(BTreeSet::new()),
                     Event::InitDone => {
                         if let Some(seen) = relisting_pods.take() {
-                            changed |= index.retain_pods(&seen);
+                            index.retain_pods(&seen);
                         }
+                        // The pods listed while relisting were not passed on one by one.
+                        changed = true;
                     }
                 },
                 Update::Node(e) => {
@@ -296,23 +302,35 @@ impl ClusterAgent {
                         changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
                     }
                 }
-                Update::Cgroups(n, at) => {
-                    tracing::debug!(appeared = n, "new cgroups");
-                    changed = true;
+                Update::Cgroups(paths, at) => {
+                    tracing::debug!(appeared = paths.len(), "new cgroups");
+                    appeared.extend(paths);
                     reaction_since.get_or_insert(at);
                 }
                 Update::Resync => resync = true,
             }
-            if !(changed || resync) || !config_listed || relisting_pods.is_some() {
+            if !(changed || resync || !appeared.is_empty())
+                || !config_listed
+                || relisting_pods.is_some()
+            {
                 continue;
             }
             let trigger = match (reaction_since, changed) {
-                (Some(_), _) => Trigger::Cgroup,
-                (None, true) => Trigger::Event,
+                (_, true) => Trigger::Event,
+                (Some(_), false) => Trigger::Cgroup,
                 (None, false) => Trigger::Resync,
             };
+            // New cgroups alone: only they are planned, read and written.
+            let scope = (trigger == Trigger::Cgroup).then_some(&appeared);
             let written = self
-                .pass(&mut engine, &index, &configs, last_status.as_ref(), trigger)
+                .pass(
+                    &mut engine,
+                    &index,
+                    &configs,
+                    last_status.as_ref(),
+                    trigger,
+                    scope,
+                )
                 .await;
             if let Some(at) = reaction_since {
                 self.metrics.reaction(at.elapsed().as_secs_f64());
@@ -402,6 +420,7 @@ impl ClusterAgent {
         configs: &Api<NodeMemoryConfig>,
         last: Option<&NodeMemoryConfigStatus>,
         trigger: Trigger,
+        scope: Option<&BTreeSet<String>>,
     ) -> Option<NodeMemoryConfigStatus> {
         let started = std::time::Instant::now();
         let pods = index.node_pods();
@@ -440,87 +459,95 @@ impl ClusterAgent {
                 last,
                 &now,
             ),
-            Ok(settings) => match engine.enforce(settings, index.allocatable(), &pods, false) {
-                Ok((desired, report)) => {
-                    for f in &report.failed {
-                        warn!(error = %f.error, "write failed");
-                    }
-                    let errnos: Vec<Option<i32>> = report.failed.iter().map(|f| f.errno).collect();
-                    self.metrics.writes(
-                        report.applied.len(),
-                        report.vanished.len(),
-                        &errnos,
-                        trigger == Trigger::Resync,
-                    );
-                    self.metrics.node(
-                        desired.totals.memory_min_bytes,
-                        desired.totals.memory_low_bytes,
-                        desired.managed_pods(),
-                        desired
-                            .memory_manager
-                            .as_ref()
-                            .map(|m| (m.pinning_requests, m.pinning_errors)),
-                    );
-                    for p in &desired.pods {
-                        if let Admission::Rejected(r) = &p.admission {
-                            refused.push((
-                                p.namespace.to_string(),
-                                p.name.to_string(),
-                                p.uid.to_string(),
-                                r.to_string(),
-                            ));
+            Ok(settings) => {
+                match engine.enforce_scoped(settings, index.allocatable(), &pods, false, scope) {
+                    Ok((desired, report)) => {
+                        for f in &report.failed {
+                            warn!(error = %f.error, "write failed");
                         }
+                        let errnos: Vec<Option<i32>> =
+                            report.failed.iter().map(|f| f.errno).collect();
+                        self.metrics.writes(
+                            report.applied.len(),
+                            report.vanished.len(),
+                            &errnos,
+                            trigger == Trigger::Resync,
+                        );
+                        self.metrics.node(
+                            desired.totals.memory_min_bytes,
+                            desired.totals.memory_low_bytes,
+                            desired.managed_pods(),
+                            desired
+                                .memory_manager
+                                .as_ref()
+                                .map(|m| (m.pinning_requests, m.pinning_errors)),
+                        );
+                        for p in &desired.pods {
+                            if let Admission::Rejected(r) = &p.admission {
+                                refused.push((
+                                    p.namespace.to_string(),
+                                    p.name.to_string(),
+                                    p.uid.to_string(),
+                                    r.to_string(),
+                                ));
+                            }
+                        }
+                        if !report.applied.is_empty() {
+                            info!(revision = %config.revision, writes = report.applied.len(), "applied");
+                        }
+                        let conflict = engine.conflict().cloned();
+                        // Reactions to new cgroups read nothing else; health comes with the
+                        // other passes.
+                        let health = (trigger != Trigger::Cgroup).then(|| {
+                            let readings = engine.read_signals(
+                                desired
+                                    .pods
+                                    .iter()
+                                    .filter(|p| p.admission == Admission::Managed)
+                                    .map(|p| p.path.as_str()),
+                            );
+                            let current_full =
+                                readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
+                            let signals = self
+                                .baseline
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .update(&config.revision, &readings);
+                            verdict(
+                                signals,
+                                current_full,
+                                &config.health,
+                                report.failed.len() + report.deferred.len(),
+                            )
+                        });
+                        status(
+                            &config.revision,
+                            config.generation,
+                            PassOutcome::Applied {
+                                desired: &desired,
+                                report: &report,
+                                conflict: conflict.as_ref(),
+                            },
+                            health.as_ref(),
+                            &discovery,
+                            last,
+                            &now,
+                        )
                     }
-                    if !report.applied.is_empty() {
-                        info!(revision = %config.revision, writes = report.applied.len(), "applied");
+                    Err(e) => {
+                        warn!(error = %e, "not applied");
+                        status(
+                            &config.revision,
+                            config.generation,
+                            PassOutcome::Failed(&e),
+                            None,
+                            &discovery,
+                            last,
+                            &now,
+                        )
                     }
-                    let conflict = engine.conflict().cloned();
-                    let readings = engine.read_signals(
-                        desired
-                            .pods
-                            .iter()
-                            .filter(|p| p.admission == Admission::Managed)
-                            .map(|p| p.path.as_str()),
-                    );
-                    let current_full = readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
-                    let signals = self
-                        .baseline
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .update(&config.revision, &readings);
-                    let health = verdict(
-                        signals,
-                        current_full,
-                        &config.health,
-                        report.failed.len() + report.deferred.len(),
-                    );
-                    status(
-                        &config.revision,
-                        config.generation,
-                        PassOutcome::Applied {
-                            desired: &desired,
-                            report: &report,
-                            conflict: conflict.as_ref(),
-                        },
-                        Some(&health),
-                        &discovery,
-                        last,
-                        &now,
-                    )
                 }
-                Err(e) => {
-                    warn!(error = %e, "not applied");
-                    status(
-                        &config.revision,
-                        config.generation,
-                        PassOutcome::Failed(&e),
-                        None,
-                        &discovery,
-                        last,
-                        &now,
-                    )
-                }
-            },
+            }
         };
         self.metrics.pass(trigger, started.elapsed().as_secs_f64());
         self.refusal_events(refused).await;

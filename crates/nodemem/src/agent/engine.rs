@@ -6,7 +6,7 @@ use std::fmt;
 
 use nodemem_agent::numa_state;
 use nodemem_agent::state::StateDir;
-use nodemem_agent::{apply_with_backoff, ApplyOptions, ApplyReport, Ownership};
+use nodemem_agent::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
 use nodemem_cgroup::discover::{discover, Discovery};
 use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_model::cgroup_layout::CgroupDriver;
@@ -237,6 +237,19 @@ impl NodeEngine {
         pods: &'p [NodePod],
         dry_run: bool,
     ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
+        self.enforce_scoped(settings, allocatable, pods, dry_run, None)
+    }
+
+    /// [`NodeEngine::enforce`] writing only the cgroups in `scope` (the ones that just
+    /// appeared); the whole node is still computed, since that costs microseconds.
+    pub fn enforce_scoped<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+        dry_run: bool,
+        scope: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
         check_node_can_satisfy(settings, &self.discovery)?;
         let d = &self.discovery;
         let facts = NodeFacts {
@@ -276,7 +289,7 @@ impl NodeEngine {
         self.conflict = kubelet_conflict(&kubelet, settings);
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
         let now = self.started.elapsed();
-        let report = apply_with_backoff(
+        let report = apply_scoped(
             &self.fs,
             &desired.cgroups(),
             &mut self.owned,
@@ -286,6 +299,7 @@ impl NodeEngine {
                 leave_alone,
             },
             Some((&mut self.backoff, now)),
+            scope,
         );
         if !dry_run {
             self.save_state(&desired, static_policy)?;

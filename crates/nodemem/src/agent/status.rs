@@ -148,14 +148,15 @@ pub fn status(
             s.managed_pods = desired.managed_pods() as i32;
             if report.ok() {
                 s.observed_revision = Some(revision.to_string());
+                // Stable between passes: a status write per pass would cost the apiserver
+                // a write per new container (what this pass wrote is in the metrics).
                 conditions.push(condition(
                     "Applied",
                     true,
                     "Applied",
                     format!(
-                        "revision {revision}: {} file(s) written, {} cgroup(s) not created yet",
-                        report.applied.len(),
-                        report.missing.len()
+                        "revision {revision} is applied to {} pod(s)",
+                        desired.managed_pods()
                     ),
                     generation,
                     now,

@@ -535,17 +535,20 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     );
     drop(offline);
     agent = spawn(&kubeconfig, "agent-again.log");
-    // The restarted agent's report: everything was already in place.
-    wait_for("the restarted agent's report", &agent, async || {
-        let status = applied(&client, &agent, "rev-2").await;
-        let message = status["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Applied")?["message"]
-            .clone();
-        (message == "revision rev-2: 0 file(s) written, 0 cgroup(s) not created yet").then_some(())
+    // The restarted agent's first passes find everything in place: no write at all.
+    wait_for("the restarted agent's first pass", &agent, async || {
+        agent
+            .metric("nodemem_agent_passes_total{trigger=\"event\"}")
+            .filter(|n| *n >= 1.0)
     })
     .await;
+    applied(&client, &agent, "rev-2").await;
+    assert_eq!(
+        agent.metric("nodemem_agent_writes_total{result=\"ok\"}"),
+        None,
+        "nothing applied twice:\n{}",
+        agent.log()
+    );
 
     // A pod deleted meanwhile is no error.
     pods.delete("burstable", &DeleteParams::default().grace_period(0))
