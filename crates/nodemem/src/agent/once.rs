@@ -121,21 +121,24 @@ fn follow(
         let changes = watcher
             .wait()
             .map_err(|e| CliError::one(format!("watching {}: {e}", args.cgroup_root.display())))?;
-        let appeared: Vec<String> = changes
+        // Only what appeared is planned, read and written.
+        let scope: std::collections::BTreeSet<String> = changes
             .iter()
             .filter_map(|c| match c {
-                nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.to_string()),
+                nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.as_str().to_string()),
                 nodemem_cgroup::watch::TreeChange::Gone(_) => None,
             })
             .collect();
-        if appeared.is_empty() {
+        if scope.is_empty() {
             continue;
         }
-        let line = match engine.enforce(
+        let appeared: Vec<String> = scope.iter().cloned().collect();
+        let line = match engine.enforce_scoped(
             &inputs.settings,
             inputs.allocatable,
             &inputs.pods,
             args.dry_run,
+            Some(&scope),
         ) {
             Ok((_, report)) => format!(
                 "reacted to {}: wrote {} file(s), {} failed",
