@@ -508,6 +508,20 @@ impl ClusterAgent {
                             );
                             let current_full =
                                 readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
+                            let per_pod: Vec<(&'static str, u64, u64, f64)> = desired
+                                .pods
+                                .iter()
+                                .filter_map(|p| {
+                                    let r = readings.get(&p.path)?;
+                                    let qos = match p.qos {
+                                        nodemem_model::qos::QosClass::Guaranteed => "guaranteed",
+                                        nodemem_model::qos::QosClass::Burstable => "burstable",
+                                        nodemem_model::qos::QosClass::BestEffort => "besteffort",
+                                    };
+                                    Some((qos, r.high, r.oom_kill, r.full_avg60))
+                                })
+                                .collect();
+                            self.metrics.signals(&per_pod);
                             let signals = self
                                 .baseline
                                 .lock()

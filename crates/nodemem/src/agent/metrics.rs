@@ -50,6 +50,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QosLabel {
+    qos: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrnoLabel {
     errno: &'static str,
 }
@@ -82,6 +87,9 @@ pub struct Metrics {
     managed_pods: Gauge,
     pinning_requests: Gauge,
     pinning_errors: Gauge,
+    high_events: Family<QosLabel, Gauge>,
+    oom_kills: Family<QosLabel, Gauge>,
+    full_pressure: Family<QosLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     ready: AtomicBool,
 }
 
@@ -106,6 +114,9 @@ impl Metrics {
             managed_pods: Gauge::default(),
             pinning_requests: Gauge::default(),
             pinning_errors: Gauge::default(),
+            high_events: Family::default(),
+            oom_kills: Family::default(),
+            full_pressure: Family::default(),
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -164,7 +175,37 @@ impl Metrics {
             "NUMA pinning requests refused (memory_manager_pinning_errors_total)",
             m.pinning_errors.clone(),
         );
+        registry.register(
+            "memory_high_events",
+            "memory.high crossings (memory.events high) summed over the managed pods of a QoS class",
+            m.high_events.clone(),
+        );
+        registry.register(
+            "oom_kills",
+            "OOM kills (memory.events oom_kill) summed over the managed pods of a QoS class",
+            m.oom_kills.clone(),
+        );
+        registry.register(
+            "memory_pressure_full_avg60",
+            "The highest full memory pressure (PSI avg60, percent) among the managed pods of a QoS class",
+            m.full_pressure.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Memory signals per QoS class (`guaranteed`, `burstable`, `besteffort`): pods are
+    /// aggregated, so the series stay three per metric whatever the node runs.
+    pub fn signals(&self, per_pod: &[(&'static str, u64, u64, f64)]) {
+        for qos in ["guaranteed", "burstable", "besteffort"] {
+            let of_class = per_pod.iter().filter(|p| p.0 == qos);
+            let (high, oom, full) = of_class.fold((0u64, 0u64, 0.0f64), |acc, p| {
+                (acc.0 + p.1, acc.1 + p.2, acc.2.max(p.3))
+            });
+            let label = QosLabel { qos };
+            self.high_events.get_or_create(&label).set(high as i64);
+            self.oom_kills.get_or_create(&label).set(oom as i64);
+            self.full_pressure.get_or_create(&label).set(full);
+        }
     }
 
     /// Records one pass.
@@ -306,6 +347,11 @@ mod tests {
         m.writes(3, 1, &[Some(libc::EINVAL), Some(12345)], false);
         m.writes(2, 0, &[], true);
         m.node(1 << 30, 1 << 29, 7, Some((5, 1)));
+        m.signals(&[
+            ("burstable", 4, 1, 2.5),
+            ("burstable", 1, 0, 7.25),
+            ("guaranteed", 0, 2, 0.0),
+        ]);
         let text = m.encode();
         for line in [
             "nodemem_agent_passes_total{trigger=\"event\"} 1",
@@ -318,6 +364,10 @@ mod tests {
             "nodemem_agent_node_memory_min_bytes 1073741824",
             "nodemem_agent_managed_pods 7",
             "nodemem_agent_memory_manager_pinning_errors 1",
+            "nodemem_agent_memory_high_events{qos=\"burstable\"} 5",
+            "nodemem_agent_oom_kills{qos=\"guaranteed\"} 2",
+            "nodemem_agent_memory_pressure_full_avg60{qos=\"burstable\"} 7.25",
+            "nodemem_agent_oom_kills{qos=\"besteffort\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -381,6 +381,19 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     assert_eq!(sick["sinceRevision"]["oomKills"], 5);
     assert_eq!(sick["sinceRevision"]["throttleEvents"], 12);
     assert_eq!(sick["sinceRevision"]["revision"], "rev-1");
+    // The same signals in the metrics, per QoS class (cumulative kernel counters).
+    assert_eq!(
+        agent.metric("nodemem_agent_oom_kills{qos=\"guaranteed\"}"),
+        Some(5.0)
+    );
+    assert_eq!(
+        agent.metric("nodemem_agent_memory_high_events{qos=\"guaranteed\"}"),
+        Some(12.0)
+    );
+    assert_eq!(
+        agent.metric("nodemem_agent_oom_kills{qos=\"burstable\"}"),
+        Some(0.0)
+    );
     assert!(healthy(&sick)["message"].as_str().unwrap().starts_with(
         "5 OOM kill(s) in managed pods since revision rev-1 was applied (tolerated: 3)"
     ));
