@@ -411,17 +411,36 @@ fn admit(manager: &mut MemoryManager, pods: &[NodePod]) -> Vec<BTreeMap<String, 
     for key in gone {
         manager.remove_pod(&key);
     }
+    manager.rejected.retain(|k, _| present.contains(k.as_str()));
     pods.iter()
         .zip(&keys)
-        .map(|(p, key)| match manager.assignments.get(key) {
-            Some(held) => existing_pinning(&p.pod, held),
-            None => {
-                let mut keyed = p.pod.clone();
-                keyed.uid = key.clone();
-                manager.admit_pod(&keyed).into_iter().collect()
+        .map(|(p, key)| {
+            if let Some(held) = manager.assignments.get(key) {
+                return existing_pinning(&p.pod, held);
             }
+            // Refused once, refused for good (as the kubelet fails the pod).
+            if let Some(r) = manager.rejected.get(key) {
+                return all_containers(&p.pod)
+                    .map(|c| (c.name.clone(), Pinning::Rejected(Box::new(r.clone()))))
+                    .collect();
+            }
+            let mut keyed = p.pod.clone();
+            keyed.uid = key.clone();
+            let outcome: BTreeMap<String, Pinning> =
+                manager.admit_pod(&keyed).into_iter().collect();
+            if let Some(r) = outcome.values().find_map(|p| match p {
+                Pinning::Rejected(r) => Some((**r).clone()),
+                _ => None,
+            }) {
+                manager.rejected.insert(key.clone(), r);
+            }
+            outcome
         })
         .collect()
+}
+
+fn all_containers(pod: &Pod) -> impl Iterator<Item = &crate::pod::Container> {
+    pod.spec.init_containers.iter().chain(&pod.spec.containers)
 }
 
 fn existing_pinning(
@@ -549,6 +568,18 @@ mod tests {
         );
         assert_eq!(pins[1], BTreeSet::from([1]));
         assert!(matches!(first.pods[2].admission, Admission::Rejected(_)));
+        // Computed again with the same pods, the refused pod stays refused and is not
+        // counted twice (the kubelet refuses a pod once).
+        let again = desired_node(NodeInput {
+            settings: &settings,
+            facts: &facts,
+            pods: &pods,
+            memory_manager: first.memory_manager.clone(),
+        })
+        .unwrap();
+        assert!(matches!(again.pods[2].admission, Admission::Rejected(_)));
+        let m = again.memory_manager.as_ref().unwrap();
+        assert_eq!((m.pinning_errors, m.pinning_requests), (1, 3));
         assert!(first.pods[2].values.is_empty() && first.pods[2].containers[0].values.is_empty());
         assert!(
             matches!(first.warnings.last(), Some(Warning::PodRejected { name, .. }) if name == "huge")
@@ -586,8 +617,10 @@ mod tests {
         .unwrap();
         assert_eq!(next.pods[0].pinned_nodes(), BTreeSet::from([1]));
         assert_eq!(next.pods[1].pinned_nodes(), BTreeSet::from([0]));
-        let manager = next.memory_manager.unwrap();
+        let manager = next.memory_manager.clone().unwrap();
         assert!(!manager.assignments.contains_key("uid-a"), "released");
+        assert!(manager.rejected.is_empty(), "the refused pod is gone");
+        assert_eq!(manager.pinning_errors, 1);
         assert_eq!(
             manager.machine.nodes[&0].memory_map["memory"].reserved,
             100 * MI

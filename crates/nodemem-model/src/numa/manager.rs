@@ -182,6 +182,10 @@ pub struct MemoryManager {
     pub pinning_requests: u64,
     /// `memory_manager_pinning_errors_total`
     pub pinning_errors: u64,
+    /// Pods refused, by key: the kubelet refuses a pod once and for good, so it is not
+    /// admitted (or counted) again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rejected: BTreeMap<String, Rejection>,
 }
 
 fn container_requests(resources: &crate::pod::Resources) -> Requests {
@@ -209,6 +213,7 @@ impl MemoryManager {
             assignments: BTreeMap::new(),
             pinning_requests: 0,
             pinning_errors: 0,
+            rejected: BTreeMap::new(),
         }
     }
 

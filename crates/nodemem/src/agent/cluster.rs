@@ -215,6 +215,10 @@ impl ClusterAgent {
 
         let mut index = NodeIndex::new(node);
         let mut config_listed = false;
+        // The first pass waits for the first lists: computing with no pods yet would
+        // take their protection away until the list arrives.
+        let mut pods_listed = false;
+        let mut node_listed = false;
         let mut relisting_pods: Option<BTreeSet<String>> = None;
         let mut last_status: Option<NodeMemoryConfigStatus> = None;
         let mut saved: Option<LastKnown> = None;
@@ -289,13 +293,17 @@ impl ClusterAgent {
                         }
                         // The pods listed while relisting were not passed on one by one.
                         changed = true;
+                        pods_listed = true;
                     }
                 },
-                Update::Node(e) => {
-                    if let Event::Apply(n) | Event::InitApply(n) = *e {
-                        changed |= index.apply_node(&n);
+                Update::Node(e) => match *e {
+                    Event::Apply(n) | Event::InitApply(n) => changed |= index.apply_node(&n),
+                    Event::InitDone => {
+                        node_listed = true;
+                        changed = true;
                     }
-                }
+                    _ => {}
+                },
                 Update::Namespace(e) => {
                     if let Event::Apply(ns) | Event::InitApply(ns) = *e {
                         let name = ns.metadata.name.clone().unwrap_or_default();
@@ -309,10 +317,8 @@ impl ClusterAgent {
                 }
                 Update::Resync => resync = true,
             }
-            if !(changed || resync || !appeared.is_empty())
-                || !config_listed
-                || relisting_pods.is_some()
-            {
+            let listed = config_listed && pods_listed && node_listed && relisting_pods.is_none();
+            if !(changed || resync || !appeared.is_empty()) || !listed {
                 continue;
             }
             let trigger = match (reaction_since, changed) {
@@ -491,6 +497,9 @@ impl ClusterAgent {
                                     r.to_string(),
                                 ));
                             }
+                        }
+                        for w in &report.applied {
+                            tracing::debug!(cgroup = %w.cgroup, file = %w.file, old = ?w.old, new = %w.new, "wrote");
                         }
                         if !report.applied.is_empty() {
                             info!(revision = %config.revision, writes = report.applied.len(), "applied");

@@ -690,3 +690,121 @@ async fn the_agent_reports_a_node_it_cannot_enforce_and_waits() {
     })
     .await;
 }
+
+/// A Static memory manager policy: a Guaranteed pod that fits is pinned, one larger
+/// than the node's NUMA memory is refused with an Event on the Pod.
+#[tokio::test]
+async fn a_pod_the_memory_manager_refuses_gets_an_event() {
+    const NODE3: &str = "agent-node-3";
+    const NS3: &str = "agent-numa";
+    let cp = cluster();
+    let client = admin().await;
+    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
+    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS3}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    SimNode::new(NODE3).register(&client).await.unwrap();
+    let tree = Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap());
+    let _kubelet = FakeKubelet::start(
+        client.clone(),
+        BTreeMap::from([(NODE3.to_string(), tree.clone())]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for n in 0..2 {
+        let node_dir = dir.path().join(format!("sys/devices/system/node/node{n}"));
+        std::fs::create_dir_all(&node_dir).unwrap();
+        std::fs::write(
+            node_dir.join("meminfo"),
+            format!("Node {n} MemTotal:       262144 kB\n"),
+        )
+        .unwrap();
+    }
+    configs(client.clone())
+        .patch(
+            NODE3,
+            &PatchParams::apply("nodemem-controller-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+                "metadata": {"name": NODE3},
+                "spec": {"policy": "numa", "revision": "rev-1",
+                    "memoryManager": {"policy": "Static", "reservedMemory": [
+                        {"numaNode": 0, "limits": {"memory": "32Mi"}},
+                        {"numaNode": 1, "limits": {"memory": "32Mi"}}]}},
+            })),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS3);
+    for (name, memory) in [("fits", "128Mi"), ("too-big", "600Mi")] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": NODE3, "containers": [{"name": "db", "image": "x",
+                "resources": {"requests": {"cpu": "1", "memory": memory}, "limits": {"cpu": "1", "memory": memory}}}]},
+        }))
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s))
+                    if s.message.contains("serviceaccount") && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE3.into())).await.unwrap();
+    let agent = spawn_agent(NODE3, tree.root(), dir.path(), &kubeconfig, "agent.log");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS3);
+    let event = wait_for(
+        "a NumaPinningRefused event on the big pod",
+        &agent,
+        async || {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("NumaPinningRefused")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("too-big")
+                })
+        },
+    )
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(
+            "no NUMA node or group of NUMA nodes has enough free memory for memory=600Mi"
+        ),
+        "{note}"
+    );
+    // The pod that fits is pinned to one NUMA node.
+    let fits_uid = pods.get("fits").await.unwrap().metadata.uid.unwrap();
+    let fits_dir = nodemem_model::cgroup_layout::container_dir(
+        CgroupDriver::Systemd,
+        nodemem_model::qos::QosClass::Guaranteed,
+        &fits_uid,
+        &nodemem_model::cgroup_layout::ContainerId::parse(&format!(
+            "containerd://{}",
+            nodemem_testkit::kubelet::container_id(&fits_uid, "db")
+        ))
+        .unwrap(),
+    );
+    wait_for("the fitting pod pinned", &agent, async || {
+        (tree.read(&fits_dir, "cpuset.mems").ok()? == "0").then_some(())
+    })
+    .await;
+    assert_eq!(
+        agent.metric("nodemem_agent_memory_manager_pinning_errors"),
+        Some(1.0)
+    );
+}
