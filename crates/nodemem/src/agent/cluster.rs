@@ -28,6 +28,15 @@ use super::index::{LastKnown, NodeIndex};
 use super::metrics::{self, Metrics, Trigger};
 use super::status::{differs, status, PassOutcome};
 
+/// What a pass covers: the whole node, the cgroups that just appeared, or the pods an
+/// event changed (with the node-level cgroups whose sums they are in).
+#[derive(Clone, Copy)]
+enum Reach<'a> {
+    Node,
+    Cgroups(&'a BTreeSet<String>),
+    Pods(&'a BTreeSet<String>),
+}
+
 /// The field manager of everything the agent writes.
 pub const FIELD_MANAGER: &str = "nodemem-agent";
 
@@ -264,6 +273,8 @@ impl ClusterAgent {
                 }
             };
             let mut changed = false;
+            // A pod event changes that pod and the node-level sums only.
+            let mut touched_pod: Option<String> = None;
             let mut resync = false;
             let mut reaction_since: Option<std::time::Instant> = None;
             let mut appeared: BTreeSet<String> = BTreeSet::new();
@@ -278,14 +289,24 @@ impl ClusterAgent {
                     Event::Init => {}
                 },
                 Update::Pod(e) => match *e {
-                    Event::Apply(p) => changed |= index.apply_pod(&p),
+                    Event::Apply(p) => {
+                        if index.apply_pod(&p) {
+                            changed = true;
+                            touched_pod = p.metadata.uid.clone();
+                        }
+                    }
                     Event::InitApply(p) => {
                         if let (Some(seen), Some(uid)) = (&mut relisting_pods, &p.metadata.uid) {
                             seen.insert(uid.clone());
                         }
                         changed |= index.apply_pod(&p);
                     }
-                    Event::Delete(p) => changed |= index.delete_pod(&p),
+                    Event::Delete(p) => {
+                        if index.delete_pod(&p) {
+                            changed = true;
+                            touched_pod = p.metadata.uid.clone();
+                        }
+                    }
                     Event::Init => relisting_pods = Some(BTreeSet::new()),
                     Event::InitDone => {
                         if let Some(seen) = relisting_pods.take() {
@@ -326,8 +347,10 @@ impl ClusterAgent {
                 (Some(_), false) => Trigger::Cgroup,
                 (None, false) => Trigger::Resync,
             };
-            // New cgroups alone: only they are planned, read and written.
+            // New cgroups alone: only they are planned, read and written; one pod's
+            // event: that pod and its parents.
             let scope = (trigger == Trigger::Cgroup).then_some(&appeared);
+            let pods_scope = touched_pod.map(|uid| BTreeSet::from([uid]));
             let written = self
                 .pass(
                     &mut engine,
@@ -335,7 +358,11 @@ impl ClusterAgent {
                     &configs,
                     last_status.as_ref(),
                     trigger,
-                    scope,
+                    match (scope, &pods_scope) {
+                        (Some(paths), _) => Reach::Cgroups(paths),
+                        (None, Some(uids)) => Reach::Pods(uids),
+                        (None, None) => Reach::Node,
+                    },
                 )
                 .await;
             if let Some(at) = reaction_since {
@@ -426,8 +453,13 @@ impl ClusterAgent {
         configs: &Api<NodeMemoryConfig>,
         last: Option<&NodeMemoryConfigStatus>,
         trigger: Trigger,
-        scope: Option<&BTreeSet<String>>,
+        reach: Reach<'_>,
     ) -> Option<NodeMemoryConfigStatus> {
+        let (scope, pods_scope) = match reach {
+            Reach::Node => (None, None),
+            Reach::Cgroups(paths) => (Some(paths), None),
+            Reach::Pods(uids) => (None, Some(uids)),
+        };
         let started = std::time::Instant::now();
         let pods = index.node_pods();
         for problem in index.pod_problems() {
@@ -466,7 +498,13 @@ impl ClusterAgent {
                 &now,
             ),
             Ok(settings) => {
-                match engine.enforce_scoped(settings, index.allocatable(), &pods, false, scope) {
+                let result = match pods_scope {
+                    Some(uids) => engine.enforce_pods(settings, index.allocatable(), &pods, uids),
+                    None => {
+                        engine.enforce_scoped(settings, index.allocatable(), &pods, false, scope)
+                    }
+                };
+                match result {
                     Ok((desired, report)) => {
                         for f in &report.failed {
                             warn!(error = %f.error, "write failed");
@@ -507,7 +545,9 @@ impl ClusterAgent {
                         let conflict = engine.conflict().cloned();
                         // Reactions to new cgroups read nothing else; health comes with the
                         // other passes.
-                        let health = (trigger != Trigger::Cgroup).then(|| {
+                        // Health reads every managed pod's signals: on whole-node
+                        // passes only (resyncs, config changes), not on reactions.
+                        let health = (scope.is_none() && pods_scope.is_none()).then(|| {
                             let readings = engine.read_signals(
                                 desired
                                     .pods

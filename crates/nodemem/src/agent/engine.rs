@@ -250,6 +250,30 @@ impl NodeEngine {
         dry_run: bool,
         scope: Option<&std::collections::BTreeSet<String>>,
     ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
+        self.enforce_in(settings, allocatable, pods, dry_run, PassScope::from(scope))
+    }
+
+    /// [`NodeEngine::enforce`] for the pods with these UIDs (and the node-level cgroups
+    /// whose sums they change): a pod event plans, reads and writes that pod and its
+    /// parents only.
+    pub fn enforce_pods<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+        uids: &std::collections::BTreeSet<String>,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
+        self.enforce_in(settings, allocatable, pods, false, PassScope::Pods(uids))
+    }
+
+    fn enforce_in<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+        dry_run: bool,
+        scope: PassScope<'_>,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
         check_node_can_satisfy(settings, &self.discovery)?;
         let d = &self.discovery;
         let facts = NodeFacts {
@@ -289,6 +313,34 @@ impl NodeEngine {
         self.conflict = kubelet_conflict(&kubelet, settings);
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
         let now = self.started.elapsed();
+        let pod_scope;
+        let scope = match scope {
+            PassScope::All => None,
+            PassScope::Paths(p) => Some(p),
+            PassScope::Pods(uids) => {
+                let driver = desired.cgroup_driver;
+                let mut paths: std::collections::BTreeSet<String> = [
+                    nodemem_model::cgroup_layout::kubepods(driver),
+                    nodemem_model::cgroup_layout::qos_dir(
+                        driver,
+                        nodemem_model::qos::QosClass::Burstable,
+                    ),
+                    nodemem_model::cgroup_layout::qos_dir(
+                        driver,
+                        nodemem_model::qos::QosClass::BestEffort,
+                    ),
+                ]
+                .into_iter()
+                .map(str::to_string)
+                .collect();
+                for p in desired.pods.iter().filter(|p| uids.contains(p.uid)) {
+                    paths.insert(p.path.clone());
+                    paths.extend(p.containers.iter().filter_map(|c| c.path.clone()));
+                }
+                pod_scope = paths;
+                Some(&pod_scope)
+            }
+        };
         let report = apply_scoped(
             &self.fs,
             &desired.cgroups(),
@@ -341,6 +393,19 @@ impl NodeEngine {
         };
         numa_state::load(&self.state, &fresh, facts.topology_scope)
             .map_err(|e| EngineError::one(Category::State, e.to_string()))
+    }
+}
+
+/// What a pass writes.
+enum PassScope<'s> {
+    All,
+    Paths(&'s std::collections::BTreeSet<String>),
+    Pods(&'s std::collections::BTreeSet<String>),
+}
+
+impl<'s> From<Option<&'s std::collections::BTreeSet<String>>> for PassScope<'s> {
+    fn from(s: Option<&'s std::collections::BTreeSet<String>>) -> Self {
+        s.map_or(PassScope::All, PassScope::Paths)
     }
 }
 
