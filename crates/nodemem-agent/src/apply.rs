@@ -64,24 +64,14 @@ pub fn apply(
     owned: &mut Ownership,
     options: ApplyOptions,
 ) -> ApplyReport {
-    apply_with_backoff(fs, desired, owned, options, None)
+    apply_scoped(fs, desired, owned, options, None, None)
 }
 
-/// [`apply`], holding back writes to files whose earlier failures' backoff has not
-/// passed (`backoff` with the current time), and recording this pass's failures.
-pub fn apply_with_backoff(
-    fs: &CgroupFs,
-    desired: &[DesiredCgroup<'_>],
-    owned: &mut Ownership,
-    options: ApplyOptions,
-    backoff: Option<(&mut crate::backoff::WriteBackoff, std::time::Duration)>,
-) -> ApplyReport {
-    apply_scoped(fs, desired, owned, options, backoff, None)
-}
-
-/// [`apply_with_backoff`] limited to the cgroups in `scope` (None: the whole node):
-/// a cgroup that just appeared is planned, read and written alone, nothing else is
-/// read, and owned files outside the scope are neither read nor restored.
+/// [`apply`] with two refinements. `backoff` (with the current time) holds back writes
+/// to files whose earlier failures' backoff has not passed and records this pass's
+/// failures. `scope` limits the pass to those cgroups (None: the whole node): a cgroup
+/// that just appeared is planned, read and written alone, nothing else is read, and
+/// owned files outside the scope are neither read nor restored.
 pub fn apply_scoped(
     fs: &CgroupFs,
     desired: &[DesiredCgroup<'_>],

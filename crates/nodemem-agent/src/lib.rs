@@ -16,7 +16,7 @@ pub mod numa_state;
 pub mod plan;
 pub mod state;
 
-pub use apply::{apply, apply_scoped, apply_with_backoff, ApplyOptions, ApplyReport};
+pub use apply::{apply, apply_scoped, ApplyOptions, ApplyReport};
 pub use backoff::WriteBackoff;
 pub use plan::{Ownership, Write, WriteKind};
 pub use state::{StateDir, StateError};

@@ -48,12 +48,5 @@ pub fn save(state: &StateDir, manager: &MemoryManager) -> Result<(), StateError>
 
 /// Forgets the saved state (the policy is no longer Static).
 pub fn clear(state: &StateDir) -> Result<(), StateError> {
-    match std::fs::remove_file(state.path(NUMA_STATE_FILE)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(StateError::Io {
-            path: state.path(NUMA_STATE_FILE),
-            source,
-        }),
-    }
+    state.remove(NUMA_STATE_FILE)
 }

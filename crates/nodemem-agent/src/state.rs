@@ -159,20 +159,6 @@ impl StateDir {
             }),
         }
     }
-
-    /// Moves a record aside (`<name>.<reason>-<unix seconds>`), keeping it for people.
-    pub fn set_aside(&self, name: &str, reason: &str) -> Result<PathBuf, StateError> {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let to = self.path(&format!("{name}.{reason}-{secs}"));
-        fs::rename(self.path(name), &to).map_err(|source| StateError::Io {
-            path: to.clone(),
-            source,
-        })?;
-        Ok(to)
-    }
 }
 
 #[cfg(test)]
@@ -241,7 +227,5 @@ mod tests {
         );
         let empty = load("");
         assert!(empty.contains("corrupt state record"), "{empty}");
-        let aside = state.set_aside("o.json", "corrupt").unwrap();
-        assert!(aside.exists() && !state.path("o.json").exists());
     }
 }

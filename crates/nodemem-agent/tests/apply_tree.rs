@@ -599,7 +599,7 @@ fn dry_run_plans_without_writing() {
 
 #[test]
 fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
-    use nodemem_agent::{apply_with_backoff, WriteBackoff};
+    use nodemem_agent::{apply_scoped, WriteBackoff};
     use std::time::Duration;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
@@ -617,7 +617,14 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
     let mut backoff = WriteBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
     let at = |s: u64| Duration::from_secs(s);
     let pass = |owned: &mut Ownership, backoff: &mut WriteBackoff, now| {
-        apply_with_backoff(&fs, &node.cgroups(), owned, options(), Some((backoff, now)))
+        apply_scoped(
+            &fs,
+            &node.cgroups(),
+            owned,
+            options(),
+            Some((backoff, now)),
+            None,
+        )
     };
     let first = pass(&mut owned, &mut backoff, at(0));
     assert_eq!(first.failed.len(), 1);

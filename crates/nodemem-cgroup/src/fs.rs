@@ -131,6 +131,56 @@ pub struct HeldFile {
     len: usize,
 }
 
+/// The bytes a write of `value` sends: an empty value as a newline, since a zero-length
+/// write would not reach the kernel (and cpuset.mems is emptied by writing "\n").
+fn whole(value: &str) -> &[u8] {
+    if value.is_empty() {
+        b"\n"
+    } else {
+        value.as_bytes()
+    }
+}
+
+/// Opens directory `name` relative to `at` (`AT_FDCWD` for a path) as an `O_PATH`
+/// handle; None when it does not exist.
+fn open_dir_at(
+    at: std::os::fd::RawFd,
+    name: &CString,
+    dir: PathBuf,
+    cgroup: CgroupPath,
+    truncate: bool,
+) -> Result<Option<OpenCgroup>, CgroupError> {
+    // SAFETY: `at` is an open directory or AT_FDCWD and `name` is NUL-terminated; the
+    // returned descriptor is owned below.
+    let fd = unsafe {
+        libc::openat(
+            at,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) {
+            return Ok(None);
+        }
+        return Err(CgroupError::Io {
+            op: Op::Read,
+            path: dir,
+            value: None,
+            source: e,
+            vanished: false,
+        });
+    }
+    Ok(Some(OpenCgroup {
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        dir,
+        cgroup,
+        truncate,
+    }))
+}
+
 /// The file or its cgroup is gone: ENOENT opening it, ENODEV (kernfs) writing to a
 /// file of a removed cgroup.
 fn gone(e: &io::Error) -> bool {
@@ -159,11 +209,7 @@ impl HeldFile {
     /// Replaces the content with `value`, written whole at offset 0 (empty as "\n").
     pub fn rewrite(&mut self, value: &str) -> Result<(), CgroupError> {
         use std::os::unix::fs::FileExt;
-        let bytes: &[u8] = if value.is_empty() {
-            b"\n"
-        } else {
-            value.as_bytes()
-        };
+        let bytes = whole(value);
         let result = self.file.write_at(bytes, 0).and_then(|n| {
             if n != bytes.len() {
                 return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
@@ -281,36 +327,13 @@ impl OpenCgroup {
                 problem: crate::path::NameProblem::Slash,
             })?;
         let name = c_name(leaf)?;
-        // SAFETY: `self.fd` is open and `name` NUL-terminated; the descriptor is owned
-        // below.
-        let fd = unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        let dir = self.dir.join(leaf);
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) {
-                return Ok(None);
-            }
-            return Err(CgroupError::Io {
-                op: Op::Read,
-                path: dir,
-                value: None,
-                source: e,
-                vanished: false,
-            });
-        }
-        Ok(Some(OpenCgroup {
-            // SAFETY: fd is a fresh descriptor nobody else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            dir,
-            cgroup: child.clone(),
-            truncate: self.truncate,
-        }))
+        open_dir_at(
+            self.fd.as_raw_fd(),
+            &name,
+            self.dir.join(leaf),
+            child.clone(),
+            self.truncate,
+        )
     }
 
     fn error(&self, op: Op, file: &str, value: Option<&str>, source: io::Error) -> CgroupError {
@@ -334,11 +357,7 @@ impl OpenCgroup {
     /// As [`CgroupFs::write`], relative to the held directory.
     pub fn write(&self, file: &str, value: &str) -> Result<(), CgroupError> {
         let name = c_name(file)?;
-        let bytes: &[u8] = if value.is_empty() {
-            b"\n"
-        } else {
-            value.as_bytes()
-        };
+        let bytes = whole(value);
         openat(&self.fd, &name, libc::O_WRONLY | libc::O_TRUNC)
             .and_then(|mut f| f.write_all(bytes))
             .map_err(|e| self.error(Op::Write, file, Some(value), e))
@@ -424,33 +443,13 @@ impl CgroupFs {
             value: dir.display().to_string(),
             problem: crate::path::NameProblem::Nul,
         })?;
-        // SAFETY: a NUL-terminated path; the descriptor is owned below.
-        let fd = unsafe {
-            libc::open(
-                c_dir.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) {
-                return Ok(None);
-            }
-            return Err(CgroupError::Io {
-                op: Op::Read,
-                path: dir,
-                value: None,
-                source: e,
-                vanished: false,
-            });
-        }
-        Ok(Some(OpenCgroup {
-            // SAFETY: fd is a fresh descriptor nobody else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        open_dir_at(
+            libc::AT_FDCWD,
+            &c_dir,
             dir,
-            cgroup: cgroup.clone(),
-            truncate: !self.is_cgroup2,
-        }))
+            cgroup.clone(),
+            !self.is_cgroup2,
+        )
     }
 
     fn file(&self, cgroup: &CgroupPath, file: &str) -> Result<PathBuf, CgroupError> {
@@ -492,11 +491,7 @@ impl CgroupFs {
     /// and `cpuset.mems` is emptied (back to the parent's set) by writing "\n".
     pub fn write(&self, cgroup: &CgroupPath, file: &str, value: &str) -> Result<(), CgroupError> {
         let path = self.file(cgroup, file)?;
-        let bytes: &[u8] = if value.is_empty() {
-            b"\n"
-        } else {
-            value.as_bytes()
-        };
+        let bytes = whole(value);
         let result = OpenOptions::new()
             .write(true)
             .truncate(true)

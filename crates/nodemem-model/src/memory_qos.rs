@@ -157,22 +157,7 @@ pub fn plan_pods<'a>(
             continue;
         }
         let values = acc.add_pod(&PodMemoryProfile::of(&pod.spec));
-        planned.push(PodPlan {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            qos,
-            opted_out: false,
-            cgroup: values.pod,
-            containers: ordered_containers(&pod.spec)
-                .zip(values.containers)
-                .map(|(c, cgroup)| ContainerPlan {
-                    name: c.name.clone(),
-                    kind: c.kind,
-                    cgroup,
-                })
-                .collect(),
-        });
+        planned.push(pod_plan(pod, qos, false, values));
     }
     let level = acc.finish();
     NodePlan {
@@ -361,7 +346,16 @@ pub fn plan_rollback(pods: &[Pod]) -> NodePlan {
 /// A pod nodemem protects nothing of (opted out, refused, or Memory QoS off): only
 /// the informational memory.max.
 pub fn unprotected_pod_plan(pod: &Pod, qos: QosClass, opted_out: bool) -> PodPlan {
-    let values = unprotected_values(&PodMemoryProfile::of(&pod.spec));
+    pod_plan(
+        pod,
+        qos,
+        opted_out,
+        unprotected_values(&PodMemoryProfile::of(&pod.spec)),
+    )
+}
+
+/// A pod's plan from its values (containers in [`ordered_containers`] order).
+fn pod_plan(pod: &Pod, qos: QosClass, opted_out: bool, values: PodValues) -> PodPlan {
     PodPlan {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),

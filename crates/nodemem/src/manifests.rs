@@ -236,3 +236,21 @@ pub fn check_settings(doc: &Document) -> Result<(), CliError> {
     )
     .map(drop)
 }
+
+/// A document of kind `kind` as `T`; None (with the problems recorded) when it is of
+/// another kind or does not deserialize.
+pub fn typed_kind<T: DeserializeOwned + Serialize>(
+    doc: &Document,
+    kind: &str,
+    problems: &mut Vec<String>,
+) -> Option<T> {
+    if doc.kind() != Some(kind) {
+        problems.push(format!(
+            "{}: expected kind {kind}, found {}",
+            doc.origin,
+            doc.kind().unwrap_or("none")
+        ));
+        return None;
+    }
+    typed(doc).map_err(|e| problems.extend(e.problems)).ok()
+}

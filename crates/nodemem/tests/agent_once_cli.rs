@@ -424,6 +424,17 @@ fn a_static_policy_checks_its_saved_numa_state_against_the_node() {
     assert!(err.contains("this node cannot satisfy it: spec.memoryManager.reservedMemory[1].numaNode: NUMA node 3 does not exist on this node (NUMA nodes: 0, 1)"), "{err}");
 }
 
+/// Kills a child that is still running after `secs`, so a test that waits for its
+/// output fails (at EOF) rather than hangs.
+fn watchdog(child: &std::process::Child, secs: u64) {
+    let pid = child.id();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+        // SAFETY: kill(2) on a pid; harmless if the child has already been reaped.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+}
+
 /// `--follow`: a container cgroup that appears after the first pass gets its values at
 /// once (inotify), without another run.
 #[test]
@@ -465,6 +476,7 @@ fn follow_covers_a_cgroup_the_moment_it_appears() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    watchdog(&child, 60);
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     // The first pass prints its report, then that it follows the tree.
     let mut first = Vec::new();
@@ -557,6 +569,7 @@ fn the_agent_logs_json_and_keeps_trying_an_unreachable_apiserver() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    watchdog(&child, 60);
     let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let mut logs = Vec::new();
     for line in lines {

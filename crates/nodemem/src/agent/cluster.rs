@@ -22,20 +22,11 @@ use nodemem_model::policy::PolicySettings;
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::engine::{EngineConfig, NodeEngine};
+use super::engine::{EngineConfig, NodeEngine, Reach};
 use super::health::{verdict, Baseline};
 use super::index::{LastKnown, NodeIndex};
 use super::metrics::{self, Metrics, Trigger};
-use super::status::{differs, status, PassOutcome};
-
-/// What a pass covers: the whole node, the cgroups that just appeared, or the pods an
-/// event changed (with the node-level cgroups whose sums they are in).
-#[derive(Clone, Copy)]
-enum Reach<'a> {
-    Node,
-    Cgroups(&'a BTreeSet<String>),
-    Pods(&'a BTreeSet<String>),
-}
+use super::status::{condition, differs, status, PassOutcome};
 
 /// The field manager of everything the agent writes.
 pub const FIELD_MANAGER: &str = "nodemem-agent";
@@ -231,6 +222,8 @@ impl ClusterAgent {
         let mut relisting_pods: Option<BTreeSet<String>> = None;
         let mut last_status: Option<NodeMemoryConfigStatus> = None;
         let mut saved: Option<LastKnown> = None;
+        // The pods to compute, rebuilt only when the index changed.
+        let mut pods: Option<Vec<nodemem_model::node::NodePod>> = None;
         // Serve from the state before the first list (the apiserver may be away): the
         // last known config for the last known pods. Status waits for the apiserver.
         match engine
@@ -241,7 +234,8 @@ impl ClusterAgent {
                 index.restore(&last);
                 let pods = index.node_pods();
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
-                    match engine.enforce(&settings, index.allocatable(), &pods, false) {
+                    match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
+                    {
                         Ok((_, report)) => {
                             self.metrics.pass(Trigger::Start, 0.0);
                             info!(
@@ -349,20 +343,27 @@ impl ClusterAgent {
             };
             // New cgroups alone: only they are planned, read and written; one pod's
             // event: that pod and its parents.
-            let scope = (trigger == Trigger::Cgroup).then_some(&appeared);
-            let pods_scope = touched_pod.map(|uid| BTreeSet::from([uid]));
+            let touched: BTreeSet<String> = touched_pod.into_iter().collect();
+            let reach = match trigger {
+                Trigger::Cgroup => Reach::Cgroups(&appeared),
+                Trigger::Event if !touched.is_empty() => Reach::Pods(&touched),
+                _ => Reach::Node,
+            };
+            if changed || pods.is_none() {
+                pods = Some(index.node_pods());
+                for problem in index.pod_problems() {
+                    warn!(%problem, "pod skipped");
+                }
+            }
             let written = self
                 .pass(
                     &mut engine,
                     &index,
+                    pods.as_deref().unwrap_or_default(),
                     &configs,
                     last_status.as_ref(),
                     trigger,
-                    match (scope, &pods_scope) {
-                        (Some(paths), _) => Reach::Cgroups(paths),
-                        (None, Some(uids)) => Reach::Pods(uids),
-                        (None, None) => Reach::Node,
-                    },
+                    reach,
                 )
                 .await;
             if let Some(at) = reaction_since {
@@ -371,8 +372,13 @@ impl ClusterAgent {
             if let Some(s) = written {
                 last_status = Some(s);
             }
-            // Record what is enforced now, when it changed.
-            let now_known = index.last_known();
+            // Record what is enforced now, when the index changed (reactions and
+            // resyncs change nothing it holds).
+            let now_known = if changed {
+                index.last_known()
+            } else {
+                saved.clone()
+            };
             if now_known != saved {
                 let result = match &now_known {
                     Some(k) => engine.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
@@ -404,15 +410,15 @@ impl ClusterAgent {
                 if reported.as_ref() != Some(&key) {
                     let now = Time(k8s_openapi::jiff::Timestamp::now());
                     let message = format!("revision {} is not applied: {e}", config.spec.revision);
-                    let condition = |type_: &str, reason: &str| {
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-                            type_: type_.into(),
-                            status: "False".into(),
-                            reason: reason.into(),
-                            message: message.clone(),
-                            observed_generation: config.metadata.generation,
-                            last_transition_time: now.clone(),
-                        }
+                    let not = |type_: &str, reason: &str| {
+                        condition(
+                            type_,
+                            false,
+                            reason,
+                            message.clone(),
+                            config.metadata.generation,
+                            &now,
+                        )
                     };
                     let status = NodeMemoryConfigStatus {
                         observed_revision: config
@@ -420,9 +426,9 @@ impl ClusterAgent {
                             .as_ref()
                             .and_then(|s| s.observed_revision.clone()),
                         conditions: vec![
-                            condition("Applied", e.category.reason()),
-                            condition("Healthy", "NotApplied"),
-                            condition("KernelSupported", e.category.reason()),
+                            not("Applied", e.category.reason()),
+                            not("Healthy", "NotApplied"),
+                            not("KernelSupported", e.category.reason()),
                         ],
                         last_error: Some(e.to_string()),
                         ..NodeMemoryConfigStatus::default()
@@ -446,25 +452,18 @@ impl ClusterAgent {
 
     /// One enforcement pass and, when it changed, the status. Returns the status
     /// written.
+    #[allow(clippy::too_many_arguments)]
     async fn pass(
         &self,
         engine: &mut NodeEngine,
         index: &NodeIndex,
+        pods: &[nodemem_model::node::NodePod],
         configs: &Api<NodeMemoryConfig>,
         last: Option<&NodeMemoryConfigStatus>,
         trigger: Trigger,
         reach: Reach<'_>,
     ) -> Option<NodeMemoryConfigStatus> {
-        let (scope, pods_scope) = match reach {
-            Reach::Node => (None, None),
-            Reach::Cgroups(paths) => (Some(paths), None),
-            Reach::Pods(uids) => (None, Some(uids)),
-        };
         let started = std::time::Instant::now();
-        let pods = index.node_pods();
-        for problem in index.pod_problems() {
-            warn!(%problem, "pod skipped");
-        }
         let Some(config) = index.config() else {
             // No config (never created, or deleted): give back everything nodemem set.
             let off = PolicySettings {
@@ -474,7 +473,7 @@ impl ClusterAgent {
                 },
                 ..PolicySettings::default()
             };
-            match engine.enforce(&off, index.allocatable(), &pods, false) {
+            match engine.enforce(&off, index.allocatable(), pods, false, Reach::Node) {
                 Ok((_, report)) if report.applied.is_empty() => {}
                 Ok((_, report)) => info!(
                     restored = report.applied.len(),
@@ -498,13 +497,7 @@ impl ClusterAgent {
                 &now,
             ),
             Ok(settings) => {
-                let result = match pods_scope {
-                    Some(uids) => engine.enforce_pods(settings, index.allocatable(), &pods, uids),
-                    None => {
-                        engine.enforce_scoped(settings, index.allocatable(), &pods, false, scope)
-                    }
-                };
-                match result {
+                match engine.enforce(settings, index.allocatable(), pods, false, reach) {
                     Ok((desired, report)) => {
                         for f in &report.failed {
                             warn!(error = %f.error, "write failed");
@@ -547,7 +540,7 @@ impl ClusterAgent {
                         // other passes.
                         // Health reads every managed pod's signals: on whole-node
                         // passes only (resyncs, config changes), not on reactions.
-                        let health = (scope.is_none() && pods_scope.is_none()).then(|| {
+                        let health = matches!(reach, Reach::Node).then(|| {
                             let readings = engine.read_signals(
                                 desired
                                     .pods

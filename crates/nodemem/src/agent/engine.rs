@@ -139,8 +139,18 @@ pub fn kubelet_conflict(
 pub struct NodeEngine {
     kubelet_config: std::path::PathBuf,
     kubelet_config_dir: Option<std::path::PathBuf>,
+    /// The kubelet's settings, read on whole-node passes only (not on reactions).
+    kubelet: Option<nodemem_cgroup::discover::KubeletSettings>,
     /// What the last pass left to the kubelet.
     conflict: Option<KubeletConflict>,
+    /// The node facts discovery gave (allocatable memory is set per pass).
+    facts: NodeFacts,
+    /// The Memory Manager as the last pass left it, and the reservedMemory it was built
+    /// for: the state file is read once, then kept in memory.
+    manager: Option<(Vec<nodemem_model::policy::ReservedMemory>, MemoryManager)>,
+    /// What the state directory holds, so a pass that changed nothing writes nothing.
+    saved_owned: Ownership,
+    saved_manager: Option<MemoryManager>,
     /// Writes the kernel refused, retried with capped exponential backoff.
     backoff: nodemem_agent::WriteBackoff,
     started: std::time::Instant,
@@ -148,7 +158,6 @@ pub struct NodeEngine {
     discovery: Discovery,
     state: StateDir,
     owned: Ownership,
-    scope: Scope,
 }
 
 impl NodeEngine {
@@ -159,21 +168,35 @@ impl NodeEngine {
             .map_err(|e| EngineError::one(Category::Discovery, format!("discovery: {e}")))?;
         let state = StateDir::open(&config.state_dir)
             .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
-        let owned = state
+        let owned: Ownership = state
             .load(OWNERSHIP_FILE, OWNERSHIP_KIND)
             .map_err(|e| EngineError::one(Category::State, e.to_string()))?
             .unwrap_or_default();
+        let facts = NodeFacts {
+            memory: NodeMemoryFacts {
+                allocatable_memory: None,
+                page_size: discovery.page_size,
+                kernel_version: Some(discovery.kernel_version.clone()),
+            },
+            cgroup_driver: discovery.cgroup_driver,
+            topology: discovery.topology.clone(),
+            topology_scope: config.topology_scope,
+        };
         Ok(NodeEngine {
             kubelet_config: config.kubelet_config.clone(),
             kubelet_config_dir: config.kubelet_config_dir.clone(),
+            kubelet: None,
             conflict: None,
+            facts,
+            manager: None,
+            saved_owned: owned.clone(),
+            saved_manager: None,
             backoff: nodemem_agent::WriteBackoff::default(),
             started: std::time::Instant::now(),
             fs: CgroupFs::new(&config.roots.cgroup),
             discovery,
             state,
             owned,
-            scope: config.topology_scope,
         })
     }
 
@@ -228,73 +251,27 @@ impl NodeEngine {
         &self.state
     }
 
-    /// Computes the node and applies it (or, with `dry_run`, only plans). Settings the
-    /// node cannot carry out are refused before anything is written.
+    /// Computes the node and applies it (or, with `dry_run`, only plans) over `reach`.
+    /// Settings the node cannot carry out are refused before anything is written.
     pub fn enforce<'p>(
         &mut self,
         settings: &PolicySettings,
         allocatable: Option<i64>,
         pods: &'p [NodePod],
         dry_run: bool,
-    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
-        self.enforce_scoped(settings, allocatable, pods, dry_run, None)
-    }
-
-    /// [`NodeEngine::enforce`] writing only the cgroups in `scope` (the ones that just
-    /// appeared); the whole node is still computed, since that costs microseconds.
-    pub fn enforce_scoped<'p>(
-        &mut self,
-        settings: &PolicySettings,
-        allocatable: Option<i64>,
-        pods: &'p [NodePod],
-        dry_run: bool,
-        scope: Option<&std::collections::BTreeSet<String>>,
-    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
-        self.enforce_in(settings, allocatable, pods, dry_run, PassScope::from(scope))
-    }
-
-    /// [`NodeEngine::enforce`] for the pods with these UIDs (and the node-level cgroups
-    /// whose sums they change): a pod event plans, reads and writes that pod and its
-    /// parents only.
-    pub fn enforce_pods<'p>(
-        &mut self,
-        settings: &PolicySettings,
-        allocatable: Option<i64>,
-        pods: &'p [NodePod],
-        uids: &std::collections::BTreeSet<String>,
-    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
-        self.enforce_in(settings, allocatable, pods, false, PassScope::Pods(uids))
-    }
-
-    fn enforce_in<'p>(
-        &mut self,
-        settings: &PolicySettings,
-        allocatable: Option<i64>,
-        pods: &'p [NodePod],
-        dry_run: bool,
-        scope: PassScope<'_>,
+        reach: Reach<'_>,
     ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
         check_node_can_satisfy(settings, &self.discovery)?;
-        let d = &self.discovery;
-        let facts = NodeFacts {
-            memory: NodeMemoryFacts {
-                allocatable_memory: allocatable,
-                page_size: d.page_size,
-                kernel_version: Some(d.kernel_version.clone()),
-            },
-            cgroup_driver: d.cgroup_driver,
-            topology: d.topology.clone(),
-            topology_scope: self.scope,
-        };
+        self.facts.memory.allocatable_memory = allocatable;
         let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
         let saved = if static_policy {
-            self.load_memory_manager(settings, &facts)?
+            self.memory_manager(settings)?
         } else {
             None
         };
         let desired = desired_node(NodeInput {
             settings,
-            facts: &facts,
+            facts: &self.facts,
             pods,
             memory_manager: saved,
         })
@@ -305,54 +282,46 @@ impl NodeEngine {
                 .map(|p| format!("this node cannot satisfy it: {p}"))
                 .collect(),
         })?;
-        let kubelet = nodemem_cgroup::discover::kubelet_settings(
-            &self.kubelet_config,
-            self.kubelet_config_dir.as_deref(),
-        )
-        .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?;
-        self.conflict = kubelet_conflict(&kubelet, settings);
+        if self.kubelet.is_none() || matches!(reach, Reach::Node) {
+            self.kubelet = Some(
+                nodemem_cgroup::discover::kubelet_settings(
+                    &self.kubelet_config,
+                    self.kubelet_config_dir.as_deref(),
+                )
+                .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
+            );
+        }
+        self.conflict = self
+            .kubelet
+            .as_ref()
+            .and_then(|k| kubelet_conflict(k, settings));
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
-        let now = self.started.elapsed();
         let pod_scope;
-        let scope = match scope {
-            PassScope::All => None,
-            PassScope::Paths(p) => Some(p),
-            PassScope::Pods(uids) => {
-                let driver = desired.cgroup_driver;
-                let mut paths: std::collections::BTreeSet<String> = [
-                    nodemem_model::cgroup_layout::kubepods(driver),
-                    nodemem_model::cgroup_layout::qos_dir(
-                        driver,
-                        nodemem_model::qos::QosClass::Burstable,
-                    ),
-                    nodemem_model::cgroup_layout::qos_dir(
-                        driver,
-                        nodemem_model::qos::QosClass::BestEffort,
-                    ),
-                ]
-                .into_iter()
-                .map(str::to_string)
-                .collect();
-                for p in desired.pods.iter().filter(|p| uids.contains(p.uid)) {
-                    paths.insert(p.path.clone());
-                    paths.extend(p.containers.iter().filter_map(|c| c.path.clone()));
-                }
-                pod_scope = paths;
+        let scope = match reach {
+            Reach::Node => None,
+            Reach::Cgroups(paths) => Some(paths),
+            Reach::Pods(uids) => {
+                pod_scope = pods_reach(&desired, uids);
                 Some(&pod_scope)
             }
         };
+        let now = self.started.elapsed();
         let report = apply_scoped(
             &self.fs,
             &desired.cgroups(),
             &mut self.owned,
             ApplyOptions {
                 dry_run,
-                page_size: d.page_size,
+                page_size: self.facts.memory.page_size,
                 leave_alone,
             },
             Some((&mut self.backoff, now)),
             scope,
         );
+        self.manager = desired
+            .memory_manager
+            .clone()
+            .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
         if !dry_run {
             self.save_state(&desired, static_policy)?;
         }
@@ -360,29 +329,45 @@ impl NodeEngine {
         Ok((desired, report))
     }
 
+    /// Writes the records that changed (each write is an fsync).
     fn save_state(
-        &self,
+        &mut self,
         desired: &DesiredNode<'_>,
         static_policy: bool,
     ) -> Result<(), EngineError> {
         let err = |e: nodemem_agent::StateError| EngineError::one(Category::State, e.to_string());
-        self.state
-            .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
-            .map_err(err)?;
-        match (&desired.memory_manager, static_policy) {
-            (Some(manager), _) => numa_state::save(&self.state, manager).map_err(err),
-            (None, false) => numa_state::clear(&self.state).map_err(err),
-            (None, true) => Ok(()),
+        if self.owned != self.saved_owned {
+            self.state
+                .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
+                .map_err(err)?;
+            self.saved_owned = self.owned.clone();
         }
+        if desired.memory_manager != self.saved_manager {
+            match (&desired.memory_manager, static_policy) {
+                (Some(manager), _) => numa_state::save(&self.state, manager).map_err(err)?,
+                (None, false) => numa_state::clear(&self.state).map_err(err)?,
+                (None, true) => {}
+            }
+            self.saved_manager = desired.memory_manager.clone();
+        }
+        Ok(())
     }
 
-    /// The saved Memory Manager state, checked against this node's topology and the
-    /// settings' reservedMemory. A mismatch stops the pass: nothing is written.
-    fn load_memory_manager(
-        &self,
+    /// The Memory Manager to compute with: the one the last pass left when the
+    /// reservedMemory is the same, otherwise the saved state, checked against this
+    /// node's topology and the settings' reservedMemory (a mismatch stops the pass:
+    /// nothing is written).
+    fn memory_manager(
+        &mut self,
         settings: &PolicySettings,
-        facts: &NodeFacts,
     ) -> Result<Option<MemoryManager>, EngineError> {
+        let reserved = &settings.memory_manager.reserved_memory;
+        if let Some((for_reserved, m)) = &self.manager {
+            if for_reserved == reserved {
+                return Ok(Some(m.clone()));
+            }
+        }
+        let facts = &self.facts;
         let Some(topology) = &facts.topology else {
             return Ok(None);
         };
@@ -391,22 +376,43 @@ impl NodeEngine {
         else {
             return Ok(None);
         };
-        numa_state::load(&self.state, &fresh, facts.topology_scope)
-            .map_err(|e| EngineError::one(Category::State, e.to_string()))
+        let loaded = numa_state::load(&self.state, &fresh, facts.topology_scope)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+        self.saved_manager = loaded.clone();
+        Ok(loaded)
     }
 }
 
-/// What a pass writes.
-enum PassScope<'s> {
-    All,
-    Paths(&'s std::collections::BTreeSet<String>),
-    Pods(&'s std::collections::BTreeSet<String>),
+/// What a pass covers: the whole node, the cgroups that just appeared, or the pods an
+/// event changed (with the node-level cgroups their requests are summed into).
+#[derive(Clone, Copy, Debug)]
+pub enum Reach<'a> {
+    Node,
+    Cgroups(&'a std::collections::BTreeSet<String>),
+    Pods(&'a std::collections::BTreeSet<String>),
 }
 
-impl<'s> From<Option<&'s std::collections::BTreeSet<String>>> for PassScope<'s> {
-    fn from(s: Option<&'s std::collections::BTreeSet<String>>) -> Self {
-        s.map_or(PassScope::All, PassScope::Paths)
+/// The cgroups of these pods and the node-level cgroups above them.
+fn pods_reach(
+    desired: &DesiredNode<'_>,
+    uids: &std::collections::BTreeSet<String>,
+) -> std::collections::BTreeSet<String> {
+    use nodemem_model::cgroup_layout::{kubepods, qos_dir};
+    use nodemem_model::qos::QosClass;
+    let d = desired.cgroup_driver;
+    let mut paths: std::collections::BTreeSet<String> = [
+        kubepods(d),
+        qos_dir(d, QosClass::Burstable),
+        qos_dir(d, QosClass::BestEffort),
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    for p in desired.pods.iter().filter(|p| uids.contains(p.uid)) {
+        paths.insert(p.path.clone());
+        paths.extend(p.containers.iter().filter_map(|c| c.path.clone()));
     }
+    paths
 }
 
 /// Gives memory freed by a pass back to the kernel: the agent idles for minutes
@@ -445,6 +451,59 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
 mod tests {
     use super::*;
     use nodemem_cgroup::discover::KubeletSettings;
+
+    #[test]
+    fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {
+        use nodemem_model::cgroup_layout::{ContainerId, ContainerRuntime};
+        use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec};
+        let pod = |uid: &str| {
+            NodePod::new(
+                Pod {
+                    namespace: "ns".into(),
+                    name: uid.into(),
+                    uid: uid.into(),
+                    spec: PodSpec {
+                        containers: vec![Container {
+                            name: "c".into(),
+                            kind: ContainerKind::App,
+                            resources: Default::default(),
+                        }],
+                        ..PodSpec::default()
+                    },
+                },
+                [(
+                    "c".to_string(),
+                    ContainerId {
+                        runtime: ContainerRuntime::Containerd,
+                        id: format!("{uid}c"),
+                    },
+                )]
+                .into(),
+                false,
+            )
+        };
+        let pods = vec![pod("a"), pod("b")];
+        let facts = NodeFacts::default();
+        let desired = desired_node(NodeInput {
+            settings: &PolicySettings::default(),
+            facts: &facts,
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        let reach = pods_reach(&desired, &["b".to_string()].into());
+        let want: std::collections::BTreeSet<String> = [
+            "kubepods.slice",
+            "kubepods.slice/kubepods-burstable.slice",
+            "kubepods.slice/kubepods-besteffort.slice",
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podb.slice",
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podb.slice/cri-containerd-bc.scope",
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+        assert_eq!(reach, want);
+    }
 
     #[test]
     fn only_what_both_enforce_is_left_to_the_kubelet() {

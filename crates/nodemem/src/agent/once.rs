@@ -18,11 +18,11 @@ use nodemem_model::node::{DesiredNode, NodePod};
 use nodemem_model::policy::PolicySettings;
 use nodemem_model::Warning;
 
-use super::engine::{Category, EngineConfig, EngineError, NodeEngine};
+use super::engine::{Category, EngineConfig, EngineError, NodeEngine, Reach};
 use super::output::{render, OnceOutput};
 use super::{AgentArgs, DriverArg};
 use crate::error::CliError;
-use crate::manifests::{check_settings, read_documents, typed, Document};
+use crate::manifests::{check_settings, read_documents, typed, typed_kind, Document};
 use crate::Outcome;
 
 /// Exit code of a run where some writes failed.
@@ -51,6 +51,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             inputs.allocatable,
             &inputs.pods,
             args.dry_run,
+            Reach::Node,
         )
         .map_err(|e| match e.category {
             Category::Unsatisfiable => CliError::many(
@@ -106,6 +107,7 @@ fn follow(
         inputs.allocatable,
         &inputs.pods,
         args.dry_run,
+        Reach::Node,
     );
     {
         let mut out = std::io::stdout();
@@ -133,12 +135,12 @@ fn follow(
             continue;
         }
         let appeared: Vec<String> = scope.iter().cloned().collect();
-        let line = match engine.enforce_scoped(
+        let line = match engine.enforce(
             &inputs.settings,
             inputs.allocatable,
             &inputs.pods,
             args.dry_run,
-            Some(&scope),
+            Reach::Cgroups(&scope),
         ) {
             Ok((_, report)) => format!(
                 "reacted to {}: wrote {} file(s), {} failed",
@@ -274,20 +276,8 @@ fn one_of<'a>(
 fn read_pods(docs: &[Document], node_name: &str, problems: &mut Vec<String>) -> Vec<NodePod> {
     let mut out = Vec::new();
     for doc in docs {
-        if doc.kind() != Some("Pod") {
-            problems.push(format!(
-                "{}: expected kind Pod, found {}",
-                doc.origin,
-                doc.kind().unwrap_or("none")
-            ));
+        let Some(pod) = typed_kind::<core::Pod>(doc, "Pod", problems) else {
             continue;
-        }
-        let pod: core::Pod = match typed(doc) {
-            Ok(p) => p,
-            Err(e) => {
-                problems.extend(e.problems);
-                continue;
-            }
         };
         let at = format!("{}: {}", doc.origin, doc.describe());
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());

@@ -28,7 +28,7 @@ pub enum PassOutcome<'a, 'p> {
     Failed(&'a EngineError),
 }
 
-fn condition(
+pub(super) fn condition(
     type_: &str,
     ok: bool,
     reason: &str,

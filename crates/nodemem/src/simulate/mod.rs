@@ -20,7 +20,7 @@ use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 use nodemem_model::Warning;
 
 use crate::error::CliError;
-use crate::manifests::{check_settings, read_documents, typed, Document};
+use crate::manifests::{check_settings, read_documents, typed, typed_kind, Document};
 
 pub use numa::{parse_topology, read_topology, ScopeArg};
 pub use output::{render_json, render_table, SimulateOutput};
@@ -268,20 +268,8 @@ fn read_node(
 fn read_pods(docs: &[Document], problems: &mut Vec<String>) -> Vec<NodePod> {
     let mut pods = Vec::new();
     for doc in docs {
-        if doc.kind() != Some("Pod") {
-            problems.push(format!(
-                "{}: expected kind Pod, found {}",
-                doc.origin,
-                doc.kind().unwrap_or("none")
-            ));
+        let Some(k8s_pod) = typed_kind::<core::Pod>(doc, "Pod", problems) else {
             continue;
-        }
-        let k8s_pod: core::Pod = match typed(doc) {
-            Ok(p) => p,
-            Err(e) => {
-                problems.extend(e.problems);
-                continue;
-            }
         };
         match node_pod_from_k8s(&k8s_pod, false) {
             Ok(pod) => pods.push(pod),

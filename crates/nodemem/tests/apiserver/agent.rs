@@ -25,7 +25,7 @@ use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
 use crate::authority::apply_manifest;
-use crate::common::{admin, cluster};
+use crate::common::{admin, cluster, create_pod};
 
 const NODE: &str = "agent-node-1";
 const NS: &str = "agent-pods";
@@ -237,11 +237,10 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     set_config(&client, "rev-1", tiered.clone()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pod = |name: &str, resources: Value| {
-        serde_json::from_value::<Pod>(json!({
+        json!({
             "metadata": {"name": name},
             "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x", "resources": resources}]},
-        }))
-        .unwrap()
+        })
     };
     for (name, resources) in [
         (
@@ -254,22 +253,7 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
         ),
         ("besteffort", json!({})),
     ] {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match pods
-                .create(&PostParams::default(), &pod(name, resources.clone()))
-                .await
-            {
-                Ok(_) => break,
-                // The namespace's default ServiceAccount comes a moment later.
-                Err(kube::Error::Api(s))
-                    if s.message.contains("serviceaccount") && Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(200)).await
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
+        create_pod(&pods, pod(name, resources.clone())).await;
     }
 
     // The agent: the real binary, with its node's token.
@@ -741,24 +725,12 @@ async fn a_pod_the_memory_manager_refuses_gets_an_event() {
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS3);
     for (name, memory) in [("fits", "128Mi"), ("too-big", "600Mi")] {
-        let pod: Pod = serde_json::from_value(json!({
+        let pod = json!({
             "metadata": {"name": name},
             "spec": {"nodeName": NODE3, "containers": [{"name": "db", "image": "x",
                 "resources": {"requests": {"cpu": "1", "memory": memory}, "limits": {"cpu": "1", "memory": memory}}}]},
-        }))
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match pods.create(&PostParams::default(), &pod).await {
-                Ok(_) => break,
-                Err(kube::Error::Api(s))
-                    if s.message.contains("serviceaccount") && Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(200)).await
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
+        });
+        create_pod(&pods, pod).await;
     }
     let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE3.into())).await.unwrap();
     let agent = spawn_agent(NODE3, tree.root(), dir.path(), &kubeconfig, "agent.log");

@@ -17,7 +17,7 @@ use nodemem_testkit::kubelet::{container_id, FakeKubelet};
 use nodemem_testkit::nodes::SimNode;
 use serde_json::json;
 
-use crate::common::{admin, cluster};
+use crate::common::{admin, cluster, create_pod};
 
 const NS: &str = "fake-kubelet";
 
@@ -29,24 +29,6 @@ async fn namespace(client: &Client) {
     )
     .await
     .unwrap();
-}
-
-/// Creates a pod, retrying while the namespace's default ServiceAccount is not there
-/// yet (the controller-manager creates it just after the namespace).
-async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
-    let pod: Pod = serde_json::from_value(pod).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match api.create(&PostParams::default(), &pod).await {
-            Ok(p) => return p,
-            Err(kube::Error::Api(s))
-                if s.message.contains("serviceaccount") && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("create pod: {e}"),
-        }
-    }
 }
 
 async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
