@@ -258,41 +258,9 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
 
     // The agent: the real binary, with its node's token.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
-    std::fs::write(
-        dir.path().join("proc/sys/kernel/osrelease"),
-        "6.1.0-56-amd64\n",
-    )
-    .unwrap();
     let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE.into())).await.unwrap();
     let spawn = |kubeconfig: &std::path::Path, log: &str| {
-        let log = dir.path().join(log);
-        AgentProcess {
-            child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
-                .args([
-                    "agent",
-                    "--node-name",
-                    NODE,
-                    "--resync-seconds",
-                    "2",
-                    "--metrics-addr",
-                    "127.0.0.1:0",
-                ])
-                .arg("--cgroup-root")
-                .arg(tree.root())
-                .arg("--sys-root")
-                .arg(dir.path().join("sys"))
-                .arg("--proc-root")
-                .arg(dir.path().join("proc"))
-                .arg("--state-dir")
-                .arg(dir.path().join("state"))
-                .env("KUBECONFIG", kubeconfig)
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("start the agent"),
-            log,
-        }
+        spawn_agent(NODE, tree.root(), dir.path(), kubeconfig, log)
     };
     let mut agent = spawn(&kubeconfig, "agent.log");
 
