@@ -133,10 +133,6 @@ impl NodeIndex {
         }
     }
 
-    pub fn node_name(&self) -> &str {
-        &self.node_name
-    }
-
     pub fn config(&self) -> Option<&IndexedConfig> {
         self.config.as_ref()
     }

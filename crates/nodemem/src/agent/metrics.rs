@@ -262,10 +262,6 @@ impl Metrics {
         }
     }
 
-    pub fn mark_ready(&self) {
-        self.ready.store(true, Ordering::Relaxed);
-    }
-
     pub fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
