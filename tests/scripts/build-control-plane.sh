@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and etcd from their Go modules with the
+# Builds kube-apiserver, kube-controller-manager, kubelet (its configuration validation
+# checks the drop-ins nodemem renders), kubectl and etcd from their Go modules with the
 # machine's Go, into a cache outside the repository keyed by version. A warm cache returns at once.
 #
 # Why a throwaway module: k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them
@@ -16,8 +17,11 @@ CACHE="${NODEMEM_CACHE:-$HOME/.cache/nodemem}"
 BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 JOBS="${NODEMEM_GO_JOBS:-2}"
 
+K8S_COMMANDS=(kube-apiserver kube-controller-manager kubelet kubectl)
+
 have_all() {
-  [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" && -x "$BIN/etcd" ]]
+  local c
+  for c in "${K8S_COMMANDS[@]}" etcd; do [[ -x "$BIN/$c" ]] || return 1; done
 }
 if have_all; then
   echo "$BIN"
@@ -55,11 +59,14 @@ build_to() {
   GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@"
 }
 
+# Builds the Kubernetes commands not in $BIN yet (one module: they share the build cache).
 build_k8s() {
-  local apiserver=k8s.io/kubernetes/cmd/kube-apiserver
-  local kcm=k8s.io/kubernetes/cmd/kube-controller-manager
-  echo ">> building kube-apiserver and kube-controller-manager $K8S_VERSION (staging $staging_version)" >&2
-  new_module controlplane "$apiserver" "$kcm"
+  local c packages=()
+  for c in "${K8S_COMMANDS[@]}"; do
+    [[ -x "$BIN/$c" ]] || packages+=("k8s.io/kubernetes/cmd/$c")
+  done
+  echo ">> building ${packages[*]##*/} $K8S_VERSION (staging $staging_version)" >&2
+  new_module controlplane "${packages[@]}"
   # The staging modules are the k8s.io/<name> requirements at v0.0.0 in the upstream go.mod.
   go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
   local upstream_mod
@@ -74,7 +81,7 @@ build_k8s() {
     for m in $staging; do echo "  $m => $m $staging_version"; done
     echo ")"
   } >>go.mod
-  build_to "$BIN/" "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION" "$apiserver" "$kcm"
+  build_to "$BIN/" "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION" "${packages[@]}"
 }
 
 build_etcd() {
@@ -86,6 +93,6 @@ build_etcd() {
 }
 
 [[ -x "$BIN/etcd" ]] || build_etcd
-[[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" ]] || build_k8s
+have_all || build_k8s
 have_all || { echo "error: control plane build did not produce all binaries in $BIN" >&2; exit 1; }
 echo "$BIN"

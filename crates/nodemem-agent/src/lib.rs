@@ -6,12 +6,15 @@
 //! * [`execute`]: reading what the plan needs and performing its writes.
 //! * [`apply`]: one pass over a node: observe, plan, execute, update ownership.
 //! * [`state`]: the state directory (atomic, versioned, checksummed records).
+//! * [`kubelet`]: the kubelet's configuration, nodemem's drop-in for it, its Memory
+//!   Manager state file and its start time.
 //! * [`numa_state`]: the Memory Manager's state in that directory, checked against the
 //!   node at start.
 
 pub mod apply;
 pub mod backoff;
 pub mod execute;
+pub mod kubelet;
 pub mod numa_state;
 pub mod plan;
 pub mod state;

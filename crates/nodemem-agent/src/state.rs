@@ -129,23 +129,7 @@ impl StateDir {
         };
         let mut bytes = serde_json::to_vec_pretty(&envelope).expect("an envelope serializes");
         bytes.push(b'\n');
-        let tmp = self.path(&format!(".{name}.tmp"));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io(&tmp))?;
-        file.write_all(&bytes).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        drop(file);
-        fs::rename(&tmp, &path).map_err(io(&path))?;
-        // The rename is durable once the directory is.
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&self.dir))?;
-        Ok(())
+        write_atomically(&path, &bytes, 0o600).map_err(io(&path))
     }
 
     /// Removes a record (absent is fine).
@@ -228,4 +212,24 @@ mod tests {
         let empty = load("");
         assert!(empty.contains("corrupt state record"), "{empty}");
     }
+}
+
+/// Replaces `path` with `bytes` atomically and durably: a temporary file beside it,
+/// fsync, rename, fsync of the directory. A reader sees the old file or the new one.
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    // The rename is durable once the directory is.
+    File::open(dir).and_then(|d| d.sync_all())
 }

@@ -96,39 +96,3 @@ fn cgroupfs_driver_override_and_refusals() {
         "{bad}"
     );
 }
-
-#[test]
-fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
-    use nodemem_cgroup::discover::kubelet_settings;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    assert_eq!(
-        kubelet_settings(&config, None).unwrap(),
-        Default::default(),
-        "no file: nothing known"
-    );
-    write(
-        &config,
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\ncgroupDriver: systemd\n",
-    );
-    let s = kubelet_settings(&config, None).unwrap();
-    assert!(s.memory_qos && !s.static_memory_manager);
-    // A drop-in turns the gate off again and sets the Static memory manager.
-    let dropins = dir.path().join("conf.d");
-    write(
-        &dropins.join("50-memory.conf"),
-        "memoryManagerPolicy: Static\nfeatureGates: {MemoryQoS: false}\n",
-    );
-    write(&dropins.join("README"), "ignored: not a .conf file\n");
-    let s = kubelet_settings(&config, Some(&dropins)).unwrap();
-    assert!(!s.memory_qos && s.static_memory_manager);
-    assert_eq!(s.sources.len(), 2);
-    write(&dropins.join("60-bad.conf"), "featureGates: [MemoryQoS]\n");
-    let err = kubelet_settings(&config, Some(&dropins))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("60-bad.conf: not a KubeletConfiguration: featureGates: invalid type"),
-        "{err}"
-    );
-}

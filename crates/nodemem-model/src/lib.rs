@@ -16,6 +16,7 @@ pub mod cgroup_layout;
 pub mod defaulting;
 pub mod factor;
 pub mod kernel;
+pub mod kubelet_dropin;
 pub mod memory_qos;
 pub mod node;
 pub mod numa;

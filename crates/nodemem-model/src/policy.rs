@@ -188,6 +188,13 @@ fn check_sum_rule(
     reserved: &NodeReserved,
     problems: &mut Vec<Problem>,
 ) {
+    if let Some(message) = sum_rule_problem(mm, reserved) {
+        problems.push(Problem::new("spec.memoryManager.reservedMemory", message));
+    }
+}
+
+/// The sum rule's complaint, if `reservedMemory` breaks it for these reservations.
+pub fn sum_rule_problem(mm: &MemoryManagerSettings, reserved: &NodeReserved) -> Option<String> {
     let sum: i64 = mm
         .reserved_memory
         .iter()
@@ -200,25 +207,23 @@ fn check_sum_rule(
         .eviction_hard
         .map_or(DEFAULT_EVICTION_HARD_MEMORY, |q| q.value());
     let expected = kube.saturating_add(system).saturating_add(eviction);
-    if sum != expected {
-        let eviction_note = if reserved.eviction_hard.is_none() {
-            " (kubelet default)"
-        } else {
-            ""
-        };
-        problems.push(Problem::new(
-            "spec.memoryManager.reservedMemory",
-            format!(
-                "reserved memory of type memory sums to {} over NUMA nodes but must equal kubeReserved + systemReserved + evictionHard = {} + {} + {}{} = {}",
-                format_bytes(sum),
-                format_bytes(kube),
-                format_bytes(system),
-                format_bytes(eviction),
-                eviction_note,
-                format_bytes(expected)
-            ),
-        ));
+    if sum == expected {
+        return None;
     }
+    let eviction_note = if reserved.eviction_hard.is_none() {
+        " (kubelet default)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "reserved memory of type memory sums to {} over NUMA nodes but must equal kubeReserved + systemReserved + evictionHard = {} + {} + {}{} = {}",
+        format_bytes(sum),
+        format_bytes(kube),
+        format_bytes(system),
+        format_bytes(eviction),
+        eviction_note,
+        format_bytes(expected)
+    ))
 }
 
 #[cfg(test)]

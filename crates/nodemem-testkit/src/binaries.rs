@@ -13,6 +13,10 @@ pub struct Binaries {
     pub etcd: PathBuf,
     pub kube_apiserver: PathBuf,
     pub kube_controller_manager: PathBuf,
+    /// Its configuration validation checks the kubelet drop-ins nodemem renders.
+    pub kubelet: PathBuf,
+    /// What users type; tests run it where a user would.
+    pub kubectl: PathBuf,
 }
 
 /// The repository root (this crate lives in `crates/nodemem-testkit`).
@@ -55,8 +59,16 @@ fn locate() -> Result<Binaries, Error> {
         etcd: dir.join("etcd"),
         kube_apiserver: dir.join("kube-apiserver"),
         kube_controller_manager: dir.join("kube-controller-manager"),
+        kubelet: dir.join("kubelet"),
+        kubectl: dir.join("kubectl"),
     };
-    for p in [&b.etcd, &b.kube_apiserver, &b.kube_controller_manager] {
+    for p in [
+        &b.etcd,
+        &b.kube_apiserver,
+        &b.kube_controller_manager,
+        &b.kubelet,
+        &b.kubectl,
+    ] {
         if !p.is_file() {
             return Err(Error::Setup(format!(
                 "{} is missing; run tests/scripts/build-control-plane.sh",

@@ -18,13 +18,13 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
 use nodemem_model::node::Admission;
-use nodemem_model::policy::PolicySettings;
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::engine::{EngineConfig, NodeEngine, Reach};
+use super::engine::{cgroup_settings, off, EngineConfig, NodeEngine, Reach};
 use super::health::{verdict, Baseline};
 use super::index::{LastKnown, NodeIndex};
+use super::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use super::metrics::{self, Metrics, Trigger};
 use super::status::{condition, differs, status, PassOutcome};
 
@@ -37,6 +37,8 @@ const LAST_KNOWN_KIND: &str = "last-known";
 pub struct ClusterAgent {
     pub node_name: String,
     pub engine: EngineConfig,
+    /// Where `enforcement: Kubelet` writes, and how it restarts the kubelet.
+    pub kubelet: KubeletModeConfig,
     pub resync: Duration,
     /// Set once the client exists.
     pub recorder: Option<Recorder>,
@@ -50,10 +52,16 @@ pub struct ClusterAgent {
 }
 
 impl ClusterAgent {
-    pub fn new(node_name: String, engine: EngineConfig, resync: Duration) -> Self {
+    pub fn new(
+        node_name: String,
+        engine: EngineConfig,
+        kubelet: KubeletModeConfig,
+        resync: Duration,
+    ) -> Self {
         ClusterAgent {
             node_name,
             engine,
+            kubelet,
             resync,
             recorder: None,
             told_refused: Default::default(),
@@ -178,6 +186,7 @@ impl ClusterAgent {
         }
         let node = &self.node_name;
         let mut engine = self.open_engine(&client).await;
+        let mut kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
         let config_events =
@@ -234,6 +243,8 @@ impl ClusterAgent {
                 index.restore(&last);
                 let pods = index.node_pods();
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
+                    // Under enforcement: Kubelet the drop-in is on disk already.
+                    let settings = cgroup_settings(&settings);
                     match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
                     {
                         Ok((_, report)) => {
@@ -358,6 +369,7 @@ impl ClusterAgent {
             let written = self
                 .pass(
                     &mut engine,
+                    &mut kubelet,
                     &index,
                     pods.as_deref().unwrap_or_default(),
                     &configs,
@@ -456,6 +468,7 @@ impl ClusterAgent {
     async fn pass(
         &self,
         engine: &mut NodeEngine,
+        kubelet: &mut KubeletMode,
         index: &NodeIndex,
         pods: &[nodemem_model::node::NodePod],
         configs: &Api<NodeMemoryConfig>,
@@ -465,15 +478,15 @@ impl ClusterAgent {
     ) -> Option<NodeMemoryConfigStatus> {
         let started = std::time::Instant::now();
         let Some(config) = index.config() else {
-            // No config (never created, or deleted): give back everything nodemem set.
-            let off = PolicySettings {
-                memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
-                    enabled: false,
-                    ..Default::default()
-                },
-                ..PolicySettings::default()
-            };
-            match engine.enforce(&off, index.allocatable(), pods, false, Reach::Node) {
+            // No config (never created, or deleted): give back everything nodemem set,
+            // in the cgroups and in the kubelet's configuration.
+            if let Some(outcome) = kubelet.leave(engine.state()).await {
+                info!(
+                    ?outcome,
+                    "no NodeMemoryConfig: the kubelet drop-in is removed"
+                );
+            }
+            match engine.enforce(&off(), index.allocatable(), pods, false, Reach::Node) {
                 Ok((_, report)) if report.applied.is_empty() => {}
                 Ok((_, report)) => info!(
                     restored = report.applied.len(),
@@ -497,7 +510,45 @@ impl ClusterAgent {
                 &now,
             ),
             Ok(settings) => {
-                match engine.enforce(settings, index.allocatable(), pods, false, reach) {
+                let kubelet_mode =
+                    settings.enforcement == nodemem_model::policy::Enforcement::Kubelet;
+                let kubelet_outcome = if kubelet_mode {
+                    let owner = nodemem_model::kubelet_dropin::DropInOwner {
+                        node: &config.name,
+                        revision: &config.revision,
+                    };
+                    Some(
+                        kubelet
+                            .enforce(settings, index.kubelet_version(), owner, engine.state())
+                            .await,
+                    )
+                } else {
+                    // Leaving Kubelet mode; once the kubelet runs without the drop-in
+                    // there is nothing to report.
+                    kubelet
+                        .leave(engine.state())
+                        .await
+                        .filter(|o| !matches!(o, KubeletOutcome::Configured { .. }))
+                };
+                let applied = engine
+                    .enforce(
+                        &cgroup_settings(settings),
+                        index.allocatable(),
+                        pods,
+                        false,
+                        reach,
+                    )
+                    .and_then(|(desired, report)| {
+                        // Under Kubelet mode status reports what the kubelet is asked
+                        // to do, not the nothing the agent writes.
+                        let desired = if kubelet_mode {
+                            engine.predict(settings, index.allocatable(), pods)?
+                        } else {
+                            desired
+                        };
+                        Ok((desired, report))
+                    });
+                match applied {
                     Ok((desired, report)) => {
                         for f in &report.failed {
                             warn!(error = %f.error, "write failed");
@@ -583,6 +634,7 @@ impl ClusterAgent {
                                 desired: &desired,
                                 report: &report,
                                 conflict: conflict.as_ref(),
+                                kubelet: kubelet_outcome.as_ref(),
                             },
                             health.as_ref(),
                             &discovery,

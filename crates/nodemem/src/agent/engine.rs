@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use nodemem_agent::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
 use nodemem_agent::numa_state;
 use nodemem_agent::state::StateDir;
 use nodemem_agent::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
@@ -74,8 +75,7 @@ pub struct EngineConfig {
     pub state_dir: std::path::PathBuf,
     pub topology_scope: Scope,
     /// The kubelet's configuration file (read-only host mount) and drop-in directory.
-    pub kubelet_config: std::path::PathBuf,
-    pub kubelet_config_dir: Option<std::path::PathBuf>,
+    pub kubelet: KubeletFiles,
 }
 
 /// The node's kubelet enforces some of what nodemem would write; under
@@ -93,14 +93,14 @@ const ALL_FILES: &[&str] = &["memory.min", "memory.low", "memory.high", "cpuset.
 
 /// What to leave to the kubelet, from its settings and what nodemem is asked to do.
 pub fn kubelet_conflict(
-    kubelet: &nodemem_cgroup::discover::KubeletSettings,
+    kubelet: &KubeletSettings,
     settings: &PolicySettings,
 ) -> Option<KubeletConflict> {
     if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
         return None;
     }
     let qos = kubelet.memory_qos && settings.memory_qos.enabled;
-    let mm = kubelet.static_memory_manager
+    let mm = kubelet.static_memory_manager()
         && settings.memory_manager.policy == MemoryManagerPolicy::Static;
     let sources: Vec<String> = kubelet
         .sources
@@ -137,10 +137,9 @@ pub fn kubelet_conflict(
 }
 
 pub struct NodeEngine {
-    kubelet_config: std::path::PathBuf,
-    kubelet_config_dir: Option<std::path::PathBuf>,
+    kubelet_files: KubeletFiles,
     /// The kubelet's settings, read on whole-node passes only (not on reactions).
-    kubelet: Option<nodemem_cgroup::discover::KubeletSettings>,
+    kubelet: Option<KubeletSettings>,
     /// What the last pass left to the kubelet.
     conflict: Option<KubeletConflict>,
     /// The node facts discovery gave (allocatable memory is set per pass).
@@ -183,8 +182,7 @@ impl NodeEngine {
             topology_scope: config.topology_scope,
         };
         Ok(NodeEngine {
-            kubelet_config: config.kubelet_config.clone(),
-            kubelet_config_dir: config.kubelet_config_dir.clone(),
+            kubelet_files: config.kubelet.clone(),
             kubelet: None,
             conflict: None,
             facts,
@@ -284,11 +282,9 @@ impl NodeEngine {
         })?;
         if self.kubelet.is_none() || matches!(reach, Reach::Node) {
             self.kubelet = Some(
-                nodemem_cgroup::discover::kubelet_settings(
-                    &self.kubelet_config,
-                    self.kubelet_config_dir.as_deref(),
-                )
-                .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
+                self.kubelet_files
+                    .read(OwnDropIn::OnDisk)
+                    .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
             );
         }
         self.conflict = self
@@ -327,6 +323,31 @@ impl NodeEngine {
         }
         release_free_memory();
         Ok((desired, report))
+    }
+
+    /// What the node computation says for `settings`, without applying anything: under
+    /// `enforcement: Kubelet` the kubelet applies it, and status still reports the
+    /// totals and pods it covers.
+    pub fn predict<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+    ) -> Result<DesiredNode<'p>, EngineError> {
+        self.facts.memory.allocatable_memory = allocatable;
+        desired_node(NodeInput {
+            settings,
+            facts: &self.facts,
+            pods,
+            memory_manager: None,
+        })
+        .map_err(|NodeError::ReservedMemory(problems)| EngineError {
+            category: Category::Unsatisfiable,
+            problems: problems
+                .iter()
+                .map(|p| format!("this node cannot satisfy it: {p}"))
+                .collect(),
+        })
     }
 
     /// Writes the records that changed (each write is an fsync).
@@ -380,6 +401,27 @@ impl NodeEngine {
             .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
         self.saved_manager = loaded.clone();
         Ok(loaded)
+    }
+}
+
+/// The settings the agent writes into cgroups for `settings`: under `enforcement:
+/// Kubelet` none of its own (what it set before is given back; the kubelet enforces).
+pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, PolicySettings> {
+    if settings.enforcement == nodemem_model::policy::Enforcement::Kubelet {
+        std::borrow::Cow::Owned(off())
+    } else {
+        std::borrow::Cow::Borrowed(settings)
+    }
+}
+
+/// Settings that give back everything nodemem set.
+pub fn off() -> PolicySettings {
+    PolicySettings {
+        memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
+            enabled: false,
+            ..Default::default()
+        },
+        ..PolicySettings::default()
     }
 }
 
@@ -450,7 +492,6 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_cgroup::discover::KubeletSettings;
 
     #[test]
     fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {
@@ -509,8 +550,8 @@ mod tests {
     fn only_what_both_enforce_is_left_to_the_kubelet() {
         let mut kubelet = KubeletSettings {
             memory_qos: true,
-            static_memory_manager: false,
             sources: vec!["/var/lib/kubelet/config.yaml".into()],
+            ..KubeletSettings::default()
         };
         let mut settings = PolicySettings::default();
         let c = kubelet_conflict(&kubelet, &settings).unwrap();
@@ -522,7 +563,7 @@ mod tests {
             None,
             "nodemem does not do Memory QoS here"
         );
-        kubelet.static_memory_manager = true;
+        kubelet.memory_manager_policy = Some("Static".into());
         settings.memory_manager.policy = MemoryManagerPolicy::Static;
         assert_eq!(
             kubelet_conflict(&kubelet, &settings).unwrap().files,

@@ -112,6 +112,8 @@ pub struct NodeIndex {
     node_name: String,
     config: Option<IndexedConfig>,
     allocatable: Option<i64>,
+    /// `status.nodeInfo.kubeletVersion`: what a Kubelet-mode drop-in may contain.
+    kubelet_version: Option<String>,
     pods: BTreeMap<String, IndexedPod>,
     opted_out_namespaces: BTreeSet<String>,
     /// Pods whose conversion failed, for reporting.
@@ -141,6 +143,10 @@ impl NodeIndex {
         self.allocatable
     }
 
+    pub fn kubelet_version(&self) -> Option<&str> {
+        self.kubelet_version.as_deref()
+    }
+
     /// The config was created or changed; true when its settings or revision changed.
     pub fn apply_config(&mut self, config: &NodeMemoryConfig) -> bool {
         if config.metadata.name.as_deref() != Some(self.node_name.as_str()) {
@@ -165,14 +171,21 @@ impl NodeIndex {
         self.config.take().is_some()
     }
 
-    /// The Node changed; true when its allocatable memory did.
+    /// The Node changed; true when its allocatable memory or kubelet version did.
     pub fn apply_node(&mut self, node: &core::Node) -> bool {
         if node.metadata.name.as_deref() != Some(self.node_name.as_str()) {
             return false;
         }
         let allocatable = node_allocatable_memory(node).ok().flatten();
-        let changed = allocatable != self.allocatable;
+        let kubelet_version = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.kubelet_version.clone())
+            .filter(|v| !v.is_empty());
+        let changed = allocatable != self.allocatable || kubelet_version != self.kubelet_version;
         self.allocatable = allocatable;
+        self.kubelet_version = kubelet_version;
         changed
     }
 
@@ -429,6 +442,17 @@ mod tests {
         assert!(index.apply_node(&node));
         assert!(!index.apply_node(&node));
         assert_eq!(index.allocatable(), Some(8 << 30));
+        assert_eq!(index.kubelet_version(), None);
+        let upgraded: core::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"}, "status": {"allocatable": {"memory": "8Gi"},
+            "nodeInfo": {"kubeletVersion": "v1.36.3", "architecture": "", "bootID": "", "containerRuntimeVersion": "",
+                "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "", "osImage": "", "systemUUID": ""}}}))
+        .unwrap();
+        assert!(
+            index.apply_node(&upgraded),
+            "a kubelet upgrade changes what may be rendered"
+        );
+        assert_eq!(index.kubelet_version(), Some("v1.36.3"));
 
         index.apply_pod(&pod("a", "uid-1", "n1", "64Mi", None));
         let labels =

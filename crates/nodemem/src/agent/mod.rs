@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod engine;
 pub mod health;
 pub mod index;
+pub mod kubelet_mode;
 pub mod metrics;
 pub mod once;
 mod output;
@@ -89,9 +90,26 @@ pub struct AgentArgs {
     /// itself are left to it.
     #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
     pub kubelet_config: PathBuf,
-    /// The kubelet's --config-dir, whose *.conf drop-ins override the file.
+    /// The kubelet's --config-dir, whose *.conf drop-ins override the file. Under
+    /// enforcement: Kubelet the agent writes its drop-in (99-nodemem.conf) here, so
+    /// this mount must be writable then.
     #[arg(long)]
     pub kubelet_config_dir: Option<PathBuf>,
+    /// The kubelet's Memory Manager state file, removed before a change of its
+    /// memoryManagerPolicy or reservedMemory (the kubelet refuses to start on it).
+    #[arg(long, default_value = "/var/lib/kubelet/memory_manager_state")]
+    pub kubelet_memory_manager_state: PathBuf,
+    /// Restarts the kubelet after its drop-in changed, run with `sh -c` (for example
+    /// `nsenter -t 1 -m -- systemctl restart kubelet`). Without it the config reports
+    /// KubeletRestartRequired until the kubelet is seen to restart.
+    #[arg(long)]
+    pub kubelet_restart_command: Option<String>,
+    /// Answers 200 once the restarted kubelet is back (plain http).
+    #[arg(long, default_value = "http://127.0.0.1:10248/healthz")]
+    pub kubelet_healthz_url: String,
+    /// How long the restart command and the kubelet's return may take.
+    #[arg(long, default_value_t = 120)]
+    pub kubelet_restart_timeout_seconds: u64,
     /// Override the cgroup driver detected from the tree.
     #[arg(long, value_enum)]
     pub cgroup_driver: Option<DriverArg>,
@@ -131,9 +149,24 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         LogFormat::Text => logs.try_init(),
         LogFormat::Json => logs.json().try_init(),
     };
+    let engine = once::engine_config(args);
+    let kubelet = kubelet_mode::KubeletModeConfig {
+        files: engine.kubelet.clone(),
+        memory_manager_state: args.kubelet_memory_manager_state.clone(),
+        proc_root: args.proc_root.clone(),
+        restart: kubelet_mode::KubeletRestart {
+            command: args
+                .kubelet_restart_command
+                .clone()
+                .filter(|c| !c.trim().is_empty()),
+            healthz: Some(args.kubelet_healthz_url.clone()).filter(|u| !u.is_empty() && u != "off"),
+            timeout: std::time::Duration::from_secs(args.kubelet_restart_timeout_seconds.max(1)),
+        },
+    };
     let mut agent = cluster::ClusterAgent::new(
         node_name,
-        once::engine_config(args),
+        engine,
+        kubelet,
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );
     agent.metrics_addr = match args.metrics_addr.as_str() {

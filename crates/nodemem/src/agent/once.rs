@@ -171,8 +171,10 @@ pub fn engine_config(args: &AgentArgs) -> EngineConfig {
         cgroup_driver: args.cgroup_driver.map(DriverArg::into),
         state_dir: args.state_dir.clone(),
         topology_scope: args.topology_manager_scope.into(),
-        kubelet_config: args.kubelet_config.clone(),
-        kubelet_config_dir: args.kubelet_config_dir.clone(),
+        kubelet: nodemem_agent::kubelet::KubeletFiles {
+            config: args.kubelet_config.clone(),
+            config_dir: args.kubelet_config_dir.clone(),
+        },
     }
 }
 

@@ -14,6 +14,7 @@ use nodemem_model::Warning;
 
 use super::engine::{EngineError, KubeletConflict};
 use super::health::Verdict;
+use super::kubelet_mode::KubeletOutcome;
 
 /// What a pass ended with.
 pub enum PassOutcome<'a, 'p> {
@@ -22,6 +23,8 @@ pub enum PassOutcome<'a, 'p> {
         report: &'a ApplyReport,
         /// What was left to the kubelet.
         conflict: Option<&'a KubeletConflict>,
+        /// Under `enforcement: Kubelet` (or while leaving it): the kubelet's side.
+        kubelet: Option<&'a KubeletOutcome>,
     },
     /// The config's settings do not validate (admission normally prevents it).
     InvalidConfig(&'a [String]),
@@ -121,6 +124,7 @@ pub fn status(
             desired,
             report,
             conflict,
+            kubelet,
         } => {
             conditions.push(match conflict {
                 Some(c) => condition(
@@ -146,7 +150,28 @@ pub fn status(
                 memory_low_bytes: desired.totals.memory_low_bytes,
             });
             s.managed_pods = desired.managed_pods() as i32;
-            if report.ok() {
+            let kubelet = kubelet.map(KubeletOutcome::applied);
+            if let Some((false, reason, message)) = &kubelet {
+                s.last_error = Some(message.clone());
+                conditions.push(condition(
+                    "Applied",
+                    false,
+                    reason,
+                    format!("revision {revision}: {message}"),
+                    generation,
+                    now,
+                ));
+            } else if let (Some((true, reason, message)), true) = (&kubelet, report.ok()) {
+                s.observed_revision = Some(revision.to_string());
+                conditions.push(condition(
+                    "Applied",
+                    true,
+                    reason,
+                    format!("revision {revision} is enforced by the kubelet: {message}"),
+                    generation,
+                    now,
+                ));
+            } else if report.ok() {
                 s.observed_revision = Some(revision.to_string());
                 // Stable between passes: a status write per pass would cost the apiserver
                 // a write per new container (what this pass wrote is in the metrics).

@@ -1,0 +1,464 @@
+//! `enforcement: Kubelet`: the KubeletConfiguration drop-in (for the kubelet's
+//! `--config-dir`) that asks the node's kubelet to do what the settings say, rendered
+//! only with fields the node's kubelet version understands (a kubelet refuses to start
+//! on a field it does not know), and refused with a typed reason when that version
+//! cannot express the settings.
+//!
+//! Which kubelet does what (from the kubelet's code; see the seeds):
+//! - v1.22 added the `MemoryQoS` feature gate and `memoryThrottlingFactor`; v1.22 also
+//!   made the Memory Manager beta (gate on by default), so `memoryManagerPolicy` and
+//!   `reservedMemory` work from v1.22 without a gate.
+//! - Before v1.36 the `MemoryQoS` gate sets memory.min for every container with a memory
+//!   request (the KEP's HardReservation), with no way to turn reservation off.
+//! - v1.36 added `memoryReservationPolicy`, accepting `None` and `TieredReservation` only
+//!   (verified against the v1.36.3 kubelet's validation), so `HardReservation` cannot be
+//!   rendered on any version (admission refuses it with `enforcement: Kubelet`).
+
+use std::fmt::{self, Write};
+
+use crate::memory_qos::ReservationPolicy;
+use crate::policy::{
+    sum_rule_problem, MemoryManagerPolicy, MemoryManagerSettings, NodeReserved, PolicySettings,
+    DEFAULT_EVICTION_HARD_MEMORY,
+};
+use crate::quantity::{format_bytes, Quantity};
+
+/// The drop-in's file name: `.conf` (the kubelet reads nothing else), sorted after the
+/// usual numbered drop-ins so its fields win.
+pub const DROPIN_FILE: &str = "99-nodemem.conf";
+
+/// A kubelet version as the Node reports it (`status.nodeInfo.kubeletVersion`:
+/// `v1.36.3`, `v1.36.0-rc.1`, `v1.35.2+k3s1`, `v1.34.1-eks-113cf36`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KubeletVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl KubeletVersion {
+    pub fn parse(text: &str) -> Result<Self, KubeletRefusal> {
+        let unknown = || KubeletRefusal::UnknownVersion(text.to_string());
+        let core = text.trim().strip_prefix('v').unwrap_or(text.trim());
+        let core = core.split(['-', '+']).next().unwrap_or("");
+        let mut parts = core.split('.').map(|p| p.parse::<u32>().ok());
+        let (Some(Some(major)), Some(Some(minor)), patch, None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(unknown());
+        };
+        let patch = match patch {
+            None => 0,
+            Some(Some(p)) => p,
+            Some(None) => return Err(unknown()),
+        };
+        Ok(KubeletVersion {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    const fn v1(minor: u32) -> Self {
+        KubeletVersion {
+            major: 1,
+            minor,
+            patch: 0,
+        }
+    }
+}
+
+impl fmt::Display for KubeletVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The first kubelet with the MemoryQoS gate, memoryThrottlingFactor and a beta Memory
+/// Manager.
+pub const OLDEST_KUBELET: KubeletVersion = KubeletVersion::v1(22);
+/// The first kubelet with memoryReservationPolicy.
+pub const RESERVATION_POLICY_KUBELET: KubeletVersion = KubeletVersion::v1(36);
+
+/// Why settings are not rendered for a node's kubelet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KubeletRefusal {
+    #[error("the node reports kubelet version {0:?}, which is not vMAJOR.MINOR.PATCH; nodemem cannot tell which fields that kubelet accepts, so nothing is rendered")]
+    UnknownVersion(String),
+    #[error("kubelet {0} is older than {OLDEST_KUBELET}, the first with the MemoryQoS gate and the beta Memory Manager; upgrade the kubelet or use enforcement: Agent")]
+    TooOld(KubeletVersion),
+    #[error("kubelet {0} cannot express memoryQoS with reservationPolicy {1:?}: before {RESERVATION_POLICY_KUBELET} its MemoryQoS gate sets memory.min for every container with a memory request and has no memoryReservationPolicy; upgrade the kubelet to {RESERVATION_POLICY_KUBELET} or later, or use enforcement: Agent")]
+    NoReservationPolicy(KubeletVersion, ReservationPolicy),
+    #[error("no kubelet accepts memoryReservationPolicy HardReservation (v1.36 accepts None or TieredReservation); use enforcement: Agent")]
+    HardReservation,
+    #[error("the kubelet would refuse to start: {0}")]
+    SumRule(String),
+}
+
+impl KubeletRefusal {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            KubeletRefusal::UnknownVersion(_) => "KubeletVersionUnknown",
+            KubeletRefusal::TooOld(_) => "KubeletTooOld",
+            KubeletRefusal::NoReservationPolicy(..) | KubeletRefusal::HardReservation => {
+                "KubeletCannotExpress"
+            }
+            KubeletRefusal::SumRule(_) => "ReservedMemorySumRule",
+        }
+    }
+}
+
+/// What the kubelet's own configuration (its file and the other drop-ins) reserves,
+/// for the KEP-1769 sum rule when the settings name no `nodeReserved`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KubeletReserved {
+    pub kube_reserved: Option<Quantity>,
+    pub system_reserved: Option<Quantity>,
+    /// The `memory.available` hard eviction threshold in bytes; None when it is a
+    /// percentage (the sum rule is then left to the kubelet).
+    pub eviction_hard: Option<Quantity>,
+}
+
+impl Default for KubeletReserved {
+    fn default() -> Self {
+        KubeletReserved {
+            kube_reserved: None,
+            system_reserved: None,
+            eviction_hard: Some(Quantity::from_units(DEFAULT_EVICTION_HARD_MEMORY)),
+        }
+    }
+}
+
+/// A rendered drop-in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DropIn {
+    /// The file's contents.
+    pub text: String,
+    /// The Memory Manager the kubelet runs with once it reads the drop-in: when this
+    /// changes, its `memory_manager_state` must go before it restarts.
+    pub memory_manager: MemoryManagerSettings,
+}
+
+/// Who the drop-in is for, named in its header.
+#[derive(Clone, Copy, Debug)]
+pub struct DropInOwner<'a> {
+    pub node: &'a str,
+    pub revision: &'a str,
+}
+
+/// Renders `settings` for a kubelet of `version`; `kubelet_reserved` is what the
+/// kubelet's own configuration reserves (used when the settings name no nodeReserved).
+/// Every reason the settings cannot be rendered is returned.
+pub fn render(
+    settings: &PolicySettings,
+    version: &str,
+    kubelet_reserved: &KubeletReserved,
+    owner: DropInOwner<'_>,
+) -> Result<DropIn, Vec<KubeletRefusal>> {
+    let version = KubeletVersion::parse(version).map_err(|r| vec![r])?;
+    if version < OLDEST_KUBELET {
+        return Err(vec![KubeletRefusal::TooOld(version)]);
+    }
+    let mut refusals = Vec::new();
+    let qos = &settings.memory_qos;
+    if qos.enabled {
+        if qos.reservation_policy == ReservationPolicy::HardReservation {
+            refusals.push(KubeletRefusal::HardReservation);
+        } else if version < RESERVATION_POLICY_KUBELET {
+            refusals.push(KubeletRefusal::NoReservationPolicy(
+                version,
+                qos.reservation_policy,
+            ));
+        }
+    }
+    let mm = &settings.memory_manager;
+    if mm.policy == MemoryManagerPolicy::Static {
+        let reserved = settings
+            .node_reserved
+            .clone()
+            .unwrap_or_else(|| NodeReserved {
+                kube_reserved: kubelet_reserved.kube_reserved,
+                system_reserved: kubelet_reserved.system_reserved,
+                eviction_hard: kubelet_reserved.eviction_hard,
+            });
+        let eviction_known =
+            settings.node_reserved.is_some() || kubelet_reserved.eviction_hard.is_some();
+        if eviction_known {
+            if let Some(problem) = sum_rule_problem(mm, &reserved) {
+                refusals.push(KubeletRefusal::SumRule(problem));
+            }
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(refusals);
+    }
+    Ok(DropIn {
+        text: render_text(settings, version, owner),
+        memory_manager: mm.clone(),
+    })
+}
+
+/// The YAML, written by hand so that it is stable byte for byte (an unchanged drop-in
+/// is never rewritten, and a rewrite means a kubelet restart). The version is named in
+/// the header: a kubelet upgrade that changes what may be rendered rewrites the file.
+fn render_text(
+    settings: &PolicySettings,
+    version: KubeletVersion,
+    owner: DropInOwner<'_>,
+) -> String {
+    let mut y = String::new();
+    let _ = writeln!(
+        y,
+        "# Written by the nodemem agent for NodeMemoryConfig {:?} revision {} (kubelet {version}).",
+        owner.node, owner.revision
+    );
+    y.push_str("# Do not edit: the agent rewrites it. It goes away when the node's policy leaves enforcement: Kubelet.\n");
+    y.push_str("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+    let qos = &settings.memory_qos;
+    let _ = writeln!(y, "featureGates:\n  MemoryQoS: {}", qos.enabled);
+    if qos.enabled {
+        let _ = writeln!(y, "memoryThrottlingFactor: {}", qos.throttling_factor);
+        let policy = match qos.reservation_policy {
+            ReservationPolicy::TieredReservation => "TieredReservation",
+            // HardReservation is refused before rendering.
+            ReservationPolicy::None | ReservationPolicy::HardReservation => "None",
+        };
+        let _ = writeln!(y, "memoryReservationPolicy: {policy}");
+    }
+    let mm = &settings.memory_manager;
+    match mm.policy {
+        MemoryManagerPolicy::None => y.push_str("memoryManagerPolicy: None\n"),
+        MemoryManagerPolicy::Static => {
+            y.push_str("memoryManagerPolicy: Static\nreservedMemory:\n");
+            let mut entries: Vec<_> = mm.reserved_memory.iter().collect();
+            entries.sort_by_key(|r| r.numa_node);
+            for r in entries {
+                let _ = writeln!(y, "- numaNode: {}\n  limits:", r.numa_node);
+                for (name, q) in &r.limits {
+                    let _ = writeln!(y, "    {name}: \"{}\"", quantity(*q));
+                }
+            }
+        }
+    }
+    if let Some(reserved) = &settings.node_reserved {
+        if let Some(q) = reserved.kube_reserved {
+            let _ = writeln!(y, "kubeReserved:\n  memory: \"{}\"", quantity(q));
+        }
+        if let Some(q) = reserved.system_reserved {
+            let _ = writeln!(y, "systemReserved:\n  memory: \"{}\"", quantity(q));
+        }
+        if let Some(q) = reserved.eviction_hard {
+            // The map is merged with the kubelet's own; note that a kubelet whose own
+            // configuration sets no evictionHard keeps only what the maps name.
+            let _ = writeln!(y, "evictionHard:\n  memory.available: \"{}\"", quantity(q));
+        }
+    }
+    y
+}
+
+/// A quantity as the kubelet reads it: binary suffix when exact, else plain bytes.
+fn quantity(q: Quantity) -> String {
+    let bytes = q.value();
+    let text = format_bytes(bytes);
+    if text.contains('.') {
+        bytes.to_string()
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::factor::ThrottlingFactor;
+    use crate::policy::ReservedMemory;
+
+    const OWNER: DropInOwner<'static> = DropInOwner {
+        node: "n1",
+        revision: "abc",
+    };
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap()
+    }
+
+    fn tiered() -> PolicySettings {
+        let mut s = PolicySettings::default();
+        s.enforcement = crate::policy::Enforcement::Kubelet;
+        s.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
+        s.memory_qos.throttling_factor = ThrottlingFactor::from_f64(0.8).unwrap();
+        s
+    }
+
+    fn static_numa(s: &mut PolicySettings) {
+        s.memory_manager.policy = MemoryManagerPolicy::Static;
+        s.memory_manager.reserved_memory = vec![
+            ReservedMemory {
+                numa_node: 1,
+                limits: [("memory".to_string(), q("1Gi"))].into(),
+            },
+            ReservedMemory {
+                numa_node: 0,
+                limits: [
+                    ("memory".to_string(), q("1124Mi")),
+                    ("hugepages-2Mi".to_string(), q("4Mi")),
+                ]
+                .into(),
+            },
+        ];
+        s.node_reserved = Some(NodeReserved {
+            kube_reserved: Some(q("1Gi")),
+            system_reserved: Some(q("1Gi")),
+            eviction_hard: Some(q("100Mi")),
+        });
+    }
+
+    #[test]
+    fn versions_parse_as_nodes_report_them() {
+        for (text, want) in [
+            ("v1.36.3", (1, 36, 3)),
+            ("v1.36.0-rc.1", (1, 36, 0)),
+            ("v1.35.2+k3s1", (1, 35, 2)),
+            ("v1.34.1-eks-113cf36", (1, 34, 1)),
+            ("1.37", (1, 37, 0)),
+        ] {
+            let v = KubeletVersion::parse(text).unwrap();
+            assert_eq!((v.major, v.minor, v.patch), want, "{text}");
+        }
+        for bad in ["", "v", "vx.y.z", "v1", "v1.36.3.4", "v1.x.3", "latest"] {
+            assert_eq!(
+                KubeletVersion::parse(bad),
+                Err(KubeletRefusal::UnknownVersion(bad.to_string())),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn renders_every_field_in_a_stable_order() {
+        let mut s = tiered();
+        static_numa(&mut s);
+        let d = render(&s, "v1.36.3", &KubeletReserved::default(), OWNER).unwrap();
+        assert_eq!(
+            d.text,
+            "# Written by the nodemem agent for NodeMemoryConfig \"n1\" revision abc (kubelet v1.36.3).\n\
+             # Do not edit: the agent rewrites it. It goes away when the node's policy leaves enforcement: Kubelet.\n\
+             apiVersion: kubelet.config.k8s.io/v1beta1\n\
+             kind: KubeletConfiguration\n\
+             featureGates:\n  MemoryQoS: true\n\
+             memoryThrottlingFactor: 0.8\n\
+             memoryReservationPolicy: TieredReservation\n\
+             memoryManagerPolicy: Static\n\
+             reservedMemory:\n\
+             - numaNode: 0\n  limits:\n    hugepages-2Mi: \"4Mi\"\n    memory: \"1124Mi\"\n\
+             - numaNode: 1\n  limits:\n    memory: \"1Gi\"\n\
+             kubeReserved:\n  memory: \"1Gi\"\n\
+             systemReserved:\n  memory: \"1Gi\"\n\
+             evictionHard:\n  memory.available: \"100Mi\"\n"
+        );
+        assert_eq!(d.memory_manager, s.memory_manager);
+        assert_eq!(
+            render(&s, "v1.36.3", &KubeletReserved::default(), OWNER)
+                .unwrap()
+                .text,
+            d.text,
+            "same input, same bytes"
+        );
+    }
+
+    #[test]
+    fn memory_qos_off_turns_the_gate_off_and_names_no_qos_field() {
+        let mut s = tiered();
+        s.memory_qos.enabled = false;
+        let d = render(&s, "v1.30.0", &KubeletReserved::default(), OWNER).unwrap();
+        assert!(
+            d.text.contains("featureGates:\n  MemoryQoS: false\n"),
+            "{}",
+            d.text
+        );
+        assert!(!d.text.contains("memoryThrottlingFactor"));
+        assert!(
+            !d.text.contains("memoryReservationPolicy"),
+            "a v1.30 kubelet would refuse to start on it"
+        );
+        assert!(d.text.ends_with("memoryManagerPolicy: None\n"));
+    }
+
+    #[test]
+    fn what_a_kubelet_version_cannot_express_is_refused_with_the_reason() {
+        let s = tiered();
+        let refused = render(&s, "v1.35.2", &KubeletReserved::default(), OWNER).unwrap_err();
+        assert_eq!(
+            refused,
+            vec![KubeletRefusal::NoReservationPolicy(
+                KubeletVersion::parse("v1.35.2").unwrap(),
+                ReservationPolicy::TieredReservation
+            )]
+        );
+        assert_eq!(refused[0].reason(), "KubeletCannotExpress");
+        assert!(refused[0].to_string().starts_with("kubelet v1.35.2 cannot express memoryQoS with reservationPolicy TieredReservation: before v1.36.0"));
+        // Even None cannot be said before v1.36: the gate alone reserves memory.min.
+        let mut none = tiered();
+        none.memory_qos.reservation_policy = ReservationPolicy::None;
+        assert!(render(&none, "v1.35.9", &KubeletReserved::default(), OWNER).is_err());
+        assert!(render(&none, "v1.36.0-rc.1", &KubeletReserved::default(), OWNER).is_ok());
+        assert!(render(&none, "v1.37.1", &KubeletReserved::default(), OWNER).is_ok());
+
+        let mut hard = tiered();
+        hard.memory_qos.reservation_policy = ReservationPolicy::HardReservation;
+        assert_eq!(
+            render(&hard, "v1.36.3", &KubeletReserved::default(), OWNER),
+            Err(vec![KubeletRefusal::HardReservation])
+        );
+
+        let old = render(&s, "v1.21.14", &KubeletReserved::default(), OWNER).unwrap_err();
+        assert_eq!(old[0].reason(), "KubeletTooOld");
+        let garbage = render(&s, "unknown", &KubeletReserved::default(), OWNER).unwrap_err();
+        assert_eq!(garbage[0].reason(), "KubeletVersionUnknown");
+    }
+
+    #[test]
+    fn the_sum_rule_uses_the_kubelets_own_reservations_when_the_settings_name_none() {
+        let mut s = tiered();
+        static_numa(&mut s);
+        s.node_reserved = None;
+        // 1124Mi + 1Gi reserved; the kubelet's defaults (100Mi eviction only) differ.
+        let refused = render(&s, "v1.36.3", &KubeletReserved::default(), OWNER).unwrap_err();
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].reason(), "ReservedMemorySumRule");
+        assert!(
+            refused[0].to_string().contains(
+                "must equal kubeReserved + systemReserved + evictionHard = 0 + 0 + 100Mi"
+            ),
+            "{}",
+            refused[0]
+        );
+        let kubelet = KubeletReserved {
+            kube_reserved: Some(q("1Gi")),
+            system_reserved: Some(q("1Gi")),
+            eviction_hard: Some(q("100Mi")),
+        };
+        let d = render(&s, "v1.36.3", &kubelet, OWNER).unwrap();
+        assert!(
+            !d.text.contains("kubeReserved"),
+            "the kubelet's own reservations are left as they are"
+        );
+        // A percentage threshold cannot be summed here: left to the kubelet.
+        let percent = KubeletReserved {
+            eviction_hard: None,
+            ..kubelet
+        };
+        assert!(render(&s, "v1.36.3", &percent, OWNER).is_ok());
+    }
+
+    #[test]
+    fn all_refusals_are_reported_together() {
+        let mut s = tiered();
+        static_numa(&mut s);
+        s.node_reserved = None;
+        let refused = render(&s, "v1.35.0", &KubeletReserved::default(), OWNER).unwrap_err();
+        let reasons: Vec<_> = refused.iter().map(KubeletRefusal::reason).collect();
+        assert_eq!(reasons, ["KubeletCannotExpress", "ReservedMemorySumRule"]);
+    }
+}
