@@ -145,6 +145,26 @@ impl StateDir {
     }
 }
 
+/// Replaces `path` with `bytes` atomically and durably: a temporary file beside it,
+/// fsync, rename, fsync of the directory. A reader sees the old file or the new one.
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    // The rename is durable once the directory is.
+    File::open(dir).and_then(|d| d.sync_all())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,24 +232,4 @@ mod tests {
         let empty = load("");
         assert!(empty.contains("corrupt state record"), "{empty}");
     }
-}
-
-/// Replaces `path` with `bytes` atomically and durably: a temporary file beside it,
-/// fsync, rename, fsync of the directory. A reader sees the old file or the new one.
-pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, path)?;
-    // The rename is durable once the directory is.
-    File::open(dir).and_then(|d| d.sync_all())
 }

@@ -174,14 +174,11 @@ pub fn render(
     }
     let mm = &settings.memory_manager;
     if mm.policy == MemoryManagerPolicy::Static {
-        let reserved = settings
-            .node_reserved
-            .clone()
-            .unwrap_or_else(|| NodeReserved {
-                kube_reserved: kubelet_reserved.kube_reserved,
-                system_reserved: kubelet_reserved.system_reserved,
-                eviction_hard: kubelet_reserved.eviction_hard,
-            });
+        let reserved = settings.node_reserved.clone().unwrap_or(NodeReserved {
+            kube_reserved: kubelet_reserved.kube_reserved,
+            system_reserved: kubelet_reserved.system_reserved,
+            eviction_hard: kubelet_reserved.eviction_hard,
+        });
         let eviction_known =
             settings.node_reserved.is_some() || kubelet_reserved.eviction_hard.is_some();
         if eviction_known {
@@ -284,8 +281,10 @@ mod tests {
     }
 
     fn tiered() -> PolicySettings {
-        let mut s = PolicySettings::default();
-        s.enforcement = crate::policy::Enforcement::Kubelet;
+        let mut s = PolicySettings {
+            enforcement: crate::policy::Enforcement::Kubelet,
+            ..PolicySettings::default()
+        };
         s.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
         s.memory_qos.throttling_factor = ThrottlingFactor::from_f64(0.8).unwrap();
         s

@@ -31,6 +31,7 @@ pub struct SimNode {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub kernel_version: String,
+    pub kubelet_version: String,
     pub numa: Vec<NumaNode>,
     /// Bytes held back from pods (kube + system reserved + hard eviction).
     pub reserved: i64,
@@ -61,6 +62,7 @@ impl SimNode {
             name: name.to_string(),
             labels: BTreeMap::new(),
             kernel_version: "6.1.0-28-amd64".to_string(),
+            kubelet_version: "v1.36.3".to_string(),
             numa: (0..2)
                 .map(|id| NumaNode {
                     id,
@@ -80,6 +82,12 @@ impl SimNode {
 
     pub fn kernel(mut self, version: &str) -> Self {
         self.kernel_version = version.to_string();
+        self
+    }
+
+    /// `status.nodeInfo.kubeletVersion` (default v1.36.3).
+    pub fn kubelet_version(mut self, version: &str) -> Self {
+        self.kubelet_version = version.to_string();
         self
     }
 
@@ -141,7 +149,7 @@ impl SimNode {
                     "architecture": "amd64", "operatingSystem": "linux",
                     "osImage": "Debian GNU/Linux 12 (bookworm)",
                     "containerRuntimeVersion": "containerd://1.7.24",
-                    "kubeletVersion": "v1.36.3", "kubeProxyVersion": "",
+                    "kubeletVersion": self.kubelet_version, "kubeProxyVersion": "",
                     "bootID": "", "machineID": "", "systemUUID": "",
                 },
             },

@@ -25,7 +25,7 @@ pub enum Command {
     /// Show the cgroup values nodemem would set on a node for its pods.
     Simulate(simulate::SimulateArgs),
     /// The node agent: `--once` applies one node from files (no apiserver).
-    Agent(agent::AgentArgs),
+    Agent(Box<agent::AgentArgs>),
 }
 
 /// What a command leaves: its output, problems for stderr, and the exit code.

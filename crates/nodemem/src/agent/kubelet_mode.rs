@@ -169,9 +169,7 @@ impl KubeletMode {
     /// kubelet so it stops enforcing it. None when there is nothing to undo.
     pub async fn leave(&mut self, state: &StateDir) -> Option<KubeletOutcome> {
         let files = self.config.files.clone();
-        if files.config_dir.is_none() {
-            return None;
-        }
+        files.config_dir.as_ref()?;
         match files.current_dropin() {
             Ok(None) if !self.record.restart_pending => return None,
             Ok(None) => {}

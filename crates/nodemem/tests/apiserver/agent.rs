@@ -31,7 +31,7 @@ const NODE: &str = "agent-node-1";
 const NS: &str = "agent-pods";
 
 /// The agent process, killed when the test ends however it ends.
-struct AgentProcess {
+pub(crate) struct AgentProcess {
     child: Child,
     log: std::path::PathBuf,
 }
@@ -44,7 +44,7 @@ impl Drop for AgentProcess {
 }
 
 impl AgentProcess {
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -87,7 +87,7 @@ impl AgentProcess {
     }
 }
 
-fn configs(client: Client) -> Api<DynamicObject> {
+pub(crate) fn configs(client: Client) -> Api<DynamicObject> {
     Api::all_with(client, &ApiResource::erase::<NodeMemoryConfig>(&()))
 }
 
@@ -110,7 +110,7 @@ async fn set_config(client: &Client, revision: &str, memory_qos: Value) {
         .unwrap();
 }
 
-async fn wait_for<T>(
+pub(crate) async fn wait_for<T>(
     what: &str,
     agent: &AgentProcess,
     mut check: impl AsyncFnMut() -> Option<T>,
@@ -544,12 +544,24 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     }
 }
 
-fn spawn_agent(
+pub(crate) fn spawn_agent(
     node: &str,
     cgroup_root: &std::path::Path,
     dir: &std::path::Path,
     kubeconfig: &std::path::Path,
     log: &str,
+) -> AgentProcess {
+    spawn_agent_with(node, cgroup_root, dir, kubeconfig, log, &[])
+}
+
+/// [`spawn_agent`] with more arguments.
+pub(crate) fn spawn_agent_with(
+    node: &str,
+    cgroup_root: &std::path::Path,
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    log: &str,
+    extra: &[std::ffi::OsString],
 ) -> AgentProcess {
     std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
     std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
@@ -573,6 +585,7 @@ fn spawn_agent(
             .arg(dir.join("proc"))
             .arg("--state-dir")
             .arg(dir.join("state"))
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

@@ -7,5 +7,6 @@ mod authority;
 mod common;
 mod crds;
 mod identities;
+mod kubelet_mode;
 mod nodes;
 mod parallel;
