@@ -25,7 +25,7 @@ use super::engine::{cgroup_settings, off, EngineConfig, NodeEngine, Reach};
 use super::health::{verdict, Baseline};
 use super::index::{LastKnown, NodeIndex};
 use super::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
-use super::metrics::{self, Metrics, Trigger};
+use super::metrics::{self, Metrics, PodSignals, Trigger};
 use super::status::{condition, differs, status, PassOutcome};
 
 /// The field manager of everything the agent writes.
@@ -601,17 +601,42 @@ impl ClusterAgent {
                             );
                             let current_full =
                                 readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
-                            let per_pod: Vec<(&'static str, u64, u64, f64)> = desired
+                            let containers = if self.metrics.wants_containers() {
+                                engine.read_signals(
+                                    desired
+                                        .pods
+                                        .iter()
+                                        .filter(|p| p.admission == Admission::Managed)
+                                        .flat_map(|p| &p.containers)
+                                        .filter_map(|c| c.path.as_deref()),
+                                )
+                            } else {
+                                Default::default()
+                            };
+                            let per_pod: Vec<PodSignals<'_>> = desired
                                 .pods
                                 .iter()
                                 .filter_map(|p| {
-                                    let r = readings.get(&p.path)?;
+                                    let reading = readings.get(&p.path)?.clone();
                                     let qos = match p.qos {
                                         nodemem_model::qos::QosClass::Guaranteed => "guaranteed",
                                         nodemem_model::qos::QosClass::Burstable => "burstable",
                                         nodemem_model::qos::QosClass::BestEffort => "besteffort",
                                     };
-                                    Some((qos, r.high, r.oom_kill, r.full_avg60))
+                                    Some(PodSignals {
+                                        namespace: p.namespace,
+                                        pod: p.name,
+                                        qos,
+                                        reading,
+                                        containers: p
+                                            .containers
+                                            .iter()
+                                            .filter_map(|c| {
+                                                let r = containers.get(c.path.as_deref()?)?;
+                                                Some((c.name, r.clone()))
+                                            })
+                                            .collect(),
+                                    })
                                 })
                                 .collect();
                             self.metrics.signals(&per_pod);

@@ -2,8 +2,9 @@
 //! `/healthz` (the process serves) and `/readyz` (the node has been enforced at least
 //! once, from the apiserver or from the state directory).
 //!
-//! Label values come from small fixed sets (no pod or path labels), so series stay
-//! bounded whatever the node runs.
+//! Label values come from small fixed sets, except the per-pod memory signals (one
+//! series per managed pod, removed with the pod) and the per-container ones, which are
+//! off unless asked for and capped: a node's series stay bounded whatever it runs.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,30 @@ struct QosLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PodLabel {
+    namespace: String,
+    pod: String,
+    qos: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContainerLabel {
+    namespace: String,
+    pod: String,
+    container: String,
+}
+
+/// One managed pod's memory signals, and its containers' when per-container series
+/// are on.
+pub struct PodSignals<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub qos: &'static str,
+    pub reading: super::health::Reading,
+    pub containers: Vec<(&'a str, super::health::Reading)>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrnoLabel {
     errno: &'static str,
 }
@@ -90,6 +115,13 @@ pub struct Metrics {
     high_events: Family<QosLabel, Gauge>,
     oom_kills: Family<QosLabel, Gauge>,
     full_pressure: Family<QosLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pod_high_events: Family<PodLabel, Gauge>,
+    pod_oom_kills: Family<PodLabel, Gauge>,
+    container_high_events: Family<ContainerLabel, Gauge>,
+    container_oom_kills: Family<ContainerLabel, Gauge>,
+    containers_not_exported: Gauge,
+    /// At most this many containers get series of their own (0: none).
+    container_series_cap: usize,
     ready: AtomicBool,
 }
 
@@ -117,6 +149,12 @@ impl Metrics {
             high_events: Family::default(),
             oom_kills: Family::default(),
             full_pressure: Family::default(),
+            pod_high_events: Family::default(),
+            pod_oom_kills: Family::default(),
+            container_high_events: Family::default(),
+            container_oom_kills: Family::default(),
+            containers_not_exported: Gauge::default(),
+            container_series_cap: 0,
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -190,22 +228,104 @@ impl Metrics {
             "The highest full memory pressure (PSI avg60, percent) among the managed pods of a QoS class",
             m.full_pressure.clone(),
         );
+        registry.register(
+            "pod_memory_high_events",
+            "memory.high crossings (memory.events high) of a managed pod",
+            m.pod_high_events.clone(),
+        );
+        registry.register(
+            "pod_oom_kills",
+            "OOM kills (memory.events oom_kill) in a managed pod",
+            m.pod_oom_kills.clone(),
+        );
+        registry.register(
+            "container_memory_high_events",
+            "memory.high crossings of a managed container (with --per-container-metrics, up to its cap)",
+            m.container_high_events.clone(),
+        );
+        registry.register(
+            "container_oom_kills",
+            "OOM kills in a managed container (with --per-container-metrics, up to its cap)",
+            m.container_oom_kills.clone(),
+        );
+        registry.register(
+            "containers_not_exported",
+            "Managed containers beyond --per-container-metrics-cap, which have no series of their own",
+            m.containers_not_exported.clone(),
+        );
         Metrics { registry, ..m }
     }
 
-    /// Memory signals per QoS class (`guaranteed`, `burstable`, `besteffort`): pods are
-    /// aggregated, so the series stay three per metric whatever the node runs.
-    pub fn signals(&self, per_pod: &[(&'static str, u64, u64, f64)]) {
+    /// Per-container series for up to `cap` containers (`--per-container-metrics`).
+    pub fn with_container_series(cap: usize) -> Self {
+        Metrics {
+            container_series_cap: cap,
+            ..Self::new()
+        }
+    }
+
+    /// Whether containers' own signals are wanted (they cost a read per container).
+    pub fn wants_containers(&self) -> bool {
+        self.container_series_cap > 0
+    }
+
+    /// Memory signals per QoS class (`guaranteed`, `burstable`, `besteffort`, three
+    /// series per metric), per managed pod, and per container up to the cap. Series of
+    /// pods and containers that are gone are dropped.
+    pub fn signals(&self, pods: &[PodSignals<'_>]) {
         for qos in ["guaranteed", "burstable", "besteffort"] {
-            let of_class = per_pod.iter().filter(|p| p.0 == qos);
+            let of_class = pods.iter().filter(|p| p.qos == qos);
             let (high, oom, full) = of_class.fold((0u64, 0u64, 0.0f64), |acc, p| {
-                (acc.0 + p.1, acc.1 + p.2, acc.2.max(p.3))
+                (
+                    acc.0 + p.reading.high,
+                    acc.1 + p.reading.oom_kill,
+                    acc.2.max(p.reading.full_avg60),
+                )
             });
             let label = QosLabel { qos };
             self.high_events.get_or_create(&label).set(high as i64);
             self.oom_kills.get_or_create(&label).set(oom as i64);
             self.full_pressure.get_or_create(&label).set(full);
         }
+        self.pod_high_events.clear();
+        self.pod_oom_kills.clear();
+        for p in pods {
+            let label = PodLabel {
+                namespace: p.namespace.to_string(),
+                pod: p.pod.to_string(),
+                qos: p.qos,
+            };
+            self.pod_high_events
+                .get_or_create(&label)
+                .set(p.reading.high as i64);
+            self.pod_oom_kills
+                .get_or_create(&label)
+                .set(p.reading.oom_kill as i64);
+        }
+        self.container_high_events.clear();
+        self.container_oom_kills.clear();
+        let containers = pods
+            .iter()
+            .flat_map(|p| p.containers.iter().map(move |c| (p, c)));
+        let mut not_exported = 0;
+        for (i, (p, (name, reading))) in containers.enumerate() {
+            if i >= self.container_series_cap {
+                not_exported += 1;
+                continue;
+            }
+            let label = ContainerLabel {
+                namespace: p.namespace.to_string(),
+                pod: p.pod.to_string(),
+                container: name.to_string(),
+            };
+            self.container_high_events
+                .get_or_create(&label)
+                .set(reading.high as i64);
+            self.container_oom_kills
+                .get_or_create(&label)
+                .set(reading.oom_kill as i64);
+        }
+        self.containers_not_exported.set(not_exported);
     }
 
     /// Records one pass.
@@ -344,9 +464,9 @@ mod tests {
         m.writes(2, 0, &[], true);
         m.node(1 << 30, 1 << 29, 7, Some((5, 1)));
         m.signals(&[
-            ("burstable", 4, 1, 2.5),
-            ("burstable", 1, 0, 7.25),
-            ("guaranteed", 0, 2, 0.0),
+            pod("a", "burstable", (4, 1, 2.5), &[]),
+            pod("b", "burstable", (1, 0, 7.25), &[]),
+            pod("c", "guaranteed", (0, 2, 0.0), &[]),
         ]);
         let text = m.encode();
         for line in [
@@ -371,5 +491,83 @@ mod tests {
             );
         }
         assert!(m.ready());
+    }
+
+    fn reading(high: u64, oom_kill: u64, full_avg60: f64) -> super::super::health::Reading {
+        super::super::health::Reading {
+            high,
+            oom_kill,
+            full_avg60,
+        }
+    }
+
+    fn pod<'a>(
+        name: &'a str,
+        qos: &'static str,
+        (high, oom, full): (u64, u64, f64),
+        containers: &[(&'a str, u64)],
+    ) -> PodSignals<'a> {
+        PodSignals {
+            namespace: "ns",
+            pod: name,
+            qos,
+            reading: reading(high, oom, full),
+            containers: containers
+                .iter()
+                .map(|(c, high)| (*c, reading(*high, 0, 0.0)))
+                .collect(),
+        }
+    }
+
+    /// A metric's series, sorted (a family encodes in no particular order).
+    fn series<'t>(text: &'t str, metric: &str) -> Vec<&'t str> {
+        let mut lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("nodemem_agent_{metric}{{")))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn pods_have_series_of_their_own_and_containers_only_up_to_the_cap() {
+        let m = Metrics::new();
+        let pods = [
+            pod("a", "burstable", (4, 1, 0.0), &[("app", 3), ("sidecar", 1)]),
+            pod("b", "guaranteed", (2, 0, 0.0), &[("db", 2)]),
+        ];
+        m.signals(&pods);
+        let text = m.encode();
+        assert_eq!(
+            series(&text, "pod_memory_high_events"),
+            [
+                "nodemem_agent_pod_memory_high_events{namespace=\"ns\",pod=\"a\",qos=\"burstable\"} 4",
+                "nodemem_agent_pod_memory_high_events{namespace=\"ns\",pod=\"b\",qos=\"guaranteed\"} 2",
+            ],
+            "{text}"
+        );
+        assert!(
+            series(&text, "container_memory_high_events").is_empty(),
+            "per-container series are off by default"
+        );
+        assert!(text.contains("nodemem_agent_containers_not_exported 3"));
+
+        let m = Metrics::with_container_series(2);
+        m.signals(&pods);
+        let text = m.encode();
+        let containers = series(&text, "container_memory_high_events");
+        assert_eq!(containers.len(), 2, "{text}");
+        assert!(text.contains(
+            "nodemem_agent_container_memory_high_events{namespace=\"ns\",pod=\"a\",container=\"app\"} 3"
+        ));
+        assert!(text.contains("nodemem_agent_containers_not_exported 1"));
+
+        // Pod b is gone: its series go with it.
+        m.signals(&pods[..1]);
+        let text = m.encode();
+        assert_eq!(series(&text, "pod_oom_kills").len(), 1, "{text}");
+        assert_eq!(series(&text, "container_oom_kills").len(), 2, "{text}");
+        assert!(!text.contains("pod=\"b\""), "{text}");
+        assert!(text.contains("nodemem_agent_containers_not_exported 0"));
     }
 }

@@ -64,6 +64,14 @@ pub struct AgentArgs {
     /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
     #[arg(long, default_value = "0.0.0.0:9180")]
     pub metrics_addr: String,
+    /// Also export memory.high events and OOM kills per container (one series each);
+    /// by default they are per pod and per QoS class only.
+    #[arg(long)]
+    pub per_container_metrics: bool,
+    /// The most containers given series of their own with --per-container-metrics;
+    /// the rest are counted in nodemem_agent_containers_not_exported.
+    #[arg(long, default_value_t = 500, requires = "per_container_metrics")]
+    pub per_container_metrics_cap: usize,
     /// The NodeMemoryConfig to enforce (YAML).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -169,6 +177,11 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         kubelet,
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );
+    if args.per_container_metrics {
+        agent.metrics = std::sync::Arc::new(metrics::Metrics::with_container_series(
+            args.per_container_metrics_cap,
+        ));
+    }
     agent.metrics_addr = match args.metrics_addr.as_str() {
         "" | "off" => None,
         a => Some(a.parse().map_err(|e| {

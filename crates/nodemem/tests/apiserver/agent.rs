@@ -260,7 +260,20 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE.into())).await.unwrap();
     let spawn = |kubeconfig: &std::path::Path, log: &str| {
-        spawn_agent(NODE, tree.root(), dir.path(), kubeconfig, log)
+        let per_container = [
+            "--per-container-metrics",
+            "--per-container-metrics-cap",
+            "10",
+        ];
+        let per_container: Vec<std::ffi::OsString> = per_container.iter().map(Into::into).collect();
+        spawn_agent_with(
+            NODE,
+            tree.root(),
+            dir.path(),
+            kubeconfig,
+            log,
+            &per_container,
+        )
     };
     let mut agent = spawn(&kubeconfig, "agent.log");
 
@@ -344,6 +357,34 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     );
     assert_eq!(
         agent.metric("nodemem_agent_oom_kills{qos=\"burstable\"}"),
+        Some(0.0)
+    );
+    // Per pod (by default) and per container (asked for, within the cap).
+    let pod_series = |metric: &str, pod: &str, qos: &str| {
+        agent.metric(&format!(
+            "nodemem_agent_{metric}{{namespace=\"{NS}\",pod=\"{pod}\",qos=\"{qos}\"}}"
+        ))
+    };
+    assert_eq!(
+        pod_series("pod_oom_kills", "guaranteed", "guaranteed"),
+        Some(5.0)
+    );
+    assert_eq!(
+        pod_series("pod_memory_high_events", "guaranteed", "guaranteed"),
+        Some(12.0)
+    );
+    assert_eq!(
+        pod_series("pod_oom_kills", "burstable", "burstable"),
+        Some(0.0)
+    );
+    assert_eq!(
+        agent.metric(&format!(
+            "nodemem_agent_container_oom_kills{{namespace=\"{NS}\",pod=\"burstable\",container=\"app\"}}"
+        )),
+        Some(0.0)
+    );
+    assert_eq!(
+        agent.metric("nodemem_agent_containers_not_exported"),
         Some(0.0)
     );
     assert!(healthy(&sick)["message"].as_str().unwrap().starts_with(
