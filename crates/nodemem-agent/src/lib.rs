@@ -11,6 +11,7 @@
 //! * [`numa_state`]: the Memory Manager's state in that directory, checked against the
 //!   node at start.
 
+pub mod allocator;
 pub mod apply;
 pub mod backoff;
 pub mod execute;

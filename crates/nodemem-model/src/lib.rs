@@ -28,6 +28,7 @@ pub mod profile;
 pub mod qos;
 pub mod quantity;
 pub mod resolve;
+pub mod rollout;
 pub mod selector;
 pub mod warning;
 

@@ -3,13 +3,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-// The agent recomputes whole nodes (thousands of small values) on resyncs; glibc's
-// malloc hands the freed memory back to the kernel after each and page-faults it in
-// again, doubling the cost (BENCHMARKS.md). mimalloc keeps it.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
+    nodemem_agent::allocator::tune_allocator();
     let cli = nodemem::Cli::parse();
     match nodemem::run(&cli) {
         Ok(out) => {

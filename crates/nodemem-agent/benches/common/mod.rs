@@ -1,5 +1,5 @@
-//! The agent-core benchmarks, shared by the `node` bench (the allocator the shipped
-//! `nodemem` binary uses) and `node_system_alloc` (glibc's malloc):
+//! The agent-core benchmarks, shared by the `node` bench (the allocator as the shipped
+//! `nodemem` binary sets it up) and `node_mimalloc` (for comparison):
 //!
 //! 1. `desired_node` for 250 pods x 3 containers (goal: < 100 us).
 //! 2. A full apply of that node on a tmpfs tree, against a tight loop doing exactly the

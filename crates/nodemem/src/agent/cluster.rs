@@ -617,7 +617,7 @@ impl ClusterAgent {
                                 .pods
                                 .iter()
                                 .filter_map(|p| {
-                                    let reading = readings.get(&p.path)?.clone();
+                                    let reading = *readings.get(&p.path)?;
                                     let qos = match p.qos {
                                         nodemem_model::qos::QosClass::Guaranteed => "guaranteed",
                                         nodemem_model::qos::QosClass::Burstable => "burstable",
@@ -633,7 +633,7 @@ impl ClusterAgent {
                                             .iter()
                                             .filter_map(|c| {
                                                 let r = containers.get(c.path.as_deref()?)?;
-                                                Some((c.name, r.clone()))
+                                                Some((c.name, *r))
                                             })
                                             .collect(),
                                     })

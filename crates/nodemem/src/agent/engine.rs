@@ -321,7 +321,7 @@ impl NodeEngine {
         if !dry_run {
             self.save_state(&desired, static_policy)?;
         }
-        release_free_memory();
+        nodemem_agent::allocator::release_free_memory();
         Ok((desired, report))
     }
 
@@ -455,14 +455,6 @@ fn pods_reach(
         paths.extend(p.containers.iter().filter_map(|c| c.path.clone()));
     }
     paths
-}
-
-/// Gives memory freed by a pass back to the kernel: the agent idles for minutes
-/// between passes, and an idle agent should be small (mimalloc otherwise keeps its
-/// free pages for reuse).
-fn release_free_memory() {
-    // SAFETY: mi_collect only walks mimalloc's own free lists.
-    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 /// Settings this node cannot carry out.

@@ -43,7 +43,30 @@ pub struct LastKnown {
     pub health: HealthSpec,
     pub allocatable: Option<i64>,
     /// The pods, reduced to what the computation reads.
-    pub pods: Vec<core::Pod>,
+    pub pods: Vec<CompactPod>,
+}
+
+/// A pod reduced to what the computation reads, kept as its JSON: an agent holds
+/// every pod of its node, and a `core::Pod` value is several KiB even when nearly
+/// empty (its optional structs are inline), against a few hundred bytes of JSON.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct CompactPod(Box<serde_json::value::RawValue>);
+
+impl CompactPod {
+    fn new(pod: &core::Pod) -> Self {
+        CompactPod(serde_json::value::to_raw_value(pod).expect("a Pod serializes"))
+    }
+
+    fn pod(&self) -> Result<core::Pod, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl PartialEq for CompactPod {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
 }
 
 /// A pod reduced to what the node computation reads (the state record stays small).
@@ -103,7 +126,8 @@ struct IndexedPod {
     namespace: String,
     /// Admission order: creation time, then name.
     order: (String, String),
-    raw: core::Pod,
+    name: String,
+    raw: CompactPod,
     converted: Result<NodePod, Vec<String>>,
 }
 
@@ -211,8 +235,10 @@ impl NodeIndex {
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in &uids {
-            let raw = self.pods[uid].raw.clone();
-            self.convert(uid, raw);
+            // Written by this index from a Pod, so it reads back.
+            if let Ok(raw) = self.pods[uid].raw.pod() {
+                self.convert(uid, raw);
+            }
         }
         !uids.is_empty()
     }
@@ -242,7 +268,8 @@ impl NodeIndex {
             IndexedPod {
                 namespace,
                 order,
-                raw,
+                name: raw.metadata.name.clone().unwrap_or_default(),
+                raw: CompactPod::new(&raw),
                 converted,
             },
         );
@@ -259,7 +286,9 @@ impl NodeIndex {
             return self.delete_pod_uid(&uid);
         }
         let before = self.pods.get(&uid).map(|p| p.converted.clone());
-        self.convert(&uid, pod.clone());
+        // Only what the computation reads is kept: a full pod (managedFields, the
+        // whole spec and status) is tens of KiB, and an agent holds every pod of its node.
+        self.convert(&uid, reduced(pod));
         before.as_ref() != Some(&self.pods[&uid].converted)
     }
 
@@ -311,7 +340,7 @@ impl NodeIndex {
             settings: config.spec.clone(),
             health: config.health.clone(),
             allocatable: self.allocatable,
-            pods: pods.into_iter().map(|p| reduced(&p.raw)).collect(),
+            pods: pods.into_iter().map(|p| p.raw.clone()).collect(),
         })
     }
 
@@ -328,8 +357,8 @@ impl NodeIndex {
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
         });
         self.allocatable = last.allocatable;
-        for pod in &last.pods {
-            self.apply_pod(pod);
+        for pod in last.pods.iter().filter_map(|p| p.pod().ok()) {
+            self.apply_pod(&pod);
         }
     }
 
@@ -339,10 +368,10 @@ impl NodeIndex {
             .iter()
             .filter_map(|(uid, problems)| {
                 let p = self.pods.get(uid)?;
-                let name = p.raw.metadata.name.as_deref().unwrap_or("");
                 Some(format!(
-                    "pod {}/{name}: {}",
+                    "pod {}/{}: {}",
                     p.namespace,
+                    p.name,
                     problems.join("; ")
                 ))
             })

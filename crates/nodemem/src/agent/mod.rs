@@ -190,7 +190,12 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             ))
         })?),
     };
-    let runtime = tokio::runtime::Runtime::new()
+    // One thread: the agent waits on the network and the kernel nearly all the time
+    // (a worker pool would add threads and per-thread allocator arenas that idle
+    // agents on every node pay for). The inotify reader has a thread of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
         let client = kube::Client::try_default().await.map_err(|e| {

@@ -1,0 +1,282 @@
+//! `cargo bench -p nodemem --bench agent_idle`: what the in-cluster agent costs while
+//! nothing changes, on the real test control plane.
+//!
+//! A simulated node with 250 running pods (two containers each, Burstable, cgroups in a
+//! tmpfs tree the fake kubelet fills), its NodeMemoryConfig, and the real `nodemem
+//! agent` (release build) with its node-bound identity, installed the way a user would
+//! (`kubectl apply` of the CRDs and deploy/agent). Once the agent reports every pod
+//! applied and has settled, 60 s with nothing changing: the agent's CPU time and
+//! resident memory from /proc, and from its own metrics how many passes it ran.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use nodemem_api::NodeMemoryConfig;
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_testkit::binaries::{control_plane_binaries, repo_root};
+use nodemem_testkit::cgroup_tree::CgroupTree;
+use nodemem_testkit::kubelet::FakeKubelet;
+use nodemem_testkit::nodes::SimNode;
+use nodemem_testkit::{ControlPlane, Identity};
+use serde_json::json;
+
+const NODE: &str = "idle-node";
+const NS: &str = "idle";
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// NODEMEM_IDLE_PODS and NODEMEM_IDLE_SECONDS change the defaults (250, 60) when
+/// investigating.
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Resident memory by kind (anonymous: heap and stacks; file: the binary's pages), KiB.
+fn resident_kinds(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .filter(|l| {
+            l.starts_with("RssAnon:") || l.starts_with("RssFile:") || l.starts_with("Threads:")
+        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// utime + stime in clock ticks, and resident memory in KiB.
+fn usage(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    (ticks, rss)
+}
+
+/// Sum of a counter family in the agent's /metrics.
+fn metric_sum(addr: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) {
+    let bin = control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn main() {
+    let pods_wanted = setting("NODEMEM_IDLE_PODS", 250) as usize;
+    let idle = Duration::from_secs(setting("NODEMEM_IDLE_SECONDS", 60));
+    let repo = repo_root();
+    let cp = ControlPlane::start().expect("control plane");
+    let admin_kubeconfig = cp.admin_kubeconfig().to_path_buf();
+    kubectl(
+        &admin_kubeconfig,
+        &["apply", "-f", repo.join("crds").to_str().unwrap()],
+    );
+    kubectl(
+        &admin_kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/nodememoryconfigs.nodemem.io",
+        ],
+    );
+    kubectl(
+        &admin_kubeconfig,
+        &["apply", "-f", repo.join("deploy/agent").to_str().unwrap()],
+    );
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let base = if Path::new("/dev/shm").is_dir() {
+        Path::new("/dev/shm").to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("nodemem-idle-")
+        .tempdir_in(base)
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("cgroup")).unwrap();
+    let tree =
+        Arc::new(CgroupTree::at(&dir.path().join("cgroup"), CgroupDriver::Systemd, 2).unwrap());
+    std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+    std::fs::write(
+        dir.path().join("proc/sys/kernel/osrelease"),
+        "6.1.0-56-amd64\n",
+    )
+    .unwrap();
+
+    let (client, _kubelet) = runtime.block_on(async {
+        let client = cp.client(&Identity::Admin).await.unwrap();
+        SimNode::new(NODE).register(&client).await.unwrap();
+        let kubelet = FakeKubelet::start(
+            client.clone(),
+            BTreeMap::from([(NODE.to_string(), tree.clone())]),
+        );
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap())
+            .await
+            .unwrap();
+        Api::<DynamicObject>::all_with(client.clone(), &ApiResource::erase::<NodeMemoryConfig>(&()))
+            .patch(
+                NODE,
+                &PatchParams::apply("bench").force(),
+                &Patch::Apply(json!({
+                    "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+                    "metadata": {"name": NODE},
+                    "spec": {"policy": "bench", "revision": "rev-1",
+                        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"}},
+                })),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in 0..pods_wanted {
+            let container = |name: &str| {
+                json!({"name": name, "image": "x",
+                    "resources": {"requests": {"memory": "32Mi"}, "limits": {"memory": "128Mi"}}})
+            };
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("pod-{i}")},
+                "spec": {"nodeName": NODE, "containers": [container("app"), container("sidecar")]},
+            }))
+            .unwrap();
+            // The namespace's default ServiceAccount appears just after the namespace.
+            while let Err(e) = pods.create(&PostParams::default(), &pod).await {
+                assert!(Instant::now() < deadline, "create pod: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        (client, kubelet)
+    });
+
+    let kubeconfig = runtime
+        .block_on(cp.kubeconfig(&Identity::Agent(NODE.into())))
+        .unwrap();
+    let log = dir.path().join("agent.log");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args([
+            "agent",
+            "--node-name",
+            NODE,
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--cgroup-root")
+        .arg(dir.path().join("cgroup"))
+        .arg("--sys-root")
+        .arg(dir.path().join("sys"))
+        .arg("--proc-root")
+        .arg(dir.path().join("proc"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let configs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryConfig>(&()));
+    let started = Instant::now();
+    let managed = runtime.block_on(async {
+        loop {
+            let status = configs
+                .get_status(NODE)
+                .await
+                .ok()
+                .and_then(|c| c.data.get("status").cloned());
+            let managed = status
+                .as_ref()
+                .and_then(|s| s["managedPods"].as_u64())
+                .unwrap_or(0);
+            let applied = status
+                .as_ref()
+                .is_some_and(|s| s["observedRevision"] == "rev-1");
+            // Every test pod plus the agent's own.
+            if applied && managed >= pods_wanted as u64 {
+                return managed;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(180),
+                "the agent did not report {pods_wanted} pods applied; log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let converged = started.elapsed();
+    std::thread::sleep(SETTLE);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let at = text
+        .find("bound=")
+        .expect("the agent logs its metrics address")
+        + "bound=".len();
+    let addr: String = text[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let passes_before = metric_sum(&addr, "nodemem_agent_passes_total");
+    let writes_before = metric_sum(&addr, "nodemem_agent_writes_total");
+    let pid = agent.id();
+    let (ticks_before, _) = usage(pid);
+    let t0 = Instant::now();
+    std::thread::sleep(idle);
+    let (ticks_after, rss_kib) = usage(pid);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let passes = metric_sum(&addr, "nodemem_agent_passes_total") - passes_before;
+    let writes = metric_sum(&addr, "nodemem_agent_writes_total") - writes_before;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu_percent = (ticks_after - ticks_before) as f64 / hz / elapsed * 100.0;
+    let kinds = resident_kinds(pid);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    println!(
+        "agent_idle: {managed} managed pods ({} containers), applied {:.1} s after start",
+        pods_wanted * 2,
+        converged.as_secs_f64()
+    );
+    println!(
+        "agent_idle: idle {elapsed:.0} s: CPU {cpu_percent:.3}% of one core ({} ticks at {hz} Hz; goal < 0.5%), resident {:.1} MiB (goal < 30 MiB), {passes} passes, {writes} writes",
+        ticks_after - ticks_before,
+        rss_kib as f64 / 1024.0
+    );
+    println!("agent_idle: resident by kind: {kinds}");
+}
