@@ -54,7 +54,12 @@ async fn crds_are_established_and_examples_are_accepted() {
         assert_eq!(created.metadata.name.as_deref(), Some(name.as_str()));
         examples += 1;
     }
-    assert_eq!(examples, 4, "general, database, batch and numa-database");
+    assert_eq!(
+        examples, 5,
+        "general, database, batch, numa-database and kubelet"
+    );
+    let kubelet = api.get("kubelet-managed").await.unwrap();
+    assert_eq!(kubelet.data["spec"]["enforcement"], "Kubelet");
     let numa = api.get("numa-database").await.unwrap();
     assert_eq!(numa.data["spec"]["memoryManager"]["policy"], "Static");
     assert_eq!(
