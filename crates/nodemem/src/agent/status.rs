@@ -275,14 +275,31 @@ pub fn status(
                 now,
             ));
         }
-        None => conditions.push(condition(
-            "Healthy",
-            false,
-            "NotApplied",
-            format!("revision {revision} is not applied"),
-            generation,
-            now,
-        )),
+        None => {
+            // Passes that read no signals (reactions, one pod's event) keep the verdict
+            // of the last whole-node pass on the same revision.
+            let kept = previous
+                .filter(|_| s.observed_revision.as_deref() == Some(revision))
+                .filter(|p| p.observed_revision.as_deref() == Some(revision))
+                .and_then(|p| {
+                    let c = p.conditions.iter().find(|c| c.type_ == "Healthy")?;
+                    Some((c.clone(), p.since_revision.clone()))
+                });
+            match kept {
+                Some((c, since)) => {
+                    s.since_revision = since;
+                    conditions.push(c);
+                }
+                None => conditions.push(condition(
+                    "Healthy",
+                    false,
+                    "NotApplied",
+                    format!("revision {revision} is not applied"),
+                    generation,
+                    now,
+                )),
+            }
+        }
     }
     // A condition keeps its transition time while its status stays.
     for c in &mut conditions {

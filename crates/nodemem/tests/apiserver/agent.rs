@@ -96,13 +96,17 @@ fn config_spec(revision: &str, memory_qos: Value) -> Value {
 }
 
 async fn set_config(client: &Client, revision: &str, memory_qos: Value) {
+    set_config_on(client, NODE, revision, memory_qos).await
+}
+
+async fn set_config_on(client: &Client, node: &str, revision: &str, memory_qos: Value) {
     configs(client.clone())
         .patch(
-            NODE,
+            node,
             &PatchParams::apply("nodemem-controller-test").force(),
             &Patch::Apply(json!({
                 "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
-                "metadata": {"name": NODE},
+                "metadata": {"name": node},
                 "spec": config_spec(revision, memory_qos),
             })),
         )
@@ -131,8 +135,12 @@ pub(crate) async fn wait_for<T>(
 
 /// The config's status once it reports `revision` applied.
 async fn applied(client: &Client, agent: &AgentProcess, revision: &str) -> Value {
+    applied_on(client, NODE, agent, revision).await
+}
+
+async fn applied_on(client: &Client, node: &str, agent: &AgentProcess, revision: &str) -> Value {
     wait_for(&format!("revision {revision} applied"), agent, async || {
-        let c = configs(client.clone()).get_status(NODE).await.ok()?;
+        let c = configs(client.clone()).get_status(node).await.ok()?;
         let status = c.data.get("status")?.clone();
         let applied = status["conditions"]
             .as_array()?
@@ -146,10 +154,19 @@ async fn applied(client: &Client, agent: &AgentProcess, revision: &str) -> Value
 
 /// What the node computation predicts for the pods on the API and these settings.
 async fn expected(client: &Client, memory_qos: Value) -> BTreeMap<(String, String), String> {
+    expected_on(client, NODE, CgroupDriver::Systemd, memory_qos).await
+}
+
+async fn expected_on(
+    client: &Client,
+    node_name: &str,
+    driver: CgroupDriver,
+    memory_qos: Value,
+) -> BTreeMap<(String, String), String> {
     // Every pod bound to the node: the test's and the agent's own (the harness binds
     // the agent's token to a pod on the node, as a DaemonSet pod's is).
     let pods: Api<Pod> = Api::all(client.clone());
-    let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={NODE}"));
+    let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={node_name}"));
     let mut listed: Vec<Pod> = pods.list(&on_node).await.unwrap().items;
     listed.sort_by_key(|p| {
         (
@@ -164,7 +181,10 @@ async fn expected(client: &Client, memory_qos: Value) -> BTreeMap<(String, Strin
         .iter()
         .map(|p| node_pod_from_k8s(p, false).unwrap())
         .collect();
-    let node: Node = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
+    let node: Node = Api::<Node>::all(client.clone())
+        .get(node_name)
+        .await
+        .unwrap();
     let settings: NodeSettings = serde_json::from_value(config_spec("x", memory_qos)).unwrap();
     let settings = node_settings(&settings).unwrap();
     let facts = NodeFacts {
@@ -174,7 +194,7 @@ async fn expected(client: &Client, memory_qos: Value) -> BTreeMap<(String, Strin
             page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64,
             kernel_version: Some("6.1.0-56-amd64".into()),
         },
-        cgroup_driver: CgroupDriver::Systemd,
+        cgroup_driver: driver,
         ..NodeFacts::default()
     };
     let desired = desired_node(NodeInput {
@@ -801,4 +821,75 @@ async fn a_pod_the_memory_manager_refuses_gets_an_event() {
         agent.metric("nodemem_agent_memory_manager_pinning_errors"),
         Some(1.0)
     );
+}
+
+/// The cgroupfs driver (`kubepods/burstable/pod<uid>/<id>`): every QoS class gets what
+/// the node computation predicts for that layout.
+#[tokio::test]
+async fn the_agent_enforces_a_cgroupfs_node() {
+    const NODE4: &str = "agent-node-cgroupfs";
+    const NS4: &str = "agent-cgroupfs";
+    let cp = cluster();
+    let client = admin().await;
+    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
+    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS4}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    SimNode::new(NODE4).register(&client).await.unwrap();
+    let tree = Arc::new(CgroupTree::new(CgroupDriver::Cgroupfs, 2).unwrap());
+    let _kubelet = FakeKubelet::start(
+        client.clone(),
+        BTreeMap::from([(NODE4.to_string(), tree.clone())]),
+    );
+    let tiered = json!({"throttlingFactor": 0.8, "reservationPolicy": "TieredReservation"});
+    set_config_on(&client, NODE4, "rev-1", tiered.clone()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS4);
+    for (name, resources) in [
+        (
+            "guaranteed",
+            json!({"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}),
+        ),
+        (
+            "burstable",
+            json!({"requests": {"memory": "128Mi"}, "limits": {"memory": "512Mi"}}),
+        ),
+        ("besteffort", json!({})),
+    ] {
+        create_pod(
+            &pods,
+            json!({
+                "metadata": {"name": name},
+                "spec": {"nodeName": NODE4, "containers": [{"name": "app", "image": "x", "resources": resources}]},
+            }),
+        )
+        .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE4.into())).await.unwrap();
+    let agent = spawn_agent(NODE4, tree.root(), dir.path(), &kubeconfig, "agent.log");
+    let status = applied_on(&client, NODE4, &agent, "rev-1").await;
+    assert_eq!(status["node"]["cgroupDriver"], "cgroupfs", "{status:#}");
+    let want = wait_for("all three pods in the prediction", &agent, async || {
+        let e = expected_on(&client, NODE4, CgroupDriver::Cgroupfs, tiered.clone()).await;
+        (e.keys().filter(|(p, _)| p.contains("/pod")).count() >= 5).then_some(e)
+    })
+    .await;
+    assert!(
+        want.keys().all(|(p, _)| p.starts_with("kubepods"))
+            && !want.keys().any(|(p, _)| p.contains(".slice")),
+        "cgroupfs paths: {want:?}"
+    );
+    let agent_ref = &agent;
+    wait_for("the tree to match the prediction", agent_ref, async || {
+        want.iter()
+            .all(|((p, f), v)| tree.read(p, f).ok().as_deref() == Some(v))
+            .then_some(())
+    })
+    .await;
+    assert_tree(&tree, &want, &agent);
 }
