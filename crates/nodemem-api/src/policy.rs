@@ -342,10 +342,20 @@ pub struct RolloutSpec {
     #[serde(default = "default_max_failures")]
     #[schemars(range(min = 1, max = 10000))]
     pub max_failures: i32,
+
+    /// Seconds an updating node may take to report Applied and Healthy before it counts
+    /// as failed.
+    #[serde(default = "default_progress_deadline")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub progress_deadline_seconds: i32,
 }
 
 fn default_max_failures() -> i32 {
     1
+}
+
+fn default_progress_deadline() -> i32 {
+    600
 }
 
 impl Default for RolloutSpec {
@@ -357,6 +367,7 @@ impl Default for RolloutSpec {
             canary: None,
             failure_policy: FailurePolicy::Pause,
             max_failures: default_max_failures(),
+            progress_deadline_seconds: default_progress_deadline(),
             health: HealthSpec::default(),
         }
     }
@@ -399,4 +410,48 @@ pub struct NodeMemoryPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The settings of the current and the previous revision, newest first: a
+    /// rollback returns nodes to the previous one, also after a controller restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub revisions: Vec<RevisionRecord>,
+    /// A revision that failed and was rolled back; the pool stays on the previous
+    /// revision until the spec changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back_revision: Option<String>,
+    /// Nodes that failed on the current revision (at most 20 named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub failed_node_names: Vec<String>,
+    /// The pool's signals, summed from its nodes' status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolSignals>,
+}
+
+/// One revision's settings, kept for rollback.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionRecord {
+    /// The revision (settings hash).
+    pub revision: String,
+    /// Its settings.
+    pub settings: NodeSettings,
+}
+
+/// A pool's signals from its nodes' NodeMemoryConfig status.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSignals {
+    /// Sum of the nodes' memory.min totals.
+    pub memory_min_bytes: i64,
+    /// Sum of the nodes' memory.low totals.
+    pub memory_low_bytes: i64,
+    /// memory.high crossings since each node's revision was applied.
+    pub throttle_events: i64,
+    /// OOM kills since each node's revision was applied.
+    #[serde(rename = "oomKills")]
+    pub oom_kills: i64,
+    /// The nodes with the most OOM kills, then throttle events (at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worst_nodes: Vec<String>,
 }

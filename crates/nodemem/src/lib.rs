@@ -1,6 +1,7 @@
 //! The `nodemem` command: thin wiring of the library crates into subcommands.
 
 pub mod agent;
+pub mod controller;
 pub mod crds_cmd;
 pub mod error;
 pub mod manifests;

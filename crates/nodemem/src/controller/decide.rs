@@ -1,0 +1,570 @@
+//! The controller's decisions (pure): for every node, which policy governs it; for
+//! every policy, whether it is accepted, which revision its pool moves to and which
+//! nodes move next (`nodemem_model::rollout`); which NodeMemoryConfigs to write or
+//! delete; each policy's status. Inputs are the [`World`] and the time; nothing here
+//! talks to the apiserver, so a restarted controller decides the same from the same
+//! objects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::convert::{node_settings, to_selector};
+use nodemem_api::policy::{
+    FailurePolicy, MemoryManagerSpec, MemoryQosSpec, NodeSettings, PoolSignals, RevisionRecord,
+};
+use nodemem_api::revision::revision;
+use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
+use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
+use nodemem_model::rollout::{
+    plan, AgentReport, NodeProgress, OnFailure, RolloutParams, RolloutState,
+};
+use nodemem_model::selector::LabelSelector;
+
+use super::world::{ConfigEntry, PolicyEntry, World};
+
+/// A NodeMemoryConfig spec to write (server-side apply; the config is owned by the
+/// policy).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigWrite {
+    pub node: String,
+    pub policy_uid: Option<String>,
+    pub spec: NodeMemoryConfigSpec,
+}
+
+/// A rollout step worth an Event on the policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyEvent {
+    pub policy: String,
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    pub writes: Vec<ConfigWrite>,
+    pub deletes: Vec<String>,
+    /// Only statuses that differ from what the policy shows.
+    pub statuses: Vec<(String, NodeMemoryPolicyStatus)>,
+    pub events: Vec<PolicyEvent>,
+}
+
+/// The settings a node gets when no policy selects it any more: everything off, so its
+/// agent gives back what it set; the config is deleted once the agent reports it.
+pub fn released_settings() -> NodeSettings {
+    NodeSettings {
+        memory_qos: MemoryQosSpec {
+            enabled: false,
+            ..MemoryQosSpec::default()
+        },
+        memory_manager: MemoryManagerSpec::default(),
+        node_reserved: None,
+        enforcement: Default::default(),
+    }
+}
+
+struct PolicyView<'a> {
+    name: &'a str,
+    entry: &'a PolicyEntry,
+    selector: LabelSelector,
+    problems: Vec<String>,
+    /// The revision of the spec's settings.
+    revision: String,
+}
+
+/// What a config's agent reports about the config's current spec.
+fn report(c: &ConfigEntry, now: i64) -> AgentReport {
+    let current = |cond: &Condition| cond.observed_generation == c.generation;
+    let find = |t: &str| {
+        c.status
+            .conditions
+            .iter()
+            .find(|cond| cond.type_ == t && current(cond))
+    };
+    let (applied, healthy) = (find("Applied"), find("Healthy"));
+    // Waiting for a kubelet restart is not a failure (the deadline covers it).
+    let failed = |cond: Option<&Condition>, not_failures: &[&str]| {
+        cond.is_some_and(|c| c.status == "False" && !not_failures.contains(&c.reason.as_str()))
+    };
+    if failed(applied, &["KubeletRestartRequired"]) || failed(healthy, &["NotApplied"]) {
+        return AgentReport::Bad;
+    }
+    let good = applied.is_some_and(|c| c.status == "True")
+        && healthy.is_some_and(|c| c.status == "True")
+        && c.status.observed_revision.as_deref() == Some(c.spec.revision.as_str());
+    if !good {
+        return AgentReport::Pending;
+    }
+    // Good since the later of the spec change and the conditions turning True.
+    let since = [applied, healthy]
+        .into_iter()
+        .flatten()
+        .map(|c| c.last_transition_time.0.as_second())
+        .chain(c.spec_changed_at)
+        .max()
+        .unwrap_or(now);
+    AgentReport::Good {
+        for_seconds: (now - since).max(0) as u64,
+    }
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    g: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: g,
+        last_transition_time: now.clone(),
+    }
+}
+
+/// Everything the controller should do now.
+pub fn decide(world: &World, now: i64) -> Decision {
+    let now_time = Time(k8s_openapi::jiff::Timestamp::from_second(now).unwrap_or_default());
+    let views: Vec<PolicyView<'_>> = world
+        .policies
+        .iter()
+        .map(|(name, entry)| PolicyView {
+            name,
+            entry,
+            selector: to_selector(&entry.spec.node_selector),
+            problems: node_settings(&entry.spec.settings)
+                .err()
+                .map(|ps| ps.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
+            revision: revision(&entry.spec.settings),
+        })
+        .collect();
+    let candidates: Vec<PolicyCandidate<'_>> = views
+        .iter()
+        .map(|v| PolicyCandidate {
+            name: v.name,
+            priority: v.entry.spec.priority,
+            selector: &v.selector,
+        })
+        .collect();
+
+    // Which pool each node is in, and the conflicts.
+    let mut pools: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut conflicts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut unselected: Vec<&str> = Vec::new();
+    for (node, labels) in &world.nodes {
+        let r = resolve_policy(&candidates, labels);
+        let Some(winner) = r.winner else {
+            unselected.push(node);
+            continue;
+        };
+        let winner = views
+            .iter()
+            .find(|v| v.name == winner)
+            .map_or("", |v| v.name);
+        pools.entry(winner).or_default().push(node);
+        if !r.conflicting.is_empty() {
+            for name in std::iter::once(winner).chain(r.conflicting.iter().map(String::as_str)) {
+                if let Some(v) = views.iter().find(|v| v.name == name) {
+                    conflicts.entry(v.name).or_default().push(node);
+                }
+            }
+        }
+    }
+
+    let mut out = Decision::default();
+    for v in &views {
+        let pool = pools.get(v.name).cloned().unwrap_or_default();
+        decide_policy(
+            world,
+            v,
+            &pool,
+            conflicts.get(v.name),
+            now,
+            &now_time,
+            &mut out,
+        );
+    }
+
+    // Nodes no policy selects: released, then forgotten once the agent reports it.
+    for node in unselected {
+        let Some(c) = world.configs.get(node) else {
+            continue;
+        };
+        let settings = released_settings();
+        let rev = revision(&settings);
+        if c.spec.revision == rev {
+            let acked = c.status.observed_revision.as_deref() == Some(rev.as_str())
+                && matches!(report(c, now), AgentReport::Good { .. });
+            if acked {
+                out.deletes.push(node.to_string());
+            }
+            continue;
+        }
+        out.writes.push(ConfigWrite {
+            node: node.to_string(),
+            policy_uid: world
+                .policies
+                .get(&c.spec.policy)
+                .and_then(|p| p.uid.clone()),
+            spec: NodeMemoryConfigSpec {
+                policy: c.spec.policy.clone(),
+                revision: rev,
+                settings,
+                health: c.spec.health.clone(),
+            },
+        });
+    }
+    // Configs of nodes that are gone.
+    for node in world.configs.keys() {
+        if !world.nodes.contains_key(node) {
+            out.deletes.push(node.clone());
+        }
+    }
+    out
+}
+
+fn decide_policy(
+    world: &World,
+    v: &PolicyView<'_>,
+    pool: &[&str],
+    conflicts: Option<&Vec<&str>>,
+    now: i64,
+    now_time: &Time,
+    out: &mut Decision,
+) {
+    let entry = v.entry;
+    let g = entry.generation;
+    let old = &entry.status;
+    let mut status = NodeMemoryPolicyStatus {
+        observed_generation: g,
+        revision: Some(v.revision.clone()),
+        matched_nodes: pool.len() as i32,
+        conflicting_nodes: conflicts.map_or(0, |c| c.len() as i32),
+        ..NodeMemoryPolicyStatus::default()
+    };
+    let mut conditions = Vec::new();
+    if !v.problems.is_empty() {
+        // An invalid policy changes no node.
+        conditions.push(condition(
+            "Accepted",
+            false,
+            "Invalid",
+            v.problems.join("; "),
+            g,
+            now_time,
+        ));
+        status.revisions = old.revisions.clone();
+        finish(v.name, old, status, conditions, now_time, out);
+        return;
+    }
+    conditions.push(condition(
+        "Accepted",
+        true,
+        "Valid",
+        format!("revision {}", v.revision),
+        g,
+        now_time,
+    ));
+    if let Some(c) = conflicts {
+        let mut names: Vec<&str> = c.iter().copied().take(10).collect();
+        names.sort();
+        conditions.push(condition(
+            "Conflicting",
+            true,
+            "EqualPriority",
+            format!(
+                "{} node(s) are also selected by another policy of the same priority (the alphabetically first governs): {}",
+                c.len(),
+                names.join(", ")
+            ),
+            g,
+            now_time,
+        ));
+    }
+
+    // Revision history: the spec's revision first, then the one before it.
+    let current = RevisionRecord {
+        revision: v.revision.clone(),
+        settings: entry.spec.settings.clone(),
+    };
+    status.revisions = match old.revisions.first() {
+        Some(first) if first.revision == current.revision => old.revisions.clone(),
+        Some(first) => vec![current.clone(), first.clone()],
+        None => vec![current.clone()],
+    };
+    let previous = status.revisions.get(1).cloned();
+    // A rolled-back revision stays rolled back until the spec changes.
+    let rolled_back = old
+        .rolled_back_revision
+        .clone()
+        .filter(|r| *r == v.revision);
+    let target = match (&rolled_back, &previous) {
+        (Some(_), Some(p)) => p.clone(),
+        _ => current.clone(),
+    };
+
+    let rollout = &entry.spec.rollout;
+    let matched = pool.len() as u32;
+    let params = RolloutParams {
+        max_unavailable: rollout.max_unavailable.resolve(matched).unwrap_or(1).max(1),
+        canary: rollout
+            .canary
+            .as_ref()
+            .and_then(|c| c.resolve(matched).ok())
+            .unwrap_or(0),
+        min_ready_seconds: rollout.min_ready_seconds.max(0) as u64,
+        progress_deadline_seconds: rollout.progress_deadline_seconds.max(0) as u64,
+        max_failures: rollout.max_failures.max(1) as u32,
+        on_failure: match rollout.failure_policy {
+            FailurePolicy::Pause => OnFailure::Pause,
+            FailurePolicy::Rollback => OnFailure::Rollback,
+        },
+        paused: rollout.paused,
+    };
+    let progress: Vec<NodeProgress<'_>> = pool
+        .iter()
+        .map(|node| {
+            let c = world.configs.get(*node).filter(|c| c.spec.policy == v.name);
+            NodeProgress {
+                node,
+                spec_revision: c.map(|c| c.spec.revision.as_str()),
+                report: c.map_or(AgentReport::Pending, |c| report(c, now)),
+                since_spec_change: c
+                    .and_then(|c| c.spec_changed_at)
+                    .map_or(0, |t| (now - t).max(0) as u64),
+            }
+        })
+        .collect();
+    let step = plan(&progress, &target.revision, &params);
+    let spec_for = |record: &RevisionRecord| NodeMemoryConfigSpec {
+        policy: v.name.to_string(),
+        revision: record.revision.clone(),
+        settings: record.settings.clone(),
+        health: rollout.health.clone(),
+    };
+    for node in &step.start {
+        out.writes.push(ConfigWrite {
+            node: node.clone(),
+            policy_uid: entry.uid.clone(),
+            spec: spec_for(&target),
+        });
+    }
+    // Rollback: nodes go back to the previous revision, or lose their config when
+    // there was none before (their agents then give back what they set).
+    if step.state == RolloutState::RollingBack {
+        for node in &step.revert {
+            match &previous {
+                Some(p) => out.writes.push(ConfigWrite {
+                    node: node.clone(),
+                    policy_uid: entry.uid.clone(),
+                    spec: spec_for(p),
+                }),
+                None => out.deletes.push(node.clone()),
+            }
+        }
+        status.rolled_back_revision = Some(v.revision.clone());
+    } else {
+        status.rolled_back_revision = rolled_back;
+    }
+    // Health settings follow the policy without a new revision.
+    for node in pool {
+        if let Some(c) = world.configs.get(*node) {
+            if c.spec.policy == v.name
+                && c.spec.revision == target.revision
+                && c.spec.health != rollout.health
+                && !step.start.contains(&node.to_string())
+            {
+                out.writes.push(ConfigWrite {
+                    node: node.to_string(),
+                    policy_uid: entry.uid.clone(),
+                    spec: NodeMemoryConfigSpec {
+                        health: rollout.health.clone(),
+                        ..c.spec.clone()
+                    },
+                });
+            }
+        }
+    }
+
+    let counts = step.counts;
+    status.updated_nodes = counts.updated as i32;
+    status.ready_nodes = counts.ready as i32;
+    status.failed_nodes = counts.failed as i32;
+    status.failed_node_names = step.failed.iter().take(20).cloned().collect();
+    status.pool = Some(pool_signals(world, v.name, pool));
+    let summary = format!(
+        "{}/{} nodes updated, {} ready, {} failed (revision {})",
+        counts.updated, counts.matched, counts.ready, counts.failed, target.revision
+    );
+    let (progressing, reason, message) = match step.state {
+        RolloutState::Complete => (false, "Complete", summary.clone()),
+        RolloutState::Progressing => (true, "Updating", summary.clone()),
+        RolloutState::WaitingForCanary => (
+            true,
+            "WaitingForCanary",
+            format!(
+                "{summary}; the rest waits until {} canary node(s) are ready",
+                params.canary
+            ),
+        ),
+        RolloutState::Paused => (
+            false,
+            "Paused",
+            format!("{summary}; paused by spec.rollout.paused"),
+        ),
+        RolloutState::Degraded => (
+            false,
+            "MaxFailures",
+            format!(
+                "{summary}; stopped at maxFailures {}: {}",
+                params.max_failures,
+                step.failed.join(", ")
+            ),
+        ),
+        RolloutState::RollingBack => (
+            true,
+            "RollingBack",
+            format!(
+                "{summary}; maxFailures {} reached ({}): updated nodes return to {}",
+                params.max_failures,
+                step.failed.join(", "),
+                previous
+                    .as_ref()
+                    .map_or("no config".to_string(), |p| format!(
+                        "revision {}",
+                        p.revision
+                    ))
+            ),
+        ),
+    };
+    conditions.push(condition(
+        "Progressing",
+        progressing,
+        reason,
+        message.clone(),
+        g,
+        now_time,
+    ));
+    let ready = step.state == RolloutState::Complete;
+    conditions.push(condition(
+        "Ready",
+        ready,
+        if ready { "AllNodesReady" } else { reason },
+        summary,
+        g,
+        now_time,
+    ));
+    let degraded = matches!(
+        step.state,
+        RolloutState::Degraded | RolloutState::RollingBack
+    ) || status.rolled_back_revision.is_some();
+    conditions.push(condition(
+        "Degraded",
+        degraded,
+        if status.rolled_back_revision.is_some() && step.state != RolloutState::RollingBack {
+            "RolledBack"
+        } else if degraded {
+            reason
+        } else {
+            "AsExpected"
+        },
+        if status.rolled_back_revision.is_some() && step.state != RolloutState::RollingBack {
+            format!(
+                "revision {} was rolled back; the pool runs revision {}: change the spec to roll out again",
+                v.revision, target.revision
+            )
+        } else {
+            message
+        },
+        g,
+        now_time,
+    ));
+    if !step.start.is_empty() {
+        out.events.push(PolicyEvent {
+            policy: v.name.to_string(),
+            warning: false,
+            reason: "NodesUpdating",
+            message: format!("revision {} to {}", target.revision, step.start.join(", ")),
+        });
+    }
+    finish(v.name, old, status, conditions, now_time, out);
+}
+
+/// Keeps condition times while their status stays, records transitions as events, and
+/// emits the status when it differs.
+fn finish(
+    name: &str,
+    old: &NodeMemoryPolicyStatus,
+    mut status: NodeMemoryPolicyStatus,
+    mut conditions: Vec<Condition>,
+    _now: &Time,
+    out: &mut Decision,
+) {
+    for c in &mut conditions {
+        match old.conditions.iter().find(|o| o.type_ == c.type_) {
+            Some(o) if o.status == c.status => {
+                c.last_transition_time = o.last_transition_time.clone()
+            }
+            previous => {
+                let notable = matches!(
+                    (c.type_.as_str(), c.status.as_str()),
+                    ("Ready", "True") | ("Degraded", "True") | ("Accepted", "False")
+                );
+                if notable && (previous.is_some() || c.type_ != "Ready") {
+                    out.events.push(PolicyEvent {
+                        policy: name.to_string(),
+                        warning: c.type_ != "Ready",
+                        reason: match c.type_.as_str() {
+                            "Ready" => "RolloutComplete",
+                            "Degraded" if c.reason == "RollingBack" => "RollingBack",
+                            "Degraded" => "RolloutStopped",
+                            _ => "PolicyInvalid",
+                        },
+                        message: c.message.clone(),
+                    });
+                }
+            }
+        }
+    }
+    status.conditions = conditions;
+    let strip = |s: &NodeMemoryPolicyStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Default::default());
+        }
+        s
+    };
+    if strip(&status) != strip(old) {
+        out.statuses.push((name.to_string(), status));
+    }
+}
+
+/// The pool's signals summed from its nodes' status.
+fn pool_signals(world: &World, policy: &str, pool: &[&str]) -> PoolSignals {
+    let mut s = PoolSignals::default();
+    let mut worst: Vec<(i64, i64, &str)> = Vec::new();
+    for node in pool {
+        let Some(c) = world.configs.get(*node).filter(|c| c.spec.policy == policy) else {
+            continue;
+        };
+        if let Some(t) = &c.status.totals {
+            s.memory_min_bytes += t.memory_min_bytes;
+            s.memory_low_bytes += t.memory_low_bytes;
+        }
+        if let Some(r) = &c.status.since_revision {
+            s.throttle_events += r.throttle_events;
+            s.oom_kills += r.oom_kills;
+            if r.oom_kills > 0 || r.throttle_events > 0 {
+                worst.push((r.oom_kills, r.throttle_events, node));
+            }
+        }
+    }
+    worst.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)).then(a.2.cmp(b.2)));
+    s.worst_nodes = worst.into_iter().take(5).map(|w| w.2.to_string()).collect();
+    s
+}

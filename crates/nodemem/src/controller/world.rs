@@ -1,0 +1,138 @@
+//! What the controller knows: policies, nodes (their labels) and NodeMemoryConfigs,
+//! kept current from watch events. Pure and synchronous (tested with plain #[test]s);
+//! each update says whether it changed something the decisions read.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use nodemem_api::{
+    NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus, NodeMemoryPolicy,
+    NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
+};
+
+/// The annotation on a NodeMemoryConfig recording when its spec last changed (RFC 3339):
+/// how long a node has been updating survives a controller restart.
+pub const SPEC_CHANGED_AT: &str = "nodemem.io/spec-changed-at";
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyEntry {
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+    pub spec: NodeMemoryPolicySpec,
+    pub status: NodeMemoryPolicyStatus,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigEntry {
+    pub generation: Option<i64>,
+    pub spec: NodeMemoryConfigSpec,
+    pub status: NodeMemoryConfigStatus,
+    /// Seconds since the epoch, from [`SPEC_CHANGED_AT`].
+    pub spec_changed_at: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    pub policies: BTreeMap<String, PolicyEntry>,
+    /// Node name -> labels.
+    pub nodes: BTreeMap<String, BTreeMap<String, String>>,
+    /// Node name -> its config.
+    pub configs: BTreeMap<String, ConfigEntry>,
+}
+
+/// Seconds since the epoch of an RFC 3339 time.
+pub fn parse_time(text: &str) -> Option<i64> {
+    text.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
+}
+
+impl World {
+    pub fn apply_policy(&mut self, p: &NodeMemoryPolicy) -> bool {
+        let Some(name) = p.metadata.name.clone() else {
+            return false;
+        };
+        let entry = PolicyEntry {
+            uid: p.metadata.uid.clone(),
+            generation: p.metadata.generation,
+            spec: p.spec.clone(),
+            status: p.status.clone().unwrap_or_default(),
+        };
+        self.policies.insert(name, entry.clone()) != Some(entry)
+    }
+
+    pub fn delete_policy(&mut self, name: &str) -> bool {
+        self.policies.remove(name).is_some()
+    }
+
+    /// A node's labels are all the controller reads of it.
+    pub fn apply_node(&mut self, n: &Node) -> bool {
+        let Some(name) = n.metadata.name.clone() else {
+            return false;
+        };
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        self.nodes.insert(name, labels.clone()) != Some(labels)
+    }
+
+    pub fn delete_node(&mut self, name: &str) -> bool {
+        self.nodes.remove(name).is_some()
+    }
+
+    pub fn apply_config(&mut self, c: &NodeMemoryConfig) -> bool {
+        let Some(name) = c.metadata.name.clone() else {
+            return false;
+        };
+        let entry = ConfigEntry {
+            generation: c.metadata.generation,
+            spec: c.spec.clone(),
+            status: c.status.clone().unwrap_or_default(),
+            spec_changed_at: c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SPEC_CHANGED_AT))
+                .and_then(|t| parse_time(t)),
+        };
+        self.configs.insert(name, entry.clone()) != Some(entry)
+    }
+
+    pub fn delete_config(&mut self, name: &str) -> bool {
+        self.configs.remove(name).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_what_decisions_read_counts_as_a_change() {
+        let mut w = World::default();
+        let node = |labels: serde_json::Value, heartbeat: &str| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n1", "labels": labels},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}}))
+            .unwrap()
+        };
+        assert!(w.apply_node(&node(json!({"pool": "a"}), "2026-11-22T10:00:00Z")));
+        assert!(
+            !w.apply_node(&node(json!({"pool": "a"}), "2026-11-22T10:00:10Z")),
+            "a heartbeat changes nothing"
+        );
+        assert!(w.apply_node(&node(json!({"pool": "b"}), "2026-11-22T10:00:20Z")));
+        assert!(w.delete_node("n1") && !w.delete_node("n1"));
+
+        let config: NodeMemoryConfig = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "generation": 2,
+                "annotations": {SPEC_CHANGED_AT: "2026-11-22T10:00:00Z"}},
+            "spec": {"policy": "p", "revision": "r1"}}))
+        .unwrap();
+        assert!(w.apply_config(&config));
+        assert!(!w.apply_config(&config));
+        assert_eq!(
+            w.configs["n1"].spec_changed_at,
+            Some(1_795_341_600),
+            "2026-11-22T10:00:00Z"
+        );
+    }
+}
