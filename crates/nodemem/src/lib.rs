@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod controller;
 pub mod crds_cmd;
+pub mod endpoints;
 pub mod error;
 pub mod manifests;
 pub mod simulate;
@@ -27,6 +28,8 @@ pub enum Command {
     Simulate(simulate::SimulateArgs),
     /// The node agent: `--once` applies one node from files (no apiserver).
     Agent(Box<agent::AgentArgs>),
+    /// The cluster controller: NodeMemoryConfigs per node, rolled out per pool.
+    Controller(controller::ControllerArgs),
 }
 
 /// What a command leaves: its output, problems for stderr, and the exit code.
@@ -52,5 +55,6 @@ pub fn run(cli: &Cli) -> Result<Outcome, CliError> {
         Command::Crds(args) => crds_cmd::run(args).map(Outcome::ok),
         Command::Simulate(args) => simulate::run(args).map(Outcome::ok),
         Command::Agent(args) => agent::run(args),
+        Command::Controller(args) => controller::run(args),
     }
 }

@@ -10,9 +10,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Request, Response, StatusCode};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -394,62 +391,23 @@ impl Metrics {
     }
 }
 
-fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_str(content_type).expect("a valid content type"),
-    );
-    r
-}
+impl crate::endpoints::Endpoints for Metrics {
+    fn metrics(&self) -> String {
+        self.encode()
+    }
 
-fn route(metrics: &Metrics, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    match req.uri().path() {
-        "/metrics" => reply(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.encode(),
-        ),
-        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if metrics.ready() => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "the node has not been enforced yet\n".into(),
-        ),
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found: try /metrics, /healthz or /readyz\n".into(),
-        ),
+    fn ready(&self) -> Result<(), &'static str> {
+        if Metrics::ready(self) {
+            Ok(())
+        } else {
+            Err("the node has not been enforced yet")
+        }
     }
 }
 
-/// Serves the endpoints on `addr` until the process ends; returns the bound address.
+/// Serves /metrics, /healthz and /readyz on `addr`; returns the bound address.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr} for /metrics: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let response = route(&metrics, &req);
-                    async move { Ok::<_, std::convert::Infallible>(response) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    Ok(bound)
+    crate::endpoints::serve(addr, metrics).await
 }
 
 #[cfg(test)]

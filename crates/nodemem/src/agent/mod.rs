@@ -135,6 +135,21 @@ pub struct AgentArgs {
     pub output: OnceFormat,
 }
 
+/// Logs on stderr (text, colored on a terminal, or JSON), filtered by RUST_LOG (info
+/// by default).
+pub fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
+}
+
 pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     if args.once {
         return once::run(args);
@@ -147,16 +162,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         .ok_or_else(|| {
             CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
         })?;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match args.log_format {
-        LogFormat::Text => logs.try_init(),
-        LogFormat::Json => logs.json().try_init(),
-    };
+    init_logs(args.log_format);
     let engine = once::engine_config(args);
     let kubelet = kubelet_mode::KubeletModeConfig {
         files: engine.kubelet.clone(),

@@ -395,7 +395,15 @@ fn decide_policy(
     status.updated_nodes = counts.updated as i32;
     status.ready_nodes = counts.ready as i32;
     status.failed_nodes = counts.failed as i32;
-    status.failed_node_names = step.failed.iter().take(20).cloned().collect();
+    // After a rollback the pool is back on a revision it runs well; the nodes that
+    // failed the rolled-back revision stay named until the spec changes.
+    let settled_after_rollback =
+        status.rolled_back_revision.is_some() && step.state != RolloutState::RollingBack;
+    status.failed_node_names = if settled_after_rollback && step.failed.is_empty() {
+        old.failed_node_names.clone()
+    } else {
+        step.failed.iter().take(20).cloned().collect()
+    };
     status.pool = Some(pool_signals(world, v.name, pool));
     let summary = format!(
         "{}/{} nodes updated, {} ready, {} failed (revision {})",
@@ -466,17 +474,19 @@ fn decide_policy(
     conditions.push(condition(
         "Degraded",
         degraded,
-        if status.rolled_back_revision.is_some() && step.state != RolloutState::RollingBack {
+        if settled_after_rollback {
             "RolledBack"
         } else if degraded {
             reason
         } else {
             "AsExpected"
         },
-        if status.rolled_back_revision.is_some() && step.state != RolloutState::RollingBack {
+        if settled_after_rollback {
             format!(
-                "revision {} was rolled back; the pool runs revision {}: change the spec to roll out again",
-                v.revision, target.revision
+                "revision {} was rolled back after it failed on {}; the pool runs revision {}: change the spec to roll out again",
+                v.revision,
+                status.failed_node_names.join(", "),
+                target.revision
             )
         } else {
             message

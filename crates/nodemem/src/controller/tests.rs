@@ -324,6 +324,14 @@ fn a_failing_node_pauses_the_rollout_or_rolls_the_pool_back() {
             assert!(d.writes.is_empty(), "{:?}", d.writes);
             assert!(w.configs.values().all(|c| c.spec.revision == first));
             assert_eq!(condition(&w, "p", "Degraded").reason, "RolledBack");
+            assert_eq!(
+                w.policies["p"].status.failed_node_names,
+                ["a"],
+                "still named after the rollback"
+            );
+            assert!(condition(&w, "p", "Degraded")
+                .message
+                .contains("after it failed on a;"));
             let d = decide(&w, now + 600);
             assert_eq!(d, Decision::default(), "settled");
         }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodemem_api::{
     NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus, NodeMemoryPolicy,
     NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
@@ -67,10 +68,15 @@ impl World {
 
     /// A node's labels are all the controller reads of it.
     pub fn apply_node(&mut self, n: &Node) -> bool {
-        let Some(name) = n.metadata.name.clone() else {
+        self.apply_node_meta(&n.metadata)
+    }
+
+    /// The same from a metadata-only watch.
+    pub fn apply_node_meta(&mut self, meta: &ObjectMeta) -> bool {
+        let Some(name) = meta.name.clone() else {
             return false;
         };
-        let labels = n.metadata.labels.clone().unwrap_or_default();
+        let labels = meta.labels.clone().unwrap_or_default();
         self.nodes.insert(name, labels.clone()) != Some(labels)
     }
 

@@ -5,6 +5,7 @@
 mod agent;
 mod authority;
 mod common;
+mod controller;
 mod crds;
 mod identities;
 mod kubelet_mode;

@@ -1,0 +1,411 @@
+//! The controller as the real binary on a control plane of its own (it governs every
+//! node and config in the cluster, so it cannot share one with other tests), with a
+//! real agent process per simulated node: three pools converge, a spec change rolls
+//! out with at most maxUnavailable nodes in flight, and an OOM burst on an updated node
+//! rolls its pool back by itself.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::Client;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_testkit::cgroup_tree::CgroupTree;
+use nodemem_testkit::kubelet::FakeKubelet;
+use nodemem_testkit::nodes::SimNode;
+use nodemem_testkit::{ControlPlane, Identity};
+use serde_json::{json, Value};
+
+use crate::agent::{spawn_agent, AgentProcess};
+use crate::common::{create_pod, repo};
+
+struct ControllerProcess {
+    child: Child,
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kubectl_apply(cp: &ControlPlane, path: &str) {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
+        .args(["apply", "-f"])
+        .arg(repo().join(path))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply -f {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
+}
+
+async fn wait<T>(
+    what: &str,
+    logs: &dyn Fn() -> String,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn policy(name: &str, factor: f64, rollout: Value) -> Value {
+    json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": name}},
+            "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
+            "rollout": rollout},
+    })
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Per node: the spec's revision and whether its agent reports it applied and healthy.
+async fn node_states(client: &Client) -> BTreeMap<String, (String, String, bool)> {
+    let list = dynamic::<NodeMemoryConfig>(client)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|c| {
+            let name = c.metadata.name.clone().unwrap();
+            let spec = &c.data["spec"];
+            let status = &c.data["status"];
+            let good = status["observedRevision"] == spec["revision"]
+                && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
+                && condition(status, "Healthy").is_some_and(|c| c["status"] == "True");
+            (
+                name,
+                (
+                    spec["policy"].as_str().unwrap_or("").to_string(),
+                    spec["revision"].as_str().unwrap_or("").to_string(),
+                    good,
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
+    let cp = tokio::task::spawn_blocking(ControlPlane::start)
+        .await
+        .unwrap()
+        .expect("control plane");
+    nodemem_testkit::crds::install_dir(&cp, &repo().join("crds"))
+        .await
+        .unwrap();
+    kubectl_apply(&cp, "deploy/agent");
+    kubectl_apply(&cp, "deploy/controller");
+    let client = cp.client(&Identity::Admin).await.unwrap();
+
+    // Three pools: a (3 nodes), b (2 nodes, with a pod each), c (1 node).
+    let pools = [("ctl-a", 3), ("ctl-b", 2), ("ctl-c", 1)];
+    let mut trees = BTreeMap::new();
+    for (pool, n) in pools {
+        for i in 1..=n {
+            let name = format!("{pool}-{i}");
+            SimNode::new(&name)
+                .label("nodemem.io/pool", pool)
+                .register(&client)
+                .await
+                .unwrap();
+            trees.insert(
+                name,
+                Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap()),
+            );
+        }
+    }
+    let _kubelet = FakeKubelet::start(client.clone(), trees.clone());
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "work"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
+    for node in ["ctl-b-1", "ctl-b-2"] {
+        create_pod(
+            &pods,
+            json!({"metadata": {"name": format!("app-{node}")},
+                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x",
+                    "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}}]}}),
+        )
+        .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();
+    for (node, tree) in &trees {
+        let kubeconfig = cp.kubeconfig(&Identity::Agent(node.clone())).await.unwrap();
+        let node_dir = dir.path().join(node);
+        std::fs::create_dir_all(&node_dir).unwrap();
+        agents.insert(
+            node.clone(),
+            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
+        );
+    }
+    let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
+    let controller_log = dir.path().join("controller.log");
+    let _controller = ControllerProcess {
+        child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
+            .args([
+                "controller",
+                "--tick-seconds",
+                "1",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", &controller_kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&controller_log).unwrap())
+            .spawn()
+            .unwrap(),
+    };
+    let logs = || {
+        format!(
+            "controller log:\n{}\nagent ctl-b-1 log:\n{}",
+            std::fs::read_to_string(&controller_log).unwrap_or_default(),
+            agents["ctl-b-1"].log()
+        )
+    };
+
+    let policies = dynamic::<NodeMemoryPolicy>(&client);
+    let create = |p: Value| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .create(&PostParams::default(), &serde_json::from_value(p).unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    create(policy("ctl-a", 0.9, json!({"maxUnavailable": 1}))).await;
+    create(policy(
+        "ctl-b",
+        0.9,
+        json!({"maxUnavailable": 1, "minReadySeconds": 20, "failurePolicy": "Rollback"}),
+    ))
+    .await;
+    create(policy("ctl-c", 0.8, json!({}))).await;
+
+    // 1. Every pool converges: each node's config carries its pool's policy and its
+    //    agent reports it; each policy is Ready.
+    let ready = |name: &'static str| {
+        let policies = policies.clone();
+        async move {
+            let p = policies.get_status(name).await.ok()?;
+            let s = p.data.get("status")?.clone();
+            (condition(&s, "Ready")?["status"] == "True").then_some(s)
+        }
+    };
+    for name in ["ctl-a", "ctl-c"] {
+        let s = wait(&format!("{name} Ready"), &logs, async || ready(name).await).await;
+        assert_eq!(s["matchedNodes"], s["readyNodes"], "{s:#}");
+    }
+    let b1 = wait("ctl-b Ready", &logs, async || ready("ctl-b").await).await;
+    let states = node_states(&client).await;
+    for (node, (policy, _, good)) in &states {
+        assert!(
+            node.starts_with(policy.as_str()) && *good,
+            "{node}: {states:?}"
+        );
+    }
+    assert_eq!(states.len(), 6);
+    let b_first = b1["revision"].as_str().unwrap().to_string();
+
+    // 2. A spec change in pool a: at most one node in flight at any time, all end on it.
+    let patch = |name: &'static str, factor: f64| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"memoryQoS": {"throttlingFactor": factor}}})),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let old_a = ready("ctl-a").await.unwrap()["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Every state the configs of pool a pass through, as the watch delivers them (the
+    // watch starts before the change: the agents apply within milliseconds).
+    let mut stream = Box::pin(kube::runtime::watcher::watcher(
+        dynamic::<NodeMemoryConfig>(&client),
+        Default::default(),
+    ));
+    let mut states: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    loop {
+        match futures::StreamExt::next(&mut stream).await {
+            Some(Ok(kube::runtime::watcher::Event::InitDone)) => break,
+            Some(Ok(kube::runtime::watcher::Event::InitApply(c))) => {
+                let name = c.metadata.name.clone().unwrap();
+                if name.starts_with("ctl-a") {
+                    let r = c.data["spec"]["revision"].as_str().unwrap().to_string();
+                    states.insert(name, (r, true));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(states.values().all(|(r, _)| *r == old_a));
+    patch("ctl-a", 0.7).await;
+    let new_a = wait("ctl-a's new revision", &logs, async || {
+        let p = policies.get_status("ctl-a").await.ok()?;
+        let r = p.data["status"]["revision"].as_str()?.to_string();
+        (r != old_a).then_some(r)
+    })
+    .await;
+    let mut max_in_flight = 0;
+    let mut updated_order = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !states.values().all(|(r, good)| *r == new_a && *good) {
+        assert!(
+            Instant::now() < deadline,
+            "ctl-a did not roll out\n{}",
+            logs()
+        );
+        let Ok(Some(Ok(event))) = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures::StreamExt::next(&mut stream),
+        )
+        .await
+        else {
+            continue;
+        };
+        let (kube::runtime::watcher::Event::Apply(c) | kube::runtime::watcher::Event::InitApply(c)) =
+            event
+        else {
+            continue;
+        };
+        let name = c.metadata.name.clone().unwrap();
+        if !name.starts_with("ctl-a") {
+            continue;
+        }
+        let spec = &c.data["spec"];
+        let status = &c.data["status"];
+        let good = status["observedRevision"] == spec["revision"]
+            && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
+            && condition(status, "Healthy").is_some_and(|c| c["status"] == "True");
+        let revision = spec["revision"].as_str().unwrap().to_string();
+        if revision == new_a && states.get(&name).is_none_or(|s| s.0 != new_a) {
+            updated_order.push(name.clone());
+        }
+        states.insert(name, (revision, good));
+        let in_flight = states
+            .values()
+            .filter(|(r, good)| *r == new_a && !good)
+            .count();
+        max_in_flight = max_in_flight.max(in_flight);
+    }
+    assert_eq!(max_in_flight, 1, "one node at a time (maxUnavailable 1)");
+    assert_eq!(updated_order, ["ctl-a-1", "ctl-a-2", "ctl-a-3"]);
+
+    // 3. Pool b (Rollback, minReadySeconds 20): its first updated node has an OOM burst
+    //    before it counts as ready; the pool returns to the first revision by itself.
+    patch("ctl-b", 0.6).await;
+    let (first_updated, second_rev) = wait(
+        "a pool-b node on the new revision, applied",
+        &logs,
+        async || {
+            let states = node_states(&client).await;
+            states
+                .iter()
+                .find(|(n, (_, r, good))| n.starts_with("ctl-b") && *r != b_first && *good)
+                .map(|(n, (_, r, _))| (n.clone(), r.clone()))
+        },
+    )
+    .await;
+    let pod = pods.get(&format!("app-{first_updated}")).await.unwrap();
+    let uid = pod.metadata.uid.unwrap();
+    let events = trees[&first_updated]
+        .root()
+        .join(nodemem_model::cgroup_layout::pod_dir(
+            CgroupDriver::Systemd,
+            nodemem_model::qos::QosClass::Burstable,
+            &uid,
+        ))
+        .join("memory.events");
+    let calm = std::fs::read_to_string(&events).unwrap();
+    std::fs::write(&events, calm.replace("oom_kill 0", "oom_kill 9")).unwrap();
+    let rolled = wait("ctl-b rolled back", &logs, async || {
+        let p = policies.get_status("ctl-b").await.ok()?;
+        let s = p.data.get("status")?.clone();
+        (s["rolledBackRevision"] == second_rev.as_str()).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        rolled["failedNodeNames"],
+        json!([first_updated]),
+        "{rolled:#}"
+    );
+    wait(
+        "every pool-b node back on the first revision",
+        &logs,
+        async || {
+            let states = node_states(&client).await;
+            states
+                .iter()
+                .filter(|(n, _)| n.starts_with("ctl-b"))
+                .all(|(_, (_, r, _))| *r == b_first)
+                .then_some(())
+        },
+    )
+    .await;
+    let degraded = wait("Degraded=True RolledBack", &logs, async || {
+        let p = policies.get_status("ctl-b").await.ok()?;
+        let s = p.data.get("status")?.clone();
+        let d = condition(&s, "Degraded")?.clone();
+        (d["reason"] == "RolledBack").then_some(d)
+    })
+    .await;
+    assert_eq!(degraded["status"], "True");
+    // The rollout's steps are Events on the policy.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let reasons: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("ctl-b"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "RollingBack"), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r == "NodesUpdating"), "{reasons:?}");
+}
