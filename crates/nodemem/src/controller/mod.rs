@@ -6,6 +6,7 @@
 //! * [`run`]: the watches and the writes around them.
 
 pub mod decide;
+pub mod lease;
 pub mod metrics;
 pub mod run;
 pub mod world;
@@ -26,6 +27,32 @@ pub struct ControllerArgs {
     /// Seconds between checks of time-based rollout steps (minReadySeconds, deadlines).
     #[arg(long, default_value_t = 5)]
     pub tick_seconds: u64,
+    /// Elect a leader through the Lease `nodemem-controller` in --namespace: with several
+    /// replicas only the holder writes.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Where the Lease lives.
+    #[arg(long, default_value = "nodemem-system")]
+    pub namespace: String,
+    /// Seconds a Lease holder has to renew it before another replica may take over.
+    #[arg(long, default_value_t = 15)]
+    pub lease_seconds: u64,
+    /// This replica's name in the Lease (default: POD_NAME, else host name and pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+}
+
+fn identity(args: &ControllerArgs) -> String {
+    args.identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "nodemem".into());
+            format!("{host}-{}", std::process::id())
+        })
 }
 
 pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
@@ -59,7 +86,24 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 "cannot reach the apiserver ({e}); in a pod the service account is used, elsewhere set KUBECONFIG"
             ))
         })?;
-        controller.run(client).await.map_err(CliError::one)
+        if !args.leader_elect {
+            return controller.run(client).await.map_err(CliError::one);
+        }
+        let lock = lease::LeaseLock::new(
+            client.clone(),
+            &args.namespace,
+            "nodemem-controller",
+            identity(args),
+            std::time::Duration::from_secs(args.lease_seconds.max(3)),
+        );
+        lock.acquire().await;
+        tracing::info!(identity = %lock.identity, "leading");
+        // Whichever ends first: losing the Lease stops this replica (its pod restarts
+        // as a follower) so two never write at once.
+        tokio::select! {
+            r = controller.run(client) => r.map_err(CliError::one),
+            () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
+        }
     })?;
     Ok(Outcome::default())
 }

@@ -177,8 +177,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         );
     }
     let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
-    let controller_log = dir.path().join("controller.log");
-    let _controller = ControllerProcess {
+    let spawn_controller = |identity: &str| ControllerProcess {
         child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
             .args([
                 "controller",
@@ -187,12 +186,15 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
                 "--metrics-addr",
                 "127.0.0.1:0",
             ])
+            .args(["--identity", identity, "--lease-seconds", "6"])
             .env("KUBECONFIG", &controller_kubeconfig)
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&controller_log).unwrap())
+            .stderr(std::fs::File::create(dir.path().join(format!("{identity}.log"))).unwrap())
             .spawn()
             .unwrap(),
     };
+    let controller_log = dir.path().join("replica-a.log");
+    let replica_a = spawn_controller("replica-a");
     let logs = || {
         format!(
             "controller log:\n{}\nagent ctl-b-1 log:\n{}",
@@ -408,4 +410,48 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         .collect();
     assert!(reasons.iter().any(|r| r == "RollingBack"), "{reasons:?}");
     assert!(reasons.iter().any(|r| r == "NodesUpdating"), "{reasons:?}");
+
+    // 4. A second replica waits for the Lease; when the leader dies it takes over and
+    //    carries on (a change to pool c is rolled out by it).
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "nodemem-system");
+    let holder = async || {
+        leases
+            .get_opt("nodemem-controller")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    assert_eq!(holder().await.as_deref(), Some("replica-a"));
+    let _replica_b = spawn_controller("replica-b");
+    let b_log = dir.path().join("replica-b.log");
+    wait("replica b to wait for the Lease", &logs, async || {
+        std::fs::read_to_string(&b_log)
+            .ok()?
+            .contains("another replica leads")
+            .then_some(())
+    })
+    .await;
+    let old_c = ready("ctl-c").await.unwrap()["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    drop(replica_a);
+    let took_over = Instant::now();
+    wait("replica b to take the Lease", &logs, async || {
+        (holder().await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    assert!(
+        took_over.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        took_over.elapsed()
+    );
+    patch("ctl-c", 0.75).await;
+    wait("ctl-c rolled out by replica b", &logs, async || {
+        let s = ready("ctl-c").await?;
+        (s["revision"] != old_c.as_str() && s["readyNodes"] == 1).then_some(())
+    })
+    .await;
 }
