@@ -5,6 +5,7 @@
 //! * [`decide`]: resolution, rollout steps, config writes and policy status (pure).
 //! * [`run`]: the watches and the writes around them.
 
+pub mod daemonset;
 pub mod decide;
 pub mod lease;
 pub mod metrics;
@@ -40,6 +41,19 @@ pub struct ControllerArgs {
     /// This replica's name in the Lease (default: POD_NAME, else host name and pid).
     #[arg(long)]
     pub identity: Option<String>,
+    /// Deploy the node agents as a DaemonSet (in --namespace) with this image; without
+    /// it the agents are deployed some other way.
+    #[arg(long)]
+    pub agent_image: Option<String>,
+    /// The agents' cgroup driver (default: detected on each node).
+    #[arg(long)]
+    pub agent_cgroup_driver: Option<String>,
+    /// The kubelet's --config-dir on the nodes (needed for enforcement: Kubelet).
+    #[arg(long)]
+    pub agent_kubelet_config_dir: Option<String>,
+    /// How the agents restart the kubelet after its drop-in changed.
+    #[arg(long)]
+    pub agent_kubelet_restart_command: Option<String>,
 }
 
 fn identity(args: &ControllerArgs) -> String {
@@ -68,6 +82,16 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
     let controller = run::Controller {
         metrics: Default::default(),
         tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
+        agents: args
+            .agent_image
+            .clone()
+            .map(|image| daemonset::AgentDeploy {
+                namespace: args.namespace.clone(),
+                image,
+                cgroup_driver: args.agent_cgroup_driver.clone(),
+                kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
+                kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
+            }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

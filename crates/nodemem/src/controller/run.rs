@@ -18,6 +18,7 @@ use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use serde_json::json;
 use tracing::{info, warn};
 
+use super::daemonset::{agent_daemonset, AgentDeploy};
 use super::decide::{decide, Decision};
 use super::metrics::{ErrorCategory, Metrics};
 use super::world::{World, SPEC_CHANGED_AT};
@@ -36,6 +37,8 @@ pub struct Controller {
     pub metrics: std::sync::Arc<Metrics>,
     /// How often time-based rollout steps (minReadySeconds, deadlines) are checked.
     pub tick: Duration,
+    /// The agent DaemonSet to maintain, if the controller deploys the agents.
+    pub agents: Option<AgentDeploy>,
 }
 
 fn rfc3339(secs: i64) -> String {
@@ -76,6 +79,11 @@ impl Controller {
             config_events.boxed(),
             ticks.boxed(),
         ]);
+        let daemonsets: Option<Api<k8s_openapi::api::apps::v1::DaemonSet>> = self
+            .agents
+            .as_ref()
+            .map(|a| Api::namespaced(client.clone(), &a.namespace));
+        let mut applied_daemonset = None;
         let mut world = World::default();
         let mut listed = [false; 3];
         let mut dirty = false;
@@ -125,6 +133,26 @@ impl Controller {
             let decision = decide(&world, now);
             self.carry_out(&decision, &mut world, &policies, &configs, &recorder, now)
                 .await;
+            if let (Some(deploy), Some(api)) = (&self.agents, &daemonsets) {
+                let wanted = agent_daemonset(deploy, &world);
+                if applied_daemonset.as_ref() != Some(&wanted) {
+                    let apply = PatchParams::apply(FIELD_MANAGER).force();
+                    match api
+                        .patch(super::daemonset::NAME, &apply, &Patch::Apply(&wanted))
+                        .await
+                    {
+                        Ok(_) => {
+                            self.metrics.write("daemonset", true);
+                            info!("agent DaemonSet updated");
+                            applied_daemonset = Some(wanted);
+                        }
+                        Err(e) => {
+                            self.metrics.write("daemonset", false);
+                            warn!(error = %e, "agent DaemonSet not written; retried on the next reconcile");
+                        }
+                    }
+                }
+            }
             self.metrics.policies(
                 world
                     .policies

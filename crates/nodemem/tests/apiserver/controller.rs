@@ -147,6 +147,8 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             );
         }
     }
+    // A node no policy selects: no config, no agent.
+    SimNode::new("ctl-none-1").register(&client).await.unwrap();
     let _kubelet = FakeKubelet::start(client.clone(), trees.clone());
     Api::<Namespace>::all(client.clone())
         .create(
@@ -187,6 +189,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
                 "127.0.0.1:0",
             ])
             .args(["--identity", identity, "--lease-seconds", "6"])
+            .args(["--agent-image", "nodemem:test"])
             .env("KUBECONFIG", &controller_kubeconfig)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join(format!("{identity}.log"))).unwrap())
@@ -244,7 +247,47 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             "{node}: {states:?}"
         );
     }
-    assert_eq!(states.len(), 6);
+    assert_eq!(states.len(), 6, "no config for ctl-none-1");
+    // The agent DaemonSet: the controller-manager creates its pods on the six selected
+    // nodes only.
+    let agent_pods: Api<Pod> = Api::namespaced(client.clone(), "nodemem-system");
+    let targets = wait("agent pods on the selected nodes", &logs, async || {
+        let list = agent_pods
+            .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=nodemem-agent"))
+            .await
+            .ok()?;
+        let mut nodes: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|p| {
+                let term = p
+                    .spec
+                    .as_ref()?
+                    .affinity
+                    .as_ref()?
+                    .node_affinity
+                    .as_ref()?
+                    .required_during_scheduling_ignored_during_execution
+                    .as_ref()?
+                    .node_selector_terms
+                    .first()?
+                    .clone();
+                term.match_fields?
+                    .first()?
+                    .values
+                    .as_ref()?
+                    .first()
+                    .cloned()
+            })
+            .collect();
+        nodes.sort();
+        (nodes.len() >= 6).then_some(nodes)
+    })
+    .await;
+    assert_eq!(
+        targets,
+        ["ctl-a-1", "ctl-a-2", "ctl-a-3", "ctl-b-1", "ctl-b-2", "ctl-c-1"]
+    );
     let b_first = b1["revision"].as_str().unwrap().to_string();
 
     // 2. A spec change in pool a: at most one node in flight at any time, all end on it.
