@@ -1,0 +1,273 @@
+//! `cargo bench -p nodemem --bench controller_fanout`: the controller's fan-out on the
+//! real control plane.
+//!
+//! 2,000 Node objects (no kubelets: Node objects only). First the ceiling: a plain
+//! client writes 2,000 NodeMemoryConfigs with the same spec, one server-side apply
+//! after the other as the controller does. Then the release `nodemem controller` with
+//! its own identity: from the policy's creation until every node's config carries the
+//! policy's revision (seen through a watch). API writes are counted from the
+//! apiserver's own `apiserver_request_total`: during the fan-out, and during a quiet
+//! period in which the controller keeps reconciling (every second) with nothing to
+//! change. Then the controller's resident memory. NODEMEM_FANOUT_NODES changes the
+//! node count.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::runtime::watcher;
+use kube::Client;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use nodemem_testkit::binaries::{control_plane_binaries, repo_root};
+use nodemem_testkit::{ControlPlane, Identity};
+use serde_json::json;
+
+const QUIET: Duration = Duration::from_secs(15);
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) {
+    let bin = control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes to NodeMemoryConfigs and NodeMemoryPolicies (any verb but reads) by this
+/// apiserver's own count.
+async fn writes(client: &Client) -> BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let resource = ["nodememoryconfigs", "nodememorypolicies"]
+            .into_iter()
+            .find(|r| line.contains(&format!("resource=\"{r}\"")));
+        let Some(resource) = resource else { continue };
+        let verb = line
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|v| v.split('"').next())
+            .unwrap_or("");
+        if matches!(verb, "GET" | "LIST" | "WATCH") {
+            continue;
+        }
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(format!("{resource} {verb}")).or_insert(0.0) += value;
+    }
+    out
+}
+
+fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> (f64, String) {
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for (k, v) in after {
+        let d = v - before.get(k).copied().unwrap_or(0.0);
+        if d > 0.0 {
+            total += d;
+            parts.push(format!("{k}: {d}"));
+        }
+    }
+    (total, parts.join(", "))
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap()
+        / 1024.0
+}
+
+fn main() {
+    let nodes: usize = std::env::var("NODEMEM_FANOUT_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let repo = repo_root();
+    let cp = ControlPlane::start().expect("control plane");
+    let admin = cp.admin_kubeconfig().to_path_buf();
+    kubectl(
+        &admin,
+        &["apply", "-f", repo.join("crds").to_str().unwrap()],
+    );
+    kubectl(
+        &admin,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/nodememoryconfigs.nodemem.io",
+            "crd/nodememorypolicies.nodemem.io",
+        ],
+    );
+    kubectl(
+        &admin,
+        &[
+            "apply",
+            "-f",
+            repo.join("deploy/controller").to_str().unwrap(),
+        ],
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = runtime.block_on(cp.client(&Identity::Admin)).unwrap();
+    let configs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryConfig>(&()));
+
+    // The nodes.
+    runtime.block_on(async {
+        let api: Api<Node> = Api::all(client.clone());
+        futures::stream::iter(0..nodes)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    let node: Node =
+                        serde_json::from_value(json!({"metadata": {"name": format!("fan-{i:05}"),
+                        "labels": {"nodemem.io/pool": "fan"}}}))
+                        .unwrap();
+                    api.create(&PostParams::default(), &node).await.map(|_| ())
+                }
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+    });
+
+    // The ceiling: a plain client, the same specs, one apply after the other.
+    let spec = json!({"policy": "fan", "revision": "ceiling",
+        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"}});
+    let plain = runtime.block_on(async {
+        let started = Instant::now();
+        let apply = PatchParams::apply("plain-client").force();
+        for i in 0..nodes {
+            let name = format!("plain-{i:05}");
+            configs
+                .patch(&name, &apply, &Patch::Apply(json!({"apiVersion": "nodemem.io/v1alpha1",
+                    "kind": "NodeMemoryConfig", "metadata": {"name": name,
+                    "annotations": {"nodemem.io/spec-changed-at": "2026-11-22T10:00:00Z"}}, "spec": spec})))
+                .await
+                .unwrap();
+        }
+        started.elapsed()
+    });
+    // The ceiling's configs belong to no node: the controller deletes them; remove
+    // them first so its fan-out is measured alone.
+    runtime.block_on(async {
+        for i in 0..nodes {
+            configs
+                .delete(&format!("plain-{i:05}"), &Default::default())
+                .await
+                .unwrap();
+        }
+    });
+
+    // The controller.
+    let kubeconfig = runtime
+        .block_on(cp.kubeconfig(&Identity::Controller))
+        .unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut controller = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(["controller", "--tick-seconds", "1", "--metrics-addr", "off"])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let (fanout, revision, before) = runtime.block_on(async {
+        let mut events = Box::pin(watcher::watcher(configs.clone(), watcher::Config::default()));
+        // The initial (empty) list first, so no write is missed.
+        while let Some(e) = events.next().await {
+            if matches!(e, Ok(watcher::Event::InitDone)) {
+                break;
+            }
+        }
+        let before = writes(&client).await;
+        let policies: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+        let started = Instant::now();
+        policies
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+                "metadata": {"name": "fan"},
+                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "fan"}},
+                    "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
+                    "rollout": {"maxUnavailable": "100%"}}})).unwrap())
+            .await
+            .unwrap();
+        let mut written = std::collections::BTreeSet::new();
+        let mut revision = String::new();
+        while written.len() < nodes {
+            let e = tokio::time::timeout(Duration::from_secs(120), events.next()).await;
+            let Ok(Some(Ok(watcher::Event::Apply(c)))) = e else {
+                assert!(started.elapsed() < Duration::from_secs(600), "fan-out did not finish");
+                continue;
+            };
+            revision = c.data["spec"]["revision"].as_str().unwrap_or("").to_string();
+            written.insert(c.metadata.name.clone().unwrap());
+        }
+        (started.elapsed(), revision, before)
+    });
+    // The policy's status catches up (updated nodes): part of the fan-out's writes.
+    let fanout_writes = runtime.block_on(async {
+        let policies: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = policies.get_status("fan").await.unwrap();
+            if p.data["status"]["updatedNodes"].as_u64() == Some(nodes as u64) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the policy status did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // A moment for a write in flight to be counted.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        writes(&client).await
+    });
+    let rss_after_fanout = rss_mib(controller.id());
+    std::thread::sleep(QUIET);
+    let quiet_writes = runtime.block_on(writes(&client));
+    let rss = rss_mib(controller.id());
+    let _ = controller.kill();
+    let _ = controller.wait();
+    let (total, detail) = delta(&fanout_writes, &before);
+    let (quiet, quiet_detail) = delta(&quiet_writes, &fanout_writes);
+    println!(
+        "controller_fanout: {nodes} nodes, one policy (revision {revision}): every config written {:.2} s after the policy's creation; a plain client writing the same {nodes} configs one by one: {:.2} s; ratio {:.2}x (goal <= 1.3x)",
+        fanout.as_secs_f64(),
+        plain.as_secs_f64(),
+        fanout.as_secs_f64() / plain.as_secs_f64()
+    );
+    println!(
+        "controller_fanout: API writes during the fan-out: {total} = {:.2} per node ({detail}) (goal <= 2 per node per revision)",
+        total / nodes as f64
+    );
+    println!(
+        "controller_fanout: API writes in {} s of reconciling with nothing to change: {quiet} ({quiet_detail}) (goal: 0)",
+        QUIET.as_secs()
+    );
+    println!("controller_fanout: controller resident memory at {nodes} nodes: {rss_after_fanout:.1} MiB after the fan-out, {rss:.1} MiB after the quiet period");
+}
