@@ -49,6 +49,11 @@ pub struct CgroupTree {
     driver: CgroupDriver,
     /// `cpuset.mems.effective` everywhere: all NUMA nodes of the simulated node.
     mems: String,
+    /// New cgroups are prepared here (outside the tree, same file system) and renamed
+    /// into place: a mkdir on cgroupfs shows the directory with all its files at once,
+    /// and an agent reacting to the new directory must not find it half made.
+    staging: PathBuf,
+    staged: std::sync::atomic::AtomicU64,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -64,7 +69,9 @@ impl CgroupTree {
             .prefix("nodemem-cgroup-")
             .tempdir()
             .map_err(|e| Error::Setup(format!("temporary cgroup tree: {e}")))?;
-        let mut tree = Self::at(dir.path(), driver, numa_nodes)?;
+        let root = dir.path().join("cgroup");
+        std::fs::create_dir(&root).map_err(io(&root))?;
+        let mut tree = Self::at(&root, driver, numa_nodes)?;
         tree._dir = Some(dir);
         Ok(tree)
     }
@@ -75,10 +82,15 @@ impl CgroupTree {
             0 | 1 => "0".to_string(),
             n => format!("0-{}", n - 1),
         };
+        let name = root.file_name().unwrap_or_default().to_string_lossy();
+        let staging = root.with_file_name(format!(".{name}.staging"));
+        std::fs::create_dir_all(&staging).map_err(io(&staging))?;
         let tree = CgroupTree {
             root: root.to_path_buf(),
             driver,
             mems,
+            staging,
+            staged: Default::default(),
             _dir: None,
         };
         // The root cgroup has no memory.min/low/high/max files in cgroup v2.
@@ -120,13 +132,19 @@ impl CgroupTree {
         if dir.is_dir() {
             return Ok(dir);
         }
-        std::fs::create_dir(&dir).map_err(io(&dir))?;
+        let n = self
+            .staged
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.staging.join(n.to_string());
+        std::fs::create_dir(&tmp).map_err(io(&tmp))?;
         for (file, value) in DEFAULT_FILES {
-            let p = dir.join(file);
+            let p = tmp.join(file);
             std::fs::write(&p, value).map_err(io(&p))?;
         }
-        let p = dir.join("cpuset.mems.effective");
+        let p = tmp.join("cpuset.mems.effective");
         std::fs::write(&p, &self.mems).map_err(io(&p))?;
+        // Parents must exist, as with mkdir in cgroupfs.
+        std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
         Ok(dir)
     }
 

@@ -305,7 +305,29 @@ fn decide_policy(
         .filter(|r| *r == v.revision);
     let target = match (&rolled_back, &previous) {
         (Some(_), Some(p)) => p.clone(),
-        _ => current.clone(),
+        (Some(bad), None) => {
+            // The first revision failed and its nodes lost their configs: nothing to
+            // roll out until the spec changes.
+            status.rolled_back_revision = Some(bad.clone());
+            status.failed_node_names = old.failed_node_names.clone();
+            let message = format!(
+                "revision {bad} was rolled back after it failed on {}; its nodes have no config: change the spec to roll out again",
+                status.failed_node_names.join(", ")
+            );
+            for (type_, ok) in [("Progressing", false), ("Ready", false), ("Degraded", true)] {
+                conditions.push(condition(
+                    type_,
+                    ok,
+                    "RolledBack",
+                    message.clone(),
+                    g,
+                    now_time,
+                ));
+            }
+            finish(v.name, old, status, conditions, now_time, out);
+            return;
+        }
+        (None, _) => current.clone(),
     };
 
     let rollout = &entry.spec.rollout;

@@ -432,3 +432,38 @@ fn a_node_changing_pools_goes_through_the_new_pools_rollout() {
         .collect();
     assert_eq!(moves, [("b", "one"), ("a", "two")]);
 }
+
+#[test]
+fn a_failing_first_revision_is_rolled_back_to_no_config_and_stays_there() {
+    let rollout = json!({"maxUnavailable": 1, "failurePolicy": "Rollback"});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout)],
+        &[("a", "p"), ("b", "p")],
+    );
+    let d = decide(&w, T0);
+    apply(&mut w, &d, T0);
+    agent_reports(&mut w, "a", false, T0 + 1);
+    let d = decide(&w, T0 + 2);
+    assert_eq!(d.deletes, ["a"], "no previous revision: the config goes");
+    apply(&mut w, &d, T0 + 2);
+    for t in [T0 + 3, T0 + 600] {
+        let d = decide(&w, t);
+        apply(&mut w, &d, t);
+        assert!(
+            d.writes.is_empty() && d.deletes.is_empty(),
+            "no new attempt: {:?}",
+            d.writes
+        );
+    }
+    let degraded = condition(&w, "p", "Degraded");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "RolledBack")
+    );
+    assert!(
+        degraded.message.contains("after it failed on a;"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(condition(&w, "p", "Ready").status, "False");
+}
