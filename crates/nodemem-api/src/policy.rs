@@ -30,6 +30,7 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
     printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
+    printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, RollingBack, RolledBack, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

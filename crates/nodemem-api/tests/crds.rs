@@ -125,6 +125,7 @@ fn policy_crd_has_the_promised_shape() {
             "Matched",
             "Updated",
             "Ready",
+            "Rollout",
             "Age"
         ]
     );

@@ -50,6 +50,21 @@ fn kubectl_apply(cp: &ControlPlane, path: &str) {
     );
 }
 
+fn kubectl_out(cp: &ControlPlane, args: &[&str]) -> String {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
 }
@@ -248,6 +263,35 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         );
     }
     assert_eq!(states.len(), 6, "no config for ctl-none-1");
+    // What a user sees with kubectl: progress per pool at a glance.
+    let table = kubectl_out(&cp, &["get", "nmp"]);
+    let row = |name: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name} in\n{table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "FACTOR",
+            "RESERVATION",
+            "MANAGER",
+            "ENFORCEMENT",
+            "MATCHED",
+            "UPDATED",
+            "READY",
+            "ROLLOUT",
+            "AGE"
+        ]
+    );
+    assert_eq!(&row("ctl-a")[5..9], ["3", "3", "3", "Complete"], "{table}");
+    assert_eq!(&row("ctl-c")[5..9], ["1", "1", "1", "Complete"], "{table}");
     // The agent DaemonSet: the controller-manager creates its pods on the six selected
     // nodes only.
     let agent_pods: Api<Pod> = Api::namespaced(client.clone(), "nodemem-system");
