@@ -9,6 +9,7 @@ pub mod daemonset;
 pub mod decide;
 pub mod lease;
 pub mod metrics;
+mod policy_status;
 pub mod run;
 pub mod world;
 
