@@ -194,7 +194,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         );
     }
     let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
-    let spawn_controller = |identity: &str| ControllerProcess {
+    let spawn_controller = |identity: &str, image: &str| ControllerProcess {
         child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
             .args([
                 "controller",
@@ -204,7 +204,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
                 "127.0.0.1:0",
             ])
             .args(["--identity", identity, "--lease-seconds", "6"])
-            .args(["--agent-image", "nodemem:test"])
+            .args(["--agent-image", image])
             .env("KUBECONFIG", &controller_kubeconfig)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join(format!("{identity}.log"))).unwrap())
@@ -212,7 +212,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             .unwrap(),
     };
     let controller_log = dir.path().join("replica-a.log");
-    let replica_a = spawn_controller("replica-a");
+    let replica_a = spawn_controller("replica-a", "nodemem:test");
     let logs = || {
         format!(
             "controller log:\n{}\nagent ctl-b-1 log:\n{}",
@@ -511,7 +511,9 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             .and_then(|l| l.spec?.holder_identity)
     };
     assert_eq!(holder().await.as_deref(), Some("replica-a"));
-    let _replica_b = spawn_controller("replica-b");
+    // Replica b runs with newer agent settings (a new image): once it leads, it updates
+    // the DaemonSet.
+    let _replica_b = spawn_controller("replica-b", "nodemem:test-2");
     let b_log = dir.path().join("replica-b.log");
     wait("replica b to wait for the Lease", &logs, async || {
         std::fs::read_to_string(&b_log)
