@@ -44,6 +44,9 @@ pub struct NodeProgress<'a> {
     pub report: AgentReport,
     /// Seconds since its config's spec got the revision it carries.
     pub since_spec_change: u64,
+    /// Seconds since the node started draining for the target revision (a Kubelet-mode
+    /// Memory Manager change is drained first); it is updating from then on.
+    pub draining_for: Option<u64>,
 }
 
 /// The agent's view of the revision it last observed.
@@ -106,7 +109,11 @@ pub enum RolloutState {
 /// Classifies a node against the target revision.
 pub fn phase(node: &NodeProgress<'_>, target: &str, params: &RolloutParams) -> NodePhase {
     if node.spec_revision != Some(target) {
-        return NodePhase::Waiting;
+        return match node.draining_for {
+            Some(s) if s > params.progress_deadline_seconds => NodePhase::Failed,
+            Some(_) => NodePhase::Updating,
+            None => NodePhase::Waiting,
+        };
     }
     match node.report {
         AgentReport::Bad => NodePhase::Failed,
@@ -220,6 +227,7 @@ mod tests {
             spec_revision: Some("old"),
             report: AgentReport::Good { for_seconds: 1000 },
             since_spec_change: 1000,
+            draining_for: None,
         }
     }
 
@@ -230,6 +238,7 @@ mod tests {
             spec_revision: Some("new"),
             report: AgentReport::Pending,
             since_spec_change: 5,
+            draining_for: None,
         };
         assert_eq!(phase(&n, "new", &PARAMS), NodePhase::Updating);
         n.report = AgentReport::Good { for_seconds: 59 };
@@ -242,6 +251,18 @@ mod tests {
         n.since_spec_change = 601;
         assert_eq!(phase(&n, "new", &PARAMS), NodePhase::Failed);
         assert_eq!(phase(&n, "other", &PARAMS), NodePhase::Waiting);
+        n.draining_for = Some(30);
+        assert_eq!(
+            phase(&n, "other", &PARAMS),
+            NodePhase::Updating,
+            "draining for it"
+        );
+        n.draining_for = Some(601);
+        assert_eq!(
+            phase(&n, "other", &PARAMS),
+            NodePhase::Failed,
+            "a drain past the deadline"
+        );
     }
 
     #[test]

@@ -432,11 +432,33 @@ async fn ensure_service_account(admin: &Client, name: &str) -> Result<(), Error>
 }
 
 /// A pod that stands for the agent on `node` (bound to it, never started): tokens
-/// bound to it carry the node's name, as a DaemonSet pod's do.
+/// bound to it carry the node's name, as a DaemonSet pod's do. Like the agent's real
+/// pods it belongs to a DaemonSet (one that runs nowhere, referenced without being the
+/// pod's controller, so the DaemonSet controller leaves the pod alone), which is what
+/// makes a node drain leave it in place, as it leaves DaemonSet pods.
 async fn agent_identity_pod(admin: &Client, node: &str) -> Result<Pod, Error> {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), SYSTEM_NAMESPACE);
+    let owner: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "nodemem-agent-identity"},
+        "spec": {
+            "selector": {"matchLabels": {"nodemem.io/identity-owner": "true"}},
+            "template": {
+                "metadata": {"labels": {"nodemem.io/identity-owner": "true"}},
+                "spec": {
+                    "nodeSelector": {"nodemem.io/no-node-has-this": "true"},
+                    "containers": [{"name": "none", "image": "nodemem:identity"}]
+                }
+            }
+        }
+    }))
+    .expect("a DaemonSet");
+    let owner = create_if_missing(&daemonsets, &owner).await?;
     let name = format!("nodemem-agent-identity-{}", sanitize(node));
     let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "nodemem-agent-identity"}},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "nodemem-agent-identity"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "name": "nodemem-agent-identity", "uid": owner.metadata.uid}]},
         "spec": {
             "nodeName": node,
             "serviceAccountName": AGENT_SERVICE_ACCOUNT,

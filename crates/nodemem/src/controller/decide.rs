@@ -32,6 +32,15 @@ pub struct ConfigWrite {
     pub spec: NodeMemoryConfigSpec,
 }
 
+/// Drain `node` for `revision` (a Kubelet-mode Memory Manager change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainOrder {
+    pub node: String,
+    pub revision: String,
+    /// The drain counts as failed after this many seconds (progressDeadlineSeconds).
+    pub deadline_seconds: u64,
+}
+
 /// A rollout step worth an Event on the policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyEvent {
@@ -45,6 +54,11 @@ pub struct PolicyEvent {
 pub struct Decision {
     pub writes: Vec<ConfigWrite>,
     pub deletes: Vec<String>,
+    /// Nodes to cordon and drain (Eviction API) before their config changes, for this
+    /// revision, within this many seconds.
+    pub drains: Vec<DrainOrder>,
+    /// Nodes the controller cordoned that it gives back to the scheduler.
+    pub uncordons: Vec<String>,
     /// Only statuses that differ from what the policy shows.
     pub statuses: Vec<(String, NodeMemoryPolicyStatus)>,
     pub events: Vec<PolicyEvent>,
@@ -175,6 +189,9 @@ pub fn decide(world: &World, now: i64) -> Decision {
 
     // Nodes no policy selects: released, then forgotten once the agent reports it.
     for node in unselected {
+        if world.drains.contains_key(node) {
+            out.uncordons.push(node.to_string());
+        }
         let Some(c) = world.configs.get(node) else {
             continue;
         };
@@ -342,17 +359,91 @@ fn decide_policy(
                 since_spec_change: c
                     .and_then(|c| c.spec_changed_at)
                     .map_or(0, |t| (now - t).max(0) as u64),
+                draining_for: world
+                    .drains
+                    .get(*node)
+                    .filter(|d| d.revision == target.revision)
+                    .map(|d| (now - d.started_at).max(0) as u64),
             }
         })
         .collect();
     let step = plan(&progress, &target.revision, &params);
+    // Under enforcement: Kubelet a change of the kubelet's Memory Manager needs the node
+    // drained first (KEP-1769: pinned pods lose their guarantees, and the kubelet's
+    // state is reset).
+    let needs_drain = |node: &str| {
+        let current = world
+            .configs
+            .get(node)
+            .map(|c| c.spec.settings.memory_manager.clone())
+            .unwrap_or_default();
+        target.settings.enforcement == nodemem_api::policy::Enforcement::Kubelet
+            && current != target.settings.memory_manager
+    };
+    let drained = |node: &str| {
+        world
+            .drains
+            .get(node)
+            .is_some_and(|d| d.revision == target.revision && d.done)
+    };
+    let mut start: Vec<String> = Vec::new();
+    for node in &step.start {
+        if needs_drain(node) && !drained(node) {
+            out.drains.push(DrainOrder {
+                node: node.clone(),
+                revision: target.revision.clone(),
+                deadline_seconds: params.progress_deadline_seconds,
+            });
+        } else {
+            start.push(node.clone());
+        }
+    }
+    for node in pool {
+        let Some(mark) = world.drains.get(*node) else {
+            continue;
+        };
+        let on_target = world
+            .configs
+            .get(*node)
+            .is_some_and(|c| c.spec.policy == v.name && c.spec.revision == target.revision);
+        if mark.revision != target.revision {
+            // A drain for a revision that is no longer wanted (unless the node is drained
+            // again, for the target, right now).
+            if !out.drains.iter().any(|d| d.node == *node) {
+                out.uncordons.push(node.to_string());
+            }
+        } else if !mark.done {
+            // Still draining (again after a controller restart: the order is idempotent).
+            if !out.drains.iter().any(|d| d.node == *node) {
+                out.drains.push(DrainOrder {
+                    node: node.to_string(),
+                    revision: target.revision.clone(),
+                    deadline_seconds: params.progress_deadline_seconds,
+                });
+            }
+        } else if !on_target {
+            start.push(node.to_string());
+        } else if step.counts.ready > 0
+            && progress.iter().any(|p| {
+                p.node == *node
+                    && matches!(
+                        nodemem_model::rollout::phase(p, &target.revision, &params),
+                        nodemem_model::rollout::NodePhase::Ready
+                    )
+            })
+        {
+            out.uncordons.push(node.to_string());
+        }
+    }
+    start.sort();
+    start.dedup();
     let spec_for = |record: &RevisionRecord| NodeMemoryConfigSpec {
         policy: v.name.to_string(),
         revision: record.revision.clone(),
         settings: record.settings.clone(),
         health: rollout.health.clone(),
     };
-    for node in &step.start {
+    for node in &start {
         out.writes.push(ConfigWrite {
             node: node.clone(),
             policy_uid: entry.uid.clone(),

@@ -82,6 +82,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
     };
     let controller = run::Controller {
         metrics: Default::default(),
+        draining: Default::default(),
         tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
         agents: args
             .agent_image

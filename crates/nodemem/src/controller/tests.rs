@@ -467,3 +467,69 @@ fn a_failing_first_revision_is_rolled_back_to_no_config_and_stays_there() {
     );
     assert_eq!(condition(&w, "p", "Ready").status, "False");
 }
+
+fn mark(w: &mut World, node: &str, revision: &str, started_at: i64, done: bool) {
+    w.drains.insert(
+        node.to_string(),
+        super::world::DrainMark {
+            revision: revision.to_string(),
+            started_at,
+            done,
+        },
+    );
+}
+
+/// enforcement: Kubelet with a Memory Manager change: each node is drained before its
+/// config changes, draining nodes count against maxUnavailable, a drain past the
+/// deadline fails the node, and a ready node is given back to the scheduler.
+#[test]
+fn a_kubelet_memory_manager_change_drains_each_node_first() {
+    let mut p = policy(
+        "k",
+        "k",
+        0,
+        0.9,
+        json!({"maxUnavailable": 1, "progressDeadlineSeconds": 60}),
+    );
+    p.spec.settings = serde_json::from_value(json!({
+        "enforcement": "Kubelet",
+        "memoryQoS": {"reservationPolicy": "TieredReservation"},
+        "memoryManager": {"policy": "Static", "reservedMemory": [{"numaNode": 0, "limits": {"memory": "300Mi"}}]},
+        "nodeReserved": {"kubeReserved": "100Mi", "systemReserved": "100Mi", "evictionHard": "100Mi"},
+    }))
+    .unwrap();
+    let mut w = world(&[p], &[("a", "k"), ("b", "k")]);
+    let d = decide(&w, T0);
+    assert!(d.writes.is_empty(), "no config before the drain");
+    assert_eq!(
+        d.drains.iter().map(|o| o.node.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    let revision = d.drains[0].revision.clone();
+    assert_eq!(d.drains[0].deadline_seconds, 60);
+    apply(&mut w, &d, T0);
+    mark(&mut w, "a", &revision, T0, false);
+    let d = decide(&w, T0 + 10);
+    assert!(d.writes.is_empty());
+    assert_eq!(d.drains.len(), 1, "a keeps draining; b waits for the slot");
+    mark(&mut w, "a", &revision, T0, true);
+    let d = decide(&w, T0 + 20);
+    assert_eq!(written(&d), ["a"], "drained: now its config");
+    apply(&mut w, &d, T0 + 20);
+    agent_reports(&mut w, "a", true, T0 + 21);
+    let d = decide(&w, T0 + 30);
+    assert_eq!(d.uncordons, ["a"], "ready: back to the scheduler");
+    assert_eq!(
+        d.drains.iter().map(|o| o.node.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    apply(&mut w, &d, T0 + 30);
+    w.drains.remove("a");
+    // b's drain never finishes (a PodDisruptionBudget refuses): failed at the deadline.
+    mark(&mut w, "b", &revision, T0 + 30, false);
+    let d = decide(&w, T0 + 30 + 61);
+    apply(&mut w, &d, T0 + 91);
+    assert_eq!(w.policies["k"].status.failed_node_names, ["b"]);
+    assert_eq!(condition(&w, "k", "Degraded").reason, "MaxFailures");
+    assert!(d.writes.is_empty(), "b's config is not changed");
+}

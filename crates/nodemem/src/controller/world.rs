@@ -15,6 +15,21 @@ use nodemem_api::{
 /// how long a node has been updating survives a controller restart.
 pub const SPEC_CHANGED_AT: &str = "nodemem.io/spec-changed-at";
 
+/// On a Node the controller cordoned to drain it before a Kubelet-mode Memory Manager
+/// change: the revision it drains for, when the drain started, and the revision it
+/// finished draining for.
+pub const DRAIN_FOR: &str = "nodemem.io/drain-for";
+pub const DRAIN_STARTED: &str = "nodemem.io/drain-started";
+pub const DRAIN_DONE: &str = "nodemem.io/drain-done";
+
+/// A drain the controller started on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainMark {
+    pub revision: String,
+    pub started_at: i64,
+    pub done: bool,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyEntry {
     pub uid: Option<String>,
@@ -37,6 +52,8 @@ pub struct World {
     pub policies: BTreeMap<String, PolicyEntry>,
     /// Node name -> labels.
     pub nodes: BTreeMap<String, BTreeMap<String, String>>,
+    /// Nodes the controller cordoned to drain.
+    pub drains: BTreeMap<String, DrainMark>,
     /// Node name -> its config.
     pub configs: BTreeMap<String, ConfigEntry>,
 }
@@ -77,10 +94,24 @@ impl World {
             return false;
         };
         let labels = meta.labels.clone().unwrap_or_default();
-        self.nodes.insert(name, labels.clone()) != Some(labels)
+        let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
+        let mark = annotation(DRAIN_FOR).map(|revision| DrainMark {
+            revision: revision.clone(),
+            started_at: annotation(DRAIN_STARTED)
+                .and_then(|t| parse_time(t))
+                .unwrap_or(0),
+            done: annotation(DRAIN_DONE) == Some(revision),
+        });
+        let drain_changed = match mark {
+            Some(m) => self.drains.insert(name.clone(), m.clone()) != Some(m),
+            None => self.drains.remove(&name).is_some(),
+        };
+        let labels_changed = self.nodes.insert(name, labels.clone()) != Some(labels);
+        labels_changed || drain_changed
     }
 
     pub fn delete_node(&mut self, name: &str) -> bool {
+        self.drains.remove(name);
         self.nodes.remove(name).is_some()
     }
 

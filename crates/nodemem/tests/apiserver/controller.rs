@@ -145,8 +145,9 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     kubectl_apply(&cp, "deploy/controller");
     let client = cp.client(&Identity::Admin).await.unwrap();
 
-    // Three pools: a (3 nodes), b (2 nodes, with a pod each), c (1 node).
-    let pools = [("ctl-a", 3), ("ctl-b", 2), ("ctl-c", 1)];
+    // Three pools: a (3 nodes), b (2 nodes, with a pod each), c (1 node); and k (1
+    // node, enforcement: Kubelet), whose policy comes last.
+    let pools = [("ctl-a", 3), ("ctl-b", 2), ("ctl-c", 1), ("ctl-k", 1)];
     let mut trees = BTreeMap::new();
     for (pool, n) in pools {
         for i in 1..=n {
@@ -188,10 +189,37 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         let kubeconfig = cp.kubeconfig(&Identity::Agent(node.clone())).await.unwrap();
         let node_dir = dir.path().join(node);
         std::fs::create_dir_all(&node_dir).unwrap();
-        agents.insert(
-            node.clone(),
-            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
-        );
+        let agent = if node == "ctl-k-1" {
+            // A kubelet to configure: its drop-in directory, a restart that succeeds,
+            // one NUMA node.
+            let numa = node_dir.join("sys/devices/system/node/node0");
+            std::fs::create_dir_all(&numa).unwrap();
+            std::fs::write(numa.join("meminfo"), "Node 0 MemTotal:       8388608 kB\n").unwrap();
+            std::fs::create_dir_all(node_dir.join("kubelet/conf.d")).unwrap();
+            let args: Vec<std::ffi::OsString> = vec![
+                "--kubelet-config".into(),
+                node_dir.join("kubelet/config.yaml").into(),
+                "--kubelet-config-dir".into(),
+                node_dir.join("kubelet/conf.d").into(),
+                "--kubelet-memory-manager-state".into(),
+                node_dir.join("kubelet/memory_manager_state").into(),
+                "--kubelet-restart-command".into(),
+                "true".into(),
+                "--kubelet-healthz-url".into(),
+                "off".into(),
+            ];
+            crate::agent::spawn_agent_with(
+                node,
+                tree.root(),
+                &node_dir,
+                &kubeconfig,
+                "agent.log",
+                &args,
+            )
+        } else {
+            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log")
+        };
+        agents.insert(node.clone(), agent);
     }
     let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
     let spawn_controller = |identity: &str, image: &str| ControllerProcess {
@@ -213,11 +241,14 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     };
     let controller_log = dir.path().join("replica-a.log");
     let replica_a = spawn_controller("replica-a", "nodemem:test");
+    let b_log_path = dir.path().join("replica-b.log");
     let logs = || {
         format!(
-            "controller log:\n{}\nagent ctl-b-1 log:\n{}",
+            "controller log:\n{}\nreplica b log:\n{}\nagent ctl-b-1 log:\n{}\nagent ctl-k-1 log:\n{}",
             std::fs::read_to_string(&controller_log).unwrap_or_default(),
-            agents["ctl-b-1"].log()
+            std::fs::read_to_string(&b_log_path).unwrap_or_default(),
+            agents["ctl-b-1"].log(),
+            agents["ctl-k-1"].log()
         )
     };
 
@@ -262,7 +293,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             "{node}: {states:?}"
         );
     }
-    assert_eq!(states.len(), 6, "no config for ctl-none-1");
+    assert_eq!(states.len(), 6, "no config for ctl-none-1 nor ctl-k-1 yet");
     // What a user sees with kubectl: progress per pool at a glance.
     let table = kubectl_out(&cp, &["get", "nmp"]);
     let row = |name: &str| -> Vec<String> {
@@ -634,5 +665,107 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     assert!(
         metrics.contains("nodemem_controller_policies 3"),
         "{metrics}"
+    );
+
+    // 5. enforcement: Kubelet with a Memory Manager change: the node is cordoned and
+    //    drained through the Eviction API before its config changes. A
+    //    PodDisruptionBudget that allows no disruption holds the drain until the
+    //    deadline fails the node; without it the pod is evicted, the config written,
+    //    the kubelet configured and the node given back to the scheduler.
+    create_pod(
+        &pods,
+        json!({"metadata": {"name": "victim", "labels": {"app": "victim"}},
+            "spec": {"nodeName": "ctl-k-1", "containers": [{"name": "app", "image": "x"}]}}),
+    )
+    .await;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), "work");
+    pdbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "victim"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let kubelet_policy = |factor: f64| {
+        json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": "ctl-k"},
+            "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "ctl-k"}},
+                "enforcement": "Kubelet",
+                "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
+                "memoryManager": {"policy": "Static", "reservedMemory": [{"numaNode": 0, "limits": {"memory": "300Mi"}}]},
+                "nodeReserved": {"kubeReserved": "100Mi", "systemReserved": "100Mi", "evictionHard": "100Mi"},
+                "rollout": {"progressDeadlineSeconds": 15}},
+        })
+    };
+    create(kubelet_policy(0.9)).await;
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let cordoned = async || {
+        let n = node_api.get("ctl-k-1").await.ok()?;
+        Some(n.spec?.unschedulable.unwrap_or(false))
+    };
+    wait("ctl-k-1 cordoned", &logs, async || {
+        cordoned().await.filter(|c| *c).map(|_| ())
+    })
+    .await;
+    let stopped = wait(
+        "the drain held by the PDB fails the node",
+        &logs,
+        async || {
+            let p = policies.get_status("ctl-k").await.ok()?;
+            let s = p.data.get("status")?.clone();
+            (condition(&s, "Degraded")?["reason"] == "MaxFailures").then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        stopped["failedNodeNames"],
+        json!(["ctl-k-1"]),
+        "{stopped:#}"
+    );
+    assert!(
+        pods.get_opt("victim").await.unwrap().is_some(),
+        "the PDB kept the pod"
+    );
+    assert!(
+        dynamic::<NodeMemoryConfig>(&client)
+            .get_opt("ctl-k-1")
+            .await
+            .unwrap()
+            .is_none(),
+        "no config change before the drain"
+    );
+    // Without the PDB, a new revision drains, configures and uncordons.
+    pdbs.delete("victim", &Default::default()).await.unwrap();
+    patch("ctl-k", 0.85).await;
+    wait("ctl-k Ready after the drain", &logs, async || {
+        ready("ctl-k").await.map(|_| ())
+    })
+    .await;
+    assert!(pods.get_opt("victim").await.unwrap().is_none(), "evicted");
+    wait("ctl-k-1 uncordoned", &logs, async || {
+        cordoned().await.filter(|c| !*c).map(|_| ())
+    })
+    .await;
+    let n = node_api.get("ctl-k-1").await.unwrap();
+    assert!(
+        !n.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("nodemem.io/drain-for"),
+        "the drain marks are gone"
+    );
+    let config = dynamic::<NodeMemoryConfig>(&client)
+        .get("ctl-k-1")
+        .await
+        .unwrap();
+    assert_eq!(config.data["spec"]["enforcement"], "Kubelet");
+    assert!(
+        std::fs::read_to_string(dir.path().join("ctl-k-1/kubelet/conf.d/99-nodemem.conf"))
+            .unwrap()
+            .contains("memoryManagerPolicy: Static"),
+        "the agent configured the kubelet"
     );
 }
