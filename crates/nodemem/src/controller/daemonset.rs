@@ -19,6 +19,8 @@ pub struct AgentDeploy {
     /// The kubelet's --config-dir on the hosts, for `enforcement: Kubelet`.
     pub kubelet_config_dir: Option<String>,
     pub kubelet_restart_command: Option<String>,
+    /// The agents' state directory on the hosts.
+    pub state_dir: String,
 }
 
 pub const NAME: &str = "nodemem-agent";
@@ -112,7 +114,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         json!({"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}),
         json!({"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}),
         json!({"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}),
-        json!({"name": "state", "hostPath": {"path": "/var/lib/nodemem", "type": "DirectoryOrCreate"}}),
+        json!({"name": "state", "hostPath": {"path": d.state_dir, "type": "DirectoryOrCreate"}}),
         json!({"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet", "type": "DirectoryOrCreate"}}),
     ];
     if let Some(dir) = &d.kubelet_config_dir {
@@ -179,6 +181,7 @@ mod tests {
             cgroup_driver: None,
             kubelet_config_dir: Some("/etc/kubernetes/kubelet.conf.d".into()),
             kubelet_restart_command: None,
+            state_dir: "/var/lib/nodemem".into(),
         }
     }
 

@@ -507,7 +507,35 @@ fn decide_policy(
     );
     let (progressing, reason, message) = match step.state {
         RolloutState::Complete => (false, "Complete", summary.clone()),
-        RolloutState::Progressing => (true, "Updating", summary.clone()),
+        RolloutState::Progressing => {
+            // The current batch: nodes updating now (after this step), by name.
+            let mut batch: Vec<&str> = progress
+                .iter()
+                .filter(|p| {
+                    nodemem_model::rollout::phase(p, &target.revision, &params)
+                        == nodemem_model::rollout::NodePhase::Updating
+                })
+                .map(|p| p.node)
+                .chain(step.start.iter().map(String::as_str))
+                .collect();
+            batch.sort();
+            batch.dedup();
+            let shown: Vec<&str> = batch.iter().copied().take(5).collect();
+            let more = batch.len().saturating_sub(5);
+            let batch_text = if more > 0 {
+                format!("{} and {more} more", shown.join(", "))
+            } else {
+                shown.join(", ")
+            };
+            (
+                true,
+                "Updating",
+                format!(
+                    "{summary}; updating now (at most {} at once): {batch_text}",
+                    params.max_unavailable
+                ),
+            )
+        }
         RolloutState::WaitingForCanary => (
             true,
             "WaitingForCanary",

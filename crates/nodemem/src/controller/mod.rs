@@ -55,6 +55,9 @@ pub struct ControllerArgs {
     /// How the agents restart the kubelet after its drop-in changed.
     #[arg(long)]
     pub agent_kubelet_restart_command: Option<String>,
+    /// The agents' state directory on the hosts (a hostPath).
+    #[arg(long, default_value = "/var/lib/nodemem")]
+    pub agent_state_dir: String,
 }
 
 fn identity(args: &ControllerArgs) -> String {
@@ -93,6 +96,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 cgroup_driver: args.agent_cgroup_driver.clone(),
                 kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
                 kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
+                state_dir: args.agent_state_dir.clone(),
             }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

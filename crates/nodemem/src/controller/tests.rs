@@ -254,6 +254,22 @@ fn a_rollout_moves_in_batches_and_a_converged_pool_writes_nothing() {
         now += 30;
     }
     assert_eq!(batches, [vec!["n1", "n2"], vec!["n3", "n4"], vec!["n5"]]);
+    // The first step's status named its batch.
+    let mut w1 = world(
+        &[policy(
+            "p",
+            "p",
+            0,
+            0.9,
+            json!({"maxUnavailable": 2, "minReadySeconds": 60}),
+        )],
+        &refs,
+    );
+    let d = decide(&w1, T0);
+    apply(&mut w1, &d, T0);
+    assert!(condition(&w1, "p", "Progressing")
+        .message
+        .ends_with("updating now (at most 2 at once): n1, n2"));
     assert_eq!(condition(&w, "p", "Ready").status, "True");
     let status = &w.policies["p"].status;
     assert_eq!((status.updated_nodes, status.ready_nodes), (5, 5));
