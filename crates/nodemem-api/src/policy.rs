@@ -207,8 +207,8 @@ pub struct MemoryManagerSpec {
     pub policy: MemoryManagerPolicy,
 
     /// Memory held back from pods per NUMA node and memory type (kubelet `reservedMemory`).
-    /// At most 8 entries: the topology manager supports at most 8 NUMA nodes (the bound
-    /// also keeps the CEL cost estimate of the per-entry rules within budget).
+    /// At most 8 entries: the topology manager supports at most 8 NUMA nodes.
+    // The bound also keeps the CEL cost estimate of the per-entry rules within budget.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["numaNode"]))]

@@ -301,3 +301,40 @@ async fn invalid_policies_are_rejected_at_admission() {
         .unwrap_or("")
         .starts_with("invalid-")));
 }
+
+/// `kubectl explain` is documentation too: user-facing descriptions, no
+/// implementation notes. (kubectl v1.36 prints `<IntOrString>` only for fields that
+/// reference the built-in IntOrString type; a CRD's int-or-string field prints as
+/// `<Object>` even with the typed `anyOf` the CRDs now carry, as upstream ones do.)
+#[tokio::test]
+async fn kubectl_explain_reads_as_user_documentation() {
+    let cp = cluster();
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    for (field, says) in [
+        (
+            "nmp.spec.rollout.maxUnavailable",
+            "Nodes updated at the same time",
+        ),
+        (
+            "nmp.spec.memoryManager.reservedMemory",
+            "the topology manager supports at most 8 NUMA nodes",
+        ),
+    ] {
+        let out = std::process::Command::new(&bin.kubectl)
+            .arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
+            .args(["explain", field])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{field}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(says), "{field}:\n{text}");
+        assert!(
+            !text.contains("CEL"),
+            "no implementation notes for users:\n{text}"
+        );
+    }
+}
