@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kubelet (its configuration validation
-# checks the drop-ins nodemem renders), kubectl and etcd from their Go modules with the
+# checks the drop-ins nodemem renders), kubectl, helm and etcd from their Go modules with the
 # machine's Go, into a cache outside the repository keyed by version. A warm cache returns at once.
 #
 # Why a throwaway module: k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them
@@ -12,16 +12,17 @@
 set -euo pipefail
 
 K8S_VERSION="${NODEMEM_K8S_VERSION:-v1.36.3}"
+HELM_VERSION="${NODEMEM_HELM_VERSION:-v4.3.1}"
 ETCD_VERSION="${NODEMEM_ETCD_VERSION:-v3.6.8}"   # the etcd client version k8s v1.36.3 pins
 CACHE="${NODEMEM_CACHE:-$HOME/.cache/nodemem}"
-BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION"
 JOBS="${NODEMEM_GO_JOBS:-2}"
 
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kubelet kubectl)
 
 have_all() {
   local c
-  for c in "${K8S_COMMANDS[@]}" etcd; do [[ -x "$BIN/$c" ]] || return 1; done
+  for c in "${K8S_COMMANDS[@]}" etcd helm; do [[ -x "$BIN/$c" ]] || return 1; done
 }
 if have_all; then
   echo "$BIN"
@@ -92,7 +93,22 @@ build_etcd() {
   build_to "$BIN/etcd" "" go.etcd.io/etcd/server/v3
 }
 
+build_helm() {
+  echo ">> building helm $HELM_VERSION" >&2
+  new_module helm helm.sh/helm/v4/cmd/helm
+  echo "require helm.sh/helm/v4 $HELM_VERSION" >>go.mod
+  build_to "$BIN/helm" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+}
+
+# A cache of an earlier layout (without helm) is reused for what it has.
+old="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+if [[ -d "$old" && ! -e "$BIN" ]]; then
+  mkdir -p "$BIN"
+  for c in "${K8S_COMMANDS[@]}" etcd; do [[ -x "$old/$c" ]] && cp "$old/$c" "$BIN/$c"; done
+fi
+
 [[ -x "$BIN/etcd" ]] || build_etcd
+[[ -x "$BIN/helm" ]] || build_helm
 have_all || build_k8s
 have_all || { echo "error: control plane build did not produce all binaries in $BIN" >&2; exit 1; }
 echo "$BIN"

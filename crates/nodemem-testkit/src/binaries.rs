@@ -17,6 +17,8 @@ pub struct Binaries {
     pub kubelet: PathBuf,
     /// What users type; tests run it where a user would.
     pub kubectl: PathBuf,
+    /// How users install nodemem (the chart).
+    pub helm: PathBuf,
 }
 
 /// The repository root (this crate lives in `crates/nodemem-testkit`).
@@ -61,6 +63,7 @@ fn locate() -> Result<Binaries, Error> {
         kube_controller_manager: dir.join("kube-controller-manager"),
         kubelet: dir.join("kubelet"),
         kubectl: dir.join("kubectl"),
+        helm: dir.join("helm"),
     };
     for p in [
         &b.etcd,
@@ -68,6 +71,7 @@ fn locate() -> Result<Binaries, Error> {
         &b.kube_controller_manager,
         &b.kubelet,
         &b.kubectl,
+        &b.helm,
     ] {
         if !p.is_file() {
             return Err(Error::Setup(format!(

@@ -338,3 +338,24 @@ async fn kubectl_explain_reads_as_user_documentation() {
         );
     }
 }
+
+/// The clients users type are the pinned versions, built from their Go modules.
+#[test]
+fn the_clients_in_the_test_bed_are_the_pinned_versions() {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let run = |path: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new(path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(run(&bin.kubectl, &["version", "--client"]).contains("Client Version: v1.36.3"));
+    assert!(run(&bin.helm, &["version", "--short"]).starts_with("v4.3.1"));
+}
