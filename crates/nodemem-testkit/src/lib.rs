@@ -10,6 +10,7 @@
 
 pub mod binaries;
 pub mod cgroup_tree;
+pub mod clients;
 pub mod control_plane;
 pub mod cpio;
 pub mod crds;

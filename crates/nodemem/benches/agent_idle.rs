@@ -19,8 +19,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use nodemem_api::NodeMemoryConfig;
 use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_testkit::binaries::{control_plane_binaries, repo_root};
+use nodemem_testkit::binaries::repo_root;
 use nodemem_testkit::cgroup_tree::CgroupTree;
+use nodemem_testkit::clients::kubectl;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::{ControlPlane, Identity};
@@ -52,22 +53,6 @@ fn resident_kinds(pid: u32) -> String {
         .join(", ")
 }
 
-/// utime + stime in clock ticks, and resident memory in KiB.
-fn usage(pid: u32) -> (u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    (ticks, rss)
-}
-
 /// Sum of a counter family in the agent's /metrics.
 fn metric_sum(addr: &str, name: &str) -> f64 {
     use std::io::{Read, Write};
@@ -85,20 +70,6 @@ fn metric_sum(addr: &str, name: &str) -> f64 {
         .sum()
 }
 
-fn kubectl(kubeconfig: &Path, args: &[&str]) {
-    let bin = control_plane_binaries().unwrap();
-    let out = Command::new(&bin.kubectl)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn main() {
     let pods_wanted = setting("NODEMEM_IDLE_PODS", 250) as usize;
     let idle = Duration::from_secs(setting("NODEMEM_IDLE_SECONDS", 60));
@@ -108,7 +79,8 @@ fn main() {
     kubectl(
         &admin_kubeconfig,
         &["apply", "-f", repo.join("crds").to_str().unwrap()],
-    );
+    )
+    .unwrap();
     kubectl(
         &admin_kubeconfig,
         &[
@@ -116,11 +88,13 @@ fn main() {
             "--for=condition=Established",
             "crd/nodememoryconfigs.nodemem.io",
         ],
-    );
+    )
+    .unwrap();
     kubectl(
         &admin_kubeconfig,
         &["apply", "-f", repo.join("deploy/agent").to_str().unwrap()],
-    );
+    )
+    .unwrap();
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let base = if Path::new("/dev/shm").is_dir() {
@@ -255,10 +229,10 @@ fn main() {
     let passes_before = metric_sum(&addr, "nodemem_agent_passes_total");
     let writes_before = metric_sum(&addr, "nodemem_agent_writes_total");
     let pid = agent.id();
-    let (ticks_before, _) = usage(pid);
+    let (ticks_before, _) = nodemem_testkit::clients::cpu_ticks_and_rss_kib(pid).unwrap();
     let t0 = Instant::now();
     std::thread::sleep(idle);
-    let (ticks_after, rss_kib) = usage(pid);
+    let (ticks_after, rss_kib) = nodemem_testkit::clients::cpu_ticks_and_rss_kib(pid).unwrap();
     let elapsed = t0.elapsed().as_secs_f64();
     let passes = metric_sum(&addr, "nodemem_agent_passes_total") - passes_before;
     let writes = metric_sum(&addr, "nodemem_agent_writes_total") - writes_before;

@@ -12,7 +12,6 @@
 //! node count.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,25 +22,12 @@ use kube::core::ApiResource;
 use kube::runtime::watcher;
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
-use nodemem_testkit::binaries::{control_plane_binaries, repo_root};
+use nodemem_testkit::binaries::repo_root;
+use nodemem_testkit::clients::kubectl;
 use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::json;
 
 const QUIET: Duration = Duration::from_secs(15);
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) {
-    let bin = control_plane_binaries().unwrap();
-    let out = Command::new(&bin.kubectl)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Writes to NodeMemoryConfigs and NodeMemoryPolicies (any verb but reads) by this
 /// apiserver's own count.
@@ -88,17 +74,6 @@ fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> (f64,
     (total, parts.join(", "))
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap()
-        / 1024.0
-}
-
 fn main() {
     let nodes: usize = std::env::var("NODEMEM_FANOUT_NODES")
         .ok()
@@ -110,7 +85,8 @@ fn main() {
     kubectl(
         &admin,
         &["apply", "-f", repo.join("crds").to_str().unwrap()],
-    );
+    )
+    .unwrap();
     kubectl(
         &admin,
         &[
@@ -119,7 +95,8 @@ fn main() {
             "crd/nodememoryconfigs.nodemem.io",
             "crd/nodememorypolicies.nodemem.io",
         ],
-    );
+    )
+    .unwrap();
     kubectl(
         &admin,
         &[
@@ -127,7 +104,8 @@ fn main() {
             "-f",
             repo.join("deploy/controller").to_str().unwrap(),
         ],
-    );
+    )
+    .unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let client = runtime.block_on(cp.client(&Identity::Admin)).unwrap();
     let configs: Api<DynamicObject> =
@@ -247,10 +225,16 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         writes(&client).await
     });
-    let rss_after_fanout = rss_mib(controller.id());
+    let rss_after_fanout = nodemem_testkit::clients::cpu_ticks_and_rss_kib(controller.id())
+        .unwrap()
+        .1 as f64
+        / 1024.0;
     std::thread::sleep(QUIET);
     let quiet_writes = runtime.block_on(writes(&client));
-    let rss = rss_mib(controller.id());
+    let rss = nodemem_testkit::clients::cpu_ticks_and_rss_kib(controller.id())
+        .unwrap()
+        .1 as f64
+        / 1024.0;
     let _ = controller.kill();
     let _ = controller.wait();
     let (total, detail) = delta(&fanout_writes, &before);

@@ -38,22 +38,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// utime + stime of a process, in clock ticks, and its resident memory in KiB.
-fn usage(pid: u32) -> (u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    (ticks, rss)
-}
-
 fn main() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let base = if Path::new("/dev/shm").is_dir() {
@@ -202,9 +186,9 @@ fn main() {
     );
 
     // Idle: nothing changes for IDLE.
-    let (ticks0, _) = usage(pid);
+    let (ticks0, _) = nodemem_testkit::clients::cpu_ticks_and_rss_kib(pid).unwrap();
     std::thread::sleep(IDLE);
-    let (ticks1, rss_kib) = usage(pid);
+    let (ticks1, rss_kib) = nodemem_testkit::clients::cpu_ticks_and_rss_kib(pid).unwrap();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let cpu = (ticks1 - ticks0) as f64 / hz;

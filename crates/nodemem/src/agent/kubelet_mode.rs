@@ -652,12 +652,39 @@ mod mode_tests {
             .unwrap()
             .contains("memoryManagerPolicy: Static"));
 
+        // Only reservedMemory changes (same Static policy): the kubelet checks its state
+        // against the reservations at start (KEP-1769), so the state goes again.
+        std::fs::write(&mm_state, "{\"policyName\":\"Static\"}").unwrap();
+        let mut more = fixed.clone();
+        more.memory_manager.reserved_memory[0]
+            .limits
+            .insert("memory".into(), q("400Mi"));
+        more.node_reserved.as_mut().unwrap().kube_reserved = Some(q("200Mi"));
+        let o = mode
+            .enforce(&more, Some("v1.36.3"), OWNER, &bed.state)
+            .await;
+        assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
+        assert_eq!(bed.restarts(), 3);
+        assert!(!mm_state.exists(), "reservedMemory changed: the state goes");
+        // A Memory QoS change only: the state stays.
+        std::fs::write(&mm_state, "{\"policyName\":\"Static\"}").unwrap();
+        let mut factor = more.clone();
+        factor.memory_qos.throttling_factor =
+            nodemem_model::factor::ThrottlingFactor::from_f64(0.7).unwrap();
+        mode.enforce(&factor, Some("v1.36.3"), OWNER, &bed.state)
+            .await;
+        assert_eq!(bed.restarts(), 4);
+        assert!(
+            mm_state.exists(),
+            "the Memory Manager is unchanged: its state stays"
+        );
+
         // Leaving Kubelet mode removes the drop-in and restarts once more.
         std::fs::write(&mm_state, "{\"policyName\":\"Static\"}").unwrap();
         let o = mode.leave(&bed.state).await.unwrap();
         assert_eq!(reason(&o), "KubeletConfigured");
         assert_eq!(bed.dropin(), None);
-        assert_eq!(bed.restarts(), 3);
+        assert_eq!(bed.restarts(), 5);
         assert!(
             !mm_state.exists(),
             "back to the kubelet's own policy (None)"

@@ -36,33 +36,12 @@ impl Drop for ControllerProcess {
 }
 
 fn kubectl_apply(cp: &ControlPlane, path: &str) {
-    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
-    let out = Command::new(&bin.kubectl)
-        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
-        .args(["apply", "-f"])
-        .arg(repo().join(path))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply -f {path}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let path = repo().join(path);
+    kubectl(cp, &["apply", "-f", path.to_str().unwrap()]);
 }
 
-fn kubectl_out(cp: &ControlPlane, args: &[&str]) -> String {
-    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
-    let out = Command::new(&bin.kubectl)
-        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
+    nodemem_testkit::clients::kubectl(cp.admin_kubeconfig(), args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
@@ -105,6 +84,14 @@ fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Whether the config's agent reports the spec's revision applied and healthy.
+fn reports_good(c: &DynamicObject) -> bool {
+    let (spec, status) = (&c.data["spec"], &c.data["status"]);
+    status["observedRevision"] == spec["revision"]
+        && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
+        && condition(status, "Healthy").is_some_and(|c| c["status"] == "True")
+}
+
 /// Per node: the spec's revision and whether its agent reports it applied and healthy.
 async fn node_states(client: &Client) -> BTreeMap<String, (String, String, bool)> {
     let list = dynamic::<NodeMemoryConfig>(client)
@@ -116,10 +103,7 @@ async fn node_states(client: &Client) -> BTreeMap<String, (String, String, bool)
         .map(|c| {
             let name = c.metadata.name.clone().unwrap();
             let spec = &c.data["spec"];
-            let status = &c.data["status"];
-            let good = status["observedRevision"] == spec["revision"]
-                && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
-                && condition(status, "Healthy").is_some_and(|c| c["status"] == "True");
+            let good = reports_good(&c);
             (
                 name,
                 (
@@ -295,7 +279,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     }
     assert_eq!(states.len(), 6, "no config for ctl-none-1 nor ctl-k-1 yet");
     // What a user sees with kubectl: progress per pool at a glance.
-    let table = kubectl_out(&cp, &["get", "nmp"]);
+    let table = kubectl(&cp, &["get", "nmp"]);
     let row = |name: &str| -> Vec<String> {
         table
             .lines()
@@ -438,10 +422,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             continue;
         }
         let spec = &c.data["spec"];
-        let status = &c.data["status"];
-        let good = status["observedRevision"] == spec["revision"]
-            && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
-            && condition(status, "Healthy").is_some_and(|c| c["status"] == "True");
+        let good = reports_good(&c);
         let revision = spec["revision"].as_str().unwrap().to_string();
         if revision == new_a && states.get(&name).is_none_or(|s| s.0 != new_a) {
             updated_order.push(name.clone());
@@ -607,10 +588,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             continue;
         }
         spec_at.entry(name.clone()).or_insert_with(Instant::now);
-        let status = &c.data["status"];
-        let good = status["observedRevision"] == spec["revision"]
-            && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
-            && condition(status, "Healthy").is_some_and(|c| c["status"] == "True");
+        let good = reports_good(&c);
         if good {
             good_at.entry(name.clone()).or_insert_with(Instant::now);
         }

@@ -309,7 +309,6 @@ async fn invalid_policies_are_rejected_at_admission() {
 #[tokio::test]
 async fn kubectl_explain_reads_as_user_documentation() {
     let cp = cluster();
-    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
     for (field, says) in [
         (
             "nmp.spec.rollout.maxUnavailable",
@@ -320,17 +319,8 @@ async fn kubectl_explain_reads_as_user_documentation() {
             "the topology manager supports at most 8 NUMA nodes",
         ),
     ] {
-        let out = std::process::Command::new(&bin.kubectl)
-            .arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
-            .args(["explain", field])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{field}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = nodemem_testkit::clients::kubectl(cp.admin_kubeconfig(), &["explain", field])
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(text.contains(says), "{field}:\n{text}");
         assert!(
             !text.contains("CEL"),

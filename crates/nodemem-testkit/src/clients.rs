@@ -1,0 +1,65 @@
+//! What users type, run as they would: the test bed's own kubectl, and what a process
+//! costs (for the benchmarks).
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::binaries::control_plane_binaries;
+use crate::Error;
+
+/// Runs `kubectl --kubeconfig=KUBECONFIG ARGS...`; its stdout, or its stderr as the error.
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String, Error> {
+    let bin = control_plane_binaries()?;
+    let out = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .map_err(|e| Error::Setup(format!("cannot run {}: {e}", bin.kubectl.display())))?;
+    if !out.status.success() {
+        return Err(Error::Api(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A process's CPU time (utime + stime, clock ticks) and resident memory (KiB).
+pub fn cpu_ticks_and_rss_kib(pid: u32) -> Result<(u64, u64), Error> {
+    let read = |file: &str| {
+        let path = format!("/proc/{pid}/{file}");
+        std::fs::read_to_string(&path).map_err(|e| Error::Setup(format!("{path}: {e}")))
+    };
+    let stat = read("stat")?;
+    let bad = || Error::Setup(format!("/proc/{pid}/stat: unexpected format"));
+    // Fields are counted after the command's closing parenthesis (it may hold spaces).
+    let after = stat
+        .get(stat.rfind(')').ok_or_else(bad)? + 2..)
+        .ok_or_else(bad)?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or_else(bad)
+    };
+    let ticks = field(11)? + field(12)?;
+    let rss = read("status")?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::Setup(format!("/proc/{pid}/status: no VmRSS")))?;
+    Ok((ticks, rss))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_process_has_cpu_time_and_memory() {
+        let (_, rss) = super::cpu_ticks_and_rss_kib(std::process::id()).unwrap();
+        assert!(rss > 0);
+        assert!(super::cpu_ticks_and_rss_kib(u32::MAX).is_err());
+    }
+}
