@@ -17,3 +17,8 @@ pub use policy::{NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
 pub const GROUP: &str = "nodemem.io";
 /// The served and stored version.
 pub const VERSION: &str = "v1alpha1";
+
+/// On a NodeMemoryPolicy: roll the pool back from this revision to the previous one
+/// (`kubectl nodemem rollback`). The controller honours it while the spec still has
+/// this revision and records it in `status.rolledBackRevision`; a new spec ends it.
+pub const ROLLBACK_ANNOTATION: &str = "nodemem.io/rollback-revision";

@@ -5,9 +5,12 @@
 //! - [`cgroup_tree`] and [`kubelet`]: simulated nodes: Node objects, a fake kubelet that
 //!   runs bound pods by creating their cgroup directories in a per-node temporary
 //!   cgroup v2 tree (systemd or cgroupfs layout).
+//! - [`bed`]: a whole installation (CRDs, RBAC, node pools, agent and controller
+//!   processes) for `nodemem sandbox` and end-to-end tests.
 //! - [`vm`]: a real Linux kernel (Debian's) in qemu with two NUMA nodes and cgroup v2,
 //!   running a command and returning its output and exit code.
 
+pub mod bed;
 pub mod binaries;
 pub mod cgroup_tree;
 pub mod clients;

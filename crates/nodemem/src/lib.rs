@@ -6,6 +6,9 @@ pub mod crds_cmd;
 pub mod endpoints;
 pub mod error;
 pub mod manifests;
+pub mod plugin;
+#[cfg(feature = "sandbox")]
+pub mod sandbox;
 pub mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +33,9 @@ pub enum Command {
     Agent(Box<agent::AgentArgs>),
     /// The cluster controller: NodeMemoryConfigs per node, rolled out per pool.
     Controller(controller::ControllerArgs),
+    /// nodemem on a local control plane with simulated node pools, live (Ctrl-C stops).
+    #[cfg(feature = "sandbox")]
+    Sandbox(sandbox::SandboxArgs),
 }
 
 /// What a command leaves: its output, problems for stderr, and the exit code.
@@ -56,5 +62,7 @@ pub fn run(cli: &Cli) -> Result<Outcome, CliError> {
         Command::Simulate(args) => simulate::run(args).map(Outcome::ok),
         Command::Agent(args) => agent::run(args),
         Command::Controller(args) => controller::run(args),
+        #[cfg(feature = "sandbox")]
+        Command::Sandbox(args) => sandbox::run(args),
     }
 }

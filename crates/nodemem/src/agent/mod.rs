@@ -61,6 +61,10 @@ pub struct AgentArgs {
     /// Logs on stderr: human text, or one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// A kubeconfig to reach the apiserver with (default: KUBECONFIG, else the pod's
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
     #[arg(long, default_value = "0.0.0.0:9180")]
     pub metrics_addr: String,
@@ -203,12 +207,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    let kubeconfig = args.kubeconfig.clone();
     runtime.block_on(async move {
-        let client = kube::Client::try_default().await.map_err(|e| {
-            CliError::one(format!(
-                "cannot reach the apiserver ({e}); in a pod the service account is used, elsewhere set KUBECONFIG"
-            ))
-        })?;
+        let client = crate::plugin::cluster::client(kubeconfig.as_deref(), None).await?;
         agent.run(client).await.map_err(CliError::one)
     })?;
     Ok(Outcome::default())

@@ -298,11 +298,29 @@ fn decide_policy(
         None => vec![current.clone()],
     };
     let previous = status.revisions.get(1).cloned();
+    // A user's rollback (`kubectl nodemem rollback`) counts while the spec still has the
+    // revision it names and there is one to go back to.
+    let requested = entry.rollback_request.as_deref() == Some(v.revision.as_str())
+        && previous.is_some();
+    if requested && old.rolled_back_revision.as_deref() != Some(v.revision.as_str()) {
+        out.events.push(PolicyEvent {
+            policy: v.name.to_string(),
+            warning: true,
+            reason: "RollbackRequested",
+            message: format!(
+                "revision {} is rolled back on request ({}); the pool returns to revision {}",
+                v.revision,
+                nodemem_api::ROLLBACK_ANNOTATION,
+                previous.as_ref().map_or("", |p| p.revision.as_str())
+            ),
+        });
+    }
     // A rolled-back revision stays rolled back until the spec changes.
     let rolled_back = old
         .rolled_back_revision
         .clone()
-        .filter(|r| *r == v.revision);
+        .filter(|r| *r == v.revision)
+        .or_else(|| requested.then(|| v.revision.clone()));
     let target = match (&rolled_back, &previous) {
         (Some(_), Some(p)) => p.clone(),
         (Some(bad), None) => {
@@ -605,7 +623,14 @@ fn decide_policy(
         } else {
             "AsExpected"
         },
-        if settled_after_rollback {
+        if settled_after_rollback && status.failed_node_names.is_empty() && requested {
+            format!(
+                "revision {} was rolled back on request ({}); the pool returns to revision {}: change the spec to roll out again",
+                v.revision,
+                nodemem_api::ROLLBACK_ANNOTATION,
+                target.revision
+            )
+        } else if settled_after_rollback {
             format!(
                 "revision {} was rolled back after it failed on {}; the pool runs revision {}: change the spec to roll out again",
                 v.revision,

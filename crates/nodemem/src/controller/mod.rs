@@ -13,6 +13,8 @@ mod policy_status;
 pub mod run;
 pub mod world;
 
+use std::path::PathBuf;
+
 use crate::agent::LogFormat;
 use crate::error::CliError;
 use crate::Outcome;
@@ -23,6 +25,10 @@ pub struct ControllerArgs {
     /// Logs on stderr: human text, or one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// A kubeconfig to reach the apiserver with (default: KUBECONFIG, else the pod's
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
     #[arg(long, default_value = "0.0.0.0:9181")]
     pub metrics_addr: String,
@@ -111,11 +117,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 .map_err(CliError::one)?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
-        let client = kube::Client::try_default().await.map_err(|e| {
-            CliError::one(format!(
-                "cannot reach the apiserver ({e}); in a pod the service account is used, elsewhere set KUBECONFIG"
-            ))
-        })?;
+        let client = crate::plugin::cluster::client(args.kubeconfig.as_deref(), None).await?;
         if !args.leader_elect {
             return controller.run(client).await.map_err(CliError::one);
         }

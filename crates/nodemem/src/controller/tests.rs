@@ -549,3 +549,81 @@ fn a_kubelet_memory_manager_change_drains_each_node_first() {
     assert_eq!(condition(&w, "k", "Degraded").reason, "MaxFailures");
     assert!(d.writes.is_empty(), "b's config is not changed");
 }
+
+#[test]
+fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec_changes() {
+    let rollout = json!({"maxUnavailable": 2});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone())],
+        &[("a", "p"), ("b", "p")],
+    );
+    let settle = |w: &mut World, now: &mut i64| {
+        for _ in 0..4 {
+            let d = decide(w, *now);
+            apply(w, &d, *now);
+            for wr in &d.writes {
+                agent_reports(w, &wr.node, true, *now);
+            }
+            *now += 10;
+        }
+    };
+    let mut now = T0;
+    settle(&mut w, &mut now);
+    let first = w.policies["p"].status.revision.clone().unwrap();
+    let mut p2 = policy("p", "p", 0, 0.7, rollout.clone());
+    p2.metadata.generation = Some(2);
+    p2.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p2);
+    settle(&mut w, &mut now);
+    let second = w.policies["p"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == second));
+
+    // A request naming another revision is ignored.
+    let mut stale = p2.clone();
+    stale.status = Some(w.policies["p"].status.clone());
+    stale.metadata.annotations = Some(
+        [(nodemem_api::ROLLBACK_ANNOTATION.to_string(), first.clone())].into(),
+    );
+    w.apply_policy(&stale);
+    assert_eq!(decide(&w, now), Decision::default());
+
+    // `kubectl nodemem rollback p`: the annotation names the current revision.
+    let mut asked = stale.clone();
+    asked.metadata.annotations = Some(
+        [(nodemem_api::ROLLBACK_ANNOTATION.to_string(), second.clone())].into(),
+    );
+    w.apply_policy(&asked);
+    let d = decide(&w, now);
+    assert_eq!(written(&d), ["a", "b"]);
+    assert!(d.events.iter().any(|e| e.reason == "RollbackRequested"));
+    apply(&mut w, &d, now);
+    assert!(w.configs.values().all(|c| c.spec.revision == first));
+    assert_eq!(
+        w.policies["p"].status.rolled_back_revision.as_deref(),
+        Some(second.as_str())
+    );
+    for n in ["a", "b"] {
+        agent_reports(&mut w, n, true, now);
+    }
+    settle(&mut w, &mut now);
+    let degraded = condition(&w, "p", "Degraded");
+    assert_eq!(degraded.reason, "RolledBack");
+    assert!(degraded.message.contains("on request"), "{}", degraded.message);
+    assert_eq!(
+        condition(&w, "p", "Ready").status,
+        "True",
+        "{:?}",
+        w.policies["p"].status.conditions
+    );
+
+    // A new spec ends the rollback (the annotation names an old revision now).
+    let mut p3 = policy("p", "p", 0, 0.8, rollout);
+    p3.metadata.generation = Some(3);
+    p3.metadata.annotations = asked.metadata.annotations.clone();
+    p3.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p3);
+    settle(&mut w, &mut now);
+    let third = w.policies["p"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == third));
+    assert_eq!(w.policies["p"].status.rolled_back_revision, None);
+}

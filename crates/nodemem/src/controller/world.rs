@@ -36,6 +36,8 @@ pub struct PolicyEntry {
     pub generation: Option<i64>,
     pub spec: NodeMemoryPolicySpec,
     pub status: NodeMemoryPolicyStatus,
+    /// The revision a user asked to roll back from ([`nodemem_api::ROLLBACK_ANNOTATION`]).
+    pub rollback_request: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -75,6 +77,12 @@ impl World {
             generation: p.metadata.generation,
             spec: p.spec.clone(),
             status: p.status.clone().unwrap_or_default(),
+            rollback_request: p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(nodemem_api::ROLLBACK_ANNOTATION))
+                .cloned(),
         };
         self.policies.insert(name, entry.clone()) != Some(entry)
     }

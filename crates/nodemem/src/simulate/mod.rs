@@ -183,7 +183,9 @@ pub fn simulate(
     ))
 }
 
-fn read_policies(
+/// The policies of a file, each checked as `simulate` checks them (unknown fields,
+/// apiVersion and kind, settings); problems are collected.
+pub(crate) fn read_policies(
     docs: &[Document],
     problems: &mut Vec<String>,
 ) -> Vec<(NodeMemoryPolicy, nodemem_model::policy::PolicySettings)> {

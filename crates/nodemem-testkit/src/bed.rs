@@ -1,0 +1,300 @@
+//! A whole nodemem installation on the test control plane, as `nodemem sandbox` shows
+//! it and as end-to-end tests use it: nodemem's CRDs and manifests applied with the
+//! real kubectl, simulated node pools (each node with its own cgroup v2 tree, NUMA
+//! sysfs and fake kubelet), a real agent process per node with that node's own
+//! identity, and the real controller with the controller's identity.
+//!
+//! Every process is a [`Process`]: killed with its group when the bed is dropped or
+//! when this process dies; every file lives in one temporary directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kube::Client;
+use nodemem_model::cgroup_layout::CgroupDriver;
+
+use crate::cgroup_tree::CgroupTree;
+use crate::kubelet::FakeKubelet;
+use crate::nodes::{NumaNode, SimNode};
+use crate::process::Process;
+use crate::{ControlPlane, Error, Identity};
+
+/// The label a pool's nodes carry (the examples' policies select on it).
+pub const POOL_LABEL: &str = "nodemem.io/pool";
+
+/// One node pool.
+#[derive(Clone, Debug)]
+pub struct PoolSpec {
+    /// The value of [`POOL_LABEL`] on its nodes; nodes are named `<pool>-<i>`.
+    pub pool: String,
+    pub nodes: usize,
+    /// NUMA nodes per node, each `memory_per_numa` bytes with `hugepages_2mi_per_numa`
+    /// bytes of 2Mi hugepages.
+    pub numa_nodes: usize,
+    pub memory_per_numa: i64,
+    pub hugepages_2mi_per_numa: i64,
+    /// Bytes held back from pods (allocatable = capacity - reserved).
+    pub reserved: i64,
+}
+
+impl PoolSpec {
+    pub fn new(pool: &str, nodes: usize) -> Self {
+        PoolSpec {
+            pool: pool.to_string(),
+            nodes,
+            numa_nodes: 1,
+            memory_per_numa: 16 << 30,
+            hugepages_2mi_per_numa: 0,
+            reserved: 1 << 30,
+        }
+    }
+
+    pub fn numa(mut self, numa_nodes: usize, memory_per_numa: i64, hugepages_2mi: i64) -> Self {
+        self.numa_nodes = numa_nodes;
+        self.memory_per_numa = memory_per_numa;
+        self.hugepages_2mi_per_numa = hugepages_2mi;
+        self
+    }
+
+    pub fn reserved(mut self, bytes: i64) -> Self {
+        self.reserved = bytes;
+        self
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct BedSpec {
+    /// The `nodemem` binary the agents and the controller run as.
+    pub nodemem: PathBuf,
+    /// The repository: `crds/`, `deploy/agent/`, `deploy/controller/` come from here.
+    pub repo: PathBuf,
+    pub pools: Vec<PoolSpec>,
+    /// Seconds between the agents' full passes.
+    pub agent_resync_seconds: u64,
+}
+
+/// A node of the bed.
+pub struct BedNode {
+    pub pool: String,
+    pub tree: Arc<CgroupTree>,
+    /// Its sysfs, procfs and state directory, and its agent's log.
+    pub dir: PathBuf,
+    agent: Process,
+}
+
+impl BedNode {
+    pub fn agent_log(&self) -> &Path {
+        self.agent.log_path()
+    }
+
+    pub fn agent_pid(&self) -> u32 {
+        self.agent.pid()
+    }
+}
+
+pub struct Bed {
+    pub nodes: BTreeMap<String, BedNode>,
+    pub client: Client,
+    controller: Process,
+    _kubelet: FakeKubelet,
+    // Dropped last: the processes above are stopped before their files go.
+    pub cp: ControlPlane,
+    dir: tempfile::TempDir,
+}
+
+fn io(what: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Setup(format!("{}: {e}", what.display()))
+}
+
+/// `<dir>/sys/devices/system/node/node<N>/{meminfo, hugepages/hugepages-2048kB/nr_hugepages}`
+/// and `<dir>/proc/sys/kernel/osrelease`, as the agent reads them.
+fn write_node_files(dir: &Path, node: &SimNode) -> Result<(), Error> {
+    for n in &node.numa {
+        let d = dir.join(format!("sys/devices/system/node/node{}", n.id));
+        std::fs::create_dir_all(&d).map_err(io(&d))?;
+        let meminfo = d.join("meminfo");
+        std::fs::write(
+            &meminfo,
+            format!("Node {} MemTotal:       {} kB\n", n.id, n.memory / 1024),
+        )
+        .map_err(io(&meminfo))?;
+        if let Some(bytes) = n.hugepages.get("hugepages-2Mi") {
+            let h = d.join("hugepages/hugepages-2048kB");
+            std::fs::create_dir_all(&h).map_err(io(&h))?;
+            std::fs::write(h.join("nr_hugepages"), format!("{}\n", bytes / (2 << 20)))
+                .map_err(io(&h))?;
+        }
+    }
+    let kernel = dir.join("proc/sys/kernel");
+    std::fs::create_dir_all(&kernel).map_err(io(&kernel))?;
+    std::fs::write(kernel.join("osrelease"), format!("{}\n", node.kernel_version))
+        .map_err(io(&kernel))?;
+    Ok(())
+}
+
+impl Bed {
+    /// Starts the control plane (building it first if needed), applies CRDs and RBAC,
+    /// registers the pools' nodes, and starts the agents and the controller. `step`
+    /// hears each stage as it begins.
+    pub async fn start(spec: &BedSpec, step: &dyn Fn(&str)) -> Result<Bed, Error> {
+        step("starting etcd, kube-apiserver and kube-controller-manager");
+        let cp = tokio::task::spawn_blocking(ControlPlane::start)
+            .await
+            .map_err(|e| Error::Setup(format!("control plane start: {e}")))??;
+        let dir = tempfile::Builder::new()
+            .prefix("nodemem-bed-")
+            .tempdir()
+            .map_err(|e| Error::Setup(format!("temporary directory: {e}")))?;
+        step("installing the CRDs and nodemem's RBAC and admission policy (kubectl apply)");
+        crate::crds::install_dir(&cp, &spec.repo.join("crds")).await?;
+        let kubeconfig = cp.admin_kubeconfig().to_path_buf();
+        for manifests in ["crds", "deploy/agent", "deploy/controller"] {
+            let path = spec.repo.join(manifests);
+            crate::clients::kubectl(
+                &kubeconfig,
+                &["apply", "-f", path.to_str().unwrap_or_default()],
+            )?;
+        }
+        let client = cp.client(&Identity::Admin).await?;
+
+        step("registering the simulated nodes");
+        let mut sims = Vec::new();
+        for pool in &spec.pools {
+            for i in 1..=pool.nodes {
+                let numa = (0..pool.numa_nodes as i64)
+                    .map(|id| NumaNode {
+                        id,
+                        memory: pool.memory_per_numa,
+                        hugepages: if pool.hugepages_2mi_per_numa > 0 {
+                            BTreeMap::from([(
+                                "hugepages-2Mi".to_string(),
+                                pool.hugepages_2mi_per_numa,
+                            )])
+                        } else {
+                            BTreeMap::new()
+                        },
+                    })
+                    .collect();
+                let mut sim = SimNode::new(&format!("{}-{i}", pool.pool))
+                    .label(POOL_LABEL, &pool.pool)
+                    .numa(numa);
+                sim.reserved = pool.reserved;
+                sim.register(&client).await?;
+                sims.push((pool.pool.clone(), sim));
+            }
+        }
+        let mut trees = BTreeMap::new();
+        for (_, sim) in &sims {
+            trees.insert(
+                sim.name.clone(),
+                Arc::new(CgroupTree::new(CgroupDriver::Systemd, sim.numa.len())?),
+            );
+        }
+        let kubelet = FakeKubelet::start(client.clone(), trees.clone());
+
+        step("starting a node agent per node");
+        let mut nodes = BTreeMap::new();
+        for (pool, sim) in &sims {
+            let node_dir = dir.path().join(&sim.name);
+            write_node_files(&node_dir, sim)?;
+            let agent_kubeconfig = cp.kubeconfig(&Identity::Agent(sim.name.clone())).await?;
+            let tree = trees[&sim.name].clone();
+            let args: Vec<String> = vec![
+                "agent".into(),
+                "--node-name".into(),
+                sim.name.clone(),
+                "--resync-seconds".into(),
+                spec.agent_resync_seconds.to_string(),
+                "--metrics-addr".into(),
+                "127.0.0.1:0".into(),
+                "--cgroup-root".into(),
+                tree.root().display().to_string(),
+                "--sys-root".into(),
+                node_dir.join("sys").display().to_string(),
+                "--proc-root".into(),
+                node_dir.join("proc").display().to_string(),
+                "--state-dir".into(),
+                node_dir.join("state").display().to_string(),
+                "--kubeconfig".into(),
+                agent_kubeconfig.display().to_string(),
+            ];
+            let agent = Process::spawn(
+                &format!("agent {}", sim.name),
+                &spec.nodemem,
+                &args,
+                &node_dir.join("agent.log"),
+            )?;
+            nodes.insert(
+                sim.name.clone(),
+                BedNode {
+                    pool: pool.clone(),
+                    tree,
+                    dir: node_dir,
+                    agent,
+                },
+            );
+        }
+
+        step("starting the controller");
+        let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await?;
+        let controller = Process::spawn(
+            "controller",
+            &spec.nodemem,
+            &[
+                "controller".into(),
+                "--tick-seconds".into(),
+                "1".into(),
+                "--metrics-addr".into(),
+                "127.0.0.1:0".into(),
+                "--kubeconfig".into(),
+                controller_kubeconfig.display().to_string(),
+            ],
+            &dir.path().join("controller.log"),
+        )?;
+        Ok(Bed {
+            nodes,
+            client,
+            controller,
+            _kubelet: kubelet,
+            cp,
+            dir,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn admin_kubeconfig(&self) -> &Path {
+        self.cp.admin_kubeconfig()
+    }
+
+    pub fn controller_log(&self) -> &Path {
+        self.controller.log_path()
+    }
+
+    /// The real kubectl as the cluster admin.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, Error> {
+        crate::clients::kubectl(self.cp.admin_kubeconfig(), args)
+    }
+
+    /// A process of the bed that exited, with its log's end (a healthy bed has none).
+    pub fn exited(&mut self) -> Option<String> {
+        let mut procs: Vec<&mut Process> = vec![&mut self.controller];
+        procs.extend(self.nodes.values_mut().map(|n| &mut n.agent));
+        procs.into_iter().find_map(|p| {
+            p.exited()
+                .map(|s| format!("{} exited ({s}):\n{}", p.name(), p.log_tail(20)))
+        })
+    }
+
+    /// Every process of the bed (control plane, agents, controller), for checks that
+    /// nothing is left behind.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.cp.pids();
+        pids.push(self.controller.pid());
+        pids.extend(self.nodes.values().map(|n| n.agent.pid()));
+        pids
+    }
+}

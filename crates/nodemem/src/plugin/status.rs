@@ -1,0 +1,237 @@
+//! `kubectl nodemem status`: every policy and its pool, rollout progress, failing nodes
+//! with reasons, and conflicts (pure, from a [`Snapshot`]).
+
+use std::fmt::Write;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use serde::Serialize;
+
+use super::cluster::Snapshot;
+use super::node_view::governing;
+use super::render::table;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub policies: Vec<PolicyRow>,
+    /// Nodes no policy selects.
+    pub unmanaged_nodes: Vec<String>,
+    pub failing_nodes: Vec<FailingNode>,
+    pub conflicts: Vec<Conflict>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRow {
+    pub name: String,
+    pub priority: i32,
+    pub enforcement: String,
+    pub revision: Option<String>,
+    pub matched: i32,
+    pub updated: i32,
+    pub ready: i32,
+    pub failed: i32,
+    /// The Progressing condition's reason (Complete, Updating, WaitingForCanary, Paused,
+    /// MaxFailures, RollingBack) or Invalid / Unknown.
+    pub state: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_revision: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailingNode {
+    pub node: String,
+    pub policy: String,
+    /// The condition that failed (Applied or Healthy) and its reason.
+    pub condition: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conflict {
+    pub node: String,
+    /// The policy that governs (highest priority, then first by name).
+    pub governs: String,
+    /// Policies of the same priority that also select the node.
+    pub also: Vec<String>,
+}
+
+fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
+    let status = p.status.clone().unwrap_or_default();
+    let accepted = find(&status.conditions, "Accepted");
+    let progressing = find(&status.conditions, "Progressing");
+    let (state, message) = match (accepted, progressing) {
+        (Some(a), _) if a.status == "False" => (a.reason.clone(), a.message.clone()),
+        (_, Some(c)) => (c.reason.clone(), c.message.clone()),
+        _ => ("Unknown".into(), "the controller has not reported yet".into()),
+    };
+    PolicyRow {
+        name: p.metadata.name.clone().unwrap_or_default(),
+        priority: p.spec.priority,
+        enforcement: format!("{:?}", p.spec.settings.enforcement),
+        revision: status.revision.clone(),
+        matched: status.matched_nodes,
+        updated: status.updated_nodes,
+        ready: status.ready_nodes,
+        failed: status.failed_nodes,
+        state,
+        message,
+        rolled_back_revision: status.rolled_back_revision.clone(),
+    }
+}
+
+/// A node's agent reports a failure for its current config.
+fn failing(c: &NodeMemoryConfig) -> Option<FailingNode> {
+    let status = c.status.as_ref()?;
+    ["Applied", "Healthy"].into_iter().find_map(|t| {
+        let cond = find(&status.conditions, t)?;
+        let current = cond.observed_generation == c.metadata.generation;
+        // Healthy=False NotApplied only repeats the Applied failure.
+        (current && cond.status == "False" && cond.reason != "NotApplied").then(|| FailingNode {
+            node: c.metadata.name.clone().unwrap_or_default(),
+            policy: c.spec.policy.clone(),
+            condition: t.to_string(),
+            reason: cond.reason.clone(),
+            message: cond.message.clone(),
+        })
+    })
+}
+
+/// The revision a policy's pool moves to: its spec's, or after a rollback the one
+/// before it.
+pub fn target_revision(p: &NodeMemoryPolicy) -> Option<String> {
+    let st = p.status.as_ref()?;
+    let current = st.revision.clone()?;
+    if st.rolled_back_revision.as_deref() == Some(current.as_str()) {
+        return st.revisions.get(1).map(|r| r.revision.clone());
+    }
+    Some(current)
+}
+
+/// A node's place in its rollout, from its config: `Failed (Applied <reason>)`,
+/// `Waiting` (its policy rolls out another revision), `Ready`, or `Updating`.
+pub fn node_state(c: &NodeMemoryConfig, policy_revision: Option<&str>) -> String {
+    let st = c.status.clone().unwrap_or_default();
+    let cond = |t: &str| {
+        st.conditions
+            .iter()
+            .find(|x| x.type_ == t && x.observed_generation == c.metadata.generation)
+    };
+    if let Some(f) = failing(c) {
+        return format!("Failed ({} {})", f.condition, f.reason);
+    }
+    if policy_revision.is_some_and(|r| r != c.spec.revision) {
+        return "Waiting".into();
+    }
+    let ok = |t: &str| cond(t).is_some_and(|x| x.status == "True");
+    if st.observed_revision.as_deref() == Some(c.spec.revision.as_str())
+        && ok("Applied")
+        && ok("Healthy")
+    {
+        "Ready".into()
+    } else {
+        "Updating".into()
+    }
+}
+
+pub fn build(s: &Snapshot) -> StatusReport {
+    let mut policies: Vec<PolicyRow> = s.policies.iter().map(policy_row).collect();
+    policies.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+    let mut unmanaged_nodes = Vec::new();
+    let mut conflicts = Vec::new();
+    for node in &s.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let r = governing(&s.policies, &labels);
+        match r.winner {
+            None => unmanaged_nodes.push(name),
+            Some(w) if !r.conflicting.is_empty() => conflicts.push(Conflict {
+                node: name,
+                governs: w,
+                also: r.conflicting,
+            }),
+            Some(_) => {}
+        }
+    }
+    let mut failing_nodes: Vec<FailingNode> = s.configs.iter().filter_map(failing).collect();
+    failing_nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    StatusReport {
+        policies,
+        unmanaged_nodes,
+        failing_nodes,
+        conflicts,
+    }
+}
+
+pub fn render_table(r: &StatusReport) -> String {
+    let mut out = String::new();
+    if r.policies.is_empty() {
+        out.push_str("No NodeMemoryPolicies.\n");
+    } else {
+        let mut t = table(&[
+            "POLICY", "PRIORITY", "ENFORCEMENT", "REVISION", "NODES", "UPDATED", "READY",
+            "FAILED", "ROLLOUT",
+        ]);
+        for p in &r.policies {
+            t.add_row(vec![
+                p.name.clone(),
+                p.priority.to_string(),
+                p.enforcement.clone(),
+                p.revision.clone().unwrap_or_else(|| "-".into()),
+                p.matched.to_string(),
+                p.updated.to_string(),
+                p.ready.to_string(),
+                p.failed.to_string(),
+                p.state.clone(),
+            ]);
+        }
+        let _ = writeln!(out, "{}", super::render::text(&t));
+        for p in r.policies.iter().filter(|p| p.state != "Complete") {
+            let _ = writeln!(out, "  {}: {}", p.name, p.message);
+        }
+    }
+    if !r.failing_nodes.is_empty() {
+        let _ = writeln!(out, "\nFailing nodes:");
+        let mut t = table(&["NODE", "POLICY", "CONDITION", "REASON", "MESSAGE"]);
+        for f in &r.failing_nodes {
+            t.add_row(vec![
+                f.node.clone(),
+                f.policy.clone(),
+                format!("{}=False", f.condition),
+                f.reason.clone(),
+                f.message.clone(),
+            ]);
+        }
+        let _ = writeln!(out, "{}", super::render::text(&t));
+    }
+    if !r.conflicts.is_empty() {
+        let _ = writeln!(out, "\nConflicts (same priority; the first by name governs):");
+        for c in &r.conflicts {
+            let _ = writeln!(
+                out,
+                "  {}: {} governs, also selected by {}",
+                c.node,
+                c.governs,
+                c.also.join(", ")
+            );
+        }
+    }
+    if !r.unmanaged_nodes.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{} node(s) not selected by any policy: {}",
+            r.unmanaged_nodes.len(),
+            r.unmanaged_nodes.join(", ")
+        );
+    }
+    out
+}

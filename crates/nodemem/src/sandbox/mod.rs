@@ -1,0 +1,307 @@
+//! `nodemem sandbox`: nodemem on a real control plane in one command. Three simulated
+//! node pools (general, numa-database with two NUMA nodes per node, batch), each node
+//! with its own cgroup tree, fake kubelet and real agent process; the real controller;
+//! `examples/` applied with `kubectl apply -k`; pods of every QoS class; the rollout
+//! shown live. Ctrl-C (or SIGTERM) stops every process and removes every directory.
+
+mod build;
+pub mod view;
+mod workloads;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as core;
+use kube::api::{Api, ListParams, PostParams};
+use nodemem_testkit::bed::{Bed, BedSpec, PoolSpec};
+
+use crate::error::CliError;
+use crate::plugin::cluster::Snapshot;
+use crate::Outcome;
+
+/// Arguments of `nodemem sandbox`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// Plain lines instead of the live view (for CI and logs).
+    #[arg(long)]
+    pub no_ui: bool,
+    /// The nodemem repository (CRDs, deploy manifests, examples).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The node whose cgroup values are shown.
+    #[arg(long, default_value = "general-1")]
+    pub focus: String,
+}
+
+const GI: i64 = 1 << 30;
+
+/// examples/ with 10-second minReadySeconds, so a rollout takes a minute, not ten.
+const SANDBOX_OVERLAY: &str = "deploy/sandbox";
+
+fn pools() -> Vec<PoolSpec> {
+    vec![
+        PoolSpec::new("general", 3).numa(1, 16 * GI, 0),
+        // The numa-database policy reserves 1124Mi on NUMA node 0 and 1Gi on node 1, as
+        // kubeReserved + systemReserved + evictionHard (2148Mi) require.
+        PoolSpec::new("numa-database", 2)
+            .numa(2, 16 * GI, GI)
+            .reserved(2148 << 20),
+        PoolSpec::new("batch", 2).numa(1, 8 * GI, 0),
+    ]
+}
+
+/// Prints a line above the live view, or as is with `--no-ui`.
+struct Out {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Out {
+    fn line(&self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(text),
+            None => println!("{text}"),
+        }
+    }
+
+    fn status(&self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.set_message(text.to_string()),
+            None => println!("{text}"),
+        }
+    }
+}
+
+pub fn run(args: &SandboxArgs) -> Result<Outcome, CliError> {
+    let repo = args
+        .repo
+        .canonicalize()
+        .map_err(|e| CliError::one(format!("--repo {}: {e}", args.repo.display())))?;
+    for needed in ["crds", "deploy/agent", "deploy/controller", SANDBOX_OVERLAY] {
+        if !repo.join(needed).exists() {
+            return Err(CliError::one(format!(
+                "--repo {}: no {needed}; run the sandbox from a nodemem checkout (or pass --repo)",
+                repo.display()
+            )));
+        }
+    }
+    let nodemem = std::env::current_exe()
+        .map_err(|e| CliError::one(format!("cannot find the nodemem binary: {e}")))?;
+    let out = Out {
+        bar: (!args.no_ui).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg}")
+                    .expect("a valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        }),
+    };
+    let bin = build::control_plane(&repo, &|l| out.status(l))?;
+    // SAFETY: set before the runtime and any other thread that reads the environment.
+    unsafe { std::env::set_var("NODEMEM_CONTROL_PLANE_BIN", &bin) };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    let result = runtime.block_on(sandbox(args, &repo, &nodemem, &bin, &out));
+    if let Some(bar) = &out.bar {
+        bar.finish_and_clear();
+    }
+    drop(runtime);
+    println!("sandbox stopped: every process ended and its temporary directories are removed");
+    result.map(|()| Outcome::default())
+}
+
+async fn sandbox(
+    args: &SandboxArgs,
+    repo: &Path,
+    nodemem: &Path,
+    bin: &Path,
+    out: &Out,
+) -> Result<(), CliError> {
+    let started = Instant::now();
+    let spec = BedSpec {
+        nodemem: nodemem.to_path_buf(),
+        repo: repo.to_path_buf(),
+        pools: pools(),
+        agent_resync_seconds: 30,
+    };
+    let setup = async {
+        let bed = Bed::start(&spec, &|s| out.status(&format!("{s}...")))
+            .await
+            .map_err(|e| CliError::one(e.to_string()))?;
+        out.status("applying examples/ (kubectl apply -k deploy/sandbox)...");
+        let applied = bed
+            .kubectl(&[
+                "apply",
+                "-k",
+                repo.join(SANDBOX_OVERLAY).to_str().unwrap_or_default(),
+            ])
+            .map_err(|e| CliError::one(e.to_string()))?;
+        for l in applied.lines() {
+            out.line(&format!("  {l}"));
+        }
+        out.status("creating workload pods of every QoS class...");
+        create_workloads(&bed).await?;
+        Ok::<Bed, CliError>(bed)
+    };
+    let mut bed = tokio::select! {
+        bed = setup => bed?,
+        _ = stop_signal() => return Ok(()),
+    };
+    // kubectl and the plugin, for the user's shell.
+    let tools = bed.dir().join("bin");
+    std::fs::create_dir_all(&tools).map_err(|e| CliError::one(e.to_string()))?;
+    let _ = std::os::unix::fs::symlink(bin.join("kubectl"), tools.join("kubectl"));
+    let _ = std::os::unix::fs::symlink(nodemem, tools.join(crate::plugin::PLUGIN_BINARY));
+    out.line(&format!(
+        "control plane up in {:.0}s; {} nodes in 3 pools, agents and controller running",
+        started.elapsed().as_secs_f64(),
+        bed.nodes.len()
+    ));
+    if out.bar.is_none() {
+        for (name, n) in &bed.nodes {
+            out.line(&format!(
+                "node {name}: pool {}, cgroup root {}, agent log {}",
+                n.pool,
+                n.tree.root().display(),
+                n.agent_log().display()
+            ));
+        }
+        out.line(&format!("controller log {}", bed.controller_log().display()));
+    }
+
+    let nodes = bed.nodes.len();
+    let mut last = view::View::default();
+    let mut announced = false;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop_signal() => break,
+        }
+        if let Some(dead) = bed.exited() {
+            return Err(CliError::one(dead));
+        }
+        let Ok(v) = read_view(&bed, &args.focus).await else {
+            continue;
+        };
+        let up = started.elapsed().as_secs();
+        let header = format!(
+            "nodemem sandbox: {nodes} nodes in 3 pools, up {}:{:02}; Ctrl-C stops everything",
+            up / 60,
+            up % 60
+        );
+        match &out.bar {
+            Some(bar) => bar.set_message(view::frame(&v, &header)),
+            None => {
+                for l in view::changes(&last, &v) {
+                    println!("{l}");
+                }
+            }
+        }
+        if v.settled() && !announced {
+            announced = true;
+            out.line(&ready_text(&bed, &tools));
+        }
+        last = v;
+    }
+    out.status("stopping the controller, the agents and the control plane...");
+    Ok(())
+}
+
+/// Ctrl-C, SIGTERM, or SIGHUP (the terminal closed): every way a user stops it ends in
+/// the same clean-up.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = hup.recv() => {}
+    }
+}
+
+async fn read_view(bed: &Bed, focus: &str) -> Result<view::View, CliError> {
+    let snapshot = Snapshot::read(&bed.client).await?;
+    let pods = Api::<core::Pod>::all(bed.client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={focus}")))
+        .await
+        .map_err(|e| CliError::one(e.to_string()))?
+        .items;
+    let tree = bed.nodes.get(focus).map(|n| n.tree.clone());
+    let read = |path: &str, file: &str| tree.as_ref().and_then(|t| t.read(path, file).ok());
+    Ok(view::build(
+        &snapshot,
+        tree.as_ref().map(|_| (focus, pods.as_slice())),
+        workloads::NAMESPACE,
+        &read,
+    ))
+}
+
+async fn create_workloads(bed: &Bed) -> Result<(), CliError> {
+    let namespaces: Api<core::Namespace> = Api::all(bed.client.clone());
+    let ns: core::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": workloads::NAMESPACE}}))
+            .expect("a namespace");
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(CliError::one(format!("namespace: {e}"))),
+    }
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), workloads::NAMESPACE);
+    for (node, n) in &bed.nodes {
+        for pod in workloads::pods_for(&n.pool, node) {
+            let pod: core::Pod = serde_json::from_value(pod).expect("a pod");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                match pods.create(&PostParams::default(), &pod).await {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(s)) if s.code == 409 => break,
+                    // The namespace's default ServiceAccount comes just after it.
+                    Err(kube::Error::Api(s))
+                        if s.message.contains("serviceaccount") && Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => return Err(CliError::one(format!("pod on {node}: {e}"))),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ready_text(bed: &Bed, tools: &Path) -> String {
+    format!(
+        "\nsandbox ready: every policy rolled out.\n\
+         In another terminal:\n\
+         \x20 export KUBECONFIG={kubeconfig}\n\
+         \x20 export PATH={tools}:$PATH\n\
+         \x20 kubectl get nmp,nmc\n\
+         \x20 kubectl nodemem status\n\
+         \x20 kubectl nodemem explain numa-database-1\n\
+         Then try:\n\
+         \x20 edit a policy and watch the canary:  kubectl patch nmp general --type merge -p '{{\"spec\":{{\"memoryQoS\":{{\"throttlingFactor\":0.8}}}}}}'\n\
+         \x20 preview a change first:              kubectl nodemem diff -f my-policy.yaml\n\
+         \x20 break a node and see the rollout stop: edit the policy again, then while general-2 updates:\n\
+         \x20   for f in {tree}/kubepods.slice/kubepods-burstable.slice/*/memory.events; do printf 'low 0\\nhigh 0\\nmax 0\\noom 3\\noom_kill 3\\n' > $f; done\n\
+         \x20 pause, resume, roll back:             kubectl nodemem pause general; kubectl nodemem rollback general\n\
+         Logs: {dir}\n",
+        kubeconfig = bed.admin_kubeconfig().display(),
+        tools = tools.display(),
+        tree = bed
+            .nodes
+            .get("general-2")
+            .map_or(String::new(), |n| n.tree.root().display().to_string()),
+        dir = bed.dir().display(),
+    )
+}
