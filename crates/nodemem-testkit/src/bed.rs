@@ -128,8 +128,11 @@ fn write_node_files(dir: &Path, node: &SimNode) -> Result<(), Error> {
     }
     let kernel = dir.join("proc/sys/kernel");
     std::fs::create_dir_all(&kernel).map_err(io(&kernel))?;
-    std::fs::write(kernel.join("osrelease"), format!("{}\n", node.kernel_version))
-        .map_err(io(&kernel))?;
+    std::fs::write(
+        kernel.join("osrelease"),
+        format!("{}\n", node.kernel_version),
+    )
+    .map_err(io(&kernel))?;
     Ok(())
 }
 

@@ -300,8 +300,8 @@ fn decide_policy(
     let previous = status.revisions.get(1).cloned();
     // A user's rollback (`kubectl nodemem rollback`) counts while the spec still has the
     // revision it names and there is one to go back to.
-    let requested = entry.rollback_request.as_deref() == Some(v.revision.as_str())
-        && previous.is_some();
+    let requested =
+        entry.rollback_request.as_deref() == Some(v.revision.as_str()) && previous.is_some();
     if requested && old.rolled_back_revision.as_deref() != Some(v.revision.as_str()) {
         out.events.push(PolicyEvent {
             policy: v.name.to_string(),

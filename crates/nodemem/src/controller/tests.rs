@@ -581,17 +581,15 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     // A request naming another revision is ignored.
     let mut stale = p2.clone();
     stale.status = Some(w.policies["p"].status.clone());
-    stale.metadata.annotations = Some(
-        [(nodemem_api::ROLLBACK_ANNOTATION.to_string(), first.clone())].into(),
-    );
+    stale.metadata.annotations =
+        Some([(nodemem_api::ROLLBACK_ANNOTATION.to_string(), first.clone())].into());
     w.apply_policy(&stale);
     assert_eq!(decide(&w, now), Decision::default());
 
     // `kubectl nodemem rollback p`: the annotation names the current revision.
     let mut asked = stale.clone();
-    asked.metadata.annotations = Some(
-        [(nodemem_api::ROLLBACK_ANNOTATION.to_string(), second.clone())].into(),
-    );
+    asked.metadata.annotations =
+        Some([(nodemem_api::ROLLBACK_ANNOTATION.to_string(), second.clone())].into());
     w.apply_policy(&asked);
     let d = decide(&w, now);
     assert_eq!(written(&d), ["a", "b"]);
@@ -608,7 +606,11 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     settle(&mut w, &mut now);
     let degraded = condition(&w, "p", "Degraded");
     assert_eq!(degraded.reason, "RolledBack");
-    assert!(degraded.message.contains("on request"), "{}", degraded.message);
+    assert!(
+        degraded.message.contains("on request"),
+        "{}",
+        degraded.message
+    );
     assert_eq!(
         condition(&w, "p", "Ready").status,
         "True",

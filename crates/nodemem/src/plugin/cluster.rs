@@ -20,9 +20,8 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
     };
     let config = match kubeconfig {
         Some(path) => {
-            let file = Kubeconfig::read_from(path).map_err(|e| {
-                CliError::one(format!("--kubeconfig {}: {e}", path.display()))
-            })?;
+            let file = Kubeconfig::read_from(path)
+                .map_err(|e| CliError::one(format!("--kubeconfig {}: {e}", path.display())))?;
             Config::from_custom_kubeconfig(file, &options).await
         }
         None if context.is_some() => Config::from_kubeconfig(&options).await,
@@ -39,10 +38,9 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
 /// An apiserver error as one line, naming what was being read or written.
 pub fn api_error(what: &str, e: kube::Error) -> CliError {
     match e {
-        kube::Error::Api(status) => CliError::one(format!(
-            "{what}: {} ({})",
-            status.message, status.reason
-        )),
+        kube::Error::Api(status) => {
+            CliError::one(format!("{what}: {} ({})", status.message, status.reason))
+        }
         other => CliError::one(format!("{what}: {other}")),
     }
 }

@@ -84,9 +84,11 @@ fn selector_text(s: &nodemem_api::policy::NodeSelector) -> String {
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    parts.extend(s.match_expressions.iter().map(|e| {
-        format!("{} {:?} ({})", e.key, e.operator, e.values.join(","))
-    }));
+    parts.extend(
+        s.match_expressions
+            .iter()
+            .map(|e| format!("{} {:?} ({})", e.key, e.operator, e.values.join(","))),
+    );
     if parts.is_empty() {
         "<every node>".into()
     } else {
@@ -185,7 +187,10 @@ pub fn build(
         Some(Ok(settings)) => match compute(settings, &facts, &node_pods.pods) {
             Ok(d) => Some(d),
             Err(ps) => {
-                problems.extend(ps.into_iter().map(|p| format!("this node cannot satisfy its config: {p}")));
+                problems.extend(
+                    ps.into_iter()
+                        .map(|p| format!("this node cannot satisfy its config: {p}")),
+                );
                 None
             }
         },
@@ -231,7 +236,11 @@ pub fn build(
                             .iter()
                             .find_map(|c| c.values.get(CPUSET_MEMS).map(|v| v.render()))
                             .unwrap_or_else(|| {
-                                pinned.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+                                pinned
+                                    .iter()
+                                    .map(|n| n.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(",")
                             })
                     }),
                 }
@@ -243,7 +252,9 @@ pub fn build(
             .map(|p| PodValues {
                 namespace: p.pod().namespace.clone(),
                 name: p.pod().name.clone(),
-                qos_class: nodemem_model::qos::qos_class(&p.pod().spec).as_str().to_string(),
+                qos_class: nodemem_model::qos::qos_class(&p.pod().spec)
+                    .as_str()
+                    .to_string(),
                 admission: "Unmanaged".into(),
                 memory_min: None,
                 memory_low: None,
@@ -304,7 +315,13 @@ pub fn render_table(r: &ExplainReport) -> String {
         let _ = writeln!(out, "\nAgent:\n{}", super::render::text(&t));
     }
     let mut t = table(&[
-        "NAMESPACE", "POD", "QOS", "NODEMEM", "MEMORY.MIN", "MEMORY.LOW", "MEMORY.HIGH",
+        "NAMESPACE",
+        "POD",
+        "QOS",
+        "NODEMEM",
+        "MEMORY.MIN",
+        "MEMORY.LOW",
+        "MEMORY.HIGH",
         "CPUSET.MEMS",
     ]);
     for p in &r.pods {
@@ -319,7 +336,12 @@ pub fn render_table(r: &ExplainReport) -> String {
             dash(&p.cpuset_mems),
         ]);
     }
-    let _ = writeln!(out, "\nPods ({}):\n{}", r.pods.len(), super::render::text(&t));
+    let _ = writeln!(
+        out,
+        "\nPods ({}):\n{}",
+        r.pods.len(),
+        super::render::text(&t)
+    );
     for p in &r.problems {
         let _ = writeln!(out, "problem: {p}");
     }

@@ -84,7 +84,12 @@ pub fn run(cli: &PluginCli) -> Outcome {
         .build()
     {
         Ok(r) => r,
-        Err(e) => return failed(CliError::one(format!("cannot start a runtime: {e}")), is_diff),
+        Err(e) => {
+            return failed(
+                CliError::one(format!("cannot start a runtime: {e}")),
+                is_diff,
+            )
+        }
     };
     match runtime.block_on(run_async(cli)) {
         Ok(out) => out,
@@ -132,7 +137,11 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
     }
 }
 
-async fn run_diff(client: &Client, filename: &std::path::Path, format: Format) -> Result<Outcome, CliError> {
+async fn run_diff(
+    client: &Client,
+    filename: &std::path::Path,
+    format: Format,
+) -> Result<Outcome, CliError> {
     let docs = read_documents(filename)?;
     let mut problems = Vec::new();
     let file_policies = crate::simulate::read_policies(&docs, &mut problems);
@@ -143,8 +152,8 @@ async fn run_diff(client: &Client, filename: &std::path::Path, format: Format) -
     let api = Api::<NodeMemoryPolicy>::all(client.clone());
     for (p, _) in &file_policies {
         let name = p.metadata.name.clone().unwrap_or_default();
-        let mut object = serde_json::to_value(p)
-            .map_err(|e| CliError::one(format!("policy {name}: {e}")))?;
+        let mut object =
+            serde_json::to_value(p).map_err(|e| CliError::one(format!("policy {name}: {e}")))?;
         object["apiVersion"] = json!("nodemem.io/v1alpha1");
         object["kind"] = json!("NodeMemoryPolicy");
         if let Some(o) = object.as_object_mut() {
@@ -182,10 +191,14 @@ async fn run_diff(client: &Client, filename: &std::path::Path, format: Format) -
         let config = snapshot.config(&name);
         let winner_after = node_view::governing(&after, &labels).winner;
         let winner_live = node_view::governing(&snapshot.policies, &labels).winner;
-        let involved = [winner_after.as_deref(), winner_live.as_deref(), config.map(|c| c.spec.policy.as_str())]
-            .into_iter()
-            .flatten()
-            .any(|p| file_names.iter().any(|f| f == p));
+        let involved = [
+            winner_after.as_deref(),
+            winner_live.as_deref(),
+            config.map(|c| c.spec.policy.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|p| file_names.iter().any(|f| f == p));
         if !involved {
             continue;
         }
@@ -259,7 +272,9 @@ async fn set_paused(client: &Client, name: &str, paused: bool) -> Result<Outcome
         )
         .await
         .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
-    Ok(Outcome::ok(format!("nodememorypolicy.nodemem.io/{name} {verb}\n")))
+    Ok(Outcome::ok(format!(
+        "nodememorypolicy.nodemem.io/{name} {verb}\n"
+    )))
 }
 
 async fn rollback(client: &Client, name: &str) -> Result<Outcome, CliError> {

@@ -84,7 +84,10 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
                 .map(|n| {
                     (
                         n.id as i64,
-                        n.memory.iter().map(|(k, m)| (k.clone(), m.capacity)).collect(),
+                        n.memory
+                            .iter()
+                            .map(|(k, m)| (k.clone(), m.capacity))
+                            .collect(),
                     )
                 })
                 .collect(),

@@ -72,7 +72,10 @@ fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
     let (state, message) = match (accepted, progressing) {
         (Some(a), _) if a.status == "False" => (a.reason.clone(), a.message.clone()),
         (_, Some(c)) => (c.reason.clone(), c.message.clone()),
-        _ => ("Unknown".into(), "the controller has not reported yet".into()),
+        _ => (
+            "Unknown".into(),
+            "the controller has not reported yet".into(),
+        ),
     };
     PolicyRow {
         name: p.metadata.name.clone().unwrap_or_default(),
@@ -178,8 +181,15 @@ pub fn render_table(r: &StatusReport) -> String {
         out.push_str("No NodeMemoryPolicies.\n");
     } else {
         let mut t = table(&[
-            "POLICY", "PRIORITY", "ENFORCEMENT", "REVISION", "NODES", "UPDATED", "READY",
-            "FAILED", "ROLLOUT",
+            "POLICY",
+            "PRIORITY",
+            "ENFORCEMENT",
+            "REVISION",
+            "NODES",
+            "UPDATED",
+            "READY",
+            "FAILED",
+            "ROLLOUT",
         ]);
         for p in &r.policies {
             t.add_row(vec![
@@ -214,7 +224,10 @@ pub fn render_table(r: &StatusReport) -> String {
         let _ = writeln!(out, "{}", super::render::text(&t));
     }
     if !r.conflicts.is_empty() {
-        let _ = writeln!(out, "\nConflicts (same priority; the first by name governs):");
+        let _ = writeln!(
+            out,
+            "\nConflicts (same priority; the first by name governs):"
+        );
         for c in &r.conflicts {
             let _ = writeln!(
                 out,

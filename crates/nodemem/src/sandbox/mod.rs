@@ -170,7 +170,10 @@ async fn sandbox(
                 n.agent_log().display()
             ));
         }
-        out.line(&format!("controller log {}", bed.controller_log().display()));
+        out.line(&format!(
+            "controller log {}",
+            bed.controller_log().display()
+        ));
     }
 
     let nodes = bed.nodes.len();

@@ -155,7 +155,9 @@ fn human(v: &str) -> String {
 pub fn frame(v: &View, header: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{header}\n");
-    let mut t = table(&["POLICY", "REVISION", "MATCHED", "UPDATED", "READY", "FAILED", "ROLLOUT"]);
+    let mut t = table(&[
+        "POLICY", "REVISION", "MATCHED", "UPDATED", "READY", "FAILED", "ROLLOUT",
+    ]);
     for p in &v.policies {
         t.add_row(vec![
             p.name.clone(),
@@ -181,7 +183,14 @@ pub fn frame(v: &View, header: &str) -> String {
     let _ = writeln!(out, "{}", crate::plugin::render::text(&t));
     if let Some((node, rows)) = &v.focus {
         let _ = writeln!(out, "\ncgroup files on {node} now:");
-        let mut t = table(&["POD", "QOS", "MEMORY.MIN", "MEMORY.LOW", "MEMORY.HIGH", "CPUSET.MEMS"]);
+        let mut t = table(&[
+            "POD",
+            "QOS",
+            "MEMORY.MIN",
+            "MEMORY.LOW",
+            "MEMORY.HIGH",
+            "CPUSET.MEMS",
+        ]);
         for r in rows {
             t.add_row(vec![
                 r.pod.clone(),

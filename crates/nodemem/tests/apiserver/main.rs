@@ -11,3 +11,4 @@ mod identities;
 mod kubelet_mode;
 mod nodes;
 mod parallel;
+mod sandbox;

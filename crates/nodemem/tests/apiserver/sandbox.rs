@@ -1,0 +1,609 @@
+//! `nodemem sandbox` end to end, as a user runs it, and the `kubectl nodemem` plugin
+//! through kubectl's own plugin mechanism against it:
+//!
+//! 1. The live view, driven in tmux: the screen shows the pools, the nodes and one
+//!    node's cgroup values, then the ready text; Ctrl-C stops everything.
+//! 2. `--no-ui`: until ready, then with the kubectl and PATH it prints: `kubectl get
+//!    nmp`, `kubectl nodemem status|explain|diff|pause|resume|rollback`. `diff` is
+//!    checked against `nodemem simulate` on the same node and pods, and against the
+//!    cgroup files the agents write after the change is applied; SIGINT then leaves no
+//!    process and no directory behind.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::repo;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn nodemem() -> &'static str {
+    env!("CARGO_BIN_EXE_nodemem")
+}
+
+/// What a command printed and how it exited.
+struct Ran {
+    stdout: String,
+    stderr: String,
+    code: i32,
+}
+
+/// A sandbox started with `--no-ui`; its stdout lines are collected as they come.
+struct NoUi {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl NoUi {
+    fn start() -> Self {
+        let mut child = Command::new(nodemem())
+            .args(["sandbox", "--no-ui", "--repo"])
+            .arg(repo())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("start the sandbox");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(stream).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(l);
+                }
+            });
+        }
+        NoUi { child, lines }
+    }
+
+    fn output(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return l.clone();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "the sandbox exited ({status}) before {needle:?}:\n{}",
+                    self.output()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} from the sandbox in {timeout:?}:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The value printed after `prefix` on the line holding it.
+    fn printed(&mut self, prefix: &str) -> String {
+        let line = self.wait_for_line(prefix, Duration::from_secs(5));
+        line.split_once(prefix).unwrap().1.trim().to_string()
+    }
+}
+
+impl Drop for NoUi {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child's process group.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The user's shell after following the ready text.
+struct Shell {
+    env: Vec<(String, String)>,
+    dir: PathBuf,
+}
+
+impl Shell {
+    fn run(&self, program: &str, args: &[&str]) -> Ran {
+        let out = Command::new(program)
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        Ran {
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            code: out.status.code().unwrap_or(-1),
+        }
+    }
+
+    /// `kubectl ARGS` that must succeed.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let r = self.run("kubectl", args);
+        assert_eq!(r.code, 0, "kubectl {args:?}: {}{}", r.stdout, r.stderr);
+        r.stdout
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        serde_json::from_str(&self.kubectl(args))
+            .unwrap_or_else(|e| panic!("kubectl {args:?}: not JSON: {e}"))
+    }
+}
+
+fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Processes whose command line mentions `text`.
+fn processes_mentioning(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(text) {
+                out.push(cmd);
+            }
+        }
+    }
+    out
+}
+
+/// tmux on a server of this test's own (so it has this process's environment).
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", &format!("nodemem-test-{}", std::process::id())])
+        .args(args)
+        .output()
+        .expect("tmux (tests/scripts/install-prereqs.sh installs it)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The live view, as a person sees it in a 160x60 terminal.
+fn live_view_in_tmux() {
+    let session = format!("nodemem-sandbox-{}", std::process::id());
+    let command = format!(
+        "{} sandbox --repo {}; echo SANDBOX-EXIT $?; sleep 60",
+        nodemem(),
+        repo().display()
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "160",
+        "-y",
+        "60",
+        &command,
+    ]);
+    let screen = || tmux(&["capture-pane", "-p", "-t", &session]);
+    let ready = wait_until("the live view's ready text", READY_TIMEOUT, || {
+        let s = screen();
+        (s.contains("sandbox ready") && s.contains("cgroup files on general-1 now:")).then_some(s)
+    });
+    // The tables of the live view, with values from general-1's cgroup files.
+    for expected in [
+        "POLICY",
+        "MATCHED",
+        "ROLLOUT",
+        "numa-database-2",
+        "MEMORY.HIGH",
+        "cache-general-1",
+        "Guaranteed",
+        "1024.0Mi",
+        "export KUBECONFIG=",
+        "kubectl nodemem explain",
+    ] {
+        assert!(
+            ready.contains(expected),
+            "{expected:?} not on screen:\n{ready}"
+        );
+    }
+    let general = ready
+        .lines()
+        .find(|l| l.trim_start().starts_with("general "))
+        .unwrap_or_else(|| panic!("no general row:\n{ready}"));
+    assert!(general.contains("Complete"), "{general}");
+    tmux(&["send-keys", "-t", &session, "C-c"]);
+    let stopped = wait_until("the sandbox to stop", Duration::from_secs(60), || {
+        let s = screen();
+        s.contains("SANDBOX-EXIT").then_some(s)
+    });
+    tmux(&["kill-server"]);
+    assert!(stopped.contains("sandbox stopped"), "{stopped}");
+    assert!(stopped.contains("SANDBOX-EXIT 0"), "{stopped}");
+}
+
+/// Per (owner, file): the value `simulate -o json` predicts.
+fn simulated_values(sim: &Value) -> BTreeMap<(String, String), String> {
+    let mut out = BTreeMap::new();
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut put = |owner: String, cgroup: &Value| {
+        for (file, v) in cgroup.as_object().into_iter().flatten() {
+            out.insert((owner.clone(), file.clone()), text(v));
+        }
+    };
+    put("kubepods".into(), &sim["kubepods"]);
+    put("burstable".into(), &sim["qos"]["burstable"]);
+    put("besteffort".into(), &sim["qos"]["besteffort"]);
+    for pod in sim["pods"].as_array().unwrap() {
+        let owner = format!(
+            "{}/{}",
+            pod["namespace"].as_str().unwrap(),
+            pod["name"].as_str().unwrap()
+        );
+        put(owner.clone(), &pod["cgroup"]);
+        for c in pod["containers"].as_array().unwrap() {
+            put(
+                format!("{owner}/{}", c["name"].as_str().unwrap()),
+                &c["cgroup"],
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn the_sandbox_runs_live_and_the_plugin_drives_it() {
+    live_view_in_tmux();
+
+    let mut sandbox = NoUi::start();
+    sandbox.wait_for_line("sandbox ready", READY_TIMEOUT);
+    let kubeconfig = sandbox.printed("export KUBECONFIG=");
+    let path = sandbox
+        .printed("export PATH=")
+        .replace("$PATH", &std::env::var("PATH").unwrap());
+    let bed_dir = sandbox.printed("Logs:");
+    let mut roots = BTreeMap::new();
+    for l in sandbox.output().lines() {
+        // node general-1: pool general, cgroup root /tmp/..., agent log ...
+        if let Some(rest) = l.strip_prefix("node ") {
+            if let Some((node, more)) = rest.split_once(": pool ") {
+                if let Some(root) = more.split(", cgroup root ").nth(1) {
+                    let root = root.split(", agent log").next().unwrap();
+                    roots.insert(node.to_string(), PathBuf::from(root));
+                }
+            }
+        }
+    }
+    assert_eq!(roots.len(), 7, "{}", sandbox.output());
+    let work = tempfile::tempdir().unwrap();
+    let shell = Shell {
+        env: vec![
+            ("KUBECONFIG".into(), kubeconfig.clone()),
+            ("PATH".into(), path),
+        ],
+        dir: work.path().to_path_buf(),
+    };
+
+    // kubectl get nmp shows every example policy rolled out.
+    let nmp = shell.kubectl(&["get", "nmp", "--no-headers"]);
+    for name in [
+        "general",
+        "numa-database",
+        "batch",
+        "database",
+        "kubelet-managed",
+    ] {
+        let row = nmp
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in\n{nmp}"));
+        assert!(row.contains("Complete"), "{row}");
+    }
+
+    // status
+    let status = shell.json(&["nodemem", "status", "-o", "json"]);
+    let general = status["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "general")
+        .unwrap();
+    assert_eq!(
+        (general["matched"].as_i64(), general["ready"].as_i64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(general["state"], "Complete");
+    assert!(status["failingNodes"].as_array().unwrap().is_empty());
+    let table = shell.kubectl(&["nodemem", "status"]);
+    assert!(
+        table.contains("POLICY") && table.contains("numa-database"),
+        "{table}"
+    );
+
+    // explain: the NUMA database node's Guaranteed pods are pinned, values as set.
+    let explain = shell.json(&["nodemem", "explain", "numa-database-1", "-o", "json"]);
+    assert_eq!(explain["policy"], "numa-database");
+    assert_eq!(explain["rolloutState"], "Ready");
+    assert!(explain["why"].as_str().unwrap().contains("only policy"));
+    let postgres = explain["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "postgres-numa-database-1")
+        .unwrap();
+    assert_eq!(postgres["qosClass"], "Guaranteed");
+    assert_eq!(postgres["memoryMin"], (6i64 << 30).to_string());
+    assert!(
+        matches!(postgres["cpusetMems"].as_str(), Some("0") | Some("1")),
+        "{postgres}"
+    );
+    let yaml = shell.kubectl(&["nodemem", "explain", "general-1", "-o", "yaml"]);
+    assert!(yaml.contains("policy: general"), "{yaml}");
+    let missing = shell.run("kubectl", &["nodemem", "explain", "no-such-node"]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("node no-such-node not found"),
+        "{}",
+        missing.stderr
+    );
+
+    // diff: the unchanged example changes nothing; a lower factor changes memory.high.
+    let same = shell.run(
+        "kubectl",
+        &[
+            "nodemem",
+            "diff",
+            "-f",
+            repo()
+                .join("examples/general/policy.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert_eq!(same.code, 0, "{}{}", same.stdout, same.stderr);
+    assert!(same.stdout.contains("No changes"), "{}", same.stdout);
+    let original = std::fs::read_to_string(repo().join("examples/general/policy.yaml")).unwrap();
+    // A lower factor (and the sandbox's short minReadySeconds, as its overlay sets).
+    let changed = original
+        .replace("throttlingFactor: 0.9", "throttlingFactor: 0.7")
+        .replace("minReadySeconds: 60", "minReadySeconds: 5");
+    assert_ne!(original, changed);
+    std::fs::write(work.path().join("general.yaml"), &changed).unwrap();
+    let bad = original.replace("throttlingFactor: 0.9", "throttlingFactor: 1.5");
+    std::fs::write(work.path().join("bad.yaml"), &bad).unwrap();
+    let refused = shell.run("kubectl", &["nodemem", "diff", "-f", "bad.yaml"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("throttlingFactor"),
+        "{}",
+        refused.stderr
+    );
+    let diff = shell.run(
+        "kubectl",
+        &["nodemem", "diff", "-f", "general.yaml", "-o", "json"],
+    );
+    assert_eq!(diff.code, 1, "{}{}", diff.stdout, diff.stderr);
+    let diff: Value = serde_json::from_str(&diff.stdout).unwrap();
+    let nodes: Vec<&str> = diff["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["general-1", "general-2", "general-3"]);
+    let people = shell.run("kubectl", &["nodemem", "diff", "-f", "general.yaml"]);
+    assert_eq!(people.code, 1);
+    assert!(
+        people
+            .stdout
+            .contains("node general-1: policy general -> general"),
+        "{}",
+        people.stdout
+    );
+
+    // The diff agrees with simulate on the same node, pods and policy.
+    let node_doc = shell.kubectl(&["get", "node", "general-1", "-o", "yaml"]);
+    std::fs::write(work.path().join("node.yaml"), node_doc).unwrap();
+    let pods_doc = shell.kubectl(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        "spec.nodeName=general-1",
+        "-o",
+        "yaml",
+    ]);
+    std::fs::write(work.path().join("pods.yaml"), pods_doc).unwrap();
+    let sim = shell.run(
+        nodemem(),
+        &[
+            "simulate",
+            "--policy",
+            "general.yaml",
+            "--node",
+            "node.yaml",
+            "--pods",
+            "pods.yaml",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(sim.code, 0, "{}", sim.stderr);
+    let predicted = simulated_values(&serde_json::from_str(&sim.stdout).unwrap());
+    let g1 = &diff["nodes"][0];
+    let rows = g1["cgroups"].as_array().unwrap();
+    assert!(rows.len() >= 4, "{g1}");
+    for row in rows {
+        let key = (
+            row["owner"].as_str().unwrap().to_string(),
+            row["file"].as_str().unwrap().to_string(),
+        );
+        assert_eq!(
+            predicted.get(&key).map(String::as_str),
+            row["to"].as_str(),
+            "simulate and diff disagree on {key:?}"
+        );
+    }
+
+    // pause: the applied change waits; resume: it rolls out.
+    assert!(shell
+        .kubectl(&["nodemem", "pause", "general"])
+        .contains("general paused"));
+    let first_revision = general["revision"].as_str().unwrap().to_string();
+    shell.kubectl(&["apply", "-f", "general.yaml"]);
+    let new_revision = g1["revision"]["to"].as_str().unwrap().to_string();
+    wait_until("the Paused state", Duration::from_secs(60), || {
+        let s = shell.json(&["nodemem", "status", "-o", "json"]);
+        let p = s["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "general")
+            .cloned()?;
+        (p["state"] == "Paused" && p["revision"] == new_revision.as_str()).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let configs = shell.kubectl(&[
+        "get",
+        "nmc",
+        "-o",
+        "jsonpath={range .items[?(@.spec.policy==\"general\")]}{.spec.revision}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        configs.lines().all(|r| r == first_revision),
+        "paused, yet a node moved:\n{configs}"
+    );
+    assert!(shell
+        .kubectl(&["nodemem", "resume", "general"])
+        .contains("general resumed"));
+    let complete = |revision: &str| {
+        let s = shell.json(&["get", "nmp", "general", "-o", "json"]);
+        let ready = s["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let configs = shell.kubectl(&[
+            "get",
+            "nmc",
+            "-o",
+            "jsonpath={range .items[?(@.spec.policy==\"general\")]}{.spec.revision}{\"\\n\"}{end}",
+        ]);
+        (ready && configs.lines().count() == 3 && configs.lines().all(|r| r == revision))
+            .then_some(())
+    };
+    wait_until(
+        "the new revision everywhere",
+        Duration::from_secs(120),
+        || complete(&new_revision),
+    );
+
+    // What the agents wrote is what diff said, file by file.
+    let tree = &roots["general-1"];
+    for row in rows {
+        let path = tree
+            .join(row["path"].as_str().unwrap())
+            .join(row["file"].as_str().unwrap());
+        let on_disk = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            Some(on_disk.trim()),
+            row["to"].as_str(),
+            "{}",
+            path.display()
+        );
+    }
+
+    // rollback: back to the first revision, recorded in status; a second one is refused.
+    let out = shell.kubectl(&["nodemem", "rollback", "general"]);
+    assert!(
+        out.contains(&format!(
+            "rolling back from revision {new_revision} to {first_revision}"
+        )),
+        "{out}"
+    );
+    wait_until("the rollback", Duration::from_secs(120), || {
+        complete(&first_revision)
+    });
+    let policy = shell.json(&["get", "nmp", "general", "-o", "json"]);
+    assert_eq!(
+        policy["status"]["rolledBackRevision"],
+        new_revision.as_str()
+    );
+    let degraded = policy["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap()
+        .clone();
+    assert_eq!(degraded["reason"], "RolledBack", "{degraded}");
+    for row in rows {
+        let path = tree
+            .join(row["path"].as_str().unwrap())
+            .join(row["file"].as_str().unwrap());
+        let on_disk = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            Some(on_disk.trim()),
+            row["from"].as_str(),
+            "{}",
+            path.display()
+        );
+    }
+    let again = shell.run("kubectl", &["nodemem", "rollback", "general"]);
+    assert_eq!(again.code, 1);
+    assert!(
+        again.stderr.contains("already rolled back"),
+        "{}",
+        again.stderr
+    );
+    let events = shell.kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "reason=RollbackRequested",
+        "-o",
+        "name",
+    ]);
+    assert!(!events.trim().is_empty(), "no RollbackRequested event");
+
+    // Ctrl-C: every process ends, every directory goes.
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(sandbox.child.id() as i32, libc::SIGINT);
+    }
+    let status = wait_until("the sandbox to exit", Duration::from_secs(60), || {
+        sandbox.child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}\n{}", sandbox.output());
+    assert!(sandbox.output().contains("sandbox stopped"));
+    let cp_dir = Path::new(&kubeconfig).parent().unwrap().to_path_buf();
+    for dir in std::iter::once(PathBuf::from(&bed_dir))
+        .chain(std::iter::once(cp_dir.clone()))
+        .chain(roots.values().cloned())
+    {
+        assert!(!dir.exists(), "{} is left behind", dir.display());
+    }
+    let left = processes_mentioning(&cp_dir.display().to_string());
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
