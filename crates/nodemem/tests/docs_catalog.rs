@@ -1,0 +1,164 @@
+//! docs/metrics.md is the catalog of what nodemem exposes: every metric the agent and
+//! the controller register, every condition type and reason, every Event reason. This
+//! keeps it exact: metrics are compared with the registries both ways; reasons with the
+//! capitalized string literals of the code that writes conditions and Events.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use nodemem::endpoints::Endpoints;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn doc() -> String {
+    std::fs::read_to_string(repo().join("docs/metrics.md")).expect("docs/metrics.md")
+}
+
+/// `name` from `# TYPE name type` lines.
+fn registered(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Backticked names in the doc's rows that start with `prefix`.
+fn documented(doc: &str, prefix: &str) -> BTreeSet<String> {
+    doc.lines()
+        .filter(|l| l.starts_with('|'))
+        .flat_map(|l| l.split('`').skip(1).step_by(2).map(str::to_string))
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
+#[test]
+fn every_registered_metric_is_documented_and_nothing_else() {
+    use nodemem::agent::health::Reading;
+    use nodemem::agent::metrics::{Metrics as AgentMetrics, PodSignals, Trigger};
+    use nodemem::controller::metrics::{ErrorCategory, Metrics as ControllerMetrics};
+    // A family (a metric with labels) shows in the exposition once it has a series:
+    // one of each is recorded, as the binaries record them.
+    let agent = AgentMetrics::with_container_series(10);
+    let reading = Reading {
+        high: 1,
+        oom_kill: 1,
+        full_avg60: 0.5,
+    };
+    agent.signals(&[PodSignals {
+        namespace: "ns",
+        pod: "p",
+        qos: "burstable",
+        reading: reading.clone(),
+        containers: vec![("c", reading)],
+    }]);
+    agent.pass(Trigger::Start, 0.01);
+    agent.reaction(0.001);
+    agent.writes(1, 1, &[Some(28)], true);
+    agent.node(1, 1, 1, Some((1, 0)));
+    let controller = ControllerMetrics::new();
+    controller.reconciled(0.01);
+    controller.write("config", false);
+    controller.error(ErrorCategory::Watch);
+    let status = nodemem_api::NodeMemoryPolicyStatus::default();
+    controller.policies(std::iter::once(("p", &status)));
+    let mut names = registered(&agent.metrics());
+    names.extend(registered(&controller.metrics()));
+    assert!(names.len() > 20, "{names:?}");
+    // Counters are exposed with `_total`; the doc names the exposed series.
+    let exposed: BTreeSet<String> = names
+        .iter()
+        .map(|n| {
+            let counter = agent.metrics().contains(&format!("# TYPE {n} counter"))
+                || controller.metrics().contains(&format!("# TYPE {n} counter"));
+            if counter { format!("{n}_total") } else { n.clone() }
+        })
+        .collect();
+    let doc = doc();
+    let listed = documented(&doc, "nodemem_");
+    let missing: Vec<_> = exposed.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&exposed).collect();
+    assert!(missing.is_empty() && stale.is_empty(), "docs/metrics.md: missing {missing:?}, not registered {stale:?}");
+}
+
+/// The files that write conditions and Events.
+const SOURCES: &[&str] = &[
+    "crates/nodemem/src/agent/status.rs",
+    "crates/nodemem/src/agent/health.rs",
+    "crates/nodemem/src/agent/engine.rs",
+    "crates/nodemem/src/agent/cluster.rs",
+    "crates/nodemem/src/agent/kubelet_mode.rs",
+    "crates/nodemem/src/controller/decide.rs",
+    "crates/nodemem/src/controller/policy_status.rs",
+    "crates/nodemem/src/controller/run.rs",
+];
+
+/// Capitalized identifiers in string literals outside tests: condition types, reasons,
+/// and a few other words the allow-list names.
+fn literals() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for file in SOURCES {
+        let text = std::fs::read_to_string(repo().join(file)).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for (i, part) in code.split('"').enumerate() {
+            let word = i % 2 == 1
+                && part.len() > 2
+                && part.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && part.chars().all(|c| c.is_ascii_alphanumeric())
+                && part.chars().any(|c| c.is_ascii_lowercase());
+            if word {
+                out.insert(part.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Capitalized literals in those files that are not condition types or reasons: kinds,
+/// Event types and actions, condition statuses, pod phases, kubelet policy names.
+const NOT_REASONS: &[&str] = &[
+    "Normal", "Warning", "Node", "Pod", "NodeMemoryConfig", "NodeMemoryPolicy", "DaemonSet",
+    "Lease", "Eviction", "True", "False", "Unknown", "Running", "Succeeded", "Failed",
+    "Apply", "Pin", "Rollout", "Static", "None",
+];
+
+#[test]
+fn every_condition_and_event_reason_is_documented_and_exists() {
+    let doc = doc();
+    let in_doc: BTreeSet<String> = doc
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .flat_map(|l| l.split('`').skip(1).step_by(2).map(str::to_string))
+        .filter(|w| !w.starts_with("nodemem_") && w.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+        .collect();
+    let code = literals();
+    let undocumented: Vec<&String> = code
+        .iter()
+        .filter(|w| !NOT_REASONS.contains(&w.as_str()) && !in_doc.contains(*w))
+        .collect();
+    assert!(undocumented.is_empty(), "not in docs/metrics.md: {undocumented:?}");
+    let all_code: String = ["crates/nodemem/src", "crates/nodemem-model/src", "crates/nodemem-agent/src"]
+        .iter()
+        .map(|d| walk(&repo().join(d)))
+        .collect();
+    let gone: Vec<&String> = in_doc
+        .iter()
+        .filter(|w| !all_code.contains(&format!("\"{w}\"")) && !all_code.contains(&format!("{w} =>")))
+        .collect();
+    assert!(gone.is_empty(), "docs/metrics.md names what the code no longer has: {gone:?}");
+}
+
+fn walk(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.push_str(&walk(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push_str(&std::fs::read_to_string(&p).unwrap());
+        }
+    }
+    out
+}
