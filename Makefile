@@ -23,13 +23,15 @@ clippy:
 build:
 	$(CARGO) build --workspace --locked
 
-## crds-check: fail if crds/ drifted from the Rust types
+## crds-check: fail if crds/ or the chart's copy drifted from the Rust types
 crds-check: build
 	$(NODEMEM) crds --check crds
+	$(NODEMEM) crds --check charts/nodemem/crds
 
 ## crds: regenerate crds/ from the Rust types
 crds: build
 	$(NODEMEM) crds --output-dir crds
+	$(NODEMEM) crds --output-dir charts/nodemem/crds
 
 ## unit: pure rules, CLI, CRD generation, harness self-tests (no cluster, no VM)
 unit:

@@ -63,6 +63,16 @@ impl PoolSpec {
     }
 }
 
+/// How nodemem's CRDs and RBAC get into the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Install {
+    /// `kubectl apply -f crds/ deploy/agent/ deploy/controller/`.
+    Manifests,
+    /// `helm install RELEASE charts/nodemem -n nodemem-system --create-namespace` with
+    /// these extra arguments (CRDs, RBAC and the admission policy from the chart).
+    Chart { release: String, args: Vec<String> },
+}
+
 #[derive(Clone, Debug)]
 pub struct BedSpec {
     /// The `nodemem` binary the agents and the controller run as.
@@ -72,6 +82,9 @@ pub struct BedSpec {
     pub pools: Vec<PoolSpec>,
     /// Seconds between the agents' full passes.
     pub agent_resync_seconds: u64,
+    pub install: Install,
+    /// More flags for the controller (e.g. `--agent-image`).
+    pub controller_args: Vec<String>,
 }
 
 /// A node of the bed.
@@ -149,16 +162,35 @@ impl Bed {
             .prefix("nodemem-bed-")
             .tempdir()
             .map_err(|e| Error::Setup(format!("temporary directory: {e}")))?;
-        step("installing the CRDs and nodemem's RBAC and admission policy (kubectl apply)");
-        crate::crds::install_dir(&cp, &spec.repo.join("crds")).await?;
         let kubeconfig = cp.admin_kubeconfig().to_path_buf();
-        for manifests in ["crds", "deploy/agent", "deploy/controller"] {
-            let path = spec.repo.join(manifests);
-            crate::clients::kubectl(
-                &kubeconfig,
-                &["apply", "-f", path.to_str().unwrap_or_default()],
-            )?;
+        match &spec.install {
+            Install::Manifests => {
+                step("installing the CRDs and nodemem's RBAC and admission policy (kubectl apply)");
+                for manifests in ["crds", "deploy/agent", "deploy/controller"] {
+                    let path = spec.repo.join(manifests);
+                    crate::clients::kubectl(
+                        &kubeconfig,
+                        &["apply", "-f", path.to_str().unwrap_or_default()],
+                    )?;
+                }
+            }
+            Install::Chart { release, args } => {
+                step("installing nodemem with its Helm chart (helm install)");
+                let chart = spec.repo.join("charts/nodemem");
+                let mut all: Vec<&str> = vec![
+                    "install",
+                    release,
+                    chart.to_str().unwrap_or_default(),
+                    "--namespace",
+                    crate::control_plane::SYSTEM_NAMESPACE,
+                    "--create-namespace",
+                ];
+                all.extend(args.iter().map(String::as_str));
+                crate::clients::helm(&kubeconfig, &all)?;
+            }
         }
+        // Established before anything uses them.
+        crate::crds::install_dir(&cp, &spec.repo.join("crds")).await?;
         let client = cp.client(&Identity::Admin).await?;
 
         step("registering the simulated nodes");
@@ -252,7 +284,10 @@ impl Bed {
                 "127.0.0.1:0".into(),
                 "--kubeconfig".into(),
                 controller_kubeconfig.display().to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(spec.controller_args.iter().cloned())
+            .collect::<Vec<String>>(),
             &dir.path().join("controller.log"),
         )?;
         Ok(Bed {
@@ -271,6 +306,16 @@ impl Bed {
 
     pub fn admin_kubeconfig(&self) -> &Path {
         self.cp.admin_kubeconfig()
+    }
+
+    /// The controller's kubeconfig (its service account's token).
+    pub async fn controller_kubeconfig(&self) -> Result<PathBuf, Error> {
+        self.cp.kubeconfig(&Identity::Controller).await
+    }
+
+    /// A node agent's kubeconfig (the agent service account, bound to that node).
+    pub async fn agent_kubeconfig(&self, node: &str) -> Result<PathBuf, Error> {
+        self.cp.kubeconfig(&Identity::Agent(node.to_string())).await
     }
 
     pub fn controller_log(&self) -> &Path {

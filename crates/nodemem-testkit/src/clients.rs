@@ -25,6 +25,24 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String, Error> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `helm --kubeconfig KUBECONFIG ARGS...`; its stdout, or its stderr as the error.
+pub fn helm(kubeconfig: &Path, args: &[&str]) -> Result<String, Error> {
+    let bin = control_plane_binaries()?;
+    let out = Command::new(&bin.helm)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .map_err(|e| Error::Setup(format!("cannot run {}: {e}", bin.helm.display())))?;
+    if !out.status.success() {
+        return Err(Error::Api(format!(
+            "helm {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// A process's CPU time (utime + stime, clock ticks) and resident memory (KiB).
 pub fn cpu_ticks_and_rss_kib(pid: u32) -> Result<(u64, u64), Error> {
     let read = |file: &str| {

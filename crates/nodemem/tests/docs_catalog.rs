@@ -72,15 +72,24 @@ fn every_registered_metric_is_documented_and_nothing_else() {
         .iter()
         .map(|n| {
             let counter = agent.metrics().contains(&format!("# TYPE {n} counter"))
-                || controller.metrics().contains(&format!("# TYPE {n} counter"));
-            if counter { format!("{n}_total") } else { n.clone() }
+                || controller
+                    .metrics()
+                    .contains(&format!("# TYPE {n} counter"));
+            if counter {
+                format!("{n}_total")
+            } else {
+                n.clone()
+            }
         })
         .collect();
     let doc = doc();
     let listed = documented(&doc, "nodemem_");
     let missing: Vec<_> = exposed.difference(&listed).collect();
     let stale: Vec<_> = listed.difference(&exposed).collect();
-    assert!(missing.is_empty() && stale.is_empty(), "docs/metrics.md: missing {missing:?}, not registered {stale:?}");
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/metrics.md: missing {missing:?}, not registered {stale:?}"
+    );
 }
 
 /// The files that write conditions and Events.
@@ -93,6 +102,9 @@ const SOURCES: &[&str] = &[
     "crates/nodemem/src/controller/decide.rs",
     "crates/nodemem/src/controller/policy_status.rs",
     "crates/nodemem/src/controller/run.rs",
+    // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
+    "crates/nodemem-model/src/warning.rs",
+    "crates/nodemem-model/src/kubelet_dropin.rs",
 ];
 
 /// Capitalized identifiers in string literals outside tests: condition types, reasons,
@@ -119,9 +131,27 @@ fn literals() -> BTreeSet<String> {
 /// Capitalized literals in those files that are not condition types or reasons: kinds,
 /// Event types and actions, condition statuses, pod phases, kubelet policy names.
 const NOT_REASONS: &[&str] = &[
-    "Normal", "Warning", "Node", "Pod", "NodeMemoryConfig", "NodeMemoryPolicy", "DaemonSet",
-    "Lease", "Eviction", "True", "False", "Unknown", "Running", "Succeeded", "Failed",
-    "Apply", "Pin", "Rollout", "Static", "None",
+    "Normal",
+    "Warning",
+    "Node",
+    "Pod",
+    "NodeMemoryConfig",
+    "NodeMemoryPolicy",
+    "DaemonSet",
+    "Lease",
+    "Eviction",
+    "True",
+    "False",
+    "Unknown",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Apply",
+    "Pin",
+    "Rollout",
+    "Static",
+    "None",
+    "TieredReservation",
 ];
 
 #[test]
@@ -131,23 +161,37 @@ fn every_condition_and_event_reason_is_documented_and_exists() {
         .lines()
         .filter(|l| l.starts_with('|'))
         .flat_map(|l| l.split('`').skip(1).step_by(2).map(str::to_string))
-        .filter(|w| !w.starts_with("nodemem_") && w.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+        .filter(|w| {
+            !w.starts_with("nodemem_") && w.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        })
         .collect();
     let code = literals();
     let undocumented: Vec<&String> = code
         .iter()
         .filter(|w| !NOT_REASONS.contains(&w.as_str()) && !in_doc.contains(*w))
         .collect();
-    assert!(undocumented.is_empty(), "not in docs/metrics.md: {undocumented:?}");
-    let all_code: String = ["crates/nodemem/src", "crates/nodemem-model/src", "crates/nodemem-agent/src"]
-        .iter()
-        .map(|d| walk(&repo().join(d)))
-        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/metrics.md: {undocumented:?}"
+    );
+    let all_code: String = [
+        "crates/nodemem/src",
+        "crates/nodemem-model/src",
+        "crates/nodemem-agent/src",
+    ]
+    .iter()
+    .map(|d| walk(&repo().join(d)))
+    .collect();
     let gone: Vec<&String> = in_doc
         .iter()
-        .filter(|w| !all_code.contains(&format!("\"{w}\"")) && !all_code.contains(&format!("{w} =>")))
+        .filter(|w| {
+            !all_code.contains(&format!("\"{w}\"")) && !all_code.contains(&format!("{w} =>"))
+        })
         .collect();
-    assert!(gone.is_empty(), "docs/metrics.md names what the code no longer has: {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "docs/metrics.md names what the code no longer has: {gone:?}"
+    );
 }
 
 fn walk(dir: &std::path::Path) -> String {

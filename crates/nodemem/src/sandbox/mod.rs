@@ -127,6 +127,8 @@ async fn sandbox(
         repo: repo.to_path_buf(),
         pools: pools(),
         agent_resync_seconds: 30,
+        install: nodemem_testkit::bed::Install::Manifests,
+        controller_args: Vec::new(),
     };
     let setup = async {
         let bed = Bed::start(&spec, &|s| out.status(&format!("{s}...")))

@@ -4,6 +4,7 @@
 
 mod agent;
 mod authority;
+mod chart;
 mod common;
 mod controller;
 mod crds;

@@ -1,0 +1,378 @@
+//! The Helm chart, with the real helm: it lints, renders what a production install
+//! needs, carries the same RBAC as deploy/, and once installed into a control plane of
+//! its own, the controller and the agents run with the chart's own service-account
+//! tokens: a policy rolls out (RBAC is enough), and what they must not do is denied
+//! (RBAC is no more than that).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nodemem_testkit::bed::{Bed, BedSpec, Install, PoolSpec};
+use serde_json::Value;
+
+use crate::common::repo;
+
+fn helm(args: &[&str]) -> String {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.helm).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every object of a multi-document YAML stream.
+fn documents(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .filter_map(|d| Value::deserialize(d).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn deploy_docs() -> Vec<Value> {
+    [
+        "deploy/agent/rbac.yaml",
+        "deploy/agent/admission-policy.yaml",
+        "deploy/controller/rbac.yaml",
+    ]
+    .iter()
+    .flat_map(|f| documents(&std::fs::read_to_string(repo().join(f)).unwrap()))
+    .collect()
+}
+
+#[test]
+fn the_chart_lints_and_renders_what_production_needs() {
+    let chart = repo().join("charts/nodemem");
+    let chart = chart.to_str().unwrap();
+    let lint = helm(&["lint", "--strict", chart]);
+    assert!(lint.contains("0 chart(s) failed"), "{lint}");
+
+    let rendered = helm(&[
+        "template",
+        "nodemem",
+        chart,
+        "--namespace",
+        "nodemem-system",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "agent.kubeletConfigDir=/etc/kubernetes/kubelet.conf.d",
+        "--set",
+        "image.tag=1.2.3",
+    ]);
+    let docs = documents(&rendered);
+    let deployment = find(&docs, "Deployment", "nodemem-controller");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "nodemem-controller");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/nodemem/nodemem:1.2.3");
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for expected in [
+        "controller",
+        "--namespace=nodemem-system",
+        "--leader-elect=true",
+        "--agent-image=ghcr.io/nodemem/nodemem:1.2.3",
+        "--agent-kubelet-config-dir=/etc/kubernetes/kubelet.conf.d",
+        "--agent-state-dir=/var/lib/nodemem",
+    ] {
+        assert!(args.contains(&expected), "{expected} not in {args:?}");
+    }
+    // Every flag the chart passes is one the controller has.
+    let help = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(["controller", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--"))
+        .map(|a| a.split('=').next().unwrap())
+    {
+        assert!(
+            help.contains(&format!("--{flag}")),
+            "the controller has no --{flag}"
+        );
+    }
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(container["resources"]["limits"]["memory"].is_string());
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        find(&docs, "PodDisruptionBudget", "nodemem-controller")["spec"]["minAvailable"],
+        1
+    );
+    find(&docs, "ServiceMonitor", "nodemem-controller");
+    find(&docs, "ServiceMonitor", "nodemem-agent");
+    find(&docs, "ServiceAccount", "nodemem-agent");
+    let vap = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "nodemem-agent-node-scope",
+    );
+    assert!(vap["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .contains("system:serviceaccount:nodemem-system:nodemem-agent"));
+    find(
+        &docs,
+        "ValidatingAdmissionPolicyBinding",
+        "nodemem-agent-node-scope",
+    );
+
+    // The dashboard is valid JSON and queries only metrics the binaries export.
+    let dashboard = find(&docs, "ConfigMap", "nodemem-dashboard");
+    let json: Value =
+        serde_json::from_str(dashboard["data"]["nodemem.json"].as_str().unwrap()).unwrap();
+    let catalog = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
+    let mut queried = 0;
+    for panel in json["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for name in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("nodemem_"))
+            {
+                let base = name.trim_end_matches("_bucket");
+                assert!(
+                    catalog.contains(&format!("`{base}`")),
+                    "the dashboard queries {name}, which nodemem does not export"
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 10);
+
+    // The chart's RBAC and admission policy are deploy/'s, with the release namespace.
+    let deploy = deploy_docs();
+    for (kind, name) in [
+        ("ClusterRole", "nodemem-agent"),
+        ("ClusterRole", "nodemem-controller"),
+        ("Role", "nodemem-controller"),
+    ] {
+        assert_eq!(
+            find(&docs, kind, name)["rules"],
+            find(&deploy, kind, name)["rules"],
+            "{kind} {name}"
+        );
+    }
+    assert_eq!(
+        vap["spec"]["validations"],
+        find(
+            &deploy,
+            "ValidatingAdmissionPolicy",
+            "nodemem-agent-node-scope"
+        )["spec"]["validations"]
+    );
+    // Off by default: no ServiceMonitor (its CRD may not exist) and no dashboard.
+    let plain = documents(&helm(&["template", "nodemem", chart]));
+    assert!(!plain
+        .iter()
+        .any(|d| d["kind"] == "ServiceMonitor" || d["kind"] == "ConfigMap"));
+}
+
+fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test]
+async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
+    let spec = BedSpec {
+        nodemem: env!("CARGO_BIN_EXE_nodemem").into(),
+        repo: repo(),
+        pools: vec![PoolSpec::new("chart", 2)],
+        agent_resync_seconds: 5,
+        install: Install::Chart {
+            release: "nodemem".into(),
+            args: vec!["--set".into(), "controller.replicas=2".into()],
+        },
+        controller_args: vec![
+            "--namespace=nodemem-system".into(),
+            "--agent-image=nodemem:chart-test".into(),
+        ],
+    };
+    let mut bed = Bed::start(&spec, &|_| {})
+        .await
+        .expect("the bed starts with the chart");
+    let admin = bed.admin_kubeconfig().to_path_buf();
+    let releases =
+        nodemem_testkit::clients::helm(&admin, &["list", "-n", "nodemem-system", "-o", "json"])
+            .unwrap();
+    let releases: Value = serde_json::from_str(&releases).unwrap();
+    assert_eq!(releases[0]["name"], "nodemem");
+    assert_eq!(releases[0]["status"], "deployed");
+
+    let policy = repo().join("examples/general/policy.yaml");
+    let text = std::fs::read_to_string(&policy)
+        .unwrap()
+        .replace("nodemem.io/pool: general", "nodemem.io/pool: chart")
+        .replace("minReadySeconds: 60", "minReadySeconds: 1");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, text).unwrap();
+    bed.kubectl(&["apply", "-f", file.to_str().unwrap()])
+        .unwrap();
+
+    // The rollout completes: the controller wrote configs, status, Events, its Lease and
+    // the agent DaemonSet; each agent read its node and pods and wrote its config's
+    // status; all with the chart's tokens.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(dead) = bed.exited() {
+            panic!("{dead}");
+        }
+        let out = bed
+            .kubectl(&["get", "nmp", "general", "-o", "json"])
+            .unwrap();
+        let p: Value = serde_json::from_str(&out).unwrap();
+        let ready = p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if ready && p["status"]["readyNodes"] == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollout did not complete with the chart's RBAC: {p}\ncontroller:\n{}",
+            nodemem_testkit::process::tail(bed.controller_log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ds = bed
+        .kubectl(&[
+            "get",
+            "daemonset",
+            "nodemem-agent",
+            "-n",
+            "nodemem-system",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])
+        .unwrap();
+    assert_eq!(ds, "nodemem:chart-test");
+    bed.kubectl(&["get", "lease", "nodemem-controller", "-n", "nodemem-system"])
+        .unwrap();
+    let nmc = bed
+        .kubectl(&[
+            "get",
+            "nmc",
+            "chart-1",
+            "-o",
+            "jsonpath={.status.observedRevision}",
+        ])
+        .unwrap();
+    assert!(!nmc.is_empty());
+
+    // No more than that.
+    let controller = bed.controller_kubeconfig().await.unwrap();
+    let agent = bed.agent_kubeconfig("chart-1").await.unwrap();
+    let mut can: BTreeMap<String, bool> = BTreeMap::new();
+    for (who, kubeconfig, args) in [
+        (
+            "controller",
+            &controller,
+            vec!["create", "pods", "--subresource=eviction", "-A"],
+        ),
+        (
+            "controller",
+            &controller,
+            vec!["patch", "nodememorypolicies", "--subresource=status"],
+        ),
+        ("controller", &controller, vec!["delete", "nodes"]),
+        (
+            "controller",
+            &controller,
+            vec!["get", "secrets", "-n", "nodemem-system"],
+        ),
+        (
+            "controller",
+            &controller,
+            vec!["patch", "nodememorypolicies"],
+        ),
+        (
+            "controller",
+            &controller,
+            vec!["create", "leases", "-n", "default"],
+        ),
+        ("agent", &agent, vec!["patch", "nodememoryconfigs", "--subresource=status"]),
+        ("agent", &agent, vec!["create", "nodememoryconfigs"]),
+        ("agent", &agent, vec!["patch", "nodes"]),
+        ("agent", &agent, vec!["get", "secrets", "-A"]),
+    ] {
+        let mut full = vec!["auth", "can-i"];
+        full.extend(args.iter().copied());
+        let (yes, out) = kubectl_as(kubeconfig, &full);
+        assert_eq!(yes, out.trim_start().starts_with("yes"), "{out}");
+        can.insert(format!("{who} {}", args.join(" ")), yes);
+    }
+    let expected: BTreeMap<String, bool> = [
+        ("controller create pods --subresource=eviction -A", true),
+        ("controller patch nodememorypolicies --subresource=status", true),
+        ("controller delete nodes", false),
+        ("controller get secrets -n nodemem-system", false),
+        ("controller patch nodememorypolicies", false),
+        ("controller create leases -n default", false),
+        ("agent patch nodememoryconfigs --subresource=status", true),
+        ("agent create nodememoryconfigs", false),
+        ("agent patch nodes", false),
+        ("agent get secrets -A", false),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(can, expected);
+    // RBAC lets every agent patch config status; the chart's admission policy keeps each
+    // to its own node's.
+    let (ok, out) = kubectl_as(
+        &agent,
+        &[
+            "patch",
+            "nmc",
+            "chart-2",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"lastError":"from chart-1"}}"#,
+        ],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("may only change the NodeMemoryConfig of its own node (chart-1), not chart-2"),
+        "{out}"
+    );
+}
