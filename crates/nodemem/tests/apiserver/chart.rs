@@ -329,7 +329,11 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             &controller,
             vec!["create", "leases", "-n", "default"],
         ),
-        ("agent", &agent, vec!["patch", "nodememoryconfigs", "--subresource=status"]),
+        (
+            "agent",
+            &agent,
+            vec!["patch", "nodememoryconfigs", "--subresource=status"],
+        ),
         ("agent", &agent, vec!["create", "nodememoryconfigs"]),
         ("agent", &agent, vec!["patch", "nodes"]),
         ("agent", &agent, vec!["get", "secrets", "-A"]),
@@ -342,7 +346,10 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     }
     let expected: BTreeMap<String, bool> = [
         ("controller create pods --subresource=eviction -A", true),
-        ("controller patch nodememorypolicies --subresource=status", true),
+        (
+            "controller patch nodememorypolicies --subresource=status",
+            true,
+        ),
         ("controller delete nodes", false),
         ("controller get secrets -n nodemem-system", false),
         ("controller patch nodememorypolicies", false),
@@ -374,5 +381,33 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     assert!(
         out.contains("may only change the NodeMemoryConfig of its own node (chart-1), not chart-2"),
         "{out}"
+    );
+
+    // The GitOps tree (it takes over the policy above, releasing the chart pool) applies
+    // as is; once the controller has reported on it, `kubectl diff -k` finds nothing.
+    let examples = repo().join("examples");
+    let examples = examples.to_str().unwrap();
+    bed.kubectl(&["apply", "-k", examples]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = bed.kubectl(&["get", "nmp", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.observedGeneration}/{.metadata.generation} {end}"]).unwrap();
+        let seen = out.split_whitespace().filter(|p| {
+            let (_, g) = p.split_once('=').unwrap();
+            let (a, b) = g.split_once('/').unwrap();
+            a == b
+        });
+        if seen.count() == 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller did not report on every example: {out}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (no_drift, out) = kubectl_as(&admin, &["diff", "-k", examples]);
+    assert!(
+        no_drift,
+        "kubectl diff -k examples/ after the controller reported:\n{out}"
     );
 }

@@ -321,6 +321,40 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         assert!(row.contains("Complete"), "{row}");
     }
 
+    // GitOps: after the rollout the tree shows no drift (the controller writes status
+    // only), and a GitOps tool's server-side apply does not conflict with the
+    // controller's field manager.
+    let overlay = repo().join("deploy/sandbox");
+    let overlay = overlay.to_str().unwrap();
+    let drift = shell.run("kubectl", &["diff", "-k", overlay]);
+    assert_eq!(
+        drift.code, 0,
+        "kubectl diff -k shows drift:\n{}{}",
+        drift.stdout, drift.stderr
+    );
+    let ssa = shell.run(
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=argocd-controller",
+            "-k",
+            overlay,
+        ],
+    );
+    assert_eq!(ssa.code, 0, "{}{}", ssa.stdout, ssa.stderr);
+    let drift = shell.run(
+        "kubectl",
+        &[
+            "diff",
+            "--server-side",
+            "--field-manager=argocd-controller",
+            "-k",
+            overlay,
+        ],
+    );
+    assert_eq!(drift.code, 0, "{}{}", drift.stdout, drift.stderr);
+
     // status
     let status = shell.json(&["nodemem", "status", "-o", "json"]);
     let general = status["policies"]
