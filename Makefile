@@ -7,10 +7,10 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test lint fmt-check clippy crds-check unit apiserver vm build simulate crds control-plane
+.PHONY: test lint fmt-check clippy crds-check unit apiserver vm build simulate crds control-plane image image-check sandbox
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, real kernel
-test: lint crds-check unit apiserver vm
+test: lint crds-check unit apiserver image-check vm
 
 lint: fmt-check clippy
 
@@ -43,6 +43,16 @@ apiserver:
 	  export NODEMEM_CONTROL_PLANE_BIN && \
 	  $(CARGO) test -p nodemem --features apiserver-tests --test apiserver --locked
 
+## image: the container image as an OCI layout (static binary, no container engine)
+image:
+	bash image/build-oci.sh
+
+## image-check: build the image and inspect it (layout, digests, entrypoint, user, runs)
+image-check:
+	NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
+	  export NODEMEM_IMAGE_LAYOUT && \
+	  $(CARGO) test -p nodemem --features image-tests --test image --locked
+
 ## vm: tests inside a real Linux kernel (qemu, two NUMA nodes, cgroup v2)
 vm:
 	NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
@@ -55,6 +65,10 @@ control-plane:
 	  export NODEMEM_CONTROL_PLANE_BIN && \
 	  $(CARGO) run -p nodemem-testkit --bin nodemem-control-plane --locked -- --crds crds
 
-## simulate: the main job on the general-pool example
+## sandbox: the main job: nodemem on a local control plane with simulated pools, live
+sandbox: build
+	$(NODEMEM) sandbox
+
+## simulate: what nodemem would write on one node, without a cluster on the general-pool example
 simulate: build
 	$(NODEMEM) simulate --policy examples/general/policy.yaml --node examples/general/node.yaml --pods examples/general/pods.yaml
