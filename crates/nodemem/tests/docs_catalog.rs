@@ -51,7 +51,7 @@ fn every_registered_metric_is_documented_and_nothing_else() {
         namespace: "ns",
         pod: "p",
         qos: "burstable",
-        reading: reading.clone(),
+        reading,
         containers: vec![("c", reading)],
     }]);
     agent.pass(Trigger::Start, 0.01);

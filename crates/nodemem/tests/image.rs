@@ -29,7 +29,12 @@ fn blob(layout: &Path, descriptor: &Value) -> PathBuf {
     let digest = descriptor["digest"].as_str().unwrap();
     let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
     let path = layout.join("blobs/sha256").join(hex);
-    assert_eq!(sha256(&path), hex, "{} does not match its digest", path.display());
+    assert_eq!(
+        sha256(&path),
+        hex,
+        "{} does not match its digest",
+        path.display()
+    );
     assert_eq!(
         std::fs::metadata(&path).unwrap().len(),
         descriptor["size"].as_u64().unwrap(),
@@ -58,24 +63,35 @@ fn has_interpreter(elf: &[u8]) -> bool {
 #[test]
 fn the_image_is_a_valid_oci_layout_with_a_static_nodemem_that_runs() {
     let layout = layout();
-    assert_eq!(json(&layout.join("oci-layout"))["imageLayoutVersion"], "1.0.0");
+    assert_eq!(
+        json(&layout.join("oci-layout"))["imageLayoutVersion"],
+        "1.0.0"
+    );
     let index = json(&layout.join("index.json"));
     let manifests = index["manifests"].as_array().unwrap();
     assert_eq!(manifests.len(), 1);
     let version = env!("CARGO_PKG_VERSION");
-    assert_eq!(manifests[0]["annotations"]["org.opencontainers.image.ref.name"], version);
+    assert_eq!(
+        manifests[0]["annotations"]["org.opencontainers.image.ref.name"],
+        version
+    );
     let manifest = json(&blob(&layout, &manifests[0]));
-    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
     let config = json(&blob(&layout, &manifest["config"]));
 
     // The Dockerfile's entrypoint and user.
-    let dockerfile = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../Dockerfile"),
-    )
-    .unwrap();
+    let dockerfile =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../Dockerfile"))
+            .unwrap();
     assert!(dockerfile.contains("ENTRYPOINT [\"/nodemem\"]"));
     assert!(dockerfile.contains("USER 65532:65532"));
-    assert_eq!(config["config"]["Entrypoint"], serde_json::json!(["/nodemem"]));
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(["/nodemem"])
+    );
     assert_eq!(config["config"]["User"], "65532:65532");
     assert_eq!(config["os"], "linux");
     assert_eq!(config["architecture"], "amd64");
@@ -88,7 +104,11 @@ fn the_image_is_a_valid_oci_layout_with_a_static_nodemem_that_runs() {
     let tar = dir.path().join("layer.tar");
     let gunzip = Command::new("sh")
         .arg("-c")
-        .arg(format!("gzip -dc '{}' > '{}'", layer.display(), tar.display()))
+        .arg(format!(
+            "gzip -dc '{}' > '{}'",
+            layer.display(),
+            tar.display()
+        ))
         .status()
         .unwrap();
     assert!(gunzip.success());
@@ -122,10 +142,21 @@ fn the_image_is_a_valid_oci_layout_with_a_static_nodemem_that_runs() {
     // It runs: --version, and a real command (the CRDs it serves are the repository's).
     let out = Command::new(&bin).arg("--version").output().unwrap();
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("nodemem {version}"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("nodemem {version}")
+    );
     let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crds");
-    let check = Command::new(&bin).args(["crds", "--check"]).arg(&crds).output().unwrap();
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let check = Command::new(&bin)
+        .args(["crds", "--check"])
+        .arg(&crds)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
     // The sandbox is not in the image.
     let sandbox = Command::new(&bin).arg("sandbox").output().unwrap();
     assert!(!sandbox.status.success());

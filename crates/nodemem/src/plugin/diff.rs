@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use nodemem_model::cgroup::CgroupValue;
 use nodemem_model::node::DesiredNode;
 use serde::Serialize;
 
@@ -81,7 +80,7 @@ impl NodeDiff {
 }
 
 /// Every managed file of every cgroup of a computed node, with its owner.
-fn values<'n>(node: &'n DesiredNode<'_>) -> BTreeMap<(String, &'static str), (String, String)> {
+fn values(node: &DesiredNode<'_>) -> BTreeMap<(String, &'static str), (String, String)> {
     let mut owners: BTreeMap<&str, String> = BTreeMap::new();
     for pod in &node.pods {
         owners.insert(&pod.path, format!("{}/{}", pod.namespace, pod.name));
@@ -104,15 +103,11 @@ fn values<'n>(node: &'n DesiredNode<'_>) -> BTreeMap<(String, &'static str), (St
         for (file, value) in cgroup.managed() {
             out.insert(
                 (cgroup.path.to_string(), file),
-                (owner.clone(), render(value)),
+                (owner.clone(), value.render()),
             );
         }
     }
     out
-}
-
-fn render(v: &CgroupValue) -> String {
-    v.render()
 }
 
 /// The difference on one node.

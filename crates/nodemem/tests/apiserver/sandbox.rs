@@ -105,10 +105,24 @@ impl NoUi {
 }
 
 impl Drop for NoUi {
+    /// After a failed assertion too: Ctrl-C first (the sandbox cleans up after itself),
+    /// then SIGKILL if it does not stop.
     fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGINT);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         // SAFETY: signalling our own child's process group.
         unsafe {
-            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+            libc::kill(-pid, libc::SIGKILL);
         }
         let _ = self.child.wait();
     }
@@ -183,6 +197,23 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Ends the tmux server even when an assertion fails: Ctrl-C first, so the sandbox
+/// cleans up after itself.
+struct TmuxServer(String);
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        tmux(&["send-keys", "-t", &self.0, "C-c"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && !tmux(&["capture-pane", "-p", "-t", &self.0]).contains("SANDBOX-EXIT")
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        tmux(&["kill-server"]);
+    }
+}
+
 /// The live view, as a person sees it in a 160x60 terminal.
 fn live_view_in_tmux() {
     let session = format!("nodemem-sandbox-{}", std::process::id());
@@ -202,6 +233,7 @@ fn live_view_in_tmux() {
         "60",
         &command,
     ]);
+    let _server = TmuxServer(session.clone());
     let screen = || tmux(&["capture-pane", "-p", "-t", &session]);
     let ready = wait_until("the live view's ready text", READY_TIMEOUT, || {
         let s = screen();
@@ -235,7 +267,6 @@ fn live_view_in_tmux() {
         let s = screen();
         s.contains("SANDBOX-EXIT").then_some(s)
     });
-    tmux(&["kill-server"]);
     assert!(stopped.contains("sandbox stopped"), "{stopped}");
     assert!(stopped.contains("SANDBOX-EXIT 0"), "{stopped}");
 }
