@@ -149,9 +149,12 @@ async fn sandbox(
         create_workloads(&bed).await?;
         Ok::<Bed, CliError>(bed)
     };
+    // One listener for the whole run: a signal that arrives while no listener exists
+    // (between two waits) would be lost.
+    let mut stop = std::pin::pin!(stop_signal());
     let mut bed = tokio::select! {
         bed = setup => bed?,
-        _ = stop_signal() => return Ok(()),
+        _ = &mut stop => return Ok(()),
     };
     // kubectl and the plugin, for the user's shell.
     let tools = bed.dir().join("bin");
@@ -185,12 +188,16 @@ async fn sandbox(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop_signal() => break,
+            _ = &mut stop => break,
         }
         if let Some(dead) = bed.exited() {
             return Err(CliError::one(dead));
         }
-        let Ok(v) = read_view(&bed, &args.focus).await else {
+        let read = tokio::select! {
+            v = read_view(&bed, &args.focus) => v,
+            _ = &mut stop => break,
+        };
+        let Ok(v) = read else {
             continue;
         };
         let up = started.elapsed().as_secs();

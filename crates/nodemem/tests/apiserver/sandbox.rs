@@ -400,6 +400,49 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     );
     assert_eq!(general["state"], "Complete");
     assert!(status["failingNodes"].as_array().unwrap().is_empty());
+    // kubectl's connection flags: --kubeconfig instead of KUBECONFIG, --context.
+    let flags = Shell {
+        env: shell
+            .env
+            .iter()
+            .filter(|(k, _)| k != "KUBECONFIG")
+            .cloned()
+            .chain([("KUBECONFIG".to_string(), "/nonexistent".to_string())])
+            .collect(),
+        dir: shell.dir.clone(),
+    };
+    let by_flag = flags.run(
+        "kubectl",
+        &[
+            "nodemem",
+            "status",
+            "-o",
+            "json",
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    assert_eq!(by_flag.code, 0, "{}", by_flag.stderr);
+    assert_eq!(
+        serde_json::from_str::<Value>(&by_flag.stdout).unwrap()["policies"],
+        status["policies"]
+    );
+    let context = shell.kubectl(&["config", "current-context"]);
+    let by_context = shell.run(
+        "kubectl",
+        &["nodemem", "status", "--context", context.trim()],
+    );
+    assert_eq!(by_context.code, 0, "{}", by_context.stderr);
+    let no_context = shell.run(
+        "kubectl",
+        &["nodemem", "status", "--context", "no-such-context"],
+    );
+    assert_eq!(no_context.code, 1);
+    assert!(
+        no_context.stderr.contains("no-such-context"),
+        "{}",
+        no_context.stderr
+    );
     let table = shell.kubectl(&["nodemem", "status"]);
     assert!(
         table.contains("POLICY") && table.contains("numa-database"),
