@@ -9,8 +9,14 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1 as core;
+use nodemem_api::revision::revision;
+use nodemem_api::NodeMemoryPolicy;
 use nodemem_model::node::DesiredNode;
 use serde::Serialize;
+
+use super::cluster::Snapshot;
+use super::node_view;
 
 /// One side of a node: the governing policy, its revision and the computed node
 /// (`None` for the node when the settings cannot be computed: `problems` say why).
@@ -149,6 +155,83 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
     }
 }
 
+/// The difference the policies of a file would make on the cluster in `snapshot`:
+/// every node whose governing policy (live, after, or the one its config names) is one
+/// of the file's, with the file's policies replacing the live ones of the same name.
+pub fn build(
+    snapshot: &Snapshot,
+    file: &[NodeMemoryPolicy],
+    pods_by_node: &BTreeMap<String, Vec<core::Pod>>,
+    namespaces: &[core::Namespace],
+) -> DiffReport {
+    let name_of = |p: &NodeMemoryPolicy| p.metadata.name.clone().unwrap_or_default();
+    let file_names: Vec<String> = file.iter().map(name_of).collect();
+    let mut after: Vec<NodeMemoryPolicy> = snapshot
+        .policies
+        .iter()
+        .filter(|p| !file_names.contains(&name_of(p)))
+        .cloned()
+        .collect();
+    after.extend(file.iter().cloned());
+
+    let no_pods = Vec::new();
+    let mut nodes = Vec::new();
+    for node in &snapshot.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let config = snapshot.config(&name);
+        let winner_after = node_view::governing(&after, &labels).winner;
+        let winner_live = node_view::governing(&snapshot.policies, &labels).winner;
+        let involved = [
+            winner_after.as_deref(),
+            winner_live.as_deref(),
+            config.map(|c| c.spec.policy.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|p| file_names.iter().any(|f| f == p));
+        if !involved {
+            continue;
+        }
+        let pods = pods_by_node.get(&name).unwrap_or(&no_pods);
+        let node_pods = node_view::node_pods(node, pods, namespaces);
+        let facts = node_view::node_facts(node, config);
+        let before_node = match config.map(node_view::config_settings) {
+            Some(Ok(s)) => node_view::compute(&s, &facts, &node_pods.pods).ok(),
+            _ => None,
+        };
+        let after_policy = winner_after
+            .as_deref()
+            .and_then(|w| after.iter().find(|p| p.metadata.name.as_deref() == Some(w)));
+        let (after_node, after_problems) = match after_policy.map(node_view::policy_settings) {
+            Some(Ok(s)) => match node_view::compute(&s, &facts, &node_pods.pods) {
+                Ok(d) => (Some(d), Vec::new()),
+                Err(ps) => (None, ps),
+            },
+            Some(Err(ps)) => (None, ps),
+            None => (None, Vec::new()),
+        };
+        let before = config.map(|c| Side {
+            policy: c.spec.policy.clone(),
+            revision: c.spec.revision.clone(),
+            node: before_node.as_ref(),
+            problems: Vec::new(),
+        });
+        let after_side = after_policy.map(|p| Side {
+            policy: name_of(p),
+            revision: revision(&p.spec.settings),
+            node: after_node.as_ref(),
+            problems: after_problems.clone(),
+        });
+        nodes.push(diff_node(&name, before.as_ref(), after_side.as_ref()));
+    }
+    DiffReport {
+        changes: nodes.iter().any(NodeDiff::changed),
+        policies: file_names,
+        nodes,
+    }
+}
+
 /// The table for people: one block per changed node.
 pub fn render_table(report: &DiffReport) -> String {
     use std::fmt::Write;
@@ -268,6 +351,118 @@ mod tests {
         let num = |v: &Option<String>| v.as_deref().unwrap().parse::<i64>().unwrap();
         assert!(num(&pod_row.from) > num(&pod_row.to), "{pod_row:?}");
         assert_eq!(num(&pod_row.from) % 4096, 0);
+    }
+
+    fn policy(name: &str, pool: &str, priority: i32, factor: f64) -> NodeMemoryPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority,
+                "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"}}
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str, pool: &str) -> core::Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"pool": pool}},
+            "status": {"allocatable": {"memory": "8Gi"}, "nodeInfo": {"kernelVersion": "6.1.0",
+                "architecture": "", "bootID": "", "containerRuntimeVersion": "", "kubeProxyVersion": "",
+                "kubeletVersion": "", "machineID": "", "operatingSystem": "", "osImage": "", "systemUUID": ""}}
+        }))
+        .unwrap()
+    }
+
+    /// The config the controller writes for `p` on `node`.
+    fn config(node: &str, p: &NodeMemoryPolicy) -> nodemem_api::NodeMemoryConfig {
+        nodemem_api::NodeMemoryConfig {
+            metadata: kube::api::ObjectMeta {
+                name: Some(node.into()),
+                ..Default::default()
+            },
+            spec: nodemem_api::NodeMemoryConfigSpec {
+                policy: p.metadata.name.clone().unwrap(),
+                revision: revision(&p.spec.settings),
+                settings: p.spec.settings.clone(),
+                health: Default::default(),
+            },
+            status: None,
+        }
+    }
+
+    fn pod_on(node: &str, uid: &str) -> core::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("web-{uid}"), "namespace": "default", "uid": uid},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
+            "status": {"containerStatuses": [{"name": "c", "containerID": format!("containerd://{uid}"),
+                "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_nodes_the_file_touches_are_listed_with_their_moves_between_policies() {
+        let (a, b, c) = (
+            policy("a", "a", 0, 0.9),
+            policy("b", "b", 0, 0.9),
+            policy("c", "c", 0, 0.9),
+        );
+        let snapshot = Snapshot {
+            policies: vec![a.clone(), b.clone(), c.clone()],
+            nodes: vec![node("n1", "a"), node("n2", "b"), node("n3", "c")],
+            configs: vec![config("n1", &a), config("n2", &b), config("n3", &c)],
+        };
+        let pods: BTreeMap<String, Vec<core::Pod>> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| (n.to_string(), vec![pod_on(n, &format!("{n}-uid"))]))
+            .collect();
+
+        // Unchanged: nothing changes, and the untouched pools are not listed.
+        let same = build(&snapshot, &[a.clone()], &pods, &[]);
+        assert!(!same.changes);
+        assert_eq!(
+            same.nodes
+                .iter()
+                .map(|n| n.node.as_str())
+                .collect::<Vec<_>>(),
+            ["n1"]
+        );
+
+        // Policy a now selects pool b with a higher priority: n1 is released (every
+        // value given back), n2 moves from b to a with a's factor, n3 is not listed.
+        let moved = policy("a", "b", 10, 0.5);
+        let r = build(&snapshot, &[moved.clone()], &pods, &[]);
+        assert!(r.changes);
+        let listed: Vec<&str> = r.nodes.iter().map(|n| n.node.as_str()).collect();
+        assert_eq!(listed, ["n1", "n2"]);
+        let n1 = &r.nodes[0];
+        assert_eq!(
+            (n1.policy.from.as_deref(), n1.policy.to.as_deref()),
+            (Some("a"), None)
+        );
+        assert!(n1.cgroups.iter().all(|c| c.to.is_none()) && !n1.cgroups.is_empty());
+        let n2 = &r.nodes[1];
+        assert_eq!(
+            (n2.policy.from.as_deref(), n2.policy.to.as_deref()),
+            (Some("b"), Some("a"))
+        );
+        assert_eq!(n2.revision.to, Some(revision(&moved.spec.settings)));
+        let high = n2
+            .cgroups
+            .iter()
+            .find(|c| c.owner == "default/web-n2-uid/c")
+            .unwrap();
+        assert_eq!(high.file, "memory.high");
+        // 1Gi request, 2Gi limit: 1Gi + 0.5 x 1Gi, a whole number of pages.
+        assert_eq!(high.to.as_deref(), Some("1610612736"));
+
+        // Invalid settings: the node is listed with the problems the agent would report.
+        let mut bad = policy("a", "a", 0, 0.9);
+        bad.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
+        let r = build(&snapshot, &[bad], &pods, &[]);
+        assert!(r.changes);
+        assert!(!r.nodes[0].problems.is_empty(), "{:?}", r.nodes[0]);
     }
 
     #[test]

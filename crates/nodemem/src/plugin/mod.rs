@@ -171,76 +171,8 @@ async fn run_diff(
     let snapshot = cluster::Snapshot::read(client).await?;
     let pods_by_node = cluster::pods_by_node(client).await?;
     let namespaces = cluster::namespaces(client).await?;
-    let file_names: Vec<String> = file_policies
-        .iter()
-        .map(|(p, _)| p.metadata.name.clone().unwrap_or_default())
-        .collect();
-    let mut after: Vec<NodeMemoryPolicy> = snapshot
-        .policies
-        .iter()
-        .filter(|p| !file_names.contains(&p.metadata.name.clone().unwrap_or_default()))
-        .cloned()
-        .collect();
-    after.extend(file_policies.iter().map(|(p, _)| p.clone()));
-
-    let no_pods = Vec::new();
-    let mut nodes = Vec::new();
-    for node in &snapshot.nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let config = snapshot.config(&name);
-        let winner_after = node_view::governing(&after, &labels).winner;
-        let winner_live = node_view::governing(&snapshot.policies, &labels).winner;
-        let involved = [
-            winner_after.as_deref(),
-            winner_live.as_deref(),
-            config.map(|c| c.spec.policy.as_str()),
-        ]
-        .into_iter()
-        .flatten()
-        .any(|p| file_names.iter().any(|f| f == p));
-        if !involved {
-            continue;
-        }
-        let pods = pods_by_node.get(&name).unwrap_or(&no_pods);
-        let node_pods = node_view::node_pods(node, pods, &namespaces);
-        let facts = node_view::node_facts(node, config);
-        let before_settings = config.map(node_view::config_settings);
-        let before_node = match &before_settings {
-            Some(Ok(s)) => node_view::compute(s, &facts, &node_pods.pods).ok(),
-            _ => None,
-        };
-        let after_policy = winner_after
-            .as_deref()
-            .and_then(|w| after.iter().find(|p| p.metadata.name.as_deref() == Some(w)));
-        let after_settings = after_policy.map(node_view::policy_settings);
-        let (after_node, after_problems) = match &after_settings {
-            Some(Ok(s)) => match node_view::compute(s, &facts, &node_pods.pods) {
-                Ok(d) => (Some(d), Vec::new()),
-                Err(ps) => (None, ps),
-            },
-            Some(Err(ps)) => (None, ps.clone()),
-            None => (None, Vec::new()),
-        };
-        let before = config.map(|c| diff::Side {
-            policy: c.spec.policy.clone(),
-            revision: c.spec.revision.clone(),
-            node: before_node.as_ref(),
-            problems: Vec::new(),
-        });
-        let after_side = after_policy.map(|p| diff::Side {
-            policy: p.metadata.name.clone().unwrap_or_default(),
-            revision: revision(&p.spec.settings),
-            node: after_node.as_ref(),
-            problems: after_problems.clone(),
-        });
-        nodes.push(diff::diff_node(&name, before.as_ref(), after_side.as_ref()));
-    }
-    let report = diff::DiffReport {
-        changes: nodes.iter().any(diff::NodeDiff::changed),
-        policies: file_names,
-        nodes,
-    };
+    let policies: Vec<NodeMemoryPolicy> = file_policies.into_iter().map(|(p, _)| p).collect();
+    let report = diff::build(&snapshot, &policies, &pods_by_node, &namespaces);
     let stdout = render::render(format, &report, diff::render_table)?;
     Ok(Outcome {
         stdout,

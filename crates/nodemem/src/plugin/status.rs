@@ -248,3 +248,94 @@ pub fn render_table(r: &StatusReport) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(name: &str, pool: &str, priority: i32) -> NodeMemoryPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority},
+            "status": {"revision": "r2", "matchedNodes": 1, "conditions": [
+                {"type": "Accepted", "status": "True", "reason": "Valid", "message": "",
+                 "lastTransitionTime": "2026-11-22T10:00:00Z"},
+                {"type": "Progressing", "status": "True", "reason": "Updating", "message": "0/1 nodes updated",
+                 "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    fn config(
+        node: &str,
+        revision: &str,
+        applied: (&str, &str),
+        generation: i64,
+    ) -> NodeMemoryConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+            "metadata": {"name": node, "generation": generation},
+            "spec": {"policy": "a", "revision": revision},
+            "status": {"observedRevision": revision, "conditions": [
+                {"type": "Applied", "status": applied.0, "reason": applied.1, "message": "m",
+                 "observedGeneration": 2, "lastTransitionTime": "2026-11-22T10:00:00Z"},
+                {"type": "Healthy", "status": "True", "reason": "Healthy", "message": "",
+                 "observedGeneration": 2, "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": pool}}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn failing_nodes_conflicts_and_unmanaged_nodes_are_reported() {
+        let s = Snapshot {
+            policies: vec![
+                policy("a", "x", 0),
+                policy("b", "x", 0),
+                policy("c", "y", 5),
+            ],
+            nodes: vec![node("n1", "x"), node("n2", "y"), node("n3", "z")],
+            configs: vec![
+                config("n1", "r2", ("False", "WriteFailed"), 2),
+                // A failure reported for an older generation is not current.
+                config("n2", "r2", ("False", "WriteFailed"), 3),
+            ],
+        };
+        let r = build(&s);
+        assert_eq!(r.policies[0].name, "c", "highest priority first");
+        assert_eq!(r.policies[1].state, "Updating");
+        assert_eq!(r.failing_nodes.len(), 1);
+        assert_eq!(
+            (
+                r.failing_nodes[0].node.as_str(),
+                r.failing_nodes[0].reason.as_str()
+            ),
+            ("n1", "WriteFailed")
+        );
+        assert_eq!(r.conflicts.len(), 1);
+        assert_eq!(
+            (r.conflicts[0].governs.as_str(), r.conflicts[0].also.clone()),
+            ("a", vec!["b".to_string()])
+        );
+        assert_eq!(r.unmanaged_nodes, ["n3"]);
+        let table = render_table(&r);
+        assert!(
+            table.contains("Failing nodes:") && table.contains("n1: a governs, also selected by b"),
+            "{table}"
+        );
+
+        assert_eq!(
+            node_state(&s.configs[0], Some("r2")),
+            "Failed (Applied WriteFailed)"
+        );
+        assert_eq!(node_state(&s.configs[1], Some("r3")), "Waiting");
+        let ready = config("n4", "r2", ("True", "Applied"), 2);
+        assert_eq!(node_state(&ready, Some("r2")), "Ready");
+    }
+}
