@@ -419,7 +419,7 @@ mod tests {
             .collect();
 
         // Unchanged: nothing changes, and the untouched pools are not listed.
-        let same = build(&snapshot, &[a.clone()], &pods, &[]);
+        let same = build(&snapshot, std::slice::from_ref(&a), &pods, &[]);
         assert!(!same.changes);
         assert_eq!(
             same.nodes
@@ -432,7 +432,7 @@ mod tests {
         // Policy a now selects pool b with a higher priority: n1 is released (every
         // value given back), n2 moves from b to a with a's factor, n3 is not listed.
         let moved = policy("a", "b", 10, 0.5);
-        let r = build(&snapshot, &[moved.clone()], &pods, &[]);
+        let r = build(&snapshot, std::slice::from_ref(&moved), &pods, &[]);
         assert!(r.changes);
         let listed: Vec<&str> = r.nodes.iter().map(|n| n.node.as_str()).collect();
         assert_eq!(listed, ["n1", "n2"]);
