@@ -13,12 +13,19 @@ use crate::error::CliError;
 /// ~2.5 more for helm).
 const COLD_ESTIMATE: Duration = Duration::from_secs(11 * 60);
 
+/// How often the progress line is refreshed while the build prints nothing.
+const TICK: Duration = Duration::from_secs(15);
+
 /// Runs the build script (a no-op on a warm cache) and returns the bin directory.
 /// `line` hears every progress line, with the elapsed time and the estimate left.
 pub fn control_plane(repo: &Path, line: &dyn Fn(&str)) -> Result<PathBuf, CliError> {
     if let Some(dir) = std::env::var_os("NODEMEM_CONTROL_PLANE_BIN") {
         return Ok(PathBuf::from(dir));
     }
+    run_script(repo, TICK, line)
+}
+
+fn run_script(repo: &Path, tick: Duration, line: &dyn Fn(&str)) -> Result<PathBuf, CliError> {
     let script = repo.join("tests/scripts/build-control-plane.sh");
     let mut child = Command::new("bash")
         .arg(&script)
@@ -46,7 +53,7 @@ pub fn control_plane(repo: &Path, line: &dyn Fn(&str)) -> Result<PathBuf, CliErr
     });
     let mut stage = "checking the build cache".to_string();
     loop {
-        match rx.recv_timeout(Duration::from_secs(15)) {
+        match rx.recv_timeout(tick) {
             Ok(Some(l)) => stage = l.trim_start_matches(">> ").to_string(),
             Ok(None) => break,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -75,4 +82,58 @@ pub fn control_plane(repo: &Path, line: &dyn Fn(&str)) -> Result<PathBuf, CliErr
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     Ok(PathBuf::from(stdout.lines().last().unwrap_or("").trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn fake_repo(script: &str) -> tempfile::TempDir {
+        let repo = tempfile::tempdir().unwrap();
+        let dir = repo.path().join("tests/scripts");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("build-control-plane.sh"), script).unwrap();
+        repo
+    }
+
+    #[test]
+    fn a_slow_build_reports_its_stage_elapsed_time_and_estimate_while_silent() {
+        let repo = fake_repo(
+            "echo '>> building kube-apiserver v1.36.3' >&2\nsleep 1\necho 'go: noise' >&2\necho /cache/bin\n",
+        );
+        let lines = Mutex::new(Vec::new());
+        let bin = run_script(repo.path(), Duration::from_millis(200), &|l| {
+            lines.lock().unwrap().push(l.to_string())
+        })
+        .unwrap();
+        assert_eq!(bin, PathBuf::from("/cache/bin"));
+        let lines = lines.into_inner().unwrap();
+        // The stage line at once, then a refresh every tick while the build is silent.
+        assert!(lines.len() >= 3, "{lines:?}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains("building kube-apiserver v1.36.3")
+                    && l.contains("elapsed, about")
+                    && l.contains("min left")),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains("go: noise")),
+            "only stage lines are shown"
+        );
+    }
+
+    #[test]
+    fn a_failed_build_says_so_with_the_end_of_its_output() {
+        let repo = fake_repo("echo '>> building etcd' >&2\necho 'error: no Go' >&2\nexit 3\n");
+        let err = run_script(repo.path(), Duration::from_millis(100), &|_| {}).unwrap_err();
+        assert!(err.problems[0].contains("failed"), "{:?}", err.problems);
+        assert!(
+            err.problems.iter().any(|p| p == "error: no Go"),
+            "{:?}",
+            err.problems
+        );
+    }
 }
