@@ -93,13 +93,16 @@ pub fn run(args: &SandboxArgs) -> Result<Outcome, CliError> {
                 indicatif::ProgressStyle::with_template("{spinner} {msg}")
                     .expect("a valid template"),
             );
-            bar.enable_steady_tick(Duration::from_millis(200));
             bar
         }),
     };
     let bin = build::control_plane(&repo, &|l| out.status(l))?;
-    // SAFETY: set before the runtime and any other thread that reads the environment.
+    // SAFETY: this process has one thread here (the build's reader thread has ended,
+    // the spinner's ticker starts below), so nothing reads the environment concurrently.
     unsafe { std::env::set_var("NODEMEM_CONTROL_PLANE_BIN", &bin) };
+    if let Some(bar) = &out.bar {
+        bar.enable_steady_tick(Duration::from_millis(200));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
