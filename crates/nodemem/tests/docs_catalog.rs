@@ -206,3 +206,31 @@ fn walk(dir: &std::path::Path) -> String {
     }
     out
 }
+
+/// Relative links in the README and docs/ point at files that exist.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let mut pages = vec![repo().join("README.md"), repo().join("TESTING.md")];
+    for e in std::fs::read_dir(repo().join("docs")).unwrap().flatten() {
+        pages.push(e.path());
+    }
+    let mut checked = 0;
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for part in text.split("](").skip(1) {
+            let target = part.split(')').next().unwrap();
+            if target.starts_with("http") || target.starts_with('#') || target.contains(' ') {
+                continue;
+            }
+            let path = target.split('#').next().unwrap();
+            let resolved = page.parent().unwrap().join(path);
+            assert!(
+                resolved.exists(),
+                "{}: link to {target} is broken",
+                page.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 10, "{checked} links");
+}
