@@ -129,7 +129,9 @@ async fn sandbox(
         nodemem: nodemem.to_path_buf(),
         repo: repo.to_path_buf(),
         pools: pools(),
-        agent_resync_seconds: 30,
+        // A full pass (which reads memory.events and PSI) every 5 s, so a broken node shows
+        // within seconds.
+        agent_resync_seconds: 5,
         install: nodemem_testkit::bed::Install::Manifests,
         controller_args: Vec::new(),
     };

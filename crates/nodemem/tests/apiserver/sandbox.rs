@@ -695,6 +695,43 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     ]);
     assert!(!events.trim().is_empty(), "no RollbackRequested event");
 
+    // The ready text's "break a node": a new revision, then OOM kills written into
+    // general-2's pods while it updates stop the rollout (failurePolicy: Pause).
+    let break_command = sandbox.printed("    for f in ");
+    let break_command = format!("for f in {break_command}");
+    shell.kubectl(&[
+        "patch",
+        "nmp",
+        "general",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"memoryQoS":{"throttlingFactor":0.75}}}"#,
+    ]);
+    let third = wait_until("a third revision", Duration::from_secs(30), || {
+        let r = shell.kubectl(&["get", "nmp", "general", "-o", "jsonpath={.status.revision}"]);
+        (r != first_revision && r != new_revision && !r.is_empty()).then_some(r)
+    });
+    wait_until("general-2 to update", Duration::from_secs(90), || {
+        let r = shell.kubectl(&["get", "nmc", "general-2", "-o", "jsonpath={.spec.revision}"]);
+        (r == third).then_some(())
+    });
+    let broke = shell.run("bash", &["-c", &break_command]);
+    assert_eq!(broke.code, 0, "{}", broke.stderr);
+    let failing = wait_until("the rollout to stop", Duration::from_secs(60), || {
+        let s = shell.json(&["nodemem", "status", "-o", "json"]);
+        let p = s["policies"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == "general")?
+            .clone();
+        (p["state"] == "MaxFailures").then_some(s["failingNodes"].clone())
+    });
+    assert_eq!(failing[0]["node"], "general-2", "{failing}");
+    assert_eq!(failing[0]["reason"], "OOMKillBurst", "{failing}");
+    let general3 = shell.kubectl(&["get", "nmc", "general-3", "-o", "jsonpath={.spec.revision}"]);
+    assert_ne!(general3, third, "general-3 must not move after the failure");
+
     // Ctrl-C: every process ends, every directory goes.
     // SAFETY: signalling our own child.
     unsafe {
