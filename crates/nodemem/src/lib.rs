@@ -5,6 +5,7 @@ pub mod controller;
 pub mod crds_cmd;
 pub mod endpoints;
 pub mod error;
+pub mod kubeclient;
 pub mod manifests;
 pub mod plugin;
 #[cfg(feature = "sandbox")]

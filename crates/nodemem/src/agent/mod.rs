@@ -209,7 +209,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     let kubeconfig = args.kubeconfig.clone();
     runtime.block_on(async move {
-        let client = crate::plugin::cluster::client(kubeconfig.as_deref(), None).await?;
+        let client = crate::kubeclient::client(kubeconfig.as_deref(), None).await?;
         agent.run(client).await.map_err(CliError::one)
     })?;
     Ok(Outcome::default())

@@ -117,7 +117,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 .map_err(CliError::one)?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
-        let client = crate::plugin::cluster::client(args.kubeconfig.as_deref(), None).await?;
+        let client = crate::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
         if !args.leader_elect {
             return controller.run(client).await.map_err(CliError::one);
         }

@@ -1,49 +1,12 @@
-//! What the plugin reads from the cluster, and the client it reads with (kubectl's
-//! `--kubeconfig` / `--context` / `KUBECONFIG` rules, through kube's config loader).
-
-use std::path::Path;
+//! What the plugin reads from the cluster.
 
 use k8s_openapi::api::core::v1 as core;
 use kube::api::ListParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 
 use crate::error::CliError;
-
-/// The client for `--kubeconfig` (else `KUBECONFIG`, else `~/.kube/config`, else the
-/// in-cluster service account) and `--context`.
-pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Client, CliError> {
-    let options = KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..KubeConfigOptions::default()
-    };
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path)
-                .map_err(|e| CliError::one(format!("--kubeconfig {}: {e}", path.display())))?;
-            Config::from_custom_kubeconfig(file, &options).await
-        }
-        None if context.is_some() => Config::from_kubeconfig(&options).await,
-        None => {
-            return Client::try_default()
-                .await
-                .map_err(|e| CliError::one(format!("cannot load a kubeconfig: {e}")))
-        }
-    }
-    .map_err(|e| CliError::one(format!("kubeconfig: {e}")))?;
-    Client::try_from(config).map_err(|e| CliError::one(format!("cannot build a client: {e}")))
-}
-
-/// An apiserver error as one line, naming what was being read or written.
-pub fn api_error(what: &str, e: kube::Error) -> CliError {
-    match e {
-        kube::Error::Api(status) => {
-            CliError::one(format!("{what}: {} ({})", status.message, status.reason))
-        }
-        other => CliError::one(format!("{what}: {other}")),
-    }
-}
+pub use crate::kubeclient::{api_error, client};
 
 /// Policies, Nodes and NodeMemoryConfigs of the whole cluster.
 pub struct Snapshot {
