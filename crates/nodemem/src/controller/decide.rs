@@ -87,23 +87,36 @@ struct PolicyView<'a> {
     revision: String,
 }
 
-/// What a config's agent reports about the config's current spec.
-fn report(c: &ConfigEntry, now: i64) -> AgentReport {
-    let current = |cond: &Condition| cond.observed_generation == c.generation;
+/// The Applied and Healthy conditions the agent reported for the config's current
+/// spec (its generation).
+fn current_conditions(c: &ConfigEntry) -> (Option<&Condition>, Option<&Condition>) {
     let find = |t: &str| {
         c.status
             .conditions
             .iter()
-            .find(|cond| cond.type_ == t && current(cond))
+            .find(|cond| cond.type_ == t && cond.observed_generation == c.generation)
     };
-    let (applied, healthy) = (find("Applied"), find("Healthy"));
-    // Waiting for a kubelet restart is not a failure (the deadline covers it).
-    let failed = |cond: Option<&Condition>, not_failures: &[&str]| {
-        cond.is_some_and(|c| c.status == "False" && !not_failures.contains(&c.reason.as_str()))
-    };
-    if failed(applied, &["KubeletRestartRequired"]) || failed(healthy, &["NotApplied"]) {
+    (find("Applied"), find("Healthy"))
+}
+
+/// The condition in which the config's agent reports a failure of its current spec.
+/// Waiting for a kubelet restart is not one (progressDeadlineSeconds covers it), and
+/// Healthy=False NotApplied only repeats an Applied failure.
+pub fn failure(c: &ConfigEntry) -> Option<&Condition> {
+    let (applied, healthy) = current_conditions(c);
+    let failed =
+        |cond: &&Condition, not_failure: &str| cond.status == "False" && cond.reason != not_failure;
+    applied
+        .filter(|a| failed(a, "KubeletRestartRequired"))
+        .or(healthy.filter(|h| failed(h, "NotApplied")))
+}
+
+/// What a config's agent reports about the config's current spec.
+pub fn report(c: &ConfigEntry, now: i64) -> AgentReport {
+    if failure(c).is_some() {
         return AgentReport::Bad;
     }
+    let (applied, healthy) = current_conditions(c);
     let good = applied.is_some_and(|c| c.status == "True")
         && healthy.is_some_and(|c| c.status == "True")
         && c.status.observed_revision.as_deref() == Some(c.spec.revision.as_str());

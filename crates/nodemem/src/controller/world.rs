@@ -67,6 +67,22 @@ pub fn parse_time(text: &str) -> Option<i64> {
         .map(|t| t.as_second())
 }
 
+impl From<&NodeMemoryConfig> for ConfigEntry {
+    fn from(c: &NodeMemoryConfig) -> Self {
+        ConfigEntry {
+            generation: c.metadata.generation,
+            spec: c.spec.clone(),
+            status: c.status.clone().unwrap_or_default(),
+            spec_changed_at: c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SPEC_CHANGED_AT))
+                .and_then(|t| parse_time(t)),
+        }
+    }
+}
+
 impl World {
     pub fn apply_policy(&mut self, p: &NodeMemoryPolicy) -> bool {
         let Some(name) = p.metadata.name.clone() else {
@@ -127,17 +143,7 @@ impl World {
         let Some(name) = c.metadata.name.clone() else {
             return false;
         };
-        let entry = ConfigEntry {
-            generation: c.metadata.generation,
-            spec: c.spec.clone(),
-            status: c.status.clone().unwrap_or_default(),
-            spec_changed_at: c
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(SPEC_CHANGED_AT))
-                .and_then(|t| parse_time(t)),
-        };
+        let entry = ConfigEntry::from(c);
         self.configs.insert(name, entry.clone()) != Some(entry)
     }
 

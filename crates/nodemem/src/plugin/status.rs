@@ -7,9 +7,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use serde::Serialize;
 
+use nodemem_model::rollout::AgentReport;
+
 use super::cluster::Snapshot;
 use super::node_view::governing;
 use super::render::table;
+use crate::controller::decide::{failure, report};
+use crate::controller::world::ConfigEntry;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -92,20 +96,17 @@ fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
     }
 }
 
-/// A node's agent reports a failure for its current config.
+/// A node's agent reports a failure for its current config (the controller's own
+/// judgement, `decide::failure`).
 fn failing(c: &NodeMemoryConfig) -> Option<FailingNode> {
-    let status = c.status.as_ref()?;
-    ["Applied", "Healthy"].into_iter().find_map(|t| {
-        let cond = find(&status.conditions, t)?;
-        let current = cond.observed_generation == c.metadata.generation;
-        // Healthy=False NotApplied only repeats the Applied failure.
-        (current && cond.status == "False" && cond.reason != "NotApplied").then(|| FailingNode {
-            node: c.metadata.name.clone().unwrap_or_default(),
-            policy: c.spec.policy.clone(),
-            condition: t.to_string(),
-            reason: cond.reason.clone(),
-            message: cond.message.clone(),
-        })
+    let entry = ConfigEntry::from(c);
+    let cond = failure(&entry)?;
+    Some(FailingNode {
+        node: c.metadata.name.clone().unwrap_or_default(),
+        policy: c.spec.policy.clone(),
+        condition: cond.type_.clone(),
+        reason: cond.reason.clone(),
+        message: cond.message.clone(),
     })
 }
 
@@ -123,26 +124,18 @@ pub fn target_revision(p: &NodeMemoryPolicy) -> Option<String> {
 /// A node's place in its rollout, from its config: `Failed (Applied <reason>)`,
 /// `Waiting` (its policy rolls out another revision), `Ready`, or `Updating`.
 pub fn node_state(c: &NodeMemoryConfig, policy_revision: Option<&str>) -> String {
-    let st = c.status.clone().unwrap_or_default();
-    let cond = |t: &str| {
-        st.conditions
-            .iter()
-            .find(|x| x.type_ == t && x.observed_generation == c.metadata.generation)
-    };
-    if let Some(f) = failing(c) {
-        return format!("Failed ({} {})", f.condition, f.reason);
+    let entry = ConfigEntry::from(c);
+    if let Some(f) = failure(&entry) {
+        return format!("Failed ({} {})", f.type_, f.reason);
     }
     if policy_revision.is_some_and(|r| r != c.spec.revision) {
         return "Waiting".into();
     }
-    let ok = |t: &str| cond(t).is_some_and(|x| x.status == "True");
-    if st.observed_revision.as_deref() == Some(c.spec.revision.as_str())
-        && ok("Applied")
-        && ok("Healthy")
-    {
-        "Ready".into()
-    } else {
-        "Updating".into()
+    // The controller's reading of the agent's report; the time only matters for how long
+    // the node has been good, which this state does not show.
+    match report(&entry, 0) {
+        AgentReport::Good { .. } => "Ready".into(),
+        AgentReport::Pending | AgentReport::Bad => "Updating".into(),
     }
 }
 
@@ -337,5 +330,9 @@ mod tests {
         assert_eq!(node_state(&s.configs[1], Some("r3")), "Waiting");
         let ready = config("n4", "r2", ("True", "Applied"), 2);
         assert_eq!(node_state(&ready, Some("r2")), "Ready");
+        // The controller's rule: a kubelet restart still owed is not a failure.
+        let restarting = config("n5", "r2", ("False", "KubeletRestartRequired"), 2);
+        assert!(failing(&restarting).is_none());
+        assert_eq!(node_state(&restarting, Some("r2")), "Updating");
     }
 }
