@@ -72,6 +72,32 @@ pub fn cpu_ticks_and_rss_kib(pid: u32) -> Result<(u64, u64), Error> {
     Ok((ticks, rss))
 }
 
+/// Creates a pod, retrying for up to 30 s while its namespace's default ServiceAccount
+/// is not there yet (the controller-manager creates it just after the namespace, and
+/// admission refuses pods until then).
+pub async fn create_pod(
+    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match api.create(&kube::api::PostParams::default(), pod).await {
+            Ok(p) => return Ok(p),
+            Err(kube::Error::Api(s))
+                if s.message.contains("serviceaccount") && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                return Err(Error::Api(format!(
+                    "create pod {}: {e}",
+                    pod.metadata.name.as_deref().unwrap_or("")
+                )))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -64,7 +64,7 @@ fn qos_of(pod: &Pod) -> QosClass {
 
 /// The node a pod's required node affinity pins it to (how DaemonSet pods target
 /// their node).
-fn affinity_node(pod: &Pod) -> Option<String> {
+pub fn affinity_node(pod: &Pod) -> Option<String> {
     let terms = &pod
         .spec
         .as_ref()?

@@ -126,6 +126,18 @@ fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
     };
 }
 
+/// `rounds` reconciles 10 s apart, every agent reporting its new spec healthy at once.
+fn settle(w: &mut World, now: &mut i64, rounds: usize) {
+    for _ in 0..rounds {
+        let d = decide(w, *now);
+        apply(w, &d, *now);
+        for wr in &d.writes {
+            agent_reports(w, &wr.node, true, *now);
+        }
+        *now += 10;
+    }
+}
+
 fn written(d: &Decision) -> Vec<&str> {
     d.writes.iter().map(|w| w.node.as_str()).collect()
 }
@@ -289,14 +301,7 @@ fn a_failing_node_pauses_the_rollout_or_rolls_the_pool_back() {
         );
         // Revision 1 everywhere.
         let mut now = T0;
-        for _ in 0..6 {
-            let d = decide(&w, now);
-            apply(&mut w, &d, now);
-            for wr in &d.writes {
-                agent_reports(&mut w, &wr.node, true, now);
-            }
-            now += 10;
-        }
+        settle(&mut w, &mut now, 6);
         let first = w.policies["p"].status.revision.clone().unwrap();
         assert!(w.configs.values().all(|c| c.spec.revision == first));
         // Revision 2: the first node reports an OOM burst.
@@ -429,14 +434,7 @@ fn a_node_changing_pools_goes_through_the_new_pools_rollout() {
         &[("a", "one"), ("b", "two"), ("c", "two")],
     );
     let mut now = T0;
-    for _ in 0..6 {
-        let d = decide(&w, now);
-        apply(&mut w, &d, now);
-        for wr in &d.writes {
-            agent_reports(&mut w, &wr.node, true, now);
-        }
-        now += 10;
-    }
+    settle(&mut w, &mut now, 6);
     w.apply_node(&node("a", "two"));
     w.apply_node(&node("b", "one"));
     let d = decide(&w, now);
@@ -557,24 +555,14 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
         &[policy("p", "p", 0, 0.9, rollout.clone())],
         &[("a", "p"), ("b", "p")],
     );
-    let settle = |w: &mut World, now: &mut i64| {
-        for _ in 0..4 {
-            let d = decide(w, *now);
-            apply(w, &d, *now);
-            for wr in &d.writes {
-                agent_reports(w, &wr.node, true, *now);
-            }
-            *now += 10;
-        }
-    };
     let mut now = T0;
-    settle(&mut w, &mut now);
+    settle(&mut w, &mut now, 4);
     let first = w.policies["p"].status.revision.clone().unwrap();
     let mut p2 = policy("p", "p", 0, 0.7, rollout.clone());
     p2.metadata.generation = Some(2);
     p2.status = Some(w.policies["p"].status.clone());
     w.apply_policy(&p2);
-    settle(&mut w, &mut now);
+    settle(&mut w, &mut now, 4);
     let second = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == second));
 
@@ -603,7 +591,7 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     for n in ["a", "b"] {
         agent_reports(&mut w, n, true, now);
     }
-    settle(&mut w, &mut now);
+    settle(&mut w, &mut now, 4);
     let degraded = condition(&w, "p", "Degraded");
     assert_eq!(degraded.reason, "RolledBack");
     assert!(
@@ -624,7 +612,7 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     p3.metadata.annotations = asked.metadata.annotations.clone();
     p3.status = Some(w.policies["p"].status.clone());
     w.apply_policy(&p3);
-    settle(&mut w, &mut now);
+    settle(&mut w, &mut now, 4);
     let third = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == third));
     assert_eq!(w.policies["p"].status.rolled_back_revision, None);

@@ -106,10 +106,20 @@ fn failed(e: CliError, is_diff: bool) -> Outcome {
 }
 
 async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
-    if let PluginCommand::Diff { filename } = &cli.command {
-        // Read the file before connecting: a bad file is the first thing to report.
-        read_documents(filename)?;
-    }
+    // The file is read and checked before connecting: a bad file is the first thing
+    // to report.
+    let file_policies = match &cli.command {
+        PluginCommand::Diff { filename } => {
+            let docs = read_documents(filename)?;
+            let mut problems = Vec::new();
+            let policies = crate::simulate::read_policies(&docs, &mut problems);
+            if !problems.is_empty() {
+                return Err(CliError::many(problems));
+            }
+            policies.into_iter().map(|(p, _)| p).collect()
+        }
+        _ => Vec::new(),
+    };
     let client = cluster::client(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
     match &cli.command {
         PluginCommand::Status => {
@@ -130,7 +140,9 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
             let report = explain::build(&snapshot, n, &pods, &namespaces);
             render::render(cli.output, &report, explain::render_table).map(Outcome::ok)
         }
-        PluginCommand::Diff { filename } => run_diff(&client, filename, cli.output).await,
+        PluginCommand::Diff { filename } => {
+            run_diff(&client, filename, &file_policies, cli.output).await
+        }
         PluginCommand::Pause { policy } => set_paused(&client, policy, true).await,
         PluginCommand::Resume { policy } => set_paused(&client, policy, false).await,
         PluginCommand::Rollback { policy } => rollback(&client, policy).await,
@@ -140,17 +152,12 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
 async fn run_diff(
     client: &Client,
     filename: &std::path::Path,
+    file_policies: &[NodeMemoryPolicy],
     format: Format,
 ) -> Result<Outcome, CliError> {
-    let docs = read_documents(filename)?;
-    let mut problems = Vec::new();
-    let file_policies = crate::simulate::read_policies(&docs, &mut problems);
-    if !problems.is_empty() {
-        return Err(CliError::many(problems));
-    }
     // The apiserver's own validation (schema, CEL rules) on a dry run, as `kubectl diff`.
     let api = Api::<NodeMemoryPolicy>::all(client.clone());
-    for (p, _) in &file_policies {
+    for p in file_policies {
         let name = p.metadata.name.clone().unwrap_or_default();
         let mut object =
             serde_json::to_value(p).map_err(|e| CliError::one(format!("policy {name}: {e}")))?;
@@ -171,8 +178,7 @@ async fn run_diff(
     let snapshot = cluster::Snapshot::read(client).await?;
     let pods_by_node = cluster::pods_by_node(client).await?;
     let namespaces = cluster::namespaces(client).await?;
-    let policies: Vec<NodeMemoryPolicy> = file_policies.into_iter().map(|(p, _)| p).collect();
-    let report = diff::build(&snapshot, &policies, &pods_by_node, &namespaces);
+    let report = diff::build(&snapshot, file_policies, &pods_by_node, &namespaces);
     let stdout = render::render(format, &report, diff::render_table)?;
     Ok(Outcome {
         stdout,

@@ -278,20 +278,9 @@ async fn create_workloads(bed: &Bed) -> Result<(), CliError> {
     for (node, n) in &bed.nodes {
         for pod in workloads::pods_for(&n.pool, node) {
             let pod: core::Pod = serde_json::from_value(pod).expect("a pod");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                match pods.create(&PostParams::default(), &pod).await {
-                    Ok(_) => break,
-                    Err(kube::Error::Api(s)) if s.code == 409 => break,
-                    // The namespace's default ServiceAccount comes just after it.
-                    Err(kube::Error::Api(s))
-                        if s.message.contains("serviceaccount") && Instant::now() < deadline =>
-                    {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                    Err(e) => return Err(CliError::one(format!("pod on {node}: {e}"))),
-                }
-            }
+            nodemem_testkit::clients::create_pod(&pods, &pod)
+                .await
+                .map_err(|e| CliError::one(format!("on {node}: {e}")))?;
         }
     }
     Ok(())

@@ -232,25 +232,38 @@ fn assert_tree(
     }
 }
 
+/// A simulated node for one agent test: the agent's RBAC and admission policy, a
+/// namespace for the test's pods, the Node (two NUMA nodes), its cgroup tree in
+/// `driver`'s layout and the fake kubelet running its pods.
+async fn simulated_node(
+    client: &kube::Client,
+    node: &str,
+    namespace: &str,
+    driver: CgroupDriver,
+) -> (Arc<CgroupTree>, FakeKubelet) {
+    apply_manifest(client, "deploy/agent/rbac.yaml").await;
+    apply_manifest(client, "deploy/agent/admission-policy.yaml").await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    SimNode::new(node).register(client).await.unwrap();
+    let tree = Arc::new(CgroupTree::new(driver, 2).unwrap());
+    let kubelet = FakeKubelet::start(
+        client.clone(),
+        BTreeMap::from([(node.to_string(), tree.clone())]),
+    );
+    (tree, kubelet)
+}
+
 #[tokio::test]
 async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     let cp = cluster();
     let client = admin().await;
-    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
-    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    SimNode::new(NODE).register(&client).await.unwrap();
-    let tree = Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap());
-    let _kubelet = FakeKubelet::start(
-        client.clone(),
-        BTreeMap::from([(NODE.to_string(), tree.clone())]),
-    );
+    let (tree, _kubelet) = simulated_node(&client, NODE, NS, CgroupDriver::Systemd).await;
 
     // The config first (what the controller will write), then the pods.
     let tiered = json!({"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"});
@@ -725,21 +738,7 @@ async fn a_pod_the_memory_manager_refuses_gets_an_event() {
     const NS3: &str = "agent-numa";
     let cp = cluster();
     let client = admin().await;
-    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
-    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS3}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    SimNode::new(NODE3).register(&client).await.unwrap();
-    let tree = Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap());
-    let _kubelet = FakeKubelet::start(
-        client.clone(),
-        BTreeMap::from([(NODE3.to_string(), tree.clone())]),
-    );
+    let (tree, _kubelet) = simulated_node(&client, NODE3, NS3, CgroupDriver::Systemd).await;
     let dir = tempfile::tempdir().unwrap();
     for n in 0..2 {
         let node_dir = dir.path().join(format!("sys/devices/system/node/node{n}"));
@@ -831,21 +830,7 @@ async fn the_agent_enforces_a_cgroupfs_node() {
     const NS4: &str = "agent-cgroupfs";
     let cp = cluster();
     let client = admin().await;
-    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
-    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS4}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    SimNode::new(NODE4).register(&client).await.unwrap();
-    let tree = Arc::new(CgroupTree::new(CgroupDriver::Cgroupfs, 2).unwrap());
-    let _kubelet = FakeKubelet::start(
-        client.clone(),
-        BTreeMap::from([(NODE4.to_string(), tree.clone())]),
-    );
+    let (tree, _kubelet) = simulated_node(&client, NODE4, NS4, CgroupDriver::Cgroupfs).await;
     let tiered = json!({"throttlingFactor": 0.8, "reservationPolicy": "TieredReservation"});
     set_config_on(&client, NODE4, "rev-1", tiered.clone()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS4);

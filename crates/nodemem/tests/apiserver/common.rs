@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::Client;
 use nodemem_api::NodeMemoryPolicy;
@@ -51,20 +50,10 @@ pub fn object(value: serde_json::Value) -> DynamicObject {
     serde_json::from_value(value).expect("a Kubernetes object")
 }
 
-/// Creates a pod, retrying while the namespace's default ServiceAccount is not there
-/// yet (the controller-manager creates it just after the namespace).
+/// Creates a pod (see `nodemem_testkit::clients::create_pod`); a failure fails the test.
 pub async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
     let pod: Pod = serde_json::from_value(pod).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match api.create(&PostParams::default(), &pod).await {
-            Ok(p) => return p,
-            Err(kube::Error::Api(s))
-                if s.message.contains("serviceaccount") && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("create pod: {e}"),
-        }
-    }
+    nodemem_testkit::clients::create_pod(api, &pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }

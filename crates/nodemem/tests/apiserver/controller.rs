@@ -318,26 +318,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         let mut nodes: Vec<String> = list
             .items
             .iter()
-            .filter_map(|p| {
-                let term = p
-                    .spec
-                    .as_ref()?
-                    .affinity
-                    .as_ref()?
-                    .node_affinity
-                    .as_ref()?
-                    .required_during_scheduling_ignored_during_execution
-                    .as_ref()?
-                    .node_selector_terms
-                    .first()?
-                    .clone();
-                term.match_fields?
-                    .first()?
-                    .values
-                    .as_ref()?
-                    .first()
-                    .cloned()
-            })
+            .filter_map(nodemem_testkit::kubelet::affinity_node)
             .collect();
         nodes.sort();
         (nodes.len() >= 6).then_some(nodes)

@@ -271,6 +271,32 @@ fn live_view_in_tmux() {
     assert!(stopped.contains("SANDBOX-EXIT 0"), "{stopped}");
 }
 
+/// The NodeMemoryConfigs' revisions of the general pool, one per line.
+fn general_revisions(shell: &Shell) -> String {
+    shell.kubectl(&[
+        "get",
+        "nmc",
+        "-o",
+        "jsonpath={range .items[?(@.spec.policy==\"general\")]}{.spec.revision}{\"\\n\"}{end}",
+    ])
+}
+
+/// Every cgroup file a diff row names holds the row's `side` ("from" or "to").
+fn files_hold(tree: &Path, rows: &[Value], side: &str) {
+    for row in rows {
+        let path = tree
+            .join(row["path"].as_str().unwrap())
+            .join(row["file"].as_str().unwrap());
+        let on_disk = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            Some(on_disk.trim()),
+            row[side].as_str(),
+            "{} ({side})",
+            path.display()
+        );
+    }
+}
+
 /// Per (owner, file): the value `simulate -o json` predicts.
 fn simulated_values(sim: &Value) -> BTreeMap<(String, String), String> {
     let mut out = BTreeMap::new();
@@ -592,12 +618,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         (p["state"] == "Paused" && p["revision"] == new_revision.as_str()).then_some(())
     });
     std::thread::sleep(Duration::from_secs(3));
-    let configs = shell.kubectl(&[
-        "get",
-        "nmc",
-        "-o",
-        "jsonpath={range .items[?(@.spec.policy==\"general\")]}{.spec.revision}{\"\\n\"}{end}",
-    ]);
+    let configs = general_revisions(&shell);
     assert!(
         configs.lines().all(|r| r == first_revision),
         "paused, yet a node moved:\n{configs}"
@@ -611,12 +632,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
             .as_array()?
             .iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        let configs = shell.kubectl(&[
-            "get",
-            "nmc",
-            "-o",
-            "jsonpath={range .items[?(@.spec.policy==\"general\")]}{.spec.revision}{\"\\n\"}{end}",
-        ]);
+        let configs = general_revisions(&shell);
         (ready && configs.lines().count() == 3 && configs.lines().all(|r| r == revision))
             .then_some(())
     };
@@ -628,18 +644,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
 
     // What the agents wrote is what diff said, file by file.
     let tree = &roots["general-1"];
-    for row in rows {
-        let path = tree
-            .join(row["path"].as_str().unwrap())
-            .join(row["file"].as_str().unwrap());
-        let on_disk = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(
-            Some(on_disk.trim()),
-            row["to"].as_str(),
-            "{}",
-            path.display()
-        );
-    }
+    files_hold(tree, rows, "to");
 
     // rollback: back to the first revision, recorded in status; a second one is refused.
     let out = shell.kubectl(&["nodemem", "rollback", "general"]);
@@ -665,18 +670,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         .unwrap()
         .clone();
     assert_eq!(degraded["reason"], "RolledBack", "{degraded}");
-    for row in rows {
-        let path = tree
-            .join(row["path"].as_str().unwrap())
-            .join(row["file"].as_str().unwrap());
-        let on_disk = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(
-            Some(on_disk.trim()),
-            row["from"].as_str(),
-            "{}",
-            path.display()
-        );
-    }
+    files_hold(tree, rows, "from");
     let again = shell.run("kubectl", &["nodemem", "rollback", "general"]);
     assert_eq!(again.code, 1);
     assert!(
