@@ -326,3 +326,87 @@ pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
     };
     strip(a) != strip(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_model::memory_qos::MemoryQosSettings;
+    use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+    use nodemem_model::policy::PolicySettings;
+
+    fn pods() -> Vec<NodePod> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]}
+        }))
+        .unwrap();
+        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()]
+    }
+
+    fn kernel_supported(kernel: &str) -> (Condition, Condition) {
+        let settings = PolicySettings {
+            memory_qos: MemoryQosSettings {
+                enabled: true,
+                ..MemoryQosSettings::default()
+            },
+            ..PolicySettings::default()
+        };
+        let mut facts = NodeFacts::default();
+        facts.memory.kernel_version = Some(kernel.into());
+        facts.memory.allocatable_memory = Some(8 << 30);
+        let pods = pods();
+        let desired = desired_node(NodeInput {
+            settings: &settings,
+            facts: &facts,
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        let discovery = Discovery {
+            kernel_version: kernel.into(),
+            cgroup_driver: CgroupDriver::Systemd,
+            kubepods_controllers: Default::default(),
+            page_size: 4096,
+            topology: None,
+        };
+        let s = status(
+            "r1",
+            Some(1),
+            PassOutcome::Applied {
+                desired: &desired,
+                report: &ApplyReport::default(),
+                conflict: None,
+                kubelet: None,
+            },
+            None,
+            &discovery,
+            None,
+            &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
+        let find = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        (find("Applied"), find("KernelSupported"))
+    }
+
+    /// KEP-2570: before 5.9 memory.high can livelock; the kubelet warns and still sets
+    /// the values, and so does nodemem, saying so in KernelSupported.
+    #[test]
+    fn a_kernel_before_the_livelock_fix_is_reported_and_the_values_still_applied() {
+        let (applied, kernel) = kernel_supported("5.4.0-150-generic");
+        assert_eq!(
+            (applied.status.as_str(), applied.reason.as_str()),
+            ("True", "Applied")
+        );
+        assert_eq!(
+            (kernel.status.as_str(), kernel.reason.as_str()),
+            ("False", "KernelBeforeLivelockFix")
+        );
+        let (_, kernel) = kernel_supported("5.9.0");
+        assert_eq!(
+            (kernel.status.as_str(), kernel.reason.as_str()),
+            ("True", "CgroupV2")
+        );
+        let (_, kernel) = kernel_supported("not-a-version");
+        assert_eq!(kernel.reason, "KernelVersionUnparsable");
+    }
+}
