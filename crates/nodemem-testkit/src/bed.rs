@@ -149,6 +149,34 @@ fn write_node_files(dir: &Path, node: &SimNode) -> Result<(), Error> {
     Ok(())
 }
 
+/// `nodemem agent` flags for a simulated node: its name, its cgroup tree, and sysfs,
+/// procfs and state directory under `node_dir`; metrics on a free loopback port.
+pub fn agent_args(
+    node: &str,
+    cgroup_root: &Path,
+    node_dir: &Path,
+    resync_seconds: u64,
+) -> Vec<String> {
+    let dir = |sub: &str| node_dir.join(sub).display().to_string();
+    vec![
+        "agent".into(),
+        "--node-name".into(),
+        node.into(),
+        "--resync-seconds".into(),
+        resync_seconds.to_string(),
+        "--metrics-addr".into(),
+        "127.0.0.1:0".into(),
+        "--cgroup-root".into(),
+        cgroup_root.display().to_string(),
+        "--sys-root".into(),
+        dir("sys"),
+        "--proc-root".into(),
+        dir("proc"),
+        "--state-dir".into(),
+        dir("state"),
+    ]
+}
+
 impl Bed {
     /// Starts the control plane (building it first if needed), applies CRDs and RBAC,
     /// registers the pools' nodes, and starts the agents and the controller. `step`
@@ -235,25 +263,11 @@ impl Bed {
             write_node_files(&node_dir, sim)?;
             let agent_kubeconfig = cp.kubeconfig(&Identity::Agent(sim.name.clone())).await?;
             let tree = trees[&sim.name].clone();
-            let args: Vec<String> = vec![
-                "agent".into(),
-                "--node-name".into(),
-                sim.name.clone(),
-                "--resync-seconds".into(),
-                spec.agent_resync_seconds.to_string(),
-                "--metrics-addr".into(),
-                "127.0.0.1:0".into(),
-                "--cgroup-root".into(),
-                tree.root().display().to_string(),
-                "--sys-root".into(),
-                node_dir.join("sys").display().to_string(),
-                "--proc-root".into(),
-                node_dir.join("proc").display().to_string(),
-                "--state-dir".into(),
-                node_dir.join("state").display().to_string(),
+            let mut args = agent_args(&sim.name, tree.root(), &node_dir, spec.agent_resync_seconds);
+            args.extend([
                 "--kubeconfig".into(),
                 agent_kubeconfig.display().to_string(),
-            ];
+            ]);
             let agent = Process::spawn(
                 &format!("agent {}", sim.name),
                 &spec.nodemem,

@@ -642,23 +642,7 @@ pub(crate) fn spawn_agent_with(
     let log = dir.join(log);
     AgentProcess {
         child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
-            .args([
-                "agent",
-                "--node-name",
-                node,
-                "--resync-seconds",
-                "1",
-                "--metrics-addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--cgroup-root")
-            .arg(cgroup_root)
-            .arg("--sys-root")
-            .arg(dir.join("sys"))
-            .arg("--proc-root")
-            .arg(dir.join("proc"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
+            .args(nodemem_testkit::bed::agent_args(node, cgroup_root, dir, 1))
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::null())
