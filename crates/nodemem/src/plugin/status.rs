@@ -330,6 +330,16 @@ mod tests {
         assert_eq!(node_state(&s.configs[1], Some("r3")), "Waiting");
         let ready = config("n4", "r2", ("True", "Applied"), 2);
         assert_eq!(node_state(&ready, Some("r2")), "Ready");
+        // After a rollback the pool's target is the revision before the rolled-back one.
+        let mut p = policy("a", "x", 0);
+        assert_eq!(target_revision(&p).as_deref(), Some("r2"));
+        let st = p.status.as_mut().unwrap();
+        st.rolled_back_revision = Some("r2".into());
+        st.revisions = serde_json::from_value(json!([
+            {"revision": "r2", "settings": {}}, {"revision": "r1", "settings": {}}
+        ]))
+        .unwrap();
+        assert_eq!(target_revision(&p).as_deref(), Some("r1"));
         // The controller's rule: a kubelet restart still owed is not a failure.
         let restarting = config("n5", "r2", ("False", "KubeletRestartRequired"), 2);
         assert!(failing(&restarting).is_none());
