@@ -1,26 +1,87 @@
-//! The node agent's engine, below Kubernetes: from the desired node (computed by
-//! `nodemem_model::node::desired_node`) to the kernel, and what it leaves on disk.
+//! The node agent (`nodemem agent`): it enforces its node's NodeMemoryConfig on the
+//! node's cgroup v2 tree (or renders a kubelet drop-in under `enforcement: Kubelet`)
+//! and reports back. `--once` computes and applies one node from files (no
+//! apiserver); the in-cluster mode builds on the same engine.
 //!
-//! * [`plan`]: pure write planning and ownership (what nodemem set, and what it held
-//!   before).
-//! * [`execute`]: reading what the plan needs and performing its writes.
-//! * [`apply`]: one pass over a node: observe, plan, execute, update ownership.
-//! * [`state`]: the state directory (atomic, versioned, checksummed records).
-//! * [`kubelet`]: the kubelet's configuration, nodemem's drop-in for it, its Memory
-//!   Manager state file and its start time.
-//! * [`numa_state`]: the Memory Manager's state in that directory, checked against the
-//!   node at start.
+//! * [`args`]: the command line.
+//! * [`engine`]: one node's computation and apply, over `nodemem_enforce` (no client).
+//! * [`cluster`]: the in-cluster agent: watches feed `nodemem_api::node_index`, passes
+//!   run the engine, [`status`] and [`health`] report, [`metrics`] count.
+//! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
+//! * [`once`] and [`output`]: `--once` from files, and what it prints.
 
-pub mod allocator;
-pub mod apply;
-pub mod backoff;
-pub mod execute;
-pub mod kubelet;
-pub mod numa_state;
-pub mod plan;
-pub mod state;
+pub mod args;
+pub mod cluster;
+pub mod engine;
+pub mod health;
+pub mod kubelet_mode;
+pub mod metrics;
+pub mod once;
+mod output;
+pub mod status;
 
-pub use apply::{apply, apply_scoped, ApplyOptions, ApplyReport};
-pub use backoff::WriteBackoff;
-pub use plan::{Ownership, Write, WriteKind};
-pub use state::{StateDir, StateError};
+use nodemem_process::logs::init_logs;
+use nodemem_process::{CliError, Outcome};
+
+pub use args::AgentArgs;
+
+pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
+    if args.once {
+        return once::run(args);
+    }
+    let node_name = args
+        .node_name
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok())
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
+        })?;
+    init_logs(args.log_format);
+    let engine = once::engine_config(args);
+    let kubelet = kubelet_mode::KubeletModeConfig {
+        files: engine.kubelet.clone(),
+        memory_manager_state: args.kubelet_memory_manager_state.clone(),
+        proc_root: args.proc_root.clone(),
+        restart: kubelet_mode::KubeletRestart {
+            command: args
+                .kubelet_restart_command
+                .clone()
+                .filter(|c| !c.trim().is_empty()),
+            healthz: Some(args.kubelet_healthz_url.clone()).filter(|u| !u.is_empty() && u != "off"),
+            timeout: std::time::Duration::from_secs(args.kubelet_restart_timeout_seconds.max(1)),
+        },
+    };
+    let mut agent = cluster::ClusterAgent::new(
+        node_name,
+        engine,
+        kubelet,
+        std::time::Duration::from_secs(args.resync_seconds.max(1)),
+    );
+    if args.per_container_metrics {
+        agent.metrics = std::sync::Arc::new(metrics::Metrics::with_container_series(
+            args.per_container_metrics_cap,
+        ));
+    }
+    agent.metrics_addr = match args.metrics_addr.as_str() {
+        "" | "off" => None,
+        a => Some(a.parse().map_err(|e| {
+            CliError::one(format!(
+                "--metrics-addr {a:?}: {e}; give host:port such as 0.0.0.0:9180, or off"
+            ))
+        })?),
+    };
+    // One thread: the agent waits on the network and the kernel nearly all the time
+    // (a worker pool would add threads and per-thread allocator arenas that idle
+    // agents on every node pay for). The inotify reader has a thread of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    let kubeconfig = args.kubeconfig.clone();
+    runtime.block_on(async move {
+        let client = nodemem_process::kubeclient::client(kubeconfig.as_deref(), None).await?;
+        agent.run(client).await.map_err(CliError::one)
+    })?;
+    Ok(Outcome::default())
+}

@@ -6,8 +6,10 @@ pub mod convert;
 pub mod crdgen;
 pub mod int_or_percent;
 pub mod k8s;
+pub mod node_index;
 pub mod policy;
 pub mod quantity;
+pub mod report;
 pub mod revision;
 
 pub use config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus};

@@ -36,7 +36,7 @@ use crate::cgroup::{
 };
 use crate::factor::ThrottlingFactor;
 use crate::kernel::memory_qos_kernel_warnings;
-use crate::pod::{Container, ContainerKind, Pod, PodSpec};
+use crate::pod::{ordered_containers, ContainerKind, Pod};
 use crate::profile::{ContainerMemory, PodMemoryProfile};
 use crate::qos::{qos_class, QosClass};
 use crate::warning::Warning;
@@ -372,12 +372,6 @@ fn pod_plan(pod: &Pod, qos: QosClass, opted_out: bool, values: PodValues) -> Pod
             })
             .collect(),
     }
-}
-
-/// Init and sidecar containers in spec order, then app containers: the order of
-/// [`PodValues::containers`].
-pub fn ordered_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
-    spec.init_containers.iter().chain(spec.containers.iter())
 }
 
 /// Pod cgroup: memory.min / memory.low from the effective pod request

@@ -13,13 +13,13 @@ use crate::cgroup_layout::{
     container_dir_under, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId,
 };
 use crate::memory_qos::{
-    ordered_containers, unprotected_container, unprotected_pod_cgroup, MemoryTotals,
-    NodeAccumulator, NodeLevel, NodeMemoryFacts,
+    unprotected_container, unprotected_pod_cgroup, MemoryTotals, NodeAccumulator, NodeLevel,
+    NodeMemoryFacts,
 };
 use crate::numa::{
     cpuset_mems, MachineState, MemoryManager, NumaTopology, Pinning, Rejection, Scope,
 };
-use crate::pod::{ContainerKind, Pod};
+use crate::pod::{ordered_containers, ContainerKind, Pod};
 use crate::policy::{MemoryManagerPolicy, PolicySettings};
 use crate::problem::Problem;
 use crate::profile::PodMemoryProfile;

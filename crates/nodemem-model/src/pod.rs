@@ -100,3 +100,16 @@ pub fn is_pod_level_resource(name: &str) -> bool {
 pub fn is_hugepages(name: &str) -> bool {
     name.starts_with(HUGEPAGES_PREFIX)
 }
+
+/// True for `hugepages-<size>` where size is a positive binary quantity (`2Mi`, `1Gi`).
+pub fn is_valid_hugepages_name(name: &str) -> bool {
+    name.strip_prefix("hugepages-")
+        .and_then(|size| Quantity::parse(size).ok())
+        .is_some_and(|q| q.value() > 0)
+}
+
+/// Init and sidecar containers in spec order, then app containers: the order in which
+/// the memory rules list a pod's containers (`memory_qos::PodValues::containers`).
+pub fn ordered_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers.iter().chain(spec.containers.iter())
+}

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::memory_qos::MemoryQosSettings;
-use crate::pod::{is_hugepages, MEMORY};
+// Defined beside the NUMA machine that consumes it; part of the settings API here.
+pub use crate::numa::machine::ReservedMemory;
+use crate::pod::{is_hugepages, is_valid_hugepages_name, MEMORY};
 use crate::problem::Problem;
 use crate::quantity::{format_bytes, Quantity};
 
@@ -17,14 +19,6 @@ pub enum MemoryManagerPolicy {
     #[default]
     None,
     Static,
-}
-
-/// `reservedMemory[]`: memory held back from pods on one NUMA node, per memory type.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ReservedMemory {
-    pub numa_node: i64,
-    /// `memory` or `hugepages-<size>` -> amount.
-    pub limits: BTreeMap<String, Quantity>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -57,13 +51,6 @@ pub struct PolicySettings {
     pub memory_manager: MemoryManagerSettings,
     pub node_reserved: Option<NodeReserved>,
     pub enforcement: Enforcement,
-}
-
-/// True for `hugepages-<size>` where size is a positive binary quantity (`2Mi`, `1Gi`).
-pub fn is_valid_hugepages_name(name: &str) -> bool {
-    name.strip_prefix("hugepages-")
-        .and_then(|size| Quantity::parse(size).ok())
-        .is_some_and(|q| q.value() > 0)
 }
 
 /// Every semantic problem with the settings, with paths under `spec`.

@@ -5,8 +5,7 @@
 //! instead of walking resource maps.
 
 use crate::aggregate::{pod_memory_limit, pod_memory_request};
-use crate::memory_qos::ordered_containers;
-use crate::pod::{ContainerKind, PodSpec, MEMORY};
+use crate::pod::{ordered_containers, ContainerKind, PodSpec, MEMORY};
 use crate::qos::{has_pod_level_resources, qos_class, QosClass};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

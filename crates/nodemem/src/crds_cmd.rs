@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use nodemem_api::crdgen::{crds, render, render_all};
 
-use crate::error::CliError;
+use nodemem_process::CliError;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct CrdsArgs {

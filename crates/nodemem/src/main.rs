@@ -4,13 +4,13 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    nodemem_agent::allocator::tune_allocator();
+    nodemem_enforce::allocator::tune_allocator();
     // Installed (or linked) as `kubectl-nodemem`, the binary is the kubectl plugin.
     if std::env::args_os()
         .next()
-        .is_some_and(|a| nodemem::plugin::invoked_as_plugin(&a))
+        .is_some_and(|a| nodemem_plugin::invoked_as_plugin(&a))
     {
-        let out = nodemem::plugin::run(&nodemem::plugin::PluginCli::parse());
+        let out = nodemem_plugin::run(&nodemem_plugin::PluginCli::parse());
         let _ = std::io::stdout().write_all(out.stdout.as_bytes());
         for problem in &out.stderr {
             eprintln!("error: {problem}");

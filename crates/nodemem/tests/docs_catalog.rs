@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use nodemem::endpoints::Endpoints;
+use nodemem_process::endpoints::Endpoints;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -36,9 +36,9 @@ fn documented(doc: &str, prefix: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_registered_metric_is_documented_and_nothing_else() {
-    use nodemem::agent::health::Reading;
-    use nodemem::agent::metrics::{Metrics as AgentMetrics, PodSignals, Trigger};
-    use nodemem::controller::metrics::{ErrorCategory, Metrics as ControllerMetrics};
+    use nodemem_agent::health::Reading;
+    use nodemem_agent::metrics::{Metrics as AgentMetrics, PodSignals, Trigger};
+    use nodemem_controller::metrics::{ErrorCategory, Metrics as ControllerMetrics};
     // A family (a metric with labels) shows in the exposition once it has a series:
     // one of each is recorded, as the binaries record them.
     let agent = AgentMetrics::with_container_series(10);
@@ -90,14 +90,14 @@ fn every_registered_metric_is_documented_and_nothing_else() {
 
 /// The files that write conditions and Events.
 const SOURCES: &[&str] = &[
-    "crates/nodemem/src/agent/status.rs",
-    "crates/nodemem/src/agent/health.rs",
-    "crates/nodemem/src/agent/engine.rs",
-    "crates/nodemem/src/agent/cluster.rs",
-    "crates/nodemem/src/agent/kubelet_mode.rs",
-    "crates/nodemem/src/controller/decide.rs",
-    "crates/nodemem/src/controller/policy_status.rs",
-    "crates/nodemem/src/controller/run.rs",
+    "crates/nodemem-agent/src/status.rs",
+    "crates/nodemem-agent/src/health.rs",
+    "crates/nodemem-agent/src/engine.rs",
+    "crates/nodemem-agent/src/cluster.rs",
+    "crates/nodemem-agent/src/kubelet_mode.rs",
+    "crates/nodemem-controller/src/decide.rs",
+    "crates/nodemem-controller/src/policy_status.rs",
+    "crates/nodemem-controller/src/run.rs",
     // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
     "crates/nodemem-model/src/warning.rs",
     "crates/nodemem-model/src/kubelet_dropin.rs",
@@ -173,7 +173,11 @@ fn every_condition_and_event_reason_is_documented_and_exists() {
     let all_code: String = [
         "crates/nodemem/src",
         "crates/nodemem-model/src",
+        "crates/nodemem-api/src",
+        "crates/nodemem-enforce/src",
         "crates/nodemem-agent/src",
+        "crates/nodemem-controller/src",
+        "crates/nodemem-plugin/src",
     ]
     .iter()
     .map(|d| walk(&repo().join(d)))

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use nodemem_model::numa::NumaTopology;
+use nodemem_model::pod::is_valid_hugepages_name;
 use nodemem_model::pod::MEMORY;
-use nodemem_model::policy::is_valid_hugepages_name;
 use nodemem_model::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -10,12 +10,19 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pod::MEMORY;
-use crate::policy::{is_valid_hugepages_name, ReservedMemory};
+use crate::pod::{is_valid_hugepages_name, MEMORY};
 use crate::problem::Problem;
-use crate::quantity::format_bytes;
+use crate::quantity::{format_bytes, Quantity};
 
 pub type NumaId = i64;
+
+/// `reservedMemory[]`: memory held back from pods on one NUMA node, per memory type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ReservedMemory {
+    pub numa_node: i64,
+    /// `memory` or `hugepages-<size>` -> amount.
+    pub limits: BTreeMap<String, Quantity>,
+}
 
 /// NUMA nodes with their capacity per memory type (`memory`, `hugepages-<size>`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

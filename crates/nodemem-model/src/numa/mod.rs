@@ -6,6 +6,6 @@ pub mod manager;
 pub mod state;
 pub mod sysfs;
 
-pub use machine::{MachineState, MemoryTable, NumaId, NumaTopology};
+pub use machine::{MachineState, MemoryTable, NumaId, NumaTopology, ReservedMemory};
 pub use manager::{cpuset_mems, MemoryManager, Pinning, Rejection, RejectionReason, Scope};
 pub use state::MemoryManagerState;

@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1 as core;
 use kube::api::{Api, ListParams, PostParams};
 use nodemem_testkit::bed::{Bed, BedSpec, PoolSpec};
 
-use crate::error::CliError;
-use crate::plugin::cluster::Snapshot;
-use crate::Outcome;
+use nodemem_plugin::cluster::Snapshot;
+use nodemem_process::CliError;
+use nodemem_process::Outcome;
 
 /// Arguments of `nodemem sandbox`.
 #[derive(Clone, Debug, clap::Args)]
@@ -165,7 +165,7 @@ async fn sandbox(
     let tools = bed.dir().join("bin");
     std::fs::create_dir_all(&tools).map_err(|e| CliError::one(e.to_string()))?;
     let _ = std::os::unix::fs::symlink(bin.join("kubectl"), tools.join("kubectl"));
-    let _ = std::os::unix::fs::symlink(nodemem, tools.join(crate::plugin::PLUGIN_BINARY));
+    let _ = std::os::unix::fs::symlink(nodemem, tools.join(nodemem_plugin::PLUGIN_BINARY));
     out.line(&format!(
         "control plane up in {:.0}s; {} nodes in 3 pools, agents and controller running",
         started.elapsed().as_secs_f64(),

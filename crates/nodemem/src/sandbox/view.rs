@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1 as core;
 use nodemem_model::cgroup_layout::{container_dir_under, pod_dir, CgroupDriver};
 use nodemem_model::qos::qos_class;
 
-use crate::plugin::cluster::Snapshot;
-use crate::plugin::render::table;
-use crate::plugin::status::{self, PolicyRow};
+use nodemem_plugin::cluster::Snapshot;
+use nodemem_plugin::render::table;
+use nodemem_plugin::status::{self, PolicyRow};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct View {
@@ -169,7 +169,7 @@ pub fn frame(v: &View, header: &str) -> String {
             p.state.clone(),
         ]);
     }
-    let _ = writeln!(out, "{}\n", crate::plugin::render::text(&t));
+    let _ = writeln!(out, "{}\n", nodemem_plugin::render::text(&t));
     let mut t = table(&["NODE", "POOL", "POLICY", "REVISION", "STATE"]);
     for (name, n) in &v.nodes {
         t.add_row(vec![
@@ -180,7 +180,7 @@ pub fn frame(v: &View, header: &str) -> String {
             n.state.clone(),
         ]);
     }
-    let _ = writeln!(out, "{}", crate::plugin::render::text(&t));
+    let _ = writeln!(out, "{}", nodemem_plugin::render::text(&t));
     if let Some((node, rows)) = &v.focus {
         let _ = writeln!(out, "\ncgroup files on {node} now:");
         let mut t = table(&[
@@ -201,7 +201,7 @@ pub fn frame(v: &View, header: &str) -> String {
                 r.cpuset_mems.clone(),
             ]);
         }
-        let _ = writeln!(out, "{}", crate::plugin::render::text(&t));
+        let _ = writeln!(out, "{}", nodemem_plugin::render::text(&t));
     }
     out
 }

@@ -7,11 +7,10 @@ mod output;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1 as core;
-use nodemem_api::convert::{policy_settings, to_selector};
+use nodemem_api::convert::to_selector;
 use nodemem_api::k8s::{
     node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
 };
-use nodemem_api::NodeMemoryPolicy;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
@@ -19,10 +18,11 @@ use nodemem_model::pod::Pod;
 use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 use nodemem_model::Warning;
 
-use crate::error::CliError;
-use crate::manifests::{check_settings, read_documents, typed, typed_kind, Document};
+use nodemem_process::flags::ScopeArg;
+use nodemem_process::manifests::{read_documents, read_policies, typed, typed_kind, Document};
+use nodemem_process::CliError;
 
-pub use numa::{parse_topology, read_topology, ScopeArg};
+pub use numa::{parse_topology, read_topology};
 pub use output::{render_json, render_table, SimulateOutput};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -181,52 +181,6 @@ pub fn simulate(
     Ok(SimulateOutput::from_desired(
         &node_name, &winner, &desired, warnings,
     ))
-}
-
-/// The policies of a file, each checked as `simulate` checks them (unknown fields,
-/// apiVersion and kind, settings); problems are collected.
-pub(crate) fn read_policies(
-    docs: &[Document],
-    problems: &mut Vec<String>,
-) -> Vec<(NodeMemoryPolicy, nodemem_model::policy::PolicySettings)> {
-    if docs.is_empty() {
-        problems.push("--policy: the file holds no NodeMemoryPolicy".to_string());
-    }
-    let mut out = Vec::new();
-    for doc in docs {
-        if doc.kind() != Some("NodeMemoryPolicy")
-            || doc.api_version() != Some("nodemem.io/v1alpha1")
-        {
-            problems.push(format!(
-                "{}: {}: expected apiVersion nodemem.io/v1alpha1 and kind NodeMemoryPolicy",
-                doc.origin,
-                doc.describe()
-            ));
-            continue;
-        }
-        if let Err(e) = check_settings(doc) {
-            problems.extend(e.problems);
-            continue;
-        }
-        let policy: NodeMemoryPolicy = match typed(doc) {
-            Ok(p) => p,
-            Err(e) => {
-                problems.extend(e.problems);
-                continue;
-            }
-        };
-        if policy.metadata.name.as_deref().unwrap_or("").is_empty() {
-            problems.push(format!("{}: metadata.name: must be set", doc.origin));
-        }
-        match policy_settings(&policy.spec) {
-            Ok(settings) => out.push((policy, settings)),
-            Err(ps) => problems.extend(
-                ps.into_iter()
-                    .map(|p| format!("{}: {}: {p}", doc.origin, doc.describe())),
-            ),
-        }
-    }
-    out
 }
 
 /// The Node, its name and its allocatable memory (parsed once, here).

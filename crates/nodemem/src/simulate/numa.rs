@@ -1,29 +1,11 @@
 //! `simulate --numa`: the topology file (the shared document of
-//! `nodemem_api::k8s::topology`) and the topology manager scope.
+//! `nodemem_api::k8s::topology`).
 
 use std::path::Path;
 
-use nodemem_model::numa::{NumaTopology, Scope};
+use nodemem_model::numa::NumaTopology;
 
-use crate::error::CliError;
-
-/// Topology manager scope for `--topology-manager-scope` (the kubelet's
-/// `topologyManagerScope`, default `container`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ScopeArg {
-    #[default]
-    Container,
-    Pod,
-}
-
-impl From<ScopeArg> for Scope {
-    fn from(s: ScopeArg) -> Self {
-        match s {
-            ScopeArg::Container => Scope::Container,
-            ScopeArg::Pod => Scope::Pod,
-        }
-    }
-}
+use nodemem_process::CliError;
 
 /// Reads and checks a topology file; every problem is one line naming the file and
 /// the path of the bad value.

@@ -1,0 +1,121 @@
+//! The flags of `nodemem agent`.
+
+use std::path::PathBuf;
+
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_process::flags::ScopeArg;
+use nodemem_process::logs::LogFormat;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DriverArg {
+    Systemd,
+    Cgroupfs,
+}
+
+impl From<DriverArg> for CgroupDriver {
+    fn from(d: DriverArg) -> Self {
+        match d {
+            DriverArg::Systemd => CgroupDriver::Systemd,
+            DriverArg::Cgroupfs => CgroupDriver::Cgroupfs,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnceFormat {
+    Table,
+    Json,
+}
+
+/// Arguments of `nodemem agent`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AgentArgs {
+    /// Compute and apply the node once from files, then exit (no apiserver).
+    #[arg(long)]
+    pub once: bool,
+    /// This node's name (default: the NODE_NAME environment variable).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Seconds between full passes that read every file and repair drift.
+    #[arg(long, default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Logs on stderr: human text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// A kubeconfig to reach the apiserver with (default: KUBECONFIG, else the pod's
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
+    #[arg(long, default_value = "0.0.0.0:9180")]
+    pub metrics_addr: String,
+    /// Also export memory.high events and OOM kills per container (one series each);
+    /// by default they are per pod and per QoS class only.
+    #[arg(long)]
+    pub per_container_metrics: bool,
+    /// The most containers given series of their own with --per-container-metrics;
+    /// the rest are counted in nodemem_agent_containers_not_exported.
+    #[arg(long, default_value_t = 500, requires = "per_container_metrics")]
+    pub per_container_metrics_cap: usize,
+    /// The NodeMemoryConfig to enforce (YAML).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// This node's core/v1 Node (allocatable memory; name).
+    #[arg(long)]
+    pub node: Option<PathBuf>,
+    /// The pods on this node, as `kubectl get pods -A -o yaml --field-selector
+    /// spec.nodeName=NODE` prints them (container IDs from status).
+    #[arg(long)]
+    pub pods: Option<PathBuf>,
+    /// The cgroup v2 mount.
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    /// Where sysfs is mounted (NUMA nodes).
+    #[arg(long, default_value = "/sys")]
+    pub sys_root: PathBuf,
+    /// Where procfs is mounted (kernel version).
+    #[arg(long, default_value = "/proc")]
+    pub proc_root: PathBuf,
+    /// The agent's state: what nodemem set and what it held before, NUMA assignments.
+    #[arg(long, default_value = "/var/lib/nodemem")]
+    pub state_dir: PathBuf,
+    /// The kubelet's configuration file (a read-only host mount): files it enforces
+    /// itself are left to it.
+    #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
+    pub kubelet_config: PathBuf,
+    /// The kubelet's --config-dir, whose *.conf drop-ins override the file. Under
+    /// enforcement: Kubelet the agent writes its drop-in (99-nodemem.conf) here, so
+    /// this mount must be writable then.
+    #[arg(long)]
+    pub kubelet_config_dir: Option<PathBuf>,
+    /// The kubelet's Memory Manager state file, removed before a change of its
+    /// memoryManagerPolicy or reservedMemory (the kubelet refuses to start on it).
+    #[arg(long, default_value = "/var/lib/kubelet/memory_manager_state")]
+    pub kubelet_memory_manager_state: PathBuf,
+    /// Restarts the kubelet after its drop-in changed, run with `sh -c` (for example
+    /// `nsenter -t 1 -m -- systemctl restart kubelet`). Without it the config reports
+    /// KubeletRestartRequired until the kubelet is seen to restart.
+    #[arg(long)]
+    pub kubelet_restart_command: Option<String>,
+    /// Answers 200 once the restarted kubelet is back (plain http).
+    #[arg(long, default_value = "http://127.0.0.1:10248/healthz")]
+    pub kubelet_healthz_url: String,
+    /// How long the restart command and the kubelet's return may take.
+    #[arg(long, default_value_t = 120)]
+    pub kubelet_restart_timeout_seconds: u64,
+    /// Override the cgroup driver detected from the tree.
+    #[arg(long, value_enum)]
+    pub cgroup_driver: Option<DriverArg>,
+    /// The kubelet's topologyManagerScope.
+    #[arg(long, value_enum, default_value_t = ScopeArg::Container)]
+    pub topology_manager_scope: ScopeArg,
+    /// Print the writes without performing them; the state is not changed.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --once: stay, and cover each cgroup the moment its directory appears.
+    #[arg(long, requires = "once")]
+    pub follow: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OnceFormat::Table)]
+    pub output: OnceFormat,
+}

@@ -1,0 +1,726 @@
+//! `nodemem agent` in the cluster: watches only its own NodeMemoryConfig, Node and the
+//! pods bound to its node (plus Namespace labels, for the opt-out), keeps the
+//! [`NodeIndex`] current, enforces through the [`NodeEngine`] whenever something the
+//! computation reads changed (and on a periodic resync that repairs drift), and reports
+//! in the config's status by server-side apply, only when the status changed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
+use nodemem_model::node::Admission;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::engine::{cgroup_settings, off, EngineConfig, NodeEngine, Reach};
+use crate::health::{verdict, Baseline};
+use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
+use crate::metrics::{self, Metrics, PodSignals, Trigger};
+use crate::status::{condition, differs, status, PassOutcome};
+use nodemem_api::node_index::{LastKnown, NodeIndex};
+
+/// The field manager of everything the agent writes.
+pub const FIELD_MANAGER: &str = "nodemem-agent";
+
+const LAST_KNOWN_FILE: &str = "last-known.json";
+const LAST_KNOWN_KIND: &str = "last-known";
+
+pub struct ClusterAgent {
+    pub node_name: String,
+    pub engine: EngineConfig,
+    /// Where `enforcement: Kubelet` writes, and how it restarts the kubelet.
+    pub kubelet: KubeletModeConfig,
+    pub resync: Duration,
+    /// Set once the client exists.
+    pub recorder: Option<Recorder>,
+    /// Pods already told they were refused NUMA pinning (uid).
+    pub told_refused: std::sync::Mutex<BTreeSet<String>>,
+    pub metrics: std::sync::Arc<Metrics>,
+    /// Counters at the time the current revision was applied.
+    baseline: std::sync::Mutex<Baseline>,
+    /// Where /metrics, /healthz and /readyz are served; None serves nothing.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl ClusterAgent {
+    pub fn new(
+        node_name: String,
+        engine: EngineConfig,
+        kubelet: KubeletModeConfig,
+        resync: Duration,
+    ) -> Self {
+        ClusterAgent {
+            node_name,
+            engine,
+            kubelet,
+            resync,
+            recorder: None,
+            told_refused: Default::default(),
+            metrics: Default::default(),
+            baseline: Default::default(),
+            metrics_addr: None,
+        }
+    }
+
+    async fn event(&self, reference: &ObjectReference, reason: &str, note: &str, action: &str) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, reference).await {
+            warn!(error = %e, "event not recorded");
+        }
+    }
+
+    /// An Event on each pod the Memory Manager newly refused.
+    async fn refusal_events(&self, refused: Vec<(String, String, String, String)>) {
+        let new: Vec<_> = {
+            let mut told = self.told_refused.lock().unwrap_or_else(|e| e.into_inner());
+            let now: BTreeSet<String> = refused.iter().map(|r| r.2.clone()).collect();
+            told.retain(|uid| now.contains(uid));
+            refused
+                .into_iter()
+                .filter(|r| told.insert(r.2.clone()))
+                .collect()
+        };
+        for (namespace, name, uid, reason) in new {
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(namespace),
+                name: Some(name),
+                uid: Some(uid),
+                ..ObjectReference::default()
+            };
+            self.event(&reference, "NumaPinningRefused", &reason, "Pin")
+                .await;
+        }
+    }
+}
+
+/// Watch events of the four kinds, merged into one stream (boxed: Kubernetes objects
+/// are large and of very different sizes).
+enum Update {
+    Config(Box<Event<NodeMemoryConfig>>),
+    Pod(Box<Event<core::Pod>>),
+    Node(Box<Event<core::Node>>),
+    Namespace(Box<Event<kube::core::PartialObjectMeta<core::Namespace>>>),
+    /// Cgroup directories that appeared under kubepods (inotify), and when.
+    Cgroups(Vec<String>, std::time::Instant),
+    Resync,
+}
+
+/// Watches the kubepods tree on a thread of its own (inotify reads block) and forwards
+/// how many directories appeared.
+fn cgroup_events(
+    root: std::path::PathBuf,
+    top: nodemem_cgroup::CgroupPath,
+) -> Result<impl Stream<Item = watcher::Result<Update>> + Send, String> {
+    let mut tree = nodemem_cgroup::watch::TreeWatcher::new(&root, &top)
+        .map_err(|e| format!("cannot watch {}: {e}", root.join(top.as_str()).display()))?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("cgroup-watch".into())
+        .spawn(move || loop {
+            match tree.wait() {
+                Ok(changes) => {
+                    let appeared: Vec<String> = changes
+                        .iter()
+                        .filter_map(|c| match c {
+                            nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.as_str().to_string()),
+                            nodemem_cgroup::watch::TreeChange::Gone(_) => None,
+                        })
+                        .collect();
+                    if !appeared.is_empty() && tx.send((appeared, std::time::Instant::now())).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "watching the cgroup tree failed; the periodic resync still covers new cgroups");
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the cgroup watcher: {e}"))?;
+    Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .map(|(n, at)| Ok(Update::Cgroups(n, at))))
+}
+
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff()
+}
+
+impl ClusterAgent {
+    pub async fn run(mut self, client: Client) -> Result<(), String> {
+        self.recorder = Some(Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(self.node_name.clone()),
+            },
+        ));
+        if let Some(addr) = self.metrics_addr {
+            let bound = metrics::serve(addr, self.metrics.clone()).await?;
+            info!(%bound, "serving /metrics, /healthz and /readyz");
+        }
+        let node = &self.node_name;
+        let mut engine = self.open_engine(&client).await;
+        let mut kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
+        let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let config_events =
+            watch(configs.clone(), by_name.clone()).map(|e| e.map(|e| Update::Config(Box::new(e))));
+        let pod_events = watch(
+            Api::<core::Pod>::all(client.clone()),
+            watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+        )
+        .map(|e| e.map(|e| Update::Pod(Box::new(e))));
+        let node_events = watch(Api::<core::Node>::all(client.clone()), by_name)
+            .map(|e| e.map(|e| Update::Node(Box::new(e))));
+        // Namespace metadata only: the agent reads their labels, nothing else.
+        let namespace_events = watch(
+            Api::<kube::core::PartialObjectMeta<core::Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .map(|e| e.map(|e| Update::Namespace(Box::new(e))));
+        let resync = futures::stream::unfold(tokio::time::interval(self.resync), |mut t| async {
+            t.tick().await;
+            Some((Ok(Update::Resync), t))
+        });
+        let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
+            engine.discovery().cgroup_driver,
+        ))
+        .expect("a constant path");
+        let cgroups = cgroup_events(self.engine.roots.cgroup.clone(), top)?;
+        let mut updates = futures::stream::select_all(vec![
+            cgroups.boxed(),
+            config_events.boxed(),
+            pod_events.boxed(),
+            node_events.boxed(),
+            namespace_events.boxed(),
+            resync.boxed(),
+        ]);
+
+        let mut index = NodeIndex::new(node);
+        let mut config_listed = false;
+        // The first pass waits for the first lists: computing with no pods yet would
+        // take their protection away until the list arrives.
+        let mut pods_listed = false;
+        let mut node_listed = false;
+        let mut relisting_pods: Option<BTreeSet<String>> = None;
+        let mut last_status: Option<NodeMemoryConfigStatus> = None;
+        let mut saved: Option<LastKnown> = None;
+        // The pods to compute, rebuilt only when the index changed.
+        let mut pods: Option<Vec<nodemem_model::node::NodePod>> = None;
+        // Serve from the state before the first list (the apiserver may be away): the
+        // last known config for the last known pods. Status waits for the apiserver.
+        match engine
+            .state()
+            .load::<LastKnown>(LAST_KNOWN_FILE, LAST_KNOWN_KIND)
+        {
+            Ok(Some(last)) => {
+                index.restore(&last);
+                let pods = index.node_pods();
+                if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
+                    // Under enforcement: Kubelet the drop-in is on disk already.
+                    let settings = cgroup_settings(&settings);
+                    match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
+                    {
+                        Ok((_, report)) => {
+                            self.metrics.pass(Trigger::Start, 0.0);
+                            info!(
+                                revision = %last.revision,
+                                pods = pods.len(),
+                                writes = report.applied.len(),
+                                "enforced the last known config from the state directory"
+                            )
+                        }
+                        Err(e) => warn!(error = %e, "the last known config could not be enforced"),
+                    }
+                }
+                saved = Some(last);
+                // The watches' first lists replace what the record said.
+                index = NodeIndex::new(node);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, "the last known config is not usable; waiting for the apiserver")
+            }
+        }
+        info!(node = %node, "watching this node's NodeMemoryConfig, Node and pods");
+        while let Some(update) = updates.next().await {
+            let update = match update {
+                Ok(u) => u,
+                Err(e) => {
+                    warn!(error = %e, "watch failed; retrying with backoff");
+                    continue;
+                }
+            };
+            let mut changed = false;
+            // A pod event changes that pod and the node-level sums only.
+            let mut touched_pod: Option<String> = None;
+            let mut resync = false;
+            let mut reaction_since: Option<std::time::Instant> = None;
+            let mut appeared: BTreeSet<String> = BTreeSet::new();
+            match update {
+                Update::Config(e) => match *e {
+                    Event::Apply(c) | Event::InitApply(c) => changed |= index.apply_config(&c),
+                    Event::Delete(_) => changed |= index.delete_config(),
+                    Event::InitDone => {
+                        config_listed = true;
+                        changed = true;
+                    }
+                    Event::Init => {}
+                },
+                Update::Pod(e) => match *e {
+                    Event::Apply(p) => {
+                        if index.apply_pod(&p) {
+                            changed = true;
+                            touched_pod = p.metadata.uid.clone();
+                        }
+                    }
+                    Event::InitApply(p) => {
+                        if let (Some(seen), Some(uid)) = (&mut relisting_pods, &p.metadata.uid) {
+                            seen.insert(uid.clone());
+                        }
+                        changed |= index.apply_pod(&p);
+                    }
+                    Event::Delete(p) => {
+                        if index.delete_pod(&p) {
+                            changed = true;
+                            touched_pod = p.metadata.uid.clone();
+                        }
+                    }
+                    Event::Init => relisting_pods = Some(BTreeSet::new()),
+                    Event::InitDone => {
+                        if let Some(seen) = relisting_pods.take() {
+                            index.retain_pods(&seen);
+                        }
+                        // The pods listed while relisting were not passed on one by one.
+                        changed = true;
+                        pods_listed = true;
+                    }
+                },
+                Update::Node(e) => match *e {
+                    Event::Apply(n) | Event::InitApply(n) => changed |= index.apply_node(&n),
+                    Event::InitDone => {
+                        node_listed = true;
+                        changed = true;
+                    }
+                    _ => {}
+                },
+                Update::Namespace(e) => {
+                    if let Event::Apply(ns) | Event::InitApply(ns) = *e {
+                        let name = ns.metadata.name.clone().unwrap_or_default();
+                        changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
+                    }
+                }
+                Update::Cgroups(paths, at) => {
+                    tracing::debug!(appeared = paths.len(), "new cgroups");
+                    appeared.extend(paths);
+                    reaction_since.get_or_insert(at);
+                }
+                Update::Resync => resync = true,
+            }
+            let listed = config_listed && pods_listed && node_listed && relisting_pods.is_none();
+            if !(changed || resync || !appeared.is_empty()) || !listed {
+                continue;
+            }
+            let trigger = match (reaction_since, changed) {
+                (_, true) => Trigger::Event,
+                (Some(_), false) => Trigger::Cgroup,
+                (None, false) => Trigger::Resync,
+            };
+            // New cgroups alone: only they are planned, read and written; one pod's
+            // event: that pod and its parents.
+            let touched: BTreeSet<String> = touched_pod.into_iter().collect();
+            let reach = match trigger {
+                Trigger::Cgroup => Reach::Cgroups(&appeared),
+                Trigger::Event if !touched.is_empty() => Reach::Pods(&touched),
+                _ => Reach::Node,
+            };
+            if changed || pods.is_none() {
+                pods = Some(index.node_pods());
+                for problem in index.pod_problems() {
+                    warn!(%problem, "pod skipped");
+                }
+            }
+            let written = self
+                .pass(
+                    &mut engine,
+                    &mut kubelet,
+                    &index,
+                    pods.as_deref().unwrap_or_default(),
+                    &configs,
+                    last_status.as_ref(),
+                    trigger,
+                    reach,
+                )
+                .await;
+            if let Some(at) = reaction_since {
+                self.metrics.reaction(at.elapsed().as_secs_f64());
+            }
+            if let Some(s) = written {
+                last_status = Some(s);
+            }
+            // Record what is enforced now, when the index changed (reactions and
+            // resyncs change nothing it holds).
+            let now_known = if changed {
+                index.last_known()
+            } else {
+                saved.clone()
+            };
+            if now_known != saved {
+                let result = match &now_known {
+                    Some(k) => engine.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
+                    None => engine.state().remove(LAST_KNOWN_FILE),
+                };
+                match result {
+                    Ok(()) => saved = now_known,
+                    Err(e) => warn!(error = %e, "the last known config was not recorded"),
+                }
+            }
+        }
+        Err("the watch streams ended".to_string())
+    }
+
+    /// Discovers the node, and until that works (cgroup v1, or kubepods not created
+    /// yet by a kubelet that starts after the agent) reports why on the config and
+    /// tries again every resync interval, rather than exiting into a crash loop.
+    async fn open_engine(&self, client: &Client) -> NodeEngine {
+        let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let mut reported = None;
+        loop {
+            let e = match NodeEngine::open(&self.engine) {
+                Ok(engine) => return engine,
+                Err(e) => e,
+            };
+            warn!(error = %e, "this node cannot be enforced yet; retrying every resync interval");
+            if let Ok(Some(config)) = configs.get_opt(&self.node_name).await {
+                let key = (config.spec.revision.clone(), e.to_string());
+                if reported.as_ref() != Some(&key) {
+                    let now = Time(k8s_openapi::jiff::Timestamp::now());
+                    let message = format!("revision {} is not applied: {e}", config.spec.revision);
+                    let not = |type_: &str, reason: &str| {
+                        condition(
+                            type_,
+                            false,
+                            reason,
+                            message.clone(),
+                            config.metadata.generation,
+                            &now,
+                        )
+                    };
+                    let status = NodeMemoryConfigStatus {
+                        observed_revision: config
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.observed_revision.clone()),
+                        conditions: vec![
+                            not("Applied", e.category.reason()),
+                            not("Healthy", "NotApplied"),
+                            not("KernelSupported", e.category.reason()),
+                        ],
+                        last_error: Some(e.to_string()),
+                        ..NodeMemoryConfigStatus::default()
+                    };
+                    let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig", "status": status});
+                    let written = configs
+                        .patch_status(
+                            &self.node_name,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&patch),
+                        )
+                        .await;
+                    if written.is_ok() {
+                        reported = Some(key);
+                    }
+                }
+            }
+            tokio::time::sleep(self.resync).await;
+        }
+    }
+
+    /// One enforcement pass and, when it changed, the status. Returns the status
+    /// written.
+    #[allow(clippy::too_many_arguments)]
+    async fn pass(
+        &self,
+        engine: &mut NodeEngine,
+        kubelet: &mut KubeletMode,
+        index: &NodeIndex,
+        pods: &[nodemem_model::node::NodePod],
+        configs: &Api<NodeMemoryConfig>,
+        last: Option<&NodeMemoryConfigStatus>,
+        trigger: Trigger,
+        reach: Reach<'_>,
+    ) -> Option<NodeMemoryConfigStatus> {
+        let started = std::time::Instant::now();
+        let Some(config) = index.config() else {
+            // No config (never created, or deleted): give back everything nodemem set,
+            // in the cgroups and in the kubelet's configuration.
+            if let Some(outcome) = kubelet.leave(engine.state()).await {
+                info!(
+                    ?outcome,
+                    "no NodeMemoryConfig: the kubelet drop-in is removed"
+                );
+            }
+            match engine.enforce(&off(), index.allocatable(), pods, false, Reach::Node) {
+                Ok((_, report)) if report.applied.is_empty() => {}
+                Ok((_, report)) => info!(
+                    restored = report.applied.len(),
+                    "no NodeMemoryConfig: restored what nodemem had set"
+                ),
+                Err(e) => warn!(error = %e, "restoring without a NodeMemoryConfig failed"),
+            }
+            return None;
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let discovery = engine.discovery().clone();
+        let mut refused = Vec::new();
+        let new_status = match &config.settings {
+            Err(problems) => status(
+                &config.revision,
+                config.generation,
+                PassOutcome::InvalidConfig(problems),
+                None,
+                &discovery,
+                last,
+                &now,
+            ),
+            Ok(settings) => {
+                let kubelet_mode =
+                    settings.enforcement == nodemem_model::policy::Enforcement::Kubelet;
+                let kubelet_outcome = if kubelet_mode {
+                    let owner = nodemem_model::kubelet_dropin::DropInOwner {
+                        node: &config.name,
+                        revision: &config.revision,
+                    };
+                    Some(
+                        kubelet
+                            .enforce(settings, index.kubelet_version(), owner, engine.state())
+                            .await,
+                    )
+                } else {
+                    // Leaving Kubelet mode; once the kubelet runs without the drop-in
+                    // there is nothing to report.
+                    kubelet
+                        .leave(engine.state())
+                        .await
+                        .filter(|o| !matches!(o, KubeletOutcome::Configured { .. }))
+                };
+                let applied = engine
+                    .enforce(
+                        &cgroup_settings(settings),
+                        index.allocatable(),
+                        pods,
+                        false,
+                        reach,
+                    )
+                    .and_then(|(desired, report)| {
+                        // Under Kubelet mode status reports what the kubelet is asked
+                        // to do, not the nothing the agent writes.
+                        let desired = if kubelet_mode {
+                            engine.predict(settings, index.allocatable(), pods)?
+                        } else {
+                            desired
+                        };
+                        Ok((desired, report))
+                    });
+                match applied {
+                    Ok((desired, report)) => {
+                        for f in &report.failed {
+                            warn!(error = %f.error, "write failed");
+                        }
+                        let errnos: Vec<Option<i32>> =
+                            report.failed.iter().map(|f| f.errno).collect();
+                        self.metrics.writes(
+                            report.applied.len(),
+                            report.vanished.len(),
+                            &errnos,
+                            trigger == Trigger::Resync,
+                        );
+                        self.metrics.node(
+                            desired.totals.memory_min_bytes,
+                            desired.totals.memory_low_bytes,
+                            desired.managed_pods(),
+                            desired
+                                .memory_manager
+                                .as_ref()
+                                .map(|m| (m.pinning_requests, m.pinning_errors)),
+                        );
+                        for p in &desired.pods {
+                            if let Admission::Rejected(r) = &p.admission {
+                                refused.push((
+                                    p.namespace.to_string(),
+                                    p.name.to_string(),
+                                    p.uid.to_string(),
+                                    r.to_string(),
+                                ));
+                            }
+                        }
+                        for w in &report.applied {
+                            tracing::debug!(cgroup = %w.cgroup, file = %w.file, old = ?w.old, new = %w.new, "wrote");
+                        }
+                        if !report.applied.is_empty() {
+                            info!(revision = %config.revision, writes = report.applied.len(), "applied");
+                        }
+                        let conflict = engine.conflict().cloned();
+                        // Reactions to new cgroups read nothing else; health comes with the
+                        // other passes.
+                        // Health reads every managed pod's signals: on whole-node
+                        // passes only (resyncs, config changes), not on reactions.
+                        let health = matches!(reach, Reach::Node).then(|| {
+                            let readings = engine.read_signals(
+                                desired
+                                    .pods
+                                    .iter()
+                                    .filter(|p| p.admission == Admission::Managed)
+                                    .map(|p| p.path.as_str()),
+                            );
+                            let current_full =
+                                readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
+                            let containers = if self.metrics.wants_containers() {
+                                engine.read_signals(
+                                    desired
+                                        .pods
+                                        .iter()
+                                        .filter(|p| p.admission == Admission::Managed)
+                                        .flat_map(|p| &p.containers)
+                                        .filter_map(|c| c.path.as_deref()),
+                                )
+                            } else {
+                                Default::default()
+                            };
+                            let per_pod: Vec<PodSignals<'_>> = desired
+                                .pods
+                                .iter()
+                                .filter_map(|p| {
+                                    let reading = *readings.get(&p.path)?;
+                                    let qos = match p.qos {
+                                        nodemem_model::qos::QosClass::Guaranteed => "guaranteed",
+                                        nodemem_model::qos::QosClass::Burstable => "burstable",
+                                        nodemem_model::qos::QosClass::BestEffort => "besteffort",
+                                    };
+                                    Some(PodSignals {
+                                        namespace: p.namespace,
+                                        pod: p.name,
+                                        qos,
+                                        reading,
+                                        containers: p
+                                            .containers
+                                            .iter()
+                                            .filter_map(|c| {
+                                                let r = containers.get(c.path.as_deref()?)?;
+                                                Some((c.name, *r))
+                                            })
+                                            .collect(),
+                                    })
+                                })
+                                .collect();
+                            self.metrics.signals(&per_pod);
+                            let signals = self
+                                .baseline
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .update(&config.revision, &readings);
+                            verdict(
+                                signals,
+                                current_full,
+                                &config.health,
+                                report.failed.len() + report.deferred.len(),
+                            )
+                        });
+                        status(
+                            &config.revision,
+                            config.generation,
+                            PassOutcome::Applied {
+                                desired: &desired,
+                                report: &report,
+                                conflict: conflict.as_ref(),
+                                kubelet: kubelet_outcome.as_ref(),
+                            },
+                            health.as_ref(),
+                            &discovery,
+                            last,
+                            &now,
+                        )
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "not applied");
+                        status(
+                            &config.revision,
+                            config.generation,
+                            PassOutcome::Failed(&e),
+                            None,
+                            &discovery,
+                            last,
+                            &now,
+                        )
+                    }
+                }
+            }
+        };
+        self.metrics.pass(trigger, started.elapsed().as_secs_f64());
+        self.refusal_events(refused).await;
+        if last.is_some_and(|l| !differs(l, &new_status)) {
+            return None;
+        }
+        // A pass that did not apply is also an Event on the config (once per change).
+        if let Some(failed) = new_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Applied" && c.status == "False")
+        {
+            let reference = ObjectReference {
+                api_version: Some("nodemem.io/v1alpha1".into()),
+                kind: Some("NodeMemoryConfig".into()),
+                name: Some(config.name.clone()),
+                uid: config.uid.clone(),
+                ..ObjectReference::default()
+            };
+            self.event(&reference, &failed.reason, &failed.message, "Apply")
+                .await;
+        }
+        let patch = json!({
+            "apiVersion": "nodemem.io/v1alpha1",
+            "kind": "NodeMemoryConfig",
+            "status": new_status,
+        });
+        match configs
+            .patch_status(
+                &config.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => Some(new_status),
+            Err(e) => {
+                warn!(error = %e, "status not written; retried on the next change or resync");
+                None
+            }
+        }
+    }
+}

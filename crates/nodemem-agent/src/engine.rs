@@ -1,0 +1,576 @@
+//! One node's enforcement, shared by `agent --once` and the in-cluster agent:
+//! discovery once, then on every change the node computation, the apply engine and the
+//! state directory (what nodemem owns, the Memory Manager's state).
+
+use std::fmt;
+
+use nodemem_cgroup::discover::{discover, Discovery};
+use nodemem_cgroup::{CgroupFs, Roots};
+use nodemem_enforce::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
+use nodemem_enforce::numa_state;
+use nodemem_enforce::state::StateDir;
+use nodemem_enforce::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
+use nodemem_model::numa::{MachineState, MemoryManager, Scope};
+use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
+
+const OWNERSHIP_FILE: &str = "ownership.json";
+const OWNERSHIP_KIND: &str = "ownership";
+
+/// The bounded set of reasons a node's settings are not (fully) applied; each names a
+/// condition reason, a metric label and whether retrying can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    /// The node is not what nodemem needs (cgroup v1, no kubepods).
+    Discovery,
+    /// The settings cannot be carried out on this node (reserved memory on a NUMA node
+    /// it lacks, Static without cpuset, no memory controller).
+    Unsatisfiable,
+    /// The state directory holds a record nodemem cannot trust.
+    State,
+    /// Some writes failed; the rest were applied.
+    WriteFailed,
+}
+
+impl Category {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Category::Discovery => "NodeNotSupported",
+            Category::Unsatisfiable => "CannotSatisfy",
+            Category::State => "StateUnusable",
+            Category::WriteFailed => "WriteFailed",
+        }
+    }
+}
+
+/// A failure of one enforcement pass: its category and one line per problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineError {
+    pub category: Category,
+    pub problems: Vec<String>,
+}
+
+impl EngineError {
+    fn one(category: Category, problem: impl Into<String>) -> Self {
+        EngineError {
+            category,
+            problems: vec![problem.into()],
+        }
+    }
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.problems.join("; "))
+    }
+}
+
+/// Where the engine runs and keeps its state.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub roots: Roots,
+    pub cgroup_driver: Option<CgroupDriver>,
+    pub state_dir: std::path::PathBuf,
+    pub topology_scope: Scope,
+    /// The kubelet's configuration file (read-only host mount) and drop-in directory.
+    pub kubelet: KubeletFiles,
+}
+
+/// The node's kubelet enforces some of what nodemem would write; under
+/// `enforcement: Agent` nodemem leaves those files to it rather than fight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletConflict {
+    pub reason: &'static str,
+    pub message: String,
+    pub files: &'static [&'static str],
+}
+
+const MEMORY_QOS_FILES: &[&str] = &["memory.min", "memory.low", "memory.high"];
+const MEMORY_MANAGER_FILES: &[&str] = &["cpuset.mems"];
+const ALL_FILES: &[&str] = &["memory.min", "memory.low", "memory.high", "cpuset.mems"];
+
+/// What to leave to the kubelet, from its settings and what nodemem is asked to do.
+pub fn kubelet_conflict(
+    kubelet: &KubeletSettings,
+    settings: &PolicySettings,
+) -> Option<KubeletConflict> {
+    if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
+        return None;
+    }
+    let qos = kubelet.memory_qos && settings.memory_qos.enabled;
+    let mm = kubelet.static_memory_manager()
+        && settings.memory_manager.policy == MemoryManagerPolicy::Static;
+    let sources: Vec<String> = kubelet
+        .sources
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let (reason, what, files) = match (qos, mm) {
+        (false, false) => return None,
+        (true, false) => (
+            "KubeletMemoryQoS",
+            "featureGates.MemoryQoS: true",
+            MEMORY_QOS_FILES,
+        ),
+        (false, true) => (
+            "KubeletMemoryManager",
+            "memoryManagerPolicy: Static",
+            MEMORY_MANAGER_FILES,
+        ),
+        (true, true) => (
+            "KubeletMemoryQoSAndMemoryManager",
+            "featureGates.MemoryQoS: true and memoryManagerPolicy: Static",
+            ALL_FILES,
+        ),
+    };
+    Some(KubeletConflict {
+        reason,
+        message: format!(
+            "the kubelet enforces this itself ({what} in {}); nodemem leaves {} to it: turn it off in the kubelet or use enforcement: Kubelet",
+            sources.join(", "),
+            files.join(", ")
+        ),
+        files,
+    })
+}
+
+pub struct NodeEngine {
+    kubelet_files: KubeletFiles,
+    /// The kubelet's settings, read on whole-node passes only (not on reactions).
+    kubelet: Option<KubeletSettings>,
+    /// What the last pass left to the kubelet.
+    conflict: Option<KubeletConflict>,
+    /// The node facts discovery gave (allocatable memory is set per pass).
+    facts: NodeFacts,
+    /// The Memory Manager as the last pass left it, and the reservedMemory it was built
+    /// for: the state file is read once, then kept in memory.
+    manager: Option<(Vec<nodemem_model::policy::ReservedMemory>, MemoryManager)>,
+    /// What the state directory holds, so a pass that changed nothing writes nothing.
+    saved_owned: Ownership,
+    saved_manager: Option<MemoryManager>,
+    /// Writes the kernel refused, retried with capped exponential backoff.
+    backoff: nodemem_enforce::WriteBackoff,
+    started: std::time::Instant,
+    fs: CgroupFs,
+    discovery: Discovery,
+    state: StateDir,
+    owned: Ownership,
+}
+
+impl NodeEngine {
+    /// Discovers the node and loads what nodemem owns from the state directory.
+    pub fn open(config: &EngineConfig) -> Result<Self, EngineError> {
+        nodemem_cgroup::fs::raise_open_file_limit();
+        let discovery = discover(&config.roots, config.cgroup_driver)
+            .map_err(|e| EngineError::one(Category::Discovery, format!("discovery: {e}")))?;
+        let state = StateDir::open(&config.state_dir)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+        let owned: Ownership = state
+            .load(OWNERSHIP_FILE, OWNERSHIP_KIND)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?
+            .unwrap_or_default();
+        let facts = NodeFacts {
+            memory: NodeMemoryFacts {
+                allocatable_memory: None,
+                page_size: discovery.page_size,
+                kernel_version: Some(discovery.kernel_version.clone()),
+            },
+            cgroup_driver: discovery.cgroup_driver,
+            topology: discovery.topology.clone(),
+            topology_scope: config.topology_scope,
+        };
+        Ok(NodeEngine {
+            kubelet_files: config.kubelet.clone(),
+            kubelet: None,
+            conflict: None,
+            facts,
+            manager: None,
+            saved_owned: owned.clone(),
+            saved_manager: None,
+            backoff: nodemem_enforce::WriteBackoff::default(),
+            started: std::time::Instant::now(),
+            fs: CgroupFs::new(&config.roots.cgroup),
+            discovery,
+            state,
+            owned,
+        })
+    }
+
+    pub fn discovery(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    /// memory.events and memory.pressure of these cgroups (the managed pods); a cgroup
+    /// whose files cannot be read or parsed is left out.
+    pub fn read_signals<'a>(
+        &self,
+        cgroups: impl Iterator<Item = &'a str>,
+    ) -> std::collections::BTreeMap<String, crate::health::Reading> {
+        use nodemem_cgroup::parse::{memory_events, pressure};
+        let mut out = std::collections::BTreeMap::new();
+        for path in cgroups {
+            let Ok(p) = nodemem_cgroup::CgroupPath::new(path) else {
+                continue;
+            };
+            let events = self
+                .fs
+                .read(&p, "memory.events")
+                .ok()
+                .and_then(|t| memory_events("memory.events", &t).ok());
+            let Some(events) = events else { continue };
+            let full = self
+                .fs
+                .read(&p, "memory.pressure")
+                .ok()
+                .and_then(|t| pressure("memory.pressure", &t).ok())
+                .and_then(|p| p.full)
+                .map_or(0.0, |f| f.avg60);
+            out.insert(
+                path.to_string(),
+                crate::health::Reading {
+                    high: events.high,
+                    oom_kill: events.oom_kill,
+                    full_avg60: full,
+                },
+            );
+        }
+        out
+    }
+
+    /// What the last pass left to the kubelet, if anything.
+    pub fn conflict(&self) -> Option<&KubeletConflict> {
+        self.conflict.as_ref()
+    }
+
+    /// The state directory, for the agent's other records (the last known config).
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// Computes the node and applies it (or, with `dry_run`, only plans) over `reach`.
+    /// Settings the node cannot carry out are refused before anything is written.
+    pub fn enforce<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+        dry_run: bool,
+        reach: Reach<'_>,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
+        check_node_can_satisfy(settings, &self.discovery)?;
+        self.facts.memory.allocatable_memory = allocatable;
+        let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
+        let saved = if static_policy {
+            self.memory_manager(settings)?
+        } else {
+            None
+        };
+        let desired = desired_node(NodeInput {
+            settings,
+            facts: &self.facts,
+            pods,
+            memory_manager: saved,
+        })
+        .map_err(|NodeError::ReservedMemory(problems)| EngineError {
+            category: Category::Unsatisfiable,
+            problems: problems
+                .iter()
+                .map(|p| format!("this node cannot satisfy it: {p}"))
+                .collect(),
+        })?;
+        if self.kubelet.is_none() || matches!(reach, Reach::Node) {
+            self.kubelet = Some(
+                self.kubelet_files
+                    .read(OwnDropIn::OnDisk)
+                    .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
+            );
+        }
+        self.conflict = self
+            .kubelet
+            .as_ref()
+            .and_then(|k| kubelet_conflict(k, settings));
+        let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
+        let pod_scope;
+        let scope = match reach {
+            Reach::Node => None,
+            Reach::Cgroups(paths) => Some(paths),
+            Reach::Pods(uids) => {
+                pod_scope = pods_reach(&desired, uids);
+                Some(&pod_scope)
+            }
+        };
+        let now = self.started.elapsed();
+        let report = apply_scoped(
+            &self.fs,
+            &desired.cgroups(),
+            &mut self.owned,
+            ApplyOptions {
+                dry_run,
+                page_size: self.facts.memory.page_size,
+                leave_alone,
+            },
+            Some((&mut self.backoff, now)),
+            scope,
+        );
+        self.manager = desired
+            .memory_manager
+            .clone()
+            .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
+        if !dry_run {
+            self.save_state(&desired, static_policy)?;
+        }
+        nodemem_enforce::allocator::release_free_memory();
+        Ok((desired, report))
+    }
+
+    /// What the node computation says for `settings`, without applying anything: under
+    /// `enforcement: Kubelet` the kubelet applies it, and status still reports the
+    /// totals and pods it covers.
+    pub fn predict<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        allocatable: Option<i64>,
+        pods: &'p [NodePod],
+    ) -> Result<DesiredNode<'p>, EngineError> {
+        self.facts.memory.allocatable_memory = allocatable;
+        desired_node(NodeInput {
+            settings,
+            facts: &self.facts,
+            pods,
+            memory_manager: None,
+        })
+        .map_err(|NodeError::ReservedMemory(problems)| EngineError {
+            category: Category::Unsatisfiable,
+            problems: problems
+                .iter()
+                .map(|p| format!("this node cannot satisfy it: {p}"))
+                .collect(),
+        })
+    }
+
+    /// Writes the records that changed (each write is an fsync).
+    fn save_state(
+        &mut self,
+        desired: &DesiredNode<'_>,
+        static_policy: bool,
+    ) -> Result<(), EngineError> {
+        let err = |e: nodemem_enforce::StateError| EngineError::one(Category::State, e.to_string());
+        if self.owned != self.saved_owned {
+            self.state
+                .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
+                .map_err(err)?;
+            self.saved_owned = self.owned.clone();
+        }
+        if desired.memory_manager != self.saved_manager {
+            match (&desired.memory_manager, static_policy) {
+                (Some(manager), _) => numa_state::save(&self.state, manager).map_err(err)?,
+                (None, false) => numa_state::clear(&self.state).map_err(err)?,
+                (None, true) => {}
+            }
+            self.saved_manager = desired.memory_manager.clone();
+        }
+        Ok(())
+    }
+
+    /// The Memory Manager to compute with: the one the last pass left when the
+    /// reservedMemory is the same, otherwise the saved state, checked against this
+    /// node's topology and the settings' reservedMemory (a mismatch stops the pass:
+    /// nothing is written).
+    fn memory_manager(
+        &mut self,
+        settings: &PolicySettings,
+    ) -> Result<Option<MemoryManager>, EngineError> {
+        let reserved = &settings.memory_manager.reserved_memory;
+        if let Some((for_reserved, m)) = &self.manager {
+            if for_reserved == reserved {
+                return Ok(Some(m.clone()));
+            }
+        }
+        let facts = &self.facts;
+        let Some(topology) = &facts.topology else {
+            return Ok(None);
+        };
+        // A reservedMemory that does not fit is reported by the node computation.
+        let Ok(fresh) = MachineState::new(topology, &settings.memory_manager.reserved_memory)
+        else {
+            return Ok(None);
+        };
+        let loaded = numa_state::load(&self.state, &fresh, facts.topology_scope)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+        self.saved_manager = loaded.clone();
+        Ok(loaded)
+    }
+}
+
+/// The settings the agent writes into cgroups for `settings`: under `enforcement:
+/// Kubelet` none of its own (what it set before is given back; the kubelet enforces).
+pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, PolicySettings> {
+    if settings.enforcement == nodemem_model::policy::Enforcement::Kubelet {
+        std::borrow::Cow::Owned(off())
+    } else {
+        std::borrow::Cow::Borrowed(settings)
+    }
+}
+
+/// Settings that give back everything nodemem set.
+pub fn off() -> PolicySettings {
+    PolicySettings {
+        memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
+            enabled: false,
+            ..Default::default()
+        },
+        ..PolicySettings::default()
+    }
+}
+
+/// What a pass covers: the whole node, the cgroups that just appeared, or the pods an
+/// event changed (with the node-level cgroups their requests are summed into).
+#[derive(Clone, Copy, Debug)]
+pub enum Reach<'a> {
+    Node,
+    Cgroups(&'a std::collections::BTreeSet<String>),
+    Pods(&'a std::collections::BTreeSet<String>),
+}
+
+/// The cgroups of these pods and the node-level cgroups above them.
+fn pods_reach(
+    desired: &DesiredNode<'_>,
+    uids: &std::collections::BTreeSet<String>,
+) -> std::collections::BTreeSet<String> {
+    use nodemem_model::cgroup_layout::{kubepods, qos_dir};
+    use nodemem_model::qos::QosClass;
+    let d = desired.cgroup_driver;
+    let mut paths: std::collections::BTreeSet<String> = [
+        kubepods(d),
+        qos_dir(d, QosClass::Burstable),
+        qos_dir(d, QosClass::BestEffort),
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    for p in desired.pods.iter().filter(|p| uids.contains(p.uid)) {
+        paths.insert(p.path.clone());
+        paths.extend(p.containers.iter().filter_map(|c| c.path.clone()));
+    }
+    paths
+}
+
+/// Settings this node cannot carry out.
+fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), EngineError> {
+    let mut problems = Vec::new();
+    if settings.memory_qos.enabled && !d.has_controller("memory") {
+        problems.push("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied".to_string());
+    }
+    if settings.memory_manager.policy == MemoryManagerPolicy::Static {
+        if !d.has_controller("cpuset") {
+            problems.push("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer".to_string());
+        }
+        if d.topology.is_none() {
+            problems.push("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none".to_string());
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(EngineError {
+            category: Category::Unsatisfiable,
+            problems,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {
+        use nodemem_model::cgroup_layout::{ContainerId, ContainerRuntime};
+        use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec};
+        let pod = |uid: &str| {
+            NodePod::new(
+                Pod {
+                    namespace: "ns".into(),
+                    name: uid.into(),
+                    uid: uid.into(),
+                    spec: PodSpec {
+                        containers: vec![Container {
+                            name: "c".into(),
+                            kind: ContainerKind::App,
+                            resources: Default::default(),
+                        }],
+                        ..PodSpec::default()
+                    },
+                },
+                [(
+                    "c".to_string(),
+                    ContainerId {
+                        runtime: ContainerRuntime::Containerd,
+                        id: format!("{uid}c"),
+                    },
+                )]
+                .into(),
+                false,
+            )
+        };
+        let pods = vec![pod("a"), pod("b")];
+        let facts = NodeFacts::default();
+        let desired = desired_node(NodeInput {
+            settings: &PolicySettings::default(),
+            facts: &facts,
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        let reach = pods_reach(&desired, &["b".to_string()].into());
+        let want: std::collections::BTreeSet<String> = [
+            "kubepods.slice",
+            "kubepods.slice/kubepods-burstable.slice",
+            "kubepods.slice/kubepods-besteffort.slice",
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podb.slice",
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podb.slice/cri-containerd-bc.scope",
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+        assert_eq!(reach, want);
+    }
+
+    #[test]
+    fn only_what_both_enforce_is_left_to_the_kubelet() {
+        let mut kubelet = KubeletSettings {
+            memory_qos: true,
+            sources: vec!["/var/lib/kubelet/config.yaml".into()],
+            ..KubeletSettings::default()
+        };
+        let mut settings = PolicySettings::default();
+        let c = kubelet_conflict(&kubelet, &settings).unwrap();
+        assert_eq!((c.reason, c.files), ("KubeletMemoryQoS", MEMORY_QOS_FILES));
+        assert!(c.message.starts_with("the kubelet enforces this itself (featureGates.MemoryQoS: true in /var/lib/kubelet/config.yaml); nodemem leaves memory.min, memory.low, memory.high to it"), "{}", c.message);
+        settings.memory_qos.enabled = false;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings),
+            None,
+            "nodemem does not do Memory QoS here"
+        );
+        kubelet.memory_manager_policy = Some("Static".into());
+        settings.memory_manager.policy = MemoryManagerPolicy::Static;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings).unwrap().files,
+            MEMORY_MANAGER_FILES
+        );
+        settings.memory_qos.enabled = true;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings).unwrap().files,
+            ALL_FILES
+        );
+        settings.enforcement = nodemem_model::policy::Enforcement::Kubelet;
+        assert_eq!(
+            kubelet_conflict(&kubelet, &settings),
+            None,
+            "the kubelet is meant to enforce"
+        );
+    }
+}

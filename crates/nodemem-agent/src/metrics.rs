@@ -1,0 +1,531 @@
+//! The agent's Prometheus metrics (prometheus-client) and its HTTP endpoints: `/metrics`,
+//! `/healthz` (the process serves) and `/readyz` (the node has been enforced at least
+//! once, from the apiserver or from the state directory).
+//!
+//! Label values come from small fixed sets, except the per-pod memory signals (one
+//! series per managed pod, removed with the pod) and the per-container ones, which are
+//! off unless asked for and capped: a node's series stay bounded whatever it runs.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Why a pass ran.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trigger {
+    Start,
+    Event,
+    Cgroup,
+    Resync,
+}
+
+impl Trigger {
+    fn label(self) -> &'static str {
+        match self {
+            Trigger::Start => "start",
+            Trigger::Event => "event",
+            Trigger::Cgroup => "cgroup",
+            Trigger::Resync => "resync",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabel {
+    trigger: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QosLabel {
+    qos: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PodLabel {
+    namespace: String,
+    pod: String,
+    qos: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContainerLabel {
+    namespace: String,
+    pod: String,
+    container: String,
+}
+
+/// One managed pod's memory signals, and its containers' when per-container series
+/// are on.
+pub struct PodSignals<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub qos: &'static str,
+    pub reading: crate::health::Reading,
+    pub containers: Vec<(&'a str, crate::health::Reading)>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrnoLabel {
+    errno: &'static str,
+}
+
+/// The errno of a failed write as a bounded label.
+pub fn errno_label(errno: Option<i32>) -> &'static str {
+    match errno {
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::ENOSPC) => "ENOSPC",
+        Some(libc::EISDIR) => "EISDIR",
+        Some(libc::EBUSY) => "EBUSY",
+        Some(_) => "other",
+        None => "none",
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    passes: Family<TriggerLabel, Counter>,
+    pass_seconds: Histogram,
+    reaction_seconds: Histogram,
+    writes: Family<ResultLabel, Counter>,
+    write_errors: Family<ErrnoLabel, Counter>,
+    drift_repairs: Counter,
+    memory_min: Gauge,
+    memory_low: Gauge,
+    managed_pods: Gauge,
+    pinning_requests: Gauge,
+    pinning_errors: Gauge,
+    high_events: Family<QosLabel, Gauge>,
+    oom_kills: Family<QosLabel, Gauge>,
+    full_pressure: Family<QosLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pod_high_events: Family<PodLabel, Gauge>,
+    pod_oom_kills: Family<PodLabel, Gauge>,
+    container_high_events: Family<ContainerLabel, Gauge>,
+    container_oom_kills: Family<ContainerLabel, Gauge>,
+    containers_not_exported: Gauge,
+    /// At most this many containers get series of their own (0: none).
+    container_series_cap: usize,
+    ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("nodemem_agent");
+        let m = Metrics {
+            passes: Family::default(),
+            pass_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            reaction_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            writes: Family::default(),
+            write_errors: Family::default(),
+            drift_repairs: Counter::default(),
+            memory_min: Gauge::default(),
+            memory_low: Gauge::default(),
+            managed_pods: Gauge::default(),
+            pinning_requests: Gauge::default(),
+            pinning_errors: Gauge::default(),
+            high_events: Family::default(),
+            oom_kills: Family::default(),
+            full_pressure: Family::default(),
+            pod_high_events: Family::default(),
+            pod_oom_kills: Family::default(),
+            container_high_events: Family::default(),
+            container_oom_kills: Family::default(),
+            containers_not_exported: Gauge::default(),
+            container_series_cap: 0,
+            ready: AtomicBool::new(false),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "passes",
+            "Enforcement passes, by what started them",
+            m.passes.clone(),
+        );
+        registry.register(
+            "pass_duration_seconds",
+            "Time of one enforcement pass",
+            m.pass_seconds.clone(),
+        );
+        registry.register(
+            "reaction_seconds",
+            "From a cgroup directory appearing to its values being written",
+            m.reaction_seconds.clone(),
+        );
+        registry.register(
+            "writes",
+            "Interface file writes, by result",
+            m.writes.clone(),
+        );
+        registry.register(
+            "write_errors",
+            "Failed writes, by errno",
+            m.write_errors.clone(),
+        );
+        registry.register(
+            "drift_repairs",
+            "Values found changed by someone else and written back on a resync",
+            m.drift_repairs.clone(),
+        );
+        registry.register(
+            "node_memory_min_bytes",
+            "Sum of pod memory.min on the node (kubelet_memory_qos_node_memory_min_bytes)",
+            m.memory_min.clone(),
+        );
+        registry.register(
+            "node_memory_low_bytes",
+            "Sum of pod memory.low on the node (kubelet_memory_qos_node_memory_low_bytes)",
+            m.memory_low.clone(),
+        );
+        registry.register(
+            "managed_pods",
+            "Pods whose cgroups the agent manages",
+            m.managed_pods.clone(),
+        );
+        registry.register(
+            "memory_manager_pinning_requests",
+            "NUMA pinning requests of the Static policy (memory_manager_pinning_requests_total)",
+            m.pinning_requests.clone(),
+        );
+        registry.register(
+            "memory_manager_pinning_errors",
+            "NUMA pinning requests refused (memory_manager_pinning_errors_total)",
+            m.pinning_errors.clone(),
+        );
+        registry.register(
+            "memory_high_events",
+            "memory.high crossings (memory.events high) summed over the managed pods of a QoS class",
+            m.high_events.clone(),
+        );
+        registry.register(
+            "oom_kills",
+            "OOM kills (memory.events oom_kill) summed over the managed pods of a QoS class",
+            m.oom_kills.clone(),
+        );
+        registry.register(
+            "memory_pressure_full_avg60",
+            "The highest full memory pressure (PSI avg60, percent) among the managed pods of a QoS class",
+            m.full_pressure.clone(),
+        );
+        registry.register(
+            "pod_memory_high_events",
+            "memory.high crossings (memory.events high) of a managed pod",
+            m.pod_high_events.clone(),
+        );
+        registry.register(
+            "pod_oom_kills",
+            "OOM kills (memory.events oom_kill) in a managed pod",
+            m.pod_oom_kills.clone(),
+        );
+        registry.register(
+            "container_memory_high_events",
+            "memory.high crossings of a managed container (with --per-container-metrics, up to its cap)",
+            m.container_high_events.clone(),
+        );
+        registry.register(
+            "container_oom_kills",
+            "OOM kills in a managed container (with --per-container-metrics, up to its cap)",
+            m.container_oom_kills.clone(),
+        );
+        registry.register(
+            "containers_not_exported",
+            "Managed containers beyond --per-container-metrics-cap, which have no series of their own",
+            m.containers_not_exported.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Per-container series for up to `cap` containers (`--per-container-metrics`).
+    pub fn with_container_series(cap: usize) -> Self {
+        Metrics {
+            container_series_cap: cap,
+            ..Self::new()
+        }
+    }
+
+    /// Whether containers' own signals are wanted (they cost a read per container).
+    pub fn wants_containers(&self) -> bool {
+        self.container_series_cap > 0
+    }
+
+    /// Memory signals per QoS class (`guaranteed`, `burstable`, `besteffort`, three
+    /// series per metric), per managed pod, and per container up to the cap. Series of
+    /// pods and containers that are gone are dropped.
+    pub fn signals(&self, pods: &[PodSignals<'_>]) {
+        for qos in ["guaranteed", "burstable", "besteffort"] {
+            let of_class = pods.iter().filter(|p| p.qos == qos);
+            let (high, oom, full) = of_class.fold((0u64, 0u64, 0.0f64), |acc, p| {
+                (
+                    acc.0 + p.reading.high,
+                    acc.1 + p.reading.oom_kill,
+                    acc.2.max(p.reading.full_avg60),
+                )
+            });
+            let label = QosLabel { qos };
+            self.high_events.get_or_create(&label).set(high as i64);
+            self.oom_kills.get_or_create(&label).set(oom as i64);
+            self.full_pressure.get_or_create(&label).set(full);
+        }
+        self.pod_high_events.clear();
+        self.pod_oom_kills.clear();
+        for p in pods {
+            let label = PodLabel {
+                namespace: p.namespace.to_string(),
+                pod: p.pod.to_string(),
+                qos: p.qos,
+            };
+            self.pod_high_events
+                .get_or_create(&label)
+                .set(p.reading.high as i64);
+            self.pod_oom_kills
+                .get_or_create(&label)
+                .set(p.reading.oom_kill as i64);
+        }
+        self.container_high_events.clear();
+        self.container_oom_kills.clear();
+        let containers = pods
+            .iter()
+            .flat_map(|p| p.containers.iter().map(move |c| (p, c)));
+        let mut not_exported = 0;
+        for (i, (p, (name, reading))) in containers.enumerate() {
+            if i >= self.container_series_cap {
+                not_exported += 1;
+                continue;
+            }
+            let label = ContainerLabel {
+                namespace: p.namespace.to_string(),
+                pod: p.pod.to_string(),
+                container: name.to_string(),
+            };
+            self.container_high_events
+                .get_or_create(&label)
+                .set(reading.high as i64);
+            self.container_oom_kills
+                .get_or_create(&label)
+                .set(reading.oom_kill as i64);
+        }
+        self.containers_not_exported.set(not_exported);
+    }
+
+    /// Records one pass.
+    pub fn pass(&self, trigger: Trigger, seconds: f64) {
+        self.passes
+            .get_or_create(&TriggerLabel {
+                trigger: trigger.label(),
+            })
+            .inc();
+        self.pass_seconds.observe(seconds);
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
+    pub fn reaction(&self, seconds: f64) {
+        self.reaction_seconds.observe(seconds);
+    }
+
+    pub fn writes(&self, applied: usize, vanished: usize, failed: &[Option<i32>], drift: bool) {
+        let inc = |result: &'static str, n: usize| {
+            if n > 0 {
+                self.writes
+                    .get_or_create(&ResultLabel { result })
+                    .inc_by(n as u64);
+            }
+        };
+        inc("ok", applied);
+        inc("vanished", vanished);
+        inc("failed", failed.len());
+        for errno in failed {
+            self.write_errors
+                .get_or_create(&ErrnoLabel {
+                    errno: errno_label(*errno),
+                })
+                .inc();
+        }
+        if drift && applied > 0 {
+            self.drift_repairs.inc_by(applied as u64);
+        }
+    }
+
+    pub fn node(
+        &self,
+        memory_min: i64,
+        memory_low: i64,
+        managed_pods: usize,
+        pinning: Option<(u64, u64)>,
+    ) {
+        self.memory_min.set(memory_min);
+        self.memory_low.set(memory_low);
+        self.managed_pods.set(managed_pods as i64);
+        if let Some((requests, errors)) = pinning {
+            self.pinning_requests.set(requests as i64);
+            self.pinning_errors.set(errors as i64);
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String does not fail");
+        text
+    }
+
+    fn ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+impl nodemem_process::endpoints::Endpoints for Metrics {
+    fn metrics(&self) -> String {
+        self.encode()
+    }
+
+    fn ready(&self) -> Result<(), &'static str> {
+        if Metrics::ready(self) {
+            Ok(())
+        } else {
+            Err("the node has not been enforced yet")
+        }
+    }
+}
+
+/// Serves /metrics, /healthz and /readyz on `addr`; returns the bound address.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
+    nodemem_process::endpoints::serve(addr, metrics).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_encode_with_bounded_labels() {
+        let m = Metrics::new();
+        m.pass(Trigger::Event, 0.002);
+        m.writes(3, 1, &[Some(libc::EINVAL), Some(12345)], false);
+        m.writes(2, 0, &[], true);
+        m.node(1 << 30, 1 << 29, 7, Some((5, 1)));
+        m.signals(&[
+            pod("a", "burstable", (4, 1, 2.5), &[]),
+            pod("b", "burstable", (1, 0, 7.25), &[]),
+            pod("c", "guaranteed", (0, 2, 0.0), &[]),
+        ]);
+        let text = m.encode();
+        for line in [
+            "nodemem_agent_passes_total{trigger=\"event\"} 1",
+            "nodemem_agent_writes_total{result=\"ok\"} 5",
+            "nodemem_agent_writes_total{result=\"vanished\"} 1",
+            "nodemem_agent_writes_total{result=\"failed\"} 2",
+            "nodemem_agent_write_errors_total{errno=\"EINVAL\"} 1",
+            "nodemem_agent_write_errors_total{errno=\"other\"} 1",
+            "nodemem_agent_drift_repairs_total 2",
+            "nodemem_agent_node_memory_min_bytes 1073741824",
+            "nodemem_agent_managed_pods 7",
+            "nodemem_agent_memory_manager_pinning_errors 1",
+            "nodemem_agent_memory_high_events{qos=\"burstable\"} 5",
+            "nodemem_agent_oom_kills{qos=\"guaranteed\"} 2",
+            "nodemem_agent_memory_pressure_full_avg60{qos=\"burstable\"} 7.25",
+            "nodemem_agent_oom_kills{qos=\"besteffort\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(m.ready());
+    }
+
+    fn reading(high: u64, oom_kill: u64, full_avg60: f64) -> crate::health::Reading {
+        crate::health::Reading {
+            high,
+            oom_kill,
+            full_avg60,
+        }
+    }
+
+    fn pod<'a>(
+        name: &'a str,
+        qos: &'static str,
+        (high, oom, full): (u64, u64, f64),
+        containers: &[(&'a str, u64)],
+    ) -> PodSignals<'a> {
+        PodSignals {
+            namespace: "ns",
+            pod: name,
+            qos,
+            reading: reading(high, oom, full),
+            containers: containers
+                .iter()
+                .map(|(c, high)| (*c, reading(*high, 0, 0.0)))
+                .collect(),
+        }
+    }
+
+    /// A metric's series, sorted (a family encodes in no particular order).
+    fn series<'t>(text: &'t str, metric: &str) -> Vec<&'t str> {
+        let mut lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("nodemem_agent_{metric}{{")))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn pods_have_series_of_their_own_and_containers_only_up_to_the_cap() {
+        let m = Metrics::new();
+        let pods = [
+            pod("a", "burstable", (4, 1, 0.0), &[("app", 3), ("sidecar", 1)]),
+            pod("b", "guaranteed", (2, 0, 0.0), &[("db", 2)]),
+        ];
+        m.signals(&pods);
+        let text = m.encode();
+        assert_eq!(
+            series(&text, "pod_memory_high_events"),
+            [
+                "nodemem_agent_pod_memory_high_events{namespace=\"ns\",pod=\"a\",qos=\"burstable\"} 4",
+                "nodemem_agent_pod_memory_high_events{namespace=\"ns\",pod=\"b\",qos=\"guaranteed\"} 2",
+            ],
+            "{text}"
+        );
+        assert!(
+            series(&text, "container_memory_high_events").is_empty(),
+            "per-container series are off by default"
+        );
+        assert!(text.contains("nodemem_agent_containers_not_exported 3"));
+
+        let m = Metrics::with_container_series(2);
+        m.signals(&pods);
+        let text = m.encode();
+        let containers = series(&text, "container_memory_high_events");
+        assert_eq!(containers.len(), 2, "{text}");
+        assert!(text.contains(
+            "nodemem_agent_container_memory_high_events{namespace=\"ns\",pod=\"a\",container=\"app\"} 3"
+        ));
+        assert!(text.contains("nodemem_agent_containers_not_exported 1"));
+
+        // Pod b is gone: its series go with it.
+        m.signals(&pods[..1]);
+        let text = m.encode();
+        assert_eq!(series(&text, "pod_oom_kills").len(), 1, "{text}");
+        assert_eq!(series(&text, "container_oom_kills").len(), 2, "{text}");
+        assert!(!text.contains("pod=\"b\""), "{text}");
+        assert!(text.contains("nodemem_agent_containers_not_exported 0"));
+    }
+}

@@ -1,0 +1,316 @@
+//! `nodemem agent --once`: one node by hand, no apiserver. Discovery, the node
+//! computation, the apply engine and the state directory, exactly as the in-cluster
+//! agent will use them.
+//!
+//! Exit codes: 0 applied (or nothing to do), 1 bad input or a configuration this node
+//! cannot satisfy (nothing written), 3 partial failure (some writes failed; the rest
+//! were applied and are recorded).
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1 as core;
+use nodemem_api::convert::node_settings;
+use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s};
+use nodemem_api::NodeMemoryConfig;
+use nodemem_cgroup::{check_identifier, Roots};
+use nodemem_enforce::ApplyReport;
+use nodemem_model::node::NodePod;
+use nodemem_model::policy::PolicySettings;
+
+use crate::args::{AgentArgs, DriverArg};
+use crate::engine::{Category, EngineConfig, EngineError, NodeEngine, Reach};
+use crate::output::{render, OnceOutput};
+use nodemem_process::manifests::{check_settings, read_documents, typed, typed_kind, Document};
+use nodemem_process::CliError;
+use nodemem_process::Outcome;
+
+/// Exit code of a run where some writes failed.
+pub const PARTIAL_FAILURE: u8 = 3;
+
+struct Inputs {
+    config_name: String,
+    revision: String,
+    settings: PolicySettings,
+    node_name: String,
+    allocatable: Option<i64>,
+    pods: Vec<NodePod>,
+}
+
+pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
+    let (Some(config), Some(node), Some(pods)) = (&args.config, &args.node, &args.pods) else {
+        return Err(CliError::one(
+            "--once needs --config NMC.yaml, --node NODE.yaml and --pods PODS.yaml",
+        ));
+    };
+    let inputs = read_inputs(config, node, pods)?;
+    let mut engine = NodeEngine::open(&engine_config(args)).map_err(engine_error)?;
+    let (desired, report) = engine
+        .enforce(
+            &inputs.settings,
+            inputs.allocatable,
+            &inputs.pods,
+            args.dry_run,
+            Reach::Node,
+        )
+        .map_err(|e| match e.category {
+            Category::Unsatisfiable => CliError::many(
+                e.problems
+                    .iter()
+                    .map(|p| format!("{}: {p}", inputs.config_name))
+                    .collect(),
+            ),
+            _ => engine_error(e),
+        })?;
+    let mut output = OnceOutput::new(
+        &inputs.node_name,
+        &inputs.config_name,
+        &inputs.revision,
+        args.dry_run,
+        &desired,
+        &report,
+    );
+    if let Some(c) = engine.conflict() {
+        output.warnings.insert(0, c.message.clone());
+    }
+    let outcome = Outcome {
+        stdout: render(&output, args.output),
+        stderr: problems_of(&report),
+        code: if report.ok() { 0 } else { PARTIAL_FAILURE },
+    };
+    if !args.follow {
+        return Ok(outcome);
+    }
+    drop(desired);
+    follow(&mut engine, &inputs, args, &outcome.stdout)
+}
+
+/// `--follow`: stays, and covers every cgroup that appears under kubepods the moment
+/// its directory is created (the reaction path of the in-cluster agent, with file
+/// inputs). One line per reaction on stdout.
+fn follow(
+    engine: &mut NodeEngine,
+    inputs: &Inputs,
+    args: &AgentArgs,
+    first_report: &str,
+) -> Result<Outcome, CliError> {
+    use std::io::Write as _;
+    let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
+        engine.discovery().cgroup_driver,
+    ))
+    .expect("a constant path");
+    let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
+        .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
+    // A cgroup created between the first pass and the watch: covered now.
+    let _ = engine.enforce(
+        &inputs.settings,
+        inputs.allocatable,
+        &inputs.pods,
+        args.dry_run,
+        Reach::Node,
+    );
+    {
+        let mut out = std::io::stdout();
+        let _ = write!(out, "{first_report}");
+        let _ = writeln!(
+            out,
+            "following {} for new cgroups",
+            args.cgroup_root.join(top.as_str()).display()
+        );
+        let _ = out.flush();
+    }
+    loop {
+        let changes = watcher
+            .wait()
+            .map_err(|e| CliError::one(format!("watching {}: {e}", args.cgroup_root.display())))?;
+        // Only what appeared is planned, read and written.
+        let scope: std::collections::BTreeSet<String> = changes
+            .iter()
+            .filter_map(|c| match c {
+                nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.as_str().to_string()),
+                nodemem_cgroup::watch::TreeChange::Gone(_) => None,
+            })
+            .collect();
+        if scope.is_empty() {
+            continue;
+        }
+        let appeared: Vec<String> = scope.iter().cloned().collect();
+        let line = match engine.enforce(
+            &inputs.settings,
+            inputs.allocatable,
+            &inputs.pods,
+            args.dry_run,
+            Reach::Cgroups(&scope),
+        ) {
+            Ok((_, report)) => format!(
+                "reacted to {}: wrote {} file(s), {} failed",
+                appeared.join(", "),
+                report.applied.len(),
+                report.failed.len()
+            ),
+            Err(e) => format!("reacted to {}: not applied: {e}", appeared.join(", ")),
+        };
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn engine_error(e: EngineError) -> CliError {
+    CliError::many(e.problems)
+}
+
+/// The engine's settings from the command line.
+pub fn engine_config(args: &AgentArgs) -> EngineConfig {
+    EngineConfig {
+        roots: Roots {
+            cgroup: args.cgroup_root.clone(),
+            sys: args.sys_root.clone(),
+            proc: args.proc_root.clone(),
+        },
+        cgroup_driver: args.cgroup_driver.map(DriverArg::into),
+        state_dir: args.state_dir.clone(),
+        topology_scope: args.topology_manager_scope.into(),
+        kubelet: nodemem_enforce::kubelet::KubeletFiles {
+            config: args.kubelet_config.clone(),
+            config_dir: args.kubelet_config_dir.clone(),
+        },
+    }
+}
+
+fn problems_of(report: &ApplyReport) -> Vec<String> {
+    report
+        .refused
+        .iter()
+        .cloned()
+        .chain(report.failed.iter().map(|f| f.error.clone()))
+        .collect()
+}
+
+fn read_inputs(config: &Path, node: &Path, pods: &Path) -> Result<Inputs, CliError> {
+    let mut problems = Vec::new();
+    let config_docs = read_documents(config)?;
+    let node_docs = read_documents(node)?;
+    let pod_docs = read_documents(pods)?;
+
+    let config = match one_of(&config_docs, "--config", "NodeMemoryConfig", &mut problems) {
+        Some(doc) if doc.api_version() != Some("nodemem.io/v1alpha1") => {
+            problems.push(format!(
+                "{}: expected apiVersion nodemem.io/v1alpha1",
+                doc.origin
+            ));
+            None
+        }
+        Some(doc) => match check_settings(doc).and_then(|()| typed::<NodeMemoryConfig>(doc)) {
+            Ok(c) => Some((doc.origin.clone(), c)),
+            Err(e) => {
+                problems.extend(e.problems);
+                None
+            }
+        },
+        None => None,
+    };
+    let settings = config.as_ref().and_then(|(origin, c)| {
+        node_settings(&c.spec.settings)
+            .map_err(|ps| problems.extend(ps.iter().map(|p| format!("{origin}: {p}"))))
+            .ok()
+    });
+    let node = one_of(&node_docs, "--node", "Node", &mut problems).and_then(|doc| {
+        typed::<core::Node>(doc)
+            .map_err(|e| problems.extend(e.problems))
+            .ok()
+            .map(|n| (doc.origin.clone(), n))
+    });
+    let node_name = node
+        .as_ref()
+        .and_then(|(_, n)| n.metadata.name.clone())
+        .unwrap_or_default();
+    let allocatable = node.as_ref().and_then(|(origin, n)| {
+        node_allocatable_memory(n)
+            .map_err(|p| problems.push(format!("{origin}: {p}")))
+            .ok()
+            .flatten()
+    });
+    let pods = read_pods(&pod_docs, &node_name, &mut problems);
+    if !problems.is_empty() {
+        return Err(CliError::many(problems));
+    }
+    let (config_origin, config) = config.expect("no problems means the config was read");
+    let config_name = config.metadata.name.clone().unwrap_or(config_origin);
+    Ok(Inputs {
+        config_name,
+        revision: config.spec.revision.clone(),
+        settings: settings.expect("no problems means the settings converted"),
+        node_name,
+        allocatable,
+        pods,
+    })
+}
+
+fn one_of<'a>(
+    docs: &'a [Document],
+    flag: &str,
+    kind: &str,
+    problems: &mut Vec<String>,
+) -> Option<&'a Document> {
+    match docs {
+        [doc] if doc.kind() == Some(kind) => Some(doc),
+        [doc] => {
+            problems.push(format!(
+                "{}: expected kind {kind}, found {}",
+                doc.origin,
+                doc.kind().unwrap_or("none")
+            ));
+            None
+        }
+        _ => {
+            problems.push(format!(
+                "{flag}: expected exactly one {kind}, found {} objects",
+                docs.len()
+            ));
+            None
+        }
+    }
+}
+
+/// The pods the kubelet runs on this node: terminated pods (Succeeded, Failed) have no
+/// cgroups left and are not counted, as in the kubelet's active-pod sums.
+fn read_pods(docs: &[Document], node_name: &str, problems: &mut Vec<String>) -> Vec<NodePod> {
+    let mut out = Vec::new();
+    for doc in docs {
+        let Some(pod) = typed_kind::<core::Pod>(doc, "Pod", problems) else {
+            continue;
+        };
+        let at = format!("{}: {}", doc.origin, doc.describe());
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if let Some(bound) = bound.filter(|b| !node_name.is_empty() && *b != node_name) {
+            problems.push(format!(
+                "{at}: spec.nodeName is {bound}, not this node ({node_name})"
+            ));
+            continue;
+        }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded") | Some("Failed")) {
+            continue;
+        }
+        match node_pod_from_k8s(&pod, false) {
+            Ok(p) => {
+                let mut bad = Vec::new();
+                if let Err(e) = check_identifier("pod UID", &p.pod().uid) {
+                    bad.push(e.to_string());
+                }
+                for id in p.container_ids().values() {
+                    if let Err(e) = check_identifier("container ID", &id.id) {
+                        bad.push(e.to_string());
+                    }
+                }
+                if bad.is_empty() {
+                    out.push(p);
+                } else {
+                    problems.extend(bad.into_iter().map(|b| format!("{at}: {b}")));
+                }
+            }
+            Err(ps) => problems.extend(ps.iter().map(|p| format!("{at}: {p}"))),
+        }
+    }
+    out
+}

@@ -1,0 +1,412 @@
+//! The NodeMemoryConfig status an enforcement pass earns: observedRevision, the
+//! Applied and KernelSupported conditions with specific reasons, node facts, totals,
+//! managed pods and the last error. Pure: the agent writes it only when it differs
+//! from what it wrote last (condition times aside).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::config::{MemoryTotals, NodeFacts, NumaMemory, NumaNodeFacts};
+use nodemem_api::NodeMemoryConfigStatus;
+use nodemem_cgroup::discover::Discovery;
+use nodemem_enforce::ApplyReport;
+use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::node::DesiredNode;
+use nodemem_model::Warning;
+
+use crate::engine::{EngineError, KubeletConflict};
+use crate::health::Verdict;
+use crate::kubelet_mode::KubeletOutcome;
+
+/// What a pass ended with.
+pub enum PassOutcome<'a, 'p> {
+    Applied {
+        desired: &'a DesiredNode<'p>,
+        report: &'a ApplyReport,
+        /// What was left to the kubelet.
+        conflict: Option<&'a KubeletConflict>,
+        /// Under `enforcement: Kubelet` (or while leaving it): the kubelet's side.
+        kubelet: Option<&'a KubeletOutcome>,
+    },
+    /// The config's settings do not validate (admission normally prevents it).
+    InvalidConfig(&'a [String]),
+    Failed(&'a EngineError),
+}
+
+pub(super) fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+fn facts(d: &Discovery, desired: Option<&DesiredNode<'_>>) -> NodeFacts {
+    let manager = desired.and_then(|d| d.memory_manager.as_ref());
+    NodeFacts {
+        kernel_version: Some(d.kernel_version.clone()),
+        cgroup_version: Some(2),
+        cgroup_driver: Some(
+            match d.cgroup_driver {
+                CgroupDriver::Systemd => "systemd",
+                CgroupDriver::Cgroupfs => "cgroupfs",
+            }
+            .to_string(),
+        ),
+        page_size: Some(d.page_size),
+        numa_nodes: d
+            .topology
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .map(|(id, memory)| NumaNodeFacts {
+                id: *id as i32,
+                memory: memory
+                    .iter()
+                    .map(|(kind, capacity)| {
+                        let reserved = manager
+                            .and_then(|m| m.machine.nodes.get(id))
+                            .and_then(|n| n.memory_map.get(kind))
+                            .map_or(0, |t| t.system_reserved);
+                        (
+                            kind.clone(),
+                            NumaMemory {
+                                capacity: *capacity,
+                                reserved,
+                                allocatable: capacity - reserved,
+                            },
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The status for a pass over `revision` (of config `generation`).
+pub fn status(
+    revision: &str,
+    generation: Option<i64>,
+    outcome: PassOutcome<'_, '_>,
+    health: Option<&Verdict>,
+    discovery: &Discovery,
+    previous: Option<&NodeMemoryConfigStatus>,
+    now: &Time,
+) -> NodeMemoryConfigStatus {
+    let mut s = NodeMemoryConfigStatus {
+        observed_revision: previous.and_then(|p| p.observed_revision.clone()),
+        node: Some(facts(discovery, None)),
+        ..NodeMemoryConfigStatus::default()
+    };
+    let kernel_warning = |warnings: &[Warning]| {
+        warnings
+            .iter()
+            .find(|w| {
+                matches!(
+                    w,
+                    Warning::KernelBeforeLivelockFix { .. }
+                        | Warning::KernelVersionUnknown
+                        | Warning::KernelVersionUnparsable { .. }
+                )
+            })
+            .cloned()
+    };
+    let mut conditions = Vec::new();
+    match outcome {
+        PassOutcome::Applied {
+            desired,
+            report,
+            conflict,
+            kubelet,
+        } => {
+            conditions.push(match conflict {
+                Some(c) => condition(
+                    "KubeletConflict",
+                    true,
+                    c.reason,
+                    c.message.clone(),
+                    generation,
+                    now,
+                ),
+                None => condition(
+                    "KubeletConflict",
+                    false,
+                    "NoConflict",
+                    "the kubelet does not enforce what nodemem does here".to_string(),
+                    generation,
+                    now,
+                ),
+            });
+            s.node = Some(facts(discovery, Some(desired)));
+            s.totals = Some(MemoryTotals {
+                memory_min_bytes: desired.totals.memory_min_bytes,
+                memory_low_bytes: desired.totals.memory_low_bytes,
+            });
+            s.managed_pods = desired.managed_pods() as i32;
+            let kubelet = kubelet.map(KubeletOutcome::applied);
+            if let Some((false, reason, message)) = &kubelet {
+                s.last_error = Some(message.clone());
+                conditions.push(condition(
+                    "Applied",
+                    false,
+                    reason,
+                    format!("revision {revision}: {message}"),
+                    generation,
+                    now,
+                ));
+            } else if let (Some((true, reason, message)), true) = (&kubelet, report.ok()) {
+                s.observed_revision = Some(revision.to_string());
+                conditions.push(condition(
+                    "Applied",
+                    true,
+                    reason,
+                    format!("revision {revision} is enforced by the kubelet: {message}"),
+                    generation,
+                    now,
+                ));
+            } else if report.ok() {
+                s.observed_revision = Some(revision.to_string());
+                // Stable between passes: a status write per pass would cost the apiserver
+                // a write per new container (what this pass wrote is in the metrics).
+                conditions.push(condition(
+                    "Applied",
+                    true,
+                    "Applied",
+                    format!(
+                        "revision {revision} is applied to {} pod(s)",
+                        desired.managed_pods()
+                    ),
+                    generation,
+                    now,
+                ));
+            } else {
+                let deferred: Vec<String> = report
+                    .deferred
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{} (failed {} time(s); next try in {} s)",
+                            d.error, d.failures, d.retry_in_seconds
+                        )
+                    })
+                    .collect();
+                let errors: Vec<&str> = report
+                    .refused
+                    .iter()
+                    .map(String::as_str)
+                    .chain(report.failed.iter().map(|f| f.error.as_str()))
+                    .chain(deferred.iter().map(String::as_str))
+                    .collect();
+                s.last_error = errors.first().map(|e| e.to_string());
+                conditions.push(condition(
+                    "Applied",
+                    false,
+                    "WriteFailed",
+                    format!(
+                        "revision {revision}: {} write(s) failed (the rest applied): {}",
+                        errors.len(),
+                        errors.join("; ")
+                    ),
+                    generation,
+                    now,
+                ));
+            }
+            conditions.push(match kernel_warning(&desired.warnings) {
+                Some(w) => condition(
+                    "KernelSupported",
+                    false,
+                    w.code(),
+                    w.to_string(),
+                    generation,
+                    now,
+                ),
+                None => condition(
+                    "KernelSupported",
+                    true,
+                    "CgroupV2",
+                    format!("kernel {} with cgroup v2", discovery.kernel_version),
+                    generation,
+                    now,
+                ),
+            });
+        }
+        PassOutcome::InvalidConfig(problems) => {
+            s.last_error = Some(problems.join("; "));
+            conditions.push(condition(
+                "Applied",
+                false,
+                "InvalidConfig",
+                format!(
+                    "revision {revision} is not applied: {}; the previous state stays",
+                    problems.join("; ")
+                ),
+                generation,
+                now,
+            ));
+        }
+        PassOutcome::Failed(e) => {
+            s.last_error = Some(e.to_string());
+            conditions.push(condition(
+                "Applied",
+                false,
+                e.category.reason(),
+                format!("revision {revision} is not applied: {e}; the previous state stays"),
+                generation,
+                now,
+            ));
+        }
+    }
+    match health {
+        Some(v) => {
+            s.since_revision = Some(v.signals.clone());
+            conditions.push(condition(
+                "Healthy",
+                v.healthy,
+                v.reason,
+                v.message.clone(),
+                generation,
+                now,
+            ));
+        }
+        None => {
+            // Passes that read no signals (reactions, one pod's event) keep the verdict
+            // of the last whole-node pass on the same revision.
+            let kept = previous
+                .filter(|_| s.observed_revision.as_deref() == Some(revision))
+                .filter(|p| p.observed_revision.as_deref() == Some(revision))
+                .and_then(|p| {
+                    let c = p.conditions.iter().find(|c| c.type_ == "Healthy")?;
+                    Some((c.clone(), p.since_revision.clone()))
+                });
+            match kept {
+                Some((c, since)) => {
+                    s.since_revision = since;
+                    conditions.push(c);
+                }
+                None => conditions.push(condition(
+                    "Healthy",
+                    false,
+                    "NotApplied",
+                    format!("revision {revision} is not applied"),
+                    generation,
+                    now,
+                )),
+            }
+        }
+    }
+    // A condition keeps its transition time while its status stays.
+    for c in &mut conditions {
+        if let Some(p) = previous
+            .into_iter()
+            .flat_map(|p| &p.conditions)
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+        {
+            c.last_transition_time = p.last_transition_time.clone();
+        }
+    }
+    s.conditions = conditions;
+    s
+}
+
+/// True when two statuses differ in more than condition times.
+pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
+    let strip = |s: &NodeMemoryConfigStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Default::default());
+        }
+        s
+    };
+    strip(a) != strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_model::memory_qos::MemoryQosSettings;
+    use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+    use nodemem_model::policy::PolicySettings;
+
+    fn pods() -> Vec<NodePod> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]}
+        }))
+        .unwrap();
+        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()]
+    }
+
+    fn kernel_supported(kernel: &str) -> (Condition, Condition) {
+        let settings = PolicySettings {
+            memory_qos: MemoryQosSettings {
+                enabled: true,
+                ..MemoryQosSettings::default()
+            },
+            ..PolicySettings::default()
+        };
+        let mut facts = NodeFacts::default();
+        facts.memory.kernel_version = Some(kernel.into());
+        facts.memory.allocatable_memory = Some(8 << 30);
+        let pods = pods();
+        let desired = desired_node(NodeInput {
+            settings: &settings,
+            facts: &facts,
+            pods: &pods,
+            memory_manager: None,
+        })
+        .unwrap();
+        let discovery = Discovery {
+            kernel_version: kernel.into(),
+            cgroup_driver: CgroupDriver::Systemd,
+            kubepods_controllers: Default::default(),
+            page_size: 4096,
+            topology: None,
+        };
+        let s = status(
+            "r1",
+            Some(1),
+            PassOutcome::Applied {
+                desired: &desired,
+                report: &ApplyReport::default(),
+                conflict: None,
+                kubelet: None,
+            },
+            None,
+            &discovery,
+            None,
+            &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
+        let find = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        (find("Applied"), find("KernelSupported"))
+    }
+
+    /// KEP-2570: before 5.9 memory.high can livelock; the kubelet warns and still sets
+    /// the values, and so does nodemem, saying so in KernelSupported.
+    #[test]
+    fn a_kernel_before_the_livelock_fix_is_reported_and_the_values_still_applied() {
+        let (applied, kernel) = kernel_supported("5.4.0-150-generic");
+        assert_eq!(
+            (applied.status.as_str(), applied.reason.as_str()),
+            ("True", "Applied")
+        );
+        assert_eq!(
+            (kernel.status.as_str(), kernel.reason.as_str()),
+            ("False", "KernelBeforeLivelockFix")
+        );
+        let (_, kernel) = kernel_supported("5.9.0");
+        assert_eq!(
+            (kernel.status.as_str(), kernel.reason.as_str()),
+            ("True", "CgroupV2")
+        );
+        let (_, kernel) = kernel_supported("not-a-version");
+        assert_eq!(kernel.reason, "KernelVersionUnparsable");
+    }
+}

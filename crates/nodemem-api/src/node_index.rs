@@ -1,0 +1,545 @@
+//! What the in-cluster agent knows about its node, fed by watch events: its
+//! NodeMemoryConfig, its Node, the pods bound to it and the namespaces that opt out of
+//! Memory QoS. Synchronous and without a client, so it is tested with plain `#[test]`s
+//! (the way linkerd's policy controller feeds its index).
+//!
+//! Every update says whether anything the node computation reads changed: a pod
+//! status heartbeat or an unrelated label changes nothing, so nothing is recomputed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::config::NodeMemoryConfig;
+use crate::convert::node_settings;
+use crate::k8s::{node_allocatable_memory, node_pod_from_k8s, opts_out};
+use crate::policy::HealthSpec;
+use crate::policy::NodeSettings;
+use k8s_openapi::api::core::v1 as core;
+use nodemem_model::node::NodePod;
+use nodemem_model::policy::PolicySettings;
+
+/// The config as the computation needs it, or why it cannot be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexedConfig {
+    pub name: String,
+    pub revision: String,
+    pub generation: Option<i64>,
+    pub uid: Option<String>,
+    /// The spec's settings as written (kept for the last-known record).
+    pub spec: NodeSettings,
+    /// When the node counts as healthy.
+    pub health: HealthSpec,
+    pub settings: Result<PolicySettings, Vec<String>>,
+}
+
+/// What the agent last enforced, kept in the state directory so a restart with the
+/// apiserver unreachable enforces it again at once.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastKnown {
+    pub config: String,
+    pub revision: String,
+    pub generation: Option<i64>,
+    pub settings: NodeSettings,
+    #[serde(default)]
+    pub health: HealthSpec,
+    pub allocatable: Option<i64>,
+    /// The pods, reduced to what the computation reads.
+    pub pods: Vec<CompactPod>,
+}
+
+/// A pod reduced to what the computation reads, kept as its JSON: an agent holds
+/// every pod of its node, and a `core::Pod` value is several KiB even when nearly
+/// empty (its optional structs are inline), against a few hundred bytes of JSON.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct CompactPod(Box<serde_json::value::RawValue>);
+
+impl CompactPod {
+    fn new(pod: &core::Pod) -> Self {
+        CompactPod(serde_json::value::to_raw_value(pod).expect("a Pod serializes"))
+    }
+
+    fn pod(&self) -> Result<core::Pod, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl PartialEq for CompactPod {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+/// A pod reduced to what the node computation reads (the state record stays small).
+fn reduced(pod: &core::Pod) -> core::Pod {
+    let mut p = core::Pod::default();
+    p.metadata.name = pod.metadata.name.clone();
+    p.metadata.namespace = pod.metadata.namespace.clone();
+    p.metadata.uid = pod.metadata.uid.clone();
+    p.metadata.creation_timestamp = pod.metadata.creation_timestamp.clone();
+    p.metadata.annotations = pod.metadata.annotations.clone().map(|a| {
+        a.into_iter()
+            .filter(|(k, _)| k == nodemem_model::node::MEMORY_QOS_OPT_OUT_KEY)
+            .collect()
+    });
+    p.spec = pod.spec.as_ref().map(|s| core::PodSpec {
+        node_name: s.node_name.clone(),
+        containers: s.containers.iter().map(reduced_container).collect(),
+        init_containers: s
+            .init_containers
+            .as_ref()
+            .map(|c| c.iter().map(reduced_container).collect()),
+        resources: s.resources.clone(),
+        overhead: s.overhead.clone(),
+        ..core::PodSpec::default()
+    });
+    let ids = |list: &Option<Vec<core::ContainerStatus>>| {
+        list.as_ref().map(|l| {
+            l.iter()
+                .map(|c| core::ContainerStatus {
+                    name: c.name.clone(),
+                    container_id: c.container_id.clone(),
+                    ..core::ContainerStatus::default()
+                })
+                .collect()
+        })
+    };
+    p.status = pod.status.as_ref().map(|s| core::PodStatus {
+        phase: s.phase.clone(),
+        container_statuses: ids(&s.container_statuses),
+        init_container_statuses: ids(&s.init_container_statuses),
+        ..core::PodStatus::default()
+    });
+    p
+}
+
+fn reduced_container(c: &core::Container) -> core::Container {
+    core::Container {
+        name: c.name.clone(),
+        resources: c.resources.clone(),
+        restart_policy: c.restart_policy.clone(),
+        ..core::Container::default()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct IndexedPod {
+    namespace: String,
+    /// Admission order: creation time, then name.
+    order: (String, String),
+    name: String,
+    raw: CompactPod,
+    converted: Result<NodePod, Vec<String>>,
+}
+
+#[derive(Debug, Default)]
+pub struct NodeIndex {
+    node_name: String,
+    config: Option<IndexedConfig>,
+    allocatable: Option<i64>,
+    /// `status.nodeInfo.kubeletVersion`: what a Kubelet-mode drop-in may contain.
+    kubelet_version: Option<String>,
+    pods: BTreeMap<String, IndexedPod>,
+    opted_out_namespaces: BTreeSet<String>,
+    /// Pods whose conversion failed, for reporting.
+    pod_problems: BTreeMap<String, Vec<String>>,
+}
+
+fn terminated(pod: &core::Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+impl NodeIndex {
+    pub fn new(node_name: &str) -> Self {
+        NodeIndex {
+            node_name: node_name.to_string(),
+            ..NodeIndex::default()
+        }
+    }
+
+    pub fn config(&self) -> Option<&IndexedConfig> {
+        self.config.as_ref()
+    }
+
+    pub fn allocatable(&self) -> Option<i64> {
+        self.allocatable
+    }
+
+    pub fn kubelet_version(&self) -> Option<&str> {
+        self.kubelet_version.as_deref()
+    }
+
+    /// The config was created or changed; true when its settings or revision changed.
+    pub fn apply_config(&mut self, config: &NodeMemoryConfig) -> bool {
+        if config.metadata.name.as_deref() != Some(self.node_name.as_str()) {
+            return false;
+        }
+        let indexed = IndexedConfig {
+            name: self.node_name.clone(),
+            revision: config.spec.revision.clone(),
+            generation: config.metadata.generation,
+            uid: config.metadata.uid.clone(),
+            spec: config.spec.settings.clone(),
+            health: config.spec.health.clone(),
+            settings: node_settings(&config.spec.settings)
+                .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
+        };
+        let changed = self.config.as_ref() != Some(&indexed);
+        self.config = Some(indexed);
+        changed
+    }
+
+    pub fn delete_config(&mut self) -> bool {
+        self.config.take().is_some()
+    }
+
+    /// The Node changed; true when its allocatable memory or kubelet version did.
+    pub fn apply_node(&mut self, node: &core::Node) -> bool {
+        if node.metadata.name.as_deref() != Some(self.node_name.as_str()) {
+            return false;
+        }
+        let allocatable = node_allocatable_memory(node).ok().flatten();
+        let kubelet_version = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.kubelet_version.clone())
+            .filter(|v| !v.is_empty());
+        let changed = allocatable != self.allocatable || kubelet_version != self.kubelet_version;
+        self.allocatable = allocatable;
+        self.kubelet_version = kubelet_version;
+        changed
+    }
+
+    /// A namespace's labels changed; true when its opt-out changed a pod of this node.
+    pub fn apply_namespace(
+        &mut self,
+        name: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        let out = opts_out(labels);
+        let changed = if out {
+            self.opted_out_namespaces.insert(name.to_string())
+        } else {
+            self.opted_out_namespaces.remove(name)
+        };
+        if !changed {
+            return false;
+        }
+        let uids: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.namespace == name)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in &uids {
+            // Written by this index from a Pod, so it reads back.
+            if let Ok(raw) = self.pods[uid].raw.pod() {
+                self.convert(uid, raw);
+            }
+        }
+        !uids.is_empty()
+    }
+
+    fn convert(&mut self, uid: &str, raw: core::Pod) {
+        let namespace = raw.metadata.namespace.clone().unwrap_or_default();
+        let converted = node_pod_from_k8s(&raw, self.opted_out_namespaces.contains(&namespace))
+            .map_err(|ps| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>());
+        match &converted {
+            Ok(_) => {
+                self.pod_problems.remove(uid);
+            }
+            Err(problems) => {
+                self.pod_problems.insert(uid.to_string(), problems.clone());
+            }
+        }
+        let order = (
+            raw.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            raw.metadata.name.clone().unwrap_or_default(),
+        );
+        self.pods.insert(
+            uid.to_string(),
+            IndexedPod {
+                namespace,
+                order,
+                name: raw.metadata.name.clone().unwrap_or_default(),
+                raw: CompactPod::new(&raw),
+                converted,
+            },
+        );
+    }
+
+    /// A pod was created or changed; true when what the computation reads changed
+    /// (resources, container IDs, opt-out, termination), not on status heartbeats.
+    pub fn apply_pod(&mut self, pod: &core::Pod) -> bool {
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return false;
+        };
+        if bound != Some(self.node_name.as_str()) || terminated(pod) {
+            return self.delete_pod_uid(&uid);
+        }
+        let before = self.pods.get(&uid).map(|p| p.converted.clone());
+        // Only what the computation reads is kept: a full pod (managedFields, the
+        // whole spec and status) is tens of KiB, and an agent holds every pod of its node.
+        self.convert(&uid, reduced(pod));
+        before.as_ref() != Some(&self.pods[&uid].converted)
+    }
+
+    pub fn delete_pod(&mut self, pod: &core::Pod) -> bool {
+        pod.metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| self.delete_pod_uid(uid))
+    }
+
+    fn delete_pod_uid(&mut self, uid: &str) -> bool {
+        self.pod_problems.remove(uid);
+        self.pods.remove(uid).is_some()
+    }
+
+    /// A relist finished: pods not in it are gone. True when any was.
+    pub fn retain_pods(&mut self, listed: &BTreeSet<String>) -> bool {
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|uid| !listed.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in &gone {
+            self.delete_pod_uid(uid);
+        }
+        !gone.is_empty()
+    }
+
+    /// The pods to compute, in admission order (creation time, then name).
+    pub fn node_pods(&self) -> Vec<NodePod> {
+        let mut pods: Vec<&IndexedPod> =
+            self.pods.values().filter(|p| p.converted.is_ok()).collect();
+        pods.sort_by(|a, b| a.order.cmp(&b.order));
+        pods.into_iter()
+            .filter_map(|p| p.converted.clone().ok())
+            .collect()
+    }
+
+    /// The record of what is enforced now, when a config is known.
+    pub fn last_known(&self) -> Option<LastKnown> {
+        let config = self.config.as_ref()?;
+        let mut pods: Vec<&IndexedPod> = self.pods.values().collect();
+        pods.sort_by(|a, b| a.order.cmp(&b.order));
+        Some(LastKnown {
+            config: config.name.clone(),
+            revision: config.revision.clone(),
+            generation: config.generation,
+            settings: config.spec.clone(),
+            health: config.health.clone(),
+            allocatable: self.allocatable,
+            pods: pods.into_iter().map(|p| p.raw.clone()).collect(),
+        })
+    }
+
+    /// Restores what a previous run recorded (before any watch has listed).
+    pub fn restore(&mut self, last: &LastKnown) {
+        self.config = Some(IndexedConfig {
+            name: last.config.clone(),
+            revision: last.revision.clone(),
+            generation: last.generation,
+            uid: None,
+            spec: last.settings.clone(),
+            health: last.health.clone(),
+            settings: node_settings(&last.settings)
+                .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
+        });
+        self.allocatable = last.allocatable;
+        for pod in last.pods.iter().filter_map(|p| p.pod().ok()) {
+            self.apply_pod(&pod);
+        }
+    }
+
+    /// Pods that could not be converted, with why (namespace/name: problem).
+    pub fn pod_problems(&self) -> Vec<String> {
+        self.pod_problems
+            .iter()
+            .filter_map(|(uid, problems)| {
+                let p = self.pods.get(uid)?;
+                Some(format!(
+                    "pod {}/{}: {}",
+                    p.namespace,
+                    p.name,
+                    problems.join("; ")
+                ))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, uid: &str, node: &str, memory: &str, id: Option<&str>) -> core::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": uid,
+                         "creationTimestamp": format!("2026-11-22T10:00:0{}Z", &uid[uid.len() - 1..])},
+            "spec": {"nodeName": node, "containers": [{"name": "app",
+                "resources": {"requests": {"memory": memory}}}]},
+            "status": {"phase": "Running", "containerStatuses": id.map(|i| vec![json!({
+                "name": "app", "containerID": format!("containerd://{i}"), "image": "x", "imageID": "",
+                "ready": true, "restartCount": 0})]).unwrap_or_default()},
+        }))
+        .unwrap()
+    }
+
+    fn config(name: &str, revision: &str, factor: f64) -> NodeMemoryConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+            "metadata": {"name": name, "generation": 1},
+            "spec": {"policy": "p", "revision": revision, "memoryQoS": {"throttlingFactor": factor}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_changes_the_computation_reads_count() {
+        let mut index = NodeIndex::new("n1");
+        let p = pod("a", "uid-1", "n1", "64Mi", Some("c1"));
+        assert!(index.apply_pod(&p));
+        assert!(!index.apply_pod(&p), "the same pod again");
+        let mut heartbeat = p.clone();
+        heartbeat.metadata.resource_version = Some("99".into());
+        heartbeat.status.as_mut().unwrap().start_time = None;
+        assert!(!index.apply_pod(&heartbeat), "status noise");
+        let restarted = pod("a", "uid-1", "n1", "64Mi", Some("c2"));
+        assert!(index.apply_pod(&restarted), "a new container ID");
+        assert_eq!(index.node_pods()[0].container_ids()["app"].id, "c2");
+        // Another node's pod, and a finished pod, are not this node's.
+        assert!(!index.apply_pod(&pod("b", "uid-2", "n2", "64Mi", None)));
+        let mut done = restarted.clone();
+        done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        assert!(index.apply_pod(&done), "terminated: removed");
+        assert!(index.node_pods().is_empty());
+    }
+
+    #[test]
+    fn pods_come_out_in_admission_order_and_relists_drop_the_missing() {
+        let mut index = NodeIndex::new("n1");
+        index.apply_pod(&pod("late", "uid-3", "n1", "1Mi", None));
+        index.apply_pod(&pod("early", "uid-1", "n1", "1Mi", None));
+        index.apply_pod(&pod("middle", "uid-2", "n1", "1Mi", None));
+        let names: Vec<String> = index
+            .node_pods()
+            .iter()
+            .map(|p| p.pod().name.clone())
+            .collect();
+        assert_eq!(names, ["early", "middle", "late"]);
+        assert!(index.retain_pods(&BTreeSet::from(["uid-1".to_string(), "uid-3".to_string()])));
+        assert!(!index.retain_pods(&BTreeSet::from(["uid-1".to_string(), "uid-3".to_string()])));
+        assert_eq!(index.node_pods().len(), 2);
+    }
+
+    #[test]
+    fn config_node_and_namespace_changes() {
+        let mut index = NodeIndex::new("n1");
+        assert!(
+            !index.apply_config(&config("n2", "r1", 0.9)),
+            "another node's config"
+        );
+        assert!(index.apply_config(&config("n1", "r1", 0.9)));
+        assert!(!index.apply_config(&config("n1", "r1", 0.9)));
+        assert!(index.apply_config(&config("n1", "r2", 0.8)));
+        assert_eq!(index.config().unwrap().revision, "r2");
+        assert!(index.config().unwrap().settings.is_ok());
+        let bad = config("n1", "r3", 1.5);
+        assert!(index.apply_config(&bad));
+        let problems = index.config().unwrap().settings.clone().unwrap_err();
+        assert!(
+            problems[0].starts_with("spec.memoryQoS.throttlingFactor"),
+            "{problems:?}"
+        );
+        assert!(index.delete_config() && index.config().is_none());
+
+        let node: core::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"}, "status": {"allocatable": {"memory": "8Gi"}}}))
+        .unwrap();
+        assert!(index.apply_node(&node));
+        assert!(!index.apply_node(&node));
+        assert_eq!(index.allocatable(), Some(8 << 30));
+        assert_eq!(index.kubelet_version(), None);
+        let upgraded: core::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"}, "status": {"allocatable": {"memory": "8Gi"},
+            "nodeInfo": {"kubeletVersion": "v1.36.3", "architecture": "", "bootID": "", "containerRuntimeVersion": "",
+                "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "", "osImage": "", "systemUUID": ""}}}))
+        .unwrap();
+        assert!(
+            index.apply_node(&upgraded),
+            "a kubelet upgrade changes what may be rendered"
+        );
+        assert_eq!(index.kubelet_version(), Some("v1.36.3"));
+
+        index.apply_pod(&pod("a", "uid-1", "n1", "64Mi", None));
+        let labels =
+            BTreeMap::from([("nodemem.io/memory-qos".to_string(), "disabled".to_string())]);
+        assert!(index.apply_namespace("shop", Some(&labels)));
+        assert!(index.node_pods()[0].memory_qos_opt_out());
+        assert!(!index.apply_namespace("shop", Some(&labels)));
+        assert!(index.apply_namespace("shop", None));
+        assert!(!index.node_pods()[0].memory_qos_opt_out());
+        assert!(
+            !index.apply_namespace("other", Some(&labels)),
+            "no pod of this node there"
+        );
+    }
+
+    #[test]
+    fn the_last_known_record_round_trips_without_status_noise() {
+        let mut index = NodeIndex::new("n1");
+        index.apply_config(&config("n1", "r1", 0.8));
+        index.apply_pod(&pod("a", "uid-1", "n1", "64Mi", Some("c1")));
+        let last = index.last_known().unwrap();
+        let json = serde_json::to_string(&last).unwrap();
+        assert!(!json.contains("\"x\""), "images are not kept: {json}");
+        assert!(json.contains("containerd://c1"), "{json}");
+        let back: LastKnown = serde_json::from_str(&json).unwrap();
+        let mut restored = NodeIndex::new("n1");
+        restored.restore(&back);
+        assert_eq!(restored.config().unwrap().revision, "r1");
+        assert_eq!(restored.node_pods(), index.node_pods());
+        assert_eq!(
+            restored.config().unwrap().settings,
+            index.config().unwrap().settings
+        );
+    }
+
+    #[test]
+    fn a_pod_that_does_not_convert_is_reported_not_computed() {
+        let mut index = NodeIndex::new("n1");
+        let mut bad = pod("bad", "uid-1", "n1", "64Mi", None);
+        bad.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert(
+                "memory".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+            );
+        assert!(index.apply_pod(&bad));
+        assert!(index.node_pods().is_empty());
+        let problems = index.pod_problems();
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].starts_with("pod shop/bad: spec.containers[0].resources.requests.memory"),
+            "{problems:?}"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! How an agent's report on a NodeMemoryConfig is read: whether the agent reports a
+//! failure of the config's current spec, and whether it reports that spec good and for
+//! how long. The controller gates rollouts on it and `kubectl nodemem` shows it, so both
+//! read the report with this one rule.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use nodemem_model::rollout::AgentReport;
+
+use crate::config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus};
+
+/// The annotation on a NodeMemoryConfig recording when its spec last changed (RFC 3339):
+/// how long a node has been updating survives a controller restart.
+pub const SPEC_CHANGED_AT: &str = "nodemem.io/spec-changed-at";
+
+/// A NodeMemoryConfig as a rollout reads it: its spec, what its agent reported, and
+/// since when the spec has been what it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigEntry {
+    pub generation: Option<i64>,
+    pub spec: NodeMemoryConfigSpec,
+    pub status: NodeMemoryConfigStatus,
+    /// Seconds since the epoch, from [`SPEC_CHANGED_AT`].
+    pub spec_changed_at: Option<i64>,
+}
+
+/// Seconds since the epoch of an RFC 3339 time.
+pub fn parse_time(text: &str) -> Option<i64> {
+    text.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
+}
+
+impl From<&NodeMemoryConfig> for ConfigEntry {
+    fn from(c: &NodeMemoryConfig) -> Self {
+        ConfigEntry {
+            generation: c.metadata.generation,
+            spec: c.spec.clone(),
+            status: c.status.clone().unwrap_or_default(),
+            spec_changed_at: c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SPEC_CHANGED_AT))
+                .and_then(|t| parse_time(t)),
+        }
+    }
+}
+
+/// The Applied and Healthy conditions the agent reported for the config's current
+/// spec (its generation).
+fn current_conditions(c: &ConfigEntry) -> (Option<&Condition>, Option<&Condition>) {
+    let find = |t: &str| {
+        c.status
+            .conditions
+            .iter()
+            .find(|cond| cond.type_ == t && cond.observed_generation == c.generation)
+    };
+    (find("Applied"), find("Healthy"))
+}
+
+/// The condition in which the config's agent reports a failure of its current spec.
+/// Waiting for a kubelet restart is not one (progressDeadlineSeconds covers it), and
+/// Healthy=False NotApplied only repeats an Applied failure.
+pub fn failure(c: &ConfigEntry) -> Option<&Condition> {
+    let (applied, healthy) = current_conditions(c);
+    let failed =
+        |cond: &&Condition, not_failure: &str| cond.status == "False" && cond.reason != not_failure;
+    applied
+        .filter(|a| failed(a, "KubeletRestartRequired"))
+        .or(healthy.filter(|h| failed(h, "NotApplied")))
+}
+
+/// What a config's agent reports about the config's current spec.
+pub fn report(c: &ConfigEntry, now: i64) -> AgentReport {
+    if failure(c).is_some() {
+        return AgentReport::Bad;
+    }
+    let (applied, healthy) = current_conditions(c);
+    let good = applied.is_some_and(|c| c.status == "True")
+        && healthy.is_some_and(|c| c.status == "True")
+        && c.status.observed_revision.as_deref() == Some(c.spec.revision.as_str());
+    if !good {
+        return AgentReport::Pending;
+    }
+    // Good since the later of the spec change and the conditions turning True.
+    let since = [applied, healthy]
+        .into_iter()
+        .flatten()
+        .map(|c| c.last_transition_time.0.as_second())
+        .chain(c.spec_changed_at)
+        .max()
+        .unwrap_or(now);
+    AgentReport::Good {
+        for_seconds: (now - since).max(0) as u64,
+    }
+}

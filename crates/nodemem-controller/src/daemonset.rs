@@ -1,0 +1,254 @@
+//! The agent DaemonSet the controller owns (pure builder): scheduled on the nodes some
+//! policy selects (node affinity built from the policies' selectors), and on nodes that
+//! still have a NodeMemoryConfig (a node that left every pool keeps its agent until the
+//! agent has given back what it set), with the host mounts, identity, security context
+//! and probes the agent needs.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use nodemem_api::policy::{NodeSelector, SelectorOperator};
+use serde_json::{json, Value};
+
+use crate::world::World;
+
+/// How the agents are deployed (the controller's flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentDeploy {
+    pub namespace: String,
+    pub image: String,
+    pub cgroup_driver: Option<String>,
+    /// The kubelet's --config-dir on the hosts, for `enforcement: Kubelet`.
+    pub kubelet_config_dir: Option<String>,
+    pub kubelet_restart_command: Option<String>,
+    /// The agents' state directory on the hosts.
+    pub state_dir: String,
+}
+
+pub const NAME: &str = "nodemem-agent";
+
+/// One node-affinity term per policy selector (terms are ORed); matchLabels become
+/// `In` requirements. An empty selector selects every node.
+fn terms(world: &World) -> Vec<Value> {
+    let mut terms = Vec::new();
+    let mut every_node = false;
+    for p in world.policies.values() {
+        let s: &NodeSelector = &p.spec.node_selector;
+        if s.match_labels.is_empty() && s.match_expressions.is_empty() {
+            every_node = true;
+            continue;
+        }
+        let mut expressions: Vec<Value> = s
+            .match_labels
+            .iter()
+            .map(|(k, v)| json!({"key": k, "operator": "In", "values": [v]}))
+            .collect();
+        for e in &s.match_expressions {
+            let op = match e.operator {
+                SelectorOperator::In => "In",
+                SelectorOperator::NotIn => "NotIn",
+                SelectorOperator::Exists => "Exists",
+                SelectorOperator::DoesNotExist => "DoesNotExist",
+            };
+            let mut x = json!({"key": e.key, "operator": op});
+            if !e.values.is_empty() {
+                x["values"] = json!(e.values);
+            }
+            expressions.push(x);
+        }
+        terms.push(json!({"matchExpressions": expressions}));
+    }
+    if every_node {
+        return Vec::new();
+    }
+    // Nodes with a config that no policy selects any more keep their agent until it
+    // reports the release (the field selector takes one name per term; these are few).
+    let selectors: Vec<_> = world
+        .policies
+        .values()
+        .map(|p| nodemem_api::convert::to_selector(&p.spec.node_selector))
+        .collect();
+    for node in world.configs.keys() {
+        let labels = world.nodes.get(node);
+        let selected = labels.is_some_and(|l| selectors.iter().any(|s| s.matches(l)));
+        if !selected {
+            terms.push(json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}));
+        }
+    }
+    terms
+}
+
+/// The DaemonSet for the current policies and configs.
+pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
+    let terms = terms(world);
+    let no_policy = world.policies.is_empty() && world.configs.is_empty();
+    let affinity = if no_policy {
+        // No policy selects any node: a term no node satisfies.
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nodemem.io/no-policy-selects-this", "operator": "Exists"}]}]}}})
+    } else if terms.is_empty() {
+        json!({})
+    } else {
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}})
+    };
+    let mut args = vec![
+        "agent".to_string(),
+        "--log-format=json".into(),
+        "--metrics-addr=0.0.0.0:9180".into(),
+        "--cgroup-root=/host/sys/fs/cgroup".into(),
+        "--sys-root=/host/sys".into(),
+        "--proc-root=/host/proc".into(),
+        "--state-dir=/var/lib/nodemem".into(),
+        "--kubelet-config=/host/var/lib/kubelet/config.yaml".into(),
+        "--kubelet-memory-manager-state=/host/var/lib/kubelet/memory_manager_state".into(),
+    ];
+    if let Some(driver) = &d.cgroup_driver {
+        args.push(format!("--cgroup-driver={driver}"));
+    }
+    let mut mounts = vec![
+        json!({"name": "cgroup", "mountPath": "/host/sys/fs/cgroup"}),
+        json!({"name": "sys", "mountPath": "/host/sys", "readOnly": true}),
+        json!({"name": "proc", "mountPath": "/host/proc", "readOnly": true}),
+        json!({"name": "state", "mountPath": "/var/lib/nodemem"}),
+        json!({"name": "kubelet", "mountPath": "/host/var/lib/kubelet"}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}),
+        json!({"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}),
+        json!({"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}),
+        json!({"name": "state", "hostPath": {"path": d.state_dir, "type": "DirectoryOrCreate"}}),
+        json!({"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet", "type": "DirectoryOrCreate"}}),
+    ];
+    if let Some(dir) = &d.kubelet_config_dir {
+        args.push("--kubelet-config-dir=/host/kubelet-config-dir".into());
+        mounts.push(json!({"name": "kubelet-config-dir", "mountPath": "/host/kubelet-config-dir"}));
+        volumes.push(json!({"name": "kubelet-config-dir", "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}));
+    }
+    if let Some(cmd) = &d.kubelet_restart_command {
+        args.push(format!("--kubelet-restart-command={cmd}"));
+    }
+    let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
+    let probe = |path: &str| json!({"httpGet": {"path": path, "port": 9180}, "periodSeconds": 10});
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": NAME, "namespace": d.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": NAME,
+                    // The kubelet process is found in the host's PID namespace
+                    // (enforcement: Kubelet notices a restart it did not run).
+                    "hostPID": true,
+                    "priorityClassName": "system-node-critical",
+                    "affinity": affinity,
+                    // Pools may be tainted; the agent must run wherever its policy applies.
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{
+                        "name": "agent",
+                        "image": d.image,
+                        "args": args,
+                        "env": [
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        ],
+                        "ports": [{"name": "metrics", "containerPort": 9180}],
+                        "livenessProbe": probe("/healthz"),
+                        "readinessProbe": probe("/readyz"),
+                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
+                        // Root writes root-owned cgroup files without any capability.
+                        "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": true,
+                            "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }))
+    .expect("a valid DaemonSet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_api::NodeMemoryPolicy;
+
+    fn deploy() -> AgentDeploy {
+        AgentDeploy {
+            namespace: "nodemem-system".into(),
+            image: "nodemem:test".into(),
+            cgroup_driver: None,
+            kubelet_config_dir: Some("/etc/kubernetes/kubelet.conf.d".into()),
+            kubelet_restart_command: None,
+            state_dir: "/var/lib/nodemem".into(),
+        }
+    }
+
+    fn affinity(ds: &DaemonSet) -> Value {
+        serde_json::to_value(
+            ds.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .affinity
+                .clone(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_agents_go_where_policies_select_and_where_configs_remain() {
+        let mut w = World::default();
+        let none = agent_daemonset(&deploy(), &w);
+        assert_eq!(
+            affinity(&none)["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchExpressions"][0]["key"],
+            "nodemem.io/no-policy-selects-this"
+        );
+        let p: NodeMemoryPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "a"},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "a"},
+                "matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["z9"]}]}}}))
+        .unwrap();
+        w.apply_policy(&p);
+        w.configs.insert(
+            "old-node".into(),
+            nodemem_api::report::ConfigEntry {
+                generation: None,
+                spec: Default::default(),
+                status: Default::default(),
+                spec_changed_at: None,
+            },
+        );
+        let ds = agent_daemonset(&deploy(), &w);
+        let terms = &affinity(&ds)["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+        assert_eq!(
+            terms,
+            &json!([
+                {"matchExpressions": [
+                    {"key": "pool", "operator": "In", "values": ["a"]},
+                    {"key": "zone", "operator": "NotIn", "values": ["z9"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["old-node"]}]},
+            ])
+        );
+        let spec = ds.spec.unwrap().template.spec.unwrap();
+        let c = &spec.containers[0];
+        assert!(c
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--kubelet-config-dir=/host/kubelet-config-dir".to_string()));
+        assert_eq!(spec.service_account_name.as_deref(), Some("nodemem-agent"));
+        assert_eq!(spec.host_pid, Some(true));
+        // Every node: no affinity at all.
+        let all: NodeMemoryPolicy =
+            serde_json::from_value(json!({"metadata": {"name": "all"}, "spec": {}})).unwrap();
+        w.apply_policy(&all);
+        assert_eq!(affinity(&agent_daemonset(&deploy(), &w)), json!({}));
+    }
+}

@@ -1,0 +1,149 @@
+//! The cluster controller (`nodemem controller`): turns NodeMemoryPolicies into one
+//! NodeMemoryConfig per node and rolls each pool to a new revision safely.
+//!
+//! * [`world`]: what the watches said (pure index).
+//! * [`decide`]: resolution, rollout steps and config writes (pure), into a
+//!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it.
+//! * [`run`]: the watches and the writes around them; [`lease`] elects the leader,
+//!   [`daemonset`] builds the agents' DaemonSet, [`metrics`] counts what happens.
+//!
+//! An agent's report on its config is read with `nodemem_api::report`, the rule
+//! `kubectl nodemem` shows too.
+
+pub mod daemonset;
+pub mod decide;
+pub mod decision;
+pub mod lease;
+pub mod metrics;
+mod policy_status;
+pub mod run;
+pub mod world;
+
+use std::path::PathBuf;
+
+use nodemem_process::logs::LogFormat;
+use nodemem_process::{CliError, Outcome};
+
+/// Arguments of `nodemem controller`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Logs on stderr: human text, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// A kubeconfig to reach the apiserver with (default: KUBECONFIG, else the pod's
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Where to serve /metrics, /healthz and /readyz (host:port, or off).
+    #[arg(long, default_value = "0.0.0.0:9181")]
+    pub metrics_addr: String,
+    /// Seconds between checks of time-based rollout steps (minReadySeconds, deadlines).
+    #[arg(long, default_value_t = 5)]
+    pub tick_seconds: u64,
+    /// Elect a leader through the Lease `nodemem-controller` in --namespace: with several
+    /// replicas only the holder writes.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Where the Lease lives.
+    #[arg(long, default_value = "nodemem-system")]
+    pub namespace: String,
+    /// Seconds a Lease holder has to renew it before another replica may take over.
+    #[arg(long, default_value_t = 15)]
+    pub lease_seconds: u64,
+    /// This replica's name in the Lease (default: POD_NAME, else host name and pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// Deploy the node agents as a DaemonSet (in --namespace) with this image; without
+    /// it the agents are deployed some other way.
+    #[arg(long)]
+    pub agent_image: Option<String>,
+    /// The agents' cgroup driver (default: detected on each node).
+    #[arg(long)]
+    pub agent_cgroup_driver: Option<String>,
+    /// The kubelet's --config-dir on the nodes (needed for enforcement: Kubelet).
+    #[arg(long)]
+    pub agent_kubelet_config_dir: Option<String>,
+    /// How the agents restart the kubelet after its drop-in changed.
+    #[arg(long)]
+    pub agent_kubelet_restart_command: Option<String>,
+    /// The agents' state directory on the hosts (a hostPath).
+    #[arg(long, default_value = "/var/lib/nodemem")]
+    pub agent_state_dir: String,
+}
+
+fn identity(args: &ControllerArgs) -> String {
+    args.identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "nodemem".into());
+            format!("{host}-{}", std::process::id())
+        })
+}
+
+pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
+    nodemem_process::logs::init_logs(args.log_format);
+    let metrics_addr: Option<std::net::SocketAddr> = match args.metrics_addr.as_str() {
+        "" | "off" => None,
+        a => Some(a.parse().map_err(|e| {
+            CliError::one(format!(
+                "--metrics-addr {a:?}: {e}; give host:port such as 0.0.0.0:9181, or off"
+            ))
+        })?),
+    };
+    let controller = run::Controller {
+        metrics: Default::default(),
+        draining: Default::default(),
+        tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
+        agents: args
+            .agent_image
+            .clone()
+            .map(|image| daemonset::AgentDeploy {
+                namespace: args.namespace.clone(),
+                image,
+                cgroup_driver: args.agent_cgroup_driver.clone(),
+                kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
+                kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
+                state_dir: args.agent_state_dir.clone(),
+            }),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        if let Some(addr) = metrics_addr {
+            let bound = nodemem_process::endpoints::serve(addr, controller.metrics.clone())
+                .await
+                .map_err(CliError::one)?;
+            tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+        }
+        let client = nodemem_process::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        if !args.leader_elect {
+            return controller.run(client).await.map_err(CliError::one);
+        }
+        let lock = lease::LeaseLock::new(
+            client.clone(),
+            &args.namespace,
+            "nodemem-controller",
+            identity(args),
+            std::time::Duration::from_secs(args.lease_seconds.max(3)),
+        );
+        lock.acquire().await;
+        tracing::info!(identity = %lock.identity, "leading");
+        // Whichever ends first: losing the Lease stops this replica (its pod restarts
+        // as a follower) so two never write at once.
+        tokio::select! {
+            r = controller.run(client) => r.map_err(CliError::one),
+            () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
+        }
+    })?;
+    Ok(Outcome::default())
+}
+
+#[cfg(test)]
+mod tests;

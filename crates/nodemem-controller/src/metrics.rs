@@ -1,0 +1,206 @@
+//! The controller's Prometheus metrics. Labels are policy names (one series per policy
+//! and state) and small fixed sets.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use nodemem_api::NodeMemoryPolicyStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodesLabel {
+    policy: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabel {
+    kind: &'static str,
+    result: &'static str,
+}
+
+/// The bounded set of things that go wrong, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCategory {
+    /// The apiserver refused or failed a write (retried on the next reconcile).
+    ApiWrite,
+    /// A watch failed (retried with backoff).
+    Watch,
+}
+
+impl ErrorCategory {
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorCategory::ApiWrite => "api_write",
+            ErrorCategory::Watch => "watch",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabel {
+    category: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    policies: Gauge,
+    nodes: Family<NodesLabel, Gauge>,
+    reconciles: Counter,
+    reconcile_seconds: Histogram,
+    writes: Family<WriteLabel, Counter>,
+    errors: Family<ErrorLabel, Counter>,
+    ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("nodemem_controller");
+        let m = Metrics {
+            policies: Gauge::default(),
+            nodes: Family::default(),
+            reconciles: Counter::default(),
+            reconcile_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            writes: Family::default(),
+            errors: Family::default(),
+            ready: AtomicBool::new(false),
+            registry: Registry::default(),
+        };
+        registry.register("policies", "NodeMemoryPolicies known", m.policies.clone());
+        registry.register(
+            "nodes",
+            "Nodes per policy and rollout state (matched, updated, ready, failed)",
+            m.nodes.clone(),
+        );
+        registry.register("reconciles", "Decisions computed", m.reconciles.clone());
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time to decide and carry out one reconcile",
+            m.reconcile_seconds.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes to the apiserver, by kind and result",
+            m.writes.clone(),
+        );
+        registry.register("errors", "Errors by category", m.errors.clone());
+        Metrics { registry, ..m }
+    }
+
+    pub fn reconciled(&self, seconds: f64) {
+        self.reconciles.inc();
+        self.reconcile_seconds.observe(seconds);
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
+    pub fn write(&self, kind: &'static str, ok: bool) {
+        self.writes
+            .get_or_create(&WriteLabel {
+                kind,
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
+        if !ok {
+            self.error(ErrorCategory::ApiWrite);
+        }
+    }
+
+    pub fn error(&self, category: ErrorCategory) {
+        self.errors
+            .get_or_create(&ErrorLabel {
+                category: category.label(),
+            })
+            .inc();
+    }
+
+    /// The policies' statuses as series (policies that are gone lose theirs).
+    pub fn policies<'a>(
+        &self,
+        statuses: impl Iterator<Item = (&'a str, &'a NodeMemoryPolicyStatus)>,
+    ) {
+        self.nodes.clear();
+        let mut n = 0;
+        for (policy, s) in statuses {
+            n += 1;
+            for (state, value) in [
+                ("matched", s.matched_nodes),
+                ("updated", s.updated_nodes),
+                ("ready", s.ready_nodes),
+                ("failed", s.failed_nodes),
+            ] {
+                self.nodes
+                    .get_or_create(&NodesLabel {
+                        policy: policy.to_string(),
+                        state,
+                    })
+                    .set(value as i64);
+            }
+        }
+        self.policies.set(n);
+    }
+}
+
+impl nodemem_process::endpoints::Endpoints for Metrics {
+    fn metrics(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String does not fail");
+        text
+    }
+
+    fn ready(&self) -> Result<(), &'static str> {
+        if self.ready.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err("no reconcile has completed yet")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_process::endpoints::Endpoints;
+
+    #[test]
+    fn series_per_policy_and_state() {
+        let m = Metrics::new();
+        let s = NodeMemoryPolicyStatus {
+            matched_nodes: 5,
+            updated_nodes: 3,
+            ready_nodes: 2,
+            failed_nodes: 1,
+            ..Default::default()
+        };
+        m.policies([("general", &s)].into_iter());
+        m.write("config", true);
+        m.write("config", false);
+        m.reconciled(0.001);
+        let text = m.metrics();
+        for line in [
+            "nodemem_controller_policies 1",
+            "nodemem_controller_nodes{policy=\"general\",state=\"updated\"} 3",
+            "nodemem_controller_nodes{policy=\"general\",state=\"failed\"} 1",
+            "nodemem_controller_api_writes_total{kind=\"config\",result=\"error\"} 1",
+            "nodemem_controller_errors_total{category=\"api_write\"} 1",
+            "nodemem_controller_reconciles_total 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert_eq!(m.ready(), Ok(()));
+    }
+}

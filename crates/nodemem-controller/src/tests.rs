@@ -1,0 +1,621 @@
+//! The controller's decisions on hand-built worlds (plain tests, no apiserver): a
+//! rollout is driven step by step by feeding the decisions back as the apiserver and
+//! the agents would.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::config::{MemoryTotals, RevisionSignals};
+use nodemem_api::{NodeMemoryConfigStatus, NodeMemoryPolicy};
+use serde_json::json;
+
+use crate::decide::{decide, released_settings};
+use crate::decision::Decision;
+use crate::world::World;
+use nodemem_api::report::ConfigEntry;
+
+const T0: i64 = 1_795_341_600;
+
+fn policy(
+    name: &str,
+    pool: &str,
+    priority: i32,
+    factor: f64,
+    rollout: serde_json::Value,
+) -> NodeMemoryPolicy {
+    serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority,
+            "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
+            "rollout": rollout},
+    }))
+    .unwrap()
+}
+
+fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": pool}}})).unwrap()
+}
+
+fn world(policies: &[NodeMemoryPolicy], nodes: &[(&str, &str)]) -> World {
+    let mut w = World::default();
+    for p in policies {
+        w.apply_policy(p);
+    }
+    for (n, pool) in nodes {
+        w.apply_node(&node(n, pool));
+    }
+    w
+}
+
+/// Applies a decision as the apiserver would (writes bump the generation and stamp
+/// the change time; statuses land on the policies).
+fn apply(w: &mut World, d: &Decision, now: i64) {
+    for write in &d.writes {
+        let generation = w
+            .configs
+            .get(&write.node)
+            .and_then(|c| c.generation)
+            .unwrap_or(0)
+            + 1;
+        let status = w
+            .configs
+            .get(&write.node)
+            .map(|c| c.status.clone())
+            .unwrap_or_default();
+        let changed = w
+            .configs
+            .get(&write.node)
+            .is_none_or(|c| c.spec.revision != write.spec.revision);
+        let spec_changed_at = if changed {
+            Some(now)
+        } else {
+            w.configs[&write.node].spec_changed_at
+        };
+        w.configs.insert(
+            write.node.clone(),
+            ConfigEntry {
+                generation: Some(generation),
+                spec: write.spec.clone(),
+                status,
+                spec_changed_at,
+            },
+        );
+    }
+    for node in &d.deletes {
+        w.configs.remove(node);
+    }
+    for (name, status) in &d.statuses {
+        w.policies.get_mut(name).unwrap().status = status.clone();
+    }
+}
+
+fn cond(type_: &str, ok: bool, reason: &str, generation: Option<i64>, at: i64) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: String::new(),
+        observed_generation: generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::from_second(at).unwrap()),
+    }
+}
+
+/// The agent on `node` reports its config's revision applied and healthy (or not).
+fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
+    let c = w.configs.get_mut(node).unwrap();
+    c.status = NodeMemoryConfigStatus {
+        observed_revision: Some(c.spec.revision.clone()),
+        conditions: vec![
+            cond("Applied", true, "Applied", c.generation, at),
+            cond(
+                "Healthy",
+                healthy,
+                if healthy { "Healthy" } else { "OOMKillBurst" },
+                c.generation,
+                at,
+            ),
+        ],
+        totals: Some(MemoryTotals {
+            memory_min_bytes: 1 << 20,
+            memory_low_bytes: 2 << 20,
+        }),
+        since_revision: Some(RevisionSignals {
+            revision: c.spec.revision.clone(),
+            throttle_events: 1,
+            oom_kills: if healthy { 0 } else { 7 },
+            peak_full_memory_pressure: 0.0,
+        }),
+        ..NodeMemoryConfigStatus::default()
+    };
+}
+
+/// `rounds` reconciles 10 s apart, every agent reporting its new spec healthy at once.
+fn settle(w: &mut World, now: &mut i64, rounds: usize) {
+    for _ in 0..rounds {
+        let d = decide(w, *now);
+        apply(w, &d, *now);
+        for wr in &d.writes {
+            agent_reports(w, &wr.node, true, *now);
+        }
+        *now += 10;
+    }
+}
+
+fn written(d: &Decision) -> Vec<&str> {
+    d.writes.iter().map(|w| w.node.as_str()).collect()
+}
+
+fn condition<'a>(w: &'a World, policy: &str, type_: &str) -> &'a Condition {
+    w.policies[policy]
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap()
+}
+
+#[test]
+fn every_node_gets_its_pools_policy_and_ties_are_reported_on_both() {
+    let w = world(
+        &[
+            policy(
+                "general",
+                "general",
+                0,
+                0.9,
+                json!({"maxUnavailable": "100%"}),
+            ),
+            policy("batch", "batch", 0, 0.8, json!({"maxUnavailable": "100%"})),
+            policy("db", "db", 100, 0.95, json!({"maxUnavailable": "100%"})),
+            policy("db-twin", "db", 100, 0.7, json!({"maxUnavailable": "100%"})),
+        ],
+        &[
+            ("g1", "general"),
+            ("g2", "general"),
+            ("b1", "batch"),
+            ("d1", "db"),
+            ("x1", "none"),
+        ],
+    );
+    let d = decide(&w, T0);
+    let by_node: Vec<(&str, &str)> = d
+        .writes
+        .iter()
+        .map(|w| (w.node.as_str(), w.spec.policy.as_str()))
+        .collect();
+    assert_eq!(
+        by_node,
+        [
+            ("b1", "batch"),
+            ("d1", "db"),
+            ("g1", "general"),
+            ("g2", "general")
+        ],
+        "equal priority: the alphabetically first governs; x1 matches nothing"
+    );
+    for name in ["db", "db-twin"] {
+        let status = &d.statuses.iter().find(|s| s.0 == name).unwrap().1;
+        assert_eq!(status.conflicting_nodes, 1, "{name}");
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Conflicting")
+            .unwrap();
+        assert!(c.message.ends_with(": d1"), "{}", c.message);
+    }
+    assert_eq!(d.writes[1].policy_uid.as_deref(), Some("uid-db"));
+}
+
+#[test]
+fn an_invalid_policy_is_not_accepted_and_changes_no_node() {
+    let mut bad = policy("bad", "p", 0, 0.9, json!({}));
+    bad.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
+    let w = world(&[bad], &[("n1", "p")]);
+    let d = decide(&w, T0);
+    assert!(d.writes.is_empty() && d.deletes.is_empty());
+    let status = &d.statuses[0].1;
+    let accepted = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Accepted")
+        .unwrap();
+    assert_eq!(
+        (accepted.status.as_str(), accepted.reason.as_str()),
+        ("False", "Invalid")
+    );
+    assert!(
+        accepted.message.contains("reservedMemory"),
+        "{}",
+        accepted.message
+    );
+    assert_eq!(d.events[0].reason, "PolicyInvalid");
+}
+
+/// A pool of 5, maxUnavailable 2, minReadySeconds 60: two at a time, each pair ready
+/// a minute after its agents report, then the next; nothing left to write at the end.
+#[test]
+fn a_rollout_moves_in_batches_and_a_converged_pool_writes_nothing() {
+    let nodes: Vec<(String, &str)> = (1..=5).map(|i| (format!("n{i}"), "p")).collect();
+    let refs: Vec<(&str, &str)> = nodes.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+    let mut w = world(
+        &[policy(
+            "p",
+            "p",
+            0,
+            0.9,
+            json!({"maxUnavailable": 2, "minReadySeconds": 60}),
+        )],
+        &refs,
+    );
+    let mut now = T0;
+    let mut batches = Vec::new();
+    for _ in 0..20 {
+        let d = decide(&w, now);
+        let started: Vec<String> = written(&d).iter().map(|s| s.to_string()).collect();
+        apply(&mut w, &d, now);
+        if !started.is_empty() {
+            batches.push(started.clone());
+        }
+        let updating = w
+            .configs
+            .values()
+            .filter(|c| !matches!(c.status.observed_revision.as_deref(), Some(r) if r == c.spec.revision))
+            .count();
+        assert!(updating <= 2, "at most maxUnavailable in flight");
+        now += 30;
+        for n in started {
+            agent_reports(&mut w, &n, true, now);
+        }
+        now += 30;
+    }
+    assert_eq!(batches, [vec!["n1", "n2"], vec!["n3", "n4"], vec!["n5"]]);
+    // The first step's status named its batch.
+    let mut w1 = world(
+        &[policy(
+            "p",
+            "p",
+            0,
+            0.9,
+            json!({"maxUnavailable": 2, "minReadySeconds": 60}),
+        )],
+        &refs,
+    );
+    let d = decide(&w1, T0);
+    apply(&mut w1, &d, T0);
+    assert!(condition(&w1, "p", "Progressing")
+        .message
+        .ends_with("updating now (at most 2 at once): n1, n2"));
+    assert_eq!(condition(&w, "p", "Ready").status, "True");
+    let status = &w.policies["p"].status;
+    assert_eq!((status.updated_nodes, status.ready_nodes), (5, 5));
+    assert_eq!(status.pool.as_ref().unwrap().memory_min_bytes, 5 << 20);
+    // Converged: a resync writes nothing, not even status.
+    let d = decide(&w, now + 3600);
+    assert_eq!(d, Decision::default());
+}
+
+#[test]
+fn a_failing_node_pauses_the_rollout_or_rolls_the_pool_back() {
+    for failure_policy in ["Pause", "Rollback"] {
+        let rollout = json!({"maxUnavailable": 1, "failurePolicy": failure_policy});
+        let mut w = world(
+            &[policy("p", "p", 0, 0.9, rollout.clone())],
+            &[("a", "p"), ("b", "p"), ("c", "p")],
+        );
+        // Revision 1 everywhere.
+        let mut now = T0;
+        settle(&mut w, &mut now, 6);
+        let first = w.policies["p"].status.revision.clone().unwrap();
+        assert!(w.configs.values().all(|c| c.spec.revision == first));
+        // Revision 2: the first node reports an OOM burst.
+        let mut p2 = policy("p", "p", 0, 0.7, rollout);
+        p2.metadata.generation = Some(2);
+        p2.status = Some(w.policies["p"].status.clone());
+        w.apply_policy(&p2);
+        let d = decide(&w, now);
+        assert_eq!(written(&d), ["a"]);
+        apply(&mut w, &d, now);
+        agent_reports(&mut w, "a", false, now + 5);
+        now += 10;
+        let d = decide(&w, now);
+        apply(&mut w, &d, now);
+        let second = w.policies["p"].status.revision.clone().unwrap();
+        assert_ne!(first, second);
+        assert_eq!(w.policies["p"].status.failed_node_names, ["a"]);
+        assert_eq!(
+            w.policies["p"].status.pool.as_ref().unwrap().worst_nodes,
+            ["a", "b", "c"],
+            "most OOM kills first"
+        );
+        if failure_policy == "Pause" {
+            assert!(d.writes.is_empty(), "nothing new starts");
+            assert_eq!(condition(&w, "p", "Degraded").reason, "MaxFailures");
+            assert_eq!(w.configs["a"].spec.revision, second);
+            assert!(d.events.iter().any(|e| e.reason == "RolloutStopped"));
+        } else {
+            assert_eq!(written(&d), ["a"], "a goes back");
+            assert_eq!(w.configs["a"].spec.revision, first);
+            assert_eq!(
+                w.policies["p"].status.rolled_back_revision.as_deref(),
+                Some(second.as_str())
+            );
+            // The rollback is final until the spec changes, also after a restart (the
+            // status carries the revisions): the pool settles on the first revision.
+            agent_reports(&mut w, "a", true, now + 5);
+            now += 10;
+            let d = decide(&w, now);
+            apply(&mut w, &d, now);
+            assert!(d.writes.is_empty(), "{:?}", d.writes);
+            assert!(w.configs.values().all(|c| c.spec.revision == first));
+            assert_eq!(condition(&w, "p", "Degraded").reason, "RolledBack");
+            assert_eq!(
+                w.policies["p"].status.failed_node_names,
+                ["a"],
+                "still named after the rollback"
+            );
+            assert!(condition(&w, "p", "Degraded")
+                .message
+                .contains("after it failed on a;"));
+            let d = decide(&w, now + 600);
+            assert_eq!(d, Decision::default(), "settled");
+        }
+    }
+}
+
+#[test]
+fn an_updating_node_past_its_deadline_counts_as_failed() {
+    let mut w = world(
+        &[policy(
+            "p",
+            "p",
+            0,
+            0.9,
+            json!({"progressDeadlineSeconds": 60, "maxFailures": 1}),
+        )],
+        &[("a", "p"), ("b", "p")],
+    );
+    let d = decide(&w, T0);
+    apply(&mut w, &d, T0);
+    assert_eq!(written(&d), ["a"]);
+    let d = decide(&w, T0 + 61);
+    apply(&mut w, &d, T0 + 61);
+    assert_eq!(w.policies["p"].status.failed_node_names, ["a"]);
+    assert!(d.writes.is_empty());
+}
+
+#[test]
+fn paused_holds_and_unselected_nodes_are_released_then_forgotten() {
+    let w = world(
+        &[policy("p", "p", 0, 0.9, json!({"paused": true}))],
+        &[("a", "p")],
+    );
+    let d = decide(&w, T0);
+    assert!(d.writes.is_empty());
+    assert_eq!(
+        d.statuses[0]
+            .1
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .unwrap()
+            .reason,
+        "Paused"
+    );
+
+    let mut w2 = world(
+        &[policy("p", "p", 0, 0.9, json!({"maxUnavailable": "100%"}))],
+        &[("a", "p"), ("gone", "p")],
+    );
+    let d = decide(&w2, T0);
+    apply(&mut w2, &d, T0);
+    agent_reports(&mut w2, "a", true, T0);
+    // "a" leaves the pool; "gone" is deleted from the cluster.
+    w2.apply_node(&node("a", "elsewhere"));
+    w2.delete_node("gone");
+    let d = decide(&w2, T0 + 10);
+    assert_eq!(d.deletes, ["gone"]);
+    assert_eq!(written(&d), ["a"]);
+    assert_eq!(d.writes[0].spec.settings, released_settings());
+    apply(&mut w2, &d, T0 + 10);
+    let d = decide(&w2, T0 + 20);
+    assert!(
+        d.deletes.is_empty(),
+        "not until its agent reports the release"
+    );
+    agent_reports(&mut w2, "a", true, T0 + 20);
+    let d = decide(&w2, T0 + 30);
+    assert_eq!(d.deletes, ["a"]);
+}
+
+#[test]
+fn a_node_changing_pools_goes_through_the_new_pools_rollout() {
+    let mut w = world(
+        &[
+            policy("one", "one", 0, 0.9, json!({"maxUnavailable": 1})),
+            policy("two", "two", 0, 0.8, json!({"maxUnavailable": 1})),
+        ],
+        &[("a", "one"), ("b", "two"), ("c", "two")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 6);
+    w.apply_node(&node("a", "two"));
+    w.apply_node(&node("b", "one"));
+    let d = decide(&w, now);
+    // Pool two already has c... a joins it and waits for a slot like any node.
+    let moves: Vec<(&str, &str)> = d
+        .writes
+        .iter()
+        .map(|w| (w.node.as_str(), w.spec.policy.as_str()))
+        .collect();
+    assert_eq!(moves, [("b", "one"), ("a", "two")]);
+}
+
+#[test]
+fn a_failing_first_revision_is_rolled_back_to_no_config_and_stays_there() {
+    let rollout = json!({"maxUnavailable": 1, "failurePolicy": "Rollback"});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout)],
+        &[("a", "p"), ("b", "p")],
+    );
+    let d = decide(&w, T0);
+    apply(&mut w, &d, T0);
+    agent_reports(&mut w, "a", false, T0 + 1);
+    let d = decide(&w, T0 + 2);
+    assert_eq!(d.deletes, ["a"], "no previous revision: the config goes");
+    apply(&mut w, &d, T0 + 2);
+    for t in [T0 + 3, T0 + 600] {
+        let d = decide(&w, t);
+        apply(&mut w, &d, t);
+        assert!(
+            d.writes.is_empty() && d.deletes.is_empty(),
+            "no new attempt: {:?}",
+            d.writes
+        );
+    }
+    let degraded = condition(&w, "p", "Degraded");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "RolledBack")
+    );
+    assert!(
+        degraded.message.contains("after it failed on a;"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(condition(&w, "p", "Ready").status, "False");
+}
+
+fn mark(w: &mut World, node: &str, revision: &str, started_at: i64, done: bool) {
+    w.drains.insert(
+        node.to_string(),
+        crate::world::DrainMark {
+            revision: revision.to_string(),
+            started_at,
+            done,
+        },
+    );
+}
+
+/// enforcement: Kubelet with a Memory Manager change: each node is drained before its
+/// config changes, draining nodes count against maxUnavailable, a drain past the
+/// deadline fails the node, and a ready node is given back to the scheduler.
+#[test]
+fn a_kubelet_memory_manager_change_drains_each_node_first() {
+    let mut p = policy(
+        "k",
+        "k",
+        0,
+        0.9,
+        json!({"maxUnavailable": 1, "progressDeadlineSeconds": 60}),
+    );
+    p.spec.settings = serde_json::from_value(json!({
+        "enforcement": "Kubelet",
+        "memoryQoS": {"reservationPolicy": "TieredReservation"},
+        "memoryManager": {"policy": "Static", "reservedMemory": [{"numaNode": 0, "limits": {"memory": "300Mi"}}]},
+        "nodeReserved": {"kubeReserved": "100Mi", "systemReserved": "100Mi", "evictionHard": "100Mi"},
+    }))
+    .unwrap();
+    let mut w = world(&[p], &[("a", "k"), ("b", "k")]);
+    let d = decide(&w, T0);
+    assert!(d.writes.is_empty(), "no config before the drain");
+    assert_eq!(
+        d.drains.iter().map(|o| o.node.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    let revision = d.drains[0].revision.clone();
+    assert_eq!(d.drains[0].deadline_seconds, 60);
+    apply(&mut w, &d, T0);
+    mark(&mut w, "a", &revision, T0, false);
+    let d = decide(&w, T0 + 10);
+    assert!(d.writes.is_empty());
+    assert_eq!(d.drains.len(), 1, "a keeps draining; b waits for the slot");
+    mark(&mut w, "a", &revision, T0, true);
+    let d = decide(&w, T0 + 20);
+    assert_eq!(written(&d), ["a"], "drained: now its config");
+    apply(&mut w, &d, T0 + 20);
+    agent_reports(&mut w, "a", true, T0 + 21);
+    let d = decide(&w, T0 + 30);
+    assert_eq!(d.uncordons, ["a"], "ready: back to the scheduler");
+    assert_eq!(
+        d.drains.iter().map(|o| o.node.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    apply(&mut w, &d, T0 + 30);
+    w.drains.remove("a");
+    // b's drain never finishes (a PodDisruptionBudget refuses): failed at the deadline.
+    mark(&mut w, "b", &revision, T0 + 30, false);
+    let d = decide(&w, T0 + 30 + 61);
+    apply(&mut w, &d, T0 + 91);
+    assert_eq!(w.policies["k"].status.failed_node_names, ["b"]);
+    assert_eq!(condition(&w, "k", "Degraded").reason, "MaxFailures");
+    assert!(d.writes.is_empty(), "b's config is not changed");
+}
+
+#[test]
+fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec_changes() {
+    let rollout = json!({"maxUnavailable": 2});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone())],
+        &[("a", "p"), ("b", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 4);
+    let first = w.policies["p"].status.revision.clone().unwrap();
+    let mut p2 = policy("p", "p", 0, 0.7, rollout.clone());
+    p2.metadata.generation = Some(2);
+    p2.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p2);
+    settle(&mut w, &mut now, 4);
+    let second = w.policies["p"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == second));
+
+    // A request naming another revision is ignored.
+    let mut stale = p2.clone();
+    stale.status = Some(w.policies["p"].status.clone());
+    stale.metadata.annotations =
+        Some([(nodemem_api::ROLLBACK_ANNOTATION.to_string(), first.clone())].into());
+    w.apply_policy(&stale);
+    assert_eq!(decide(&w, now), Decision::default());
+
+    // `kubectl nodemem rollback p`: the annotation names the current revision.
+    let mut asked = stale.clone();
+    asked.metadata.annotations =
+        Some([(nodemem_api::ROLLBACK_ANNOTATION.to_string(), second.clone())].into());
+    w.apply_policy(&asked);
+    let d = decide(&w, now);
+    assert_eq!(written(&d), ["a", "b"]);
+    assert!(d.events.iter().any(|e| e.reason == "RollbackRequested"));
+    apply(&mut w, &d, now);
+    assert!(w.configs.values().all(|c| c.spec.revision == first));
+    assert_eq!(
+        w.policies["p"].status.rolled_back_revision.as_deref(),
+        Some(second.as_str())
+    );
+    for n in ["a", "b"] {
+        agent_reports(&mut w, n, true, now);
+    }
+    settle(&mut w, &mut now, 4);
+    let degraded = condition(&w, "p", "Degraded");
+    assert_eq!(degraded.reason, "RolledBack");
+    assert!(
+        degraded.message.contains("on request"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(
+        condition(&w, "p", "Ready").status,
+        "True",
+        "{:?}",
+        w.policies["p"].status.conditions
+    );
+
+    // A new spec ends the rollback (the annotation names an old revision now).
+    let mut p3 = policy("p", "p", 0, 0.8, rollout);
+    p3.metadata.generation = Some(3);
+    p3.metadata.annotations = asked.metadata.annotations.clone();
+    p3.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p3);
+    settle(&mut w, &mut now, 4);
+    let third = w.policies["p"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == third));
+    assert_eq!(w.policies["p"].status.rolled_back_revision, None);
+}

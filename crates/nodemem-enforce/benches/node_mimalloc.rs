@@ -1,0 +1,11 @@
+//! `cargo bench -p nodemem-enforce --bench node_mimalloc`: the same benchmarks with
+//! mimalloc, for comparison with the allocator the binary ships (glibc, tuned).
+
+mod common;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() {
+    common::run("mimalloc");
+}

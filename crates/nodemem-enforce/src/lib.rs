@@ -1,0 +1,26 @@
+//! The node agent's engine, below Kubernetes: from the desired node (computed by
+//! `nodemem_model::node::desired_node`) to the kernel, and what it leaves on disk.
+//!
+//! * [`plan`]: pure write planning and ownership (what nodemem set, and what it held
+//!   before).
+//! * [`execute`]: reading what the plan needs and performing its writes.
+//! * [`apply`]: one pass over a node: observe, plan, execute, update ownership.
+//! * [`state`]: the state directory (atomic, versioned, checksummed records).
+//! * [`kubelet`]: the kubelet's configuration, nodemem's drop-in for it, its Memory
+//!   Manager state file and its start time.
+//! * [`numa_state`]: the Memory Manager's state in that directory, checked against the
+//!   node at start.
+
+pub mod allocator;
+pub mod apply;
+pub mod backoff;
+pub mod execute;
+pub mod kubelet;
+pub mod numa_state;
+pub mod plan;
+pub mod state;
+
+pub use apply::{apply, apply_scoped, ApplyOptions, ApplyReport};
+pub use backoff::WriteBackoff;
+pub use plan::{Ownership, Write, WriteKind};
+pub use state::{StateDir, StateError};

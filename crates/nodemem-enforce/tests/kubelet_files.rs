@@ -1,0 +1,155 @@
+//! The kubelet as files: its layered configuration, nodemem's drop-in, the Memory
+//! Manager state file, and the kubelet's start time from a procfs tree.
+
+use std::fs;
+use std::path::Path;
+
+use nodemem_enforce::kubelet::{
+    kubelet_started_at, remove_memory_manager_state, KubeletFiles, OwnDropIn,
+};
+use nodemem_model::quantity::Quantity;
+
+fn write(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+fn q(s: &str) -> Option<Quantity> {
+    Some(Quantity::parse(s).unwrap())
+}
+
+#[test]
+fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = KubeletFiles {
+        config: dir.path().join("config.yaml"),
+        config_dir: None,
+    };
+    let none = files.read(OwnDropIn::OnDisk).unwrap();
+    assert_eq!(none, Default::default(), "no file: nothing known");
+    assert_eq!(
+        none.reserved.eviction_hard,
+        q("100Mi"),
+        "the kubelet's default"
+    );
+    write(
+        &files.config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\ncgroupDriver: systemd\nkubeReserved: {cpu: 100m, memory: 1Gi}\nevictionHard: {nodefs.available: 10%}\n",
+    );
+    let s = files.read(OwnDropIn::OnDisk).unwrap();
+    assert!(s.memory_qos && !s.static_memory_manager());
+    assert_eq!(s.reserved.kube_reserved, q("1Gi"));
+    assert_eq!(
+        s.reserved.eviction_hard,
+        q("0"),
+        "a map without memory.available sets no memory threshold"
+    );
+    // A drop-in turns the gate off again, sets the Static memory manager and merges
+    // into evictionHard.
+    let files = KubeletFiles {
+        config_dir: Some(dir.path().join("conf.d")),
+        ..files
+    };
+    let dropins = files.config_dir.clone().unwrap();
+    write(
+        &dropins.join("50-memory.conf"),
+        "memoryManagerPolicy: Static\nfeatureGates: {MemoryQoS: false}\nreservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\nevictionHard: {memory.available: 5%}\n",
+    );
+    write(&dropins.join("README"), "ignored: not a .conf file\n");
+    let s = files.read(OwnDropIn::OnDisk).unwrap();
+    assert!(!s.memory_qos && s.static_memory_manager());
+    assert_eq!(s.sources.len(), 2);
+    assert_eq!(
+        s.reserved.eviction_hard, None,
+        "a percentage cannot be summed here"
+    );
+    let (policy, reserved) = s.memory_manager();
+    assert_eq!(policy, "Static");
+    assert_eq!(
+        reserved.unwrap(),
+        &serde_json::json!([{"numaNode": 0, "limits": {"memory": "1Gi"}}])
+    );
+
+    // nodemem's own drop-in: on disk, left out, or as it would be written.
+    files.write_dropin("memoryManagerPolicy: None\n").unwrap();
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().memory_manager().0,
+        "None"
+    );
+    assert_eq!(
+        files.read(OwnDropIn::Without).unwrap().memory_manager().0,
+        "Static"
+    );
+    assert!(
+        files
+            .read(OwnDropIn::As("featureGates: {MemoryQoS: true}\n"))
+            .unwrap()
+            .memory_qos
+    );
+    assert_eq!(
+        files.current_dropin().unwrap().as_deref(),
+        Some("memoryManagerPolicy: None\n")
+    );
+    assert!(
+        !dropins.join(".99-nodemem.conf.tmp").exists(),
+        "the temporary file is renamed into place"
+    );
+    assert!(files.remove_dropin().unwrap());
+    assert!(!files.remove_dropin().unwrap(), "already gone");
+    assert_eq!(files.current_dropin().unwrap(), None);
+
+    write(&dropins.join("60-bad.conf"), "featureGates: [MemoryQoS]\n");
+    let err = files.read(OwnDropIn::OnDisk).unwrap_err().to_string();
+    assert!(
+        err.contains("60-bad.conf: not a KubeletConfiguration: featureGates: invalid type"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_a_config_dir_there_is_nowhere_to_write() {
+    let files = KubeletFiles {
+        config: "/nonexistent/config.yaml".into(),
+        config_dir: None,
+    };
+    assert_eq!(
+        files.write_dropin("x").unwrap_err().to_string(),
+        "enforcement: Kubelet needs the kubelet's --config-dir (give the agent --kubelet-config-dir, mounted read-write)"
+    );
+}
+
+#[test]
+fn the_memory_manager_state_file_is_removed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("memory_manager_state");
+    assert!(!remove_memory_manager_state(&state).unwrap());
+    fs::write(&state, "{}").unwrap();
+    assert!(remove_memory_manager_state(&state).unwrap());
+    assert!(!state.exists());
+}
+
+#[test]
+fn the_kubelets_start_is_read_from_procfs() {
+    let proc = tempfile::tempdir().unwrap();
+    assert_eq!(kubelet_started_at(proc.path()), None, "no procfs");
+    write(
+        &proc.path().join("stat"),
+        "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n",
+    );
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let stat = |start: u64| {
+        format!("{{pid}} (kubelet) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n")
+    };
+    write(&proc.path().join("12/comm"), "containerd\n");
+    write(&proc.path().join("12/stat"), &stat(5 * ticks));
+    assert_eq!(kubelet_started_at(proc.path()), None, "no kubelet running");
+    write(&proc.path().join("77/comm"), "kubelet\n");
+    write(&proc.path().join("77/stat"), &stat(60 * ticks));
+    write(&proc.path().join("78/comm"), "kubelet\n");
+    write(&proc.path().join("78/stat"), &stat(90 * ticks));
+    assert_eq!(
+        kubelet_started_at(proc.path()),
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_090)),
+        "the newest kubelet, 90 s after boot"
+    );
+}

@@ -1,0 +1,484 @@
+//! `kubectl nodemem diff -f POLICY.yaml`: which nodes a changed policy selects and, per
+//! node and cgroup, which values change (pure; the cluster read is in `cluster`).
+//!
+//! Each side of a node is the node computed (`node_view::compute`, the agent's code)
+//! for the settings that govern it: before, those of its NodeMemoryConfig (what its
+//! agent enforces now); after, those of the policy that wins once the file's policies
+//! replace the live ones of the same name. A file absent on a side is one nodemem does
+//! not set there (its agent gives back what it set: memory.min/low 0, memory.high max).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use nodemem_api::revision::revision;
+use nodemem_api::NodeMemoryPolicy;
+use nodemem_model::node::DesiredNode;
+use serde::Serialize;
+
+use crate::cluster::Snapshot;
+use crate::node_view;
+
+/// One side of a node: the governing policy, its revision and the computed node
+/// (`None` for the node when the settings cannot be computed: `problems` say why).
+pub struct Side<'a> {
+    pub policy: String,
+    pub revision: String,
+    pub node: Option<&'a DesiredNode<'a>>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiffReport {
+    /// True when any node changes.
+    pub changes: bool,
+    /// The policies read from the file.
+    pub policies: Vec<String>,
+    pub nodes: Vec<NodeDiff>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDiff {
+    pub node: String,
+    pub policy: Change,
+    pub revision: Change,
+    /// The settings cannot be computed for this node after the change (the agent would
+    /// refuse them with these problems).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    pub cgroups: Vec<ValueChange>,
+}
+
+/// A value before and after; `None` is "not set by nodemem".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+impl Change {
+    pub fn changed(&self) -> bool {
+        self.from != self.to
+    }
+}
+
+/// One file of one cgroup that changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValueChange {
+    /// The cgroup, relative to the cgroup root.
+    pub path: String,
+    /// `kubepods`, `burstable`, `besteffort`, `NAMESPACE/POD` or `NAMESPACE/POD/CONTAINER`.
+    pub owner: String,
+    pub file: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+impl NodeDiff {
+    pub fn changed(&self) -> bool {
+        self.policy.changed()
+            || self.revision.changed()
+            || !self.cgroups.is_empty()
+            || !self.problems.is_empty()
+    }
+}
+
+/// Every managed file of every cgroup of a computed node, with its owner.
+fn values(node: &DesiredNode<'_>) -> BTreeMap<(String, &'static str), (String, String)> {
+    let mut owners: BTreeMap<&str, String> = BTreeMap::new();
+    for pod in &node.pods {
+        owners.insert(&pod.path, format!("{}/{}", pod.namespace, pod.name));
+        for c in &pod.containers {
+            if let Some(path) = &c.path {
+                owners.insert(path, format!("{}/{}/{}", pod.namespace, pod.name, c.name));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (i, cgroup) in node.cgroups().into_iter().enumerate() {
+        let owner = owners.get(cgroup.path).cloned().unwrap_or_else(|| {
+            match i {
+                0 => "kubepods",
+                1 => "burstable",
+                _ => "besteffort",
+            }
+            .to_string()
+        });
+        for (file, value) in cgroup.managed() {
+            out.insert(
+                (cgroup.path.to_string(), file),
+                (owner.clone(), value.render()),
+            );
+        }
+    }
+    out
+}
+
+/// The difference on one node.
+pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>) -> NodeDiff {
+    let empty = BTreeMap::new();
+    let before_values = before.and_then(|s| s.node).map(values);
+    let after_values = after.and_then(|s| s.node).map(values);
+    let b = before_values.as_ref().unwrap_or(&empty);
+    let a = after_values.as_ref().unwrap_or(&empty);
+    let mut cgroups = Vec::new();
+    let keys: std::collections::BTreeSet<&(String, &str)> = b.keys().chain(a.keys()).collect();
+    for key in keys {
+        let from = b.get(key);
+        let to = a.get(key);
+        if from.map(|v| &v.1) == to.map(|v| &v.1) {
+            continue;
+        }
+        let owner = to.or(from).map(|v| v.0.clone()).unwrap_or_default();
+        cgroups.push(ValueChange {
+            path: key.0.clone(),
+            owner,
+            file: key.1.to_string(),
+            from: from.map(|v| v.1.clone()),
+            to: to.map(|v| v.1.clone()),
+        });
+    }
+    NodeDiff {
+        node: name.to_string(),
+        policy: Change {
+            from: before.map(|s| s.policy.clone()),
+            to: after.map(|s| s.policy.clone()),
+        },
+        revision: Change {
+            from: before.map(|s| s.revision.clone()),
+            to: after.map(|s| s.revision.clone()),
+        },
+        problems: after.map(|s| s.problems.clone()).unwrap_or_default(),
+        cgroups,
+    }
+}
+
+/// The difference the policies of a file would make on the cluster in `snapshot`:
+/// every node whose governing policy (live, after, or the one its config names) is one
+/// of the file's, with the file's policies replacing the live ones of the same name.
+pub fn build(
+    snapshot: &Snapshot,
+    file: &[NodeMemoryPolicy],
+    pods_by_node: &BTreeMap<String, Vec<core::Pod>>,
+    namespaces: &[core::Namespace],
+) -> DiffReport {
+    let name_of = |p: &NodeMemoryPolicy| p.metadata.name.clone().unwrap_or_default();
+    let file_names: Vec<String> = file.iter().map(name_of).collect();
+    let mut after: Vec<NodeMemoryPolicy> = snapshot
+        .policies
+        .iter()
+        .filter(|p| !file_names.contains(&name_of(p)))
+        .cloned()
+        .collect();
+    after.extend(file.iter().cloned());
+
+    let no_pods = Vec::new();
+    let mut nodes = Vec::new();
+    for node in &snapshot.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let config = snapshot.config(&name);
+        let winner_after = node_view::governing(&after, &labels).winner;
+        let winner_live = node_view::governing(&snapshot.policies, &labels).winner;
+        let involved = [
+            winner_after.as_deref(),
+            winner_live.as_deref(),
+            config.map(|c| c.spec.policy.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|p| file_names.iter().any(|f| f == p));
+        if !involved {
+            continue;
+        }
+        let pods = pods_by_node.get(&name).unwrap_or(&no_pods);
+        let node_pods = node_view::node_pods(node, pods, namespaces);
+        let facts = node_view::node_facts(node, config);
+        let before_node = match config.map(node_view::config_settings) {
+            Some(Ok(s)) => node_view::compute(&s, &facts, &node_pods.pods).ok(),
+            _ => None,
+        };
+        let after_policy = winner_after
+            .as_deref()
+            .and_then(|w| after.iter().find(|p| p.metadata.name.as_deref() == Some(w)));
+        let (after_node, after_problems) = match after_policy.map(node_view::policy_settings) {
+            Some(Ok(s)) => match node_view::compute(&s, &facts, &node_pods.pods) {
+                Ok(d) => (Some(d), Vec::new()),
+                Err(ps) => (None, ps),
+            },
+            Some(Err(ps)) => (None, ps),
+            None => (None, Vec::new()),
+        };
+        let before = config.map(|c| Side {
+            policy: c.spec.policy.clone(),
+            revision: c.spec.revision.clone(),
+            node: before_node.as_ref(),
+            problems: Vec::new(),
+        });
+        let after_side = after_policy.map(|p| Side {
+            policy: name_of(p),
+            revision: revision(&p.spec.settings),
+            node: after_node.as_ref(),
+            problems: after_problems.clone(),
+        });
+        nodes.push(diff_node(&name, before.as_ref(), after_side.as_ref()));
+    }
+    DiffReport {
+        changes: nodes.iter().any(NodeDiff::changed),
+        policies: file_names,
+        nodes,
+    }
+}
+
+/// The table for people: one block per changed node.
+pub fn render_table(report: &DiffReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if !report.changes {
+        let _ = writeln!(
+            out,
+            "No changes: {} would change no node.",
+            report.policies.join(", ")
+        );
+        return out;
+    }
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    for n in report.nodes.iter().filter(|n| n.changed()) {
+        let _ = writeln!(
+            out,
+            "node {}: policy {} -> {}, revision {} -> {}",
+            n.node,
+            dash(&n.policy.from),
+            dash(&n.policy.to),
+            dash(&n.revision.from),
+            dash(&n.revision.to)
+        );
+        for p in &n.problems {
+            let _ = writeln!(out, "  refused: {p}");
+        }
+        if !n.cgroups.is_empty() {
+            // The cgroup paths are in -o json|yaml; people read the owner.
+            let mut table = crate::render::table(&["CGROUP OF", "FILE", "FROM", "TO"]);
+            for c in &n.cgroups {
+                table.add_row(vec![
+                    c.owner.clone(),
+                    c.file.clone(),
+                    dash(&c.from),
+                    dash(&c.to),
+                ]);
+            }
+            let _ = writeln!(out, "{}", crate::render::text(&table));
+        }
+    }
+    let changed = report.nodes.iter().filter(|n| n.changed()).count();
+    let values: usize = report.nodes.iter().map(|n| n.cgroups.len()).sum();
+    let _ = writeln!(
+        out,
+        "{changed} node(s) change, {values} cgroup value(s) change (\"-\": not set by nodemem)."
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_model::memory_qos::MemoryQosSettings;
+    use nodemem_model::node::{NodeFacts, NodePod};
+    use nodemem_model::policy::PolicySettings;
+
+    fn pods() -> Vec<NodePod> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
+            "status": {"containerStatuses": [{"name": "c", "containerID": "containerd://0123abcd",
+                "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
+        }))
+        .unwrap();
+        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()]
+    }
+
+    fn facts() -> NodeFacts {
+        let mut f = NodeFacts::default();
+        f.memory.allocatable_memory = Some(8 << 30);
+        f.memory.kernel_version = Some("6.1.0".into());
+        f
+    }
+
+    fn settings(factor: f64) -> PolicySettings {
+        PolicySettings {
+            memory_qos: MemoryQosSettings {
+                enabled: true,
+                throttling_factor: nodemem_model::factor::ThrottlingFactor::from_f64(factor)
+                    .unwrap(),
+                ..MemoryQosSettings::default()
+            },
+            ..PolicySettings::default()
+        }
+    }
+
+    fn side<'a>(policy: &str, node: &'a DesiredNode<'a>) -> Side<'a> {
+        Side {
+            policy: policy.into(),
+            revision: format!("r-{policy}"),
+            node: Some(node),
+            problems: vec![],
+        }
+    }
+
+    #[test]
+    fn the_same_settings_change_nothing_and_a_new_factor_changes_memory_high_only() {
+        let pods = pods();
+        let facts = facts();
+        let a = crate::node_view::compute(&settings(0.9), &facts, &pods).unwrap();
+        let b = crate::node_view::compute(&settings(0.9), &facts, &pods).unwrap();
+        let same = diff_node("n1", Some(&side("p", &a)), Some(&side("p", &b)));
+        assert!(!same.changed(), "{same:?}");
+
+        let c = crate::node_view::compute(&settings(0.8), &facts, &pods).unwrap();
+        let d = diff_node("n1", Some(&side("p", &a)), Some(&side("p", &c)));
+        assert!(d.changed());
+        assert!(!d.cgroups.is_empty());
+        assert!(d.cgroups.iter().all(|c| c.file == "memory.high"), "{d:?}");
+        let pod_row = d
+            .cgroups
+            .iter()
+            .find(|c| c.owner == "default/web/c")
+            .unwrap();
+        // A lower factor throttles earlier: the pod's memory.high goes down.
+        let num = |v: &Option<String>| v.as_deref().unwrap().parse::<i64>().unwrap();
+        assert!(num(&pod_row.from) > num(&pod_row.to), "{pod_row:?}");
+        assert_eq!(num(&pod_row.from) % 4096, 0);
+    }
+
+    fn policy(name: &str, pool: &str, priority: i32, factor: f64) -> NodeMemoryPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority,
+                "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"}}
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str, pool: &str) -> core::Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"pool": pool}},
+            "status": {"allocatable": {"memory": "8Gi"}, "nodeInfo": {"kernelVersion": "6.1.0",
+                "architecture": "", "bootID": "", "containerRuntimeVersion": "", "kubeProxyVersion": "",
+                "kubeletVersion": "", "machineID": "", "operatingSystem": "", "osImage": "", "systemUUID": ""}}
+        }))
+        .unwrap()
+    }
+
+    /// The config the controller writes for `p` on `node`.
+    fn config(node: &str, p: &NodeMemoryPolicy) -> nodemem_api::NodeMemoryConfig {
+        nodemem_api::NodeMemoryConfig {
+            metadata: kube::api::ObjectMeta {
+                name: Some(node.into()),
+                ..Default::default()
+            },
+            spec: nodemem_api::NodeMemoryConfigSpec {
+                policy: p.metadata.name.clone().unwrap(),
+                revision: revision(&p.spec.settings),
+                settings: p.spec.settings.clone(),
+                health: Default::default(),
+            },
+            status: None,
+        }
+    }
+
+    fn pod_on(node: &str, uid: &str) -> core::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("web-{uid}"), "namespace": "default", "uid": uid},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
+            "status": {"containerStatuses": [{"name": "c", "containerID": format!("containerd://{uid}"),
+                "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_nodes_the_file_touches_are_listed_with_their_moves_between_policies() {
+        let (a, b, c) = (
+            policy("a", "a", 0, 0.9),
+            policy("b", "b", 0, 0.9),
+            policy("c", "c", 0, 0.9),
+        );
+        let snapshot = Snapshot {
+            policies: vec![a.clone(), b.clone(), c.clone()],
+            nodes: vec![node("n1", "a"), node("n2", "b"), node("n3", "c")],
+            configs: vec![config("n1", &a), config("n2", &b), config("n3", &c)],
+        };
+        let pods: BTreeMap<String, Vec<core::Pod>> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| (n.to_string(), vec![pod_on(n, &format!("{n}-uid"))]))
+            .collect();
+
+        // Unchanged: nothing changes, and the untouched pools are not listed.
+        let same = build(&snapshot, std::slice::from_ref(&a), &pods, &[]);
+        assert!(!same.changes);
+        assert_eq!(
+            same.nodes
+                .iter()
+                .map(|n| n.node.as_str())
+                .collect::<Vec<_>>(),
+            ["n1"]
+        );
+
+        // Policy a now selects pool b with a higher priority: n1 is released (every
+        // value given back), n2 moves from b to a with a's factor, n3 is not listed.
+        let moved = policy("a", "b", 10, 0.5);
+        let r = build(&snapshot, std::slice::from_ref(&moved), &pods, &[]);
+        assert!(r.changes);
+        let listed: Vec<&str> = r.nodes.iter().map(|n| n.node.as_str()).collect();
+        assert_eq!(listed, ["n1", "n2"]);
+        let n1 = &r.nodes[0];
+        assert_eq!(
+            (n1.policy.from.as_deref(), n1.policy.to.as_deref()),
+            (Some("a"), None)
+        );
+        assert!(n1.cgroups.iter().all(|c| c.to.is_none()) && !n1.cgroups.is_empty());
+        let n2 = &r.nodes[1];
+        assert_eq!(
+            (n2.policy.from.as_deref(), n2.policy.to.as_deref()),
+            (Some("b"), Some("a"))
+        );
+        assert_eq!(n2.revision.to, Some(revision(&moved.spec.settings)));
+        let high = n2
+            .cgroups
+            .iter()
+            .find(|c| c.owner == "default/web-n2-uid/c")
+            .unwrap();
+        assert_eq!(high.file, "memory.high");
+        // 1Gi request, 2Gi limit: 1Gi + 0.5 x 1Gi, a whole number of pages.
+        assert_eq!(high.to.as_deref(), Some("1610612736"));
+
+        // Invalid settings: the node is listed with the problems the agent would report.
+        let mut bad = policy("a", "a", 0, 0.9);
+        bad.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
+        let r = build(&snapshot, &[bad], &pods, &[]);
+        assert!(r.changes);
+        assert!(!r.nodes[0].problems.is_empty(), "{:?}", r.nodes[0]);
+    }
+
+    #[test]
+    fn a_node_leaving_every_policy_gives_back_every_value() {
+        let pods = pods();
+        let facts = facts();
+        let a = crate::node_view::compute(&settings(0.9), &facts, &pods).unwrap();
+        let d = diff_node("n1", Some(&side("p", &a)), None);
+        assert_eq!(d.policy.to, None);
+        assert!(!d.cgroups.is_empty());
+        assert!(d.cgroups.iter().all(|c| c.from.is_some() && c.to.is_none()));
+        let table = render_table(&DiffReport {
+            changes: true,
+            policies: vec!["p".into()],
+            nodes: vec![d],
+        });
+        assert!(table.contains("node n1: policy p -> -"), "{table}");
+    }
+}

@@ -1,0 +1,349 @@
+//! `kubectl nodemem explain NODE`: which policy governs the node and why, its revision
+//! and rollout state, and per pod the cgroup values nodemem sets (pure, from the
+//! snapshot and the node's pods).
+
+use std::fmt::Write;
+
+use k8s_openapi::api::core::v1 as core;
+use nodemem_api::convert::to_selector;
+use nodemem_model::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
+use nodemem_model::node::Admission;
+use serde::Serialize;
+
+use crate::cluster::Snapshot;
+use crate::node_view::{compute, config_settings, governing, node_facts, node_pods};
+use crate::render::table;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainReport {
+    pub node: String,
+    /// The governing policy, if any.
+    pub policy: Option<String>,
+    /// Why, in one sentence.
+    pub why: String,
+    /// Every policy and whether and how it selects the node.
+    pub candidates: Vec<Candidate>,
+    /// The revision the node's config carries, and the one its policy rolls out (after
+    /// a rollback, the revision before the rolled-back one).
+    pub config_revision: Option<String>,
+    pub policy_revision: Option<String>,
+    /// Ready, Updating, Failed, Waiting (not yet moved to the policy's revision), or
+    /// NoConfig.
+    pub rollout_state: String,
+    pub conditions: Vec<ConditionRow>,
+    pub pods: Vec<PodValues>,
+    /// Pods the agent cannot read, and settings the node cannot satisfy.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    pub policy: String,
+    pub priority: i32,
+    pub selector: String,
+    pub selects: bool,
+    /// governs, same priority (loses by name), lower priority, or does not select.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionRow {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodValues {
+    pub namespace: String,
+    pub name: String,
+    pub qos_class: String,
+    /// Managed, OptedOut, or Rejected: reason.
+    pub admission: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_min: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_low: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_high: Option<String>,
+    /// NUMA nodes its containers are pinned to (Static Memory Manager).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpuset_mems: Option<String>,
+}
+
+fn selector_text(s: &nodemem_api::policy::NodeSelector) -> String {
+    let mut parts: Vec<String> = s
+        .match_labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    parts.extend(
+        s.match_expressions
+            .iter()
+            .map(|e| format!("{} {:?} ({})", e.key, e.operator, e.values.join(","))),
+    );
+    if parts.is_empty() {
+        "<every node>".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+pub fn build(
+    s: &Snapshot,
+    node: &core::Node,
+    pods: &[core::Pod],
+    namespaces: &[core::Namespace],
+) -> ExplainReport {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let r = governing(&s.policies, &labels);
+    let winner_priority = r
+        .winner
+        .as_deref()
+        .and_then(|w| s.policy(w))
+        .map(|p| p.spec.priority);
+    let mut candidates: Vec<Candidate> = s
+        .policies
+        .iter()
+        .map(|p| {
+            let policy = p.metadata.name.clone().unwrap_or_default();
+            let selects = to_selector(&p.spec.node_selector).matches(&labels);
+            let outcome = if !selects {
+                "does not select"
+            } else if r.winner.as_deref() == Some(policy.as_str()) {
+                "governs"
+            } else if Some(p.spec.priority) == winner_priority {
+                "same priority, loses by name"
+            } else {
+                "lower priority"
+            };
+            Candidate {
+                selector: selector_text(&p.spec.node_selector),
+                priority: p.spec.priority,
+                selects,
+                outcome: outcome.into(),
+                policy,
+            }
+        })
+        .collect();
+    candidates.sort_by(|a, b| {
+        b.selects
+            .cmp(&a.selects)
+            .then(b.priority.cmp(&a.priority))
+            .then(a.policy.cmp(&b.policy))
+    });
+    let why = match &r.winner {
+        None => "no NodeMemoryPolicy selects this node's labels; nodemem sets nothing here".into(),
+        Some(w) if r.matching.len() == 1 => format!("{w} is the only policy that selects it"),
+        Some(w) if !r.conflicting.is_empty() => format!(
+            "{w} and {} select it with the same priority; {w} governs as the first by name (the policies report Conflicting)",
+            r.conflicting.join(", ")
+        ),
+        Some(w) => format!(
+            "{w} has the highest priority of the {} policies that select it",
+            r.matching.len()
+        ),
+    };
+
+    let config = s.config(&name);
+    let policy_revision = r
+        .winner
+        .as_deref()
+        .and_then(|w| s.policy(w))
+        .and_then(crate::status::target_revision);
+    let config_revision = config.map(|c| c.spec.revision.clone());
+    let conditions: Vec<ConditionRow> = config
+        .and_then(|c| c.status.as_ref())
+        .map(|st| {
+            st.conditions
+                .iter()
+                .map(|c| ConditionRow {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let rollout_state = match config {
+        None => "NoConfig".to_string(),
+        Some(c) => crate::status::node_state(c, policy_revision.as_deref()),
+    };
+
+    let node_pods = node_pods(node, pods, namespaces);
+    let mut problems = node_pods.problems.clone();
+    let settings = config.map(config_settings);
+    let facts = node_facts(node, config);
+    let computed = match &settings {
+        Some(Ok(settings)) => match compute(settings, &facts, &node_pods.pods) {
+            Ok(d) => Some(d),
+            Err(ps) => {
+                problems.extend(
+                    ps.into_iter()
+                        .map(|p| format!("this node cannot satisfy its config: {p}")),
+                );
+                None
+            }
+        },
+        Some(Err(ps)) => {
+            problems.extend(ps.iter().map(|p| format!("its config is invalid: {p}")));
+            None
+        }
+        None => None,
+    };
+    let value = |v: &nodemem_model::cgroup::CgroupValues, f: &str| v.get(f).map(|x| x.render());
+    let pods_out: Vec<PodValues> = match &computed {
+        Some(d) => d
+            .pods
+            .iter()
+            .map(|p| {
+                let pinned = p.pinned_nodes();
+                PodValues {
+                    namespace: p.namespace.to_string(),
+                    name: p.name.to_string(),
+                    qos_class: p.qos.as_str().to_string(),
+                    admission: match &p.admission {
+                        Admission::Managed => "Managed".into(),
+                        Admission::OptedOut => "OptedOut".into(),
+                        Admission::Rejected(r) => format!("Rejected: {r}"),
+                    },
+                    memory_min: value(&p.values, MEMORY_MIN),
+                    memory_low: value(&p.values, MEMORY_LOW),
+                    // memory.high is set per container (KEP-2570): the distinct values
+                    // of the containers, in container order.
+                    memory_high: value(&p.values, MEMORY_HIGH).or_else(|| {
+                        let mut highs: Vec<String> = Vec::new();
+                        for c in &p.containers {
+                            if let Some(h) = value(&c.values, MEMORY_HIGH) {
+                                if !highs.contains(&h) {
+                                    highs.push(h);
+                                }
+                            }
+                        }
+                        (!highs.is_empty()).then(|| highs.join(","))
+                    }),
+                    cpuset_mems: (!pinned.is_empty()).then(|| {
+                        p.containers
+                            .iter()
+                            .find_map(|c| c.values.get(CPUSET_MEMS).map(|v| v.render()))
+                            .unwrap_or_else(|| {
+                                pinned
+                                    .iter()
+                                    .map(|n| n.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(",")
+                            })
+                    }),
+                }
+            })
+            .collect(),
+        None => node_pods
+            .pods
+            .iter()
+            .map(|p| PodValues {
+                namespace: p.pod().namespace.clone(),
+                name: p.pod().name.clone(),
+                qos_class: nodemem_model::qos::qos_class(&p.pod().spec)
+                    .as_str()
+                    .to_string(),
+                admission: "Unmanaged".into(),
+                memory_min: None,
+                memory_low: None,
+                memory_high: None,
+                cpuset_mems: None,
+            })
+            .collect(),
+    };
+    ExplainReport {
+        node: name,
+        policy: r.winner.clone(),
+        why,
+        candidates,
+        config_revision,
+        policy_revision,
+        rollout_state,
+        conditions,
+        pods: pods_out,
+        problems,
+    }
+}
+
+pub fn render_table(r: &ExplainReport) -> String {
+    let mut out = String::new();
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let _ = writeln!(out, "Node:      {}", r.node);
+    let _ = writeln!(out, "Policy:    {}", dash(&r.policy));
+    let _ = writeln!(out, "Why:       {}", r.why);
+    let _ = writeln!(
+        out,
+        "Revision:  {} (policy at {})",
+        dash(&r.config_revision),
+        dash(&r.policy_revision)
+    );
+    let _ = writeln!(out, "Rollout:   {}", r.rollout_state);
+    if !r.candidates.is_empty() {
+        let mut t = table(&["POLICY", "PRIORITY", "SELECTOR", "OUTCOME"]);
+        for c in &r.candidates {
+            t.add_row(vec![
+                c.policy.clone(),
+                c.priority.to_string(),
+                c.selector.clone(),
+                c.outcome.clone(),
+            ]);
+        }
+        let _ = writeln!(out, "\nPolicies:\n{}", crate::render::text(&t));
+    }
+    if !r.conditions.is_empty() {
+        let mut t = table(&["CONDITION", "STATUS", "REASON", "MESSAGE"]);
+        for c in &r.conditions {
+            t.add_row(vec![
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+            ]);
+        }
+        let _ = writeln!(out, "\nAgent:\n{}", crate::render::text(&t));
+    }
+    let mut t = table(&[
+        "NAMESPACE",
+        "POD",
+        "QOS",
+        "NODEMEM",
+        "MEMORY.MIN",
+        "MEMORY.LOW",
+        "MEMORY.HIGH",
+        "CPUSET.MEMS",
+    ]);
+    for p in &r.pods {
+        t.add_row(vec![
+            p.namespace.clone(),
+            p.name.clone(),
+            p.qos_class.clone(),
+            p.admission.clone(),
+            dash(&p.memory_min),
+            dash(&p.memory_low),
+            dash(&p.memory_high),
+            dash(&p.cpuset_mems),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "\nPods ({}):\n{}",
+        r.pods.len(),
+        crate::render::text(&t)
+    );
+    for p in &r.problems {
+        let _ = writeln!(out, "problem: {p}");
+    }
+    out
+}

@@ -1,0 +1,258 @@
+//! `kubectl nodemem`: the `nodemem` binary invoked as `kubectl-nodemem` (a kubectl
+//! plugin: kubectl runs `kubectl-nodemem` from PATH for `kubectl nodemem ...`).
+//!
+//! * [`status`]: policies, pools, rollouts, failing nodes, conflicts.
+//! * [`explain`]: one node: which policy and why, its rollout state, its pods' values.
+//! * [`diff`]: what a policy file would change, node by node and cgroup by cgroup.
+//! * `pause`, `resume`, `rollback`: rollout control through the API.
+//!
+//! Values come from the agent's own code ([`node_view`]) on the live objects.
+
+pub mod cluster;
+pub mod diff;
+pub mod explain;
+pub mod node_view;
+pub mod render;
+pub mod status;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use nodemem_api::revision::revision;
+use nodemem_api::NodeMemoryPolicy;
+use serde_json::json;
+
+use nodemem_process::manifests::read_documents;
+use nodemem_process::CliError;
+use nodemem_process::Outcome;
+use render::Format;
+
+/// The plugin's name on PATH.
+pub const PLUGIN_BINARY: &str = "kubectl-nodemem";
+
+/// nodemem for kubectl: status, explain, diff and rollout control.
+#[derive(Debug, Parser)]
+#[command(name = "kubectl nodemem", bin_name = "kubectl nodemem", version, about)]
+pub struct PluginCli {
+    /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Every policy and its pool: rollout progress, failing nodes with reasons, conflicts.
+    Status,
+    /// Which policy governs NODE and why, its rollout state, and the cgroup values
+    /// nodemem sets for each of its pods.
+    Explain {
+        /// The node's name.
+        node: String,
+    },
+    /// What applying the policies in a file would change: the nodes they select and, per
+    /// node and cgroup, the values from -> to. Exit 0: no change, 1: changes, 2: error.
+    Diff {
+        /// A file of NodeMemoryPolicies (as for kubectl apply -f).
+        #[arg(short = 'f', long = "filename")]
+        filename: PathBuf,
+    },
+    /// Stop POLICY's rollout where it is (spec.rollout.paused: true).
+    Pause { policy: String },
+    /// Let POLICY's rollout continue (spec.rollout.paused: false).
+    Resume { policy: String },
+    /// Return POLICY's pool to its previous revision; the controller records it in
+    /// status.rolledBackRevision until the spec changes.
+    Rollback { policy: String },
+}
+
+/// Runs the plugin; errors are exit 1, except for `diff`, where they are 2 (changes
+/// are 1), as with `kubectl diff`.
+pub fn run(cli: &PluginCli) -> Outcome {
+    let is_diff = matches!(cli.command, PluginCommand::Diff { .. });
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return failed(
+                CliError::one(format!("cannot start a runtime: {e}")),
+                is_diff,
+            )
+        }
+    };
+    match runtime.block_on(run_async(cli)) {
+        Ok(out) => out,
+        Err(e) => failed(e, is_diff),
+    }
+}
+
+fn failed(e: CliError, is_diff: bool) -> Outcome {
+    Outcome {
+        stdout: String::new(),
+        stderr: e.problems,
+        code: if is_diff { 2 } else { 1 },
+    }
+}
+
+async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
+    // The file is read and checked before connecting: a bad file is the first thing
+    // to report.
+    let file_policies = match &cli.command {
+        PluginCommand::Diff { filename } => {
+            let docs = read_documents(filename)?;
+            let mut problems = Vec::new();
+            let policies = nodemem_process::manifests::read_policies(&docs, &mut problems);
+            if !problems.is_empty() {
+                return Err(CliError::many(problems));
+            }
+            policies.into_iter().map(|(p, _)| p).collect()
+        }
+        _ => Vec::new(),
+    };
+    let client = cluster::client(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
+    match &cli.command {
+        PluginCommand::Status => {
+            let snapshot = cluster::Snapshot::read(&client).await?;
+            let report = status::build(&snapshot);
+            render::render(cli.output, &report, status::render_table).map(Outcome::ok)
+        }
+        PluginCommand::Explain { node } => {
+            let snapshot = cluster::Snapshot::read(&client).await?;
+            let Some(n) = snapshot
+                .nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+            else {
+                return Err(CliError::one(format!("node {node} not found")));
+            };
+            let (pods, namespaces) = cluster::node_pods(&client, node).await?;
+            let report = explain::build(&snapshot, n, &pods, &namespaces);
+            render::render(cli.output, &report, explain::render_table).map(Outcome::ok)
+        }
+        PluginCommand::Diff { filename } => {
+            run_diff(&client, filename, &file_policies, cli.output).await
+        }
+        PluginCommand::Pause { policy } => set_paused(&client, policy, true).await,
+        PluginCommand::Resume { policy } => set_paused(&client, policy, false).await,
+        PluginCommand::Rollback { policy } => rollback(&client, policy).await,
+    }
+}
+
+async fn run_diff(
+    client: &Client,
+    filename: &std::path::Path,
+    file_policies: &[NodeMemoryPolicy],
+    format: Format,
+) -> Result<Outcome, CliError> {
+    // The apiserver's own validation (schema, CEL rules) on a dry run, as `kubectl diff`.
+    let api = Api::<NodeMemoryPolicy>::all(client.clone());
+    for p in file_policies {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let mut object =
+            serde_json::to_value(p).map_err(|e| CliError::one(format!("policy {name}: {e}")))?;
+        object["apiVersion"] = json!("nodemem.io/v1alpha1");
+        object["kind"] = json!("NodeMemoryPolicy");
+        if let Some(o) = object.as_object_mut() {
+            o.remove("status");
+        }
+        api.patch(
+            &name,
+            &PatchParams::apply("kubectl-nodemem-diff").force().dry_run(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(|e| cluster::api_error(&format!("{}: policy {name}", filename.display()), e))?;
+    }
+
+    let snapshot = cluster::Snapshot::read(client).await?;
+    let pods_by_node = cluster::pods_by_node(client).await?;
+    let namespaces = cluster::namespaces(client).await?;
+    let report = diff::build(&snapshot, file_policies, &pods_by_node, &namespaces);
+    let stdout = render::render(format, &report, diff::render_table)?;
+    Ok(Outcome {
+        stdout,
+        stderr: Vec::new(),
+        code: u8::from(report.changes),
+    })
+}
+
+async fn get_policy(client: &Client, name: &str) -> Result<NodeMemoryPolicy, CliError> {
+    Api::<NodeMemoryPolicy>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))
+}
+
+async fn set_paused(client: &Client, name: &str, paused: bool) -> Result<Outcome, CliError> {
+    let policy = get_policy(client, name).await?;
+    let verb = if paused { "paused" } else { "resumed" };
+    if policy.spec.rollout.paused == paused {
+        return Ok(Outcome::ok(format!(
+            "nodememorypolicy.nodemem.io/{name} already {verb}\n"
+        )));
+    }
+    Api::<NodeMemoryPolicy>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rollout": {"paused": paused}}})),
+        )
+        .await
+        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    Ok(Outcome::ok(format!(
+        "nodememorypolicy.nodemem.io/{name} {verb}\n"
+    )))
+}
+
+async fn rollback(client: &Client, name: &str) -> Result<Outcome, CliError> {
+    let policy = get_policy(client, name).await?;
+    let status = policy.status.clone().unwrap_or_default();
+    let current = revision(&policy.spec.settings);
+    if status.revision.as_deref() != Some(current.as_str()) {
+        return Err(CliError::one(format!(
+            "nodememorypolicy {name}: the controller has not seen its current spec (revision {current}) yet; try again"
+        )));
+    }
+    if status.rolled_back_revision.as_deref() == Some(current.as_str()) {
+        return Err(CliError::one(format!(
+            "nodememorypolicy {name}: revision {current} is already rolled back; change the spec to roll out again"
+        )));
+    }
+    let Some(previous) = status.revisions.get(1) else {
+        return Err(CliError::one(format!(
+            "nodememorypolicy {name}: no previous revision to roll back to (revision {current} is its first)"
+        )));
+    };
+    Api::<NodeMemoryPolicy>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                nodemem_api::ROLLBACK_ANNOTATION: current
+            }}})),
+        )
+        .await
+        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    Ok(Outcome::ok(format!(
+        "nodememorypolicy.nodemem.io/{name} rolling back from revision {current} to {}\n",
+        previous.revision
+    )))
+}
+
+/// True when the program was started as the kubectl plugin.
+pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == PLUGIN_BINARY)
+}

@@ -1,0 +1,347 @@
+//! `kubectl nodemem status`: every policy and its pool, rollout progress, failing nodes
+//! with reasons, and conflicts (pure, from a [`Snapshot`]).
+
+use std::fmt::Write;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use serde::Serialize;
+
+use nodemem_model::rollout::AgentReport;
+
+use crate::cluster::Snapshot;
+use crate::node_view::governing;
+use crate::render::table;
+use nodemem_api::report::{failure, report, ConfigEntry};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub policies: Vec<PolicyRow>,
+    /// Nodes no policy selects.
+    pub unmanaged_nodes: Vec<String>,
+    pub failing_nodes: Vec<FailingNode>,
+    pub conflicts: Vec<Conflict>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRow {
+    pub name: String,
+    pub priority: i32,
+    pub enforcement: String,
+    pub revision: Option<String>,
+    pub matched: i32,
+    pub updated: i32,
+    pub ready: i32,
+    pub failed: i32,
+    /// The Progressing condition's reason (Complete, Updating, WaitingForCanary, Paused,
+    /// MaxFailures, RollingBack) or Invalid / Unknown.
+    pub state: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_revision: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailingNode {
+    pub node: String,
+    pub policy: String,
+    /// The condition that failed (Applied or Healthy) and its reason.
+    pub condition: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conflict {
+    pub node: String,
+    /// The policy that governs (highest priority, then first by name).
+    pub governs: String,
+    /// Policies of the same priority that also select the node.
+    pub also: Vec<String>,
+}
+
+fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
+    let status = p.status.clone().unwrap_or_default();
+    let accepted = find(&status.conditions, "Accepted");
+    let progressing = find(&status.conditions, "Progressing");
+    let (state, message) = match (accepted, progressing) {
+        (Some(a), _) if a.status == "False" => (a.reason.clone(), a.message.clone()),
+        (_, Some(c)) => (c.reason.clone(), c.message.clone()),
+        _ => (
+            "Unknown".into(),
+            "the controller has not reported yet".into(),
+        ),
+    };
+    PolicyRow {
+        name: p.metadata.name.clone().unwrap_or_default(),
+        priority: p.spec.priority,
+        enforcement: format!("{:?}", p.spec.settings.enforcement),
+        revision: status.revision.clone(),
+        matched: status.matched_nodes,
+        updated: status.updated_nodes,
+        ready: status.ready_nodes,
+        failed: status.failed_nodes,
+        state,
+        message,
+        rolled_back_revision: status.rolled_back_revision.clone(),
+    }
+}
+
+/// A node's agent reports a failure for its current config (the controller's own
+/// judgement, `decide::failure`).
+fn failing(c: &NodeMemoryConfig) -> Option<FailingNode> {
+    let entry = ConfigEntry::from(c);
+    let cond = failure(&entry)?;
+    Some(FailingNode {
+        node: c.metadata.name.clone().unwrap_or_default(),
+        policy: c.spec.policy.clone(),
+        condition: cond.type_.clone(),
+        reason: cond.reason.clone(),
+        message: cond.message.clone(),
+    })
+}
+
+/// The revision a policy's pool moves to: its spec's, or after a rollback the one
+/// before it.
+pub fn target_revision(p: &NodeMemoryPolicy) -> Option<String> {
+    let st = p.status.as_ref()?;
+    let current = st.revision.clone()?;
+    if st.rolled_back_revision.as_deref() == Some(current.as_str()) {
+        return st.revisions.get(1).map(|r| r.revision.clone());
+    }
+    Some(current)
+}
+
+/// A node's place in its rollout, from its config: `Failed (Applied <reason>)`,
+/// `Waiting` (its policy rolls out another revision), `Ready`, or `Updating`.
+pub fn node_state(c: &NodeMemoryConfig, policy_revision: Option<&str>) -> String {
+    let entry = ConfigEntry::from(c);
+    if let Some(f) = failure(&entry) {
+        return format!("Failed ({} {})", f.type_, f.reason);
+    }
+    if policy_revision.is_some_and(|r| r != c.spec.revision) {
+        return "Waiting".into();
+    }
+    // The controller's reading of the agent's report; the time only matters for how long
+    // the node has been good, which this state does not show.
+    match report(&entry, 0) {
+        AgentReport::Good { .. } => "Ready".into(),
+        AgentReport::Pending | AgentReport::Bad => "Updating".into(),
+    }
+}
+
+pub fn build(s: &Snapshot) -> StatusReport {
+    let mut policies: Vec<PolicyRow> = s.policies.iter().map(policy_row).collect();
+    policies.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+    let mut unmanaged_nodes = Vec::new();
+    let mut conflicts = Vec::new();
+    for node in &s.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let r = governing(&s.policies, &labels);
+        match r.winner {
+            None => unmanaged_nodes.push(name),
+            Some(w) if !r.conflicting.is_empty() => conflicts.push(Conflict {
+                node: name,
+                governs: w,
+                also: r.conflicting,
+            }),
+            Some(_) => {}
+        }
+    }
+    let mut failing_nodes: Vec<FailingNode> = s.configs.iter().filter_map(failing).collect();
+    failing_nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    StatusReport {
+        policies,
+        unmanaged_nodes,
+        failing_nodes,
+        conflicts,
+    }
+}
+
+pub fn render_table(r: &StatusReport) -> String {
+    let mut out = String::new();
+    if r.policies.is_empty() {
+        out.push_str("No NodeMemoryPolicies.\n");
+    } else {
+        let mut t = table(&[
+            "POLICY",
+            "PRIORITY",
+            "ENFORCEMENT",
+            "REVISION",
+            "NODES",
+            "UPDATED",
+            "READY",
+            "FAILED",
+            "ROLLOUT",
+        ]);
+        for p in &r.policies {
+            t.add_row(vec![
+                p.name.clone(),
+                p.priority.to_string(),
+                p.enforcement.clone(),
+                p.revision.clone().unwrap_or_else(|| "-".into()),
+                p.matched.to_string(),
+                p.updated.to_string(),
+                p.ready.to_string(),
+                p.failed.to_string(),
+                p.state.clone(),
+            ]);
+        }
+        let _ = writeln!(out, "{}", crate::render::text(&t));
+        for p in r.policies.iter().filter(|p| p.state != "Complete") {
+            let _ = writeln!(out, "  {}: {}", p.name, p.message);
+        }
+    }
+    if !r.failing_nodes.is_empty() {
+        let _ = writeln!(out, "\nFailing nodes:");
+        let mut t = table(&["NODE", "POLICY", "CONDITION", "REASON", "MESSAGE"]);
+        for f in &r.failing_nodes {
+            t.add_row(vec![
+                f.node.clone(),
+                f.policy.clone(),
+                format!("{}=False", f.condition),
+                f.reason.clone(),
+                f.message.clone(),
+            ]);
+        }
+        let _ = writeln!(out, "{}", crate::render::text(&t));
+    }
+    if !r.conflicts.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nConflicts (same priority; the first by name governs):"
+        );
+        for c in &r.conflicts {
+            let _ = writeln!(
+                out,
+                "  {}: {} governs, also selected by {}",
+                c.node,
+                c.governs,
+                c.also.join(", ")
+            );
+        }
+    }
+    if !r.unmanaged_nodes.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{} node(s) not selected by any policy: {}",
+            r.unmanaged_nodes.len(),
+            r.unmanaged_nodes.join(", ")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(name: &str, pool: &str, priority: i32) -> NodeMemoryPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority},
+            "status": {"revision": "r2", "matchedNodes": 1, "conditions": [
+                {"type": "Accepted", "status": "True", "reason": "Valid", "message": "",
+                 "lastTransitionTime": "2026-11-22T10:00:00Z"},
+                {"type": "Progressing", "status": "True", "reason": "Updating", "message": "0/1 nodes updated",
+                 "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    fn config(
+        node: &str,
+        revision: &str,
+        applied: (&str, &str),
+        generation: i64,
+    ) -> NodeMemoryConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+            "metadata": {"name": node, "generation": generation},
+            "spec": {"policy": "a", "revision": revision},
+            "status": {"observedRevision": revision, "conditions": [
+                {"type": "Applied", "status": applied.0, "reason": applied.1, "message": "m",
+                 "observedGeneration": 2, "lastTransitionTime": "2026-11-22T10:00:00Z"},
+                {"type": "Healthy", "status": "True", "reason": "Healthy", "message": "",
+                 "observedGeneration": 2, "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": pool}}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn failing_nodes_conflicts_and_unmanaged_nodes_are_reported() {
+        let s = Snapshot {
+            policies: vec![
+                policy("a", "x", 0),
+                policy("b", "x", 0),
+                policy("c", "y", 5),
+            ],
+            nodes: vec![node("n1", "x"), node("n2", "y"), node("n3", "z")],
+            configs: vec![
+                config("n1", "r2", ("False", "WriteFailed"), 2),
+                // A failure reported for an older generation is not current.
+                config("n2", "r2", ("False", "WriteFailed"), 3),
+            ],
+        };
+        let r = build(&s);
+        assert_eq!(r.policies[0].name, "c", "highest priority first");
+        assert_eq!(r.policies[1].state, "Updating");
+        assert_eq!(r.failing_nodes.len(), 1);
+        assert_eq!(
+            (
+                r.failing_nodes[0].node.as_str(),
+                r.failing_nodes[0].reason.as_str()
+            ),
+            ("n1", "WriteFailed")
+        );
+        assert_eq!(r.conflicts.len(), 1);
+        assert_eq!(
+            (r.conflicts[0].governs.as_str(), r.conflicts[0].also.clone()),
+            ("a", vec!["b".to_string()])
+        );
+        assert_eq!(r.unmanaged_nodes, ["n3"]);
+        let table = render_table(&r);
+        assert!(
+            table.contains("Failing nodes:") && table.contains("n1: a governs, also selected by b"),
+            "{table}"
+        );
+
+        assert_eq!(
+            node_state(&s.configs[0], Some("r2")),
+            "Failed (Applied WriteFailed)"
+        );
+        assert_eq!(node_state(&s.configs[1], Some("r3")), "Waiting");
+        let ready = config("n4", "r2", ("True", "Applied"), 2);
+        assert_eq!(node_state(&ready, Some("r2")), "Ready");
+        // After a rollback the pool's target is the revision before the rolled-back one.
+        let mut p = policy("a", "x", 0);
+        assert_eq!(target_revision(&p).as_deref(), Some("r2"));
+        let st = p.status.as_mut().unwrap();
+        st.rolled_back_revision = Some("r2".into());
+        st.revisions = serde_json::from_value(json!([
+            {"revision": "r2", "settings": {}}, {"revision": "r1", "settings": {}}
+        ]))
+        .unwrap();
+        assert_eq!(target_revision(&p).as_deref(), Some("r1"));
+        // The controller's rule: a kubelet restart still owed is not a failure.
+        let restarting = config("n5", "r2", ("False", "KubeletRestartRequired"), 2);
+        assert!(failing(&restarting).is_none());
+        assert_eq!(node_state(&restarting, Some("r2")), "Updating");
+    }
+}
