@@ -7,10 +7,10 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test lint fmt-check clippy crds-check unit apiserver vm build simulate crds control-plane image image-check sandbox
+.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node build simulate crds control-plane real-node image image-check sandbox
 
-## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, real kernel
-test: lint crds-check unit apiserver image-check vm
+## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
+test: lint crds-check unit apiserver image-check vm node
 
 lint: fmt-check clippy
 
@@ -58,6 +58,20 @@ vm:
 	NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem --features vm-tests --test vm_kernel --test vm_agent --locked
+
+## node: a real node (qemu: systemd, containerd, runc, the kubelet) joined to a control plane
+node:
+	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
+	  export NODEMEM_KERNEL && \
+	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked
+
+## real-node: a control plane and one real node for manual use, until Ctrl-C
+real-node:
+	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  $(CARGO) run -p nodemem-testkit --bin nodemem-real-node --locked
 
 ## control-plane: start the test control plane alone (CRDs installed) until Ctrl-C
 control-plane:

@@ -35,4 +35,7 @@ if ! compgen -G "$dir/boot/vmlinuz-*" >/dev/null; then
   # Modules are not needed: cgroup v2, NUMA, the serial console and initramfs support
   # are built into Debian's kernel.
 fi
+# The package and version, for scripts that need more of the package (the real node's
+# root file system takes its modules).
+echo "$pkg=$version" >"$dir/package"
 ls "$dir"/boot/vmlinuz-* | head -1

@@ -25,6 +25,7 @@ use nodemem_process::{CliError, Outcome};
 
 pub use args::AgentArgs;
 
+/// Runs `nodemem agent`: `--once` from files, else the in-cluster agent until it fails.
 pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     if args.once {
         return once::run(args);

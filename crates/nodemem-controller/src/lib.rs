@@ -84,6 +84,7 @@ fn identity(args: &ControllerArgs) -> String {
         })
 }
 
+/// Runs `nodemem controller` until it fails or loses the leader Lease.
 pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
     nodemem_process::logs::init_logs(args.log_format);
     let metrics_addr: Option<std::net::SocketAddr> = match args.metrics_addr.as_str() {

@@ -272,6 +272,18 @@ impl ControlPlane {
         &self.admin_kubeconfig
     }
 
+    /// The cluster CA's certificate (PEM): what clients verify the apiserver with.
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem.clone()
+    }
+
+    /// A kubelet's client certificate for `node` (`system:node:<node>` in
+    /// `system:nodes`), which the Node authorizer and NodeRestriction admit.
+    pub fn node_credentials(&self, node: &str) -> Result<crate::pki::CertPair, Error> {
+        self.ca
+            .client(&format!("system:node:{node}"), &["system:nodes"])
+    }
+
     /// Process IDs of etcd, the apiserver and the controller-manager.
     pub fn pids(&self) -> Vec<u32> {
         vec![

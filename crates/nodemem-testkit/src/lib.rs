@@ -9,6 +9,8 @@
 //!   processes) for `nodemem sandbox` and end-to-end tests.
 //! - [`vm`]: a real Linux kernel (Debian's) in qemu with two NUMA nodes and cgroup v2,
 //!   running a command and returning its output and exit code.
+//! - [`real_node`]: that kernel booting systemd, containerd and the kubelet, joined to a
+//!   control plane: a real node.
 
 pub mod bed;
 pub mod binaries;
@@ -22,6 +24,7 @@ pub mod kubelet;
 pub mod nodes;
 pub mod pki;
 pub mod process;
+pub mod real_node;
 pub mod vm;
 
 pub use control_plane::{ControlPlane, Identity};

@@ -1,0 +1,439 @@
+//! A real node: Debian's kernel in qemu (two NUMA nodes, cgroup v2) booting a root file
+//! system with systemd as PID 1, containerd, runc and the kubelet, joined to a test
+//! control plane on the host. Built offline and cached by `tests/scripts/build-node-*.sh`;
+//! what differs per run (node name, client certificate, kubelet and containerd
+//! configuration, images) reaches the VM through a 9p share, where a runner also takes
+//! the test's commands (`RealNode::run`).
+//!
+//! The guest reaches the host's loopback at 10.0.2.2 (qemu user networking); the
+//! apiserver's certificate names `localhost`, which the node's kubeconfig asks for. Pods
+//! reach the apiserver at the `kubernetes` Service (10.0.0.1:443) through one DNAT rule,
+//! standing in for kube-proxy.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::binaries::repo_root;
+use crate::control_plane::ControlPlane;
+use crate::cpio::Cpio;
+use crate::error::Error;
+use crate::process::Process;
+use crate::vm::{kernel_image, shared_libraries};
+
+fn node_err(msg: impl Into<String>) -> Error {
+    Error::Vm(msg.into())
+}
+
+/// Everything a real node boots, built or taken from the cache.
+#[derive(Clone, Debug)]
+pub struct NodeImage {
+    pub kernel: PathBuf,
+    /// The ext4 root file system (booted copy-on-write: the cached image never changes).
+    pub root: PathBuf,
+    /// The modules the initramfs loads to reach the disk, with their `order` file.
+    pub initrd_modules: PathBuf,
+    /// OCI archives imported into containerd at boot (pause, workload, nodemem if built).
+    pub images: PathBuf,
+}
+
+/// Runs a build script and returns the last line of its stdout (a path).
+fn script(name: &str, args: &[&Path]) -> Result<PathBuf, Error> {
+    let path = repo_root().join("tests/scripts").join(name);
+    let out = Command::new("bash")
+        .arg(&path)
+        .args(args)
+        .output()
+        .map_err(|e| node_err(format!("cannot run {}: {e}", path.display())))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(30).collect();
+        return Err(node_err(format!(
+            "{name} failed ({}):\n{}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim(),
+    ))
+}
+
+impl NodeImage {
+    /// Builds (or finds cached) the node runtime, the root file system with `kubelet`
+    /// (the control plane build's), and the images; `nodemem_layout` (the OCI layout
+    /// from `image/build-oci.sh`) adds the project's image.
+    pub fn build(kubelet: &Path, nodemem_layout: Option<&Path>) -> Result<Self, Error> {
+        let runtime = script("build-node-runtime.sh", &[])?;
+        let root = script("build-node-rootfs.sh", &[kubelet, &runtime])?;
+        let images_dir = runtime.join("archives");
+        let mut args: Vec<&Path> = vec![&runtime, &images_dir];
+        if let Some(layout) = nodemem_layout {
+            args.push(layout);
+        }
+        let images = script("build-node-images.sh", &args)?;
+        let initrd_modules = root
+            .parent()
+            .map(|d| d.join("initrd-modules"))
+            .ok_or_else(|| node_err("the root image has no directory"))?;
+        Ok(NodeImage {
+            kernel: kernel_image()?,
+            root,
+            initrd_modules,
+            images,
+        })
+    }
+}
+
+/// The cgroup driver of the kubelet and containerd on the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+/// How a node is set up.
+#[derive(Clone, Debug)]
+pub struct RealNodeSpec {
+    pub name: String,
+    pub driver: Driver,
+    /// Fields merged into the kubelet's KubeletConfiguration (feature gates, Memory QoS,
+    /// the Memory Manager...), over the node's base configuration.
+    pub kubelet: serde_json::Value,
+    /// Memory of each of the two NUMA nodes, MiB.
+    pub numa_node_mib: u32,
+    /// How long boot, join and the first Ready may take.
+    pub ready_timeout: Duration,
+}
+
+impl RealNodeSpec {
+    pub fn new(name: &str, driver: Driver) -> Self {
+        RealNodeSpec {
+            name: name.to_string(),
+            driver,
+            kubelet: serde_json::json!({}),
+            numa_node_mib: 1024,
+            ready_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A booted node. Dropping it ends the VM (from the host: a guest poweroff waits for
+/// containers).
+pub struct RealNode {
+    pub name: String,
+    share: tempfile::TempDir,
+    qemu: Process,
+    console: PathBuf,
+    next_request: AtomicU64,
+}
+
+/// The initramfs: busybox, the disk's modules, and an init that loads them, mounts the
+/// root disk and hands over to systemd.
+fn initramfs(image: &NodeImage) -> Result<Vec<u8>, Error> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| node_err(format!("{}: {e}", p.display())));
+    let busybox =
+        PathBuf::from(std::env::var_os("NODEMEM_BUSYBOX").unwrap_or_else(|| "/bin/busybox".into()));
+    let mut c = Cpio::new();
+    for d in ["proc", "sys", "dev", "newroot", "modules", "bin"] {
+        c.dir(d);
+    }
+    c.char_device("dev/console", 0o600, 5, 1);
+    c.file("bin/busybox", 0o755, &read(&busybox)?);
+    for lib in shared_libraries(&busybox)? {
+        c.file(&lib.to_string_lossy(), 0o755, &read(&lib)?);
+    }
+    c.symlink("bin/sh", "busybox");
+    let order = std::fs::read_to_string(image.initrd_modules.join("order"))
+        .map_err(|e| node_err(format!("{}/order: {e}", image.initrd_modules.display())))?;
+    let mut loads = String::new();
+    for module in order.lines().filter(|l| !l.is_empty()) {
+        c.file(
+            &format!("modules/{module}"),
+            0o644,
+            &read(&image.initrd_modules.join(module))?,
+        );
+        loads.push_str(&format!("insmod /modules/{module} 2>/dev/null || true\n"));
+    }
+    let init = format!(
+        "#!/bin/sh\n\
+         /bin/busybox --install -s /bin\n\
+         mount -t proc proc /proc\n\
+         mount -t sysfs sysfs /sys\n\
+         mount -t devtmpfs devtmpfs /dev\n\
+         {loads}\
+         for i in $(seq 1 100); do [ -b /dev/vda ] && break; sleep 0.1; done\n\
+         mount -t ext4 -o rw /dev/vda /newroot || {{ echo 'nodemem: cannot mount /dev/vda'; poweroff -f; }}\n\
+         umount /proc /sys\n\
+         mount --move /dev /newroot/dev 2>/dev/null || umount /dev\n\
+         exec switch_root /newroot /sbin/init\n"
+    );
+    c.file("init", 0o755, init.as_bytes());
+    Ok(c.finish())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), Error> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| node_err(format!("{}: {e}", parent.display())))?;
+    }
+    std::fs::write(path, text).map_err(|e| node_err(format!("{}: {e}", path.display())))
+}
+
+/// Merges `patch` into `base` (objects key by key, anything else replaced).
+fn merge(base: &mut serde_json::Value, patch: &serde_json::Value) {
+    match (base, patch) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+/// The kubelet's configuration for a node: the given driver, containerd, the node's
+/// client certificate's CA for its own server, and no swap check (the VM has none).
+pub fn kubelet_configuration(spec: &RealNodeSpec) -> serde_json::Value {
+    let mut config = serde_json::json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": match spec.driver { Driver::Systemd => "systemd", Driver::Cgroupfs => "cgroupfs" },
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "authentication": {
+            "anonymous": {"enabled": false},
+            "webhook": {"enabled": false},
+            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"}
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "failSwapOn": false,
+        "rotateCertificates": false,
+        "serializeImagePulls": false,
+        "resolvConf": "/etc/resolv.conf",
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+    });
+    merge(&mut config, &spec.kubelet);
+    config
+}
+
+/// containerd's v3 configuration: the run's cgroup driver for runc, the CNI plugins,
+/// and the imported pause image as the sandbox image (there is no registry).
+fn containerd_config(driver: Driver) -> String {
+    format!(
+        "version = 3\n\
+         [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = 'registry.k8s.io/pause:3.10'\n\
+         [plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/opt/cni/bin']\n  conf_dir = '/etc/cni/net.d'\n\
+         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = {}\n",
+        driver == Driver::Systemd
+    )
+}
+
+const CNI: &str = r#"{
+  "cniVersion": "1.0.0",
+  "name": "nodemem",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]],
+              "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "loopback"}
+  ]
+}
+"#;
+
+impl RealNode {
+    /// Boots a node and returns once the runner answers (the node's Ready condition is
+    /// the apiserver's to tell; see [`RealNode::wait_ready`]).
+    pub fn boot(cp: &ControlPlane, image: &NodeImage, spec: &RealNodeSpec) -> Result<Self, Error> {
+        let share = tempfile::Builder::new()
+            .prefix("nodemem-node-")
+            .tempdir()
+            .map_err(|e| node_err(format!("temporary directory: {e}")))?;
+        let dir = share.path();
+        let root = dir.join("root");
+        let port = cp
+            .server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or_else(|| node_err(format!("no port in {}", cp.server)))?;
+        let node = cp.node_credentials(&spec.name)?;
+        write(&root.join("etc/hostname"), &format!("{}\n", spec.name))?;
+        write(&root.join("etc/kubernetes/pki/ca.crt"), &cp.ca_pem())?;
+        write(&root.join("etc/kubernetes/pki/node.crt"), &node.cert_pem)?;
+        write(&root.join("etc/kubernetes/pki/node.key"), &node.key_pem)?;
+        write(
+            &root.join("etc/kubernetes/kubelet.kubeconfig"),
+            &format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://10.0.2.2:{port}\n    tls-server-name: localhost\n    certificate-authority: /etc/kubernetes/pki/ca.crt\nusers:\n- name: node\n  user:\n    client-certificate: /etc/kubernetes/pki/node.crt\n    client-key: /etc/kubernetes/pki/node.key\ncontexts:\n- name: test\n  context: {{cluster: test, user: node}}\ncurrent-context: test\n"
+            ),
+        )?;
+        write(
+            &root.join("etc/kubernetes/kubelet.yaml"),
+            &serde_json::to_string_pretty(&kubelet_configuration(spec))
+                .map_err(|e| node_err(e.to_string()))?,
+        )?;
+        write(
+            &root.join("etc/default/kubelet"),
+            &format!(
+                "KUBELET_ARGS=--config=/etc/kubernetes/kubelet.yaml --kubeconfig=/etc/kubernetes/kubelet.kubeconfig --hostname-override={} --node-ip=10.0.2.15\n",
+                spec.name
+            ),
+        )?;
+        write(
+            &root.join("etc/containerd/config.toml"),
+            &containerd_config(spec.driver),
+        )?;
+        write(&root.join("etc/cni/net.d/10-nodemem.conflist"), CNI)?;
+        // kube-proxy's one job here: the `kubernetes` Service to the host's apiserver.
+        write(
+            &dir.join("setup.sh"),
+            &format!(
+                "#!/bin/sh\nset -e\nnft -f - <<'EOF'\ntable ip nodemem {{\n  chain prerouting {{ type nat hook prerouting priority -100; ip daddr 10.0.0.1 tcp dport 443 dnat to 10.0.2.2:{port}; }}\n  chain output {{ type nat hook output priority -100; ip daddr 10.0.0.1 tcp dport 443 dnat to 10.0.2.2:{port}; }}\n  chain postrouting {{ type nat hook postrouting priority 100; ip saddr 10.88.0.0/16 oifname != \"cni0\" masquerade; }}\n}}\nEOF\n"
+            ),
+        )?;
+        std::fs::set_permissions(
+            dir.join("setup.sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|e| node_err(e.to_string()))?;
+        std::fs::create_dir_all(dir.join("requests")).map_err(|e| node_err(e.to_string()))?;
+        // The images, linked into the share (9p follows no host symlinks: copy).
+        let images = dir.join("images");
+        std::fs::create_dir_all(&images).map_err(|e| node_err(e.to_string()))?;
+        for entry in std::fs::read_dir(&image.images).map_err(|e| node_err(e.to_string()))? {
+            let entry = entry.map_err(|e| node_err(e.to_string()))?;
+            if entry.path().extension().is_some_and(|x| x == "tar") {
+                std::fs::copy(entry.path(), images.join(entry.file_name()))
+                    .map_err(|e| node_err(e.to_string()))?;
+            }
+        }
+
+        let initrd = dir.join("initramfs.cpio");
+        std::fs::write(&initrd, initramfs(image)?).map_err(|e| node_err(e.to_string()))?;
+        let mib = spec.numa_node_mib;
+        let accel = std::env::var("NODEMEM_VM_ACCEL").unwrap_or_else(|_| "tcg".into());
+        let mut args: Vec<String> = vec![
+            "-accel".into(),
+            accel,
+            "-m".into(),
+            format!("{}M", 2 * mib),
+            "-smp".into(),
+            "2".into(),
+        ];
+        for i in 0..2 {
+            args.push("-object".into());
+            args.push(format!("memory-backend-ram,id=m{i},size={mib}M"));
+            args.push("-numa".into());
+            args.push(format!("node,nodeid={i},cpus={i},memdev=m{i}"));
+        }
+        args.extend([
+            "-kernel".into(),
+            image.kernel.display().to_string(),
+            "-initrd".into(),
+            initrd.display().to_string(),
+            "-append".into(),
+            "console=ttyS0 loglevel=4 panic=-1 systemd.unified_cgroup_hierarchy=1".into(),
+            "-drive".into(),
+            format!(
+                "file={},if=virtio,format=raw,snapshot=on",
+                image.root.display()
+            ),
+            "-virtfs".into(),
+            format!(
+                "local,path={},mount_tag=nodemem,security_model=none,id=nodemem",
+                dir.display()
+            ),
+            "-nic".into(),
+            "user,model=virtio-net-pci".into(),
+            "-display".into(),
+            "none".into(),
+            "-no-reboot".into(),
+            "-serial".into(),
+            "stdio".into(),
+            "-monitor".into(),
+            "none".into(),
+        ]);
+        let console = dir.join("console.log");
+        let qemu = Process::spawn(
+            "qemu-system-x86_64",
+            Path::new("qemu-system-x86_64"),
+            &args,
+            &console,
+        )
+        .map_err(|e| node_err(format!("{e} (install Debian's qemu-system-x86)")))?;
+        let mut node = RealNode {
+            name: spec.name.clone(),
+            share,
+            qemu,
+            console,
+            next_request: AtomicU64::new(0),
+        };
+        // The runner answering means systemd ran the setup and the share works.
+        node.run_within("true", spec.ready_timeout)?;
+        Ok(node)
+    }
+
+    /// The directory shared with the node (the run's files, requests and responses).
+    pub fn share(&self) -> &Path {
+        self.share.path()
+    }
+
+    /// What the serial console showed so far (boot messages, systemd's status lines).
+    pub fn console(&self) -> String {
+        crate::process::tail(&self.console, 60)
+    }
+
+    /// Runs `script` with bash as root on the node; its output (stdout and stderr) and
+    /// exit code. Fails if the node does not answer within a minute.
+    pub fn run(&mut self, script: &str) -> Result<(String, i32), Error> {
+        self.run_within(script, Duration::from_secs(60))
+    }
+
+    /// [`RealNode::run`] with its own timeout.
+    pub fn run_within(&mut self, script: &str, timeout: Duration) -> Result<(String, i32), Error> {
+        let n = self.next_request.fetch_add(1, Ordering::SeqCst);
+        let dir = self.share.path();
+        let tmp = dir.join(format!("requests/.{n}.sh"));
+        std::fs::write(&tmp, script).map_err(|e| node_err(e.to_string()))?;
+        std::fs::rename(&tmp, dir.join(format!("requests/{n}.sh")))
+            .map_err(|e| node_err(e.to_string()))?;
+        let rc_path = dir.join(format!("responses/{n}.rc"));
+        let started = Instant::now();
+        loop {
+            if let Ok(rc) = std::fs::read_to_string(&rc_path) {
+                let out = std::fs::read_to_string(dir.join(format!("responses/{n}.out")))
+                    .unwrap_or_default();
+                let code = rc.trim().parse::<i32>().unwrap_or(-1);
+                return Ok((out, code));
+            }
+            if let Some(status) = self.qemu.exited() {
+                return Err(node_err(format!(
+                    "the node's VM ended ({status}); console:\n{}",
+                    self.console()
+                )));
+            }
+            if started.elapsed() > timeout {
+                return Err(node_err(format!(
+                    "node {} did not run a request within {}s; console:\n{}",
+                    self.name,
+                    timeout.as_secs(),
+                    self.console()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        self.qemu.stop(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,3 @@
+module nodemem.local/node-images
+
+go 1.22

@@ -1,0 +1,53 @@
+// workload is the real node's test workload: it allocates the given amount of memory,
+// touches every page so that it is resident (and charged to the container's cgroup),
+// reports it, and sleeps until SIGINT or SIGTERM.
+//
+//	workload [-allocate 64Mi]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// parseBytes reads 64Mi, 1Gi, 500M or a plain number of bytes.
+func parseBytes(text string) (int64, error) {
+	units := []struct {
+		suffix string
+		factor int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"K", 1000}, {"M", 1000 * 1000}, {"G", 1000 * 1000 * 1000}}
+	for _, u := range units {
+		if strings.HasSuffix(text, u.suffix) {
+			n, err := strconv.ParseInt(strings.TrimSuffix(text, u.suffix), 10, 64)
+			return n * u.factor, err
+		}
+	}
+	return strconv.ParseInt(text, 10, 64)
+}
+
+func main() {
+	allocate := flag.String("allocate", "0", "memory to allocate and keep resident (64Mi, 1Gi, bytes)")
+	flag.Parse()
+	n, err := parseBytes(*allocate)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "workload: -allocate %q: not an amount of memory\n", *allocate)
+		os.Exit(2)
+	}
+	held := make([]byte, n)
+	for i := int64(0); i < n; i += 4096 {
+		held[i] = 1
+	}
+	fmt.Printf("workload: %d bytes resident\n", n)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	<-signals
+	// Keep the allocation alive until the end.
+	if n > 0 && held[0] != 1 {
+		os.Exit(1)
+	}
+}
