@@ -59,10 +59,13 @@ vm:
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem --features vm-tests --test vm_kernel --test vm_agent --locked
 
-## node: a real node (qemu: systemd, containerd, runc, the kubelet) joined to a control plane
+## node: a real node (qemu: systemd, containerd, runc, the kubelet) joined to a control plane,
+## nodemem installed on it from its image
 node:
 	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
+	  export NODEMEM_IMAGE_LAYOUT && \
 	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked

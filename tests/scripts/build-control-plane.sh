@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kubelet (its configuration validation
-# checks the drop-ins nodemem renders), kubectl, helm and etcd from their Go modules with the
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler (binds pods on the real
+# node), kubelet (its configuration validation checks the drop-ins nodemem renders and the
+# real node runs it), kubectl, helm and etcd from their Go modules with the
 # machine's Go, into a cache outside the repository keyed by version. A warm cache returns at once.
 #
 # Why a throwaway module: k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them
@@ -18,7 +19,7 @@ CACHE="${NODEMEM_CACHE:-$HOME/.cache/nodemem}"
 BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION"
 JOBS="${NODEMEM_GO_JOBS:-2}"
 
-K8S_COMMANDS=(kube-apiserver kube-controller-manager kubelet kubectl)
+K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 
 have_all() {
   local c

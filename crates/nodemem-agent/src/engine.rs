@@ -76,6 +76,10 @@ pub struct EngineConfig {
     pub topology_scope: Scope,
     /// The kubelet's configuration file (read-only host mount) and drop-in directory.
     pub kubelet: KubeletFiles,
+    /// The agent's own view of cgroup2 (`/sys/fs/cgroup` in its container): the cgroup
+    /// it shows is the agent's own, which the kernel does not let it write
+    /// (`nodemem_cgroup::own`).
+    pub own_cgroup_mount: std::path::PathBuf,
 }
 
 /// The node's kubelet enforces some of what nodemem would write; under
@@ -137,6 +141,8 @@ pub fn kubelet_conflict(
 }
 
 pub struct NodeEngine {
+    /// The agent's own container cgroup (relative), never written.
+    own_cgroup: Option<String>,
     kubelet_files: KubeletFiles,
     /// The kubelet's settings, read on whole-node passes only (not on reactions).
     kubelet: Option<KubeletSettings>,
@@ -181,7 +187,15 @@ impl NodeEngine {
             topology: discovery.topology.clone(),
             topology_scope: config.topology_scope,
         };
+        // The agent's own container: left to its runtime (the kernel refuses the writes).
+        let own_cgroup =
+            nodemem_cgroup::own::cgroup_shown_at(&config.roots.cgroup, &config.own_cgroup_mount)
+                .filter(|c| !c.is_empty());
+        if let Some(own) = &own_cgroup {
+            tracing::info!(cgroup = %own, "the agent's own container cgroup is left to its runtime: the kernel refuses writes to a cgroup namespace's root from inside it");
+        }
         Ok(NodeEngine {
+            own_cgroup,
             kubelet_files: config.kubelet.clone(),
             kubelet: None,
             conflict: None,
@@ -302,9 +316,13 @@ impl NodeEngine {
             }
         };
         let now = self.started.elapsed();
+        let mut cgroups = desired.cgroups();
+        if let Some(own) = &self.own_cgroup {
+            cgroups.retain(|c| c.path != own);
+        }
         let report = apply_scoped(
             &self.fs,
-            &desired.cgroups(),
+            &cgroups,
             &mut self.owned,
             ApplyOptions {
                 dry_run,

@@ -174,6 +174,7 @@ pub fn engine_config(args: &AgentArgs) -> EngineConfig {
             config: args.kubelet_config.clone(),
             config_dir: args.kubelet_config_dir.clone(),
         },
+        own_cgroup_mount: std::path::PathBuf::from("/sys/fs/cgroup"),
     }
 }
 

@@ -23,6 +23,7 @@
 
 pub mod discover;
 pub mod fs;
+pub mod own;
 pub mod parse;
 pub mod path;
 pub mod roots;

@@ -13,6 +13,8 @@ pub struct Binaries {
     pub etcd: PathBuf,
     pub kube_apiserver: PathBuf,
     pub kube_controller_manager: PathBuf,
+    /// Binds pods to nodes where no fake kubelet does (the real node).
+    pub kube_scheduler: PathBuf,
     /// Its configuration validation checks the kubelet drop-ins nodemem renders.
     pub kubelet: PathBuf,
     /// What users type; tests run it where a user would.
@@ -61,6 +63,7 @@ fn locate() -> Result<Binaries, Error> {
         etcd: dir.join("etcd"),
         kube_apiserver: dir.join("kube-apiserver"),
         kube_controller_manager: dir.join("kube-controller-manager"),
+        kube_scheduler: dir.join("kube-scheduler"),
         kubelet: dir.join("kubelet"),
         kubectl: dir.join("kubectl"),
         helm: dir.join("helm"),
@@ -69,6 +72,7 @@ fn locate() -> Result<Binaries, Error> {
         &b.etcd,
         &b.kube_apiserver,
         &b.kube_controller_manager,
+        &b.kube_scheduler,
         &b.kubelet,
         &b.kubectl,
         &b.helm,

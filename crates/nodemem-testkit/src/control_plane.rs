@@ -52,7 +52,10 @@ pub struct ControlPlane {
     /// `https://127.0.0.1:<port>`
     pub server: String,
     ca: Ca,
-    // Drop order: controller-manager, apiserver, then etcd.
+    // Drop order: scheduler, controller-manager, apiserver, then etcd.
+    /// Only when asked for ([`ControlPlane::start_scheduler`]): simulated nodes' fake
+    /// kubelet binds the pods it runs itself.
+    scheduler: Option<Process>,
     controller_manager: Process,
     apiserver: Process,
     etcd: Process,
@@ -252,6 +255,7 @@ impl ControlPlane {
             dir,
             server,
             ca,
+            scheduler: None,
             controller_manager,
             apiserver,
             etcd,
@@ -272,6 +276,34 @@ impl ControlPlane {
         &self.admin_kubeconfig
     }
 
+    /// Starts kube-scheduler (as `system:kube-scheduler`, bootstrap RBAC), which real
+    /// nodes need: DaemonSet pods and pods without `nodeName` are bound by it.
+    pub fn start_scheduler(&mut self) -> Result<(), Error> {
+        if self.scheduler.is_some() {
+            return Ok(());
+        }
+        let bin = control_plane_binaries()?;
+        let pair = self.ca.client("system:kube-scheduler", &[])?;
+        write_pair(&self.dir, "scheduler", &pair)?;
+        let kubeconfig = self.dir.join("scheduler.kubeconfig");
+        write_cert_kubeconfig(&kubeconfig, &self.server, &self.dir, "scheduler")?;
+        let scheduler = Process::spawn(
+            "kube-scheduler",
+            &bin.kube_scheduler,
+            &[
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--authentication-kubeconfig={}", kubeconfig.display()),
+                format!("--authorization-kubeconfig={}", kubeconfig.display()),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--v=1".into(),
+            ],
+            &self.dir.join("kube-scheduler.log"),
+        )?;
+        self.scheduler = Some(scheduler);
+        Ok(())
+    }
+
     /// The cluster CA's certificate (PEM): what clients verify the apiserver with.
     pub fn ca_pem(&self) -> String {
         self.ca.pem.clone()
@@ -286,19 +318,23 @@ impl ControlPlane {
 
     /// Process IDs of etcd, the apiserver and the controller-manager.
     pub fn pids(&self) -> Vec<u32> {
-        vec![
+        let mut pids = vec![
             self.etcd.pid(),
             self.apiserver.pid(),
             self.controller_manager.pid(),
-        ]
+        ];
+        pids.extend(self.scheduler.as_ref().map(Process::pid));
+        pids
     }
 
-    fn processes(&mut self) -> [&mut Process; 3] {
-        [
+    fn processes(&mut self) -> Vec<&mut Process> {
+        let mut all = vec![
             &mut self.etcd,
             &mut self.apiserver,
             &mut self.controller_manager,
-        ]
+        ];
+        all.extend(self.scheduler.as_mut());
+        all
     }
 
     /// Fails with the component's last log lines if any component has exited.
@@ -517,8 +553,11 @@ async fn service_account_token(
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        // Fields drop in order: controller-manager, apiserver, etcd (each SIGTERM, then
+        // In order: scheduler, controller-manager, apiserver, etcd (each SIGTERM, then
         // SIGKILL after a grace period). The directory goes last.
+        if let Some(scheduler) = self.scheduler.as_mut() {
+            scheduler.stop(Duration::from_secs(5));
+        }
         self.controller_manager.stop(Duration::from_secs(5));
         self.apiserver.stop(Duration::from_secs(5));
         self.etcd.stop(Duration::from_secs(5));

@@ -105,6 +105,8 @@ pub struct RealNodeSpec {
     /// Fields merged into the kubelet's KubeletConfiguration (feature gates, Memory QoS,
     /// the Memory Manager...), over the node's base configuration.
     pub kubelet: serde_json::Value,
+    /// Labels the kubelet registers the Node with (`--node-labels`).
+    pub labels: Vec<(String, String)>,
     /// Memory of each of the two NUMA nodes, MiB.
     pub numa_node_mib: u32,
     /// How long boot, join and the first Ready may take.
@@ -117,9 +119,15 @@ impl RealNodeSpec {
             name: name.to_string(),
             driver,
             kubelet: serde_json::json!({}),
+            labels: Vec::new(),
             numa_node_mib: 1024,
             ready_timeout: Duration::from_secs(300),
         }
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.push((key.to_string(), value.to_string()));
+        self
     }
 }
 
@@ -268,21 +276,32 @@ impl RealNode {
         write(&root.join("etc/kubernetes/pki/ca.crt"), &cp.ca_pem())?;
         write(&root.join("etc/kubernetes/pki/node.crt"), &node.cert_pem)?;
         write(&root.join("etc/kubernetes/pki/node.key"), &node.key_pem)?;
+        // Where kubeadm puts them: the agent reads the kubelet's configuration there.
         write(
-            &root.join("etc/kubernetes/kubelet.kubeconfig"),
+            &root.join("etc/kubernetes/kubelet.conf"),
             &format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://10.0.2.2:{port}\n    tls-server-name: localhost\n    certificate-authority: /etc/kubernetes/pki/ca.crt\nusers:\n- name: node\n  user:\n    client-certificate: /etc/kubernetes/pki/node.crt\n    client-key: /etc/kubernetes/pki/node.key\ncontexts:\n- name: test\n  context: {{cluster: test, user: node}}\ncurrent-context: test\n"
             ),
         )?;
         write(
-            &root.join("etc/kubernetes/kubelet.yaml"),
+            &root.join("var/lib/kubelet/config.yaml"),
             &serde_json::to_string_pretty(&kubelet_configuration(spec))
                 .map_err(|e| node_err(e.to_string()))?,
         )?;
+        let labels: Vec<String> = spec
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let labels = if labels.is_empty() {
+            String::new()
+        } else {
+            format!(" --node-labels={}", labels.join(","))
+        };
         write(
             &root.join("etc/default/kubelet"),
             &format!(
-                "KUBELET_ARGS=--config=/etc/kubernetes/kubelet.yaml --kubeconfig=/etc/kubernetes/kubelet.kubeconfig --hostname-override={} --node-ip=10.0.2.15\n",
+                "KUBELET_ARGS=--config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf --hostname-override={} --node-ip=10.0.2.15{labels}\n",
                 spec.name
             ),
         )?;

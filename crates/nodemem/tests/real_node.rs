@@ -1,14 +1,87 @@
 //! The real-node tier: a qemu VM with Debian's kernel, systemd as PID 1, containerd,
-//! runc and the kubelet v1.36.3, joined to a test control plane (TESTING.md).
+//! runc and the kubelet v1.36.3, joined to a test control plane (TESTING.md). nodemem is
+//! installed as users install it (CRDs, `deploy/`, the controller deploying its agent
+//! DaemonSet from the project's image), and the node is the judge of what it does.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
-use kube::api::Api;
-use nodemem_testkit::binaries::control_plane_binaries;
+use kube::api::{Api, ListParams};
+use nodemem_api::NodeMemoryConfig;
+use nodemem_testkit::binaries::{control_plane_binaries, repo_root};
+use nodemem_testkit::clients::kubectl;
+use nodemem_testkit::process::Process;
 use nodemem_testkit::real_node::{Driver, NodeImage, RealNode, RealNodeSpec};
 use nodemem_testkit::{ControlPlane, Identity};
-use serde_json::json;
+use serde_json::{json, Value};
+
+/// The project's image as `image/build-oci.sh` wrote it (`make node` builds it first).
+fn image_layout() -> PathBuf {
+    PathBuf::from(
+        std::env::var_os("NODEMEM_IMAGE_LAYOUT")
+            .expect("NODEMEM_IMAGE_LAYOUT: run `make node` (it builds the image first)"),
+    )
+}
+
+const POLICY: &str = "apiVersion: nodemem.io/v1alpha1
+kind: NodeMemoryPolicy
+metadata:
+  name: real
+spec:
+  nodeSelector:
+    matchLabels:
+      nodemem.io/pool: real
+  memoryQoS:
+    throttlingFactor: 0.9
+    reservationPolicy: TieredReservation
+  enforcement: Agent
+  rollout:
+    minReadySeconds: 0
+";
+
+/// Per (owner, file): the value `simulate -o json` predicts (owner: `ns/pod` or
+/// `ns/pod/container`).
+fn simulated_values(sim: &Value) -> BTreeMap<(String, String), String> {
+    let mut out = BTreeMap::new();
+    let mut put = |owner: String, cgroup: &Value| {
+        for (file, v) in cgroup.as_object().into_iter().flatten() {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            out.insert((owner.clone(), file.clone()), text);
+        }
+    };
+    for pod in sim["pods"].as_array().unwrap() {
+        let owner = format!(
+            "{}/{}",
+            pod["namespace"].as_str().unwrap(),
+            pod["name"].as_str().unwrap()
+        );
+        put(owner.clone(), &pod["cgroup"]);
+        for c in pod["containers"].as_array().unwrap() {
+            put(
+                format!("{owner}/{}", c["name"].as_str().unwrap()),
+                &c["cgroup"],
+            );
+        }
+    }
+    out
+}
+
+/// The systemd driver's pod slice of a pod (`kubepods[-qos].slice/...-pod<uid>.slice`).
+fn pod_slice(qos: &str, uid: &str) -> String {
+    let uid = uid.replace('-', "_");
+    match qos {
+        "Guaranteed" => format!("/sys/fs/cgroup/kubepods.slice/kubepods-pod{uid}.slice"),
+        q => {
+            let q = q.to_lowercase();
+            format!("/sys/fs/cgroup/kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{uid}.slice")
+        }
+    }
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -55,13 +128,18 @@ where
 }
 
 #[test]
-fn a_real_node_joins_and_runs_a_pod_in_a_systemd_cgroup() {
-    let cp = ControlPlane::start().expect("control plane");
+fn a_real_systemd_node_runs_pods_and_the_agent_daemonset_writes_what_simulate_predicts() {
+    let mut cp = ControlPlane::start().expect("control plane");
+    cp.start_scheduler().expect("kube-scheduler");
     let bin = control_plane_binaries().expect("control plane binaries");
-    let image = NodeImage::build(&bin.kubelet, None).expect("node image");
+    let image = NodeImage::build(&bin.kubelet, Some(&image_layout())).expect("node image");
     let started = Instant::now();
-    let mut node = RealNode::boot(&cp, &image, &RealNodeSpec::new("real-1", Driver::Systemd))
-        .expect("node boots");
+    let mut node = RealNode::boot(
+        &cp,
+        &image,
+        &RealNodeSpec::new("real-1", Driver::Systemd).label("nodemem.io/pool", "real"),
+    )
+    .expect("node boots");
     let rt = runtime();
     rt.block_on(async {
         let client = cp.client(&Identity::Admin).await.unwrap();
@@ -122,5 +200,235 @@ fn a_real_node_joins_and_runs_a_pod_in_a_systemd_cgroup() {
         assert_eq!(code, 0, "{out}");
         let current: u64 = out.trim().parse().expect(&out);
         assert!(current >= 64 << 20, "memory.current {current} holds the 64Mi the workload touched");
+
+        install_nodemem_and_check_its_agent(&cp, &mut node, &client).await;
     });
+}
+
+/// nodemem as users install it: CRDs, `deploy/agent` and `deploy/controller` by kubectl,
+/// the real controller (on the host, with its service account's token) deploying its
+/// agent DaemonSet with the project's image, and a policy for the node's pool. The
+/// agent must run as a real pod, report through its NodeMemoryConfig, serve /metrics,
+/// stay confined to its node, and write what `nodemem simulate` predicts.
+async fn install_nodemem_and_check_its_agent(
+    cp: &ControlPlane,
+    node: &mut RealNode,
+    client: &kube::Client,
+) {
+    let repo = repo_root();
+    let admin = cp.admin_kubeconfig();
+    for manifests in ["crds", "deploy/agent", "deploy/controller"] {
+        kubectl(
+            admin,
+            &["apply", "-f", repo.join(manifests).to_str().unwrap()],
+        )
+        .unwrap();
+    }
+    nodemem_testkit::crds::install_dir(cp, &repo.join("crds"))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
+    let image = format!("nodemem.local/nodemem:{}", env!("CARGO_PKG_VERSION"));
+    let mut controller = Process::spawn(
+        "controller",
+        Path::new(env!("CARGO_BIN_EXE_nodemem")),
+        &[
+            "controller".to_string(),
+            "--kubeconfig".into(),
+            controller_kubeconfig.display().to_string(),
+            "--metrics-addr".into(),
+            "127.0.0.1:0".into(),
+            "--tick-seconds".into(),
+            "1".into(),
+            "--agent-image".into(),
+            image.clone(),
+        ],
+        &work.path().join("controller.log"),
+    )
+    .unwrap();
+    let policy = work.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    kubectl(admin, &["apply", "-f", policy.to_str().unwrap()]).unwrap();
+
+    // The DaemonSet's pod on the node, Running and Ready (its /readyz answers after
+    // the first pass).
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "nodemem-system");
+    let listed = ListParams::default().labels("app.kubernetes.io/name=nodemem-agent");
+    let ready = within(Duration::from_secs(240), || async {
+        let list = pods.list(&listed).await.ok()?;
+        let p = list.items.into_iter().find(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.name.as_str())
+        })?;
+        let status = p.status.as_ref()?;
+        let is_ready = status
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        is_ready.then(|| {
+            (
+                p.metadata.name.clone().unwrap(),
+                status.pod_ip.clone().unwrap_or_default(),
+            )
+        })
+    })
+    .await;
+    let Some((agent_pod, agent_ip)) = ready else {
+        let list = pods.list(&listed).await.map(|l| {
+            l.items
+                .into_iter()
+                .map(|p| (p.metadata.name, p.status))
+                .collect::<Vec<_>>()
+        });
+        let (log, _) = node
+            .run("tail -n 30 /var/log/pods/nodemem-system_nodemem-agent-*/agent/*.log; journalctl -u kubelet --no-pager | grep -i nodemem-agent | tail -15")
+            .unwrap_or_default();
+        panic!(
+            "the agent DaemonSet's pod is not Ready on {} within 240s: {list:?}\nnode:\n{log}\ncontroller:\n{}",
+            node.name,
+            controller.log_tail(20)
+        );
+    };
+    let spec = pods.get(&agent_pod).await.unwrap().spec.unwrap();
+    assert_eq!(spec.containers[0].image.as_deref(), Some(image.as_str()));
+
+    // It reports through its NodeMemoryConfig: the revision applied, healthy, and the
+    // facts of the real node.
+    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+    let name = node.name.clone();
+    let reported = within(Duration::from_secs(120), || async {
+        let c = configs.get_opt(&name).await.ok().flatten()?;
+        let status = c.status.clone()?;
+        let applied = status
+            .conditions
+            .iter()
+            .any(|x| x.type_ == "Applied" && x.status == "True");
+        (status.observed_revision.as_deref() == Some(c.spec.revision.as_str()) && applied)
+            .then_some(status)
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "NodeMemoryConfig {name} not applied within 120s: {:?}",
+            kubectl(admin, &["get", "nodememoryconfig", &name, "-o", "yaml"])
+        )
+    });
+    let facts = reported.node.expect("node facts");
+    assert_eq!(facts.cgroup_driver.as_deref(), Some("systemd"), "{facts:?}");
+    assert_eq!(facts.cgroup_version, Some(2));
+    assert_eq!(
+        facts.numa_nodes.len(),
+        2,
+        "the VM's two NUMA nodes: {facts:?}"
+    );
+    let (uname, _) = node.run("uname -r").unwrap();
+    assert_eq!(facts.kernel_version.as_deref(), Some(uname.trim()));
+
+    // /metrics, from the node (the pod network is the node's).
+    let (metrics, code) = node
+        .run(&format!(
+            "exec 3<>/dev/tcp/{agent_ip}/9180 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{metrics}");
+    assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
+
+    // What the agent wrote is what `nodemem simulate` predicts for the same Node, pods
+    // and policy: pod slices and container scopes (memory.max is the kubelet's).
+    let node_yaml = work.path().join("node.yaml");
+    let pods_yaml = work.path().join("pods.yaml");
+    std::fs::write(
+        &node_yaml,
+        kubectl(admin, &["get", "node", &name, "-o", "yaml"]).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        &pods_yaml,
+        kubectl(
+            admin,
+            &[
+                "get",
+                "pods",
+                "-A",
+                "--field-selector",
+                &format!("spec.nodeName={name}"),
+                "-o",
+                "yaml",
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let sim = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(["simulate", "--policy"])
+        .arg(&policy)
+        .arg("--node")
+        .arg(&node_yaml)
+        .arg("--pods")
+        .arg(&pods_yaml)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let predicted = simulated_values(&sim);
+    let mut checked = 0;
+    for pod in sim["pods"].as_array().unwrap() {
+        let ns = pod["namespace"].as_str().unwrap();
+        let pod_name = pod["name"].as_str().unwrap();
+        let live = Api::<core::Pod>::namespaced(client.clone(), ns)
+            .get(pod_name)
+            .await
+            .unwrap();
+        let slice = pod_slice(
+            pod["qosClass"].as_str().unwrap(),
+            pod["uid"].as_str().unwrap(),
+        );
+        let mut cgroups = vec![(format!("{ns}/{pod_name}"), slice.clone())];
+        for c in live.status.unwrap().container_statuses.unwrap_or_default() {
+            let id = c.container_id.unwrap_or_default();
+            let id = id.trim_start_matches("containerd://");
+            cgroups.push((
+                format!("{ns}/{pod_name}/{}", c.name),
+                format!("{slice}/cri-containerd-{id}.scope"),
+            ));
+        }
+        for (owner, dir) in cgroups {
+            // The agent's own container is the root of its cgroup namespace, which the
+            // kernel does not let it write (nodemem_cgroup::own): it keeps the runtime's.
+            let own = owner == format!("nodemem-system/{agent_pod}/agent");
+            for file in ["memory.min", "memory.low", "memory.high", "memory.max"] {
+                let (out, code) = node.run(&format!("cat {dir}/{file}")).unwrap();
+                assert_eq!(code, 0, "{dir}/{file}: {out}");
+                let unset = || {
+                    if file == "memory.high" || file == "memory.max" {
+                        "max".to_string()
+                    } else {
+                        "0".to_string()
+                    }
+                };
+                let expected = if own && file != "memory.max" {
+                    unset()
+                } else {
+                    predicted
+                        .get(&(owner.clone(), file.to_string()))
+                        .cloned()
+                        .unwrap_or_else(unset)
+                };
+                assert_eq!(out.trim(), expected, "{owner}: {dir}/{file}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 12, "only {checked} files checked");
+    assert!(
+        controller.exited().is_none(),
+        "the controller exited: {}",
+        controller.log_tail(20)
+    );
 }

@@ -28,7 +28,8 @@ fn main() {
             other => fail(format!("unknown argument {other:?} (see --help)")),
         }
     }
-    let cp = ControlPlane::start().unwrap_or_else(|e| fail(e));
+    let mut cp = ControlPlane::start().unwrap_or_else(|e| fail(e));
+    cp.start_scheduler().unwrap_or_else(|e| fail(e));
     let bin = control_plane_binaries().unwrap_or_else(|e| fail(e));
     let image = NodeImage::build(&bin.kubelet, None).unwrap_or_else(|e| fail(e));
     let node =
