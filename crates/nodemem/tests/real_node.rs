@@ -426,9 +426,63 @@ async fn install_nodemem_and_check_its_agent(
         }
     }
     assert!(checked >= 12, "only {checked} files checked");
+
     assert!(
         controller.exited().is_none(),
         "the controller exited: {}",
         controller.log_tail(20)
+    );
+    // It would delete a config of a node that does not exist, which the next check needs.
+    controller.stop(Duration::from_secs(5));
+
+    // The admission policy still confines the real pod: its own token (the kubelet's
+    // projected service-account token, bound to the pod and so to the node) may patch
+    // this node's config status and no other node's.
+    let agent_uid = pods.get(&agent_pod).await.unwrap().metadata.uid.unwrap();
+    let (token, code) = node
+        .run(&format!(
+            "cat /var/lib/kubelet/pods/{agent_uid}/volumes/kubernetes.io~projected/kube-api-access-*/token"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{token}");
+    let other: NodeMemoryConfig = serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+        "metadata": {"name": "another-node"},
+        "spec": {"policy": "real", "revision": "r1"}
+    }))
+    .unwrap();
+    configs.create(&Default::default(), &other).await.unwrap();
+    let agent_kubeconfig = work.path().join("agent.kubeconfig");
+    std::fs::write(
+        &agent_kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
+            cp.server,
+            cp.dir().join("ca.crt").display(),
+            token.trim()
+        ),
+    )
+    .unwrap();
+    let patch = |config: &str| {
+        kubectl(
+            &agent_kubeconfig,
+            &[
+                "patch",
+                "nodememoryconfig",
+                config,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"lastError":"from the test"}}"#,
+            ],
+        )
+    };
+    patch(&name).expect("the agent's token patches its own node's config status");
+    let denied = patch("another-node").expect_err("another node's config is not the agent's");
+    assert!(
+        denied.to_string().contains(&format!(
+            "the nodemem agent may only change the NodeMemoryConfig of its own node ({name}), not another-node"
+        )),
+        "{denied}"
     );
 }
