@@ -25,6 +25,7 @@ pub mod nodes;
 pub mod pki;
 pub mod process;
 pub mod real_node;
+pub mod simulate;
 pub mod vm;
 
 pub use control_plane::{ControlPlane, Identity};

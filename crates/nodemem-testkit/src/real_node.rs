@@ -20,7 +20,7 @@ use crate::control_plane::ControlPlane;
 use crate::cpio::Cpio;
 use crate::error::Error;
 use crate::process::Process;
-use crate::vm::{kernel_image, shared_libraries};
+use crate::vm::{kernel_image, shared_libraries, two_numa_node_machine};
 
 fn node_err(msg: impl Into<String>) -> Error {
     Error::Vm(msg.into())
@@ -336,22 +336,7 @@ impl RealNode {
 
         let initrd = dir.join("initramfs.cpio");
         std::fs::write(&initrd, initramfs(image)?).map_err(|e| node_err(e.to_string()))?;
-        let mib = spec.numa_node_mib;
-        let accel = std::env::var("NODEMEM_VM_ACCEL").unwrap_or_else(|_| "tcg".into());
-        let mut args: Vec<String> = vec![
-            "-accel".into(),
-            accel,
-            "-m".into(),
-            format!("{}M", 2 * mib),
-            "-smp".into(),
-            "2".into(),
-        ];
-        for i in 0..2 {
-            args.push("-object".into());
-            args.push(format!("memory-backend-ram,id=m{i},size={mib}M"));
-            args.push("-numa".into());
-            args.push(format!("node,nodeid={i},cpus={i},memdev=m{i}"));
-        }
+        let mut args = two_numa_node_machine(spec.numa_node_mib);
         args.extend([
             "-kernel".into(),
             image.kernel.display().to_string(),

@@ -71,6 +71,28 @@ pub fn kernel_image() -> Result<PathBuf, Error> {
     ))
 }
 
+/// qemu's machine for every VM of the harness: two CPUs and two NUMA nodes of
+/// `node_mib` each, one CPU per node; `NODEMEM_VM_ACCEL` picks the accelerator (tcg by
+/// default: no KVM on CI machines).
+pub(crate) fn two_numa_node_machine(node_mib: u32) -> Vec<String> {
+    let accel = std::env::var("NODEMEM_VM_ACCEL").unwrap_or_else(|_| "tcg".into());
+    let mut args: Vec<String> = vec![
+        "-accel".into(),
+        accel,
+        "-m".into(),
+        format!("{}M", 2 * node_mib),
+        "-smp".into(),
+        "2".into(),
+    ];
+    for i in 0..2 {
+        args.push("-object".into());
+        args.push(format!("memory-backend-ram,id=m{i},size={node_mib}M"));
+        args.push("-numa".into());
+        args.push(format!("node,nodeid={i},cpus={i},memdev=m{i}"));
+    }
+    args
+}
+
 /// Shared libraries a dynamically linked program needs (by `ldd`), as host paths.
 pub fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>, Error> {
     let out = Command::new("ldd")
@@ -191,22 +213,7 @@ impl Vm {
         let initrd = dir.path().join("initramfs.cpio");
         std::fs::write(&initrd, self.initramfs(script)?)
             .map_err(|e| vm_err(format!("{}: {e}", initrd.display())))?;
-        let mib = self.node_memory_mib;
-        let accel = std::env::var("NODEMEM_VM_ACCEL").unwrap_or_else(|_| "tcg".into());
-        let mut args: Vec<String> = vec![
-            "-accel".into(),
-            accel,
-            "-m".into(),
-            format!("{}M", 2 * mib),
-            "-smp".into(),
-            "2".into(),
-        ];
-        for i in 0..2 {
-            args.push("-object".into());
-            args.push(format!("memory-backend-ram,id=m{i},size={mib}M"));
-            args.push("-numa".into());
-            args.push(format!("node,nodeid={i},cpus={i},memdev=m{i}"));
-        }
+        let mut args = two_numa_node_machine(self.node_memory_mib);
         args.extend([
             "-kernel".into(),
             self.kernel.display().to_string(),

@@ -3,7 +3,6 @@
 //! installed as users install it (CRDs, `deploy/`, the controller deploying its agent
 //! DaemonSet from the project's image), and the node is the judge of what it does.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,36 +39,6 @@ spec:
   rollout:
     minReadySeconds: 0
 ";
-
-/// Per (owner, file): the value `simulate -o json` predicts (owner: `ns/pod` or
-/// `ns/pod/container`).
-fn simulated_values(sim: &Value) -> BTreeMap<(String, String), String> {
-    let mut out = BTreeMap::new();
-    let mut put = |owner: String, cgroup: &Value| {
-        for (file, v) in cgroup.as_object().into_iter().flatten() {
-            let text = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            out.insert((owner.clone(), file.clone()), text);
-        }
-    };
-    for pod in sim["pods"].as_array().unwrap() {
-        let owner = format!(
-            "{}/{}",
-            pod["namespace"].as_str().unwrap(),
-            pod["name"].as_str().unwrap()
-        );
-        put(owner.clone(), &pod["cgroup"]);
-        for c in pod["containers"].as_array().unwrap() {
-            put(
-                format!("{owner}/{}", c["name"].as_str().unwrap()),
-                &c["cgroup"],
-            );
-        }
-    }
-    out
-}
 
 /// Where a pod's cgroup is on the node, written out for each driver as the kubelet lays
 /// it out (not with nodemem's own layout code, which is what is being checked).
@@ -138,23 +107,15 @@ where
     }
 }
 
-/// Polls `check` until it returns Some or `timeout` passes.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// Polls `check` until it returns Some; fails the test once `timeout` passed.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{what}: not within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    within(timeout, check)
+        .await
+        .unwrap_or_else(|| panic!("{what}: not within {timeout:?}"))
 }
 
 fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
@@ -410,7 +371,7 @@ async fn install_nodemem_and_check_its_agent(
         String::from_utf8_lossy(&sim.stderr)
     );
     let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
-    let predicted = simulated_values(&sim);
+    let predicted = nodemem_testkit::simulate::predicted_values(&sim);
     let mut checked = 0;
     for pod in sim["pods"].as_array().unwrap() {
         let ns = pod["namespace"].as_str().unwrap();

@@ -297,38 +297,6 @@ fn files_hold(tree: &Path, rows: &[Value], side: &str) {
     }
 }
 
-/// Per (owner, file): the value `simulate -o json` predicts.
-fn simulated_values(sim: &Value) -> BTreeMap<(String, String), String> {
-    let mut out = BTreeMap::new();
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let mut put = |owner: String, cgroup: &Value| {
-        for (file, v) in cgroup.as_object().into_iter().flatten() {
-            out.insert((owner.clone(), file.clone()), text(v));
-        }
-    };
-    put("kubepods".into(), &sim["kubepods"]);
-    put("burstable".into(), &sim["qos"]["burstable"]);
-    put("besteffort".into(), &sim["qos"]["besteffort"]);
-    for pod in sim["pods"].as_array().unwrap() {
-        let owner = format!(
-            "{}/{}",
-            pod["namespace"].as_str().unwrap(),
-            pod["name"].as_str().unwrap()
-        );
-        put(owner.clone(), &pod["cgroup"]);
-        for c in pod["containers"].as_array().unwrap() {
-            put(
-                format!("{owner}/{}", c["name"].as_str().unwrap()),
-                &c["cgroup"],
-            );
-        }
-    }
-    out
-}
-
 #[test]
 fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     live_view_in_tmux();
@@ -584,7 +552,8 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         ],
     );
     assert_eq!(sim.code, 0, "{}", sim.stderr);
-    let predicted = simulated_values(&serde_json::from_str(&sim.stdout).unwrap());
+    let predicted =
+        nodemem_testkit::simulate::predicted_values(&serde_json::from_str(&sim.stdout).unwrap());
     let g1 = &diff["nodes"][0];
     let rows = g1["cgroups"].as_array().unwrap();
     assert!(rows.len() >= 4, "{g1}");
