@@ -103,6 +103,13 @@ pub struct AgentArgs {
     /// How long the restart command and the kubelet's return may take.
     #[arg(long, default_value_t = 120)]
     pub kubelet_restart_timeout_seconds: u64,
+    /// Where the host's /run is mounted: its D-Bus and systemd sockets
+    /// (dbus/system_bus_socket, then systemd/private). On a systemd-driver node the
+    /// in-cluster agent also sets the values it writes into slices and scopes as unit
+    /// properties there, as runc does, so that systemd's reloads and re-applies keep
+    /// them. Without it (and with --once) the cgroup files only.
+    #[arg(long)]
+    pub systemd_run_dir: Option<PathBuf>,
     /// Override the cgroup driver detected from the tree.
     #[arg(long, value_enum)]
     pub cgroup_driver: Option<DriverArg>,

@@ -247,7 +247,9 @@ impl ClusterAgent {
                     let settings = cgroup_settings(&settings);
                     match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
                     {
-                        Ok((_, report)) => {
+                        Ok((desired, report)) => {
+                            self.hold_in_systemd(&mut engine, &desired, &report, Reach::Node)
+                                .await;
                             self.metrics.pass(Trigger::Start, 0.0);
                             info!(
                                 revision = %last.revision,
@@ -462,6 +464,19 @@ impl ClusterAgent {
         }
     }
 
+    /// systemd's record of the units the pass wrote (systemd-driver nodes), counted.
+    async fn hold_in_systemd(
+        &self,
+        engine: &mut NodeEngine,
+        desired: &nodemem_model::node::DesiredNode<'_>,
+        report: &nodemem_enforce::ApplyReport,
+        reach: Reach<'_>,
+    ) {
+        if let Some(held) = engine.hold_in_systemd(desired, report, reach).await {
+            self.metrics.unit_updates(&held);
+        }
+    }
+
     /// One enforcement pass and, when it changed, the status. Returns the status
     /// written.
     #[allow(clippy::too_many_arguments)]
@@ -487,11 +502,18 @@ impl ClusterAgent {
                 );
             }
             match engine.enforce(&off(), index.allocatable(), pods, false, Reach::Node) {
-                Ok((_, report)) if report.applied.is_empty() => {}
-                Ok((_, report)) => info!(
-                    restored = report.applied.len(),
-                    "no NodeMemoryConfig: restored what nodemem had set"
-                ),
+                Ok((desired, report)) => {
+                    // systemd's record is given back too, or its next re-apply would
+                    // put nodemem's values back.
+                    self.hold_in_systemd(engine, &desired, &report, Reach::Node)
+                        .await;
+                    if !report.applied.is_empty() {
+                        info!(
+                            restored = report.applied.len(),
+                            "no NodeMemoryConfig: restored what nodemem had set"
+                        )
+                    }
+                }
                 Err(e) => warn!(error = %e, "restoring without a NodeMemoryConfig failed"),
             }
             return None;
@@ -561,6 +583,7 @@ impl ClusterAgent {
                             &errnos,
                             trigger == Trigger::Resync,
                         );
+                        self.hold_in_systemd(engine, &desired, &report, reach).await;
                         self.metrics.node(
                             desired.totals.memory_min_bytes,
                             desired.totals.memory_low_bytes,

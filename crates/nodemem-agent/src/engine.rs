@@ -80,6 +80,9 @@ pub struct EngineConfig {
     /// it shows is the agent's own, which the kernel does not let it write
     /// (`nodemem_cgroup::own`).
     pub own_cgroup_mount: std::path::PathBuf,
+    /// Where the host's /run is mounted (its D-Bus and systemd sockets), to set values
+    /// as unit properties on a systemd-driver node; None: files only.
+    pub systemd_run: Option<std::path::PathBuf>,
 }
 
 /// The node's kubelet enforces some of what nodemem would write; under
@@ -163,6 +166,8 @@ pub struct NodeEngine {
     discovery: Discovery,
     state: StateDir,
     owned: Ownership,
+    /// systemd's record of the units nodemem writes (systemd-driver nodes).
+    units: Option<crate::units::UnitHolder>,
 }
 
 impl NodeEngine {
@@ -194,7 +199,14 @@ impl NodeEngine {
         if let Some(own) = &own_cgroup {
             tracing::info!(cgroup = %own, "the agent's own container cgroup is left to its runtime: the kernel refuses writes to a cgroup namespace's root from inside it");
         }
+        let units = match (&config.systemd_run, discovery.cgroup_driver) {
+            (Some(run), CgroupDriver::Systemd) => Some(crate::units::UnitHolder::new(
+                nodemem_systemd::BusAddress::host(run).to_vec(),
+            )),
+            _ => None,
+        };
         Ok(NodeEngine {
+            units,
             own_cgroup,
             kubelet_files: config.kubelet.clone(),
             kubelet: None,
@@ -341,6 +353,47 @@ impl NodeEngine {
         }
         nodemem_enforce::allocator::release_free_memory();
         Ok((desired, report))
+    }
+
+    /// After a pass, on a systemd-driver node: the values nodemem holds in slices and
+    /// scopes (set, kept or given back) go to systemd's record of each unit, so that
+    /// systemd's re-applies write them again instead of its own. None without systemd.
+    pub async fn hold_in_systemd(
+        &mut self,
+        desired: &DesiredNode<'_>,
+        report: &ApplyReport,
+        reach: Reach<'_>,
+    ) -> Option<crate::units::HoldOutcome> {
+        let units = self.units.as_mut()?;
+        let mut cgroups = desired.cgroups();
+        if let Some(own) = &self.own_cgroup {
+            cgroups.retain(|c| c.path != own);
+        }
+        let deferred: Vec<nodemem_enforce::Write> = report
+            .deferred
+            .iter()
+            .map(|d| nodemem_enforce::Write {
+                cgroup: d.cgroup.clone(),
+                file: d.file.clone(),
+                old: None,
+                new: String::new(),
+                kind: nodemem_enforce::WriteKind::Set,
+            })
+            .collect();
+        let held = nodemem_enforce::units::held_values(
+            &cgroups,
+            &self.owned,
+            &report.applied,
+            report
+                .failed
+                .iter()
+                .map(|f| &f.write)
+                .chain(&report.vanished)
+                .chain(&deferred),
+        );
+        let live: Option<std::collections::BTreeSet<&str>> =
+            matches!(reach, Reach::Node).then(|| cgroups.iter().map(|c| c.path).collect());
+        Some(units.hold(&held, live.as_ref()).await)
     }
 
     /// What the node computation says for `settings`, without applying anything: under

@@ -8,6 +8,8 @@
 //! * [`cluster`]: the in-cluster agent: watches feed `nodemem_api::node_index`, passes
 //!   run the engine, [`status`] and [`health`] report, [`metrics`] count.
 //! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
+//! * [`units`]: systemd's record of the slices and scopes nodemem writes, kept in step
+//!   over D-Bus (systemd-driver nodes).
 //! * [`once`] and [`output`]: `--once` from files, and what it prints.
 
 pub mod args;
@@ -19,6 +21,7 @@ pub mod metrics;
 pub mod once;
 mod output;
 pub mod status;
+pub mod units;
 
 use nodemem_process::logs::init_logs;
 use nodemem_process::{CliError, Outcome};

@@ -104,6 +104,7 @@ pub struct Metrics {
     writes: Family<ResultLabel, Counter>,
     write_errors: Family<ErrnoLabel, Counter>,
     drift_repairs: Counter,
+    unit_updates: Family<ResultLabel, Counter>,
     memory_min: Gauge,
     memory_low: Gauge,
     managed_pods: Gauge,
@@ -138,6 +139,7 @@ impl Metrics {
             writes: Family::default(),
             write_errors: Family::default(),
             drift_repairs: Counter::default(),
+            unit_updates: Family::default(),
             memory_min: Gauge::default(),
             memory_low: Gauge::default(),
             managed_pods: Gauge::default(),
@@ -184,6 +186,11 @@ impl Metrics {
             "drift_repairs",
             "Values found changed by someone else and written back on a resync",
             m.drift_repairs.clone(),
+        );
+        registry.register(
+            "systemd_unit_updates",
+            "Units told nodemem's values as properties (systemd-driver nodes), by result: ok, gone (the unit ended meanwhile), failed",
+            m.unit_updates.clone(),
         );
         registry.register(
             "node_memory_min_bytes",
@@ -360,6 +367,20 @@ impl Metrics {
         }
         if drift && applied > 0 {
             self.drift_repairs.inc_by(applied as u64);
+        }
+    }
+
+    pub fn unit_updates(&self, outcome: &crate::units::HoldOutcome) {
+        for (result, n) in [
+            ("ok", outcome.set),
+            ("gone", outcome.gone),
+            ("failed", outcome.failed),
+        ] {
+            if n > 0 {
+                self.unit_updates
+                    .get_or_create(&ResultLabel { result })
+                    .inc_by(n as u64);
+            }
         }
     }
 

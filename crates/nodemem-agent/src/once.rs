@@ -175,6 +175,7 @@ pub fn engine_config(args: &AgentArgs) -> EngineConfig {
             config_dir: args.kubelet_config_dir.clone(),
         },
         own_cgroup_mount: std::path::PathBuf::from("/sys/fs/cgroup"),
+        systemd_run: args.systemd_run_dir.clone(),
     }
 }
 

@@ -99,6 +99,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         "--state-dir=/var/lib/nodemem".into(),
         "--kubelet-config=/host/var/lib/kubelet/config.yaml".into(),
         "--kubelet-memory-manager-state=/host/var/lib/kubelet/memory_manager_state".into(),
+        "--systemd-run-dir=/host/run".into(),
     ];
     if let Some(driver) = &d.cgroup_driver {
         args.push(format!("--cgroup-driver={driver}"));
@@ -109,6 +110,14 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         json!({"name": "proc", "mountPath": "/host/proc", "readOnly": true}),
         json!({"name": "state", "mountPath": "/var/lib/nodemem"}),
         json!({"name": "kubelet", "mountPath": "/host/var/lib/kubelet"}),
+        // systemd's sockets (the system bus's, systemd's own): on a systemd-driver node
+        // systemd re-applies every memory setting of a slice or scope from its own
+        // record on reload or on any property change (the kubelet changes the QoS
+        // slices' every minute), so the agent sets its values as unit properties too,
+        // as runc does. Directories, not the sockets: a restarted bus makes a new one.
+        // Read-only still connects (a socket is not written through the mount).
+        json!({"name": "dbus", "mountPath": "/host/run/dbus", "readOnly": true}),
+        json!({"name": "systemd", "mountPath": "/host/run/systemd", "readOnly": true}),
     ];
     let mut volumes = vec![
         json!({"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}),
@@ -116,6 +125,10 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         json!({"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}),
         json!({"name": "state", "hostPath": {"path": d.state_dir, "type": "DirectoryOrCreate"}}),
         json!({"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet", "type": "DirectoryOrCreate"}}),
+        // OrCreate: a node without a bus daemon, or without systemd (cgroupfs driver),
+        // still runs the agent; it then writes the files only.
+        json!({"name": "dbus", "hostPath": {"path": "/run/dbus", "type": "DirectoryOrCreate"}}),
+        json!({"name": "systemd", "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"}}),
     ];
     if let Some(dir) = &d.kubelet_config_dir {
         args.push("--kubelet-config-dir=/host/kubelet-config-dir".into());
@@ -243,6 +256,23 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains(&"--kubelet-config-dir=/host/kubelet-config-dir".to_string()));
+        assert!(c
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--systemd-run-dir=/host/run".to_string()));
+        let mounts: Vec<(String, bool)> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.mount_path.clone(), m.read_only.unwrap_or(false)))
+            .collect();
+        for socket_dir in ["/host/run/dbus", "/host/run/systemd"] {
+            assert!(
+                mounts.contains(&(socket_dir.to_string(), true)),
+                "{socket_dir} read-only in {mounts:?}"
+            );
+        }
         assert_eq!(spec.service_account_name.as_deref(), Some("nodemem-agent"));
         assert_eq!(spec.host_pid, Some(true));
         // Every node: no affinity at all.

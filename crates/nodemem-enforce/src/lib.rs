@@ -10,6 +10,8 @@
 //!   Manager state file and its start time.
 //! * [`numa_state`]: the Memory Manager's state in that directory, checked against the
 //!   node at start.
+//! * [`units`]: which systemd unit properties must say what nodemem wrote, so that
+//!   systemd's re-applies keep it (systemd-driver nodes).
 
 pub mod allocator;
 pub mod apply;
@@ -19,6 +21,7 @@ pub mod kubelet;
 pub mod numa_state;
 pub mod plan;
 pub mod state;
+pub mod units;
 
 pub use apply::{apply, apply_scoped, ApplyOptions, ApplyReport};
 pub use backoff::WriteBackoff;

@@ -330,98 +330,39 @@ async fn install_nodemem_and_check_its_agent(
     assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
 
     // What the agent wrote is what `nodemem simulate` predicts for the same Node, pods
-    // and policy: pod slices and container scopes (memory.max is the kubelet's).
-    let node_yaml = work.path().join("node.yaml");
-    let pods_yaml = work.path().join("pods.yaml");
-    std::fs::write(
-        &node_yaml,
-        kubectl(admin, &["get", "node", &name, "-o", "yaml"]).unwrap(),
+    // and policy: the QoS levels, pod slices and container scopes (memory.max is the
+    // kubelet's).
+    let agent_container = format!("nodemem-system/{agent_pod}/agent");
+    let expected = expected_files(
+        client,
+        admin,
+        &policy,
+        work.path(),
+        driver,
+        &name,
+        &agent_container,
     )
-    .unwrap();
-    std::fs::write(
-        &pods_yaml,
-        kubectl(
-            admin,
-            &[
-                "get",
-                "pods",
-                "-A",
-                "--field-selector",
-                &format!("spec.nodeName={name}"),
-                "-o",
-                "yaml",
-            ],
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let sim = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
-        .args(["simulate", "--policy"])
-        .arg(&policy)
-        .arg("--node")
-        .arg(&node_yaml)
-        .arg("--pods")
-        .arg(&pods_yaml)
-        .args(["-o", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        sim.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sim.stderr)
-    );
-    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
-    let predicted = nodemem_testkit::simulate::predicted_values(&sim);
+    .await;
     let mut checked = 0;
-    for pod in sim["pods"].as_array().unwrap() {
-        let ns = pod["namespace"].as_str().unwrap();
-        let pod_name = pod["name"].as_str().unwrap();
-        let live = Api::<core::Pod>::namespaced(client.clone(), ns)
-            .get(pod_name)
-            .await
-            .unwrap();
-        let slice = pod_dir(
-            driver,
-            pod["qosClass"].as_str().unwrap(),
-            pod["uid"].as_str().unwrap(),
-        );
-        let mut cgroups = vec![(format!("{ns}/{pod_name}"), slice.clone())];
-        for c in live.status.unwrap().container_statuses.unwrap_or_default() {
-            let id = c.container_id.unwrap_or_default();
-            let id = id.trim_start_matches("containerd://");
-            cgroups.push((
-                format!("{ns}/{pod_name}/{}", c.name),
-                container_dir(driver, &slice, id),
-            ));
-        }
-        for (owner, dir) in cgroups {
-            // The agent's own container is the root of its cgroup namespace, which the
-            // kernel does not let it write (nodemem_cgroup::own): it keeps the runtime's.
-            let own = owner == format!("nodemem-system/{agent_pod}/agent");
-            for file in ["memory.min", "memory.low", "memory.high", "memory.max"] {
-                let (out, code) = node.run(&format!("cat {dir}/{file}")).unwrap();
-                assert_eq!(code, 0, "{dir}/{file}: {out}");
-                let unset = || {
-                    if file == "memory.high" || file == "memory.max" {
-                        "max".to_string()
-                    } else {
-                        "0".to_string()
-                    }
-                };
-                let expected = if own && file != "memory.max" {
-                    unset()
-                } else {
-                    predicted
-                        .get(&(owner.clone(), file.to_string()))
-                        .cloned()
-                        .unwrap_or_else(unset)
-                };
-                assert_eq!(out.trim(), expected, "{owner}: {dir}/{file}");
-                checked += 1;
-            }
-        }
+    for (path, (owner, want)) in &expected {
+        let (out, code) = node.run(&format!("cat {path}")).unwrap();
+        assert_eq!(code, 0, "{path}: {out}");
+        assert_eq!(out.trim(), want, "{owner}: {path}");
+        checked += 1;
     }
-    assert!(checked >= 12, "only {checked} files checked");
+    assert!(checked >= 20, "only {checked} files checked");
+
+    values_survive_their_owners(
+        node,
+        driver,
+        client,
+        admin,
+        &policy,
+        work.path(),
+        &agent_container,
+        expected,
+    )
+    .await;
 
     assert!(
         controller.exited().is_none(),
@@ -481,4 +422,468 @@ async fn install_nodemem_and_check_its_agent(
         )),
         "{denied}"
     );
+}
+
+/// Where a QoS level's cgroup is on the node.
+fn qos_level_dir(driver: Driver, level: &str) -> String {
+    match (driver, level) {
+        (Driver::Systemd, "kubepods") => "/sys/fs/cgroup/kubepods.slice".into(),
+        (Driver::Systemd, q) => format!("/sys/fs/cgroup/kubepods.slice/kubepods-{q}.slice"),
+        (Driver::Cgroupfs, "kubepods") => "/sys/fs/cgroup/kubepods".into(),
+        (Driver::Cgroupfs, q) => format!("/sys/fs/cgroup/kubepods/{q}"),
+    }
+}
+
+/// `nodemem simulate` for the node's Node and pods as the apiserver has them now, and
+/// the pods' container IDs: every memory file nodemem computes, where the kubelet put
+/// its cgroup, with the value simulate predicts (path -> (owner, value)). The agent's
+/// own container is the root of its cgroup namespace, which the kernel does not let
+/// it write (nodemem_cgroup::own): it keeps the runtime's.
+async fn expected_files(
+    client: &kube::Client,
+    admin: &Path,
+    policy: &Path,
+    work: &Path,
+    driver: Driver,
+    node: &str,
+    agent_container: &str,
+) -> std::collections::BTreeMap<String, (String, String)> {
+    let node_yaml = work.join("node.yaml");
+    let pods_yaml = work.join("pods.yaml");
+    std::fs::write(
+        &node_yaml,
+        kubectl(admin, &["get", "node", node, "-o", "yaml"]).unwrap(),
+    )
+    .unwrap();
+    let field = format!("spec.nodeName={node}");
+    std::fs::write(
+        &pods_yaml,
+        kubectl(
+            admin,
+            &[
+                "get",
+                "pods",
+                "-A",
+                "--field-selector",
+                &field,
+                "-o",
+                "yaml",
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let sim = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(["simulate", "--policy"])
+        .arg(policy)
+        .arg("--node")
+        .arg(&node_yaml)
+        .arg("--pods")
+        .arg(&pods_yaml)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let predicted = nodemem_testkit::simulate::predicted_values(&sim);
+    let unset = |file: &str| {
+        if file == "memory.high" || file == "memory.max" {
+            "max".to_string()
+        } else {
+            "0".to_string()
+        }
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for level in ["kubepods", "burstable", "besteffort"] {
+        let dir = qos_level_dir(driver, level);
+        // memory.max of the levels is the kubelet's (node allocatable on kubepods).
+        for file in ["memory.min", "memory.low", "memory.high"] {
+            let want = predicted
+                .get(&(level.to_string(), file.to_string()))
+                .cloned()
+                .unwrap_or_else(|| unset(file));
+            out.insert(format!("{dir}/{file}"), (level.to_string(), want));
+        }
+    }
+    for pod in sim["pods"].as_array().unwrap() {
+        let ns = pod["namespace"].as_str().unwrap();
+        let pod_name = pod["name"].as_str().unwrap();
+        let live = Api::<core::Pod>::namespaced(client.clone(), ns)
+            .get(pod_name)
+            .await
+            .unwrap();
+        let slice = pod_dir(
+            driver,
+            pod["qosClass"].as_str().unwrap(),
+            pod["uid"].as_str().unwrap(),
+        );
+        let mut cgroups = vec![(format!("{ns}/{pod_name}"), slice.clone())];
+        for c in live.status.unwrap().container_statuses.unwrap_or_default() {
+            let id = c.container_id.unwrap_or_default();
+            let id = id.trim_start_matches("containerd://");
+            cgroups.push((
+                format!("{ns}/{pod_name}/{}", c.name),
+                container_dir(driver, &slice, id),
+            ));
+        }
+        for (owner, dir) in cgroups {
+            let own = owner == agent_container;
+            for file in ["memory.min", "memory.low", "memory.high", "memory.max"] {
+                let want = if own && file != "memory.max" {
+                    unset(file)
+                } else {
+                    predicted
+                        .get(&(owner.clone(), file.to_string()))
+                        .cloned()
+                        .unwrap_or_else(|| unset(file))
+                };
+                out.insert(format!("{dir}/{file}"), (owner.clone(), want));
+            }
+        }
+    }
+    out
+}
+
+/// Records every change of the watched files with the node's clock until
+/// /run/nodemem-monitor/stop exists: `<epoch seconds> <path> <value>` (`gone` once
+/// the cgroup is removed). Reads are bash builtins, so a round over ~60 files takes
+/// milliseconds even under TCG.
+const MONITOR: &str = r#"#!/bin/bash
+declare -A last
+while [ ! -e /run/nodemem-monitor/stop ]; do
+  while read -r f; do
+    v=gone
+    read -r v < "$f" 2>/dev/null || v=gone
+    if [ "${last[$f]-}" != "$v" ]; then
+      echo "$EPOCHREALTIME $f $v"
+      last[$f]=$v
+    fi
+  done < /run/nodemem-monitor/watch
+  sleep 0.05
+done
+"#;
+
+/// One owner's event on the node, with when it began (the node's clock).
+struct OwnerEvent {
+    what: &'static str,
+    at: f64,
+}
+
+/// Runs `script` on the node and returns the node's time just before it ran.
+fn owner_event(node: &mut RealNode, what: &'static str, script: &str) -> OwnerEvent {
+    let (out, code) = node
+        .run_within(
+            &format!("echo $EPOCHREALTIME; {script}"),
+            Duration::from_secs(120),
+        )
+        .unwrap();
+    assert_eq!(code, 0, "{what}: {out}");
+    let at = out.lines().next().unwrap().trim().parse().unwrap();
+    OwnerEvent { what, at }
+}
+
+/// Item 4 of issue 17: the programs that own the cgroups nodemem writes (systemd, the
+/// kubelet, containerd) rewrite them on their own occasions. Every value nodemem
+/// holds must read back as nodemem's through all of them; the monitor on the node
+/// records each file's every change, and any moment a value was not nodemem's fails
+/// the test with the file, the values and the event before it.
+#[allow(clippy::too_many_arguments)]
+async fn values_survive_their_owners(
+    node: &mut RealNode,
+    driver: Driver,
+    client: &kube::Client,
+    admin: &Path,
+    policy: &Path,
+    work: &Path,
+    agent_container: &str,
+    expected: std::collections::BTreeMap<String, (String, String)>,
+) {
+    // memory.max is the kubelet's and changes on resize: not nodemem's to hold.
+    let watched: Vec<&String> = expected
+        .keys()
+        .filter(|p| !p.ends_with("/memory.max"))
+        .collect();
+    std::fs::write(node.share().join("monitor.sh"), MONITOR).unwrap();
+    let watch_list: String = watched.iter().map(|p| format!("{p}\n")).collect();
+    std::fs::write(node.share().join("watch"), watch_list).unwrap();
+    let (out, code) = node
+        .run("mkdir -p /run/nodemem-monitor && cp /mnt/nodemem/watch /run/nodemem-monitor/watch && systemd-run --unit=nodemem-monitor --property=StandardOutput=file:/run/nodemem-monitor/log bash /mnt/nodemem/monitor.sh")
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    let started = owner_event(node, "monitor started", "sleep 2");
+    let mut events = vec![started];
+    let burstable_unit = match driver {
+        Driver::Systemd => "kubepods-burstable.slice",
+        Driver::Cgroupfs => "",
+    };
+    events.push(owner_event(
+        node,
+        "systemctl daemon-reload",
+        "systemctl daemon-reload && sleep 3",
+    ));
+    if driver == Driver::Systemd {
+        // What the kubelet's periodic QoS update does to a slice (a property change),
+        // without waiting for it; the real one comes below.
+        events.push(owner_event(
+            node,
+            "a property change on the burstable slice",
+            &format!(
+                "systemctl set-property --runtime {burstable_unit} TasksAccounting=yes && sleep 3"
+            ),
+        ));
+    }
+    events.push(owner_event(
+        node,
+        "containerd restart",
+        "systemctl restart containerd && sleep 5",
+    ));
+    let kubelet_restart = owner_event(
+        node,
+        "kubelet restart",
+        "systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done; sleep 10",
+    );
+    let kubelet_restarted_at = kubelet_restart.at;
+    events.push(kubelet_restart);
+
+    // An in-place resize of the workload's memory limit: the kubelet writes the pod's
+    // and the container's memory.max (through systemd on this driver, which re-applies
+    // the rest from its record); nodemem's memory.high for the container follows.
+    let resize_at = owner_event(node, "pod resize", "true");
+    let resized_at = Instant::now();
+    kubectl(
+        admin,
+        &[
+            "patch",
+            "pod",
+            "workload",
+            "-n",
+            "default",
+            "--subresource",
+            "resize",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"w","resources":{"limits":{"memory":"320Mi"}}}]}}"#,
+        ],
+    )
+    .unwrap();
+    events.push(resize_at);
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    eventually(
+        "the resize applied by the kubelet",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get("workload").await.ok()?;
+            let limit = p
+                .status?
+                .container_statuses?
+                .first()?
+                .resources
+                .clone()?
+                .limits?
+                .get("memory")?
+                .0
+                .clone();
+            (limit == "320Mi").then_some(())
+        },
+    )
+    .await;
+    let after_resize = expected_files(
+        client,
+        admin,
+        policy,
+        work,
+        driver,
+        &node.name,
+        agent_container,
+    )
+    .await;
+    let changed_by_resize: Vec<String> = after_resize
+        .iter()
+        .filter(|(p, (_, v))| {
+            expected.get(*p).map(|(_, old)| old) != Some(v) && !p.ends_with("/memory.max")
+        })
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert!(
+        !changed_by_resize.is_empty(),
+        "the resize changes nodemem's memory.high of the container"
+    );
+    for path in &changed_by_resize {
+        let want = &after_resize[path].1;
+        let got = node_value_becomes(node, path, want, Duration::from_secs(60));
+        assert!(
+            got.is_some(),
+            "{path}: not {want} after the resize: {}",
+            node_read(node, path).0
+        );
+    }
+    eprintln!(
+        "{}: after an in-place resize nodemem's new values were in place {:?} after the patch",
+        node.name,
+        resized_at.elapsed()
+    );
+
+    // The container restarted (its process killed): a new container, a new cgroup.
+    let old_id = container_id(&pods, "workload").await;
+    let restart = owner_event(node, "container restart", "pkill -KILL -x workload");
+    let killed_at = Instant::now();
+    events.push(restart);
+    let new_id = eventually(
+        "the workload container restarted",
+        Duration::from_secs(120),
+        || async {
+            let id = container_id(&pods, "workload").await;
+            (id != old_id && !id.is_empty()).then_some(id)
+        },
+    )
+    .await;
+    let restarted = expected_files(
+        client,
+        admin,
+        policy,
+        work,
+        driver,
+        &node.name,
+        agent_container,
+    )
+    .await;
+    let new_scope: Vec<(&String, &String)> = restarted
+        .iter()
+        .filter(|(p, _)| p.contains(&new_id) && !p.ends_with("/memory.max"))
+        .map(|(p, (_, v))| (p, v))
+        .collect();
+    assert!(
+        !new_scope.is_empty(),
+        "the new container's cgroup among {:?}",
+        restarted.keys()
+    );
+    for (path, want) in new_scope {
+        let got = node_value_becomes(node, path, want, Duration::from_secs(60));
+        assert!(
+            got.is_some(),
+            "{path}: not {want} after the container restarted: {}",
+            node_read(node, path).0
+        );
+    }
+    eprintln!(
+        "{}: the restarted container's values were in place {:?} after the kill",
+        node.name,
+        killed_at.elapsed()
+    );
+
+    // The kubelet's periodic QoS update (every minute, pkg/kubelet/cm/qos_container_manager_linux.go)
+    // has run at least once since it restarted.
+    let (now, _) = node.run("echo $EPOCHREALTIME").unwrap();
+    let since: f64 = now.trim().parse::<f64>().unwrap() - kubelet_restarted_at;
+    if since < 65.0 {
+        tokio::time::sleep(Duration::from_secs_f64(65.0 - since)).await;
+    }
+    let end = owner_event(
+        node,
+        "monitor stopped",
+        "touch /run/nodemem-monitor/stop && sleep 1",
+    );
+    let (log, code) = node.run("cat /run/nodemem-monitor/log").unwrap();
+    assert_eq!(code, 0, "{log}");
+
+    // Each file's timeline against the value nodemem holds there (the resize's new
+    // values from when they were in place; a removed cgroup holds nothing).
+    let mut timelines: std::collections::BTreeMap<&str, Vec<(f64, &str)>> = Default::default();
+    for line in log.lines() {
+        let mut parts = line.splitn(3, ' ');
+        let (Some(t), Some(path), Some(v)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let Ok(t) = t.parse::<f64>() else { continue };
+        timelines.entry(path).or_default().push((t, v));
+    }
+    assert!(
+        timelines.len() >= watched.len(),
+        "every watched file read: {} of {}",
+        timelines.len(),
+        watched.len()
+    );
+    let mut wrong = Vec::new();
+    let mut longest = 0.0f64;
+    for (path, changes) in &timelines {
+        let Some((owner, want)) = expected.get(*path) else {
+            continue;
+        };
+        if changed_by_resize.iter().any(|p| p == path) {
+            // Held at the old value until the resize, then at the new one: checked
+            // above; before the resize it must hold the old.
+            continue;
+        }
+        for (i, (t, v)) in changes.iter().enumerate() {
+            if *v == want.as_str() || *v == "gone" {
+                continue;
+            }
+            let until = changes.get(i + 1).map_or(end.at, |(t, _)| *t);
+            let before = events
+                .iter()
+                .rev()
+                .find(|e| e.at <= *t)
+                .map_or("?", |e| e.what);
+            longest = longest.max(until - t);
+            wrong.push(format!(
+                "{owner} {path}: {v} instead of {want} for {:.3}s, after {before}",
+                until - t
+            ));
+        }
+    }
+    eprintln!(
+        "{}: {} files watched through {}: longest window with a value not nodemem's: {:.3}s",
+        node.name,
+        timelines.len(),
+        events
+            .iter()
+            .skip(1)
+            .map(|e| e.what)
+            .collect::<Vec<_>>()
+            .join(", "),
+        longest
+    );
+    assert!(
+        wrong.is_empty(),
+        "values nodemem holds were changed by their owners:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Polls a file on the node until it reads `want`; None once `timeout` passed.
+fn node_value_becomes(
+    node: &mut RealNode,
+    path: &str,
+    want: &str,
+    timeout: Duration,
+) -> Option<()> {
+    let started = Instant::now();
+    loop {
+        if node_read(node, path).0 == want {
+            return Some(());
+        }
+        if started.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn node_read(node: &mut RealNode, path: &str) -> (String, i32) {
+    let (out, code) = node.run(&format!("cat {path}")).unwrap();
+    (out.trim().to_string(), code)
+}
+
+async fn container_id(pods: &Api<core::Pod>, pod: &str) -> String {
+    pods.get(pod)
+        .await
+        .ok()
+        .and_then(|p| p.status?.container_statuses?.first()?.container_id.clone())
+        .unwrap_or_default()
+        .trim_start_matches("containerd://")
+        .to_string()
 }
