@@ -185,6 +185,7 @@ impl NodeEngine {
         let facts = NodeFacts {
             memory: NodeMemoryFacts {
                 allocatable_memory: None,
+                hard_eviction_memory: None,
                 page_size: discovery.page_size,
                 kernel_version: Some(discovery.kernel_version.clone()),
             },
@@ -286,7 +287,14 @@ impl NodeEngine {
         reach: Reach<'_>,
     ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
         check_node_can_satisfy(settings, &self.discovery)?;
-        self.facts.memory.allocatable_memory = allocatable;
+        if self.kubelet.is_none() || matches!(reach, Reach::Node) {
+            self.kubelet = Some(
+                self.kubelet_files
+                    .read(OwnDropIn::OnDisk)
+                    .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
+            );
+        }
+        self.set_allocatable(allocatable);
         let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
         let saved = if static_policy {
             self.memory_manager(settings)?
@@ -306,13 +314,6 @@ impl NodeEngine {
                 .map(|p| format!("this node cannot satisfy it: {p}"))
                 .collect(),
         })?;
-        if self.kubelet.is_none() || matches!(reach, Reach::Node) {
-            self.kubelet = Some(
-                self.kubelet_files
-                    .read(OwnDropIn::OnDisk)
-                    .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
-            );
-        }
         self.conflict = self
             .kubelet
             .as_ref()
@@ -405,7 +406,7 @@ impl NodeEngine {
         allocatable: Option<i64>,
         pods: &'p [NodePod],
     ) -> Result<DesiredNode<'p>, EngineError> {
-        self.facts.memory.allocatable_memory = allocatable;
+        self.set_allocatable(allocatable);
         desired_node(NodeInput {
             settings,
             facts: &self.facts,
@@ -419,6 +420,17 @@ impl NodeEngine {
                 .map(|p| format!("this node cannot satisfy it: {p}"))
                 .collect(),
         })
+    }
+
+    /// The Node's allocatable memory, and the kubelet's hard eviction threshold from
+    /// its configuration as last read (its default when the file is not there), which
+    /// the kubelet's memory.high ceiling adds back (`NodeMemoryFacts::kubelet_allocatable`).
+    fn set_allocatable(&mut self, allocatable: Option<i64>) {
+        self.facts.memory.allocatable_memory = allocatable;
+        self.facts.memory.hard_eviction_memory = match &self.kubelet {
+            Some(k) => k.reserved.eviction_hard.map(|q| q.value()),
+            None => Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
+        };
     }
 
     /// Writes the records that changed (each write is an fsync).

@@ -137,6 +137,7 @@ fn facts(driver: CgroupDriver) -> NodeFacts {
     NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: Some(8 * GI),
+            hard_eviction_memory: None,
             page_size: 4096,
             kernel_version: Some("6.1.0-56-amd64".into()),
         },

@@ -20,6 +20,14 @@
 //! * **Pod-level limits.** The container's memory.high uses the container's own limit
 //!   (or node allocatable), never the pod-level limit, as in the kubelet, where the
 //!   pod-level limit only feeds the container's memory.max.
+//! * **Which node allocatable.** For a container without a limit the kubelet's ceiling
+//!   is `getNodeAllocatable`, the container manager's `GetNodeAllocatableAbsolute`:
+//!   capacity minus kube-reserved and system-reserved, *without* the hard eviction
+//!   threshold that the Node's `status.allocatable` also subtracts (KEP prose says
+//!   "node allocatable memory"). Found on the real node (tests/real_node.rs): with
+//!   `evictionHard: memory.available: 50Mi` the kubelet's memory.high was 0.9 x 50Mi
+//!   above one computed from `status.allocatable`. [`NodeMemoryFacts::hard_eviction_memory`]
+//!   adds the threshold back.
 //! * **kubepods under TieredReservation** gets memory.min = sum of Guaranteed and
 //!   Burstable pod requests, and (v1.37 fix) memory.low = sum of Burstable pod requests,
 //!   so the burstable cgroup's memory.low is not capped to 0 by its parent.
@@ -77,16 +85,32 @@ impl Default for MemoryQosSettings {
 pub struct NodeMemoryFacts {
     /// `status.allocatable.memory` in bytes.
     pub allocatable_memory: Option<i64>,
+    /// The kubelet's `memory.available` hard eviction threshold in bytes (its
+    /// `evictionHard`, 100Mi by default), which `status.allocatable` subtracts and the
+    /// kubelet's memory.high ceiling does not; None when unknown (a percentage): the
+    /// ceiling is then `status.allocatable`.
+    pub hard_eviction_memory: Option<i64>,
     /// Base page size in bytes (4096 on x86_64); hugepages play no part.
     pub page_size: i64,
     /// `status.nodeInfo.kernelVersion`.
     pub kernel_version: Option<String>,
 }
 
+impl NodeMemoryFacts {
+    /// The kubelet's node allocatable for enforcement (`GetNodeAllocatableAbsolute`):
+    /// `status.allocatable` plus the hard eviction threshold; None without a positive
+    /// allocatable.
+    pub fn kubelet_allocatable(&self) -> Option<i64> {
+        let allocatable = self.allocatable_memory.filter(|a| *a > 0)?;
+        Some(allocatable.saturating_add(self.hard_eviction_memory.unwrap_or(0).max(0)))
+    }
+}
+
 impl Default for NodeMemoryFacts {
     fn default() -> Self {
         NodeMemoryFacts {
             allocatable_memory: None,
+            hard_eviction_memory: None,
             page_size: 4096,
             kernel_version: None,
         }
@@ -450,7 +474,7 @@ pub fn container_memory_high(
     let ceiling = if limit != 0 {
         limit
     } else {
-        node.allocatable_memory.filter(|a| *a > 0)?
+        node.kubelet_allocatable()?
     };
     let high = factor.memory_high(request, ceiling, node.page_size);
     (high != 0 && high > request).then_some(high)

@@ -531,6 +531,7 @@ mod tests {
         NodeFacts {
             memory: NodeMemoryFacts {
                 allocatable_memory: Some(1 << 30),
+                hard_eviction_memory: None,
                 page_size: 4096,
                 kernel_version: Some("6.1.0".into()),
             },

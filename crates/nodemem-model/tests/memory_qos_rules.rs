@@ -82,6 +82,7 @@ fn settings(policy: ReservationPolicy, factor: f64) -> MemoryQosSettings {
 fn node(allocatable: i64) -> NodeMemoryFacts {
     NodeMemoryFacts {
         allocatable_memory: Some(allocatable),
+        hard_eviction_memory: None,
         page_size: 4096,
         kernel_version: Some("6.1.0-18-amd64".into()),
     }
@@ -148,6 +149,7 @@ fn kep_v127_table_as_the_kubelet_applies_it() {
     let factor = ThrottlingFactor::from_f64(0.9).unwrap();
     let node = NodeMemoryFacts {
         allocatable_memory: Some(8 * GI),
+        hard_eviction_memory: None,
         page_size: MI,
         kernel_version: None,
     };
@@ -170,6 +172,7 @@ fn kep_v122_vs_v127_comparison_table() {
     // "Some more examples to compare memory.high using Alpha v1.22 and Alpha v1.27"
     let node = NodeMemoryFacts {
         allocatable_memory: Some(8 * GI),
+        hard_eviction_memory: None,
         page_size: MI,
         kernel_version: None,
     };
@@ -234,8 +237,9 @@ fn memory_high_is_floored_to_the_page_size() {
     let f = ThrottlingFactor::from_f64(0.9).unwrap();
     let facts = NodeMemoryFacts {
         allocatable_memory: Some(1_000_000_007),
+        hard_eviction_memory: None,
         page_size: 4096,
-        kernel_version: None,
+        ..NodeMemoryFacts::default()
     };
     // 0.9 * 1000000007 = 900000006.3 -> 219726 pages of 4096 = 899997696
     assert_eq!(container_memory_high(f, &facts, 0, 0), Some(899_997_696));
@@ -250,6 +254,45 @@ fn memory_high_is_floored_to_the_page_size() {
     );
 }
 
+/// The kubelet's ceiling for a container without a limit is capacity minus the
+/// reservations, not `status.allocatable`, which also subtracts the hard eviction
+/// threshold (pkg/kubelet/cm GetNodeAllocatableAbsolute; seen on the real node).
+#[test]
+fn memory_high_without_a_limit_adds_the_hard_eviction_threshold_back() {
+    let f = ThrottlingFactor::from_f64(0.9).unwrap();
+    let status_allocatable = 2_013_015_608;
+    let facts = NodeMemoryFacts {
+        allocatable_memory: Some(status_allocatable),
+        hard_eviction_memory: Some(50 * MI),
+        ..NodeMemoryFacts::default()
+    };
+    assert_eq!(
+        facts.kubelet_allocatable(),
+        Some(status_allocatable + 50 * MI)
+    );
+    // The real node's figures: the kubelet wrote 1860575232 for a 16Mi request
+    // without a limit, and 1862254592 for 32Mi.
+    assert_eq!(
+        container_memory_high(f, &facts, 16 * MI, 0),
+        Some(1_860_575_232)
+    );
+    assert_eq!(
+        container_memory_high(f, &facts, 32 * MI, 0),
+        Some(1_862_254_592)
+    );
+    // A limit is the ceiling whatever the node's reservations.
+    assert_eq!(
+        container_memory_high(f, &facts, 0, 100 * MI),
+        container_memory_high(f, &node(GI), 0, 100 * MI)
+    );
+    // Unknown threshold (a percentage): status.allocatable, as before.
+    let unknown = NodeMemoryFacts {
+        hard_eviction_memory: None,
+        ..facts.clone()
+    };
+    assert_eq!(unknown.kubelet_allocatable(), Some(status_allocatable));
+}
+
 #[test]
 fn memory_high_only_when_it_exceeds_the_request() {
     let f = ThrottlingFactor::from_f64(0.9).unwrap();
@@ -261,6 +304,7 @@ fn memory_high_only_when_it_exceeds_the_request() {
     // No allocatable known and no limit: nothing to compute from.
     let unknown = NodeMemoryFacts {
         allocatable_memory: None,
+        hard_eviction_memory: None,
         ..facts.clone()
     };
     assert_eq!(container_memory_high(f, &unknown, 0, 0), None);

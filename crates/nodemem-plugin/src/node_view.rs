@@ -97,6 +97,9 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
             allocatable_memory: nodemem_api::k8s::node_allocatable_memory(node)
                 .ok()
                 .flatten(),
+            // The node's kubelet configuration is not in the API: its default
+            // evictionHard, as `nodemem simulate` without --kubelet-config.
+            hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
             page_size: reported
                 .and_then(|r| r.page_size)
                 .unwrap_or(NodeMemoryFacts::default().page_size),

@@ -58,6 +58,11 @@ fn every_registered_metric_is_documented_and_nothing_else() {
     agent.reaction(0.001);
     agent.writes(1, 1, &[Some(28)], true);
     agent.node(1, 1, 1, Some((1, 0)));
+    agent.unit_updates(&nodemem_agent::units::HoldOutcome {
+        set: 1,
+        gone: 1,
+        failed: 1,
+    });
     let controller = ControllerMetrics::new();
     controller.reconciled(0.01);
     controller.write("config", false);

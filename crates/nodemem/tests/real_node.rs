@@ -125,12 +125,9 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
     let bin = control_plane_binaries().expect("control plane binaries");
     let image = NodeImage::build(&bin.kubelet, Some(&image_layout())).expect("node image");
     let started = Instant::now();
-    let mut node = RealNode::boot(
-        &cp,
-        &image,
-        &RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real"),
-    )
-    .expect("node boots");
+    let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
+    spec.kubelet = kubelets_memory_qos(true);
+    let mut node = RealNode::boot(&cp, &image, &spec).expect("node boots");
     let rt = runtime();
     rt.block_on(async {
         let client = cp.client(&Identity::Admin).await.unwrap();
@@ -146,6 +143,12 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         })
         .await;
         eprintln!("{name} Ready {:?} after qemu started", started.elapsed());
+
+        the_kubelets_memory_qos_is_nodemems_prediction(&cp, &mut node, driver, &client).await;
+        // From here on nodemem enforces: the kubelet's own Memory QoS goes off (with it
+        // on, nodemem would leave those files to the kubelet: KubeletConflict).
+        spec.kubelet = kubelets_memory_qos(false);
+        restart_kubelet_with(&mut node, &spec, &client).await;
 
         let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
         let pod: core::Pod = serde_json::from_value(json!({
@@ -329,9 +332,12 @@ async fn install_nodemem_and_check_its_agent(
     assert_eq!(code, 0, "{metrics}");
     assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
 
-    // What the agent wrote is what `nodemem simulate` predicts for the same Node, pods
-    // and policy: the QoS levels, pod slices and container scopes (memory.max is the
-    // kubelet's).
+    // Pods of every QoS class (init containers, a restartable sidecar, pod-level
+    // resources, one opted out) started by the real kubelet while nodemem runs: what
+    // the agent wrote is what `nodemem simulate` predicts for the same Node, pods and
+    // policy, at the QoS levels, pod slices and container scopes (memory.max is the
+    // kubelet's), each where the kubelet put it.
+    start_pods(client, &qos_pods(&name, "n", true)).await;
     let agent_container = format!("nodemem-system/{agent_pod}/agent");
     let expected = expected_files(
         client,
@@ -345,12 +351,13 @@ async fn install_nodemem_and_check_its_agent(
     .await;
     let mut checked = 0;
     for (path, (owner, want)) in &expected {
-        let (out, code) = node.run(&format!("cat {path}")).unwrap();
-        assert_eq!(code, 0, "{path}: {out}");
-        assert_eq!(out.trim(), want, "{owner}: {path}");
+        if node_value_becomes(node, path, want, Duration::from_secs(60)).is_none() {
+            let (out, code) = node_read(node, path);
+            panic!("{owner}: {path} reads {out} (exit {code}), nodemem simulate predicts {want}");
+        }
         checked += 1;
     }
-    assert!(checked >= 20, "only {checked} files checked");
+    assert!(checked >= 60, "only {checked} files checked");
 
     values_survive_their_owners(
         node,
@@ -473,9 +480,21 @@ async fn expected_files(
         .unwrap(),
     )
     .unwrap();
+    // The node's kubelet configuration (its evictionHard), as the agent reads it.
+    let kubelet_config = work.join("kubelet-config.yaml");
+    std::fs::write(
+        &kubelet_config,
+        serde_json::to_string_pretty(&nodemem_testkit::real_node::kubelet_configuration(
+            &RealNodeSpec::new(node, driver),
+        ))
+        .unwrap(),
+    )
+    .unwrap();
     let sim = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
         .args(["simulate", "--policy"])
         .arg(policy)
+        .arg("--kubelet-config")
+        .arg(&kubelet_config)
         .arg("--node")
         .arg(&node_yaml)
         .arg("--pods")
@@ -522,7 +541,16 @@ async fn expected_files(
             pod["uid"].as_str().unwrap(),
         );
         let mut cgroups = vec![(format!("{ns}/{pod_name}"), slice.clone())];
-        for c in live.status.unwrap().container_statuses.unwrap_or_default() {
+        let status = live.status.unwrap();
+        // Running containers: the app containers and restartable sidecars (an init
+        // container that finished has no cgroup any more).
+        let running = status
+            .container_statuses
+            .unwrap_or_default()
+            .into_iter()
+            .chain(status.init_container_statuses.unwrap_or_default())
+            .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        for c in running {
             let id = c.container_id.unwrap_or_default();
             let id = id.trim_start_matches("containerd://");
             cgroups.push((
@@ -886,4 +914,228 @@ async fn container_id(pods: &Api<core::Pod>, pod: &str) -> String {
         .unwrap_or_default()
         .trim_start_matches("containerd://")
         .to_string()
+}
+
+/// The kubelet's own Memory QoS, as the reference: the `MemoryQoS` gate with
+/// `memoryReservationPolicy: TieredReservation` and the policy's throttling factor.
+fn kubelets_memory_qos(on: bool) -> Value {
+    json!({
+        "featureGates": {"MemoryQoS": on},
+        "memoryThrottlingFactor": 0.9,
+        "memoryReservationPolicy": if on { "TieredReservation" } else { "None" },
+    })
+}
+
+/// Writes the node's kubelet configuration for `spec` and restarts the kubelet; waits
+/// for the Node to be Ready again.
+async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: &kube::Client) {
+    let config =
+        serde_json::to_string_pretty(&nodemem_testkit::real_node::kubelet_configuration(spec))
+            .unwrap();
+    std::fs::write(node.share().join("kubelet-config.yaml"), config).unwrap();
+    let (out, code) = node
+        .run_within(
+            "cp /mnt/nodemem/kubelet-config.yaml /var/lib/kubelet/config.yaml && systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done",
+            Duration::from_secs(120),
+        )
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    let nodes: Api<core::Node> = Api::all(client.clone());
+    let name = node.name.clone();
+    // The restarted kubelet posts a new heartbeat; wait for Ready after it.
+    let restarted = k8s_openapi::jiff::Timestamp::now();
+    eventually(
+        "the kubelet back and the node Ready",
+        Duration::from_secs(180),
+        || async {
+            let n = nodes.get_opt(&name).await.ok().flatten()?;
+            n.status?
+                .conditions?
+                .into_iter()
+                .any(|c| {
+                    c.type_ == "Ready"
+                        && c.status == "True"
+                        && c.last_heartbeat_time.is_some_and(|t| t.0 > restarted)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Pods of every QoS class for a node, named with `tag`: Guaranteed; Burstable with an
+/// init container, a restartable sidecar and a container without a limit; BestEffort;
+/// pod-level resources; and, with `opted_out`, a Burstable pod annotated
+/// `nodemem.io/memory-qos: disabled` (nodemem's; the kubelet has no such thing).
+fn qos_pods(node: &str, tag: &str, opted_out: bool) -> Vec<core::Pod> {
+    let image = "nodemem.local/workload:1";
+    let c = |name: &str, allocate: &str, resources: Value| {
+        json!({"name": name, "image": image, "imagePullPolicy": "Never",
+               "args": ["-allocate", allocate], "resources": resources})
+    };
+    let mem = |req: &str, lim: Option<&str>| match lim {
+        Some(l) => json!({"requests": {"memory": req, "cpu": "10m"}, "limits": {"memory": l}}),
+        None => json!({"requests": {"memory": req, "cpu": "10m"}}),
+    };
+    let mut pods = vec![
+        json!({"metadata": {"name": format!("guaranteed-{tag}")}, "spec": {"nodeName": node,
+            "containers": [c("g", "16Mi", json!({"requests": {"memory": "64Mi", "cpu": "20m"}, "limits": {"memory": "64Mi", "cpu": "20m"}}))]}}),
+        json!({"metadata": {"name": format!("burstable-{tag}")}, "spec": {"nodeName": node,
+            "initContainers": [
+                {"name": "init", "image": image, "imagePullPolicy": "Never", "args": ["-allocate", "8Mi", "-exit"],
+                 "resources": mem("24Mi", Some("48Mi"))},
+                {"name": "sidecar", "image": image, "imagePullPolicy": "Never", "args": ["-allocate", "8Mi"],
+                 "restartPolicy": "Always", "resources": mem("16Mi", Some("64Mi"))}
+            ],
+            "containers": [c("app", "32Mi", mem("32Mi", Some("128Mi"))), c("unlimited", "8Mi", mem("16Mi", None))]}}),
+        json!({"metadata": {"name": format!("besteffort-{tag}")}, "spec": {"nodeName": node,
+            "containers": [c("be", "8Mi", json!({}))]}}),
+        json!({"metadata": {"name": format!("pod-level-{tag}")}, "spec": {"nodeName": node,
+            "resources": {"requests": {"memory": "96Mi", "cpu": "20m"}, "limits": {"memory": "192Mi"}},
+            "containers": [c("a", "16Mi", mem("32Mi", None)), c("b", "8Mi", json!({}))]}}),
+    ];
+    if opted_out {
+        pods.push(json!({"metadata": {"name": format!("opted-out-{tag}"),
+                "annotations": {"nodemem.io/memory-qos": "disabled"}},
+            "spec": {"nodeName": node, "containers": [c("o", "8Mi", mem("32Mi", Some("96Mi")))]}}));
+    }
+    pods.into_iter()
+        .map(|p| serde_json::from_value(p).unwrap())
+        .collect()
+}
+
+/// Creates the pods in `default` and waits until each is Running with every container
+/// started (init containers done, sidecars up).
+async fn start_pods(client: &kube::Client, pods: &[core::Pod]) {
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    for p in pods {
+        nodemem_testkit::clients::create_pod(&api, p).await.unwrap();
+    }
+    for p in pods {
+        let name = p.metadata.name.clone().unwrap();
+        let ready = within(Duration::from_secs(240), || async {
+            let status = api.get(&name).await.ok()?.status?;
+            let running =
+                |s: &core::ContainerStatus| s.state.as_ref().is_some_and(|s| s.running.is_some());
+            let all_running = status.container_statuses.as_ref()?.iter().all(running);
+            (status.phase.as_deref() == Some("Running") && all_running).then_some(())
+        })
+        .await;
+        if ready.is_none() {
+            let status = api.get(&name).await.map(|p| p.status);
+            panic!("pod {name} not Running with all its containers within 240s: {status:?}");
+        }
+    }
+}
+
+/// Item 3 of issue 17: the same pods on the same node with the kubelet's own Memory
+/// QoS on and nodemem not installed. memory.min, memory.low and memory.high as the
+/// kubelet wrote them must equal `nodemem simulate`'s prediction for every cgroup
+/// (memory.max too, which is the kubelet's either way). The pods are deleted after.
+async fn the_kubelets_memory_qos_is_nodemems_prediction(
+    cp: &ControlPlane,
+    node: &mut RealNode,
+    driver: Driver,
+    client: &kube::Client,
+) {
+    let pods = qos_pods(&node.name, "k", false);
+    start_pods(client, &pods).await;
+    let work = tempfile::tempdir().unwrap();
+    let policy = work.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let admin = cp.admin_kubeconfig();
+    let expected =
+        expected_files(client, admin, &policy, work.path(), driver, &node.name, "").await;
+    // Containers with neither a memory request nor a limit (BestEffort, and a
+    // container without resources in a pod with pod-level ones).
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    let mut unrequested = std::collections::BTreeSet::new();
+    for p in &pods {
+        let name = p.metadata.name.clone().unwrap();
+        for c in api.get(&name).await.unwrap().spec.unwrap().containers {
+            let r = c.resources.unwrap_or_default();
+            let has = |m: &Option<std::collections::BTreeMap<String, _>>| {
+                m.as_ref().is_some_and(|m| m.contains_key("memory"))
+            };
+            if !has(&r.requests) && !has(&r.limits) {
+                unrequested.insert(format!("default/{name}/{}", c.name));
+            }
+        }
+    }
+    let mut differences = Vec::new();
+    let mut v137 = std::collections::BTreeMap::new();
+    for (path, (owner, predicted)) in &expected {
+        let (kubelet, code) = node_read(node, path);
+        assert_eq!(code, 0, "{path}: {kubelet}");
+        if kubelet == *predicted {
+            continue;
+        }
+        match v137_fix(owner, path, &kubelet, &unrequested) {
+            Some(fix) => *v137.entry(fix).or_insert(0) += 1,
+            None => differences.push(format!(
+                "{owner}: {path}: the kubelet wrote {kubelet}, nodemem predicts {predicted}"
+            )),
+        }
+    }
+    // Both fixes show on this pod set; a kubelet that has them fails here, and the
+    // list below goes.
+    assert_eq!(
+        v137.keys().copied().collect::<Vec<_>>(),
+        [V137_BESTEFFORT_HIGH, V137_KUBEPODS_LOW],
+        "the v1.36.3 kubelet's known differences: {v137:?}"
+    );
+    assert!(
+        expected.len() >= 40,
+        "only {} files compared",
+        expected.len()
+    );
+    assert!(
+        differences.is_empty(),
+        "the kubelet's own Memory QoS ({driver:?} driver) differs from nodemem's prediction:\n{}",
+        differences.join("\n")
+    );
+    eprintln!(
+        "{}: the kubelet's own Memory QoS equals nodemem's prediction in {} files; differs where nodemem follows the v1.37 fixes: {v137:?}",
+        node.name,
+        expected.len()
+    );
+    for p in &pods {
+        let name = p.metadata.name.as_deref().unwrap();
+        api.delete(name, &kube::api::DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the reference pods gone",
+        Duration::from_secs(120),
+        || async {
+            let left = api.list(&ListParams::default()).await.ok()?.items.len();
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+}
+
+const V137_BESTEFFORT_HIGH: &str = "memory.high for containers with neither request nor limit";
+const V137_KUBEPODS_LOW: &str = "kubepods memory.low";
+
+/// The places where the node's v1.36.3 kubelet differs from its own KEP and nodemem
+/// follows the v1.37 fixes (crates/nodemem-model/src/memory_qos.rs, docs/reference.md):
+/// the v1.36 kubelet skips memory.high when request == limit, 0 == 0 included, so
+/// containers without memory resources get none (the KEP gives them
+/// `factor x allocatable`); and it sets no memory.low on kubepods, which caps the
+/// burstable slice's memory.low to 0 (memory.low is bounded by the parent's).
+fn v137_fix(
+    owner: &str,
+    path: &str,
+    kubelet: &str,
+    unrequested: &std::collections::BTreeSet<String>,
+) -> Option<&'static str> {
+    if path.ends_with("/memory.high") && kubelet == "max" && unrequested.contains(owner) {
+        return Some(V137_BESTEFFORT_HIGH);
+    }
+    if owner == "kubepods" && path.ends_with("/memory.low") && kubelet == "0" {
+        return Some(V137_KUBEPODS_LOW);
+    }
+    None
 }

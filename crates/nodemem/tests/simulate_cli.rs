@@ -101,10 +101,12 @@ fn general_pool_json_has_the_documented_shape_and_values() {
     let debug = pod(&out, "debug");
     assert_eq!(debug["qosClass"], "BestEffort");
     assert_eq!(debug["cgroup"], serde_json::json!({}));
-    // BestEffort containers are throttled at 0.9 * allocatable (15Gi).
+    // BestEffort containers are throttled at 0.9 * the kubelet's node allocatable:
+    // the Node's 15Gi plus the default hard eviction threshold (100Mi) it subtracts
+    // (no --kubelet-config), floored to 4 KiB pages.
     assert_eq!(
         container(debug, "shell"),
-        &serde_json::json!({"memory.high": 15 * 1024 * MI * 9 / 10})
+        &serde_json::json!({"memory.high": (15 * 1024 + 100) * MI * 9 / 10 / 4096 * 4096})
     );
 }
 
@@ -149,9 +151,11 @@ fn batch_pool_throttles_besteffort_and_warns_about_the_kernel() {
         let p = pod(&out, name);
         assert_eq!(p["qosClass"], "BestEffort");
         for c in p["containers"].as_array().unwrap() {
+            // 0.8 * the kubelet's node allocatable: the Node's 30Gi + the default
+            // 100Mi hard eviction threshold, floored to 4 KiB pages.
             assert_eq!(
                 c["cgroup"],
-                serde_json::json!({"memory.high": 24 * 1024 * MI})
+                serde_json::json!({"memory.high": (30 * 1024 + 100) * MI * 8 / 10 / 4096 * 4096})
             );
         }
     }
@@ -426,4 +430,61 @@ fn an_opted_out_pod_gets_nothing_and_leaves_the_sums() {
         base["qos"]["burstable"]["memory.low"].as_i64().unwrap() - 576 * MI
     );
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// The kubelet's ceiling for a container without a limit adds its hard eviction
+/// threshold back to the Node's allocatable: `--kubelet-config` says which threshold.
+#[test]
+fn the_kubelet_config_gives_the_hard_eviction_threshold_for_memory_high() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: 50Mi\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        "examples/batch/policy.yaml",
+        "--node",
+        "examples/batch/node.yaml",
+        "--pods",
+        "examples/batch/pods.yaml",
+        "--kubelet-config",
+        config.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let out: Value = serde_json::from_str(&stdout).unwrap();
+    let c = container(
+        pod(&out, "etl-1"),
+        pod(&out, "etl-1")["containers"][0]["name"]
+            .as_str()
+            .unwrap(),
+    );
+    assert_eq!(
+        c["memory.high"],
+        (30 * 1024 + 50) * MI * 8 / 10 / 4096 * 4096
+    );
+    let missing = dir.path().join("absent.yaml");
+    let (code, _, stderr) = nodemem(&[
+        "simulate",
+        "--policy",
+        "examples/batch/policy.yaml",
+        "--node",
+        "examples/batch/node.yaml",
+        "--pods",
+        "examples/batch/pods.yaml",
+        "--kubelet-config",
+        missing.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--kubelet-config")
+            && stderr.contains("absent.yaml")
+            && stderr.contains("no such file"),
+        "{stderr}"
+    );
 }

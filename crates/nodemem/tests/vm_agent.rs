@@ -141,6 +141,9 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: Some(15 << 30),
+            // No kubelet configuration on this node: the agent takes the kubelet's
+            // default hard eviction threshold.
+            hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
             page_size: 4096,
             kernel_version: Some("6.1.0".into()),
         },

@@ -119,6 +119,7 @@ pub fn run(allocator: &str) {
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: Some(512 << 30),
+            hard_eviction_memory: None,
             page_size: 4096,
             kernel_version: Some("6.1.0".into()),
         },

@@ -53,6 +53,12 @@ pub struct SimulateArgs {
     /// Base page size of the node in bytes.
     #[arg(long, default_value_t = 4096)]
     pub page_size: i64,
+    /// The node's kubelet configuration file (KubeletConfiguration): its evictionHard
+    /// `memory.available`, which the kubelet's memory.high ceiling for containers
+    /// without a limit adds back to the Node's allocatable. Without it, the kubelet's
+    /// default (100Mi).
+    #[arg(long)]
+    pub kubelet_config: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
@@ -72,7 +78,14 @@ pub fn run(args: &SimulateArgs) -> Result<String, CliError> {
         topology,
         scope: args.topology_manager_scope.into(),
     });
-    let result = simulate(&policies, &nodes, &pods, args.page_size, numa)?;
+    let result = simulate(
+        &policies,
+        &nodes,
+        &pods,
+        args.page_size,
+        numa,
+        kubelet_hard_eviction(args.kubelet_config.as_deref())?,
+    )?;
     Ok(match args.output {
         OutputFormat::Json => render_json(&result),
         OutputFormat::Table => render_table(&result),
@@ -87,6 +100,26 @@ pub struct NumaInput<'a> {
     pub scope: nodemem_model::numa::Scope,
 }
 
+/// The kubelet's `memory.available` hard eviction threshold from its configuration
+/// file, or its default without one; None when it is a percentage.
+fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<Option<i64>, CliError> {
+    let Some(config) = config else {
+        return Ok(Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY));
+    };
+    let files = nodemem_enforce::kubelet::KubeletFiles {
+        config: config.to_path_buf(),
+        config_dir: None,
+    };
+    match files.read(nodemem_enforce::kubelet::OwnDropIn::Without) {
+        Ok(k) if k.sources.is_empty() => Err(CliError::one(format!(
+            "--kubelet-config {}: no such file",
+            config.display()
+        ))),
+        Ok(k) => Ok(k.reserved.eviction_hard.map(|q| q.value())),
+        Err(e) => Err(CliError::one(format!("--kubelet-config: {e}"))),
+    }
+}
+
 /// The simulation on already-read documents; every input problem is collected before
 /// failing, so one run shows everything to fix.
 pub fn simulate(
@@ -95,6 +128,7 @@ pub fn simulate(
     pod_docs: &[Document],
     page_size: i64,
     numa: Option<NumaInput<'_>>,
+    hard_eviction_memory: Option<i64>,
 ) -> Result<SimulateOutput, CliError> {
     let mut problems = Vec::new();
     if page_size <= 0 || (page_size & (page_size - 1)) != 0 {
@@ -137,6 +171,7 @@ pub fn simulate(
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory,
+            hard_eviction_memory,
             page_size,
             kernel_version: node_kernel_version(&node),
         },

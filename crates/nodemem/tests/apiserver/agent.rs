@@ -190,6 +190,9 @@ async fn expected_on(
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: node_allocatable_memory(&node).unwrap(),
+            // No kubelet configuration on this node: the agent takes the kubelet's
+            // default hard eviction threshold.
+            hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
             // SAFETY: sysconf has no preconditions.
             page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64,
             kernel_version: Some("6.1.0-56-amd64".into()),

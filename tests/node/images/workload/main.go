@@ -1,8 +1,9 @@
 // workload is the real node's test workload: it allocates the given amount of memory,
 // touches every page so that it is resident (and charged to the container's cgroup),
-// reports it, and sleeps until SIGINT or SIGTERM.
+// reports it, and sleeps until SIGINT or SIGTERM; with -exit it ends there instead (an
+// init container).
 //
-//	workload [-allocate 64Mi]
+//	workload [-allocate 64Mi] [-exit]
 package main
 
 import (
@@ -32,6 +33,7 @@ func parseBytes(text string) (int64, error) {
 
 func main() {
 	allocate := flag.String("allocate", "0", "memory to allocate and keep resident (64Mi, 1Gi, bytes)")
+	exit := flag.Bool("exit", false, "exit once the memory is resident (an init container)")
 	flag.Parse()
 	n, err := parseBytes(*allocate)
 	if err != nil || n < 0 {
@@ -43,6 +45,9 @@ func main() {
 		held[i] = 1
 	}
 	fmt.Printf("workload: %d bytes resident\n", n)
+	if *exit {
+		return
+	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	<-signals
