@@ -68,7 +68,7 @@ node:
 	  export NODEMEM_IMAGE_LAYOUT && \
 	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL && \
-	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked
+	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked -- --nocapture
 
 ## real-node: a control plane and one real node for manual use, until Ctrl-C
 real-node:
