@@ -637,6 +637,11 @@ async fn values_survive_their_owners(
     agent_container: &str,
     expected: std::collections::BTreeMap<String, (String, String)>,
 ) {
+    // What simulate predicts for the node's pods as they are now.
+    let expected_now = |node: &RealNode| {
+        let name = node.name.clone();
+        async move { expected_files(client, admin, policy, work, driver, &name, agent_container).await }
+    };
     // memory.max is the kubelet's and changes on resize: not nodemem's to hold.
     let watched: Vec<&String> = expected
         .keys()
@@ -726,16 +731,7 @@ async fn values_survive_their_owners(
         },
     )
     .await;
-    let after_resize = expected_files(
-        client,
-        admin,
-        policy,
-        work,
-        driver,
-        &node.name,
-        agent_container,
-    )
-    .await;
+    let after_resize = expected_now(node).await;
     let changed_by_resize: Vec<String> = after_resize
         .iter()
         .filter(|(p, (_, v))| {
@@ -776,16 +772,7 @@ async fn values_survive_their_owners(
         },
     )
     .await;
-    let restarted = expected_files(
-        client,
-        admin,
-        policy,
-        work,
-        driver,
-        &node.name,
-        agent_container,
-    )
-    .await;
+    let restarted = expected_now(node).await;
     let new_scope: Vec<(&String, &String)> = restarted
         .iter()
         .filter(|(p, _)| p.contains(&new_id) && !p.ends_with("/memory.max"))

@@ -443,19 +443,22 @@ fn the_kubelet_config_gives_the_hard_eviction_threshold_for_memory_high() {
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: 50Mi\n",
     )
     .unwrap();
-    let (code, stdout, stderr) = nodemem(&[
-        "simulate",
-        "--policy",
-        "examples/batch/policy.yaml",
-        "--node",
-        "examples/batch/node.yaml",
-        "--pods",
-        "examples/batch/pods.yaml",
-        "--kubelet-config",
-        config.to_str().unwrap(),
-        "-o",
-        "json",
-    ]);
+    let batch_with = |kubelet_config: &Path, more: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--policy",
+            "examples/batch/policy.yaml",
+            "--node",
+            "examples/batch/node.yaml",
+            "--pods",
+            "examples/batch/pods.yaml",
+            "--kubelet-config",
+            kubelet_config.to_str().unwrap(),
+        ];
+        args.extend_from_slice(more);
+        nodemem(&args)
+    };
+    let (code, stdout, stderr) = batch_with(&config, &["-o", "json"]);
     assert_eq!(code, 0, "stderr: {stderr}");
     let out: Value = serde_json::from_str(&stdout).unwrap();
     let c = container(
@@ -469,17 +472,7 @@ fn the_kubelet_config_gives_the_hard_eviction_threshold_for_memory_high() {
         (30 * 1024 + 50) * MI * 8 / 10 / 4096 * 4096
     );
     let missing = dir.path().join("absent.yaml");
-    let (code, _, stderr) = nodemem(&[
-        "simulate",
-        "--policy",
-        "examples/batch/policy.yaml",
-        "--node",
-        "examples/batch/node.yaml",
-        "--pods",
-        "examples/batch/pods.yaml",
-        "--kubelet-config",
-        missing.to_str().unwrap(),
-    ]);
+    let (code, _, stderr) = batch_with(&missing, &[]);
     assert_ne!(code, 0);
     assert!(
         stderr.contains("--kubelet-config")
