@@ -37,29 +37,8 @@ trap 'rm -rf "$work"' EXIT
 
 staging_version="v0.${K8S_VERSION#v1.}"
 
-# A fresh module in $work/<name> that imports the given main packages (so `go mod
-# tidy` resolves them); the caller appends its require/replace lines before tidy.
-new_module() {
-  local name="$1"
-  shift
-  mkdir -p "$work/$name"
-  cd "$work/$name"
-  go mod init "nodemem.local/$name" >/dev/null 2>&1
-  {
-    printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for pkg in "$@"; do printf '\t_ "%s"\n' "$pkg"; done
-    printf ')\n'
-  } >tools.go
-}
-
-# Resolves the module graph and builds the packages to OUT (a file, or $BIN/ for one
-# binary per package named after it).
-build_to() {
-  local out="$1" ldflags="$2"
-  shift 2
-  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
-  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@"
-}
+# new_module and build_to (shared with the other Go-module builds).
+source "$(dirname "$0")/go-modules.sh"
 
 # Builds the Kubernetes commands not in $BIN yet (one module: they share the build cache).
 build_k8s() {
@@ -83,7 +62,7 @@ build_k8s() {
     for m in $staging; do echo "  $m => $m $staging_version"; done
     echo ")"
   } >>go.mod
-  build_to "$BIN/" "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION" "${packages[@]}"
+  build_to "$BIN/" "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION" "" "${packages[@]}"
 }
 
 build_etcd() {
@@ -91,14 +70,14 @@ build_etcd() {
   new_module etcd go.etcd.io/etcd/server/v3
   echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>go.mod
   # The server's main package is named after its directory (v3): name the file.
-  build_to "$BIN/etcd" "" go.etcd.io/etcd/server/v3
+  build_to "$BIN/etcd" "" "" go.etcd.io/etcd/server/v3
 }
 
 build_helm() {
   echo ">> building helm $HELM_VERSION" >&2
   new_module helm helm.sh/helm/v4/cmd/helm
   echo "require helm.sh/helm/v4 $HELM_VERSION" >>go.mod
-  build_to "$BIN/helm" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+  build_to "$BIN/helm" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" "" helm.sh/helm/v4/cmd/helm
 }
 
 # A cache of an earlier layout (without helm) is reused for what it has.

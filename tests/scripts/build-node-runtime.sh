@@ -45,26 +45,8 @@ mkdir -p "$OUT/cni" "$OUT/images"
 work="$(mktemp -d "$CACHE/build-node.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-new_module() {
-  local name="$1"
-  shift
-  mkdir -p "$work/$name"
-  cd "$work/$name"
-  go mod init "nodemem.local/$name" >/dev/null 2>&1
-  {
-    printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for pkg in "$@"; do printf '\t_ "%s"\n' "$pkg"; done
-    printf ')\n'
-  } >tools.go
-}
-
-# build_to OUT LDFLAGS TAGS PACKAGE...: resolves the module graph and builds.
-build_to() {
-  local out="$1" ldflags="$2" tags="$3"
-  shift 3
-  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
-  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$out" "$@"
-}
+# new_module and build_to (shared with the other Go-module builds).
+source "$(dirname "$0")/go-modules.sh"
 
 if [[ ! -x "$OUT/containerd" || ! -x "$OUT/containerd-shim-runc-v2" || ! -x "$OUT/ctr" ]]; then
   echo ">> building containerd $CONTAINERD_VERSION (containerd, containerd-shim-runc-v2, ctr)" >&2

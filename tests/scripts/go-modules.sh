@@ -1,0 +1,29 @@
+# Sourced by the scripts that build test dependencies from Go modules
+# (build-control-plane.sh, build-node-runtime.sh). The caller sets `work` (a scratch
+# directory) and `JOBS` (go build -p).
+
+# new_module NAME PACKAGE...: a fresh module in $work/NAME importing the given main
+# packages (so `go mod tidy` resolves them); the caller appends its require/replace
+# lines to go.mod before building.
+new_module() {
+  local name="$1"
+  shift
+  mkdir -p "$work/$name"
+  cd "$work/$name"
+  go mod init "nodemem.local/$name" >/dev/null 2>&1
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for pkg in "$@"; do printf '\t_ "%s"\n' "$pkg"; done
+    printf ')\n'
+  } >tools.go
+}
+
+# build_to OUT LDFLAGS TAGS PACKAGE...: resolves the module graph and builds the
+# packages to OUT (a file, or a directory ending in / for one binary per package,
+# named after it). TAGS may be empty.
+build_to() {
+  local out="$1" ldflags="$2" tags="$3"
+  shift 3
+  GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
+  GOFLAGS=-mod=mod go build -p "$JOBS" -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$out" "$@"
+}
