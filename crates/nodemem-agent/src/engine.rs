@@ -319,15 +319,7 @@ impl NodeEngine {
             .as_ref()
             .and_then(|k| kubelet_conflict(k, settings));
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
-        let pod_scope;
-        let scope = match reach {
-            Reach::Node => None,
-            Reach::Cgroups(paths) => Some(paths),
-            Reach::Pods(uids) => {
-                pod_scope = pods_reach(&desired, uids);
-                Some(&pod_scope)
-            }
-        };
+        let scope = reach.cgroups(&desired);
         let now = self.started.elapsed();
         let mut cgroups = desired.cgroups();
         if let Some(own) = &self.own_cgroup {
@@ -343,7 +335,7 @@ impl NodeEngine {
                 leave_alone,
             },
             Some((&mut self.backoff, now)),
-            scope,
+            scope.as_deref(),
         );
         self.manager = desired
             .memory_manager
@@ -366,34 +358,34 @@ impl NodeEngine {
         reach: Reach<'_>,
     ) -> Option<crate::units::HoldOutcome> {
         let units = self.units.as_mut()?;
+        // The cgroups the pass covered, as apply_scoped limited them.
+        let scope = reach.cgroups(desired);
         let mut cgroups = desired.cgroups();
-        if let Some(own) = &self.own_cgroup {
-            cgroups.retain(|c| c.path != own);
-        }
-        let deferred: Vec<nodemem_enforce::Write> = report
-            .deferred
+        cgroups.retain(|c| {
+            Some(c.path) != self.own_cgroup.as_deref()
+                && scope.as_ref().is_none_or(|s| s.contains(c.path))
+        });
+        let not_applied = report
+            .failed
             .iter()
-            .map(|d| nodemem_enforce::Write {
-                cgroup: d.cgroup.clone(),
-                file: d.file.clone(),
-                old: None,
-                new: String::new(),
-                kind: nodemem_enforce::WriteKind::Set,
-            })
-            .collect();
+            .map(|f| &f.write)
+            .chain(&report.vanished)
+            .map(|w| (w.cgroup.as_str(), w.file.as_str()))
+            .chain(
+                report
+                    .deferred
+                    .iter()
+                    .map(|d| (d.cgroup.as_str(), d.file.as_str())),
+            );
         let held = nodemem_enforce::units::held_values(
             &cgroups,
             &self.owned,
             &report.applied,
-            report
-                .failed
-                .iter()
-                .map(|f| &f.write)
-                .chain(&report.vanished)
-                .chain(&deferred),
+            not_applied,
         );
-        let live: Option<std::collections::BTreeSet<&str>> =
-            matches!(reach, Reach::Node).then(|| cgroups.iter().map(|c| c.path).collect());
+        let live: Option<std::collections::BTreeSet<&str>> = scope
+            .is_none()
+            .then(|| cgroups.iter().map(|c| c.path).collect());
         Some(units.hold(&held, live.as_ref()).await)
     }
 
@@ -428,8 +420,8 @@ impl NodeEngine {
     fn set_allocatable(&mut self, allocatable: Option<i64>) {
         self.facts.memory.allocatable_memory = allocatable;
         self.facts.memory.hard_eviction_memory = match &self.kubelet {
-            Some(k) => k.reserved.eviction_hard.map(|q| q.value()),
-            None => Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
+            Some(k) => k.hard_eviction_memory(),
+            None => KubeletSettings::default().hard_eviction_memory(),
         };
     }
 
@@ -515,6 +507,20 @@ pub enum Reach<'a> {
     Node,
     Cgroups(&'a std::collections::BTreeSet<String>),
     Pods(&'a std::collections::BTreeSet<String>),
+}
+
+impl Reach<'_> {
+    /// The cgroups a pass over `desired` covers; None: the whole node.
+    fn cgroups(
+        &self,
+        desired: &DesiredNode<'_>,
+    ) -> Option<std::borrow::Cow<'_, std::collections::BTreeSet<String>>> {
+        match *self {
+            Reach::Node => None,
+            Reach::Cgroups(paths) => Some(std::borrow::Cow::Borrowed(paths)),
+            Reach::Pods(uids) => Some(std::borrow::Cow::Owned(pods_reach(desired, uids))),
+        }
+    }
 }
 
 /// The cgroups of these pods and the node-level cgroups above them.

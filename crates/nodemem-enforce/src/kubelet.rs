@@ -43,6 +43,14 @@ impl KubeletSettings {
         self.memory_manager_policy.as_deref() == Some("Static")
     }
 
+    /// The `memory.available` hard eviction threshold in bytes (the kubelet's default
+    /// when its configuration does not say; None for a percentage), which the Node's
+    /// allocatable subtracts and the kubelet's memory.high ceiling does not
+    /// (`NodeMemoryFacts::hard_eviction_memory`).
+    pub fn hard_eviction_memory(&self) -> Option<i64> {
+        self.reserved.eviction_hard.as_ref().map(|q| q.value())
+    }
+
     /// What the kubelet's Memory Manager state file is checked against when it starts:
     /// a change of either means the file must go first (KEP-1769).
     pub fn memory_manager(&self) -> (&str, Option<&serde_json::Value>) {

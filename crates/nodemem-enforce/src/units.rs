@@ -131,7 +131,7 @@ pub fn held_values<'a>(
     desired: &[DesiredCgroup<'_>],
     owned: &Ownership,
     applied: impl IntoIterator<Item = &'a Write>,
-    not_applied: impl IntoIterator<Item = &'a Write>,
+    not_applied: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> BTreeMap<String, BTreeMap<UnitProperty, UnitValue>> {
     let mut out: BTreeMap<String, BTreeMap<UnitProperty, UnitValue>> = BTreeMap::new();
     let mut put = |cgroup: &str, file: &str, text: &str| {
@@ -147,10 +147,7 @@ pub fn held_values<'a>(
                 .insert(property, value);
         }
     };
-    let skipped: BTreeSet<(&str, &str)> = not_applied
-        .into_iter()
-        .map(|w| (w.cgroup.as_str(), w.file.as_str()))
-        .collect();
+    let skipped: BTreeSet<(&str, &str)> = not_applied.into_iter().collect();
     for d in desired {
         for (file, value) in d.managed() {
             if owned.owns(d.path, file) && !skipped.contains(&(d.path, file)) {
@@ -333,7 +330,12 @@ mod tests {
         // memory.high; the pod's memory.low is desired but not nodemem's.
         let restored = write(SCOPE, MEMORY_LOW, "0", WriteKind::Restore);
         let failed = write(SCOPE, MEMORY_HIGH, "209715200", WriteKind::Set);
-        let held = held_values(&desired, &owned, [&restored], [&failed]);
+        let held = held_values(
+            &desired,
+            &owned,
+            [&restored],
+            [(failed.cgroup.as_str(), failed.file.as_str())],
+        );
         let want: BTreeMap<String, BTreeMap<UnitProperty, UnitValue>> = [
             (
                 POD.to_string(),

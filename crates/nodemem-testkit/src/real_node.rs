@@ -20,7 +20,7 @@ use crate::control_plane::ControlPlane;
 use crate::cpio::Cpio;
 use crate::error::Error;
 use crate::process::Process;
-use crate::vm::{kernel_image, shared_libraries, two_numa_node_machine};
+use crate::vm::{kernel_image, shared_libraries, two_numa_node_vm};
 
 fn node_err(msg: impl Into<String>) -> Error {
     Error::Vm(msg.into())
@@ -336,14 +336,13 @@ impl RealNode {
 
         let initrd = dir.join("initramfs.cpio");
         std::fs::write(&initrd, initramfs(image)?).map_err(|e| node_err(e.to_string()))?;
-        let mut args = two_numa_node_machine(spec.numa_node_mib);
+        let mut args = two_numa_node_vm(
+            spec.numa_node_mib,
+            &image.kernel,
+            &initrd,
+            "console=ttyS0 loglevel=4 panic=-1 systemd.unified_cgroup_hierarchy=1",
+        );
         args.extend([
-            "-kernel".into(),
-            image.kernel.display().to_string(),
-            "-initrd".into(),
-            initrd.display().to_string(),
-            "-append".into(),
-            "console=ttyS0 loglevel=4 panic=-1 systemd.unified_cgroup_hierarchy=1".into(),
             "-drive".into(),
             format!(
                 "file={},if=virtio,format=raw,snapshot=on",
@@ -356,13 +355,6 @@ impl RealNode {
             ),
             "-nic".into(),
             "user,model=virtio-net-pci".into(),
-            "-display".into(),
-            "none".into(),
-            "-no-reboot".into(),
-            "-serial".into(),
-            "stdio".into(),
-            "-monitor".into(),
-            "none".into(),
         ]);
         let console = dir.join("console.log");
         let qemu = Process::spawn(

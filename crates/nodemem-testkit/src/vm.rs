@@ -71,10 +71,16 @@ pub fn kernel_image() -> Result<PathBuf, Error> {
     ))
 }
 
-/// qemu's machine for every VM of the harness: two CPUs and two NUMA nodes of
-/// `node_mib` each, one CPU per node; `NODEMEM_VM_ACCEL` picks the accelerator (tcg by
-/// default: no KVM on CI machines).
-pub(crate) fn two_numa_node_machine(node_mib: u32) -> Vec<String> {
+/// qemu's arguments for a VM of two NUMA nodes of `node_mib` each (one CPU each),
+/// booting `kernel` with `initrd` and the command line `append`, its console on
+/// stdio, nothing else attached (the caller adds disks, shares and networks).
+/// `NODEMEM_VM_ACCEL` picks the accelerator (tcg by default: no KVM on CI machines).
+pub(crate) fn two_numa_node_vm(
+    node_mib: u32,
+    kernel: &Path,
+    initrd: &Path,
+    append: &str,
+) -> Vec<String> {
     let accel = std::env::var("NODEMEM_VM_ACCEL").unwrap_or_else(|_| "tcg".into());
     let mut args: Vec<String> = vec![
         "-accel".into(),
@@ -90,6 +96,21 @@ pub(crate) fn two_numa_node_machine(node_mib: u32) -> Vec<String> {
         args.push("-numa".into());
         args.push(format!("node,nodeid={i},cpus={i},memdev=m{i}"));
     }
+    args.extend([
+        "-kernel".into(),
+        kernel.display().to_string(),
+        "-initrd".into(),
+        initrd.display().to_string(),
+        "-append".into(),
+        append.to_string(),
+        "-display".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-serial".into(),
+        "stdio".into(),
+        "-monitor".into(),
+        "none".into(),
+    ]);
     args
 }
 
@@ -213,24 +234,13 @@ impl Vm {
         let initrd = dir.path().join("initramfs.cpio");
         std::fs::write(&initrd, self.initramfs(script)?)
             .map_err(|e| vm_err(format!("{}: {e}", initrd.display())))?;
-        let mut args = two_numa_node_machine(self.node_memory_mib);
-        args.extend([
-            "-kernel".into(),
-            self.kernel.display().to_string(),
-            "-initrd".into(),
-            initrd.display().to_string(),
-            "-append".into(),
-            format!("console=ttyS0 quiet loglevel=1 panic=-1 {}", self.cmdline),
-            "-display".into(),
-            "none".into(),
-            "-no-reboot".into(),
-            "-serial".into(),
-            "stdio".into(),
-            "-monitor".into(),
-            "none".into(),
-            "-nic".into(),
-            "none".into(),
-        ]);
+        let mut args = two_numa_node_vm(
+            self.node_memory_mib,
+            &self.kernel,
+            &initrd,
+            &format!("console=ttyS0 quiet loglevel=1 panic=-1 {}", self.cmdline),
+        );
+        args.extend(["-nic".into(), "none".into()]);
         let console_path = dir.path().join("console.log");
         let started = Instant::now();
         let mut qemu = Process::spawn(

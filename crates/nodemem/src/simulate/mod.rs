@@ -104,7 +104,7 @@ pub struct NumaInput<'a> {
 /// file, or its default without one; None when it is a percentage.
 fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<Option<i64>, CliError> {
     let Some(config) = config else {
-        return Ok(Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY));
+        return Ok(nodemem_enforce::kubelet::KubeletSettings::default().hard_eviction_memory());
     };
     let files = nodemem_enforce::kubelet::KubeletFiles {
         config: config.to_path_buf(),
@@ -115,7 +115,7 @@ fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<Option<i64>
             "--kubelet-config {}: no such file",
             config.display()
         ))),
-        Ok(k) => Ok(k.reserved.eviction_hard.map(|q| q.value())),
+        Ok(k) => Ok(k.hard_eviction_memory()),
         Err(e) => Err(CliError::one(format!("--kubelet-config: {e}"))),
     }
 }
