@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node build simulate crds control-plane real-node image image-check sandbox
+.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node bench-node build simulate crds control-plane real-node image image-check sandbox
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
 test: lint crds-check unit apiserver image-check vm node
@@ -69,6 +69,18 @@ node:
 	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked -- --nocapture
+
+## bench-node: the reaction to 60 real container starts on the systemd-driver real node
+## (BENCHMARKS.md); the rest of that node's test runs as in `make node`
+bench-node:
+	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
+	  export NODEMEM_IMAGE_LAYOUT && \
+	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
+	  export NODEMEM_KERNEL && \
+	  NODEMEM_REACTION_PODS=60 $(CARGO) test -p nodemem --features node-tests --test real_node --locked \
+	    -- --nocapture a_real_systemd_driver_node
 
 ## real-node: a control plane and one real node for manual use, until Ctrl-C
 real-node:

@@ -92,15 +92,27 @@ pub struct AgentArgs {
     /// memoryManagerPolicy or reservedMemory (the kubelet refuses to start on it).
     #[arg(long, default_value = "/var/lib/kubelet/memory_manager_state")]
     pub kubelet_memory_manager_state: PathBuf,
+    /// Restarts the kubelet's systemd unit (for example kubelet.service) after its
+    /// drop-in changed, through systemd's D-Bus API at --systemd-run-dir (as `systemctl
+    /// restart` does); the kubelet is back once a new kubelet process has stayed up for
+    /// 5 s (needs hostPID) and its healthz answers, unless that is off.
+    #[arg(
+        long,
+        conflicts_with = "kubelet_restart_command",
+        requires = "systemd_run_dir"
+    )]
+    pub kubelet_restart_unit: Option<String>,
     /// Restarts the kubelet after its drop-in changed, run with `sh -c` (for example
-    /// `nsenter -t 1 -m -- systemctl restart kubelet`). Without it the config reports
-    /// KubeletRestartRequired until the kubelet is seen to restart.
+    /// `nsenter -t 1 -m -- systemctl restart kubelet`). Without it or
+    /// --kubelet-restart-unit the config reports KubeletRestartRequired until the
+    /// kubelet is seen to restart.
     #[arg(long)]
     pub kubelet_restart_command: Option<String>,
-    /// Answers 200 once the restarted kubelet is back (plain http).
+    /// Answers 200 once the restarted kubelet is back (plain http); `off` where the
+    /// kubelet's loopback is not reachable (a pod off the host network).
     #[arg(long, default_value = "http://127.0.0.1:10248/healthz")]
     pub kubelet_healthz_url: String,
-    /// How long the restart command and the kubelet's return may take.
+    /// How long the restart and the kubelet's return may take.
     #[arg(long, default_value_t = 120)]
     pub kubelet_restart_timeout_seconds: u64,
     /// Where the host's /run is mounted: its D-Bus and systemd sockets

@@ -1,8 +1,9 @@
 //! `enforcement: Kubelet`: the agent renders a KubeletConfiguration drop-in for the
 //! node's kubelet version, writes it atomically, removes the kubelet's Memory Manager
 //! state first when the kubelet's memoryManagerPolicy or reservedMemory changes with it,
-//! and restarts the kubelet with a configured command, reporting `Applied` only once the
-//! kubelet is back (its healthz answers). Without a command the config says
+//! and restarts the kubelet (through systemd's D-Bus API, or with a configured command),
+//! reporting `Applied` only once the kubelet is back (a new kubelet process that stays
+//! up, and its healthz where reachable). Without either the config says
 //! `KubeletRestartRequired` until the kubelet process is seen to start after the write.
 //! Leaving Kubelet mode removes the drop-in the same way.
 
@@ -15,6 +16,7 @@ use nodemem_enforce::kubelet::{
 use nodemem_enforce::state::StateDir;
 use nodemem_model::kubelet_dropin::{render, DropInOwner, KubeletRefusal};
 use nodemem_model::policy::PolicySettings;
+use nodemem_systemd::{BusAddress, Systemd};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -24,16 +26,45 @@ const RECORD_KIND: &str = "kubelet";
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_CAP: Duration = Duration::from_secs(600);
 
-/// How the kubelet is restarted and seen back.
-#[derive(Clone, Debug, Default)]
-pub struct KubeletRestart {
+/// How the kubelet is restarted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestartBy {
+    /// `RestartUnit(unit, "replace")` on systemd's D-Bus API (what `systemctl restart`
+    /// sends), reached at these addresses: works from the agent's pod with the host's
+    /// /run mounted and uid 0, no capability and no host namespace needed.
+    Unit {
+        unit: String,
+        systemd: Vec<BusAddress>,
+    },
     /// Run with `sh -c` (for example `nsenter -t 1 -m -- systemctl restart kubelet`).
-    pub command: Option<String>,
+    Command(String),
+}
+
+/// How the kubelet is restarted and seen back.
+#[derive(Clone, Debug)]
+pub struct KubeletRestart {
+    pub by: Option<RestartBy>,
     /// `http://host:port/path` that answers 200 once the kubelet is back (the
-    /// kubelet's healthz is `http://127.0.0.1:10248/healthz`).
+    /// kubelet's healthz is `http://127.0.0.1:10248/healthz`, on the host's loopback:
+    /// not reachable from a pod that is not on the host network).
     pub healthz: Option<String>,
-    /// For the command and the wait together.
+    /// After a unit restart, the new kubelet process must stay this long: a kubelet that
+    /// refuses its configuration exits within a second or two and systemd starts
+    /// another.
+    pub stable_for: Duration,
+    /// For the restart and the wait together.
     pub timeout: Duration,
+}
+
+impl Default for KubeletRestart {
+    fn default() -> Self {
+        KubeletRestart {
+            by: None,
+            healthz: None,
+            stable_for: Duration::from_secs(5),
+            timeout: Duration::from_secs(120),
+        }
+    }
 }
 
 /// Where Kubelet mode reads and writes.
@@ -235,7 +266,7 @@ impl KubeletMode {
                 message: done.to_string(),
             };
         }
-        let Some(command) = self.config.restart.command.clone() else {
+        let Some(by) = self.config.restart.by.clone() else {
             let changed = SystemTime::UNIX_EPOCH + Duration::from_millis(self.record.changed_at_ms);
             if kubelet_started_at(&self.config.proc_root).is_some_and(|s| s > changed) {
                 info!("the kubelet restarted since its drop-in changed");
@@ -246,7 +277,7 @@ impl KubeletMode {
             }
             return KubeletOutcome::RestartRequired {
                 message: format!(
-                    "the kubelet drop-in changed; restart the kubelet to apply it{} (or give the agent --kubelet-restart-command)",
+                    "the kubelet drop-in changed; restart the kubelet to apply it{} (or give the agent --kubelet-restart-unit or --kubelet-restart-command)",
                     if self.record.remove_memory_manager_state {
                         format!(
                             ", after making sure {} is gone (its Memory Manager settings change)",
@@ -271,9 +302,9 @@ impl KubeletMode {
                 return e;
             }
         }
-        match self.restart(&command).await {
+        match self.restart(&by).await {
             Ok(()) => {
-                info!(%command, "restarted the kubelet");
+                info!(how = ?by, "restarted the kubelet");
                 self.restarted(state);
                 KubeletOutcome::Configured {
                     message: format!("{done}; the kubelet was restarted"),
@@ -312,10 +343,82 @@ impl KubeletMode {
         }
     }
 
-    /// Runs the command, then waits for healthz, both within the timeout.
-    async fn restart(&self, command: &str) -> Result<(), (&'static str, String)> {
+    /// Restarts the kubelet, then waits for it to be back, all within the timeout.
+    async fn restart(&self, by: &RestartBy) -> Result<(), (&'static str, String)> {
         let restart = &self.config.restart;
         let deadline = Instant::now() + restart.timeout;
+        match by {
+            RestartBy::Command(command) => self.run_command(command).await?,
+            RestartBy::Unit { unit, systemd } => {
+                let before = kubelet_started_at(&self.config.proc_root);
+                restart_unit(unit, systemd).await?;
+                self.new_kubelet_stays(before, deadline).await?;
+            }
+        }
+        let Some(url) = &restart.healthz else {
+            return Ok(());
+        };
+        loop {
+            match healthz(url).await {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err((
+                        "KubeletNotBack",
+                        format!(
+                            "the kubelet was restarted but {url} did not answer 200 within {} s ({e}); check the kubelet's log (journalctl -u kubelet)",
+                            restart.timeout.as_secs()
+                        ),
+                    ))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+
+    /// systemd answers RestartUnit once the job is queued: the kubelet is back when a
+    /// kubelet process other than `before` runs and is still the same process
+    /// `stable_for` later (seen in the host's /proc: the DaemonSet runs with hostPID).
+    async fn new_kubelet_stays(
+        &self,
+        before: Option<SystemTime>,
+        deadline: Instant,
+    ) -> Result<(), (&'static str, String)> {
+        let restart = &self.config.restart;
+        let mut seen: Option<(SystemTime, Instant)> = None;
+        loop {
+            let now = kubelet_started_at(&self.config.proc_root);
+            match (now, seen) {
+                (Some(started), Some((same, since))) if started == same => {
+                    if since.elapsed() >= restart.stable_for {
+                        return Ok(());
+                    }
+                }
+                (Some(started), _) if Some(started) != before => {
+                    seen = Some((started, Instant::now()));
+                }
+                _ => seen = None,
+            }
+            if Instant::now() >= deadline {
+                let what = if seen.is_some() {
+                    "the restarted kubelet did not stay up"
+                } else {
+                    "no new kubelet process started"
+                };
+                return Err((
+                    "KubeletNotBack",
+                    format!(
+                        "{what} within {} s of the restart; check the kubelet's log (journalctl -u kubelet)",
+                        restart.timeout.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Runs the restart command to its end.
+    async fn run_command(&self, command: &str) -> Result<(), (&'static str, String)> {
+        let restart = &self.config.restart;
         let run = tokio::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(command)
@@ -359,25 +462,23 @@ impl KubeletMode {
                 ),
             ));
         }
-        let Some(url) = &restart.healthz else {
-            return Ok(());
-        };
-        loop {
-            match healthz(url).await {
-                Ok(()) => return Ok(()),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err((
-                        "KubeletNotBack",
-                        format!(
-                            "the kubelet was restarted but {url} did not answer 200 within {} s ({e}); check the kubelet's log (journalctl -u kubelet)",
-                            restart.timeout.as_secs()
-                        ),
-                    ))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
-        }
+        Ok(())
     }
+}
+
+/// `RestartUnit(unit, "replace")` at the first of `systemd` that answers.
+async fn restart_unit(unit: &str, systemd: &[BusAddress]) -> Result<(), (&'static str, String)> {
+    let conn = Systemd::connect_any(systemd).await.map_err(|failures| {
+        let why: Vec<String> = failures.iter().map(ToString::to_string).collect();
+        (
+            "KubeletRestartFailed",
+            format!("cannot restart {unit}: {}", why.join("; ")),
+        )
+    })?;
+    conn.restart_unit(unit)
+        .await
+        .map(drop)
+        .map_err(|e| ("KubeletRestartFailed", e.to_string()))
 }
 
 fn failed(reason: &'static str, e: KubeletFileError) -> KubeletOutcome {
@@ -506,13 +607,21 @@ mod mode_tests {
                     memory_manager_state: self.root.join("memory_manager_state"),
                     proc_root: self.root.join("proc"),
                     restart: KubeletRestart {
-                        command,
+                        by: command.map(RestartBy::Command),
                         healthz: None,
+                        stable_for: Duration::from_millis(300),
                         timeout: Duration::from_secs(10),
                     },
                 },
                 &self.state,
             )
+        }
+
+        fn mode_by(&self, by: RestartBy, timeout: Duration) -> KubeletMode {
+            let mut mode = self.mode(None);
+            mode.config.restart.by = Some(by);
+            mode.config.restart.timeout = timeout;
+            mode
         }
 
         fn dropin(&self) -> Option<String> {
@@ -532,24 +641,29 @@ mod mode_tests {
 
         /// A kubelet process that started `secs_from_now` seconds from now.
         fn kubelet_started(&self, secs_from_now: i64) {
-            let proc = self.root.join("proc");
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap()
-                .as_secs() as i64;
-            let btime = now - 1000;
-            // SAFETY: sysconf has no preconditions.
-            let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i64;
-            std::fs::write(proc.join("stat"), format!("btime {btime}\n")).unwrap();
-            std::fs::create_dir_all(proc.join("4242")).unwrap();
-            std::fs::write(proc.join("4242/comm"), "kubelet\n").unwrap();
-            let start = (1000 + secs_from_now) * ticks;
-            std::fs::write(
-                proc.join("4242/stat"),
-                format!("4242 (kubelet) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"),
-            )
-            .unwrap();
+            kubelet_process(&self.root.join("proc"), secs_from_now);
         }
+    }
+
+    /// Writes a kubelet process into a stand-in /proc, started `secs_from_now` seconds
+    /// from now.
+    fn kubelet_process(proc: &Path, secs_from_now: i64) {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let btime = now - 1000;
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i64;
+        std::fs::write(proc.join("stat"), format!("btime {btime}\n")).unwrap();
+        std::fs::create_dir_all(proc.join("4242")).unwrap();
+        std::fs::write(proc.join("4242/comm"), "kubelet\n").unwrap();
+        let start = (1000 + secs_from_now) * ticks;
+        std::fs::write(
+            proc.join("4242/stat"),
+            format!("4242 (kubelet) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"),
+        )
+        .unwrap();
     }
 
     fn q(s: &str) -> Quantity {
@@ -717,6 +831,122 @@ mod mode_tests {
             std::fs::read_to_string(&attempts).unwrap().lines().count(),
             1,
             "retried after the backoff, not on every pass"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_unit_restart_goes_through_systemd_and_waits_for_a_new_kubelet_that_stays() {
+        use nodemem_systemd::fake::FakeSystemd;
+        let bed = Bed::new();
+        bed.kubelet_started(-60);
+        let socket = bed.root.join("run/systemd/private");
+        let proc = bed.root.join("proc");
+        // systemd starting the unit's new process: a kubelet that started just now.
+        let fake = FakeSystemd::listen_with(
+            &socket,
+            &["absent.service"],
+            std::sync::Arc::new(move |_: &str| kubelet_process(&proc, 1)),
+        )
+        .unwrap();
+        let by = |unit: &str| RestartBy::Unit {
+            unit: unit.into(),
+            systemd: BusAddress::host(&bed.root.join("run")).to_vec(),
+        };
+        let mm_state = bed.root.join("memory_manager_state");
+        std::fs::write(&mm_state, "{\"policyName\":\"None\"}").unwrap();
+        let mut mode = bed.mode_by(by("kubelet.service"), Duration::from_secs(10));
+        let o = mode
+            .enforce(
+                &settings(MemoryManagerPolicy::Static),
+                Some("v1.36.3"),
+                OWNER,
+                &bed.state,
+            )
+            .await;
+        assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
+        let calls = fake.calls();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(
+            (calls[0].member.as_str(), calls[0].unit.as_str()),
+            ("RestartUnit", "kubelet.service")
+        );
+        assert!(!mm_state.exists(), "the state went before the restart");
+
+        // A unit systemd does not know: the restart fails with systemd's words.
+        let bed = Bed::new();
+        let mut mode = bed.mode_by(by("absent.service"), Duration::from_secs(10));
+        let o = mode
+            .enforce(
+                &settings(MemoryManagerPolicy::None),
+                Some("v1.36.3"),
+                OWNER,
+                &bed.state,
+            )
+            .await;
+        let (ok, reason, message) = o.applied();
+        assert!(!ok);
+        assert_eq!(reason, "KubeletRestartFailed");
+        assert!(
+            message.contains("systemd did not restart absent.service")
+                && message.contains("NoSuchUnit"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_unit_restart_without_a_new_kubelet_is_not_back() {
+        use nodemem_systemd::fake::FakeSystemd;
+        let bed = Bed::new();
+        bed.kubelet_started(-60);
+        let socket = bed.root.join("run/systemd/private");
+        // systemd takes the job, but no new kubelet process appears (it fails to start).
+        let _fake = FakeSystemd::listen(&socket, &[]).unwrap();
+        let mut mode = bed.mode_by(
+            RestartBy::Unit {
+                unit: "kubelet.service".into(),
+                systemd: BusAddress::host(&bed.root.join("run")).to_vec(),
+            },
+            Duration::from_secs(1),
+        );
+        let o = mode
+            .enforce(
+                &settings(MemoryManagerPolicy::None),
+                Some("v1.36.3"),
+                OWNER,
+                &bed.state,
+            )
+            .await;
+        let (ok, reason, message) = o.applied();
+        assert!(!ok);
+        assert_eq!(reason, "KubeletNotBack");
+        assert!(
+            message.contains("no new kubelet process started within 1 s"),
+            "{message}"
+        );
+        // No systemd at all: a failed restart naming both sockets.
+        let bed = Bed::new();
+        let mut mode = bed.mode_by(
+            RestartBy::Unit {
+                unit: "kubelet.service".into(),
+                systemd: BusAddress::host(&bed.root.join("run")).to_vec(),
+            },
+            Duration::from_secs(1),
+        );
+        let o = mode
+            .enforce(
+                &settings(MemoryManagerPolicy::None),
+                Some("v1.36.3"),
+                OWNER,
+                &bed.state,
+            )
+            .await;
+        let (_, reason, message) = o.applied();
+        assert_eq!(reason, "KubeletRestartFailed");
+        assert!(
+            message.contains("cannot restart kubelet.service")
+                && message.contains("system bus")
+                && message.contains("private socket"),
+            "{message}"
         );
     }
 

@@ -28,6 +28,18 @@ use nodemem_process::{CliError, Outcome};
 
 pub use args::AgentArgs;
 
+/// How the agent restarts the kubelet: its systemd unit, else a command, else not.
+fn restart_by(args: &AgentArgs) -> Option<kubelet_mode::RestartBy> {
+    let given = |s: &Option<String>| s.clone().filter(|c| !c.trim().is_empty());
+    if let (Some(unit), Some(run)) = (given(&args.kubelet_restart_unit), &args.systemd_run_dir) {
+        return Some(kubelet_mode::RestartBy::Unit {
+            unit,
+            systemd: nodemem_systemd::BusAddress::host(run).to_vec(),
+        });
+    }
+    given(&args.kubelet_restart_command).map(kubelet_mode::RestartBy::Command)
+}
+
 /// Runs `nodemem agent`: `--once` from files, else the in-cluster agent until it fails.
 pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     if args.once {
@@ -48,12 +60,10 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         memory_manager_state: args.kubelet_memory_manager_state.clone(),
         proc_root: args.proc_root.clone(),
         restart: kubelet_mode::KubeletRestart {
-            command: args
-                .kubelet_restart_command
-                .clone()
-                .filter(|c| !c.trim().is_empty()),
+            by: restart_by(args),
             healthz: Some(args.kubelet_healthz_url.clone()).filter(|u| !u.is_empty() && u != "off"),
             timeout: std::time::Duration::from_secs(args.kubelet_restart_timeout_seconds.max(1)),
+            ..Default::default()
         },
     };
     let mut agent = cluster::ClusterAgent::new(

@@ -19,6 +19,8 @@ pub struct AgentDeploy {
     /// The kubelet's --config-dir on the hosts, for `enforcement: Kubelet`.
     pub kubelet_config_dir: Option<String>,
     pub kubelet_restart_command: Option<String>,
+    /// The kubelet's systemd unit, restarted through systemd's D-Bus API.
+    pub kubelet_restart_unit: Option<String>,
     /// The agents' state directory on the hosts.
     pub state_dir: String,
 }
@@ -135,8 +137,16 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         mounts.push(json!({"name": "kubelet-config-dir", "mountPath": "/host/kubelet-config-dir"}));
         volumes.push(json!({"name": "kubelet-config-dir", "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}));
     }
-    if let Some(cmd) = &d.kubelet_restart_command {
+    if let Some(unit) = &d.kubelet_restart_unit {
+        args.push(format!("--kubelet-restart-unit={unit}"));
+    } else if let Some(cmd) = &d.kubelet_restart_command {
         args.push(format!("--kubelet-restart-command={cmd}"));
+    }
+    if d.kubelet_restart_unit.is_some() || d.kubelet_restart_command.is_some() {
+        // The kubelet's healthz listens on the host's loopback, which the agent's pod
+        // (not on the host network) cannot reach; the unit restart waits for a new
+        // kubelet process that stays up instead (the pod has hostPID).
+        args.push("--kubelet-healthz-url=off".into());
     }
     let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
     let probe = |path: &str| json!({"httpGet": {"path": path, "port": 9180}, "periodSeconds": 10});
@@ -194,6 +204,7 @@ mod tests {
             cgroup_driver: None,
             kubelet_config_dir: Some("/etc/kubernetes/kubelet.conf.d".into()),
             kubelet_restart_command: None,
+            kubelet_restart_unit: None,
             state_dir: "/var/lib/nodemem".into(),
         }
     }
@@ -275,6 +286,36 @@ mod tests {
         }
         assert_eq!(spec.service_account_name.as_deref(), Some("nodemem-agent"));
         assert_eq!(spec.host_pid, Some(true));
+        assert!(
+            !c.args
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|a| a.starts_with("--kubelet-restart") || a.starts_with("--kubelet-healthz")),
+            "no restart configured"
+        );
+        // A unit restart: through systemd, with the healthz the pod cannot reach off.
+        let by_unit = AgentDeploy {
+            kubelet_restart_unit: Some("kubelet.service".into()),
+            kubelet_restart_command: Some("ignored".into()),
+            ..deploy()
+        };
+        let ds = agent_daemonset(&by_unit, &w);
+        let args = ds.spec.unwrap().template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        let restart: Vec<&String> = args
+            .iter()
+            .filter(|a| a.starts_with("--kubelet-restart") || a.starts_with("--kubelet-healthz"))
+            .collect();
+        assert_eq!(
+            restart,
+            [
+                "--kubelet-restart-unit=kubelet.service",
+                "--kubelet-healthz-url=off"
+            ]
+        );
         // Every node: no affinity at all.
         let all: NodeMemoryPolicy =
             serde_json::from_value(json!({"metadata": {"name": "all"}, "spec": {}})).unwrap();

@@ -312,17 +312,19 @@ fn decide_policy(
         })
         .collect();
     let step = plan(&progress, &target.revision, &params);
-    // Under enforcement: Kubelet a change of the kubelet's Memory Manager needs the node
-    // drained first (KEP-1769: pinned pods lose their guarantees, and the kubelet's
-    // state is reset).
+    // A change of the kubelet's own Memory Manager needs the node drained first
+    // (KEP-1769: pinned pods lose their guarantees, and the kubelet's state is reset):
+    // entering or leaving enforcement: Kubelet with the Static policy changes it as
+    // much as a new policy or reservedMemory under it (found on the real node: the
+    // same Static settings moving from Agent to Kubelet restarted the kubelet with
+    // the Static Memory Manager under pods it had never admitted).
     let needs_drain = |node: &str| {
         let current = world
             .configs
             .get(node)
-            .map(|c| c.spec.settings.memory_manager.clone())
+            .map(|c| kubelets_memory_manager(&c.spec.settings))
             .unwrap_or_default();
-        target.settings.enforcement == nodemem_api::policy::Enforcement::Kubelet
-            && current != target.settings.memory_manager
+        current != kubelets_memory_manager(&target.settings)
     };
     let drained = |node: &str| {
         world
@@ -578,4 +580,17 @@ fn decide_policy(
         });
     }
     finish(v.name, old, status, conditions, out);
+}
+
+/// The Memory Manager the kubelet itself runs with under `settings`: the policy's under
+/// enforcement: Kubelet (nodemem's drop-in sets it); otherwise nodemem writes none and
+/// the kubelet keeps its own, taken as the default (None).
+fn kubelets_memory_manager(
+    settings: &nodemem_api::policy::NodeSettings,
+) -> nodemem_api::policy::MemoryManagerSpec {
+    if settings.enforcement == nodemem_api::policy::Enforcement::Kubelet {
+        settings.memory_manager.clone()
+    } else {
+        Default::default()
+    }
 }

@@ -63,7 +63,12 @@ pub struct ControllerArgs {
     /// The kubelet's --config-dir on the nodes (needed for enforcement: Kubelet).
     #[arg(long)]
     pub agent_kubelet_config_dir: Option<String>,
-    /// How the agents restart the kubelet after its drop-in changed.
+    /// The kubelet's systemd unit on the nodes (for example kubelet.service): the
+    /// agents restart it through systemd's D-Bus API after its drop-in changed.
+    #[arg(long, conflicts_with = "agent_kubelet_restart_command")]
+    pub agent_kubelet_restart_unit: Option<String>,
+    /// How the agents restart the kubelet after its drop-in changed (a command run in
+    /// the agent's container with `sh -c`).
     #[arg(long)]
     pub agent_kubelet_restart_command: Option<String>,
     /// The agents' state directory on the hosts (a hostPath).
@@ -108,6 +113,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 cgroup_driver: args.agent_cgroup_driver.clone(),
                 kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
                 kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
+                kubelet_restart_unit: args.agent_kubelet_restart_unit.clone(),
                 state_dir: args.agent_state_dir.clone(),
             }),
     };

@@ -550,6 +550,76 @@ fn a_kubelet_memory_manager_change_drains_each_node_first() {
     assert!(d.writes.is_empty(), "b's config is not changed");
 }
 
+/// The same Static Memory Manager settings moving between enforcement: Agent and
+/// Kubelet change the kubelet's own Memory Manager (None under Agent): drained both
+/// ways. A change that leaves the kubelet's alone (a factor under Agent) is not.
+#[test]
+fn entering_or_leaving_kubelet_enforcement_with_the_static_policy_drains() {
+    let settings = |enforcement: &str, factor: f64| {
+        serde_json::from_value(json!({
+            "enforcement": enforcement,
+            "memoryQoS": {"throttlingFactor": factor},
+            "memoryManager": {"policy": "Static", "reservedMemory": [{"numaNode": 0, "limits": {"memory": "100Mi"}}]},
+        }))
+        .unwrap()
+    };
+    let rollout = json!({"maxUnavailable": 1});
+    let mut p = policy("k", "k", 0, 0.9, rollout.clone());
+    p.spec.settings = settings("Agent", 0.9);
+    let mut w = world(&[p.clone()], &[("a", "k")]);
+    let mut now = T0;
+    settle(&mut w, &mut now, 3);
+    assert!(
+        w.drains.is_empty(),
+        "Agent over the kubelet's own None: no drain"
+    );
+    assert_eq!(
+        w.configs["a"].spec.settings.enforcement,
+        nodemem_api::policy::Enforcement::Agent
+    );
+
+    let change =
+        |w: &mut World, generation: i64, s: nodemem_api::policy::NodeSettings, now: i64| {
+            let mut next = p.clone();
+            next.metadata.generation = Some(generation);
+            next.spec.settings = s;
+            next.status = Some(w.policies["k"].status.clone());
+            w.apply_policy(&next);
+            decide(w, now)
+        };
+    let d = change(&mut w, 2, settings("Agent", 0.8), now);
+    assert!(d.drains.is_empty(), "a factor under Agent: no drain");
+    assert_eq!(written(&d), ["a"]);
+    apply(&mut w, &d, now);
+    settle(&mut w, &mut now, 3);
+
+    let d = change(&mut w, 3, settings("Kubelet", 0.8), now);
+    assert!(d.writes.is_empty(), "no Kubelet config before the drain");
+    assert_eq!(
+        d.drains.iter().map(|o| o.node.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    let revision = d.drains[0].revision.clone();
+    apply(&mut w, &d, now);
+    mark(&mut w, "a", &revision, now, true);
+    let d = decide(&w, now + 1);
+    assert_eq!(written(&d), ["a"], "drained: now its config");
+    apply(&mut w, &d, now + 1);
+    agent_reports(&mut w, "a", true, now + 2);
+    let d = decide(&w, now + 3);
+    assert_eq!(d.uncordons, ["a"]);
+    apply(&mut w, &d, now + 3);
+    w.drains.remove("a");
+    now += 10;
+
+    let d = change(&mut w, 4, settings("Agent", 0.8), now);
+    assert_eq!(
+        d.drains.iter().map(|o| o.node.as_str()).collect::<Vec<_>>(),
+        ["a"],
+        "leaving Kubelet takes the kubelet's Static policy away: drained too"
+    );
+}
+
 #[test]
 fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec_changes() {
     let rollout = json!({"maxUnavailable": 2});

@@ -24,7 +24,7 @@
 //!   is `getNodeAllocatable`, the container manager's `GetNodeAllocatableAbsolute`:
 //!   capacity minus kube-reserved and system-reserved, *without* the hard eviction
 //!   threshold that the Node's `status.allocatable` also subtracts (KEP prose says
-//!   "node allocatable memory"). Found on the real node (tests/real_node.rs): with
+//!   "node allocatable memory"). Found on the real node (tests/real_node/main.rs): with
 //!   `evictionHard: memory.available: 50Mi` the kubelet's memory.high was 0.9 x 50Mi
 //!   above one computed from `status.allocatable`. [`NodeMemoryFacts::hard_eviction_memory`]
 //!   adds the threshold back.

@@ -1,7 +1,7 @@
 //! A stand-in for systemd's private socket, for tests: it accepts connections at a
-//! path, answers `SetUnitProperties` as systemd does (an empty reply, or
-//! `org.freedesktop.systemd1.NoSuchUnit` for units it does not know) and records each
-//! call with its wire signature. The real systemd is the real node's (tests/real_node).
+//! path, answers `SetUnitProperties` (an empty reply) and `RestartUnit` (a job path)
+//! as systemd does, or `org.freedesktop.systemd1.NoSuchUnit` for units it does not
+//! know, and records each call with its wire signature. The real systemd is the real node's (tests/real_node).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -18,10 +18,16 @@ pub struct Call {
     pub unit: String,
     pub runtime: bool,
     pub properties: Vec<(String, OwnedValue)>,
+    /// RestartUnit's job mode (empty for SetUnitProperties).
+    pub mode: String,
 }
 
 /// SetUnitProperties' arguments: the unit, runtime, the properties.
 type SetUnitProperties = (String, bool, Vec<(String, OwnedValue)>);
+
+/// Called with the unit of each RestartUnit the fake accepts (a test's stand-in for
+/// the unit's process starting again).
+pub type OnRestart = Arc<dyn Fn(&str) + Send + Sync>;
 
 pub struct FakeSystemd {
     socket: std::path::PathBuf,
@@ -34,6 +40,15 @@ impl FakeSystemd {
     /// Listens at `socket` (its directory is created); `unknown` units answer
     /// NoSuchUnit. Must be called inside a tokio runtime.
     pub fn listen(socket: &Path, unknown: &[&str]) -> std::io::Result<Self> {
+        Self::listen_with(socket, unknown, Arc::new(|_: &str| {}))
+    }
+
+    /// [`FakeSystemd::listen`], calling `on_restart` for each accepted RestartUnit.
+    pub fn listen_with(
+        socket: &Path,
+        unknown: &[&str],
+        on_restart: OnRestart,
+    ) -> std::io::Result<Self> {
         if let Some(dir) = socket.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -45,7 +60,12 @@ impl FakeSystemd {
         let served = connections.clone();
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let task = tokio::spawn(serve(stream, recorded.clone(), unknown.clone()));
+                let task = tokio::spawn(serve(
+                    stream,
+                    recorded.clone(),
+                    unknown.clone(),
+                    on_restart.clone(),
+                ));
                 served.lock().unwrap().push(task);
             }
         });
@@ -76,6 +96,7 @@ async fn serve(
     stream: tokio::net::UnixStream,
     calls: Arc<Mutex<Vec<Call>>>,
     unknown: Arc<Vec<String>>,
+    on_restart: OnRestart,
 ) {
     let Ok(builder) = zbus::connection::Builder::unix_stream(stream).server(zbus::Guid::generate())
     else {
@@ -92,8 +113,16 @@ async fn serve(
         }
         let member = header.member().map(|m| m.to_string()).unwrap_or_default();
         let signature = msg.body().signature().to_string_no_parens();
-        let body: Result<SetUnitProperties, _> = msg.body().deserialize();
-        let Ok((unit, runtime, properties)) = body else {
+        let call = if member == "RestartUnit" {
+            msg.body()
+                .deserialize::<(String, String)>()
+                .map(|(unit, mode)| (unit, false, Vec::new(), mode))
+        } else {
+            msg.body()
+                .deserialize::<SetUnitProperties>()
+                .map(|(unit, runtime, properties)| (unit, runtime, properties, String::new()))
+        };
+        let Ok((unit, runtime, properties, mode)) = call else {
             let _ = conn
                 .reply_error(
                     &header,
@@ -104,6 +133,7 @@ async fn serve(
             continue;
         };
         let known = !unknown.contains(&unit);
+        let restart = member == "RestartUnit";
         // Recorded before the answer, so a caller that got its answer sees the call.
         calls.lock().unwrap().push(Call {
             member,
@@ -111,16 +141,22 @@ async fn serve(
             unit: unit.clone(),
             runtime,
             properties,
+            mode,
         });
-        let answer = if known {
-            conn.reply(&header, &()).await
-        } else {
+        let answer = if !known {
             conn.reply_error(
                 &header,
                 "org.freedesktop.systemd1.NoSuchUnit",
                 &format!("Unit {unit} not loaded."),
             )
             .await
+        } else if restart {
+            on_restart(&unit);
+            let job = zbus::zvariant::ObjectPath::try_from("/org/freedesktop/systemd1/job/1")
+                .expect("a valid object path");
+            conn.reply(&header, &job).await
+        } else {
+            conn.reply(&header, &()).await
         };
         if answer.is_err() {
             return;

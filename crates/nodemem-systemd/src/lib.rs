@@ -1,8 +1,10 @@
-//! systemd's D-Bus API, for the one call nodemem needs: `SetUnitProperties(name,
-//! runtime, properties)` on `org.freedesktop.systemd1.Manager`, which records the
-//! values as the unit's (a runtime drop-in under /run/systemd/system.control, kept
-//! across `daemon-reload`) and writes them into its cgroup. Why nodemem must:
-//! `nodemem_enforce::units`.
+//! systemd's D-Bus API, for the two calls nodemem needs on
+//! `org.freedesktop.systemd1.Manager`: `SetUnitProperties(name, runtime, properties)`,
+//! which records the values as the unit's (a runtime drop-in under
+//! /run/systemd/system.control, kept across `daemon-reload`) and writes them into its
+//! cgroup (why nodemem must: `nodemem_enforce::units`); and `RestartUnit(name, mode)`,
+//! with which the agent restarts the kubelet under `enforcement: Kubelet` as
+//! `systemctl restart` would, from its pod and without entering the host's namespaces.
 //!
 //! systemd is reached as runc reaches it (libcontainer/cgroups/systemd, go-systemd's
 //! `NewWithContext`): the system bus first, then systemd's private socket, which
@@ -77,13 +79,23 @@ pub enum SystemdError {
         error_name: Option<String>,
         reason: String,
     },
+    #[error("systemd did not restart {unit}: {reason}")]
+    Restart {
+        unit: String,
+        error_name: Option<String>,
+        reason: String,
+    },
 }
 
 impl SystemdError {
     /// systemd does not know the unit: its cgroup was removed meanwhile (the pod or
     /// container ended), which is not a failure.
     pub fn is_no_such_unit(&self) -> bool {
-        matches!(self, SystemdError::SetProperties { error_name: Some(n), .. } if n == NO_SUCH_UNIT)
+        matches!(
+            self,
+            SystemdError::SetProperties { error_name: Some(n), .. }
+                | SystemdError::Restart { error_name: Some(n), .. } if n == NO_SUCH_UNIT
+        )
     }
 }
 
@@ -179,6 +191,36 @@ impl Systemd {
     }
 }
 
+impl Systemd {
+    /// Queues a restart of `unit` (mode `replace`, as `systemctl restart`) and returns
+    /// the job's object path. systemd answers once the job is queued, not done: the
+    /// caller watches for the unit's new process.
+    pub async fn restart_unit(&self, unit: &str) -> Result<String, SystemdError> {
+        let destination = (!self.p2p).then_some(DESTINATION);
+        let failed = |e: zbus::Error| SystemdError::Restart {
+            unit: unit.to_string(),
+            error_name: match &e {
+                zbus::Error::MethodError(name, _, _) => Some(name.to_string()),
+                _ => None,
+            },
+            reason: e.to_string(),
+        };
+        let reply = self
+            .conn
+            .call_method(
+                destination,
+                PATH,
+                Some(MANAGER),
+                "RestartUnit",
+                &(unit, "replace"),
+            )
+            .await
+            .map_err(failed)?;
+        let job: zbus::zvariant::OwnedObjectPath = reply.body().deserialize().map_err(failed)?;
+        Ok(job.to_string())
+    }
+}
+
 fn dbus_value(v: &UnitValue) -> Value<'static> {
     match v {
         UnitValue::Bytes(b) => Value::U64(*b),
@@ -241,6 +283,7 @@ mod tests {
             unit,
             runtime,
             properties,
+            ..
         }] = &calls[..]
         else {
             panic!("one call: {calls:?}");
@@ -280,6 +323,44 @@ mod tests {
                 && text.contains("MemoryLow=67108864")
                 && text.contains("MemoryHigh=infinity"),
             "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn restart_unit_goes_out_as_systemctl_restart_and_returns_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("systemd/private");
+        let fake = FakeSystemd::listen(&socket, &["absent.service"]).unwrap();
+        let systemd = Systemd::connect(&BusAddress::Private(socket))
+            .await
+            .unwrap();
+        let job = systemd.restart_unit("kubelet.service").await.unwrap();
+        assert!(job.starts_with("/org/freedesktop/systemd1/job/"), "{job}");
+        let calls = fake.calls();
+        let [Call {
+            member,
+            signature,
+            unit,
+            mode,
+            ..
+        }] = &calls[..]
+        else {
+            panic!("one call: {calls:?}");
+        };
+        assert_eq!(
+            (
+                member.as_str(),
+                signature.as_str(),
+                unit.as_str(),
+                mode.as_str()
+            ),
+            ("RestartUnit", "ss", "kubelet.service", "replace")
+        );
+        let err = systemd.restart_unit("absent.service").await.unwrap_err();
+        assert!(err.is_no_such_unit(), "{err:?}");
+        assert!(
+            err.to_string().contains("did not restart absent.service"),
+            "{err}"
         );
     }
 

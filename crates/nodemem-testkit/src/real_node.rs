@@ -36,6 +36,8 @@ pub struct NodeImage {
     pub initrd_modules: PathBuf,
     /// OCI archives imported into containerd at boot (pause, workload, nodemem if built).
     pub images: PathBuf,
+    /// Measuring tools for the node (`tests/node/probe`), at /mnt/nodemem/tools there.
+    pub tools: PathBuf,
 }
 
 /// Runs a build script and returns the last line of its stdout (a path).
@@ -77,6 +79,7 @@ impl NodeImage {
             args.push(layout);
         }
         let images = script("build-node-images.sh", &args)?;
+        let tools = script("build-node-probe.sh", &[])?;
         let initrd_modules = root
             .parent()
             .map(|d| d.join("initrd-modules"))
@@ -86,9 +89,13 @@ impl NodeImage {
             root,
             initrd_modules,
             images,
+            tools,
         })
     }
 }
+
+/// The kubelet's `--config-dir` on the node.
+pub const KUBELET_CONFIG_DIR: &str = "/etc/kubernetes/kubelet.conf.d";
 
 /// The cgroup driver of the kubelet and containerd on the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -301,10 +308,14 @@ impl RealNode {
         write(
             &root.join("etc/default/kubelet"),
             &format!(
-                "KUBELET_ARGS=--config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf --hostname-override={} --node-ip=10.0.2.15{labels}\n",
+                "KUBELET_ARGS=--config=/var/lib/kubelet/config.yaml --config-dir={KUBELET_CONFIG_DIR} --kubeconfig=/etc/kubernetes/kubelet.conf --hostname-override={} --node-ip=10.0.2.15{labels}\n",
                 spec.name
             ),
         )?;
+        // Drop-ins over the configuration file, as kubeadm sets up: where nodemem's
+        // agent writes its own under enforcement: Kubelet.
+        std::fs::create_dir_all(root.join(KUBELET_CONFIG_DIR.trim_start_matches('/')))
+            .map_err(|e| node_err(e.to_string()))?;
         write(
             &root.join("etc/containerd/config.toml"),
             &containerd_config(spec.driver),
@@ -332,6 +343,14 @@ impl RealNode {
                 std::fs::copy(entry.path(), images.join(entry.file_name()))
                     .map_err(|e| node_err(e.to_string()))?;
             }
+        }
+
+        let tools = dir.join("tools");
+        std::fs::create_dir_all(&tools).map_err(|e| node_err(e.to_string()))?;
+        for entry in std::fs::read_dir(&image.tools).map_err(|e| node_err(e.to_string()))? {
+            let entry = entry.map_err(|e| node_err(e.to_string()))?;
+            std::fs::copy(entry.path(), tools.join(entry.file_name()))
+                .map_err(|e| node_err(e.to_string()))?;
         }
 
         let initrd = dir.join("initramfs.cpio");

@@ -1,0 +1,350 @@
+//! Item 5 of issue 17: NUMA on a real kubelet. One systemd-driver node (two NUMA nodes)
+//! under a policy with the Static Memory Manager: first `enforcement: Agent`, where the
+//! agent pins Guaranteed containers itself (cpuset.mems, and AllowedMemoryNodes for
+//! systemd), then `enforcement: Kubelet`, where the controller drains the node and the
+//! agent brings the real kubelet up with the Static Memory Manager (its drop-in, the
+//! kubelet's state file removed, the kubelet restarted through systemd's D-Bus API
+//! from the agent's pod). Both times the node's cpuset.mems, and the kubelet's own
+//! `memory_manager_state`, must be what `nodemem simulate --numa` predicts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as core;
+use kube::api::Api;
+use nodemem_testkit::binaries::control_plane_binaries;
+use nodemem_testkit::clients::kubectl;
+use nodemem_testkit::real_node::{Driver, NodeImage, RealNode, RealNodeSpec, KUBELET_CONFIG_DIR};
+use nodemem_testkit::{ControlPlane, Identity};
+use serde_json::{json, Value};
+
+use super::{
+    config_applied, container_dir, eventually, image_layout, install_nodemem, node_read_all,
+    node_ready, node_values_become, pod_dir, runtime, simulate_node, start_pods,
+    ONE_NODE_AT_A_TIME,
+};
+
+/// The pool's policy: the Static Memory Manager with the kubelet's hard eviction
+/// threshold (50Mi, the node's evictionHard) reserved on NUMA node 0, which is the
+/// kubelet's sum rule (reservedMemory = kubeReserved + systemReserved + evictionHard).
+fn numa_policy(enforcement: &str) -> String {
+    format!(
+        "apiVersion: nodemem.io/v1alpha1
+kind: NodeMemoryPolicy
+metadata:
+  name: numa
+spec:
+  nodeSelector:
+    matchLabels:
+      nodemem.io/pool: numa
+  memoryManager:
+    policy: Static
+    reservedMemory:
+    - numaNode: 0
+      limits:
+        memory: 50Mi
+  enforcement: {enforcement}
+  rollout:
+    minReadySeconds: 0
+"
+    )
+}
+
+/// Guaranteed pods, created one after the other (the kubelet and nodemem admit in
+/// that order; their names sort the same way, which is simulate's order): the first
+/// takes most of one NUMA node, so the second must go to the other, and the third fits
+/// beside one of them.
+fn guaranteed_pods(node: &str, tag: &str) -> Vec<core::Pod> {
+    [("a", "512Mi"), ("b", "512Mi"), ("c", "256Mi")]
+        .into_iter()
+        .map(|(n, memory)| {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("numa-{tag}-{n}")},
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "w", "image": "nodemem.local/workload:1",
+                        "imagePullPolicy": "Never", "args": ["-allocate", "8Mi"],
+                        "resources": {"requests": {"memory": memory, "cpu": "50m"},
+                                      "limits": {"memory": memory, "cpu": "50m"}}}]}
+            }))
+            .unwrap()
+        })
+        .collect()
+}
+
+/// The topology the agent reported (its NodeMemoryConfig's node facts), as
+/// `simulate --numa` reads it.
+fn topology_file(facts: &nodemem_api::config::NodeFacts, work: &Path) -> PathBuf {
+    let mut text = String::from("numaNodes:\n");
+    for n in &facts.numa_nodes {
+        text.push_str(&format!("- id: {}\n  memory:\n", n.id));
+        for (kind, m) in &n.memory {
+            text.push_str(&format!("    {kind}: \"{}\"\n", m.capacity));
+        }
+    }
+    let path = work.join("topology.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A pinned container as simulate predicts it and as it runs.
+struct Pinned {
+    pod: String,
+    uid: String,
+    /// The container's cgroup on the node.
+    dir: String,
+    /// simulate's cpuset.mems.
+    mems: String,
+}
+
+/// simulate's pinning of the `tag` pods' containers, with their cgroups on the node.
+async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pinned> {
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    let mut out = Vec::new();
+    for pod in sim["pods"].as_array().unwrap() {
+        let name = pod["name"].as_str().unwrap();
+        if !name.starts_with(&format!("numa-{tag}-")) {
+            continue;
+        }
+        let container = &pod["containers"][0];
+        let mems = container["cgroup"]["cpuset.mems"]
+            .as_str()
+            .unwrap_or_else(|| panic!("simulate pins {name}: {container}"))
+            .to_string();
+        let uid = pod["uid"].as_str().unwrap().to_string();
+        let id = super::container_id(&pods, name).await;
+        assert!(!id.is_empty(), "{name} has a container");
+        let dir = container_dir(
+            Driver::Systemd,
+            &pod_dir(Driver::Systemd, "Guaranteed", &uid),
+            &id,
+        );
+        out.push(Pinned {
+            pod: name.to_string(),
+            uid,
+            dir,
+            mems,
+        });
+    }
+    assert_eq!(out.len(), 3, "three pinned pods");
+    let nodes: std::collections::BTreeSet<&str> = out.iter().map(|p| p.mems.as_str()).collect();
+    assert!(
+        nodes.len() >= 2,
+        "the pods are sized to need both NUMA nodes: {nodes:?}"
+    );
+    out
+}
+
+/// `[0, 1]` as cpuset.mems writes it (`0-1`).
+fn mems_list(ids: &[u64]) -> String {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    let contiguous = ids.windows(2).all(|w| w[1] == w[0] + 1);
+    match (ids.first(), ids.last()) {
+        (Some(a), Some(b)) if a != b && contiguous => format!("{a}-{b}"),
+        _ => ids
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+#[test]
+fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_predicts() {
+    let _one = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let name = "real-numa";
+    let mut cp = ControlPlane::start().expect("control plane");
+    cp.start_scheduler().expect("kube-scheduler");
+    let bin = control_plane_binaries().expect("control plane binaries");
+    let image = NodeImage::build(&bin.kubelet, Some(&image_layout())).expect("node image");
+    let spec = RealNodeSpec::new(name, Driver::Systemd).label("nodemem.io/pool", "numa");
+    let mut node = RealNode::boot(&cp, &image, &spec).expect("node boots");
+    let rt = runtime();
+    rt.block_on(async {
+        let client = cp.client(&Identity::Admin).await.unwrap();
+        node_ready(&client, name).await;
+        let admin = cp.admin_kubeconfig();
+        let installed = install_nodemem(
+            &cp,
+            &mut node,
+            &client,
+            &numa_policy("Agent"),
+            &[
+                "--agent-kubelet-config-dir",
+                KUBELET_CONFIG_DIR,
+                "--agent-kubelet-restart-unit",
+                "kubelet.service",
+            ],
+        )
+        .await;
+        let work = installed.work.path();
+        let status = config_applied(&client, admin, name, Duration::from_secs(120)).await;
+        let topology = topology_file(&status.node.expect("node facts"), work);
+        eprintln!("{}", std::fs::read_to_string(&topology).unwrap());
+
+        // enforcement: Agent. The kubelet's Memory Manager is None; the agent pins.
+        for p in guaranteed_pods(name, "agent") {
+            start_pods(&client, &[p]).await;
+        }
+        let sim = simulate_node(
+            admin,
+            &installed.policy,
+            work,
+            Driver::Systemd,
+            name,
+            Some(&topology),
+        );
+        let pins = predicted_pins(&client, &sim, "agent").await;
+        let wanted: Vec<(String, String)> = pins
+            .iter()
+            .flat_map(|p| {
+                ["cpuset.mems", "cpuset.mems.effective"]
+                    .map(|f| (format!("{}/{f}", p.dir), p.mems.clone()))
+            })
+            .collect();
+        let pairs: Vec<(&String, &String)> = wanted.iter().map(|(p, v)| (p, v)).collect();
+        let wrong = node_values_become(&mut node, &pairs, Duration::from_secs(60));
+        assert!(
+            wrong.is_empty(),
+            "the agent's pinning is not simulate's (path, read, predicted): {wrong:?}"
+        );
+        for p in &pins {
+            eprintln!("agent pinned {} to NUMA node(s) {}", p.pod, p.mems);
+        }
+        // systemd's record holds the pinning: a reload re-applies AllowedMemoryNodes.
+        let (out, code) = node.run("systemctl daemon-reload && sleep 3").unwrap();
+        assert_eq!(code, 0, "{out}");
+        let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
+        let read = node_read_all(&mut node, &paths);
+        for (path, want) in &wanted {
+            assert_eq!(read.get(path), Some(want), "{path} after daemon-reload");
+        }
+
+        // enforcement: Kubelet. The controller drains the node (the pinned pods lose
+        // their guarantees when the Memory Manager changes), the agent writes its
+        // drop-in, removes the kubelet's Memory Manager state and restarts the kubelet
+        // through systemd; the node comes back uncordoned.
+        let kubelet_policy = work.join("policy-kubelet.yaml");
+        std::fs::write(&kubelet_policy, numa_policy("Kubelet")).unwrap();
+        let switched = Instant::now();
+        kubectl(admin, &["apply", "-f", kubelet_policy.to_str().unwrap()]).unwrap();
+        let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+        eventually(
+            "the node drained of its pinned pods",
+            Duration::from_secs(240),
+            || async {
+                let left = pods.list(&Default::default()).await.ok()?.items;
+                left.iter()
+                    .all(|p| {
+                        !p.metadata
+                            .name
+                            .as_deref()
+                            .unwrap_or_default()
+                            .starts_with("numa-agent-")
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+        let status = config_applied(&client, admin, name, Duration::from_secs(300)).await;
+        let applied = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Applied")
+            .unwrap();
+        assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+        assert!(
+            applied.message.contains("the kubelet was restarted"),
+            "{applied:?}"
+        );
+        let nodes: Api<core::Node> = Api::all(client.clone());
+        eventually("the node uncordoned", Duration::from_secs(180), || async {
+            let n = nodes.get(name).await.ok()?;
+            (!n.spec?.unschedulable.unwrap_or(false)).then_some(())
+        })
+        .await;
+        eprintln!(
+            "drained, kubelet restarted with the Static Memory Manager, uncordoned {:?} after the switch",
+            switched.elapsed()
+        );
+        let (dropin, code) = node
+            .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+            .unwrap();
+        assert_eq!(code, 0, "{dropin}");
+        assert!(
+            dropin.contains("memoryManagerPolicy: Static"),
+            "{dropin}"
+        );
+
+        for p in guaranteed_pods(name, "kubelet") {
+            start_pods(&client, &[p]).await;
+        }
+        let sim = simulate_node(
+            admin,
+            &kubelet_policy,
+            work,
+            Driver::Systemd,
+            name,
+            Some(&topology),
+        );
+        let pins = predicted_pins(&client, &sim, "kubelet").await;
+        let (state, code) = node.run("cat /var/lib/kubelet/memory_manager_state").unwrap();
+        assert_eq!(code, 0, "{state}");
+        let state: Value = serde_json::from_str(&state).expect(&state);
+        assert_eq!(state["policyName"], "Static", "{state}");
+        let effective: Vec<String> = pins
+            .iter()
+            .map(|p| format!("{}/cpuset.mems.effective", p.dir))
+            .collect();
+        let paths: Vec<&str> = effective.iter().map(String::as_str).collect();
+        let read = node_read_all(&mut node, &paths);
+        for (p, path) in pins.iter().zip(&effective) {
+            // The kubelet's own record of the container.
+            let blocks = state["entries"][&p.uid]["w"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no Memory Manager entry for {}: {state}", p.pod));
+            let memory = blocks
+                .iter()
+                .find(|b| b["type"] == "memory")
+                .unwrap_or_else(|| panic!("{}: {blocks:?}", p.pod));
+            let affinity: Vec<u64> = memory["numaAffinity"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                mems_list(&affinity),
+                p.mems,
+                "{}: the kubelet's Memory Manager pinned it to {affinity:?}, simulate predicts {}",
+                p.pod,
+                p.mems
+            );
+            assert_eq!(
+                read.get(path),
+                Some(&p.mems),
+                "{}: {path} on the node",
+                p.pod
+            );
+            eprintln!("kubelet pinned {} to NUMA node(s) {}", p.pod, p.mems);
+        }
+        // The kubelet's memory map per NUMA node (total, systemReserved, allocatable,
+        // reserved, free) is simulate's.
+        let predicted: BTreeMap<String, Value> = sim["numa"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (n["id"].to_string(), n["memoryMap"]["memory"].clone()))
+            .collect();
+        for (id, want) in &predicted {
+            let got = &state["machineState"][id]["memoryMap"]["memory"];
+            assert_eq!(
+                got, want,
+                "NUMA node {id}: the kubelet's memory map, simulate's"
+            );
+        }
+        assert_eq!(predicted.len(), 2, "{predicted:?}");
+        drop(installed);
+    });
+}

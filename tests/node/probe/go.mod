@@ -1,0 +1,3 @@
+module nodemem.local/node-probe
+
+go 1.22
