@@ -59,26 +59,24 @@ vm:
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem --features vm-tests --test vm_kernel --test vm_agent --locked
 
-## node: a real node (qemu: systemd, containerd, runc, the kubelet) joined to a control plane,
-## nodemem installed on it from its image
-node:
-	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+# What the real-node tests need: the control plane, the project's image, the kernel.
+NODE_ENV = NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
 	  NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
 	  export NODEMEM_IMAGE_LAYOUT && \
 	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
-	  export NODEMEM_KERNEL && \
+	  export NODEMEM_KERNEL
+
+## node: a real node (qemu: systemd, containerd, runc, the kubelet) joined to a control plane,
+## nodemem installed on it from its image
+node:
+	$(NODE_ENV) && \
 	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked -- --nocapture
 
 ## bench-node: the reaction to 60 real container starts on the systemd-driver real node
 ## (BENCHMARKS.md); the rest of that node's test runs as in `make node`
 bench-node:
-	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
-	  export NODEMEM_CONTROL_PLANE_BIN && \
-	  NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
-	  export NODEMEM_IMAGE_LAYOUT && \
-	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
-	  export NODEMEM_KERNEL && \
+	$(NODE_ENV) && \
 	  NODEMEM_REACTION_PODS=60 $(CARGO) test -p nodemem --features node-tests --test real_node --locked \
 	    -- --nocapture a_real_systemd_driver_node
 

@@ -617,11 +617,25 @@ mod mode_tests {
             )
         }
 
-        fn mode_by(&self, by: RestartBy, timeout: Duration) -> KubeletMode {
+        /// Restarts `unit` through the systemd at `<root>/run`.
+        fn unit_mode(&self, unit: &str, timeout: Duration) -> KubeletMode {
             let mut mode = self.mode(None);
-            mode.config.restart.by = Some(by);
+            mode.config.restart.by = Some(RestartBy::Unit {
+                unit: unit.into(),
+                systemd: BusAddress::host(&self.root.join("run")).to_vec(),
+            });
             mode.config.restart.timeout = timeout;
             mode
+        }
+
+        /// One pass of `mode` with the settings of `policy` on a v1.36.3 kubelet.
+        async fn enforce(
+            &self,
+            mode: &mut KubeletMode,
+            policy: MemoryManagerPolicy,
+        ) -> KubeletOutcome {
+            mode.enforce(&settings(policy), Some("v1.36.3"), OWNER, &self.state)
+                .await
         }
 
         fn dropin(&self) -> Option<String> {
@@ -848,21 +862,10 @@ mod mode_tests {
             std::sync::Arc::new(move |_: &str| kubelet_process(&proc, 1)),
         )
         .unwrap();
-        let by = |unit: &str| RestartBy::Unit {
-            unit: unit.into(),
-            systemd: BusAddress::host(&bed.root.join("run")).to_vec(),
-        };
         let mm_state = bed.root.join("memory_manager_state");
         std::fs::write(&mm_state, "{\"policyName\":\"None\"}").unwrap();
-        let mut mode = bed.mode_by(by("kubelet.service"), Duration::from_secs(10));
-        let o = mode
-            .enforce(
-                &settings(MemoryManagerPolicy::Static),
-                Some("v1.36.3"),
-                OWNER,
-                &bed.state,
-            )
-            .await;
+        let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(10));
+        let o = bed.enforce(&mut mode, MemoryManagerPolicy::Static).await;
         assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
         let calls = fake.calls();
         assert_eq!(calls.len(), 1, "{calls:?}");
@@ -873,16 +876,8 @@ mod mode_tests {
         assert!(!mm_state.exists(), "the state went before the restart");
 
         // A unit systemd does not know: the restart fails with systemd's words.
-        let bed = Bed::new();
-        let mut mode = bed.mode_by(by("absent.service"), Duration::from_secs(10));
-        let o = mode
-            .enforce(
-                &settings(MemoryManagerPolicy::None),
-                Some("v1.36.3"),
-                OWNER,
-                &bed.state,
-            )
-            .await;
+        let mut mode = bed.unit_mode("absent.service", Duration::from_secs(10));
+        let o = bed.enforce(&mut mode, MemoryManagerPolicy::None).await;
         let (ok, reason, message) = o.applied();
         assert!(!ok);
         assert_eq!(reason, "KubeletRestartFailed");
@@ -901,21 +896,8 @@ mod mode_tests {
         let socket = bed.root.join("run/systemd/private");
         // systemd takes the job, but no new kubelet process appears (it fails to start).
         let _fake = FakeSystemd::listen(&socket, &[]).unwrap();
-        let mut mode = bed.mode_by(
-            RestartBy::Unit {
-                unit: "kubelet.service".into(),
-                systemd: BusAddress::host(&bed.root.join("run")).to_vec(),
-            },
-            Duration::from_secs(1),
-        );
-        let o = mode
-            .enforce(
-                &settings(MemoryManagerPolicy::None),
-                Some("v1.36.3"),
-                OWNER,
-                &bed.state,
-            )
-            .await;
+        let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(1));
+        let o = bed.enforce(&mut mode, MemoryManagerPolicy::None).await;
         let (ok, reason, message) = o.applied();
         assert!(!ok);
         assert_eq!(reason, "KubeletNotBack");
@@ -925,21 +907,8 @@ mod mode_tests {
         );
         // No systemd at all: a failed restart naming both sockets.
         let bed = Bed::new();
-        let mut mode = bed.mode_by(
-            RestartBy::Unit {
-                unit: "kubelet.service".into(),
-                systemd: BusAddress::host(&bed.root.join("run")).to_vec(),
-            },
-            Duration::from_secs(1),
-        );
-        let o = mode
-            .enforce(
-                &settings(MemoryManagerPolicy::None),
-                Some("v1.36.3"),
-                OWNER,
-                &bed.state,
-            )
-            .await;
+        let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(1));
+        let o = bed.enforce(&mut mode, MemoryManagerPolicy::None).await;
         let (_, reason, message) = o.applied();
         assert_eq!(reason, "KubeletRestartFailed");
         assert!(
