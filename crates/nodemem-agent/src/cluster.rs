@@ -247,9 +247,8 @@ impl ClusterAgent {
                     let settings = cgroup_settings(&settings);
                     match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
                     {
-                        Ok((desired, report)) => {
-                            self.hold_in_systemd(&mut engine, &desired, &report, Reach::Node)
-                                .await;
+                        Ok((_, report)) => {
+                            self.hold_in_systemd(&mut engine).await;
                             self.metrics.pass(Trigger::Start, 0.0);
                             info!(
                                 revision = %last.revision,
@@ -465,14 +464,8 @@ impl ClusterAgent {
     }
 
     /// systemd's record of the units the pass wrote (systemd-driver nodes), counted.
-    async fn hold_in_systemd(
-        &self,
-        engine: &mut NodeEngine,
-        desired: &nodemem_model::node::DesiredNode<'_>,
-        report: &nodemem_enforce::ApplyReport,
-        reach: Reach<'_>,
-    ) {
-        if let Some(held) = engine.hold_in_systemd(desired, report, reach).await {
+    async fn hold_in_systemd(&self, engine: &mut NodeEngine) {
+        if let Some(held) = engine.hold_in_systemd().await {
             self.metrics.unit_updates(&held);
         }
     }
@@ -502,11 +495,10 @@ impl ClusterAgent {
                 );
             }
             match engine.enforce(&off(), index.allocatable(), pods, false, Reach::Node) {
-                Ok((desired, report)) => {
+                Ok((_, report)) => {
                     // systemd's record is given back too, or its next re-apply would
                     // put nodemem's values back.
-                    self.hold_in_systemd(engine, &desired, &report, Reach::Node)
-                        .await;
+                    self.hold_in_systemd(engine).await;
                     if !report.applied.is_empty() {
                         info!(
                             restored = report.applied.len(),
@@ -583,7 +575,7 @@ impl ClusterAgent {
                             &errnos,
                             trigger == Trigger::Resync,
                         );
-                        self.hold_in_systemd(engine, &desired, &report, reach).await;
+                        self.hold_in_systemd(engine).await;
                         self.metrics.node(
                             desired.totals.memory_min_bytes,
                             desired.totals.memory_low_bytes,

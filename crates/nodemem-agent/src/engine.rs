@@ -2,6 +2,7 @@
 //! discovery once, then on every change the node computation, the apply engine and the
 //! state directory (what nodemem owns, the Memory Manager's state).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use nodemem_cgroup::discover::{discover, Discovery};
@@ -9,6 +10,7 @@ use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_enforce::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
 use nodemem_enforce::numa_state;
 use nodemem_enforce::state::StateDir;
+use nodemem_enforce::units::{held_values, UnitProperty, UnitValue};
 use nodemem_enforce::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::memory_qos::NodeMemoryFacts;
@@ -168,6 +170,15 @@ pub struct NodeEngine {
     owned: Ownership,
     /// systemd's record of the units nodemem writes (systemd-driver nodes).
     units: Option<crate::units::UnitHolder>,
+    /// What the last pass leaves for systemd's record, until `hold_in_systemd` sends it.
+    unit_values: Option<UnitValues>,
+}
+
+/// The values a pass holds in slices and scopes, and with a whole-node pass the cgroups
+/// on the node (units outside it are forgotten).
+struct UnitValues {
+    held: BTreeMap<String, BTreeMap<UnitProperty, UnitValue>>,
+    live: Option<BTreeSet<String>>,
 }
 
 impl NodeEngine {
@@ -208,6 +219,7 @@ impl NodeEngine {
         };
         Ok(NodeEngine {
             units,
+            unit_values: None,
             own_cgroup,
             kubelet_files: config.kubelet.clone(),
             kubelet: None,
@@ -337,6 +349,28 @@ impl NodeEngine {
             Some((&mut self.backoff, now)),
             scope.as_deref(),
         );
+        if self.units.is_some() && !dry_run {
+            // The cgroups the pass covered, as apply_scoped limited them.
+            cgroups.retain(|c| scope.as_ref().is_none_or(|s| s.contains(c.path)));
+            let not_applied = report
+                .failed
+                .iter()
+                .map(|f| &f.write)
+                .chain(&report.vanished)
+                .map(|w| (w.cgroup.as_str(), w.file.as_str()))
+                .chain(
+                    report
+                        .deferred
+                        .iter()
+                        .map(|d| (d.cgroup.as_str(), d.file.as_str())),
+                );
+            self.unit_values = Some(UnitValues {
+                held: held_values(&cgroups, &self.owned, &report.applied, not_applied),
+                live: scope
+                    .is_none()
+                    .then(|| cgroups.iter().map(|c| c.path.to_string()).collect()),
+            });
+        }
         self.manager = desired
             .memory_manager
             .clone()
@@ -348,44 +382,13 @@ impl NodeEngine {
         Ok((desired, report))
     }
 
-    /// After a pass, on a systemd-driver node: the values nodemem holds in slices and
-    /// scopes (set, kept or given back) go to systemd's record of each unit, so that
-    /// systemd's re-applies write them again instead of its own. None without systemd.
-    pub async fn hold_in_systemd(
-        &mut self,
-        desired: &DesiredNode<'_>,
-        report: &ApplyReport,
-        reach: Reach<'_>,
-    ) -> Option<crate::units::HoldOutcome> {
+    /// After a pass, on a systemd-driver node: the values nodemem holds in the slices
+    /// and scopes the pass covered (set, kept or given back) go to systemd's record of
+    /// each unit, so that systemd's re-applies write them again instead of its own.
+    /// None without systemd, or when no pass left anything to send.
+    pub async fn hold_in_systemd(&mut self) -> Option<crate::units::HoldOutcome> {
         let units = self.units.as_mut()?;
-        // The cgroups the pass covered, as apply_scoped limited them.
-        let scope = reach.cgroups(desired);
-        let mut cgroups = desired.cgroups();
-        cgroups.retain(|c| {
-            Some(c.path) != self.own_cgroup.as_deref()
-                && scope.as_ref().is_none_or(|s| s.contains(c.path))
-        });
-        let not_applied = report
-            .failed
-            .iter()
-            .map(|f| &f.write)
-            .chain(&report.vanished)
-            .map(|w| (w.cgroup.as_str(), w.file.as_str()))
-            .chain(
-                report
-                    .deferred
-                    .iter()
-                    .map(|d| (d.cgroup.as_str(), d.file.as_str())),
-            );
-        let held = nodemem_enforce::units::held_values(
-            &cgroups,
-            &self.owned,
-            &report.applied,
-            not_applied,
-        );
-        let live: Option<std::collections::BTreeSet<&str>> = scope
-            .is_none()
-            .then(|| cgroups.iter().map(|c| c.path).collect());
+        let UnitValues { held, live } = self.unit_values.take()?;
         Some(units.hold(&held, live.as_ref()).await)
     }
 

@@ -905,6 +905,33 @@ mod mode_tests {
             message.contains("no new kubelet process started within 1 s"),
             "{message}"
         );
+        // A kubelet that refuses its configuration: systemd starts one after another,
+        // none stays up for stable_for (300 ms here).
+        let looping = Bed::new();
+        looping.kubelet_started(-60);
+        let proc = looping.root.join("proc");
+        let _fake = FakeSystemd::listen_with(
+            &looping.root.join("run/systemd/private"),
+            &[],
+            std::sync::Arc::new(move |_: &str| {
+                let proc = proc.clone();
+                std::thread::spawn(move || {
+                    for n in 1..=30 {
+                        kubelet_process(&proc, n);
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+            }),
+        )
+        .unwrap();
+        let mut mode = looping.unit_mode("kubelet.service", Duration::from_secs(1));
+        let o = looping.enforce(&mut mode, MemoryManagerPolicy::None).await;
+        let (_, reason, message) = o.applied();
+        assert_eq!(reason, "KubeletNotBack");
+        assert!(
+            message.contains("the restarted kubelet did not stay up within 1 s"),
+            "{message}"
+        );
         // No systemd at all: a failed restart naming both sockets.
         let bed = Bed::new();
         let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(1));

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use nodemem_enforce::units::{UnitProperty, UnitRecords, UnitValue};
-use nodemem_systemd::{BusAddress, Systemd, SystemdError};
+use nodemem_systemd::{BusAddress, Systemd};
 use tracing::{debug, warn};
 
 /// How often an unreachable systemd is tried again.
@@ -70,7 +70,7 @@ impl UnitHolder {
     pub async fn hold(
         &mut self,
         held: &BTreeMap<String, BTreeMap<UnitProperty, UnitValue>>,
-        live: Option<&BTreeSet<&str>>,
+        live: Option<&BTreeSet<String>>,
     ) -> HoldOutcome {
         if let Some(live) = live {
             self.records.retain(live);
@@ -97,13 +97,7 @@ impl UnitHolder {
                 Err(e) => {
                     warn!(error = %e, "systemd refused the unit properties; the files hold nodemem's values until systemd's next re-apply, and the next pass asks again");
                     out.failed += 1;
-                    lost |= matches!(
-                        &e,
-                        SystemdError::SetProperties {
-                            error_name: None,
-                            ..
-                        }
-                    );
+                    lost |= e.is_connection_lost();
                 }
             }
         }
@@ -111,8 +105,7 @@ impl UnitHolder {
             self.records.sent(u);
         }
         if lost {
-            // Not an answer from systemd: the connection is gone (systemd re-executed,
-            // the bus restarted); connect again on the next pass.
+            // Connect again on the next pass.
             self.systemd = None;
             self.last_attempt = None;
         }
@@ -188,7 +181,7 @@ mod tests {
         // Told once: only the unit systemd did not know is asked again, until a
         // whole-node pass no longer lists it.
         assert_eq!(holder.hold(&held(10), None).await.gone, 1);
-        let live: BTreeSet<&str> = [BURSTABLE].into();
+        let live: BTreeSet<String> = [BURSTABLE.to_string()].into();
         let mut without_gone = held(10);
         without_gone.remove(GONE);
         assert_eq!(

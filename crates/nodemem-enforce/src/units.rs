@@ -205,8 +205,8 @@ impl UnitRecords {
 
     /// Forgets units outside `live` (their cgroup is gone: pod slices and container
     /// scopes are never reused, a new pod or container has a new name).
-    pub fn retain(&mut self, live: &BTreeSet<&str>) {
-        self.sent.retain(|c, _| live.contains(c.as_str()));
+    pub fn retain(&mut self, live: &BTreeSet<String>) {
+        self.sent.retain(|c, _| live.contains(c));
     }
 
     pub fn len(&self) -> usize {

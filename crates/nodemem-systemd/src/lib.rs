@@ -90,6 +90,21 @@ pub enum SystemdError {
 impl SystemdError {
     /// systemd does not know the unit: its cgroup was removed meanwhile (the pod or
     /// container ended), which is not a failure.
+    /// Not an answer from systemd: the connection is gone (systemd re-executed, the bus
+    /// restarted), and a new one is needed.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(
+            self,
+            SystemdError::SetProperties {
+                error_name: None,
+                ..
+            } | SystemdError::Restart {
+                error_name: None,
+                ..
+            }
+        )
+    }
+
     pub fn is_no_such_unit(&self) -> bool {
         matches!(
             self,
@@ -168,56 +183,55 @@ impl Systemd {
             .iter()
             .map(|(p, v)| (p.name(), dbus_value(v)))
             .collect();
-        let destination = (!self.p2p).then_some(DESTINATION);
-        self.conn
-            .call_method(
-                destination,
-                PATH,
-                Some(MANAGER),
-                "SetUnitProperties",
-                &(update.unit.as_str(), true, properties),
-            )
-            .await
-            .map(drop)
-            .map_err(|e| SystemdError::SetProperties {
-                unit: update.unit.clone(),
-                properties: describe(&update.properties),
-                error_name: match &e {
-                    zbus::Error::MethodError(name, _, _) => Some(name.to_string()),
-                    _ => None,
-                },
-                reason: e.to_string(),
-            })
+        self.call(
+            "SetUnitProperties",
+            &(update.unit.as_str(), true, properties),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| SystemdError::SetProperties {
+            unit: update.unit.clone(),
+            properties: describe(&update.properties),
+            error_name: error_name(&e),
+            reason: e.to_string(),
+        })
     }
-}
 
-impl Systemd {
     /// Queues a restart of `unit` (mode `replace`, as `systemctl restart`) and returns
     /// the job's object path. systemd answers once the job is queued, not done: the
     /// caller watches for the unit's new process.
     pub async fn restart_unit(&self, unit: &str) -> Result<String, SystemdError> {
-        let destination = (!self.p2p).then_some(DESTINATION);
         let failed = |e: zbus::Error| SystemdError::Restart {
             unit: unit.to_string(),
-            error_name: match &e {
-                zbus::Error::MethodError(name, _, _) => Some(name.to_string()),
-                _ => None,
-            },
+            error_name: error_name(&e),
             reason: e.to_string(),
         };
         let reply = self
-            .conn
-            .call_method(
-                destination,
-                PATH,
-                Some(MANAGER),
-                "RestartUnit",
-                &(unit, "replace"),
-            )
+            .call("RestartUnit", &(unit, "replace"))
             .await
             .map_err(failed)?;
         let job: zbus::zvariant::OwnedObjectPath = reply.body().deserialize().map_err(failed)?;
         Ok(job.to_string())
+    }
+
+    /// A method of systemd's Manager object (no destination on systemd's own socket:
+    /// there is no bus to route it).
+    async fn call<B>(&self, member: &str, body: &B) -> Result<zbus::Message, zbus::Error>
+    where
+        B: zbus::export::serde::Serialize + zbus::zvariant::DynamicType,
+    {
+        let destination = (!self.p2p).then_some(DESTINATION);
+        self.conn
+            .call_method(destination, PATH, Some(MANAGER), member, body)
+            .await
+    }
+}
+
+/// The D-Bus error name systemd answered with; None when it did not answer.
+fn error_name(e: &zbus::Error) -> Option<String> {
+    match e {
+        zbus::Error::MethodError(name, _, _) => Some(name.to_string()),
+        _ => None,
     }
 }
 

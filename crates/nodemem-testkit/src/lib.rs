@@ -11,6 +11,7 @@
 //!   running a command and returning its output and exit code.
 //! - [`real_node`]: that kernel booting systemd, containerd and the kubelet, joined to a
 //!   control plane: a real node.
+//! - [`stats`]: quantiles of measured samples.
 
 pub mod bed;
 pub mod binaries;
@@ -26,6 +27,7 @@ pub mod pki;
 pub mod process;
 pub mod real_node;
 pub mod simulate;
+pub mod stats;
 pub mod vm;
 
 pub use control_plane::{ControlPlane, Identity};

@@ -23,16 +23,13 @@ use nodemem_model::cgroup_layout::{
 };
 use nodemem_model::qos::QosClass;
 use nodemem_testkit::cgroup_tree::CgroupTree;
+use nodemem_testkit::stats::percentile;
 use serde_json::json;
 
 const PODS: usize = 334;
 const CONTAINERS: usize = 3;
 const RATE_PER_SECOND: u64 = 20;
 const IDLE: Duration = Duration::from_secs(60);
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0

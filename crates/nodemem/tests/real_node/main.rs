@@ -387,15 +387,10 @@ async fn install_nodemem_and_check_its_agent(
     )
     .await;
     let wanted: Vec<(&String, &String)> = expected.iter().map(|(p, (_, v))| (p, v)).collect();
-    let wrong = node_values_become(node, &wanted, Duration::from_secs(60));
-    assert!(
-        wrong.is_empty(),
-        "files that do not read what nodemem simulate predicts (path, read, predicted):\n{}",
-        wrong
-            .iter()
-            .map(|(p, got, want)| format!("{} {p}: {got}, predicted {want}", expected[p].0))
-            .collect::<Vec<_>>()
-            .join("\n")
+    node_values_become(
+        node,
+        &wanted,
+        "files that do not read what nodemem simulate predicts",
     );
     assert!(
         expected.len() >= 60,
@@ -557,9 +552,7 @@ async fn reaction_to_real_container_starts(node: &mut RealNode, client: &kube::C
         reactions.push(*ms);
     }
     reactions.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        reactions[((reactions.len() as f64 * q).ceil() as usize).clamp(1, reactions.len()) - 1]
-    };
+    let at = |q: f64| nodemem_testkit::stats::percentile(&reactions, q);
     eprintln!(
         "reaction to {} real container starts (cgroup created -> nodemem's memory.low and memory.high in it): median {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         reactions.len(),
@@ -921,11 +914,7 @@ async fn values_survive_their_owners(
         .iter()
         .map(|p| (p, &after_resize[p].1))
         .collect();
-    let wrong = node_values_become(node, &resized, Duration::from_secs(60));
-    assert!(
-        wrong.is_empty(),
-        "not nodemem's after the resize (path, read, predicted): {wrong:?}"
-    );
+    node_values_become(node, &resized, "not nodemem's after the resize");
     eprintln!(
         "{}: after an in-place resize nodemem's new values were in place {:?} after the patch",
         node.name,
@@ -957,10 +946,10 @@ async fn values_survive_their_owners(
         "the new container's cgroup among {:?}",
         restarted.keys()
     );
-    let wrong = node_values_become(node, &new_scope, Duration::from_secs(60));
-    assert!(
-        wrong.is_empty(),
-        "not nodemem's after the container restarted (path, read, predicted): {wrong:?}"
+    node_values_become(
+        node,
+        &new_scope,
+        "not nodemem's after the container restarted",
     );
     eprintln!(
         "{}: the restarted container's values were in place {:?} after the kill",
@@ -1048,26 +1037,27 @@ async fn values_survive_their_owners(
 }
 
 /// Polls the files on the node (one request per round) until each reads its value;
-/// the ones that still do not once `timeout` passed: (path, read, wanted).
-fn node_values_become(
-    node: &mut RealNode,
-    wanted: &[(&String, &String)],
-    timeout: Duration,
-) -> Vec<(String, String, String)> {
+/// fails the test with `what` and every file that still does not after a minute.
+fn node_values_become(node: &mut RealNode, wanted: &[(&String, &String)], what: &str) {
     let started = Instant::now();
     loop {
         let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
         let read = node_read_all(node, &paths);
-        let wrong: Vec<(String, String, String)> = wanted
+        let wrong: Vec<String> = wanted
             .iter()
             .filter_map(|(p, want)| {
                 let got = read.get(p.as_str()).cloned().unwrap_or_default();
-                (got != **want).then(|| (p.to_string(), got, want.to_string()))
+                (got != **want).then(|| format!("{p}: {got}, predicted {want}"))
             })
             .collect();
-        if wrong.is_empty() || started.elapsed() > timeout {
-            return wrong;
+        if wrong.is_empty() {
+            return;
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what} (path: read, predicted):\n{}",
+            wrong.join("\n")
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }
