@@ -340,7 +340,7 @@ async fn install_nodemem_and_check_its_agent(
     // facts of the real node.
     let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
     let name = node.name.clone();
-    let reported = config_applied(client, admin, &name, Duration::from_secs(120)).await;
+    let reported = config_applied(client, admin, &name, None, Duration::from_secs(120)).await;
     let facts = reported.node.expect("node facts");
     let driver_name = match driver {
         Driver::Systemd => "systemd",
@@ -564,11 +564,13 @@ async fn reaction_to_real_container_starts(node: &mut RealNode, client: &kube::C
 }
 
 /// Waits for the node's NodeMemoryConfig to report its current revision applied
-/// (`Applied=True`); its status.
+/// (`Applied=True`), that revision not being `superseded` (one the test moved away
+/// from: the controller may not have written the next one yet); its status.
 async fn config_applied(
     client: &kube::Client,
     admin: &Path,
     name: &str,
+    superseded: Option<&str>,
     timeout: Duration,
 ) -> nodemem_api::config::NodeMemoryConfigStatus {
     let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
@@ -579,7 +581,8 @@ async fn config_applied(
             .conditions
             .iter()
             .any(|x| x.type_ == "Applied" && x.status == "True");
-        (status.observed_revision.as_deref() == Some(c.spec.revision.as_str()) && applied)
+        let current = Some(c.spec.revision.as_str());
+        (status.observed_revision.as_deref() == current && current != superseded && applied)
             .then_some(status)
     })
     .await

@@ -165,7 +165,8 @@ fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_pred
         )
         .await;
         let work = installed.work.path();
-        let status = config_applied(&client, admin, name, Duration::from_secs(120)).await;
+        let status = config_applied(&client, admin, name, None, Duration::from_secs(120)).await;
+        let agent_revision = status.observed_revision.clone();
         let topology = topology_file(&status.node.expect("node facts"), work);
         eprintln!("{}", std::fs::read_to_string(&topology).unwrap());
 
@@ -229,7 +230,14 @@ fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_pred
             },
         )
         .await;
-        let status = config_applied(&client, admin, name, Duration::from_secs(300)).await;
+        let status = config_applied(
+            &client,
+            admin,
+            name,
+            agent_revision.as_deref(),
+            Duration::from_secs(300),
+        )
+        .await;
         let applied = status
             .conditions
             .iter()
