@@ -122,6 +122,16 @@ pub struct AgentArgs {
     /// them. Without it (and with --once) the cgroup files only.
     #[arg(long)]
     pub systemd_run_dir: Option<PathBuf>,
+    /// containerd's task directory for Kubernetes containers (the host's
+    /// /run/containerd/io.containerd.runtime.v2.task/k8s.io, read-only): a new
+    /// container's cgroup is named from its bundle's spec the moment it appears, not
+    /// seconds later when the kubelet reports the container's ID in the pod status.
+    #[arg(long)]
+    pub containerd_tasks_dir: Option<PathBuf>,
+    /// CRI-O's container directory (the host's
+    /// /run/containers/storage/overlay-containers, read-only), for the same.
+    #[arg(long)]
+    pub crio_containers_dir: Option<PathBuf>,
     /// Override the cgroup driver detected from the tree.
     #[arg(long, value_enum)]
     pub cgroup_driver: Option<DriverArg>,

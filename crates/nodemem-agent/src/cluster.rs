@@ -21,6 +21,7 @@ use nodemem_model::node::Admission;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::cgroup_events::{watch_cgroups, CgroupChanges};
 use crate::engine::{cgroup_settings, off, EngineConfig, NodeEngine, Reach};
 use crate::health::{verdict, Baseline};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
@@ -49,6 +50,9 @@ pub struct ClusterAgent {
     baseline: std::sync::Mutex<Baseline>,
     /// Where /metrics, /healthz and /readyz are served; None serves nothing.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where the container runtime keeps its containers' specs: a new container
+    /// cgroup is named from there before the kubelet reports its ID.
+    pub runtime_records: crate::runtime_record::RuntimeRecords,
 }
 
 impl ClusterAgent {
@@ -68,6 +72,7 @@ impl ClusterAgent {
             metrics: Default::default(),
             baseline: Default::default(),
             metrics_addr: None,
+            runtime_records: Default::default(),
         }
     }
 
@@ -120,45 +125,9 @@ enum Update {
     Pod(Box<Event<core::Pod>>),
     Node(Box<Event<core::Node>>),
     Namespace(Box<Event<kube::core::PartialObjectMeta<core::Namespace>>>),
-    /// Cgroup directories that appeared under kubepods (inotify), and when.
-    Cgroups(Vec<String>, std::time::Instant),
+    /// Cgroup directories that appeared or went away under kubepods (inotify).
+    Cgroups(CgroupChanges),
     Resync,
-}
-
-/// Watches the kubepods tree on a thread of its own (inotify reads block) and forwards
-/// how many directories appeared.
-fn cgroup_events(
-    root: std::path::PathBuf,
-    top: nodemem_cgroup::CgroupPath,
-) -> Result<impl Stream<Item = watcher::Result<Update>> + Send, String> {
-    let mut tree = nodemem_cgroup::watch::TreeWatcher::new(&root, &top)
-        .map_err(|e| format!("cannot watch {}: {e}", root.join(top.as_str()).display()))?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::Builder::new()
-        .name("cgroup-watch".into())
-        .spawn(move || loop {
-            match tree.wait() {
-                Ok(changes) => {
-                    let appeared: Vec<String> = changes
-                        .iter()
-                        .filter_map(|c| match c {
-                            nodemem_cgroup::watch::TreeChange::Appeared(p) => Some(p.as_str().to_string()),
-                            nodemem_cgroup::watch::TreeChange::Gone(_) => None,
-                        })
-                        .collect();
-                    if !appeared.is_empty() && tx.send((appeared, std::time::Instant::now())).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, "watching the cgroup tree failed; the periodic resync still covers new cgroups");
-                    return;
-                }
-            }
-        })
-        .map_err(|e| format!("cannot start the cgroup watcher: {e}"))?;
-    Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-        .map(|(n, at)| Ok(Update::Cgroups(n, at))))
 }
 
 fn watch<K>(
@@ -208,11 +177,16 @@ impl ClusterAgent {
             t.tick().await;
             Some((Ok(Update::Resync), t))
         });
-        let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
-            engine.discovery().cgroup_driver,
-        ))
-        .expect("a constant path");
-        let cgroups = cgroup_events(self.engine.roots.cgroup.clone(), top)?;
+        let driver = engine.discovery().cgroup_driver;
+        let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
+            .expect("a constant path");
+        let cgroups = watch_cgroups(
+            self.engine.roots.cgroup.clone(),
+            top,
+            driver,
+            self.runtime_records.clone(),
+        )?
+        .map(|c| Ok::<_, watcher::Error>(Update::Cgroups(c)));
         let mut updates = futures::stream::select_all(vec![
             cgroups.boxed(),
             config_events.boxed(),
@@ -337,10 +311,30 @@ impl ClusterAgent {
                         changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
                     }
                 }
-                Update::Cgroups(paths, at) => {
-                    tracing::debug!(appeared = paths.len(), "new cgroups");
-                    appeared.extend(paths);
-                    reaction_since.get_or_insert(at);
+                Update::Cgroups(c) => {
+                    tracing::debug!(
+                        appeared = c.appeared.len(),
+                        named = c.named.len(),
+                        gone = c.gone.len(),
+                        "cgroup changes"
+                    );
+                    // Containers the runtime named before the kubelet reported them:
+                    // their pods compute with the new IDs, this pass writes only the
+                    // new cgroups (no pod event happened).
+                    let mut renamed = false;
+                    for named in &c.named {
+                        renamed |= index.learn_container(&named.pod_uid, &named.name, &named.id);
+                    }
+                    for id in &c.gone {
+                        renamed |= index.forget_container(id);
+                    }
+                    if renamed {
+                        pods = None;
+                    }
+                    if !c.appeared.is_empty() {
+                        appeared.extend(c.appeared);
+                        reaction_since.get_or_insert(c.at);
+                    }
                 }
                 Update::Resync => resync = true,
             }

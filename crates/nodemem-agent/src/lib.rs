@@ -10,9 +10,12 @@
 //! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
 //! * [`units`]: systemd's record of the slices and scopes nodemem writes, kept in step
 //!   over D-Bus (systemd-driver nodes).
+//! * [`cgroup_events`]: new cgroups, and which container each is, as they appear.
+//! * [`runtime_record`]: which container a new cgroup is, from the runtime's own record.
 //! * [`once`] and [`output`]: `--once` from files, and what it prints.
 
 pub mod args;
+pub mod cgroup_events;
 pub mod cluster;
 pub mod engine;
 pub mod health;
@@ -20,6 +23,7 @@ pub mod kubelet_mode;
 pub mod metrics;
 pub mod once;
 mod output;
+pub mod runtime_record;
 pub mod status;
 pub mod units;
 
@@ -72,6 +76,10 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         kubelet,
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );
+    agent.runtime_records = runtime_record::RuntimeRecords {
+        containerd: args.containerd_tasks_dir.clone(),
+        crio: args.crio_containers_dir.clone(),
+    };
     if args.per_container_metrics {
         agent.metrics = std::sync::Arc::new(metrics::Metrics::with_container_series(
             args.per_container_metrics_cap,

@@ -14,6 +14,7 @@ use crate::k8s::{node_allocatable_memory, node_pod_from_k8s, opts_out};
 use crate::policy::HealthSpec;
 use crate::policy::NodeSettings;
 use k8s_openapi::api::core::v1 as core;
+use nodemem_model::cgroup_layout::ContainerId;
 use nodemem_model::node::NodePod;
 use nodemem_model::policy::PolicySettings;
 
@@ -143,6 +144,13 @@ pub struct NodeIndex {
     opted_out_namespaces: BTreeSet<String>,
     /// Pods whose conversion failed, for reporting.
     pod_problems: BTreeMap<String, Vec<String>>,
+    /// Containers the runtime's record named when their cgroup appeared, before the
+    /// kubelet reported them: pod UID -> container name -> the latest ID. They take
+    /// precedence over the pod status (a restarted container's new ID is known here
+    /// first) until their cgroup goes away.
+    runtime_named: BTreeMap<String, BTreeMap<String, ContainerId>>,
+    /// The reverse: which pod and container an ID was learned for.
+    runtime_named_ids: BTreeMap<ContainerId, (String, String)>,
 }
 
 fn terminated(pod: &core::Pod) -> bool {
@@ -302,6 +310,11 @@ impl NodeIndex {
 
     fn delete_pod_uid(&mut self, uid: &str) -> bool {
         self.pod_problems.remove(uid);
+        if let Some(named) = self.runtime_named.remove(uid) {
+            for id in named.values() {
+                self.runtime_named_ids.remove(id);
+            }
+        }
         self.pods.remove(uid).is_some()
     }
 
@@ -319,13 +332,65 @@ impl NodeIndex {
         !gone.is_empty()
     }
 
-    /// The pods to compute, in admission order (creation time, then name).
+    /// The runtime's record named a new container cgroup (pod UID, container name,
+    /// ID); true when that changes what a pod computes (its container's cgroup).
+    pub fn learn_container(&mut self, pod_uid: &str, name: &str, id: &ContainerId) -> bool {
+        if self.runtime_named_ids.contains_key(id) {
+            return false;
+        }
+        let pod = match self.pods.get(pod_uid).map(|p| &p.converted) {
+            Some(Ok(pod)) => Some(pod),
+            _ => None,
+        };
+        let named = self.runtime_named.entry(pod_uid.to_string()).or_default();
+        let before = named
+            .get(name)
+            .or_else(|| pod.and_then(|p| p.container_ids().get(name)))
+            .cloned();
+        if let Some(previous) = named.insert(name.to_string(), id.clone()) {
+            self.runtime_named_ids.remove(&previous);
+        }
+        self.runtime_named_ids
+            .insert(id.clone(), (pod_uid.to_string(), name.to_string()));
+        // A pod not known yet, or without that container: nothing it computes changed
+        // (its list event computes with the learned ID).
+        let has_container = pod.is_some_and(|p| {
+            nodemem_model::pod::ordered_containers(&p.pod().spec).any(|c| c.name == name)
+        });
+        has_container && before.as_ref() != Some(id)
+    }
+
+    /// A container's cgroup went away: the pod status decides for it again. True when
+    /// it had been learned.
+    pub fn forget_container(&mut self, id: &ContainerId) -> bool {
+        let Some((uid, name)) = self.runtime_named_ids.remove(id) else {
+            return false;
+        };
+        if let Some(named) = self.runtime_named.get_mut(&uid) {
+            if named.get(&name) == Some(id) {
+                named.remove(&name);
+            }
+            if named.is_empty() {
+                self.runtime_named.remove(&uid);
+            }
+        }
+        true
+    }
+
+    /// The pods to compute, in admission order (creation time, then name), with the
+    /// container IDs the runtime named ahead of the pod status.
     pub fn node_pods(&self) -> Vec<NodePod> {
         let mut pods: Vec<&IndexedPod> =
             self.pods.values().filter(|p| p.converted.is_ok()).collect();
         pods.sort_by(|a, b| a.order.cmp(&b.order));
         pods.into_iter()
-            .filter_map(|p| p.converted.clone().ok())
+            .filter_map(|p| {
+                let mut pod = p.converted.clone().ok()?;
+                for (name, id) in self.runtime_named.get(&pod.pod().uid).into_iter().flatten() {
+                    pod.set_container_id(name, id);
+                }
+                Some(pod)
+            })
             .collect()
     }
 
@@ -516,6 +581,72 @@ mod tests {
             restored.config().unwrap().settings,
             index.config().unwrap().settings
         );
+    }
+
+    fn cid(id: &str) -> ContainerId {
+        ContainerId::parse(&format!("containerd://{id}")).unwrap()
+    }
+
+    fn app_id(index: &NodeIndex, uid: &str) -> Option<ContainerId> {
+        index
+            .node_pods()
+            .into_iter()
+            .find(|p| p.pod().uid == uid)
+            .and_then(|p| p.container_ids().get("app").cloned())
+    }
+
+    #[test]
+    fn the_runtime_names_a_container_before_the_kubelet_reports_it() {
+        let mut index = NodeIndex::new("n1");
+        index.apply_pod(&pod("web", "u1", "n1", "64Mi", None));
+        assert_eq!(app_id(&index, "u1"), None);
+        // Its cgroup appeared: the runtime's record named it.
+        assert!(index.learn_container("u1", "app", &cid("c1")));
+        assert_eq!(app_id(&index, "u1"), Some(cid("c1")));
+        assert!(
+            !index.learn_container("u1", "app", &cid("c1")),
+            "known already"
+        );
+        // A name the pod does not have changes nothing it computes.
+        assert!(!index.learn_container("u1", "other", &cid("c9")));
+        // The kubelet then reports the same ID: nothing changes for the computation.
+        assert!(index.apply_pod(&pod("web", "u1", "n1", "64Mi", Some("c1"))));
+        assert_eq!(app_id(&index, "u1"), Some(cid("c1")));
+        // The container restarts: its new cgroup is named before the status says so.
+        assert!(index.forget_container(&cid("c1")));
+        assert!(index.learn_container("u1", "app", &cid("c2")));
+        assert_eq!(app_id(&index, "u1"), Some(cid("c2")));
+        // The status reports it; the new ID was learned, the old one forgotten.
+        index.apply_pod(&pod("web", "u1", "n1", "64Mi", Some("c2")));
+        assert_eq!(app_id(&index, "u1"), Some(cid("c2")));
+        // Learned back to what the status already says, after another learned ID: the
+        // computation changes (it was using the other one).
+        assert!(index.learn_container("u1", "app", &cid("c3")));
+        assert!(index.learn_container("u1", "app", &cid("c2")));
+        assert!(
+            !index.forget_container(&cid("c3")),
+            "replaced, so not learned any more"
+        );
+        assert_eq!(app_id(&index, "u1"), Some(cid("c2")));
+    }
+
+    #[test]
+    fn what_the_runtime_named_goes_with_its_cgroup_or_its_pod() {
+        let mut index = NodeIndex::new("n1");
+        // Named before the pod's watch event arrived: used once the pod is known.
+        assert!(!index.learn_container("u1", "app", &cid("c1")));
+        index.apply_pod(&pod("web", "u1", "n1", "64Mi", Some("old")));
+        assert_eq!(app_id(&index, "u1"), Some(cid("c1")));
+        // Its cgroup went away: the status decides again.
+        assert!(index.forget_container(&cid("c1")));
+        assert!(!index.forget_container(&cid("c1")));
+        assert_eq!(app_id(&index, "u1"), Some(cid("old")));
+        // A deleted pod takes what was learned for it along.
+        index.learn_container("u1", "app", &cid("c2"));
+        assert!(index.delete_pod(&pod("web", "u1", "n1", "64Mi", None)));
+        assert!(!index.forget_container(&cid("c2")));
+        index.apply_pod(&pod("web", "u1", "n1", "64Mi", None));
+        assert_eq!(app_id(&index, "u1"), None);
     }
 
     #[test]

@@ -78,6 +78,12 @@ fn terms(world: &World) -> Vec<Value> {
     terms
 }
 
+/// containerd's bundles of the CRI's containers (`<state>/io.containerd.runtime.v2.task/
+/// <namespace>`, namespace k8s.io).
+const CONTAINERD_TASKS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io";
+/// CRI-O's containers (`<runroot>/overlay-containers`).
+const CRIO_CONTAINERS: &str = "/run/containers/storage/overlay-containers";
+
 /// The DaemonSet for the current policies and configs.
 pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
     let terms = terms(world);
@@ -102,6 +108,8 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         "--kubelet-config=/host/var/lib/kubelet/config.yaml".into(),
         "--kubelet-memory-manager-state=/host/var/lib/kubelet/memory_manager_state".into(),
         "--systemd-run-dir=/host/run".into(),
+        format!("--containerd-tasks-dir=/host{CONTAINERD_TASKS}"),
+        format!("--crio-containers-dir=/host{CRIO_CONTAINERS}"),
     ];
     if let Some(driver) = &d.cgroup_driver {
         args.push(format!("--cgroup-driver={driver}"));
@@ -120,6 +128,17 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         // Read-only still connects (a socket is not written through the mount).
         json!({"name": "dbus", "mountPath": "/host/run/dbus", "readOnly": true}),
         json!({"name": "systemd", "mountPath": "/host/run/systemd", "readOnly": true}),
+        // The container runtime's specs of its containers: a new container's cgroup is
+        // named from its spec's annotations the moment it appears, instead of seconds
+        // later when the kubelet reports the container in the pod status. containerd's
+        // bundles hold each container's root file system mount: HostToContainer lets
+        // the host's unmounts reach the agent's view, so the agent never keeps a
+        // removed container's file system mounted (with no propagation the copies made
+        // when the pod started would stay until it restarts).
+        json!({"name": "containerd-tasks", "mountPath": format!("/host{CONTAINERD_TASKS}"),
+               "readOnly": true, "mountPropagation": "HostToContainer"}),
+        json!({"name": "crio-containers", "mountPath": format!("/host{CRIO_CONTAINERS}"),
+               "readOnly": true, "mountPropagation": "HostToContainer"}),
     ];
     let mut volumes = vec![
         json!({"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}),
@@ -131,6 +150,10 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         // still runs the agent; it then writes the files only.
         json!({"name": "dbus", "hostPath": {"path": "/run/dbus", "type": "DirectoryOrCreate"}}),
         json!({"name": "systemd", "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"}}),
+        // OrCreate: a node runs one runtime; the other's directory is made empty on
+        // the host's /run (a tmpfs) and never read.
+        json!({"name": "containerd-tasks", "hostPath": {"path": CONTAINERD_TASKS, "type": "DirectoryOrCreate"}}),
+        json!({"name": "crio-containers", "hostPath": {"path": CRIO_CONTAINERS, "type": "DirectoryOrCreate"}}),
     ];
     if let Some(dir) = &d.kubelet_config_dir {
         args.push("--kubelet-config-dir=/host/kubelet-config-dir".into());
@@ -283,6 +306,29 @@ mod tests {
                 mounts.contains(&(socket_dir.to_string(), true)),
                 "{socket_dir} read-only in {mounts:?}"
             );
+        }
+        // The runtimes' container specs: read-only, and host unmounts reach the agent.
+        for (flag, dir) in [
+            ("--containerd-tasks-dir", CONTAINERD_TASKS),
+            ("--crio-containers-dir", CRIO_CONTAINERS),
+        ] {
+            let at = format!("/host{dir}");
+            assert!(c.args.as_ref().unwrap().contains(&format!("{flag}={at}")));
+            let m = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.mount_path == at)
+                .unwrap();
+            assert_eq!(m.read_only, Some(true));
+            assert_eq!(m.mount_propagation.as_deref(), Some("HostToContainer"));
+            let v = spec
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == m.name)
+                .unwrap();
+            assert_eq!(v.host_path.as_ref().unwrap().path, dir);
         }
         assert_eq!(spec.service_account_name.as_deref(), Some("nodemem-agent"));
         assert_eq!(spec.host_pid, Some(true));

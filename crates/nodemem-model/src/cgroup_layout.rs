@@ -118,6 +118,64 @@ pub fn container_dir_under(pod: &str, driver: CgroupDriver, container: &Containe
     path
 }
 
+/// The pod and container a container cgroup belongs to (`path` relative to the cgroup
+/// root), the inverse of [`container_dir`]: the agent sees a container's cgroup appear
+/// before the kubelet reports the container's ID. None for any other directory (a QoS
+/// or pod cgroup, CRI-O's conmon scope, a name no CRI runtime generates). The result
+/// always builds `path` again.
+pub fn container_of_path(driver: CgroupDriver, path: &str) -> Option<(String, ContainerId)> {
+    let (pod, name) = path.rsplit_once('/')?;
+    let pod_name = pod.rsplit('/').next()?;
+    let uid = match driver {
+        CgroupDriver::Systemd => {
+            let stem = pod_name.strip_suffix(".slice")?;
+            let escaped = [
+                "kubepods-burstable-pod",
+                "kubepods-besteffort-pod",
+                "kubepods-pod",
+            ]
+            .iter()
+            .find_map(|prefix| stem.strip_prefix(prefix))?;
+            escaped.replace('_', "-")
+        }
+        CgroupDriver::Cgroupfs => pod_name.strip_prefix("pod")?.to_string(),
+    };
+    let (runtime, id) = match driver {
+        CgroupDriver::Systemd => {
+            let stem = name.strip_suffix(".scope")?;
+            match (
+                stem.strip_prefix("cri-containerd-"),
+                stem.strip_prefix("crio-"),
+            ) {
+                (Some(id), _) => (ContainerRuntime::Containerd, id),
+                (None, Some(id)) => (ContainerRuntime::CriO, id),
+                (None, None) => return None,
+            }
+        }
+        CgroupDriver::Cgroupfs => match name.strip_prefix("crio-") {
+            Some(id) => (ContainerRuntime::CriO, id),
+            None => (ContainerRuntime::Containerd, name),
+        },
+    };
+    // CRI runtimes name containers with hex IDs; anything else (conmon-<id>, a
+    // directory someone made) is not a container's cgroup.
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let container = ContainerId {
+        runtime,
+        id: id.to_string(),
+    };
+    let is_pod_dir = [
+        QosClass::Guaranteed,
+        QosClass::Burstable,
+        QosClass::BestEffort,
+    ]
+    .into_iter()
+    .any(|qos| pod_dir(driver, qos, &uid) == pod);
+    (is_pod_dir && container_dir_under(pod, driver, &container) == path).then_some((uid, container))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +263,63 @@ mod tests {
             container_dir(d, QosClass::Burstable, UID, &containerd("abc")),
             format!("kubepods/burstable/pod{UID}/abc")
         );
+    }
+
+    #[test]
+    fn a_container_cgroup_names_its_pod_and_container_for_every_layout() {
+        for driver in [CgroupDriver::Systemd, CgroupDriver::Cgroupfs] {
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                for id in [containerd("0123abcdef"), crio("fedc9876")] {
+                    let path = container_dir(driver, qos, UID, &id);
+                    assert_eq!(
+                        container_of_path(driver, &path),
+                        Some((UID.to_string(), id.clone())),
+                        "{path}"
+                    );
+                    // The other driver's reading of the same path finds nothing.
+                    let other = match driver {
+                        CgroupDriver::Systemd => CgroupDriver::Cgroupfs,
+                        CgroupDriver::Cgroupfs => CgroupDriver::Systemd,
+                    };
+                    assert_eq!(container_of_path(other, &path), None, "{path}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_directories_are_not_containers() {
+        let s = CgroupDriver::Systemd;
+        let pod = pod_dir(s, QosClass::Burstable, UID);
+        for path in [
+            // QoS and pod cgroups.
+            "kubepods.slice/kubepods-burstable.slice".to_string(),
+            pod.clone(),
+            // CRI-O's conmon, a name no runtime generates, an escape attempt.
+            format!("{pod}/crio-conmon-abc.scope"),
+            format!("{pod}/cri-containerd-.scope"),
+            format!("{pod}/cri-containerd-../x.scope"),
+            format!("{pod}/other.scope"),
+            // A pod directory under the wrong QoS parent.
+            format!("kubepods.slice/kubepods-besteffort.slice/kubepods-burstable-pod{}.slice/cri-containerd-abc.scope", UID.replace('-', "_")),
+            // A container's child.
+            format!("{pod}/cri-containerd-abc.scope/init"),
+        ] {
+            assert_eq!(container_of_path(s, &path), None, "{path}");
+        }
+        let c = CgroupDriver::Cgroupfs;
+        for path in [
+            format!("kubepods/burstable/pod{UID}"),
+            format!("kubepods/burstable/pod{UID}/crio-conmon-abc"),
+            format!("kubepods/burstable/pod{UID}/a.b"),
+            format!("kubepods/burstable/{UID}/abc"),
+            "abc".to_string(),
+        ] {
+            assert_eq!(container_of_path(c, &path), None, "{path}");
+        }
     }
 }

@@ -82,6 +82,19 @@ impl NodePod {
         &self.container_ids
     }
 
+    /// The container `name` runs as `id`: known from the runtime's record before the
+    /// kubelet reports it. False (and nothing changed) when the pod has no such
+    /// container or already says so.
+    pub fn set_container_id(&mut self, name: &str, id: &ContainerId) -> bool {
+        if self.container_ids.get(name) == Some(id)
+            || !ordered_containers(&self.pod.spec).any(|c| c.name == name)
+        {
+            return false;
+        }
+        self.container_ids.insert(name.to_string(), id.clone());
+        true
+    }
+
     pub fn memory_qos_opt_out(&self) -> bool {
         self.memory_qos_opt_out
     }
@@ -504,6 +517,25 @@ mod tests {
             BTreeMap::new()
         };
         NodePod::new(pod, ids, false)
+    }
+
+    #[test]
+    fn a_container_id_from_the_runtime_names_only_a_container_of_the_pod() {
+        let mut pod = guaranteed("db-0", "u1", "64Mi", false);
+        let id = ContainerId {
+            runtime: ContainerRuntime::Containerd,
+            id: "abc".into(),
+        };
+        assert!(!pod.set_container_id("not-in-spec", &id));
+        assert!(pod.container_ids().is_empty());
+        assert!(pod.set_container_id("c", &id));
+        assert_eq!(pod.container_ids().get("c"), Some(&id));
+        // Saying it again changes nothing; the profile is the spec's either way.
+        assert!(!pod.set_container_id("c", &id));
+        assert_eq!(
+            pod.profile(),
+            guaranteed("db-0", "u1", "64Mi", true).profile()
+        );
     }
 
     fn static_settings() -> PolicySettings {

@@ -99,7 +99,7 @@ async fn set_config(client: &Client, revision: &str, memory_qos: Value) {
     set_config_on(client, NODE, revision, memory_qos).await
 }
 
-async fn set_config_on(client: &Client, node: &str, revision: &str, memory_qos: Value) {
+pub(crate) async fn set_config_on(client: &Client, node: &str, revision: &str, memory_qos: Value) {
     configs(client.clone())
         .patch(
             node,
@@ -138,7 +138,12 @@ async fn applied(client: &Client, agent: &AgentProcess, revision: &str) -> Value
     applied_on(client, NODE, agent, revision).await
 }
 
-async fn applied_on(client: &Client, node: &str, agent: &AgentProcess, revision: &str) -> Value {
+pub(crate) async fn applied_on(
+    client: &Client,
+    node: &str,
+    agent: &AgentProcess,
+    revision: &str,
+) -> Value {
     wait_for(&format!("revision {revision} applied"), agent, async || {
         let c = configs(client.clone()).get_status(node).await.ok()?;
         let status = c.data.get("status")?.clone();
@@ -157,7 +162,7 @@ async fn expected(client: &Client, memory_qos: Value) -> BTreeMap<(String, Strin
     expected_on(client, NODE, CgroupDriver::Systemd, memory_qos).await
 }
 
-async fn expected_on(
+pub(crate) async fn expected_on(
     client: &Client,
     node_name: &str,
     driver: CgroupDriver,

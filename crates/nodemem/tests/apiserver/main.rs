@@ -12,4 +12,5 @@ mod identities;
 mod kubelet_mode;
 mod nodes;
 mod parallel;
+mod runtime_record;
 mod sandbox;
