@@ -20,6 +20,8 @@ pub struct CgroupChanges {
     pub appeared: Vec<String>,
     /// Containers among them that the runtime's record named.
     pub named: Vec<RecordedContainer>,
+    /// Container cgroups whose record was there but not usable (warned).
+    pub unusable: usize,
     /// Container cgroups that went away.
     pub gone: Vec<ContainerId>,
     /// When the read returned: reactions are timed from here.
@@ -36,6 +38,7 @@ pub fn sort_changes(
     let mut out = CgroupChanges {
         appeared: Vec::new(),
         named: Vec::new(),
+        unusable: 0,
         gone: Vec::new(),
         at,
     };
@@ -47,6 +50,7 @@ pub fn sort_changes(
                     Ok(Some(c)) => out.named.push(c),
                     Ok(None) => {}
                     Err(e) => {
+                        out.unusable += 1;
                         warn!(error = %e, "the container runtime's record of a new cgroup is not usable; its pod status decides")
                     }
                 }

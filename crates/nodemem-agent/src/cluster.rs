@@ -321,6 +321,7 @@ impl ClusterAgent {
                     // Containers the runtime named before the kubelet reported them:
                     // their pods compute with the new IDs, this pass writes only the
                     // new cgroups (no pod event happened).
+                    self.metrics.runtime_records(c.named.len(), c.unusable);
                     let mut renamed = false;
                     for named in &c.named {
                         renamed |= index.learn_container(&named.pod_uid, &named.name, &named.id);

@@ -105,6 +105,7 @@ pub struct Metrics {
     write_errors: Family<ErrnoLabel, Counter>,
     drift_repairs: Counter,
     unit_updates: Family<ResultLabel, Counter>,
+    runtime_records: Family<ResultLabel, Counter>,
     memory_min: Gauge,
     memory_low: Gauge,
     managed_pods: Gauge,
@@ -140,6 +141,7 @@ impl Metrics {
             write_errors: Family::default(),
             drift_repairs: Counter::default(),
             unit_updates: Family::default(),
+            runtime_records: Family::default(),
             memory_min: Gauge::default(),
             memory_low: Gauge::default(),
             managed_pods: Gauge::default(),
@@ -191,6 +193,11 @@ impl Metrics {
             "systemd_unit_updates",
             "Units told nodemem's values as properties (systemd-driver nodes), by result: ok, gone (the unit ended meanwhile), failed",
             m.unit_updates.clone(),
+        );
+        registry.register(
+            "runtime_records",
+            "New container cgroups looked up in the container runtime's record, by result: named (its pod and container known at once), unusable (the record could not be read or names another pod; the pod status decides)",
+            m.runtime_records.clone(),
         );
         registry.register(
             "node_memory_min_bytes",
@@ -370,6 +377,16 @@ impl Metrics {
         }
     }
 
+    pub fn runtime_records(&self, named: usize, unusable: usize) {
+        for (result, n) in [("named", named), ("unusable", unusable)] {
+            if n > 0 {
+                self.runtime_records
+                    .get_or_create(&ResultLabel { result })
+                    .inc_by(n as u64);
+            }
+        }
+    }
+
     pub fn unit_updates(&self, outcome: &crate::units::HoldOutcome) {
         for (result, n) in [
             ("ok", outcome.set),
@@ -442,6 +459,8 @@ mod tests {
         m.writes(3, 1, &[Some(libc::EINVAL), Some(12345)], false);
         m.writes(2, 0, &[], true);
         m.node(1 << 30, 1 << 29, 7, Some((5, 1)));
+        m.runtime_records(3, 0);
+        m.runtime_records(1, 1);
         m.signals(&[
             pod("a", "burstable", (4, 1, 2.5), &[]),
             pod("b", "burstable", (1, 0, 7.25), &[]),
@@ -456,6 +475,8 @@ mod tests {
             "nodemem_agent_write_errors_total{errno=\"EINVAL\"} 1",
             "nodemem_agent_write_errors_total{errno=\"other\"} 1",
             "nodemem_agent_drift_repairs_total 2",
+            "nodemem_agent_runtime_records_total{result=\"named\"} 4",
+            "nodemem_agent_runtime_records_total{result=\"unusable\"} 1",
             "nodemem_agent_node_memory_min_bytes 1073741824",
             "nodemem_agent_managed_pods 7",
             "nodemem_agent_memory_manager_pinning_errors 1",

@@ -411,7 +411,7 @@ async fn install_nodemem_and_check_its_agent(
     .await;
 
     if driver == Driver::Systemd {
-        reaction_to_real_container_starts(node, client).await;
+        reaction_to_real_container_starts(node, client, &agent_ip).await;
     }
 
     assert!(
@@ -481,11 +481,37 @@ async fn install_nodemem_and_check_its_agent(
 /// node (tests/node/probe) is told of each cgroup by inotify and of each value by the
 /// write's own IN_MODIFY; every container must get its values (a container it never
 /// saw done fails the test). Prints median, p90, p99 and max.
-async fn reaction_to_real_container_starts(node: &mut RealNode, client: &kube::Client) {
+/// One series of the agent's /metrics, scraped from the node (0 when absent).
+fn agent_metric(node: &mut RealNode, agent_ip: &str, series: &str) -> f64 {
+    let (metrics, code) = node
+        .run(&format!(
+            "exec 3<>/dev/tcp/{agent_ip}/9180 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{metrics}");
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+async fn reaction_to_real_container_starts(
+    node: &mut RealNode,
+    client: &kube::Client,
+    agent_ip: &str,
+) {
     let total: usize = std::env::var("NODEMEM_REACTION_PODS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(10);
+    const NAMED: &str = "nodemem_agent_runtime_records_total{result=\"named\"}";
+    let named_before = agent_metric(node, agent_ip, NAMED);
     let root = qos_level_dir(Driver::Systemd, "kubepods");
     let (out, code) = node
         .run(&format!(
@@ -551,6 +577,19 @@ async fn reaction_to_real_container_starts(node: &mut RealNode, client: &kube::C
         });
         reactions.push(*ms);
     }
+    // Every container was named from containerd's bundle the moment its cgroup
+    // appeared, not later from the pod status (sandboxes are not counted).
+    let named = agent_metric(node, agent_ip, NAMED) - named_before;
+    assert!(
+        named >= total as f64,
+        "{named} of {total} new containers named from containerd's record (nodemem_agent_runtime_records_total)"
+    );
+    let unusable = agent_metric(
+        node,
+        agent_ip,
+        "nodemem_agent_runtime_records_total{result=\"unusable\"}",
+    );
+    assert_eq!(unusable, 0.0, "records the agent could not use");
     reactions.sort_by(f64::total_cmp);
     let at = |q: f64| nodemem_testkit::stats::percentile(&reactions, q);
     eprintln!(
