@@ -40,8 +40,10 @@ pub struct NodeMemoryPolicySpec {
     pub node_selector: NodeSelector,
 
     /// When several policies select a node, the one with the highest priority governs it.
-    /// Policies with equal top priority conflict: the alphabetically first wins and the
-    /// conflict is reported in status.
+    /// A tie never moves a node: among policies of equal top priority a node stays with
+    /// the policy whose revision it runs, and a node that runs none of them goes to the
+    /// oldest; the tie is reported as Conflicting on each of them. Only a strictly
+    /// higher priority takes a node from its policy, through that policy's rollout.
     #[serde(default)]
     #[schemars(range(min = -1000000, max = 1000000))]
     pub priority: i32,

@@ -72,6 +72,7 @@ pub fn decide(world: &World, now: i64) -> Decision {
             name: v.name,
             priority: v.entry.spec.priority,
             selector: &v.selector,
+            created: v.entry.created,
         })
         .collect();
 
@@ -80,7 +81,9 @@ pub fn decide(world: &World, now: i64) -> Decision {
     let mut conflicts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut unselected: Vec<&str> = Vec::new();
     for (node, labels) in &world.nodes {
-        let r = resolve_policy(&candidates, labels);
+        // The policy whose revision the node runs: a tie never moves it.
+        let current = world.configs.get(node).map(|c| c.spec.policy.as_str());
+        let r = resolve_policy(&candidates, labels, current);
         let Some(winner) = r.winner else {
             unselected.push(node);
             continue;
@@ -204,7 +207,7 @@ fn decide_policy(
             true,
             "EqualPriority",
             format!(
-                "{} node(s) are also selected by another policy of the same priority (the alphabetically first governs): {}",
+                "{} node(s) are also selected by another policy of the same priority: a tie moves no node (each stays with the policy it runs; a new node goes to the oldest policy); give one policy a higher priority or narrow a selector: {}",
                 c.len(),
                 names.join(", ")
             ),

@@ -190,7 +190,7 @@ fn every_node_gets_its_pools_policy_and_ties_are_reported_on_both() {
             ("g1", "general"),
             ("g2", "general")
         ],
-        "equal priority: the alphabetically first governs; x1 matches nothing"
+        "equal priority, no creation times, no node on either yet: the first by name governs; x1 matches nothing"
     );
     for name in ["db", "db-twin"] {
         let status = &d.statuses.iter().find(|s| s.0 == name).unwrap().1;
@@ -447,6 +447,112 @@ fn a_node_changing_pools_goes_through_the_new_pools_rollout() {
         .map(|w| (w.node.as_str(), w.spec.policy.as_str()))
         .collect();
     assert_eq!(moves, [("b", "one"), ("a", "two")]);
+}
+
+fn created_at(mut p: NodeMemoryPolicy, at: i64) -> NodeMemoryPolicy {
+    p.metadata.creation_timestamp =
+        Some(Time(k8s_openapi::jiff::Timestamp::from_second(at).unwrap()));
+    p
+}
+
+/// The sandbox surprise (issue 18): a second policy of the same priority whose
+/// selector overlaps a running pool moved the pool's nodes to it at once, because its
+/// name sorted first.
+#[test]
+fn a_tie_moves_no_node_and_only_a_higher_priority_takes_nodes_through_its_rollout() {
+    let general = created_at(
+        policy("general", "general", 0, 0.9, json!({"maxUnavailable": 1})),
+        T0 - 1000,
+    );
+    let mut w = world(
+        &[general],
+        &[("g1", "general"), ("g2", "general"), ("g3", "general")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 8);
+    assert!(w.configs.values().all(|c| c.spec.policy == "general"));
+    let general_revision = w.configs["g1"].spec.revision.clone();
+
+    // bad3: created later, same priority, a selector that takes every node, a name
+    // that sorts first. No node moves; it governs only the node nobody else claims.
+    let mut bad3 = created_at(
+        policy("bad3", "general", 0, 0.5, json!({"maxUnavailable": 1})),
+        T0,
+    );
+    bad3.spec.node_selector = Default::default();
+    w.apply_policy(&bad3);
+    w.apply_node(&node("lonely", "batch"));
+    for _ in 0..5 {
+        let d = decide(&w, now);
+        assert!(
+            d.writes
+                .iter()
+                .all(|wr| wr.node == "lonely" && wr.spec.policy == "bad3"),
+            "only the unclaimed node: {:?}",
+            written(&d)
+        );
+        apply(&mut w, &d, now);
+        for wr in &d.writes {
+            agent_reports(&mut w, &wr.node, true, now);
+        }
+        now += 10;
+    }
+    for n in ["g1", "g2", "g3"] {
+        assert_eq!(w.configs[n].spec.policy, "general", "{n}");
+        assert_eq!(w.configs[n].spec.revision, general_revision, "{n}");
+    }
+    for name in ["general", "bad3"] {
+        assert_eq!(w.policies[name].status.conflicting_nodes, 3, "{name}");
+        let c = condition(&w, name, "Conflicting");
+        assert!(
+            c.message.contains("a tie moves no node") && c.message.ends_with("g1, g2, g3"),
+            "{}",
+            c.message
+        );
+    }
+    assert_eq!(w.policies["general"].status.matched_nodes, 3);
+    assert_eq!(w.policies["bad3"].status.matched_nodes, 1);
+
+    // A new general node goes to the older policy.
+    w.apply_node(&node("g4", "general"));
+    let d = decide(&w, now);
+    assert!(d
+        .writes
+        .iter()
+        .any(|wr| wr.node == "g4" && wr.spec.policy == "general"));
+    settle(&mut w, &mut now, 4);
+
+    // bad3 gets a strictly higher priority: it takes the general nodes through its own
+    // rollout (maxUnavailable 1: one node at a time, each after the one before is
+    // Applied and Healthy), never the pool at once.
+    let mut higher = bad3.clone();
+    higher.spec.priority = 1;
+    w.apply_policy(&higher);
+    let d = decide(&w, now);
+    let taken: Vec<&str> = d
+        .writes
+        .iter()
+        .filter(|wr| wr.spec.policy == "bad3" && wr.node.starts_with('g'))
+        .map(|wr| wr.node.as_str())
+        .collect();
+    assert_eq!(taken, ["g1"], "one node, never the pool at once");
+    apply(&mut w, &d, now);
+    // Until it reports Applied and Healthy, nothing else moves.
+    now += 10;
+    let d = decide(&w, now);
+    assert!(
+        d.writes
+            .iter()
+            .all(|wr| !wr.node.starts_with('g') || wr.node == "g1"),
+        "{:?}",
+        written(&d)
+    );
+    agent_reports(&mut w, "g1", true, now);
+    settle(&mut w, &mut now, 6);
+    for n in ["g1", "g2", "g3", "g4"] {
+        assert_eq!(w.configs[n].spec.policy, "bad3", "{n}");
+    }
+    assert_eq!(w.policies["bad3"].status.conflicting_nodes, 0);
 }
 
 #[test]

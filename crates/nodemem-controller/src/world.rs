@@ -34,6 +34,9 @@ pub struct PolicyEntry {
     pub status: NodeMemoryPolicyStatus,
     /// The revision a user asked to roll back from ([`nodemem_api::ROLLBACK_ANNOTATION`]).
     pub rollback_request: Option<String>,
+    /// When it was created (seconds): of policies tied on priority, the oldest claims
+    /// the nodes that run none of them.
+    pub created: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -63,6 +66,11 @@ impl World {
                 .as_ref()
                 .and_then(|a| a.get(nodemem_api::ROLLBACK_ANNOTATION))
                 .cloned(),
+            created: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second()),
         };
         self.policies.insert(name, entry.clone()) != Some(entry)
     }

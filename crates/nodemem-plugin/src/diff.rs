@@ -172,7 +172,14 @@ pub fn build(
         .filter(|p| !file_names.contains(&name_of(p)))
         .cloned()
         .collect();
-    after.extend(file.iter().cloned());
+    // A policy the file changes keeps its creation time (ties go to the oldest).
+    after.extend(file.iter().map(|p| {
+        let mut p = p.clone();
+        if let Some(live) = snapshot.policies.iter().find(|l| name_of(l) == name_of(&p)) {
+            p.metadata.creation_timestamp = live.metadata.creation_timestamp.clone();
+        }
+        p
+    }));
 
     let no_pods = Vec::new();
     let mut nodes = Vec::new();
@@ -180,8 +187,9 @@ pub fn build(
         let name = node.metadata.name.clone().unwrap_or_default();
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let config = snapshot.config(&name);
-        let winner_after = node_view::governing(&after, &labels).winner;
-        let winner_live = node_view::governing(&snapshot.policies, &labels).winner;
+        let current = config.map(|c| c.spec.policy.as_str());
+        let winner_after = node_view::governing(&after, &labels, current).winner;
+        let winner_live = node_view::governing(&snapshot.policies, &labels, current).winner;
         let involved = [
             winner_after.as_deref(),
             winner_live.as_deref(),

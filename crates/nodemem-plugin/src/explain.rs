@@ -45,7 +45,7 @@ pub struct Candidate {
     pub priority: i32,
     pub selector: String,
     pub selects: bool,
-    /// governs, same priority (loses by name), lower priority, or does not select.
+    /// governs, same priority (does not move the node), lower priority, or does not select.
     pub outcome: String,
 }
 
@@ -104,7 +104,8 @@ pub fn build(
 ) -> ExplainReport {
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    let r = governing(&s.policies, &labels);
+    let current = s.config(&name).map(|c| c.spec.policy.as_str());
+    let r = governing(&s.policies, &labels, current);
     let winner_priority = r
         .winner
         .as_deref()
@@ -121,7 +122,7 @@ pub fn build(
             } else if r.winner.as_deref() == Some(policy.as_str()) {
                 "governs"
             } else if Some(p.spec.priority) == winner_priority {
-                "same priority, loses by name"
+                "same priority, does not move the node"
             } else {
                 "lower priority"
             };
@@ -143,10 +144,16 @@ pub fn build(
     let why = match &r.winner {
         None => "no NodeMemoryPolicy selects this node's labels; nodemem sets nothing here".into(),
         Some(w) if r.matching.len() == 1 => format!("{w} is the only policy that selects it"),
-        Some(w) if !r.conflicting.is_empty() => format!(
-            "{w} and {} select it with the same priority; {w} governs as the first by name (the policies report Conflicting)",
-            r.conflicting.join(", ")
-        ),
+        Some(w) if !r.conflicting.is_empty() => match r.won {
+            nodemem_model::resolve::Won::KeptOnTie => format!(
+                "{w} and {} select it with the same priority; it stays with {w}, whose revision it runs: a tie moves no node (the policies report Conflicting)",
+                r.conflicting.join(", ")
+            ),
+            _ => format!(
+                "{w} and {} select it with the same priority; {w} governs it as the oldest of them: the node ran none of them (the policies report Conflicting)",
+                r.conflicting.join(", ")
+            ),
+        },
         Some(w) => format!(
             "{w} has the highest priority of the {} policies that select it",
             r.matching.len()

@@ -17,9 +17,14 @@ use nodemem_model::resolve::{resolve_policy, PolicyCandidate, Resolution};
 
 use nodemem_api::node_index::NodeIndex;
 
-/// Which of `policies` governs a node with these labels (the controller's rule:
-/// highest priority, ties to the alphabetically first name).
-pub fn governing(policies: &[NodeMemoryPolicy], labels: &BTreeMap<String, String>) -> Resolution {
+/// Which of `policies` governs a node with these labels that runs `current`'s revision
+/// (the controller's rule: highest priority; a tie keeps the node where it is, or
+/// gives a node that runs none of them to the oldest policy).
+pub fn governing(
+    policies: &[NodeMemoryPolicy],
+    labels: &BTreeMap<String, String>,
+    current: Option<&str>,
+) -> Resolution {
     let selectors: Vec<_> = policies
         .iter()
         .map(|p| to_selector(&p.spec.node_selector))
@@ -31,9 +36,14 @@ pub fn governing(policies: &[NodeMemoryPolicy], labels: &BTreeMap<String, String
             name: p.metadata.name.as_deref().unwrap_or(""),
             priority: p.spec.priority,
             selector,
+            created: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second()),
         })
         .collect();
-    resolve_policy(&candidates, labels)
+    resolve_policy(&candidates, labels, current)
 }
 
 /// The pods of a node in the agent's admission order, converted as the agent converts

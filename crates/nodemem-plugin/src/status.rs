@@ -58,7 +58,7 @@ pub struct FailingNode {
 #[serde(rename_all = "camelCase")]
 pub struct Conflict {
     pub node: String,
-    /// The policy that governs (highest priority, then first by name).
+    /// The policy that governs (highest priority; a tie keeps the node where it is).
     pub governs: String,
     /// Policies of the same priority that also select the node.
     pub also: Vec<String>,
@@ -146,7 +146,8 @@ pub fn build(s: &Snapshot) -> StatusReport {
     for node in &s.nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let labels = node.metadata.labels.clone().unwrap_or_default();
-        let r = governing(&s.policies, &labels);
+        let current = s.config(&name).map(|c| c.spec.policy.as_str());
+        let r = governing(&s.policies, &labels, current);
         match r.winner {
             None => unmanaged_nodes.push(name),
             Some(w) if !r.conflicting.is_empty() => conflicts.push(Conflict {
@@ -216,10 +217,7 @@ pub fn render_table(r: &StatusReport) -> String {
         let _ = writeln!(out, "{}", crate::render::text(&t));
     }
     if !r.conflicts.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nConflicts (same priority; the first by name governs):"
-        );
+        let _ = writeln!(out, "\nConflicts (same priority; a tie moves no node):");
         for c in &r.conflicts {
             let _ = writeln!(
                 out,

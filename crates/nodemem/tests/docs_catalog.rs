@@ -63,6 +63,7 @@ fn every_registered_metric_is_documented_and_nothing_else() {
         gone: 1,
         failed: 1,
     });
+    agent.runtime_records(1, 1);
     let controller = ControllerMetrics::new();
     controller.reconciled(0.01);
     controller.write("config", false);

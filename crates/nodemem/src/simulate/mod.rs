@@ -156,9 +156,15 @@ pub fn simulate(
             name: p.metadata.name.as_deref().unwrap_or(""),
             priority: p.spec.priority,
             selector,
+            created: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second()),
         })
         .collect();
-    let resolution = resolve_policy(&candidates, &node_labels(&node));
+    // The node's current policy is not known from files: a tie goes to the oldest.
+    let resolution = resolve_policy(&candidates, &node_labels(&node), None);
     let model_pods: Vec<Pod> = pods.iter().map(|p| p.pod().clone()).collect();
     let Some(winner) = resolution.winner.clone() else {
         return Ok(SimulateOutput::unmanaged(&node_name, &model_pods));

@@ -266,8 +266,156 @@ async fn invalid_policies_are_rejected_at_admission() {
             json!({"nodeSelector": sel, "priority": 2000000}),
             "spec.priority in body should be less than or equal to 1000000",
         ),
+        (
+            "priority-low",
+            json!({"nodeSelector": sel, "priority": -2000000}),
+            "spec.priority in body should be greater than or equal to -1000000",
+        ),
+        (
+            "enforcement-enum",
+            json!({"nodeSelector": sel, "enforcement": "Sometimes"}),
+            "spec.enforcement: Unsupported value: \"Sometimes\"",
+        ),
+        (
+            "memory-manager-policy-enum",
+            json!({"nodeSelector": sel, "memoryManager": {"policy": "Dynamic"}}),
+            "spec.memoryManager.policy: Unsupported value: \"Dynamic\"",
+        ),
+        (
+            "factor-negative",
+            json!({"nodeSelector": sel, "memoryQoS": {"throttlingFactor": -0.5}}),
+            "spec.memoryQoS.throttlingFactor in body should be greater than 0",
+        ),
+        (
+            "factor-string",
+            json!({"nodeSelector": sel, "memoryQoS": {"throttlingFactor": "high"}}),
+            "spec.memoryQoS.throttlingFactor in body must be of type number",
+        ),
+        (
+            "enabled-string",
+            json!({"nodeSelector": sel, "memoryQoS": {"enabled": "yes"}}),
+            "spec.memoryQoS.enabled in body must be of type boolean",
+        ),
+        (
+            "hugepages-unit",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gi", "hugepages-2MB": "2Mi"}}])),
+            "memory types must be memory or hugepages-<size>",
+        ),
+        (
+            "static-with-hugepages-only",
+            reserved(json!([{"numaNode": 0, "limits": {"hugepages-2Mi": "2Mi"}}])),
+            "the Static policy needs reservedMemory with a memory entry on at least one NUMA node",
+        ),
+        (
+            "numa-node-too-high",
+            reserved(json!([{"numaNode": 1024, "limits": {"memory": "1Gi"}}])),
+            "numaNode in body should be less than or equal to 1023",
+        ),
+        (
+            "kube-reserved-negative",
+            json!({"nodeSelector": sel, "nodeReserved": {"kubeReserved": -1}}),
+            "must not be negative",
+        ),
+        (
+            "system-reserved-words",
+            json!({"nodeSelector": sel, "nodeReserved": {"systemReserved": "lots"}}),
+            "spec.nodeReserved.systemReserved in body should match",
+        ),
+        (
+            "eviction-hard-too-long",
+            json!({"nodeSelector": sel, "nodeReserved": {"evictionHard": "1".repeat(65)}}),
+            "spec.nodeReserved.evictionHard: Too long: may not be more than 64 bytes",
+        ),
+        (
+            "canary-percent",
+            json!({"nodeSelector": sel, "rollout": {"canary": "101%"}}),
+            "must be a non-negative integer or a percentage from 0% to 100%",
+        ),
+        (
+            "canary-negative",
+            json!({"nodeSelector": sel, "rollout": {"canary": -1}}),
+            "must be a non-negative integer or a percentage from 0% to 100%",
+        ),
+        (
+            "max-unavailable-negative",
+            json!({"nodeSelector": sel, "rollout": {"maxUnavailable": -2}}),
+            "must be a non-negative integer or a percentage from 0% to 100%",
+        ),
+        (
+            "max-unavailable-words",
+            json!({"nodeSelector": sel, "rollout": {"maxUnavailable": "half"}}),
+            "must be a non-negative integer or a percentage from 0% to 100%",
+        ),
+        (
+            "min-ready-negative",
+            json!({"nodeSelector": sel, "rollout": {"minReadySeconds": -1}}),
+            "spec.rollout.minReadySeconds in body should be greater than or equal to 0",
+        ),
+        (
+            "min-ready-over-a-day",
+            json!({"nodeSelector": sel, "rollout": {"minReadySeconds": 90000}}),
+            "spec.rollout.minReadySeconds in body should be less than or equal to 86400",
+        ),
+        (
+            "progress-deadline-short",
+            json!({"nodeSelector": sel, "rollout": {"progressDeadlineSeconds": 5}}),
+            "spec.rollout.progressDeadlineSeconds in body should be greater than or equal to 10",
+        ),
+        (
+            "max-failures-high",
+            json!({"nodeSelector": sel, "rollout": {"maxFailures": 10001}}),
+            "spec.rollout.maxFailures in body should be less than or equal to 10000",
+        ),
+        (
+            "paused-string",
+            json!({"nodeSelector": sel, "rollout": {"paused": "yes"}}),
+            "spec.rollout.paused in body must be of type boolean",
+        ),
+        (
+            "pressure-zero",
+            json!({"nodeSelector": sel, "rollout": {"health": {"maxFullMemoryPressurePercent": 0}}}),
+            "spec.rollout.health.maxFullMemoryPressurePercent in body should be greater than or equal to 1",
+        ),
+        (
+            "pressure-over-100",
+            json!({"nodeSelector": sel, "rollout": {"health": {"maxFullMemoryPressurePercent": 101}}}),
+            "spec.rollout.health.maxFullMemoryPressurePercent in body should be less than or equal to 100",
+        ),
+        (
+            "oom-kills-negative",
+            json!({"nodeSelector": sel, "rollout": {"health": {"maxOOMKills": -1}}}),
+            "spec.rollout.health.maxOOMKills in body should be greater than or equal to 0",
+        ),
+        (
+            "selector-in-without-values",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In"}]}}),
+            "values must be non-empty for In and NotIn and empty for Exists and DoesNotExist",
+        ),
+        (
+            "selector-too-many-expressions",
+            json!({"nodeSelector": {"matchExpressions": (0..33)
+                .map(|i| json!({"key": format!("k{i}"), "operator": "Exists"}))
+                .collect::<Vec<_>>()}}),
+            "spec.nodeSelector.matchExpressions: Too many: 33: must have at most 32 items",
+        ),
+        (
+            "selector-too-many-values",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In",
+                "values": (0..65).map(|i| format!("v{i}")).collect::<Vec<_>>()}]}}),
+            "must have at most 64 items",
+        ),
+        (
+            "selector-key-too-long",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "k".repeat(318), "operator": "Exists"}]}}),
+            "spec.nodeSelector.matchExpressions[0].key: Too long: may not be more than 317 bytes",
+        ),
+        (
+            "selector-value-too-long",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["v".repeat(64)]}]}}),
+            "Too long: may not be more than 63 bytes",
+        ),
     ];
-    assert!(cases.len() >= 10);
+    assert!(cases.len() >= 40, "{} invalid policies", cases.len());
     let mut failures = Vec::new();
     for (name, spec, expected) in cases {
         match api
