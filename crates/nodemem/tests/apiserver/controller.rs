@@ -330,6 +330,66 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     );
     let b_first = b1["revision"].as_str().unwrap().to_string();
 
+    // 1b. A tie moves no node (issue 18: in the sandbox a second policy of the same
+    //     priority took a running pool at once because its name sorted first): a new
+    //     policy over pools a and c with the same priority and a name that sorts first
+    //     governs nothing and says why; deleted, nothing has moved.
+    let before = node_states(&client).await;
+    let mut tie = policy("aaa-tie", 0.5, json!({"maxUnavailable": "100%"}));
+    tie["spec"]["nodeSelector"] = json!({"matchExpressions": [
+        {"key": "nodemem.io/pool", "operator": "In", "values": ["ctl-a", "ctl-c"]}]});
+    create(tie).await;
+    let tie_status = wait("aaa-tie reports the tie", &logs, async || {
+        let p = policies.get_status("aaa-tie").await.ok()?;
+        let s = p.data.get("status")?.clone();
+        (s["conflictingNodes"] == 4).then_some(s)
+    })
+    .await;
+    assert_eq!(tie_status["matchedNodes"], 0, "{tie_status:#}");
+    let c = condition(&tie_status, "Conflicting").unwrap();
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("a tie moves no node")
+            && c["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("ctl-a-1, ctl-a-2, ctl-a-3, ctl-c-1"),
+        "{c}"
+    );
+    let a_status = wait("ctl-a reports the tie", &logs, async || {
+        let s = policies
+            .get_status("ctl-a")
+            .await
+            .ok()?
+            .data
+            .get("status")?
+            .clone();
+        (s["conflictingNodes"] == 3).then_some(s)
+    })
+    .await;
+    assert_eq!(a_status["matchedNodes"], 3, "{a_status:#}");
+    // Several reconciles later (one a second), every node still runs what it ran.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(node_states(&client).await, before, "{}", logs());
+    policies
+        .delete("aaa-tie", &Default::default())
+        .await
+        .unwrap();
+    wait("the tie resolved on ctl-a", &logs, async || {
+        let s = policies
+            .get_status("ctl-a")
+            .await
+            .ok()?
+            .data
+            .get("status")?
+            .clone();
+        (s["conflictingNodes"] == 0 && condition(&s, "Conflicting").is_none()).then_some(())
+    })
+    .await;
+    assert_eq!(node_states(&client).await, before);
+
     // 2. A spec change in pool a: at most one node in flight at any time, all end on it.
     let patch = |name: &'static str, factor: f64| {
         let policies = policies.clone();
