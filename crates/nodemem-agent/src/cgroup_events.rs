@@ -101,16 +101,13 @@ pub fn watch_cgroups(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cgroup_layout::{container_dir, pod_dir, ContainerRuntime};
+    use nodemem_model::cgroup_layout::{container_dir, pod_dir};
     use nodemem_model::qos::QosClass;
 
     const UID: &str = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c";
 
     fn containerd(id: &str) -> ContainerId {
-        ContainerId {
-            runtime: ContainerRuntime::Containerd,
-            id: id.into(),
-        }
+        ContainerId::containerd(id)
     }
 
     #[test]

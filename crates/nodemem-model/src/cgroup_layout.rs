@@ -33,6 +33,14 @@ pub struct ContainerId {
 }
 
 impl ContainerId {
+    /// A containerd container (the runtime Kubernetes nodes run most).
+    pub fn containerd(id: &str) -> Self {
+        ContainerId {
+            runtime: ContainerRuntime::Containerd,
+            id: id.to_string(),
+        }
+    }
+
     /// `containerd://<id>` or `cri-o://<id>`; None for another scheme or no ID.
     pub fn parse(text: &str) -> Option<Self> {
         let (scheme, id) = text.split_once("://")?;
@@ -183,10 +191,7 @@ mod tests {
     const UID: &str = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c";
 
     fn containerd(id: &str) -> ContainerId {
-        ContainerId {
-            runtime: ContainerRuntime::Containerd,
-            id: id.to_string(),
-        }
+        ContainerId::containerd(id)
     }
 
     fn crio(id: &str) -> ContainerId {

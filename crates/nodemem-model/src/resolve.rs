@@ -103,6 +103,20 @@ mod tests {
         }
     }
 
+    fn candidate<'a>(
+        name: &'a str,
+        priority: i32,
+        selector: &'a LabelSelector,
+        created: Option<i64>,
+    ) -> PolicyCandidate<'a> {
+        PolicyCandidate {
+            name,
+            priority,
+            selector,
+            created,
+        }
+    }
+
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -123,30 +137,10 @@ mod tests {
             }],
         };
         let candidates = [
-            PolicyCandidate {
-                name: "default",
-                priority: 0,
-                selector: &all,
-                created: Some(1),
-            },
-            PolicyCandidate {
-                name: "zz-db",
-                priority: 10,
-                selector: &db,
-                created: Some(2),
-            },
-            PolicyCandidate {
-                name: "aa-db",
-                priority: 10,
-                selector: &db,
-                created: Some(2),
-            },
-            PolicyCandidate {
-                name: "no-gpu",
-                priority: 5,
-                selector: &not_gpu,
-                created: Some(3),
-            },
+            candidate("default", 0, &all, Some(1)),
+            candidate("zz-db", 10, &db, Some(2)),
+            candidate("aa-db", 10, &db, Some(2)),
+            candidate("no-gpu", 5, &not_gpu, Some(3)),
         ];
         let db_node = labels(&[("pool", "db")]);
         let r = resolve_policy(&candidates, &db_node, None);
@@ -176,18 +170,8 @@ mod tests {
         let general = pool("general");
         let everything = LabelSelector::default();
         let candidates = [
-            PolicyCandidate {
-                name: "general",
-                priority: 0,
-                selector: &general,
-                created: Some(100),
-            },
-            PolicyCandidate {
-                name: "bad3",
-                priority: 0,
-                selector: &everything,
-                created: Some(200),
-            },
+            candidate("general", 0, &general, Some(100)),
+            candidate("bad3", 0, &everything, Some(200)),
         ];
         let node = labels(&[("pool", "general")]);
         // A node running general's revision stays on it.
@@ -221,18 +205,8 @@ mod tests {
         let general = pool("general");
         let everything = LabelSelector::default();
         let mut candidates = [
-            PolicyCandidate {
-                name: "general",
-                priority: 0,
-                selector: &general,
-                created: Some(100),
-            },
-            PolicyCandidate {
-                name: "override",
-                priority: 1,
-                selector: &everything,
-                created: Some(200),
-            },
+            candidate("general", 0, &general, Some(100)),
+            candidate("override", 1, &everything, Some(200)),
         ];
         let node = labels(&[("pool", "general")]);
         let r = resolve_policy(&candidates, &node, Some("general"));
@@ -247,24 +221,9 @@ mod tests {
         );
         // Policies read from files (no creation time) count as newest, then by name.
         let files = [
-            PolicyCandidate {
-                name: "b",
-                priority: 0,
-                selector: &everything,
-                created: None,
-            },
-            PolicyCandidate {
-                name: "a",
-                priority: 0,
-                selector: &everything,
-                created: None,
-            },
-            PolicyCandidate {
-                name: "c",
-                priority: 0,
-                selector: &everything,
-                created: Some(5),
-            },
+            candidate("b", 0, &everything, None),
+            candidate("a", 0, &everything, None),
+            candidate("c", 0, &everything, Some(5)),
         ];
         let r = resolve_policy(&files, &node, None);
         assert_eq!(r.winner.as_deref(), Some("c"));
@@ -284,12 +243,7 @@ mod tests {
             let priorities = [p % 3, (p / 3) % 3, p / 9];
             for ages in [[1, 2, 3], [3, 2, 1], [2, 2, 2]] {
                 let candidates: Vec<PolicyCandidate<'_>> = (0..3)
-                    .map(|i| PolicyCandidate {
-                        name: names[i],
-                        priority: priorities[i],
-                        selector: &all,
-                        created: Some(ages[i]),
-                    })
+                    .map(|i| candidate(names[i], priorities[i], &all, Some(ages[i])))
                     .collect();
                 for current in [None, Some("a"), Some("b"), Some("c")] {
                     let r = resolve_policy(&candidates, &node, current);

@@ -334,14 +334,25 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     //     priority took a running pool at once because its name sorted first): a new
     //     policy over pools a and c with the same priority and a name that sorts first
     //     governs nothing and says why; deleted, nothing has moved.
+    let policy_status = |name: &'static str| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .get_status(name)
+                .await
+                .ok()?
+                .data
+                .get("status")
+                .cloned()
+        }
+    };
     let before = node_states(&client).await;
     let mut tie = policy("aaa-tie", 0.5, json!({"maxUnavailable": "100%"}));
     tie["spec"]["nodeSelector"] = json!({"matchExpressions": [
         {"key": "nodemem.io/pool", "operator": "In", "values": ["ctl-a", "ctl-c"]}]});
     create(tie).await;
     let tie_status = wait("aaa-tie reports the tie", &logs, async || {
-        let p = policies.get_status("aaa-tie").await.ok()?;
-        let s = p.data.get("status")?.clone();
+        let s = policy_status("aaa-tie").await?;
         (s["conflictingNodes"] == 4).then_some(s)
     })
     .await;
@@ -359,13 +370,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         "{c}"
     );
     let a_status = wait("ctl-a reports the tie", &logs, async || {
-        let s = policies
-            .get_status("ctl-a")
-            .await
-            .ok()?
-            .data
-            .get("status")?
-            .clone();
+        let s = policy_status("ctl-a").await?;
         (s["conflictingNodes"] == 3).then_some(s)
     })
     .await;
@@ -378,13 +383,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         .await
         .unwrap();
     wait("the tie resolved on ctl-a", &logs, async || {
-        let s = policies
-            .get_status("ctl-a")
-            .await
-            .ok()?
-            .data
-            .get("status")?
-            .clone();
+        let s = policy_status("ctl-a").await?;
         (s["conflictingNodes"] == 0 && condition(&s, "Conflicting").is_none()).then_some(())
     })
     .await;

@@ -6,9 +6,7 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use nodemem_model::cgroup_layout::{
-    container_dir, pod_dir, CgroupDriver, ContainerId, ContainerRuntime,
-};
+use nodemem_model::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
 use nodemem_model::qos::QosClass;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::nodes::SimNode;
@@ -34,10 +32,7 @@ fn bundle(tasks: &std::path::Path, id: &str, annotations: serde_json::Value) {
 }
 
 fn containerd(id: &str) -> ContainerId {
-    ContainerId {
-        runtime: ContainerRuntime::Containerd,
-        id: id.to_string(),
-    }
+    ContainerId::containerd(id)
 }
 
 #[tokio::test]
