@@ -22,7 +22,8 @@ use nodemem_process::Outcome;
 /// Arguments of `nodemem sandbox`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct SandboxArgs {
-    /// Plain lines instead of the live view (for CI and logs).
+    /// Plain lines instead of the live view (also whenever the output is not a
+    /// terminal: piped, redirected to a file, or run from a script).
     #[arg(long)]
     pub no_ui: bool,
     /// The nodemem repository (CRDs, deploy manifests, examples).
@@ -71,6 +72,13 @@ impl Out {
     }
 }
 
+/// The live view redraws one terminal screen (and indicatif hides it entirely when the
+/// output is not a terminal, so a piped sandbox printed nothing): plain lines unless
+/// asked for none and writing to a terminal.
+fn live_view(no_ui: bool, stdout_is_terminal: bool) -> bool {
+    !no_ui && stdout_is_terminal
+}
+
 pub fn run(args: &SandboxArgs) -> Result<Outcome, CliError> {
     let repo = args
         .repo
@@ -86,8 +94,12 @@ pub fn run(args: &SandboxArgs) -> Result<Outcome, CliError> {
     }
     let nodemem = std::env::current_exe()
         .map_err(|e| CliError::one(format!("cannot find the nodemem binary: {e}")))?;
+    let live = live_view(
+        args.no_ui,
+        std::io::IsTerminal::is_terminal(&std::io::stdout()),
+    );
     let out = Out {
-        bar: (!args.no_ui).then(|| {
+        bar: live.then(|| {
             let bar = indicatif::ProgressBar::new_spinner();
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{spinner} {msg}")
@@ -310,4 +322,17 @@ fn ready_text(bed: &Bed, tools: &Path) -> String {
             .map_or(String::new(), |n| n.tree.root().display().to_string()),
         dir = bed.dir().display(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::live_view;
+
+    #[test]
+    fn the_live_view_needs_a_terminal_and_no_flag_against_it() {
+        assert!(live_view(false, true));
+        assert!(!live_view(true, true), "--no-ui");
+        assert!(!live_view(false, false), "piped or redirected: plain lines");
+        assert!(!live_view(true, false));
+    }
 }

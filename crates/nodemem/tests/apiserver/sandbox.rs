@@ -3,8 +3,11 @@
 //!
 //! 1. The live view, driven in tmux: the screen shows the pools, the nodes and one
 //!    node's cgroup values, then the ready text; Ctrl-C stops everything.
-//! 2. `--no-ui`: until ready, then with the kubectl and PATH it prints: `kubectl get
-//!    nmp`, `kubectl nodemem status|explain|diff|pause|resume|rollback`. `diff` is
+//! 2. Piped into another program (not a terminal), as a script or CI runs it: plain
+//!    lines, as with `--no-ui` (the live view would print nothing there). Until ready,
+//!    then with the kubectl and PATH it prints: `kubectl get nmp`, a policy of the same
+//!    priority over running pools (no node moves), `kubectl nodemem
+//!    status|explain|diff|pause|resume|rollback`. `diff` is
 //!    checked against `nodemem simulate` on the same node and pods, and against the
 //!    cgroup files the agents write after the change is applied; SIGINT then leaves no
 //!    process and no directory behind.
@@ -34,7 +37,8 @@ struct Ran {
     code: i32,
 }
 
-/// A sandbox started with `--no-ui`; its stdout lines are collected as they come.
+/// A sandbox whose output goes to a pipe (no `--no-ui`: not being a terminal is
+/// enough); its stdout lines are collected as they come.
 struct NoUi {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
@@ -43,7 +47,7 @@ struct NoUi {
 impl NoUi {
     fn start() -> Self {
         let mut child = Command::new(nodemem())
-            .args(["sandbox", "--no-ui", "--repo"])
+            .args(["sandbox", "--repo"])
             .arg(repo())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -379,6 +383,88 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         ],
     );
     assert_eq!(drift.code, 0, "{}{}", drift.stdout, drift.stderr);
+
+    // The tie rule (issue 18; once the sandbox surprise): `bad3`, created after the
+    // pools with the same (default) priority and a selector that takes every node.
+    // The diff shows it would change no node; applied, it reports the tie and takes no
+    // node; with a higher priority the diff names every node it would take.
+    let bad3 = |priority: i32| {
+        format!(
+            "apiVersion: nodemem.io/v1alpha1\nkind: NodeMemoryPolicy\nmetadata:\n  name: bad3\nspec:\n  priority: {priority}\n  nodeSelector: {{}}\n  memoryQoS:\n    throttlingFactor: 0.5\n"
+        )
+    };
+    std::fs::write(work.path().join("bad3.yaml"), bad3(0)).unwrap();
+    std::fs::write(work.path().join("bad3-high.yaml"), bad3(1)).unwrap();
+    let tie_diff = shell.run(
+        "kubectl",
+        &["nodemem", "diff", "-f", "bad3.yaml", "-o", "json"],
+    );
+    assert_eq!(tie_diff.code, 0, "{}{}", tie_diff.stdout, tie_diff.stderr);
+    let take = shell.run(
+        "kubectl",
+        &["nodemem", "diff", "-f", "bad3-high.yaml", "-o", "json"],
+    );
+    assert_eq!(take.code, 1, "{}{}", take.stdout, take.stderr);
+    let take: Value = serde_json::from_str(&take.stdout).unwrap();
+    let taken: Vec<(String, String)> = take["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["policy"]["to"] == "bad3")
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap().to_string(),
+                n["policy"]["from"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        taken,
+        [
+            ("batch-1".to_string(), "batch".to_string()),
+            ("batch-2".into(), "batch".into()),
+            ("general-1".into(), "general".into()),
+            ("general-2".into(), "general".into()),
+            ("general-3".into(), "general".into()),
+        ],
+        "numa-database (priority 200) keeps its nodes"
+    );
+    let owners = || {
+        shell.kubectl(&[
+            "get",
+            "nmc",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.spec.policy}/{.spec.revision}{\"\\n\"}{end}",
+        ])
+    };
+    let before = owners();
+    shell.kubectl(&["apply", "-f", "bad3.yaml"]);
+    let conflicting = wait_until("bad3 to report the tie", Duration::from_secs(60), || {
+        let n = shell.kubectl(&[
+            "get",
+            "nmp",
+            "bad3",
+            "-o",
+            "jsonpath={.status.conflictingNodes}",
+        ]);
+        (n.trim() == "5").then_some(n)
+    });
+    assert_eq!(conflicting.trim(), "5");
+    assert_eq!(
+        shell
+            .kubectl(&[
+                "get",
+                "nmp",
+                "bad3",
+                "-o",
+                "jsonpath={.status.matchedNodes}"
+            ])
+            .trim(),
+        "0"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(owners(), before, "a tie moved a node");
+    shell.kubectl(&["delete", "-f", "bad3.yaml"]);
 
     // status
     let status = shell.json(&["nodemem", "status", "-o", "json"]);
