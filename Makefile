@@ -7,10 +7,14 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node bench-node build simulate crds control-plane real-node image image-check sandbox
+.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node bench-node build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-test: lint crds-check unit apiserver image-check vm node
+test: prereqs lint crds-check unit apiserver image-check vm node
+
+## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
+prereqs:
+	bash tests/scripts/install-prereqs.sh
 
 lint: fmt-check clippy
 
@@ -94,6 +98,7 @@ control-plane:
 
 ## sandbox: the main job: nodemem on a local control plane with simulated pools, live
 sandbox: build
+	bash tests/scripts/install-prereqs.sh sandbox
 	$(NODEMEM) sandbox
 
 ## simulate: what nodemem would write on one node, without a cluster on the general-pool example

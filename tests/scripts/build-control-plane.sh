@@ -30,7 +30,10 @@ if have_all; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "error: go is not installed; it is needed to build the control plane" >&2; exit 1; }
+command -v go >/dev/null || { echo "error: go is not installed; it is needed to build the control plane (tests/scripts/install-prereqs.sh installs Debian's golang-go, which may be older than the control plane's modules need)" >&2; exit 1; }
+# The machine's Go, never a toolchain fetched at run time (GOTOOLCHAIN=auto would
+# download a newer one when a module asks for it).
+export GOTOOLCHAIN=local
 mkdir -p "$BIN"
 work="$(mktemp -d "$CACHE/build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -39,6 +42,22 @@ staging_version="v0.${K8S_VERSION#v1.}"
 
 # new_module and build_to (shared with the other Go-module builds).
 source "$(dirname "$0")/go-modules.sh"
+
+# A Go older than the one Kubernetes' go.mod names fails deep in a build with errors
+# about language features; say so before building anything.
+check_go() {
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
+  local upstream_mod needed have
+  upstream_mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
+  [[ -f "$upstream_mod" ]] || { echo "error: cannot download k8s.io/kubernetes@$K8S_VERSION's go.mod" >&2; exit 1; }
+  needed="$(awk '/^go [0-9]/{print $2; exit}' "$upstream_mod")"
+  have="$(go env GOVERSION)"
+  have="${have#go}"
+  if [[ -n "$needed" && "$(printf '%s\n%s\n' "$needed" "$have" | sort -V | head -n1)" != "$needed" ]]; then
+    echo "error: Go $have is too old: k8s.io/kubernetes $K8S_VERSION needs Go $needed or newer (the go line of its go.mod). Install a newer Go (Debian: golang-1.$(echo "$needed" | cut -d. -f2)-go or newer from backports; or the release from go.dev) and put its bin directory first in PATH." >&2
+    exit 1
+  fi
+}
 
 # Builds the Kubernetes commands not in $BIN yet (one module: they share the build cache).
 build_k8s() {
@@ -87,6 +106,7 @@ if [[ -d "$old" && ! -e "$BIN" ]]; then
   for c in "${K8S_COMMANDS[@]}" etcd; do [[ -x "$old/$c" ]] && cp "$old/$c" "$BIN/$c"; done
 fi
 
+check_go
 [[ -x "$BIN/etcd" ]] || build_etcd
 [[ -x "$BIN/helm" ]] || build_helm
 have_all || build_k8s

@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test tiers need, if missing: qemu (the VM tiers), tmux (the
-# sandbox test), busybox-static (the VMs' first userland), mmdebstrap and gcc (the real
-# node's root file system and runc). Go (control-plane build) and Rust are expected on
-# the machine. Needs root or passwordless sudo; prints what it does.
+# Installs the Debian packages nodemem's commands need, if missing. `make sandbox` calls
+# it with `sandbox` (Go, to build the control plane); `make test` and .ci/run without an
+# argument (everything the test tiers need: qemu for the VM tiers, tmux for the sandbox
+# test, busybox-static for the VMs' first userland, mmdebstrap and gcc for the real
+# node's root file system and runc). Rust is expected on the machine. Installing needs
+# root or passwordless sudo; without them it names the packages and stops.
 set -euo pipefail
 
+what="${1:-test}"
 need=()
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-[[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
 command -v go >/dev/null || need+=(golang-go)
-command -v tmux >/dev/null || need+=(tmux)   # drives the sandbox's live view in a test
-command -v mmdebstrap >/dev/null || need+=(mmdebstrap)   # the real node's root file system
-command -v gcc >/dev/null || need+=(gcc libc6-dev)   # runc (cgo) for the real node
-pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)   # runc with seccomp
-if ((${#need[@]})); then
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo ">> installing ${need[*]}" >&2
-  $sudo apt-get install -y --no-install-recommends "${need[@]}" >&2 || {
-    $sudo apt-get update -qq >&2
-    $sudo apt-get install -y --no-install-recommends "${need[@]}" >&2
-  }
+if [[ "$what" != sandbox ]]; then
+  command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+  [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
+  command -v tmux >/dev/null || need+=(tmux)   # drives the sandbox's live view in a test
+  command -v mmdebstrap >/dev/null || need+=(mmdebstrap)   # the real node's root file system
+  command -v gcc >/dev/null || need+=(gcc libc6-dev)   # runc (cgo) for the real node
+  pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)   # runc with seccomp
 fi
+((${#need[@]})) || exit 0
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo="sudo"
+  else
+    echo "error: missing Debian packages: ${need[*]}; install them as root: apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+fi
+if ! command -v apt-get >/dev/null; then
+  echo "error: missing: ${need[*]} (Debian package names); this machine has no apt-get: install their equivalents" >&2
+  exit 1
+fi
+echo ">> installing ${need[*]}" >&2
+$sudo apt-get install -y --no-install-recommends "${need[@]}" >&2 || {
+  $sudo apt-get update -qq >&2
+  $sudo apt-get install -y --no-install-recommends "${need[@]}" >&2
+}
