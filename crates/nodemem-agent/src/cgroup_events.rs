@@ -106,10 +106,6 @@ mod tests {
 
     const UID: &str = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c";
 
-    fn containerd(id: &str) -> ContainerId {
-        ContainerId::containerd(id)
-    }
-
     #[test]
     fn new_containers_are_named_from_their_bundle_and_gone_ones_reported() {
         let dir = tempfile::tempdir().unwrap();
@@ -124,6 +120,17 @@ mod tests {
             .unwrap(),
         )
         .unwrap();
+        // A record that names another pod: not used, counted.
+        std::fs::create_dir_all(dir.path().join("bad")).unwrap();
+        std::fs::write(
+            dir.path().join("bad/config.json"),
+            serde_json::to_vec(&serde_json::json!({"annotations": {
+                "io.kubernetes.cri.container-type": "container",
+                "io.kubernetes.cri.sandbox-uid": "another-pod",
+                "io.kubernetes.cri.container-name": "app"}}))
+            .unwrap(),
+        )
+        .unwrap();
         let records = RuntimeRecords {
             containerd: Some(dir.path().to_path_buf()),
             crio: None,
@@ -131,19 +138,21 @@ mod tests {
         let d = CgroupDriver::Systemd;
         let path = |s: &str| CgroupPath::new(s).unwrap();
         let pod = pod_dir(d, QosClass::Burstable, UID);
-        let app = container_dir(d, QosClass::Burstable, UID, &containerd("abc"));
-        let sandbox = container_dir(d, QosClass::Burstable, UID, &containerd("def"));
+        let app = container_dir(d, QosClass::Burstable, UID, &ContainerId::containerd("abc"));
+        let sandbox = container_dir(d, QosClass::Burstable, UID, &ContainerId::containerd("def"));
+        let bad = container_dir(d, QosClass::Burstable, UID, &ContainerId::containerd("bad"));
         let at = Instant::now();
         let sorted = sort_changes(
             &[
                 TreeChange::Appeared(path(&pod)),
                 TreeChange::Appeared(path(&sandbox)),
                 TreeChange::Appeared(path(&app)),
+                TreeChange::Appeared(path(&bad)),
                 TreeChange::Gone(path(&container_dir(
                     d,
                     QosClass::Burstable,
                     UID,
-                    &containerd("old"),
+                    &ContainerId::containerd("old"),
                 ))),
             ],
             d,
@@ -151,16 +160,17 @@ mod tests {
             at,
         )
         .unwrap();
-        assert_eq!(sorted.appeared, vec![pod.clone(), sandbox, app]);
+        assert_eq!(sorted.appeared, vec![pod.clone(), sandbox, app, bad]);
+        assert_eq!(sorted.unusable, 1);
         assert_eq!(
             sorted.named,
             vec![RecordedContainer {
                 pod_uid: UID.into(),
                 name: "app".into(),
-                id: containerd("abc")
+                id: ContainerId::containerd("abc")
             }]
         );
-        assert_eq!(sorted.gone, vec![containerd("old")]);
+        assert_eq!(sorted.gone, vec![ContainerId::containerd("old")]);
         // A pod cgroup going away is nothing the agent acts on.
         assert_eq!(
             sort_changes(&[TreeChange::Gone(path(&pod))], d, &records, at),

@@ -223,13 +223,6 @@ mod tests {
         .unwrap()
     }
 
-    fn id(runtime: ContainerRuntime, id: &str) -> ContainerId {
-        ContainerId {
-            runtime,
-            id: id.to_string(),
-        }
-    }
-
     #[test]
     fn containerd_and_crio_specs_name_the_pod_and_container() {
         assert_eq!(
@@ -283,6 +276,15 @@ mod tests {
         assert!(parse_record(ContainerRuntime::Containerd, b"not json").is_err());
     }
 
+    /// Writes a spec where the runtime keeps it (`rel` under the test's directory);
+    /// its path.
+    fn spec(dir: &Path, rel: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join(rel).join("config.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
     fn records(dir: &Path) -> RuntimeRecords {
         RuntimeRecords {
             containerd: Some(dir.join("k8s.io")),
@@ -294,45 +296,44 @@ mod tests {
     fn a_cgroup_is_identified_from_its_runtimes_bundle() {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
-        let bundle = dir.path().join("k8s.io/abc123");
-        std::fs::create_dir_all(&bundle).unwrap();
-        std::fs::write(
-            bundle.join("config.json"),
-            containerd_spec("container", UID, Some("app")),
-        )
-        .unwrap();
+        spec(
+            dir.path(),
+            "k8s.io/abc123",
+            &containerd_spec("container", UID, Some("app")),
+        );
         for driver in [CgroupDriver::Systemd, CgroupDriver::Cgroupfs] {
             let path = container_dir(
                 driver,
                 QosClass::Burstable,
                 UID,
-                &id(ContainerRuntime::Containerd, "abc123"),
+                &ContainerId::containerd("abc123"),
             );
             assert_eq!(
                 r.identify(driver, &path),
                 Ok(Some(RecordedContainer {
                     pod_uid: UID.into(),
                     name: "app".into(),
-                    id: id(ContainerRuntime::Containerd, "abc123"),
+                    id: ContainerId::containerd("abc123"),
                 }))
             );
         }
-        let crio = dir.path().join("overlay-containers/def456/userdata");
-        std::fs::create_dir_all(&crio).unwrap();
-        std::fs::write(
-            crio.join("config.json"),
-            serde_json::to_vec(
+        spec(
+            dir.path(),
+            "overlay-containers/def456/userdata",
+            &serde_json::to_vec(
                 &json!({"annotations": {"io.kubernetes.cri-o.ContainerType": "container",
                 "io.kubernetes.pod.uid": UID, "io.kubernetes.container.name": "db"}}),
             )
             .unwrap(),
-        )
-        .unwrap();
+        );
         let path = container_dir(
             CgroupDriver::Systemd,
             QosClass::Guaranteed,
             UID,
-            &id(ContainerRuntime::CriO, "def456"),
+            &ContainerId {
+                runtime: ContainerRuntime::CriO,
+                id: "def456".into(),
+            },
         );
         assert_eq!(
             r.identify(CgroupDriver::Systemd, &path)
@@ -348,27 +349,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         let d = CgroupDriver::Systemd;
-        let path = |i: &str| {
-            container_dir(
-                d,
-                QosClass::BestEffort,
-                UID,
-                &id(ContainerRuntime::Containerd, i),
-            )
-        };
+        let path =
+            |i: &str| container_dir(d, QosClass::BestEffort, UID, &ContainerId::containerd(i));
         // Not a container cgroup; no bundle; a sandbox; no runtime directory given.
         assert_eq!(
             r.identify(d, "kubepods.slice/kubepods-besteffort.slice"),
             Ok(None)
         );
         assert_eq!(r.identify(d, &path("gone")), Ok(None));
-        let sandbox = dir.path().join("k8s.io/pause1");
-        std::fs::create_dir_all(&sandbox).unwrap();
-        std::fs::write(
-            sandbox.join("config.json"),
-            containerd_spec("sandbox", UID, None),
-        )
-        .unwrap();
+        spec(
+            dir.path(),
+            "k8s.io/pause1",
+            &containerd_spec("sandbox", UID, None),
+        );
         assert_eq!(r.identify(d, &path("pause1")), Ok(None));
         assert_eq!(
             RuntimeRecords::default().identify(d, &path("pause1")),
@@ -381,24 +374,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         let d = CgroupDriver::Cgroupfs;
-        let other = dir.path().join("k8s.io/aaa");
-        std::fs::create_dir_all(&other).unwrap();
-        std::fs::write(
-            other.join("config.json"),
-            containerd_spec("container", "another-pod", Some("app")),
-        )
-        .unwrap();
-        let path = container_dir(
-            d,
-            QosClass::Burstable,
-            UID,
-            &id(ContainerRuntime::Containerd, "aaa"),
+        let other = spec(
+            dir.path(),
+            "k8s.io/aaa",
+            &containerd_spec("container", "another-pod", Some("app")),
         );
+        let path = container_dir(d, QosClass::Burstable, UID, &ContainerId::containerd("aaa"));
         let e = r.identify(d, &path).unwrap_err();
         assert_eq!(
             e,
             RecordError::OtherPod {
-                path: other.join("config.json"),
+                path: other,
                 recorded: "another-pod".into(),
                 cgroup: UID.into()
             }
@@ -407,19 +393,47 @@ mod tests {
             e.to_string().contains("the record names pod another-pod"),
             "{e}"
         );
-        let broken = dir.path().join("k8s.io/bbb");
-        std::fs::create_dir_all(&broken).unwrap();
-        std::fs::write(broken.join("config.json"), b"{\"annotations\": [").unwrap();
-        let path = container_dir(
-            d,
-            QosClass::Burstable,
-            UID,
-            &id(ContainerRuntime::Containerd, "bbb"),
-        );
+        spec(dir.path(), "k8s.io/bbb", b"{\"annotations\": [");
+        let path = container_dir(d, QosClass::Burstable, UID, &ContainerId::containerd("bbb"));
         let e = r.identify(d, &path).unwrap_err();
         assert!(
             matches!(&e, RecordError::NotASpec { path, .. } if path.ends_with("bbb/config.json")),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_record_larger_than_the_bound_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        let d = CgroupDriver::Systemd;
+        // A valid spec padded past the bound: refused before it is parsed.
+        let mut big = containerd_spec("container", UID, Some("app"));
+        big.pop();
+        big.extend(format!(",\"pad\":\"{}\"}}", "x".repeat(MAX_RECORD_BYTES as usize)).bytes());
+        let path = spec(dir.path(), "k8s.io/big", &big);
+        let cgroup = container_dir(d, QosClass::Burstable, UID, &ContainerId::containerd("big"));
+        let e = r.identify(d, &cgroup).unwrap_err();
+        assert_eq!(
+            e,
+            RecordError::Unreadable {
+                path,
+                reason: format!("larger than {MAX_RECORD_BYTES} bytes")
+            }
+        );
+        // At the bound exactly it is read.
+        let mut fits = containerd_spec("container", UID, Some("app"));
+        fits.pop();
+        let pad = MAX_RECORD_BYTES as usize - fits.len() - ",\"pad\":\"\"}".len();
+        fits.extend(format!(",\"pad\":\"{}\"}}", "x".repeat(pad)).bytes());
+        assert_eq!(fits.len() as u64, MAX_RECORD_BYTES);
+        spec(dir.path(), "k8s.io/fits", &fits);
+        let cgroup = container_dir(
+            d,
+            QosClass::Burstable,
+            UID,
+            &ContainerId::containerd("fits"),
+        );
+        assert_eq!(r.identify(d, &cgroup).unwrap().unwrap().name, "app");
     }
 }

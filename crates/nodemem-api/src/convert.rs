@@ -1,11 +1,15 @@
 //! From the API types to the model's settings: quantities parsed, enums mapped, and
 //! every problem collected with its field path (never only the first).
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodemem_model::factor::ThrottlingFactor;
 use nodemem_model::memory_qos::{self, MemoryQosSettings};
 use nodemem_model::policy::{
     self as model, validate_policy_settings, MemoryManagerSettings, NodeReserved, PolicySettings,
 };
+use nodemem_model::resolve::{resolve_policy, PolicyCandidate, Resolution};
 use nodemem_model::selector::{self, LabelSelector, Requirement};
 use nodemem_model::{Problem, Quantity};
 
@@ -15,6 +19,37 @@ use crate::policy::{
     NodeReservedSpec, NodeSelector, NodeSettings, ReservationPolicy, RolloutSpec, SelectorOperator,
 };
 use crate::quantity::QuantityString;
+use crate::NodeMemoryPolicy;
+
+/// When an object was created, in seconds (of policies tied on priority the oldest
+/// claims the nodes that run none of them).
+pub fn created_seconds(meta: &ObjectMeta) -> Option<i64> {
+    meta.creation_timestamp.as_ref().map(|t| t.0.as_second())
+}
+
+/// Which of `policies` governs a node with these labels that runs `current`'s revision
+/// (the controller's rule, `nodemem_model::resolve`: highest priority; a tie keeps the
+/// node where it is, or gives a node that runs none of them to the oldest policy).
+pub fn governing<'p>(
+    policies: impl IntoIterator<Item = &'p NodeMemoryPolicy>,
+    labels: &BTreeMap<String, String>,
+    current: Option<&str>,
+) -> Resolution {
+    let policies: Vec<(&NodeMemoryPolicy, LabelSelector)> = policies
+        .into_iter()
+        .map(|p| (p, to_selector(&p.spec.node_selector)))
+        .collect();
+    let candidates: Vec<PolicyCandidate<'_>> = policies
+        .iter()
+        .map(|(p, selector)| PolicyCandidate {
+            name: p.metadata.name.as_deref().unwrap_or(""),
+            priority: p.spec.priority,
+            selector,
+            created: created_seconds(&p.metadata),
+        })
+        .collect();
+    resolve_policy(&candidates, labels, current)
+}
 
 pub fn to_selector(selector: &NodeSelector) -> LabelSelector {
     LabelSelector {

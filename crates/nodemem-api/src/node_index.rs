@@ -145,12 +145,11 @@ pub struct NodeIndex {
     /// Pods whose conversion failed, for reporting.
     pod_problems: BTreeMap<String, Vec<String>>,
     /// Containers the runtime's record named when their cgroup appeared, before the
-    /// kubelet reported them: pod UID -> container name -> the latest ID. They take
+    /// kubelet reported them: (pod UID, container name) -> the latest ID. They take
     /// precedence over the pod status (a restarted container's new ID is known here
-    /// first) until their cgroup goes away.
-    runtime_named: BTreeMap<String, BTreeMap<String, ContainerId>>,
-    /// The reverse: which pod and container an ID was learned for.
-    runtime_named_ids: BTreeMap<ContainerId, (String, String)>,
+    /// first) until their cgroup goes away. As many as live new containers: a few
+    /// hundred at most, so finding an ID by value is a short scan.
+    runtime_named: BTreeMap<(String, String), ContainerId>,
 }
 
 fn terminated(pod: &core::Pod) -> bool {
@@ -310,11 +309,7 @@ impl NodeIndex {
 
     fn delete_pod_uid(&mut self, uid: &str) -> bool {
         self.pod_problems.remove(uid);
-        if let Some(named) = self.runtime_named.remove(uid) {
-            for id in named.values() {
-                self.runtime_named_ids.remove(id);
-            }
-        }
+        self.runtime_named.retain(|(pod, _), _| pod != uid);
         self.pods.remove(uid).is_some()
     }
 
@@ -335,46 +330,28 @@ impl NodeIndex {
     /// The runtime's record named a new container cgroup (pod UID, container name,
     /// ID); true when that changes what a pod computes (its container's cgroup).
     pub fn learn_container(&mut self, pod_uid: &str, name: &str, id: &ContainerId) -> bool {
-        if self.runtime_named_ids.contains_key(id) {
+        if self.runtime_named.values().any(|known| known == id) {
             return false;
         }
         let pod = match self.pods.get(pod_uid).map(|p| &p.converted) {
             Some(Ok(pod)) => Some(pod),
             _ => None,
         };
-        let named = self.runtime_named.entry(pod_uid.to_string()).or_default();
-        let before = named
-            .get(name)
-            .or_else(|| pod.and_then(|p| p.container_ids().get(name)))
-            .cloned();
-        if let Some(previous) = named.insert(name.to_string(), id.clone()) {
-            self.runtime_named_ids.remove(&previous);
-        }
-        self.runtime_named_ids
-            .insert(id.clone(), (pod_uid.to_string(), name.to_string()));
+        let before = self
+            .runtime_named
+            .insert((pod_uid.to_string(), name.to_string()), id.clone())
+            .or_else(|| pod.and_then(|p| p.container_ids().get(name).cloned()));
         // A pod not known yet, or without that container: nothing it computes changed
         // (its list event computes with the learned ID).
-        let has_container = pod.is_some_and(|p| {
-            nodemem_model::pod::ordered_containers(&p.pod().spec).any(|c| c.name == name)
-        });
-        has_container && before.as_ref() != Some(id)
+        pod.is_some_and(|p| p.has_container(name)) && before.as_ref() != Some(id)
     }
 
     /// A container's cgroup went away: the pod status decides for it again. True when
     /// it had been learned.
     pub fn forget_container(&mut self, id: &ContainerId) -> bool {
-        let Some((uid, name)) = self.runtime_named_ids.remove(id) else {
-            return false;
-        };
-        if let Some(named) = self.runtime_named.get_mut(&uid) {
-            if named.get(&name) == Some(id) {
-                named.remove(&name);
-            }
-            if named.is_empty() {
-                self.runtime_named.remove(&uid);
-            }
-        }
-        true
+        let before = self.runtime_named.len();
+        self.runtime_named.retain(|_, known| known != id);
+        self.runtime_named.len() != before
     }
 
     /// The pods to compute, in admission order (creation time, then name), with the
@@ -386,7 +363,12 @@ impl NodeIndex {
         pods.into_iter()
             .filter_map(|p| {
                 let mut pod = p.converted.clone().ok()?;
-                for (name, id) in self.runtime_named.get(&pod.pod().uid).into_iter().flatten() {
+                let uid = pod.pod().uid.clone();
+                let named = self
+                    .runtime_named
+                    .range((uid.clone(), String::new())..)
+                    .take_while(|((pod, _), _)| *pod == uid);
+                for ((_, name), id) in named {
                     pod.set_container_id(name, id);
                 }
                 Some(pod)

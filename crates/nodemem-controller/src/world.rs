@@ -66,11 +66,7 @@ impl World {
                 .as_ref()
                 .and_then(|a| a.get(nodemem_api::ROLLBACK_ANNOTATION))
                 .cloned(),
-            created: p
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_second()),
+            created: nodemem_api::convert::created_seconds(&p.metadata),
         };
         self.policies.insert(name, entry.clone()) != Some(entry)
     }

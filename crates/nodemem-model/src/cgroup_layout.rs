@@ -75,15 +75,45 @@ pub fn qos_dir(driver: CgroupDriver, qos: QosClass) -> &'static str {
     }
 }
 
-/// The pod cgroup. Built in one allocation: it runs for every pod on every event.
-pub fn pod_dir(driver: CgroupDriver, qos: QosClass, uid: &str) -> String {
-    let parent = qos_dir(driver, qos);
-    let (prefix, suffix) = match (driver, qos) {
+const QOS_CLASSES: [QosClass; 3] = [
+    QosClass::Guaranteed,
+    QosClass::Burstable,
+    QosClass::BestEffort,
+];
+const RUNTIMES: [ContainerRuntime; 2] = [ContainerRuntime::Containerd, ContainerRuntime::CriO];
+
+/// What goes before and after the pod UID in a pod cgroup's name.
+fn pod_affixes(driver: CgroupDriver, qos: QosClass) -> (&'static str, &'static str) {
+    match (driver, qos) {
         (CgroupDriver::Systemd, QosClass::Guaranteed) => ("kubepods-pod", ".slice"),
         (CgroupDriver::Systemd, QosClass::Burstable) => ("kubepods-burstable-pod", ".slice"),
         (CgroupDriver::Systemd, QosClass::BestEffort) => ("kubepods-besteffort-pod", ".slice"),
         (CgroupDriver::Cgroupfs, _) => ("pod", ""),
-    };
+    }
+}
+
+/// What goes before and after the container ID in a container cgroup's name.
+fn container_affixes(
+    driver: CgroupDriver,
+    runtime: ContainerRuntime,
+) -> (&'static str, &'static str) {
+    match (driver, runtime) {
+        (CgroupDriver::Systemd, ContainerRuntime::Containerd) => ("cri-containerd-", ".scope"),
+        (CgroupDriver::Systemd, ContainerRuntime::CriO) => ("crio-", ".scope"),
+        (CgroupDriver::Cgroupfs, ContainerRuntime::Containerd) => ("", ""),
+        (CgroupDriver::Cgroupfs, ContainerRuntime::CriO) => ("crio-", ""),
+    }
+}
+
+/// `name` without `prefix` and `suffix`, if it has both.
+fn strip_affixes<'n>(name: &'n str, (prefix, suffix): (&str, &str)) -> Option<&'n str> {
+    name.strip_prefix(prefix)?.strip_suffix(suffix)
+}
+
+/// The pod cgroup. Built in one allocation: it runs for every pod on every event.
+pub fn pod_dir(driver: CgroupDriver, qos: QosClass, uid: &str) -> String {
+    let parent = qos_dir(driver, qos);
+    let (prefix, suffix) = pod_affixes(driver, qos);
     let mut path =
         String::with_capacity(parent.len() + 1 + prefix.len() + uid.len() + suffix.len());
     path.push_str(parent);
@@ -110,12 +140,7 @@ pub fn container_dir(
 
 /// A container cgroup under its pod's cgroup path (computed once per pod).
 pub fn container_dir_under(pod: &str, driver: CgroupDriver, container: &ContainerId) -> String {
-    let (prefix, suffix) = match (driver, container.runtime) {
-        (CgroupDriver::Systemd, ContainerRuntime::Containerd) => ("cri-containerd-", ".scope"),
-        (CgroupDriver::Systemd, ContainerRuntime::CriO) => ("crio-", ".scope"),
-        (CgroupDriver::Cgroupfs, ContainerRuntime::Containerd) => ("", ""),
-        (CgroupDriver::Cgroupfs, ContainerRuntime::CriO) => ("crio-", ""),
-    };
+    let (prefix, suffix) = container_affixes(driver, container.runtime);
     let mut path =
         String::with_capacity(pod.len() + 1 + prefix.len() + container.id.len() + suffix.len());
     path.push_str(pod);
@@ -134,54 +159,27 @@ pub fn container_dir_under(pod: &str, driver: CgroupDriver, container: &Containe
 pub fn container_of_path(driver: CgroupDriver, path: &str) -> Option<(String, ContainerId)> {
     let (pod, name) = path.rsplit_once('/')?;
     let pod_name = pod.rsplit('/').next()?;
-    let uid = match driver {
-        CgroupDriver::Systemd => {
-            let stem = pod_name.strip_suffix(".slice")?;
-            let escaped = [
-                "kubepods-burstable-pod",
-                "kubepods-besteffort-pod",
-                "kubepods-pod",
-            ]
-            .iter()
-            .find_map(|prefix| stem.strip_prefix(prefix))?;
-            escaped.replace('_', "-")
-        }
-        CgroupDriver::Cgroupfs => pod_name.strip_prefix("pod")?.to_string(),
-    };
-    let (runtime, id) = match driver {
-        CgroupDriver::Systemd => {
-            let stem = name.strip_suffix(".scope")?;
-            match (
-                stem.strip_prefix("cri-containerd-"),
-                stem.strip_prefix("crio-"),
-            ) {
-                (Some(id), _) => (ContainerRuntime::Containerd, id),
-                (None, Some(id)) => (ContainerRuntime::CriO, id),
-                (None, None) => return None,
-            }
-        }
-        CgroupDriver::Cgroupfs => match name.strip_prefix("crio-") {
-            Some(id) => (ContainerRuntime::CriO, id),
-            None => (ContainerRuntime::Containerd, name),
-        },
-    };
+    // The same affixes that build the names read them back; the full path is then
+    // built again, so a pod name under another QoS class's parent is refused.
+    let uid = QOS_CLASSES.into_iter().find_map(|qos| {
+        let stem = strip_affixes(pod_name, pod_affixes(driver, qos))?;
+        let uid = match driver {
+            CgroupDriver::Systemd => stem.replace('_', "-"),
+            CgroupDriver::Cgroupfs => stem.to_string(),
+        };
+        (pod_dir(driver, qos, &uid) == pod).then_some(uid)
+    })?;
     // CRI runtimes name containers with hex IDs; anything else (conmon-<id>, a
-    // directory someone made) is not a container's cgroup.
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return None;
-    }
-    let container = ContainerId {
-        runtime,
-        id: id.to_string(),
-    };
-    let is_pod_dir = [
-        QosClass::Guaranteed,
-        QosClass::Burstable,
-        QosClass::BestEffort,
-    ]
-    .into_iter()
-    .any(|qos| pod_dir(driver, qos, &uid) == pod);
-    (is_pod_dir && container_dir_under(pod, driver, &container) == path).then_some((uid, container))
+    // directory someone made) is not a container's cgroup. With cgroupfs a containerd
+    // name has no affixes, so `crio-<id>` only reads as CRI-O's.
+    let container = RUNTIMES.into_iter().find_map(|runtime| {
+        let id = strip_affixes(name, container_affixes(driver, runtime))?;
+        (!id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric())).then(|| ContainerId {
+            runtime,
+            id: id.to_string(),
+        })
+    })?;
+    Some((uid, container))
 }
 
 #[cfg(test)]

@@ -86,13 +86,16 @@ impl NodePod {
     /// kubelet reports it. False (and nothing changed) when the pod has no such
     /// container or already says so.
     pub fn set_container_id(&mut self, name: &str, id: &ContainerId) -> bool {
-        if self.container_ids.get(name) == Some(id)
-            || !ordered_containers(&self.pod.spec).any(|c| c.name == name)
-        {
+        if self.container_ids.get(name) == Some(id) || !self.has_container(name) {
             return false;
         }
         self.container_ids.insert(name.to_string(), id.clone());
         true
+    }
+
+    /// Whether the pod's spec has a container (init, sidecar or app) of this name.
+    pub fn has_container(&self, name: &str) -> bool {
+        ordered_containers(&self.pod.spec).any(|c| c.name == name)
     }
 
     pub fn memory_qos_opt_out(&self) -> bool {

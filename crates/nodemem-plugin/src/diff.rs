@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::cluster::Snapshot;
 use crate::node_view;
+use nodemem_api::convert::governing;
 
 /// One side of a node: the governing policy, its revision and the computed node
 /// (`None` for the node when the settings cannot be computed: `problems` say why).
@@ -188,8 +189,8 @@ pub fn build(
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let config = snapshot.config(&name);
         let current = config.map(|c| c.spec.policy.as_str());
-        let winner_after = node_view::governing(&after, &labels, current).winner;
-        let winner_live = node_view::governing(&snapshot.policies, &labels, current).winner;
+        let winner_after = governing(&after, &labels, current).winner;
+        let winner_live = governing(&snapshot.policies, &labels, current).winner;
         let involved = [
             winner_after.as_deref(),
             winner_live.as_deref(),

@@ -11,8 +11,9 @@ use nodemem_model::node::Admission;
 use serde::Serialize;
 
 use crate::cluster::Snapshot;
-use crate::node_view::{compute, config_settings, governing, node_facts, node_pods};
+use crate::node_view::{compute, config_settings, node_facts, node_pods};
 use crate::render::table;
+use nodemem_api::convert::governing;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

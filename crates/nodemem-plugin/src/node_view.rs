@@ -3,48 +3,16 @@
 //! agent's pod index for conversion and admission order, `desired_node` for values)
 //! from the live Node, its pods and what its agent reported about the node.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1 as core;
-use nodemem_api::convert::{node_settings, to_selector};
+use nodemem_api::convert::node_settings;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
 use nodemem_model::policy::PolicySettings;
-use nodemem_model::resolve::{resolve_policy, PolicyCandidate, Resolution};
 
 use nodemem_api::node_index::NodeIndex;
-
-/// Which of `policies` governs a node with these labels that runs `current`'s revision
-/// (the controller's rule: highest priority; a tie keeps the node where it is, or
-/// gives a node that runs none of them to the oldest policy).
-pub fn governing(
-    policies: &[NodeMemoryPolicy],
-    labels: &BTreeMap<String, String>,
-    current: Option<&str>,
-) -> Resolution {
-    let selectors: Vec<_> = policies
-        .iter()
-        .map(|p| to_selector(&p.spec.node_selector))
-        .collect();
-    let candidates: Vec<PolicyCandidate<'_>> = policies
-        .iter()
-        .zip(&selectors)
-        .map(|(p, selector)| PolicyCandidate {
-            name: p.metadata.name.as_deref().unwrap_or(""),
-            priority: p.spec.priority,
-            selector,
-            created: p
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_second()),
-        })
-        .collect();
-    resolve_policy(&candidates, labels, current)
-}
 
 /// The pods of a node in the agent's admission order, converted as the agent converts
 /// them (namespace opt-outs included), and the pods that do not convert.

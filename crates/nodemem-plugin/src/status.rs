@@ -10,8 +10,8 @@ use serde::Serialize;
 use nodemem_model::rollout::AgentReport;
 
 use crate::cluster::Snapshot;
-use crate::node_view::governing;
 use crate::render::table;
+use nodemem_api::convert::governing;
 use nodemem_api::report::{failure, report, ConfigEntry};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -7,7 +7,7 @@ mod output;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1 as core;
-use nodemem_api::convert::to_selector;
+use nodemem_api::convert::governing;
 use nodemem_api::k8s::{
     node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
 };
@@ -15,7 +15,6 @@ use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
 use nodemem_model::pod::Pod;
-use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 use nodemem_model::Warning;
 
 use nodemem_process::flags::ScopeArg;
@@ -145,26 +144,8 @@ pub fn simulate(
     }
     let (node_name, node, allocatable_memory) = node.expect("no problems means the node was read");
 
-    let selectors: Vec<_> = policies
-        .iter()
-        .map(|(p, _)| to_selector(&p.spec.node_selector))
-        .collect();
-    let candidates: Vec<PolicyCandidate<'_>> = policies
-        .iter()
-        .zip(&selectors)
-        .map(|((p, _), selector)| PolicyCandidate {
-            name: p.metadata.name.as_deref().unwrap_or(""),
-            priority: p.spec.priority,
-            selector,
-            created: p
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_second()),
-        })
-        .collect();
     // The node's current policy is not known from files: a tie goes to the oldest.
-    let resolution = resolve_policy(&candidates, &node_labels(&node), None);
+    let resolution = governing(policies.iter().map(|(p, _)| p), &node_labels(&node), None);
     let model_pods: Vec<Pod> = pods.iter().map(|p| p.pod().clone()).collect();
     let Some(winner) = resolution.winner.clone() else {
         return Ok(SimulateOutput::unmanaged(&node_name, &model_pods));

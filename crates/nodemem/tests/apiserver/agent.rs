@@ -240,15 +240,31 @@ fn assert_tree(
     }
 }
 
-/// A simulated node for one agent test: the agent's RBAC and admission policy, a
-/// namespace for the test's pods, the Node (two NUMA nodes), its cgroup tree in
-/// `driver`'s layout and the fake kubelet running its pods.
+/// A simulated node for one agent test: [`node_without_kubelet`] and the fake kubelet
+/// running its pods.
 async fn simulated_node(
     client: &kube::Client,
     node: &str,
     namespace: &str,
     driver: CgroupDriver,
 ) -> (Arc<CgroupTree>, FakeKubelet) {
+    let tree = node_without_kubelet(client, node, namespace, driver, 2).await;
+    let kubelet = FakeKubelet::start(
+        client.clone(),
+        BTreeMap::from([(node.to_string(), tree.clone())]),
+    );
+    (tree, kubelet)
+}
+
+/// The agent's RBAC and admission policy, a namespace for the test's pods, the Node
+/// and its cgroup tree in `driver`'s layout with `numa_nodes`; nothing starts pods.
+pub(crate) async fn node_without_kubelet(
+    client: &kube::Client,
+    node: &str,
+    namespace: &str,
+    driver: CgroupDriver,
+    numa_nodes: usize,
+) -> Arc<CgroupTree> {
     apply_manifest(client, "deploy/agent/rbac.yaml").await;
     apply_manifest(client, "deploy/agent/admission-policy.yaml").await;
     Api::<Namespace>::all(client.clone())
@@ -259,12 +275,7 @@ async fn simulated_node(
         .await
         .unwrap();
     SimNode::new(node).register(client).await.unwrap();
-    let tree = Arc::new(CgroupTree::new(driver, 2).unwrap());
-    let kubelet = FakeKubelet::start(
-        client.clone(),
-        BTreeMap::from([(node.to_string(), tree.clone())]),
-    );
-    (tree, kubelet)
+    Arc::new(CgroupTree::new(driver, numa_nodes).unwrap())
 }
 
 #[tokio::test]

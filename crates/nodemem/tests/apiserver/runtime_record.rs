@@ -4,17 +4,16 @@
 //! cgroup that appears beside its containerd bundle. On the real node the kubelet
 //! reported a container 7 to 15 s after its cgroup appeared (BENCHMARKS.md).
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
 use nodemem_model::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
 use nodemem_model::qos::QosClass;
-use nodemem_testkit::cgroup_tree::CgroupTree;
-use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::Identity;
 use serde_json::json;
 
-use crate::agent::{applied_on, expected_on, set_config_on, spawn_agent_with, wait_for};
-use crate::authority::apply_manifest;
+use crate::agent::{
+    applied_on, expected_on, node_without_kubelet, set_config_on, spawn_agent_with, wait_for,
+};
 use crate::common::{admin, cluster, create_pod};
 
 const NODE: &str = "agent-node-runtime-record";
@@ -31,26 +30,12 @@ fn bundle(tasks: &std::path::Path, id: &str, annotations: serde_json::Value) {
     .unwrap();
 }
 
-fn containerd(id: &str) -> ContainerId {
-    ContainerId::containerd(id)
-}
-
 #[tokio::test]
 async fn a_new_container_is_covered_from_its_runtime_record_before_the_kubelet_reports_it() {
     let cp = cluster();
     let client = admin().await;
-    apply_manifest(&client, "deploy/agent/rbac.yaml").await;
-    apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    SimNode::new(NODE).register(&client).await.unwrap();
     let driver = CgroupDriver::Systemd;
-    let tree = CgroupTree::new(driver, 1).unwrap();
+    let tree = node_without_kubelet(&client, NODE, NS, driver, 1).await;
     let tiered = json!({"throttlingFactor": 0.8, "reservationPolicy": "TieredReservation"});
     set_config_on(&client, NODE, "rev-1", tiered.clone()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -89,7 +74,14 @@ async fn a_new_container_is_covered_from_its_runtime_record_before_the_kubelet_r
     // bundle written first, as containerd does.
     tree.create_cgroup(&pod_dir(driver, QosClass::Burstable, &uid))
         .unwrap();
-    let path = |id: &str| container_dir(driver, QosClass::Burstable, &uid, &containerd(id));
+    let path = |id: &str| {
+        container_dir(
+            driver,
+            QosClass::Burstable,
+            &uid,
+            &ContainerId::containerd(id),
+        )
+    };
     bundle(
         &tasks,
         "5a4d",

@@ -361,12 +361,7 @@ async fn install_nodemem_and_check_its_agent(
     assert_eq!(facts.kernel_version.as_deref(), Some(uname.trim()));
 
     // /metrics, from the node (the pod network is the node's).
-    let (metrics, code) = node
-        .run(&format!(
-            "exec 3<>/dev/tcp/{agent_ip}/9180 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
-        ))
-        .unwrap();
-    assert_eq!(code, 0, "{metrics}");
+    let metrics = agent_metrics(node, &agent_ip);
     assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
 
     // Pods of every QoS class (init containers, a restartable sidecar, pod-level
@@ -481,8 +476,8 @@ async fn install_nodemem_and_check_its_agent(
 /// node (tests/node/probe) is told of each cgroup by inotify and of each value by the
 /// write's own IN_MODIFY; every container must get its values (a container it never
 /// saw done fails the test). Prints median, p90, p99 and max.
-/// One series of the agent's /metrics, scraped from the node (0 when absent).
-fn agent_metric(node: &mut RealNode, agent_ip: &str, series: &str) -> f64 {
+/// The agent's /metrics, scraped from the node (the pod network is the node's).
+fn agent_metrics(node: &mut RealNode, agent_ip: &str) -> String {
     let (metrics, code) = node
         .run(&format!(
             "exec 3<>/dev/tcp/{agent_ip}/9180 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
@@ -490,6 +485,11 @@ fn agent_metric(node: &mut RealNode, agent_ip: &str, series: &str) -> f64 {
         .unwrap();
     assert_eq!(code, 0, "{metrics}");
     metrics
+}
+
+/// One series of the agent's /metrics (0 when absent).
+fn agent_metric(node: &mut RealNode, agent_ip: &str, series: &str) -> f64 {
+    agent_metrics(node, agent_ip)
         .lines()
         .find_map(|l| {
             l.strip_prefix(series)?
