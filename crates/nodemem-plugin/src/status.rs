@@ -68,6 +68,9 @@ fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// The state of a policy the controller has not written a condition for yet.
+pub const UNREPORTED: &str = "Unknown";
+
 fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
     let status = p.status.clone().unwrap_or_default();
     let accepted = find(&status.conditions, "Accepted");
@@ -76,7 +79,7 @@ fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
         (Some(a), _) if a.status == "False" => (a.reason.clone(), a.message.clone()),
         (_, Some(c)) => (c.reason.clone(), c.message.clone()),
         _ => (
-            "Unknown".into(),
+            UNREPORTED.into(),
             "the controller has not reported yet".into(),
         ),
     };

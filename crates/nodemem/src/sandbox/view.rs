@@ -43,13 +43,16 @@ pub struct PodLine {
 }
 
 impl View {
-    /// True when every policy that matches nodes finished its rollout.
+    /// True when the controller reported on every policy and every policy that matches
+    /// nodes finished its rollout. A policy it has not reported on yet shows 0 matched
+    /// nodes too: that is not "matches nothing" (the sandbox once announced itself ready
+    /// before the first status was written).
     pub fn settled(&self) -> bool {
         !self.policies.is_empty()
-            && self
-                .policies
-                .iter()
-                .all(|p| p.matched == 0 || (p.state == "Complete" && p.ready == p.matched))
+            && self.policies.iter().all(|p| {
+                p.state != status::UNREPORTED
+                    && (p.matched == 0 || (p.state == "Complete" && p.ready == p.matched))
+            })
     }
 }
 
@@ -257,4 +260,53 @@ pub fn changes(before: &View, after: &View) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, state: &str, matched: i32, ready: i32) -> PolicyRow {
+        PolicyRow {
+            name: name.into(),
+            priority: 0,
+            enforcement: "Agent".into(),
+            revision: None,
+            matched,
+            updated: ready,
+            ready,
+            failed: 0,
+            state: state.into(),
+            message: String::new(),
+            rolled_back_revision: None,
+        }
+    }
+
+    fn view(policies: Vec<PolicyRow>) -> View {
+        View {
+            policies,
+            ..View::default()
+        }
+    }
+
+    #[test]
+    fn settled_needs_a_report_on_every_policy_and_every_rollout_complete() {
+        assert!(!view(vec![]).settled());
+        // Before the controller's first status: 0 matched, state unreported.
+        assert!(!view(vec![row("general", status::UNREPORTED, 0, 0)]).settled());
+        assert!(!view(vec![
+            row("batch", "Complete", 2, 2),
+            row("general", status::UNREPORTED, 0, 0),
+        ])
+        .settled());
+        assert!(!view(vec![row("general", "Updating", 3, 1)]).settled());
+        assert!(!view(vec![row("general", "Complete", 3, 2)]).settled());
+        assert!(view(vec![row("general", "Complete", 3, 3)]).settled());
+        // A reported policy that matches no node has nothing to roll out.
+        assert!(view(vec![
+            row("general", "Complete", 3, 3),
+            row("spare", "Complete", 0, 0),
+        ])
+        .settled());
+    }
 }
