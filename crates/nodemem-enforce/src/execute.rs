@@ -184,7 +184,14 @@ pub fn execute(fs: &CgroupFs, writes: Vec<Write>, held: &mut OpenDirs) -> Execut
                 .and_then(|p| fs.write(&p, &w.file, &w.new))
         };
         match result {
-            Ok(()) => out.applied.push(w),
+            Ok(()) => {
+                // Off unless asked for (RUST_LOG=nodemem_enforce::write=trace): the
+                // exact write sequence, logged after the kernel took the value, from
+                // which a test checks that no prefix of a pass (an agent killed in
+                // the middle) protects a child above its parent.
+                tracing::trace!(target: "nodemem_enforce::write", cgroup = %w.cgroup, file = %w.file, value = %w.new, "wrote");
+                out.applied.push(w)
+            }
             Err(e) if e.is_vanished() => out.vanished.push(w),
             Err(e) => out.failed.push(FailedWrite {
                 write: w,

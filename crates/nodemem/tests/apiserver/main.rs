@@ -8,6 +8,7 @@ mod chart;
 mod common;
 mod controller;
 mod crds;
+mod faults;
 mod identities;
 mod kubelet_mode;
 mod nodes;
