@@ -59,6 +59,8 @@ pub struct ControlPlane {
     controller_manager: Process,
     apiserver: Process,
     etcd: Process,
+    etcd_port: u16,
+    api_port: u16,
     admin_kubeconfig: PathBuf,
     /// Keep the directory on drop (NODEMEM_KEEP_CONTROL_PLANE=1) for post-mortems.
     keep: bool,
@@ -259,11 +261,37 @@ impl ControlPlane {
             controller_manager,
             apiserver,
             etcd,
+            etcd_port,
+            api_port,
             admin_kubeconfig,
             keep,
         };
         cp.wait_ready()?;
         Ok(cp)
+    }
+
+    /// Stops the apiserver (SIGTERM, then SIGKILL after 5 s), as an outage: clients
+    /// get connection refused until [`ControlPlane::start_apiserver`].
+    pub fn stop_apiserver(&mut self) {
+        self.apiserver.stop(Duration::from_secs(5));
+    }
+
+    /// Starts the stopped apiserver again with the same flags, port, certificates and
+    /// etcd, and waits until it is ready.
+    pub fn start_apiserver(&mut self) -> Result<(), Error> {
+        self.apiserver.start_again()?;
+        wait_port(&mut self.apiserver, self.api_port)?;
+        self.wait_ready()
+    }
+
+    /// Stops etcd for `down` and starts it again on the same data directory and
+    /// port; returns once the apiserver is ready again.
+    pub fn restart_etcd(&mut self, down: Duration) -> Result<(), Error> {
+        self.etcd.stop(Duration::from_secs(5));
+        std::thread::sleep(down);
+        self.etcd.start_again()?;
+        wait_port(&mut self.etcd, self.etcd_port)?;
+        self.wait_ready()
     }
 
     /// The directory holding certificates, kubeconfigs and component logs.

@@ -2,7 +2,6 @@
 //! group) when dropped, and also when the test process dies, through
 //! `PR_SET_PDEATHSIG`, so a crashed or killed test run leaves nothing behind.
 
-use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,39 +13,32 @@ pub struct Process {
     name: String,
     child: Child,
     log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
 }
 
 impl Process {
-    /// Starts `program args...` with stdout and stderr appended to `log`.
+    /// Starts `program args...` with stdout and stderr written to `log` (a new file).
     pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Self, Error> {
-        let out = File::create(log)
-            .map_err(|e| Error::Setup(format!("{name}: cannot create {}: {e}", log.display())))?;
-        let err = out
-            .try_clone()
-            .map_err(|e| Error::Setup(format!("{name}: {e}")))?;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = spawn_from_keeper(cmd).map_err(|e| {
-            Error::Setup(format!("{name}: cannot start {}: {e}", program.display()))
-        })?;
+        let _ = std::fs::remove_file(log);
+        let child = start(name, program, args, log)?;
         Ok(Process {
             name: name.to_string(),
             child,
             log: log.to_path_buf(),
+            program: program.to_path_buf(),
+            args: args.to_vec(),
         })
+    }
+
+    /// Starts the same command again once it has ended (stopped by a test that makes
+    /// a component fail), its output appended to the same log.
+    pub fn start_again(&mut self) -> Result<(), Error> {
+        if self.exited().is_none() {
+            return Err(Error::Setup(format!("{} is still running", self.name)));
+        }
+        self.child = start(&self.name, &self.program, &self.args, &self.log)?;
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -100,6 +92,37 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
     }
+}
+
+/// Starts `program args...` in its own process group, output appended to `log`, killed
+/// when the harness dies.
+fn start(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Child, Error> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| Error::Setup(format!("{name}: cannot open {}: {e}", log.display())))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| Error::Setup(format!("{name}: {e}")))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = spawn_from_keeper(cmd)
+        .map_err(|e| Error::Setup(format!("{name}: cannot start {}: {e}", program.display())))?;
+    Ok(child)
 }
 
 type SpawnRequest = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);

@@ -48,7 +48,7 @@ impl AgentProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn child_running(&mut self) -> bool {
+    pub(crate) fn child_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
@@ -75,7 +75,7 @@ impl AgentProcess {
     }
 
     /// The value of one metric line (exact name and labels).
-    fn metric(&self, series: &str) -> Option<f64> {
+    pub(crate) fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;
         body.lines().find_map(|l| {
             l.strip_prefix(series)?

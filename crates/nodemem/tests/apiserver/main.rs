@@ -12,6 +12,7 @@ mod faults;
 mod identities;
 mod kubelet_mode;
 mod nodes;
+mod outage;
 mod parallel;
 mod runtime_record;
 mod sandbox;
