@@ -116,7 +116,7 @@ async fn trees_match(
         let qos = c.data["spec"]["memoryQoS"].clone();
         for ((path, file), want) in expected_on(client, node, CgroupDriver::Systemd, qos).await {
             let have = tree.read(&path, &file).map_err(|e| e.to_string())?;
-            if &have != &want {
+            if have != want {
                 return Err(format!("{node}: {path}/{file} is {have}, predicted {want}"));
             }
         }
