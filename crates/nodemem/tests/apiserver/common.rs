@@ -57,3 +57,71 @@ pub async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// Polls `check` every 100 ms until it gives a value; after `timeout` the test fails
+/// with `what` and the logs.
+pub async fn until<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    logs: &dyn Fn() -> String,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A control plane of the test's own (for tests that govern every node, or stop the
+/// apiserver), with nodemem's CRDs and the agent's and controller's RBAC installed.
+pub async fn own_control_plane() -> ControlPlane {
+    let cp = tokio::task::spawn_blocking(ControlPlane::start)
+        .await
+        .unwrap()
+        .expect("control plane");
+    nodemem_testkit::crds::install_dir(&cp, &repo().join("crds"))
+        .await
+        .unwrap();
+    for dir in ["deploy/agent", "deploy/controller"] {
+        let path = repo().join(dir);
+        nodemem_testkit::clients::kubectl(
+            cp.admin_kubeconfig(),
+            &["apply", "-f", path.to_str().unwrap()],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    cp
+}
+
+/// The controller binary as its Deployment runs it (leader election with a 6 s Lease,
+/// a reconcile tick of 1 s), stderr to `log`.
+pub fn controller_command(
+    kubeconfig: &std::path::Path,
+    identity: &str,
+    agent_image: &str,
+    log: &std::path::Path,
+) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args([
+            "controller",
+            "--tick-seconds",
+            "1",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--identity", identity, "--lease-seconds", "6"])
+        .args(["--agent-image", agent_image])
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start the controller")
+}

@@ -5,7 +5,7 @@
 //! rolls its pool back by itself.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
 
 use crate::agent::{spawn_agent, AgentProcess};
-use crate::common::{create_pod, repo};
+use crate::common::{controller_command, create_pod, own_control_plane, until};
 
 struct ControllerProcess {
     child: Child,
@@ -33,11 +33,6 @@ impl Drop for ControllerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn kubectl_apply(cp: &ControlPlane, path: &str) {
-    let path = repo().join(path);
-    kubectl(cp, &["apply", "-f", path.to_str().unwrap()]);
 }
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
@@ -51,20 +46,9 @@ fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicO
 async fn wait<T>(
     what: &str,
     logs: &dyn Fn() -> String,
-    mut check: impl AsyncFnMut() -> Option<T>,
+    check: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(what, Duration::from_secs(90), logs, check).await
 }
 
 fn policy(name: &str, factor: f64, rollout: Value) -> Value {
@@ -118,15 +102,7 @@ async fn node_states(client: &Client) -> BTreeMap<String, (String, String, bool)
 
 #[tokio::test]
 async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
-    let cp = tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .unwrap()
-        .expect("control plane");
-    nodemem_testkit::crds::install_dir(&cp, &repo().join("crds"))
-        .await
-        .unwrap();
-    kubectl_apply(&cp, "deploy/agent");
-    kubectl_apply(&cp, "deploy/controller");
+    let cp = own_control_plane().await;
     let client = cp.client(&Identity::Admin).await.unwrap();
 
     // Three pools: a (3 nodes), b (2 nodes, with a pod each), c (1 node); and k (1
@@ -207,21 +183,12 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     }
     let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
     let spawn_controller = |identity: &str, image: &str| ControllerProcess {
-        child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
-            .args([
-                "controller",
-                "--tick-seconds",
-                "1",
-                "--metrics-addr",
-                "127.0.0.1:0",
-            ])
-            .args(["--identity", identity, "--lease-seconds", "6"])
-            .args(["--agent-image", image])
-            .env("KUBECONFIG", &controller_kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join(format!("{identity}.log"))).unwrap())
-            .spawn()
-            .unwrap(),
+        child: controller_command(
+            &controller_kubeconfig,
+            identity,
+            image,
+            &dir.path().join(format!("{identity}.log")),
+        ),
     };
     let controller_log = dir.path().join("replica-a.log");
     let replica_a = spawn_controller("replica-a", "nodemem:test");

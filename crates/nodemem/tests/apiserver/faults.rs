@@ -25,7 +25,7 @@ use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
 use crate::agent::{configs, expected_on, node_without_kubelet, set_config_on};
-use crate::common::{admin, cluster, create_pod};
+use crate::common::{admin, cluster, create_pod, until};
 
 const NODE: &str = "fault-kill-1";
 const NS: &str = "fault-kill";
@@ -305,30 +305,22 @@ fn kill_points(rounds: usize, max: usize) -> (u64, Vec<usize>) {
 }
 
 async fn wait_applied(client: &Client, agent: &PipedAgent, revision: &str) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let status = configs(client.clone())
-            .get_status(NODE)
-            .await
-            .ok()
-            .and_then(|c| c.data.get("status").cloned());
-        if let Some(s) = status {
+    let logs = || format!("agent log:\n{}", agent.log());
+    until(
+        &format!("revision {revision} applied"),
+        Duration::from_secs(90),
+        &logs,
+        async || {
+            let c = configs(client.clone()).get_status(NODE).await.ok()?;
+            let s = c.data.get("status")?;
             let applied = s["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
+                .as_array()?
+                .iter()
                 .any(|c| c["type"] == "Applied" && c["status"] == "True");
-            if s["observedRevision"] == revision && applied {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "revision {revision} not applied; agent log:\n{}",
-            agent.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            (s["observedRevision"] == revision && applied).then_some(())
+        },
+    )
+    .await
 }
 
 /// The tree holds exactly what the node computation predicts for `memory_qos`.

@@ -8,7 +8,7 @@
 //!   on the last revision on every node with every pod's values.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,11 +22,11 @@ use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::nodes::SimNode;
-use nodemem_testkit::{ControlPlane, Identity};
+use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
 use crate::agent::{expected_on, spawn_agent, AgentProcess};
-use crate::common::repo;
+use crate::common::{controller_command, own_control_plane, until};
 
 const POOL: &str = "outage";
 const NODES: [&str; 2] = ["outage-1", "outage-2"];
@@ -44,26 +44,6 @@ impl Drop for Controller {
 
 fn api<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
-}
-
-async fn until<T>(
-    what: &str,
-    timeout: Duration,
-    logs: &dyn Fn() -> String,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn condition_true(status: &Value, type_: &str) -> bool {
@@ -164,21 +144,7 @@ fn writes_ok(agent: &AgentProcess) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_twice() {
-    let mut cp = tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .unwrap()
-        .expect("control plane");
-    nodemem_testkit::crds::install_dir(&cp, &repo().join("crds"))
-        .await
-        .unwrap();
-    for dir in ["deploy/agent", "deploy/controller"] {
-        let path = repo().join(dir);
-        nodemem_testkit::clients::kubectl(
-            cp.admin_kubeconfig(),
-            &["apply", "-f", path.to_str().unwrap()],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    }
+    let mut cp = own_control_plane().await;
     let client = cp.client(&Identity::Admin).await.unwrap();
     let mut trees = BTreeMap::new();
     for node in NODES {
@@ -223,29 +189,12 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     let controller_log = |n: usize| dir.path().join(format!("controller-{n}.log"));
     // As its Deployment runs it: leader election on (a 6 s Lease).
     let spawn_controller = |n: usize| {
-        Controller(
-            Command::new(env!("CARGO_BIN_EXE_nodemem"))
-                .args([
-                    "controller",
-                    "--tick-seconds",
-                    "1",
-                    "--metrics-addr",
-                    "127.0.0.1:0",
-                ])
-                .args([
-                    "--identity",
-                    "outage",
-                    "--lease-seconds",
-                    "6",
-                    "--agent-image",
-                    "nodemem:test",
-                ])
-                .env("KUBECONFIG", &controller_kubeconfig)
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(controller_log(n)).unwrap())
-                .spawn()
-                .unwrap(),
-        )
+        Controller(controller_command(
+            &controller_kubeconfig,
+            "outage",
+            "nodemem:test",
+            &controller_log(n),
+        ))
     };
     let mut controller = spawn_controller(0);
     let logs = || {
