@@ -24,19 +24,18 @@ proptest! {
 
     #[test]
     fn no_text_makes_a_parser_panic(text in kernel_like_text()) {
-        for result in [
-            memory_value("memory.min", &text).err(),
-            memory_events("memory.events", &text).err(),
-            pressure("memory.pressure", &text).err(),
-            range_list("cpuset.mems", &text).err(),
-            controllers("cgroup.controllers", &text).err(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            // The error always says which file it came from.
-            prop_assert!(!result.file.is_empty());
-            prop_assert!(!result.to_string().is_empty());
+        for (file, error) in [
+            ("memory.min", memory_value("memory.min", &text).err()),
+            ("memory.events", memory_events("memory.events", &text).err()),
+            ("memory.pressure", pressure("memory.pressure", &text).err()),
+            ("cpuset.mems", range_list("cpuset.mems", &text).err()),
+            ("cgroup.controllers", controllers("cgroup.controllers", &text).err()),
+        ] {
+            // The error names the file it came from, in its message too.
+            if let Some(e) = error {
+                prop_assert_eq!(e.file.as_str(), file);
+                prop_assert!(e.to_string().contains(file), "{}", e);
+            }
         }
     }
 

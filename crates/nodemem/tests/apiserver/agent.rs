@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::Client;
 use nodemem_api::convert::node_settings;
@@ -25,7 +25,7 @@ use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
 use crate::authority::apply_manifest;
-use crate::common::{admin, cluster, create_pod};
+use crate::common::{admin, cluster, condition, create_namespace, create_pod, until};
 
 const NODE: &str = "agent-node-1";
 const NS: &str = "agent-pods";
@@ -117,20 +117,10 @@ pub(crate) async fn set_config_on(client: &Client, node: &str, revision: &str, m
 pub(crate) async fn wait_for<T>(
     what: &str,
     agent: &AgentProcess,
-    mut check: impl AsyncFnMut() -> Option<T>,
+    check: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; agent log:\n{}",
-            agent.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let logs = || format!("agent log:\n{}", agent.log());
+    until(what, Duration::from_secs(60), &logs, check).await
 }
 
 /// The config's status once it reports `revision` applied.
@@ -144,15 +134,26 @@ pub(crate) async fn applied_on(
     agent: &AgentProcess,
     revision: &str,
 ) -> Value {
-    wait_for(&format!("revision {revision} applied"), agent, async || {
+    applied_with_logs(client, node, revision, &|| {
+        format!("agent log:\n{}", agent.log())
+    })
+    .await
+}
+
+/// The node's config status once its agent reports `revision` applied; `logs` for the
+/// failure message.
+pub(crate) async fn applied_with_logs(
+    client: &Client,
+    node: &str,
+    revision: &str,
+    logs: &dyn Fn() -> String,
+) -> Value {
+    let what = format!("revision {revision} applied");
+    until(&what, Duration::from_secs(60), logs, async || {
         let c = configs(client.clone()).get_status(node).await.ok()?;
         let status = c.data.get("status")?.clone();
-        let applied = status["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Applied")?
-            .clone();
-        (status["observedRevision"] == revision && applied["status"] == "True").then_some(status)
+        let applied = condition(&status, "Applied")?["status"] == "True";
+        (status["observedRevision"] == revision && applied).then_some(status)
     })
     .await
 }
@@ -230,14 +231,23 @@ fn assert_tree(
     expected: &BTreeMap<(String, String), String>,
     agent: &AgentProcess,
 ) {
-    for ((path, file), want) in expected {
-        assert_eq!(
-            &tree.read(path, file).unwrap(),
-            want,
-            "{path}/{file}; agent log:\n{}",
-            agent.log()
-        );
-    }
+    let wrong = tree_mismatches(tree, expected);
+    assert!(wrong.is_empty(), "{wrong:#?}; agent log:\n{}", agent.log());
+}
+
+/// Each (cgroup, file) whose value in the tree is not the expected one, with both.
+pub(crate) fn tree_mismatches(
+    tree: &CgroupTree,
+    expected: &BTreeMap<(String, String), String>,
+) -> Vec<String> {
+    expected
+        .iter()
+        .filter_map(|((path, file), want)| match tree.read(path, file) {
+            Ok(have) if &have == want => None,
+            Ok(have) => Some(format!("{path}/{file} is {have}, predicted {want}")),
+            Err(e) => Some(format!("{path}/{file}: {e}")),
+        })
+        .collect()
 }
 
 /// A simulated node for one agent test: [`node_without_kubelet`] and the fake kubelet
@@ -267,13 +277,7 @@ pub(crate) async fn node_without_kubelet(
 ) -> Arc<CgroupTree> {
     apply_manifest(client, "deploy/agent/rbac.yaml").await;
     apply_manifest(client, "deploy/agent/admission-policy.yaml").await;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(client, namespace).await;
     SimNode::new(node).register(client).await.unwrap();
     Arc::new(CgroupTree::new(driver, numa_nodes).unwrap())
 }
@@ -656,20 +660,33 @@ pub(crate) fn spawn_agent_with(
     log: &str,
     extra: &[std::ffi::OsString],
 ) -> AgentProcess {
-    std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
-    std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
     let log = dir.join(log);
     AgentProcess {
-        child: Command::new(env!("CARGO_BIN_EXE_nodemem"))
-            .args(nodemem_testkit::bed::agent_args(node, cgroup_root, dir, 1))
+        child: agent_command(node, cgroup_root, dir, kubeconfig)
             .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start the agent"),
         log,
     }
+}
+
+/// `nodemem agent` for a simulated node (procfs under `dir` names the kernel the
+/// predictions assume, a resync every second), stdout discarded; the caller decides
+/// where stderr goes.
+pub(crate) fn agent_command(
+    node: &str,
+    cgroup_root: &std::path::Path,
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+) -> Command {
+    std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
+    std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodemem"));
+    cmd.args(nodemem_testkit::bed::agent_args(node, cgroup_root, dir, 1))
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::null());
+    cmd
 }
 
 /// A node the agent cannot enforce yet (no cgroup v2 at the root, as on a cgroup v1

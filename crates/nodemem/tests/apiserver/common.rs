@@ -42,7 +42,7 @@ pub async fn admin() -> Client {
 }
 
 pub fn policies(client: Client) -> Api<DynamicObject> {
-    Api::all_with(client, &ApiResource::erase::<NodeMemoryPolicy>(&()))
+    dynamic::<NodeMemoryPolicy>(&client)
 }
 
 /// A DynamicObject from JSON.
@@ -101,15 +101,27 @@ pub async fn own_control_plane() -> ControlPlane {
     cp
 }
 
+/// The controller binary, killed when the test ends however it ends.
+pub struct ControllerProcess {
+    pub child: std::process::Child,
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The controller binary as its Deployment runs it (leader election with a 6 s Lease,
 /// a reconcile tick of 1 s), stderr to `log`.
-pub fn controller_command(
+pub fn spawn_controller(
     kubeconfig: &std::path::Path,
     identity: &str,
     agent_image: &str,
     log: &std::path::Path,
-) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+) -> ControllerProcess {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
         .args([
             "controller",
             "--tick-seconds",
@@ -123,5 +135,38 @@ pub fn controller_command(
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
-        .expect("start the controller")
+        .expect("start the controller");
+    ControllerProcess { child }
+}
+
+/// Any cluster-scoped nodemem kind through the dynamic API (status included as JSON).
+pub fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
+}
+
+/// The condition of `type_` in a status, if any.
+pub fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Whether a NodeMemoryConfig's agent reports the spec's revision applied and healthy.
+pub fn reports_good(c: &DynamicObject) -> bool {
+    let (spec, status) = (&c.data["spec"], &c.data["status"]);
+    status["observedRevision"] == spec["revision"]
+        && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
+        && condition(status, "Healthy").is_some_and(|c| c["status"] == "True")
+}
+
+/// Creates a namespace; a failure fails the test.
+pub async fn create_namespace(client: &Client, name: &str) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("namespace {name}: {e}"));
 }

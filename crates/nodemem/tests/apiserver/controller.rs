@@ -5,13 +5,11 @@
 //! rolls its pool back by itself.
 
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_model::cgroup_layout::CgroupDriver;
@@ -22,25 +20,13 @@ use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
 
 use crate::agent::{spawn_agent, AgentProcess};
-use crate::common::{controller_command, create_pod, own_control_plane, until};
-
-struct ControllerProcess {
-    child: Child,
-}
-
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::common::{
+    condition, create_namespace, create_pod, dynamic, own_control_plane, reports_good,
+    spawn_controller, until,
+};
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     nodemem_testkit::clients::kubectl(cp.admin_kubeconfig(), args).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
 }
 
 async fn wait<T>(
@@ -59,21 +45,6 @@ fn policy(name: &str, factor: f64, rollout: Value) -> Value {
             "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
             "rollout": rollout},
     })
-}
-
-fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
-/// Whether the config's agent reports the spec's revision applied and healthy.
-fn reports_good(c: &DynamicObject) -> bool {
-    let (spec, status) = (&c.data["spec"], &c.data["status"]);
-    status["observedRevision"] == spec["revision"]
-        && condition(status, "Applied").is_some_and(|c| c["status"] == "True")
-        && condition(status, "Healthy").is_some_and(|c| c["status"] == "True")
 }
 
 /// Per node: the spec's revision and whether its agent reports it applied and healthy.
@@ -126,13 +97,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     // A node no policy selects: no config, no agent.
     SimNode::new("ctl-none-1").register(&client).await.unwrap();
     let _kubelet = FakeKubelet::start(client.clone(), trees.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "work"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, "work").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
     for node in ["ctl-b-1", "ctl-b-2"] {
         create_pod(
@@ -182,13 +147,13 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         agents.insert(node.clone(), agent);
     }
     let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
-    let spawn_controller = |identity: &str, image: &str| ControllerProcess {
-        child: controller_command(
+    let spawn_controller = |identity: &str, image: &str| {
+        spawn_controller(
             &controller_kubeconfig,
             identity,
             image,
             &dir.path().join(format!("{identity}.log")),
-        ),
+        )
     };
     let controller_log = dir.path().join("replica-a.log");
     let replica_a = spawn_controller("replica-a", "nodemem:test");

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write as _};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,10 @@ use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
-use crate::agent::{configs, expected_on, node_without_kubelet, set_config_on};
+use crate::agent::{
+    agent_command, applied_with_logs, expected_on, node_without_kubelet, set_config_on,
+    tree_mismatches,
+};
 use crate::common::{admin, cluster, create_pod, until};
 
 const NODE: &str = "fault-kill-1";
@@ -55,27 +58,30 @@ fn parse_write(line: &str) -> Option<Wrote> {
     })
 }
 
+/// What the reader thread has seen of an agent's stderr.
+#[derive(Default)]
+struct Seen {
+    lines: Vec<String>,
+    writes: usize,
+    /// SIGKILL once `writes` reaches this.
+    kill_at: Option<usize>,
+}
+
 /// The agent binary with its stderr read line by line by the test: every line kept (and
 /// copied to a log file), the writes counted, and SIGKILL sent right after the n-th
 /// write when armed.
 struct PipedAgent {
     child: Child,
     log: PathBuf,
-    lines: Arc<Mutex<Vec<String>>>,
-    kill_after_writes: Arc<Mutex<Option<usize>>>,
+    seen: Arc<Mutex<Seen>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl PipedAgent {
     fn spawn(tree_root: &Path, dir: &Path, kubeconfig: &Path, log: PathBuf) -> PipedAgent {
-        std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
-        std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nodemem"))
-            .args(nodemem_testkit::bed::agent_args(NODE, tree_root, dir, 1))
+        let mut child = agent_command(NODE, tree_root, dir, kubeconfig)
             .args(["--log-format", "json"])
-            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,nodemem_enforce::write=trace")
-            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the agent");
@@ -83,51 +89,49 @@ impl PipedAgent {
         // SAFETY: resizing a pipe we own; a failure leaves the default size (the
         // check that the kill came mid-pass then tells).
         unsafe { libc::fcntl(stderr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let kill_after_writes = Arc::new(Mutex::new(None::<usize>));
+        let seen = Arc::new(Mutex::new(Seen::default()));
         let pid = child.id() as libc::pid_t;
         let reader = {
-            let (lines, kill, log) = (lines.clone(), kill_after_writes.clone(), log.clone());
+            let (seen, log) = (seen.clone(), log.clone());
             std::thread::spawn(move || {
                 let mut file = std::fs::File::create(&log).unwrap();
-                let mut writes = 0usize;
                 for line in BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
+                    let _ = writeln!(file, "{line}");
+                    let mut seen = seen.lock().unwrap();
                     if parse_write(&line).is_some() {
-                        writes += 1;
-                        let mut armed = kill.lock().unwrap();
-                        if armed.is_some_and(|n| writes >= n) {
+                        seen.writes += 1;
+                        if seen.kill_at.is_some_and(|n| seen.writes >= n) {
                             // SAFETY: our own child, not yet waited for.
                             unsafe { libc::kill(pid, libc::SIGKILL) };
-                            *armed = None;
+                            seen.kill_at = None;
                         }
                     }
-                    let _ = writeln!(file, "{line}");
-                    lines.lock().unwrap().push(line);
+                    seen.lines.push(line);
                 }
             })
         };
         PipedAgent {
             child,
             log,
-            lines,
-            kill_after_writes,
+            seen,
             reader: Some(reader),
         }
     }
 
     /// Counts writes from now: SIGKILL right after the `n`-th.
     fn arm_kill(&self, n: usize) {
-        *self.kill_after_writes.lock().unwrap() = Some(n + self.writes().len());
+        let mut seen = self.seen.lock().unwrap();
+        seen.kill_at = Some(seen.writes + n);
     }
 
     fn line_count(&self) -> usize {
-        self.lines.lock().unwrap().len()
+        self.seen.lock().unwrap().lines.len()
     }
 
     /// Writes recorded in lines `from..`.
     fn writes_since(&self, from: usize) -> Vec<Wrote> {
-        self.lines.lock().unwrap()[from..]
+        self.seen.lock().unwrap().lines[from..]
             .iter()
             .filter_map(|l| parse_write(l))
             .collect()
@@ -138,9 +142,10 @@ impl PipedAgent {
     }
 
     fn errors(&self) -> Vec<String> {
-        self.lines
+        self.seen
             .lock()
             .unwrap()
+            .lines
             .iter()
             .filter(|l| l.contains(r#""level":"ERROR""#))
             .cloned()
@@ -218,47 +223,34 @@ fn parent(path: &str) -> Option<&str> {
     path.rsplit_once('/').map(|(p, _)| p)
 }
 
-/// Every (child, parent, file) where the child's protection exceeds its parent's,
-/// looking at `path` and its direct children only.
-fn violations_around(state: &Protection, path: &str, file: &str) -> Vec<String> {
+/// The cgroup's protection in `file` when it exceeds its parent's.
+fn above_parent(state: &Protection, path: &str, file: &str) -> Option<String> {
+    let parent = parent(path)?;
     let value = |p: &str| state.get(&(p.to_string(), file.to_string())).copied();
-    let mut out = Vec::new();
-    let mut check = |child: &str, parent: &str| {
-        if let (Some(c), Some(p)) = (value(child), value(parent)) {
-            if c > p {
-                out.push(format!("{child}/{file} = {c} > {parent}/{file} = {p}"));
-            }
-        }
-    };
-    if let Some(p) = parent(path) {
-        check(path, p);
-    }
-    for ((child, f), _) in state.range((path.to_string(), String::new())..) {
-        if f != file || parent(child) != Some(path) {
-            if !child.starts_with(path) {
-                break;
-            }
-            continue;
-        }
-        check(child, path);
-    }
-    out
+    let (c, p) = (value(path)?, value(parent)?);
+    (c > p).then(|| format!("{path}/{file} = {c} > {parent}/{file} = {p}"))
+}
+
+/// After a write to `path`'s `file`: the cgroup itself against its parent, and its
+/// direct children against it.
+fn violations_around(state: &Protection, path: &str, file: &str) -> Vec<String> {
+    let prefix = format!("{path}/");
+    let children = state
+        .range((prefix.clone(), String::new())..)
+        .take_while(|((p, _), _)| p.starts_with(&prefix))
+        .filter(|((p, f), _)| f == file && parent(p) == Some(path))
+        .map(|((p, _), _)| p.as_str());
+    std::iter::once(path)
+        .chain(children)
+        .filter_map(|p| above_parent(state, p, file))
+        .collect()
 }
 
 fn all_violations(state: &Protection) -> Vec<String> {
-    let mut out = Vec::new();
-    for (path, file) in state.keys() {
-        if let Some(p) = parent(path) {
-            let (c, pv) = (
-                state[&(path.clone(), file.clone())],
-                state.get(&(p.to_string(), file.clone())),
-            );
-            if pv.is_some_and(|pv| c > *pv) {
-                out.push(format!("{path}/{file} = {c} > {p}/{file} = {pv:?}"));
-            }
-        }
-    }
-    out
+    state
+        .keys()
+        .filter_map(|(path, file)| above_parent(state, path, file))
+        .collect()
 }
 
 /// Replays `writes` (protection files only) on `state`; after each, the violations it
@@ -304,37 +296,9 @@ fn kill_points(rounds: usize, max: usize) -> (u64, Vec<usize>) {
     (seed, points)
 }
 
-async fn wait_applied(client: &Client, agent: &PipedAgent, revision: &str) {
-    let logs = || format!("agent log:\n{}", agent.log());
-    until(
-        &format!("revision {revision} applied"),
-        Duration::from_secs(90),
-        &logs,
-        async || {
-            let c = configs(client.clone()).get_status(NODE).await.ok()?;
-            let s = c.data.get("status")?;
-            let applied = s["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Applied" && c["status"] == "True");
-            (s["observedRevision"] == revision && applied).then_some(())
-        },
-    )
-    .await
-}
-
-/// The tree holds exactly what the node computation predicts for `memory_qos`.
-async fn assert_converged(client: &Client, root: &Path, memory_qos: &Value, agent: &PipedAgent) {
-    let expected = expected_on(client, NODE, CgroupDriver::Systemd, memory_qos.clone()).await;
-    for ((path, file), want) in &expected {
-        let have = std::fs::read_to_string(root.join(path).join(file)).unwrap();
-        assert_eq!(
-            have.trim(),
-            want,
-            "{path}/{file}; agent log:\n{}",
-            agent.log()
-        );
-    }
+/// What the node computation predicts for `memory_qos` on this node's pods.
+async fn predicted(client: &Client, memory_qos: &Value) -> BTreeMap<(String, String), String> {
+    expected_on(client, NODE, CgroupDriver::Systemd, memory_qos.clone()).await
 }
 
 #[tokio::test]
@@ -367,25 +331,20 @@ async fn an_agent_killed_mid_apply_converges_and_never_protects_a_child_above_it
         )
         .await;
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let running = pods
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if running == PODS {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{running} of {PODS} pods running"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    until(
+        "every pod running",
+        Duration::from_secs(120),
+        &String::new,
+        async || {
+            let listed = pods.list(&ListParams::default()).await.ok()?.items;
+            let running = listed
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == PODS).then_some(())
+        },
+    )
+    .await;
 
     let dir = tempfile::tempdir().unwrap();
     let spawn = |n: usize| {
@@ -407,12 +366,13 @@ async fn an_agent_killed_mid_apply_converges_and_never_protects_a_child_above_it
     ];
     set_config_on(&client, NODE, "kill-0", settings[0].clone()).await;
     let mut agent = spawn(0);
-    wait_applied(&client, &agent, "kill-0").await;
-    assert_converged(&client, tree.root(), &settings[0], &agent).await;
+    applied_with_logs(&client, NODE, "kill-0", &|| agent.log()).await;
+    let wrong = tree_mismatches(&tree, &predicted(&client, &settings[0]).await);
+    assert!(wrong.is_empty(), "{wrong:#?}\n{}", agent.log());
 
     let (seed, points) = kill_points(settings.len() - 1, 120);
     eprintln!("kill points {points:?} (NODEMEM_FAULT_SEED={seed})");
-    let mut summary = Vec::new();
+    let (mut summary, mut mid_pass_kills) = (Vec::new(), 0);
     for (round, memory_qos) in settings.iter().enumerate().skip(1) {
         let revision = format!("kill-{round}");
         let before = read_protection(tree.root());
@@ -441,18 +401,20 @@ async fn an_agent_killed_mid_apply_converges_and_never_protects_a_child_above_it
             file: file.clone(),
             value: value.to_string(),
         }));
-        let expected = expected_on(&client, NODE, CgroupDriver::Systemd, memory_qos.clone()).await;
-        let mid_pass = expected.iter().any(|((path, file), want)| {
-            std::fs::read_to_string(tree.root().join(path).join(file))
-                .map(|t| t.trim() != want)
-                .unwrap_or(true)
-        });
+        let expected = predicted(&client, memory_qos).await;
+        let mid_pass = !tree_mismatches(&tree, &expected).is_empty();
+        mid_pass_kills += usize::from(mid_pass);
 
         // Restarted, it converges without an error.
         let next = spawn(round);
         let killed_agent = std::mem::replace(&mut agent, next);
-        wait_applied(&client, &agent, &revision).await;
-        assert_converged(&client, tree.root(), memory_qos, &agent).await;
+        applied_with_logs(&client, NODE, &revision, &|| agent.log()).await;
+        let wrong = tree_mismatches(&tree, &expected);
+        assert!(
+            wrong.is_empty(),
+            "round {round}: {wrong:#?}\n{}",
+            agent.log()
+        );
         assert_eq!(agent.errors(), Vec::<String>::new(), "round {round}");
 
         // Every prefix of the whole sequence, from the tree before the change.
@@ -481,9 +443,8 @@ async fn an_agent_killed_mid_apply_converges_and_never_protects_a_child_above_it
         drop(killed_agent);
     }
     eprintln!("{}", summary.join("\n"));
-    let mid = summary.iter().filter(|s| s.contains("mid-pass")).count();
     assert!(
-        mid * 2 >= summary.len(),
+        mid_pass_kills * 2 >= summary.len(),
         "fewer than half the kills came mid-pass, the test proved little:\n{}",
         summary.join("\n")
     );

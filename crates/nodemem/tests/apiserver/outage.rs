@@ -8,75 +8,43 @@
 //!   on the last revision on every node with every pod's values.
 
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
-use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::Identity;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::agent::{expected_on, spawn_agent, AgentProcess};
-use crate::common::{controller_command, own_control_plane, until};
+use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
+use crate::common::{
+    condition, create_namespace, own_control_plane, policies, reports_good, spawn_controller, until,
+};
 
 const POOL: &str = "outage";
 const NODES: [&str; 2] = ["outage-1", "outage-2"];
 const NS: &str = "outage-pods";
 const OUTAGE: Duration = Duration::from_secs(60);
 
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn api<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))
-}
-
-fn condition_true(status: &Value, type_: &str) -> bool {
-    status["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == type_ && c["status"] == "True")
-}
-
 /// The policy's revision once its rollout is complete on both nodes: Ready, and each
 /// node's config carries that revision, applied and healthy.
 async fn rolled_out(client: &Client) -> Option<String> {
-    let p = api::<NodeMemoryPolicy>(client)
-        .get_status(POOL)
-        .await
-        .ok()?;
+    let p = policies(client.clone()).get_status(POOL).await.ok()?;
     let s = p.data.get("status")?;
     let revision = s["revision"].as_str()?.to_string();
-    if !condition_true(s, "Ready") || s["readyNodes"] != NODES.len() {
+    let ready = condition(s, "Ready").is_some_and(|c| c["status"] == "True");
+    if !ready || s["readyNodes"] != NODES.len() {
         return None;
     }
     for node in NODES {
-        let c = api::<NodeMemoryConfig>(client)
-            .get_status(node)
-            .await
-            .ok()?;
-        let (spec, st) = (&c.data["spec"], &c.data["status"]);
-        let good = spec["revision"] == revision.as_str()
-            && st["observedRevision"] == revision.as_str()
-            && condition_true(st, "Applied")
-            && condition_true(st, "Healthy");
-        if !good {
+        let c = configs(client.clone()).get_status(node).await.ok()?;
+        if c.data["spec"]["revision"] != revision.as_str() || !reports_good(&c) {
             return None;
         }
     }
@@ -84,29 +52,30 @@ async fn rolled_out(client: &Client) -> Option<String> {
 }
 
 /// Each node's tree holds what its config's settings predict for the pods on the API.
-async fn trees_match(
-    client: &Client,
-    trees: &BTreeMap<String, Arc<CgroupTree>>,
-) -> Result<(), String> {
+async fn trees_match(client: &Client, trees: &BTreeMap<String, Arc<CgroupTree>>) -> bool {
     for (node, tree) in trees {
-        let c = api::<NodeMemoryConfig>(client)
-            .get(node)
-            .await
-            .map_err(|e| e.to_string())?;
-        let qos = c.data["spec"]["memoryQoS"].clone();
-        for ((path, file), want) in expected_on(client, node, CgroupDriver::Systemd, qos).await {
-            let have = tree.read(&path, &file).map_err(|e| e.to_string())?;
-            if have != want {
-                return Err(format!("{node}: {path}/{file} is {have}, predicted {want}"));
-            }
+        if !tree_mismatches(tree, &predicted(client, node).await).is_empty() {
+            return false;
         }
     }
-    Ok(())
+    true
+}
+
+/// Per config: its generation (moves only when the controller rewrites its spec).
+async fn config_generations(client: &Client) -> BTreeMap<String, Option<i64>> {
+    let list = configs(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|c| (c.metadata.name.clone().unwrap(), c.metadata.generation))
+        .collect()
 }
 
 /// What the node's config predicts for the pods on the API: (cgroup, file) -> value.
 async fn predicted(client: &Client, node: &str) -> BTreeMap<(String, String), String> {
-    let c = api::<NodeMemoryConfig>(client).get(node).await.unwrap();
+    let c = configs(client.clone()).get(node).await.unwrap();
     expected_on(
         client,
         node,
@@ -126,7 +95,7 @@ fn pod(name: &str, node: &str) -> Pod {
 }
 
 async fn set_factor(client: &Client, factor: f64) -> Result<(), kube::Error> {
-    api::<NodeMemoryPolicy>(client)
+    policies(client.clone())
         .patch(
             POOL,
             &PatchParams::default(),
@@ -159,13 +128,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         );
     }
     let _kubelet = FakeKubelet::start(client.clone(), trees.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, NS).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for node in NODES {
         for i in 0..4 {
@@ -189,12 +152,12 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     let controller_log = |n: usize| dir.path().join(format!("controller-{n}.log"));
     // As its Deployment runs it: leader election on (a 6 s Lease).
     let spawn_controller = |n: usize| {
-        Controller(controller_command(
+        spawn_controller(
             &controller_kubeconfig,
             "outage",
             "nodemem:test",
             &controller_log(n),
-        ))
+        )
     };
     let mut controller = spawn_controller(0);
     let logs = || {
@@ -209,7 +172,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         }
         out
     };
-    api::<NodeMemoryPolicy>(&client)
+    policies(client.clone())
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
@@ -234,26 +197,14 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         "the values on both nodes",
         Duration::from_secs(30),
         &logs,
-        async || trees_match(&client, &trees).await.ok(),
+        async || trees_match(&client, &trees).await.then_some(()),
     )
     .await;
 
     // 1. The apiserver stopped for 60 s.
-    let generations = |configs: &[DynamicObject]| -> BTreeMap<String, Option<i64>> {
-        configs
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap(), c.metadata.generation))
-            .collect()
-    };
-    let configs_before = generations(
-        &api::<NodeMemoryConfig>(&client)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let configs_before = config_generations(&client).await;
     let predicted_before = predicted(&client, NODES[1]).await;
-    let managed_before = api::<NodeMemoryConfig>(&client)
+    let managed_before = configs(client.clone())
         .get_status(NODES[1])
         .await
         .unwrap()
@@ -280,17 +231,14 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     let held = std::fs::read_to_string(drifted.join("memory.low")).unwrap();
     assert_ne!(held.trim(), "0", "{}", drifted.display());
     std::fs::write(drifted.join("memory.low"), "0").unwrap();
-    let repaired = loop {
-        if std::fs::read_to_string(drifted.join("memory.low")).unwrap() == held {
-            break down.elapsed();
-        }
-        assert!(
-            down.elapsed() < Duration::from_secs(20),
-            "not repaired while the apiserver is down\n{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    until(
+        "the drift repaired while the apiserver is down",
+        Duration::from_secs(20),
+        &logs,
+        async || (std::fs::read_to_string(drifted.join("memory.low")).ok()? == held).then_some(()),
+    )
+    .await;
+    let repaired = down.elapsed();
     let mut restarts = 0;
     while down.elapsed() < OUTAGE {
         for (node, a) in agents.iter_mut() {
@@ -303,7 +251,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         // A leader that cannot renew its Lease for its whole duration exits, so that
         // two replicas never write at once (client-go's leader election does the
         // same); its Deployment starts it again, and it waits for the Lease.
-        if let Ok(Some(status)) = controller.0.try_wait() {
+        if let Ok(Some(status)) = controller.child.try_wait() {
             assert!(
                 restarts == 0
                     && !status.success()
@@ -341,10 +289,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         Duration::from_secs(180),
         &logs,
         async || {
-            let c = api::<NodeMemoryConfig>(&client)
-                .get_status(NODES[1])
-                .await
-                .ok()?;
+            let c = configs(client.clone()).get_status(NODES[1]).await.ok()?;
             (c.data["status"]["managedPods"].as_i64() == Some(managed_before + 1)).then_some(())
         },
     )
@@ -354,7 +299,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         "the values after the outage",
         Duration::from_secs(30),
         &logs,
-        async || trees_match(&client, &trees).await.ok(),
+        async || trees_match(&client, &trees).await.then_some(()),
     )
     .await;
     assert_eq!(
@@ -365,13 +310,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     );
     // Nothing written twice: the configs' specs unchanged; the agents wrote the one
     // repair and the new pod's values, nothing again.
-    let configs_after = generations(
-        &api::<NodeMemoryConfig>(&client)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items,
-    );
+    let configs_after = config_generations(&client).await;
     assert_eq!(configs_after, configs_before, "{}", logs());
     // On the second node: every value the new pod changed (its own, its container's,
     // the burstable slice's sum), once.
@@ -437,23 +376,25 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         Duration::from_secs(120),
         &logs,
         async || {
-            let p = api::<NodeMemoryPolicy>(&client)
-                .get_status(POOL)
-                .await
-                .ok()?;
-            let spec_factor = p.data["spec"]["memoryQoS"]["throttlingFactor"].as_f64()?;
-            let revision = rolled_out(&client).await?;
-            (spec_factor == 0.95
-                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0))
-            .then_some(revision)
+            let p = policies(client.clone()).get_status(POOL).await.ok()?;
+            if p.data["status"]["observedGeneration"] != p.metadata.generation? {
+                return None;
+            }
+            rolled_out(&client).await
         },
     )
     .await;
+    // Each node carries the last edit's settings, not one from the churn.
+    for node in NODES {
+        let c = configs(client.clone()).get(node).await.unwrap();
+        let factor = &c.data["spec"]["memoryQoS"]["throttlingFactor"];
+        assert_eq!(factor, 0.95, "{node}\n{}", logs());
+    }
     until(
         "every pod's values after the etcd restart",
         Duration::from_secs(60),
         &logs,
-        async || trees_match(&client, &trees).await.ok(),
+        async || trees_match(&client, &trees).await.then_some(()),
     )
     .await;
     for (node, a) in agents.iter_mut() {
