@@ -58,6 +58,23 @@ fn current_conditions(c: &ConfigEntry) -> (Option<&Condition>, Option<&Condition
     (find("Applied"), find("Healthy"))
 }
 
+/// Whether the config's agent has reported anything on its current spec: an agent cut
+/// off from the apiserver, not running or not scheduled never does.
+pub fn acknowledged(c: &ConfigEntry) -> bool {
+    let (applied, healthy) = current_conditions(c);
+    applied.is_some() || healthy.is_some()
+}
+
+/// The first of the agent's Applied and Healthy conditions on the current spec that is
+/// not True: what a node that is not ready yet waits on.
+pub fn waiting_on(c: &ConfigEntry) -> Option<&Condition> {
+    let (applied, healthy) = current_conditions(c);
+    applied
+        .into_iter()
+        .chain(healthy)
+        .find(|cond| cond.status != "True")
+}
+
 /// The condition in which the config's agent reports a failure of its current spec.
 /// Waiting for a kubelet restart is not one (progressDeadlineSeconds covers it), and
 /// Healthy=False NotApplied only repeats an Applied failure.

@@ -23,6 +23,7 @@ use nodemem_model::selector::LabelSelector;
 use nodemem_api::report::report;
 
 use crate::decision::{ConfigWrite, Decision, DrainOrder, PolicyEvent};
+use crate::node_failure::{failed_text, why_failed, NodeFailure};
 use crate::policy_status::{condition, finish, pool_signals};
 use crate::world::{PolicyEntry, World};
 
@@ -315,6 +316,33 @@ fn decide_policy(
         })
         .collect();
     let step = plan(&progress, &target.revision, &params);
+    let failures: Vec<(String, NodeFailure)> = step
+        .failed
+        .iter()
+        .map(|node| {
+            let config = world.configs.get(node).filter(|c| c.spec.policy == v.name);
+            (node.clone(), why_failed(config, &target.revision, &params))
+        })
+        .collect();
+    // One Event per node as it fails. The status names at most 20 failed nodes: beyond
+    // that a node cannot be told from one already told, so the count says the rest.
+    if old.failed_node_names.len() < 20 {
+        for (node, f) in &failures {
+            if !old.failed_node_names.contains(node) {
+                out.events.push(PolicyEvent {
+                    policy: v.name.to_string(),
+                    warning: true,
+                    reason: "NodeFailed",
+                    message: format!(
+                        "{node} failed revision {}: {}: {}",
+                        target.revision,
+                        f.reason(),
+                        f.message()
+                    ),
+                });
+            }
+        }
+    }
     // A change of the kubelet's own Memory Manager needs the node drained first
     // (KEP-1769: pinned pods lose their guarantees, and the kubelet's state is reset):
     // entering or leaving enforcement: Kubelet with the Static policy changes it as
@@ -480,8 +508,13 @@ fn decide_policy(
                 true,
                 "Updating",
                 format!(
-                    "{summary}; updating now (at most {} at once): {batch_text}",
-                    params.max_unavailable
+                    "{summary}; updating now (at most {} at once): {batch_text}{}",
+                    params.max_unavailable,
+                    if failures.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; failed: {}", failed_text(&failures))
+                    }
                 ),
             )
         }
@@ -504,7 +537,7 @@ fn decide_policy(
             format!(
                 "{summary}; stopped at maxFailures {}: {}",
                 params.max_failures,
-                step.failed.join(", ")
+                failed_text(&failures)
             ),
         ),
         RolloutState::RollingBack => (
@@ -513,7 +546,7 @@ fn decide_policy(
             format!(
                 "{summary}; maxFailures {} reached ({}): updated nodes return to {}",
                 params.max_failures,
-                step.failed.join(", "),
+                failed_text(&failures),
                 previous
                     .as_ref()
                     .map_or("no config".to_string(), |p| format!(

@@ -4,6 +4,7 @@
 //! * [`world`]: what the watches said (pure index).
 //! * [`decide`]: resolution, rollout steps and config writes (pure), into a
 //!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it.
+//! * [`node_failure`]: why a node failed its rollout, for conditions and Events.
 //! * [`run`]: the watches and the writes around them; [`lease`] elects the leader,
 //!   [`daemonset`] builds the agents' DaemonSet, [`metrics`] counts what happens.
 //!
@@ -15,6 +16,7 @@ pub mod decide;
 pub mod decision;
 pub mod lease;
 pub mod metrics;
+pub mod node_failure;
 mod policy_status;
 pub mod run;
 pub mod world;

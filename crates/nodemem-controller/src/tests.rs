@@ -8,7 +8,7 @@ use nodemem_api::{NodeMemoryConfigStatus, NodeMemoryPolicy};
 use serde_json::json;
 
 use crate::decide::{decide, released_settings};
-use crate::decision::Decision;
+use crate::decision::{Decision, PolicyEvent};
 use crate::world::World;
 use nodemem_api::report::ConfigEntry;
 
@@ -380,6 +380,36 @@ fn an_updating_node_past_its_deadline_counts_as_failed() {
     apply(&mut w, &d, T0 + 61);
     assert_eq!(w.policies["p"].status.failed_node_names, ["a"]);
     assert!(d.writes.is_empty());
+    // Its agent never reported on the revision: the condition and one Event say so.
+    let degraded = w.policies["p"]
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap()
+        .clone();
+    assert_eq!(degraded.reason, "MaxFailures");
+    assert!(
+        degraded.message.ends_with(
+            "stopped at maxFailures 1: a (AgentNotReporting: its agent reported nothing on this revision within progressDeadlineSeconds (60 s): it is cut off from the apiserver, not running, or not scheduled on the node)"
+        ),
+        "{}",
+        degraded.message
+    );
+    let failed: Vec<&PolicyEvent> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "NodeFailed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", d.events);
+    assert!(failed[0].warning && failed[0].message.starts_with("a failed revision "));
+    // Told once: the next decision does not repeat it.
+    let d = decide(&w, T0 + 62);
+    assert!(
+        d.events.iter().all(|e| e.reason != "NodeFailed"),
+        "{:?}",
+        d.events
+    );
 }
 
 #[test]
