@@ -10,6 +10,7 @@ pub mod node_index;
 pub mod policy;
 pub mod quantity;
 pub mod report;
+pub mod resource_version;
 pub mod revision;
 
 pub use config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus};

@@ -103,7 +103,10 @@ impl Controller {
                 Ok(Update::Policy(e)) => match *e {
                     Event::Apply(p) | Event::InitApply(p) => dirty |= world.apply_policy(&p),
                     Event::Delete(p) => {
-                        dirty |= world.delete_policy(p.metadata.name.as_deref().unwrap_or(""))
+                        dirty |= world.delete_policy(
+                            p.metadata.name.as_deref().unwrap_or(""),
+                            p.metadata.resource_version.as_deref(),
+                        )
                     }
                     Event::Init => {}
                     Event::InitDone => listed[0] = true,
@@ -113,7 +116,10 @@ impl Controller {
                         dirty |= world.apply_node_meta(&n.metadata)
                     }
                     Event::Delete(n) => {
-                        dirty |= world.delete_node(n.metadata.name.as_deref().unwrap_or(""))
+                        dirty |= world.delete_node(
+                            n.metadata.name.as_deref().unwrap_or(""),
+                            n.metadata.resource_version.as_deref(),
+                        )
                     }
                     Event::Init => {}
                     Event::InitDone => listed[1] = true,
@@ -121,7 +127,10 @@ impl Controller {
                 Ok(Update::Config(e)) => match *e {
                     Event::Apply(c) | Event::InitApply(c) => dirty |= world.apply_config(&c),
                     Event::Delete(c) => {
-                        dirty |= world.delete_config(c.metadata.name.as_deref().unwrap_or(""))
+                        dirty |= world.delete_config(
+                            c.metadata.name.as_deref().unwrap_or(""),
+                            c.metadata.resource_version.as_deref(),
+                        )
                     }
                     Event::Init => {}
                     Event::InitDone => listed[2] = true,
@@ -287,10 +296,10 @@ impl Controller {
             match configs.delete(node, &DeleteParams::default()).await {
                 Ok(_) => {
                     self.metrics.write("config_delete", true);
-                    world.delete_config(node);
+                    world.delete_config(node, None);
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    world.delete_config(node);
+                    world.delete_config(node, None);
                 }
                 Err(e) => {
                     self.metrics.write("config_delete", false);

@@ -440,7 +440,7 @@ fn paused_holds_and_unselected_nodes_are_released_then_forgotten() {
     agent_reports(&mut w2, "a", true, T0);
     // "a" leaves the pool; "gone" is deleted from the cluster.
     w2.apply_node(&node("a", "elsewhere"));
-    w2.delete_node("gone");
+    w2.delete_node("gone", None);
     let d = decide(&w2, T0 + 10);
     assert_eq!(d.deletes, ["gone"]);
     assert_eq!(written(&d), ["a"]);

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodemem_api::report::{parse_time, ConfigEntry};
+use nodemem_api::resource_version::compare;
 use nodemem_api::{
     NodeMemoryConfig, NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
 };
@@ -39,6 +40,14 @@ pub struct PolicyEntry {
     pub created: Option<i64>,
 }
 
+/// The kinds of object the world holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Policy,
+    Node,
+    Config,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct World {
     pub policies: BTreeMap<String, PolicyEntry>,
@@ -48,13 +57,43 @@ pub struct World {
     pub drains: BTreeMap<String, DrainMark>,
     /// Node name -> its config.
     pub configs: BTreeMap<String, ConfigEntry>,
+    /// The newest resourceVersion seen of each object, kept after it is deleted. The
+    /// world takes both the responses to the controller's own writes and what the
+    /// watches deliver, and a watch may still deliver an older version of an object
+    /// (found by 100 quick policy edits: a status write's response carried the newest
+    /// spec, the policy watch then delivered each older edit, and the controller moved
+    /// nodes back and forth between the newest and older revisions).
+    versions: BTreeMap<(Kind, String), String>,
 }
 
 impl World {
+    /// Whether a version of an object is newer than every one seen (recording it when
+    /// it is). A version that cannot be compared, or none, counts as newer: the last
+    /// one wins, as in an informer's cache.
+    fn newer(&mut self, kind: Kind, name: &str, version: Option<&str>) -> bool {
+        let Some(version) = version else {
+            return true;
+        };
+        let key = (kind, name.to_string());
+        if let Some(held) = self.versions.get(&key) {
+            if matches!(
+                compare(version, held),
+                Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+            ) {
+                return false;
+            }
+        }
+        self.versions.insert(key, version.to_string());
+        true
+    }
+
     pub fn apply_policy(&mut self, p: &NodeMemoryPolicy) -> bool {
         let Some(name) = p.metadata.name.clone() else {
             return false;
         };
+        if !self.newer(Kind::Policy, &name, p.metadata.resource_version.as_deref()) {
+            return false;
+        }
         let entry = PolicyEntry {
             uid: p.metadata.uid.clone(),
             generation: p.metadata.generation,
@@ -71,8 +110,10 @@ impl World {
         self.policies.insert(name, entry.clone()) != Some(entry)
     }
 
-    pub fn delete_policy(&mut self, name: &str) -> bool {
-        self.policies.remove(name).is_some()
+    /// Forgets a policy; `version` is the deleted object's (from a watch), None after
+    /// the controller's own delete.
+    pub fn delete_policy(&mut self, name: &str, version: Option<&str>) -> bool {
+        self.newer(Kind::Policy, name, version) && self.policies.remove(name).is_some()
     }
 
     /// A node's labels are all the controller reads of it.
@@ -85,6 +126,9 @@ impl World {
         let Some(name) = meta.name.clone() else {
             return false;
         };
+        if !self.newer(Kind::Node, &name, meta.resource_version.as_deref()) {
+            return false;
+        }
         let labels = meta.labels.clone().unwrap_or_default();
         let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
         let mark = annotation(DRAIN_FOR).map(|revision| DrainMark {
@@ -102,7 +146,10 @@ impl World {
         labels_changed || drain_changed
     }
 
-    pub fn delete_node(&mut self, name: &str) -> bool {
+    pub fn delete_node(&mut self, name: &str, version: Option<&str>) -> bool {
+        if !self.newer(Kind::Node, name, version) {
+            return false;
+        }
         self.drains.remove(name);
         self.nodes.remove(name).is_some()
     }
@@ -111,12 +158,15 @@ impl World {
         let Some(name) = c.metadata.name.clone() else {
             return false;
         };
+        if !self.newer(Kind::Config, &name, c.metadata.resource_version.as_deref()) {
+            return false;
+        }
         let entry = ConfigEntry::from(c);
         self.configs.insert(name, entry.clone()) != Some(entry)
     }
 
-    pub fn delete_config(&mut self, name: &str) -> bool {
-        self.configs.remove(name).is_some()
+    pub fn delete_config(&mut self, name: &str, version: Option<&str>) -> bool {
+        self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some()
     }
 }
 
@@ -140,7 +190,7 @@ mod tests {
             "a heartbeat changes nothing"
         );
         assert!(w.apply_node(&node(json!({"pool": "b"}), "2026-11-22T10:00:20Z")));
-        assert!(w.delete_node("n1") && !w.delete_node("n1"));
+        assert!(w.delete_node("n1", None) && !w.delete_node("n1", None));
 
         let config: NodeMemoryConfig = serde_json::from_value(json!({
             "metadata": {"name": "n1", "generation": 2,
@@ -154,5 +204,71 @@ mod tests {
             Some(1_795_341_600),
             "2026-11-22T10:00:00Z"
         );
+    }
+
+    fn policy(version: &str, factor: f64) -> NodeMemoryPolicy {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "resourceVersion": version},
+            "spec": {"nodeSelector": {}, "memoryQoS": {"throttlingFactor": factor}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_late_watch_event_does_not_take_the_world_back() {
+        let mut w = World::default();
+        // The response to the controller's own status write carries edit 3 ...
+        assert!(w.apply_policy(&policy("130", 0.7)));
+        // ... while the watch still delivers edits 1 and 2, and then 3 itself.
+        for late in [policy("110", 0.9), policy("120", 0.8), policy("130", 0.7)] {
+            assert!(!w.apply_policy(&late));
+            assert_eq!(
+                w.policies["p"].spec.settings.memory_qos.throttling_factor,
+                0.7
+            );
+        }
+        assert!(w.apply_policy(&policy("140", 0.6)));
+        assert_eq!(
+            w.policies["p"].spec.settings.memory_qos.throttling_factor,
+            0.6
+        );
+    }
+
+    #[test]
+    fn a_deleted_object_stays_deleted_until_a_newer_one_comes() {
+        let mut w = World::default();
+        let config = |version: &str| -> NodeMemoryConfig {
+            serde_json::from_value(json!({
+                "metadata": {"name": "n1", "resourceVersion": version},
+                "spec": {"policy": "p", "revision": format!("r{version}")}}))
+            .unwrap()
+        };
+        assert!(w.apply_config(&config("20")));
+        // Deleted (the watch's event carries the deletion's version); an older version
+        // delivered late does not bring it back, a stale delete does not remove a newer
+        // one, and an object created again (newer) is taken.
+        assert!(w.delete_config("n1", Some("25")));
+        assert!(!w.apply_config(&config("20")) && !w.configs.contains_key("n1"));
+        assert!(w.apply_config(&config("30")));
+        assert!(!w.delete_config("n1", Some("25")));
+        assert_eq!(w.configs["n1"].spec.revision, "r30");
+        // The controller's own delete has no version: the object goes.
+        assert!(w.delete_config("n1", None) && w.configs.is_empty());
+        // Versions another apiserver may print cannot be compared: the last one wins.
+        assert!(w.apply_policy(&policy("b", 0.5)));
+        assert!(w.apply_policy(&policy("a", 0.4)));
+        assert_eq!(
+            w.policies["p"].spec.settings.memory_qos.throttling_factor,
+            0.4
+        );
+        // A node's metadata the same way.
+        let meta = |version: &str, pool: &str| ObjectMeta {
+            name: Some("n1".into()),
+            resource_version: Some(version.into()),
+            labels: Some([("pool".to_string(), pool.to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        assert!(w.apply_node_meta(&meta("50", "a")));
+        assert!(!w.apply_node_meta(&meta("40", "b")));
+        assert_eq!(w.nodes["n1"]["pool"], "a");
     }
 }

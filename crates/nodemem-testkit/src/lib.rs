@@ -25,6 +25,7 @@ pub mod kubelet;
 pub mod nodes;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 pub mod real_node;
 pub mod simulate;
 pub mod stats;

@@ -1,5 +1,6 @@
 //! Shared setup: the process-wide control plane with nodemem's CRDs installed.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -7,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::Client;
-use nodemem_api::NodeMemoryPolicy;
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_testkit::{ControlPlane, Identity};
 
 pub fn repo() -> PathBuf {
@@ -169,4 +170,77 @@ pub async fn create_namespace(client: &Client, name: &str) {
         )
         .await
         .unwrap_or_else(|e| panic!("namespace {name}: {e}"));
+}
+
+/// A watch on every NodeMemoryConfig, as the controller's and agents' informers see
+/// them: each change in order.
+pub type ConfigWatch = std::pin::Pin<
+    Box<
+        dyn futures::Stream<
+                Item = Result<
+                    kube::runtime::watcher::Event<DynamicObject>,
+                    kube::runtime::watcher::Error,
+                >,
+            > + Send,
+    >,
+>;
+
+/// Starts a watch on the configs and returns it with the configs it listed first.
+pub async fn watch_configs(client: &Client) -> (ConfigWatch, Vec<DynamicObject>) {
+    use kube::runtime::watcher::{watcher, Event};
+    let mut stream: ConfigWatch = Box::pin(watcher(
+        dynamic::<nodemem_api::NodeMemoryConfig>(client),
+        Default::default(),
+    ));
+    let mut listed = Vec::new();
+    loop {
+        match futures::StreamExt::next(&mut stream).await {
+            Some(Ok(Event::InitDone)) => return (stream, listed),
+            Some(Ok(Event::InitApply(c))) => listed.push(c),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => panic!("watching configs: {e}"),
+            None => panic!("the config watch ended"),
+        }
+    }
+}
+
+/// The next config the watch shows changed or (re)listed, or None after `wait` with
+/// nothing (deletions are skipped).
+pub async fn next_config(
+    stream: &mut ConfigWatch,
+    wait: std::time::Duration,
+) -> Option<DynamicObject> {
+    use kube::runtime::watcher::Event;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, futures::StreamExt::next(stream)).await {
+            Ok(Some(Ok(Event::Apply(c) | Event::InitApply(c)))) => return Some(c),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Per node: the spec's policy, its revision and whether its agent reports it applied and healthy.
+pub async fn node_states(client: &Client) -> BTreeMap<String, (String, String, bool)> {
+    let list = dynamic::<NodeMemoryConfig>(client)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|c| {
+            let name = c.metadata.name.clone().unwrap();
+            let spec = &c.data["spec"];
+            let good = reports_good(&c);
+            (
+                name,
+                (
+                    spec["policy"].as_str().unwrap_or("").to_string(),
+                    spec["revision"].as_str().unwrap_or("").to_string(),
+                    good,
+                ),
+            )
+        })
+        .collect()
 }

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
@@ -21,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::agent::{spawn_agent, AgentProcess};
 use crate::common::{
-    condition, create_namespace, create_pod, dynamic, own_control_plane, reports_good,
+    condition, create_namespace, create_pod, dynamic, node_states, own_control_plane, reports_good,
     spawn_controller, until,
 };
 
@@ -45,30 +44,6 @@ fn policy(name: &str, factor: f64, rollout: Value) -> Value {
             "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
             "rollout": rollout},
     })
-}
-
-/// Per node: the spec's revision and whether its agent reports it applied and healthy.
-async fn node_states(client: &Client) -> BTreeMap<String, (String, String, bool)> {
-    let list = dynamic::<NodeMemoryConfig>(client)
-        .list(&Default::default())
-        .await
-        .unwrap();
-    list.items
-        .into_iter()
-        .map(|c| {
-            let name = c.metadata.name.clone().unwrap();
-            let spec = &c.data["spec"];
-            let good = reports_good(&c);
-            (
-                name,
-                (
-                    spec["policy"].as_str().unwrap_or("").to_string(),
-                    spec["revision"].as_str().unwrap_or("").to_string(),
-                    good,
-                ),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -14,5 +14,6 @@ mod kubelet_mode;
 mod nodes;
 mod outage;
 mod parallel;
+mod rollout_faults;
 mod runtime_record;
 mod sandbox;
