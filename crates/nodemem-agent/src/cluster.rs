@@ -22,11 +22,13 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::cgroup_events::{watch_cgroups, CgroupChanges};
-use crate::engine::{cgroup_settings, off, EngineConfig, NodeEngine, Reach};
+use crate::engine::{
+    cgroup_settings, off, EngineConfig, NodeEngine, Reach, Recovery, RecoveryAction,
+};
 use crate::health::{verdict, Baseline};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use crate::metrics::{self, Metrics, PodSignals, Trigger};
-use crate::status::{condition, differs, status, PassOutcome};
+use crate::status::{add_state_recovered, condition, differs, status, PassOutcome};
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 
 /// The field manager of everything the agent writes.
@@ -239,6 +241,11 @@ impl ClusterAgent {
                 index = NodeIndex::new(node);
             }
             Ok(None) => {}
+            Err(e) if e.is_unusable() => engine.note_recovery(Recovery {
+                record: engine.state().path(LAST_KNOWN_FILE).display().to_string(),
+                problem: e.to_string(),
+                action: RecoveryAction::LastKnownReadAgain,
+            }),
             Err(e) => {
                 warn!(error = %e, "the last known config is not usable; waiting for the apiserver")
             }
@@ -508,7 +515,7 @@ impl ClusterAgent {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let discovery = engine.discovery().clone();
         let mut refused = Vec::new();
-        let new_status = match &config.settings {
+        let mut new_status = match &config.settings {
             Err(problems) => status(
                 &config.revision,
                 config.generation,
@@ -692,10 +699,39 @@ impl ClusterAgent {
                 }
             }
         };
+        add_state_recovered(
+            &mut new_status,
+            engine.recoveries(),
+            config.generation,
+            last,
+            &now,
+        );
         self.metrics.pass(trigger, started.elapsed().as_secs_f64());
         self.refusal_events(refused).await;
         if last.is_some_and(|l| !differs(l, &new_status)) {
             return None;
+        }
+        let reference = ObjectReference {
+            api_version: Some("nodemem.io/v1alpha1".into()),
+            kind: Some("NodeMemoryConfig".into()),
+            name: Some(config.name.clone()),
+            uid: config.uid.clone(),
+            ..ObjectReference::default()
+        };
+        // A recovered state record is a Warning Event on the config (once per recovery).
+        let recovered = |s: Option<&NodeMemoryConfigStatus>| {
+            s.and_then(|s| s.conditions.iter().find(|c| c.type_ == "StateRecovered"))
+                .map(|c| c.message.clone())
+        };
+        if let Some(message) =
+            recovered(Some(&new_status)).filter(|m| Some(m) != recovered(last).as_ref())
+        {
+            let reason = new_status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "StateRecovered")
+                .map_or("StateRederived".to_string(), |c| c.reason.clone());
+            self.event(&reference, &reason, &message, "Recover").await;
         }
         // A pass that did not apply is also an Event on the config (once per change).
         if let Some(failed) = new_status
@@ -703,13 +739,6 @@ impl ClusterAgent {
             .iter()
             .find(|c| c.type_ == "Applied" && c.status == "False")
         {
-            let reference = ObjectReference {
-                api_version: Some("nodemem.io/v1alpha1".into()),
-                kind: Some("NodeMemoryConfig".into()),
-                name: Some(config.name.clone()),
-                uid: config.uid.clone(),
-                ..ObjectReference::default()
-            };
             self.event(&reference, &failed.reason, &failed.message, "Apply")
                 .await;
         }

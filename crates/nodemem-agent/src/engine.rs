@@ -69,6 +69,76 @@ impl fmt::Display for EngineError {
     }
 }
 
+/// A state record the engine could not trust, and what it did instead of stopping
+/// (reported as the `StateRecovered` condition and a Warning Event).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// The record's path.
+    pub record: String,
+    /// What was wrong with it.
+    pub problem: String,
+    pub action: RecoveryAction,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoveryAction {
+    /// Found at start: set aside, and what nodemem owns re-derived from the current
+    /// settings (each file's value before nodemem taken as the kernel's default).
+    OwnershipRederived { set_aside: String },
+    /// Found at start: set aside, and the Memory Manager's assignments re-derived by
+    /// admitting the node's pods again in their admission order.
+    MemoryManagerRederived { set_aside: String },
+    /// Found while running: written again from what the agent holds in memory.
+    Rewritten,
+    /// The last known config and pods, found at start: not used; read from the
+    /// apiserver instead and the record written again.
+    LastKnownReadAgain,
+}
+
+impl Recovery {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self.action {
+            RecoveryAction::OwnershipRederived { .. }
+            | RecoveryAction::MemoryManagerRederived { .. } => "StateRederived",
+            RecoveryAction::Rewritten | RecoveryAction::LastKnownReadAgain => "StateRewritten",
+        }
+    }
+}
+
+impl fmt::Display for Recovery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.action {
+            RecoveryAction::OwnershipRederived { set_aside } => write!(
+                f,
+                "{}; set aside as {set_aside}; what nodemem owns is re-derived from the current settings (each file's value before nodemem is taken as the kernel's default: memory.min and memory.low 0, memory.high max, cpuset.mems the parent's; files only an earlier config set are not known)",
+                self.problem
+            ),
+            RecoveryAction::MemoryManagerRederived { set_aside } => write!(
+                f,
+                "{}; set aside as {set_aside}; the Memory Manager's NUMA assignments are re-derived by admitting the node's pods again in their admission order",
+                self.problem
+            ),
+            RecoveryAction::Rewritten => write!(
+                f,
+                "{}; written again from what the agent holds",
+                self.problem
+            ),
+            RecoveryAction::LastKnownReadAgain => write!(
+                f,
+                "{}; not used: the config and pods are read from the apiserver and the record written again",
+                self.problem
+            ),
+        }
+    }
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Where the engine runs and keeps its state.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -172,6 +242,11 @@ pub struct NodeEngine {
     units: Option<crate::units::UnitHolder>,
     /// What the last pass leaves for systemd's record, until `hold_in_systemd` sends it.
     unit_values: Option<UnitValues>,
+    /// The state records this engine could not trust, in the order found.
+    recoveries: Vec<Recovery>,
+    /// The record of what nodemem owns was lost at start: the first whole-node pass
+    /// claims what the settings manage.
+    rederive_ownership: bool,
 }
 
 /// The values a pass holds in slices and scopes, and with a whole-node pass the cgroups
@@ -189,10 +264,30 @@ impl NodeEngine {
             .map_err(|e| EngineError::one(Category::Discovery, format!("discovery: {e}")))?;
         let state = StateDir::open(&config.state_dir)
             .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
-        let owned: Ownership = state
-            .load(OWNERSHIP_FILE, OWNERSHIP_KIND)
-            .map_err(|e| EngineError::one(Category::State, e.to_string()))?
-            .unwrap_or_default();
+        let state_error =
+            |e: nodemem_enforce::StateError| EngineError::one(Category::State, e.to_string());
+        // An unusable record stops nothing: it is set aside and re-derived (the agent
+        // must not keep a node unenforced over a torn file). An I/O error does.
+        let mut recoveries = Vec::new();
+        let owned: Ownership = match state.load(OWNERSHIP_FILE, OWNERSHIP_KIND) {
+            Ok(owned) => owned.unwrap_or_default(),
+            Err(e) if e.is_unusable() => {
+                let set_aside = state
+                    .set_aside(OWNERSHIP_FILE, unix_seconds())
+                    .map_err(state_error)?;
+                let recovery = Recovery {
+                    record: state.path(OWNERSHIP_FILE).display().to_string(),
+                    problem: e.to_string(),
+                    action: RecoveryAction::OwnershipRederived {
+                        set_aside: set_aside.display().to_string(),
+                    },
+                };
+                tracing::warn!(%recovery, "state record unusable");
+                recoveries.push(recovery);
+                Ownership::default()
+            }
+            Err(e) => return Err(state_error(e)),
+        };
         let facts = NodeFacts {
             memory: NodeMemoryFacts {
                 allocatable_memory: None,
@@ -234,7 +329,49 @@ impl NodeEngine {
             discovery,
             state,
             owned,
+            rederive_ownership: !recoveries.is_empty(),
+            recoveries,
         })
+    }
+
+    /// The state records this engine could not trust and what it did instead.
+    pub fn recoveries(&self) -> &[Recovery] {
+        &self.recoveries
+    }
+
+    /// Records a recovery the caller made of one of its own records.
+    pub fn note_recovery(&mut self, recovery: Recovery) {
+        tracing::warn!(%recovery, "state record unusable");
+        self.recoveries.push(recovery);
+    }
+
+    /// On a whole-node pass: the record of what nodemem owns still holds what the
+    /// agent last wrote; if it was damaged or removed while the agent ran, it is
+    /// written again from memory.
+    fn check_ownership_record(&mut self) -> Result<(), EngineError> {
+        let problem = match self.state.load::<Ownership>(OWNERSHIP_FILE, OWNERSHIP_KIND) {
+            Ok(Some(o)) if o == self.saved_owned => return Ok(()),
+            Ok(None) if self.saved_owned.is_empty() => return Ok(()),
+            Ok(Some(_)) => "does not hold what the agent last wrote".to_string(),
+            Ok(None) => "was removed".to_string(),
+            Err(e) if e.is_unusable() => e.to_string(),
+            Err(e) => return Err(EngineError::one(Category::State, e.to_string())),
+        };
+        self.state
+            .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.saved_owned)
+            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+        let record = self.state.path(OWNERSHIP_FILE).display().to_string();
+        let problem = if problem.starts_with(&record) {
+            problem
+        } else {
+            format!("{record}: {problem}")
+        };
+        self.note_recovery(Recovery {
+            record,
+            problem,
+            action: RecoveryAction::Rewritten,
+        });
+        Ok(())
     }
 
     pub fn discovery(&self) -> &Discovery {
@@ -336,6 +473,13 @@ impl NodeEngine {
         let mut cgroups = desired.cgroups();
         if let Some(own) = &self.own_cgroup {
             cgroups.retain(|c| c.path != own);
+        }
+        if self.rederive_ownership && matches!(reach, Reach::Node) && !dry_run {
+            self.owned.claim_unknown(&cgroups, leave_alone);
+            self.rederive_ownership = false;
+        }
+        if matches!(reach, Reach::Node) && !dry_run {
+            self.check_ownership_record()?;
         }
         let report = apply_scoped(
             &self.fs,
@@ -475,8 +619,26 @@ impl NodeEngine {
         else {
             return Ok(None);
         };
-        let loaded = numa_state::load(&self.state, &fresh, facts.topology_scope)
-            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+        let loaded = match numa_state::load(&self.state, &fresh, facts.topology_scope) {
+            Ok(loaded) => loaded,
+            Err(numa_state::NumaStateError::State(e)) if e.is_unusable() => {
+                let file = numa_state::NUMA_STATE_FILE;
+                let set_aside = self
+                    .state
+                    .set_aside(file, unix_seconds())
+                    .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+                let record = self.state.path(file).display().to_string();
+                self.note_recovery(Recovery {
+                    record,
+                    problem: e.to_string(),
+                    action: RecoveryAction::MemoryManagerRederived {
+                        set_aside: set_aside.display().to_string(),
+                    },
+                });
+                None
+            }
+            Err(e) => return Err(EngineError::one(Category::State, e.to_string())),
+        };
         self.saved_manager = loaded.clone();
         Ok(loaded)
     }

@@ -12,7 +12,7 @@ use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::node::DesiredNode;
 use nodemem_model::Warning;
 
-use crate::engine::{EngineError, KubeletConflict};
+use crate::engine::{EngineError, KubeletConflict, Recovery};
 use crate::health::Verdict;
 use crate::kubelet_mode::KubeletOutcome;
 
@@ -315,6 +315,52 @@ pub fn status(
     s
 }
 
+/// Adds the `StateRecovered` condition when the agent runs on state records it had to
+/// re-derive or write again: True, `StateRederived` when any was re-derived (what
+/// nodemem owns, or the Memory Manager's assignments, rebuilt), else `StateRewritten`;
+/// the message says what was wrong with each (the last three) and what was done. None
+/// when every record was intact.
+pub fn add_state_recovered(
+    s: &mut NodeMemoryConfigStatus,
+    recoveries: &[Recovery],
+    generation: Option<i64>,
+    previous: Option<&NodeMemoryConfigStatus>,
+    now: &Time,
+) {
+    if recoveries.is_empty() {
+        return;
+    }
+    let reason = recoveries
+        .iter()
+        .map(Recovery::reason)
+        .find(|r| *r == "StateRederived")
+        .unwrap_or("StateRewritten");
+    let shown = recoveries.len().saturating_sub(3);
+    let mut message: Vec<String> = recoveries[shown..]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if shown > 0 {
+        message.insert(0, format!("{} earlier recoveries", shown));
+    }
+    let mut c = condition(
+        "StateRecovered",
+        true,
+        reason,
+        message.join("; "),
+        generation,
+        now,
+    );
+    if let Some(p) = previous
+        .into_iter()
+        .flat_map(|p| &p.conditions)
+        .find(|p| p.type_ == c.type_ && p.status == c.status)
+    {
+        c.last_transition_time = p.last_transition_time.clone();
+    }
+    s.conditions.push(c);
+}
+
 /// True when two statuses differ in more than condition times.
 pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
     let strip = |s: &NodeMemoryConfigStatus| {
@@ -408,5 +454,76 @@ mod tests {
         );
         let (_, kernel) = kernel_supported("not-a-version");
         assert_eq!(kernel.reason, "KernelVersionUnparsable");
+    }
+
+    #[test]
+    fn a_rederived_record_outranks_a_rewritten_one_and_the_condition_keeps_its_time() {
+        use crate::engine::{Recovery, RecoveryAction};
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap());
+        let mut s = NodeMemoryConfigStatus::default();
+        add_state_recovered(&mut s, &[], Some(1), None, &now);
+        assert!(
+            s.conditions.is_empty(),
+            "no condition while every record is intact"
+        );
+        let rederived = Recovery {
+            record: "/state/ownership.json".into(),
+            problem: "/state/ownership.json: corrupt state record (checksum)".into(),
+            action: RecoveryAction::OwnershipRederived {
+                set_aside: "/state/ownership.json.unusable-5".into(),
+            },
+        };
+        let rewritten = Recovery {
+            record: "/state/last-known.json".into(),
+            problem: "/state/last-known.json: corrupt state record (truncated)".into(),
+            action: RecoveryAction::LastKnownReadAgain,
+        };
+        add_state_recovered(
+            &mut s,
+            &[rederived.clone(), rewritten.clone()],
+            Some(1),
+            None,
+            &now,
+        );
+        let c = &s.conditions[0];
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str()),
+            ("StateRecovered", "True")
+        );
+        assert_eq!(c.reason, "StateRederived");
+        assert!(
+            c.message.contains(
+                "set aside as /state/ownership.json.unusable-5; what nodemem owns is re-derived"
+            ),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message
+                .contains("; /state/last-known.json: corrupt state record (truncated); not used"),
+            "{}",
+            c.message
+        );
+        // Later passes keep the time; only rewrites: StateRewritten.
+        let previous = s.clone();
+        let mut next = NodeMemoryConfigStatus::default();
+        add_state_recovered(
+            &mut next,
+            &[rewritten.clone()],
+            Some(1),
+            Some(&previous),
+            &later,
+        );
+        assert_eq!(next.conditions[0].reason, "StateRewritten");
+        assert_eq!(next.conditions[0].last_transition_time, now);
+        // Many: the last three and a count of the rest.
+        let many = vec![rewritten; 5];
+        let mut s = NodeMemoryConfigStatus::default();
+        add_state_recovered(&mut s, &many, Some(1), None, &now);
+        assert!(s.conditions[0]
+            .message
+            .starts_with("2 earlier recoveries; "));
+        assert_eq!(s.conditions[0].message.matches("not used").count(), 3);
     }
 }

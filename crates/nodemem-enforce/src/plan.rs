@@ -54,6 +54,23 @@ impl Ownership {
             .or_insert_with(|| before.to_string());
     }
 
+    /// Claims every file `desired` manages that is not owned yet, its value before
+    /// nodemem unknown (recorded empty): after the record of what nodemem owns was lost,
+    /// what the current settings manage is re-derived so that giving back still
+    /// covers it. Giving back does not depend on the value before for memory.min, .low
+    /// and .high (0, 0, max); an unknown cpuset.mems is given back as the parent's set,
+    /// as one that inherited. Files in `leave_alone` (left to the kubelet) are not
+    /// claimed.
+    pub fn claim_unknown(&mut self, desired: &[DesiredCgroup<'_>], leave_alone: &[&str]) {
+        for d in desired {
+            for (file, _) in d.managed() {
+                if !leave_alone.contains(&file) {
+                    self.record(d.path, file, "");
+                }
+            }
+        }
+    }
+
     fn release(&mut self, path: &str, file: &str) {
         if let Some(files) = self.files.get_mut(path) {
             files.remove(file);
@@ -618,5 +635,73 @@ mod tests {
         let applied = p.writes.clone();
         update_ownership(&mut owned, &p, &applied, &[]);
         assert!(owned.is_empty());
+    }
+
+    #[test]
+    fn a_lost_record_is_rederived_from_what_the_settings_manage_and_still_gives_back() {
+        // The node holds nodemem's values already, so a plan writes nothing and would
+        // record nothing: without the claim, giving back would leave them for good.
+        let desired = [
+            cgroup("k", &[(MEMORY_MIN, CgroupValue::Bytes(8192))]),
+            cgroup(
+                "k/a",
+                &[
+                    (MEMORY_LOW, CgroupValue::Bytes(4096)),
+                    (MEMORY_HIGH, CgroupValue::Bytes(65536)),
+                    (CPUSET_MEMS, mems("1")),
+                ],
+            ),
+        ];
+        let mut owned = Ownership::default();
+        owned.claim_unknown(&desired, &[MEMORY_HIGH]);
+        assert!(owned.owns("k", MEMORY_MIN) && owned.owns("k/a", MEMORY_LOW));
+        assert!(
+            !owned.owns("k/a", MEMORY_HIGH),
+            "left to the kubelet: not claimed"
+        );
+        // What it held before is unknown (empty); an existing claim is kept.
+        owned.claim_unknown(&desired, &[]);
+        assert_eq!(owned.files["k/a"][CPUSET_MEMS], "");
+        let observed = Observed::from([
+            (String::new(), present(&[("cpuset.mems.effective", "0-1")])),
+            ("k".to_string(), present(&[(MEMORY_MIN, "8192")])),
+            (
+                "k/a".to_string(),
+                present(&[
+                    (MEMORY_LOW, "4096"),
+                    (MEMORY_HIGH, "65536"),
+                    (CPUSET_MEMS, "1"),
+                ]),
+            ),
+        ]);
+        assert!(plan(&desired, &observed, &owned, 4096).writes.is_empty());
+        // Given back: memory.* to the kernel's defaults, cpuset.mems to the parent's.
+        let observed = Observed::from([
+            ("".to_string(), present(&[("cpuset.mems.effective", "0-1")])),
+            (
+                "k".to_string(),
+                present(&[(MEMORY_MIN, "8192"), ("cpuset.mems.effective", "0-1")]),
+            ),
+            (
+                "k/a".to_string(),
+                present(&[
+                    (MEMORY_LOW, "4096"),
+                    (MEMORY_HIGH, "65536"),
+                    (CPUSET_MEMS, "1"),
+                ]),
+            ),
+        ]);
+        let p = plan(&[], &observed, &owned, 4096);
+        let mut back = sequence(&p);
+        back.sort();
+        assert_eq!(
+            back,
+            vec![
+                "k memory.min 0",
+                "k/a cpuset.mems 0-1",
+                "k/a memory.high max",
+                "k/a memory.low 0"
+            ]
+        );
     }
 }

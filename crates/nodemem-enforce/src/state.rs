@@ -36,6 +36,17 @@ pub enum StateError {
     UnsupportedFormat { path: PathBuf, found: u32 },
 }
 
+impl StateError {
+    /// The record is there but cannot be trusted (torn, edited, another format): the
+    /// caller may set it aside and re-derive it. An I/O error is not one of these.
+    pub fn is_unusable(&self) -> bool {
+        matches!(
+            self,
+            StateError::Corrupt { .. } | StateError::UnsupportedFormat { .. }
+        )
+    }
+}
+
 /// 64-bit FNV-1a, as 16 hex digits: detects torn and edited records (not an attacker).
 fn checksum(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -130,6 +141,18 @@ impl StateDir {
         let mut bytes = serde_json::to_vec_pretty(&envelope).expect("an envelope serializes");
         bytes.push(b'\n');
         write_atomically(&path, &bytes, 0o600).map_err(io(&path))
+    }
+
+    /// Moves an unusable record aside (kept for a post-mortem, beside the directory's
+    /// records under a name no record has) and returns where it went.
+    pub fn set_aside(&self, name: &str, at_unix_seconds: u64) -> Result<PathBuf, StateError> {
+        let from = self.path(name);
+        let to = self.path(&format!("{name}.unusable-{at_unix_seconds}"));
+        fs::rename(&from, &to).map_err(|source| StateError::Io {
+            path: from.clone(),
+            source,
+        })?;
+        Ok(to)
     }
 
     /// Removes a record (absent is fine).
@@ -231,5 +254,30 @@ mod tests {
         );
         let empty = load("");
         assert!(empty.contains("corrupt state record"), "{empty}");
+    }
+
+    #[test]
+    fn an_unusable_record_is_set_aside_and_an_io_error_is_not_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        std::fs::write(state.path("r.json"), "{\"format\": 1, \"kin").unwrap();
+        let e = state.load::<Value>("r.json", "r").unwrap_err();
+        assert!(e.is_unusable(), "{e}");
+        let aside = state.set_aside("r.json", 1234).unwrap();
+        assert_eq!(aside, state.path("r.json.unusable-1234"));
+        assert_eq!(
+            std::fs::read_to_string(&aside).unwrap(),
+            "{\"format\": 1, \"kin"
+        );
+        assert!(state.load::<Value>("r.json", "r").unwrap().is_none());
+        // A record that cannot be read at all (a directory in its place) is an I/O
+        // error: not set aside, reported.
+        std::fs::create_dir(state.path("d.json")).unwrap();
+        let e = state.load::<Value>("d.json", "d").unwrap_err();
+        assert!(!e.is_unusable(), "{e}");
+        assert!(matches!(
+            state.set_aside("missing.json", 1),
+            Err(StateError::Io { .. })
+        ));
     }
 }

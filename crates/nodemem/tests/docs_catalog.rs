@@ -149,6 +149,7 @@ const NOT_REASONS: &[&str] = &[
     "Succeeded",
     "Failed",
     "Apply",
+    "Recover",
     "Pin",
     "Rollout",
     "Static",
