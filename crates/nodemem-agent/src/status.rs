@@ -510,7 +510,7 @@ mod tests {
         let mut next = NodeMemoryConfigStatus::default();
         add_state_recovered(
             &mut next,
-            &[rewritten.clone()],
+            std::slice::from_ref(&rewritten),
             Some(1),
             Some(&previous),
             &later,
