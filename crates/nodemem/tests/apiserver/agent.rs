@@ -252,7 +252,7 @@ pub(crate) fn tree_mismatches(
 
 /// A simulated node for one agent test: [`node_without_kubelet`] and the fake kubelet
 /// running its pods.
-async fn simulated_node(
+pub(crate) async fn simulated_node(
     client: &kube::Client,
     node: &str,
     namespace: &str,

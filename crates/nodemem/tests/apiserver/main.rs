@@ -17,3 +17,4 @@ mod parallel;
 mod rollout_faults;
 mod runtime_record;
 mod sandbox;
+mod state_records;
