@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node bench-node build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
 test: prereqs lint crds-check unit apiserver image-check vm node
@@ -46,6 +46,13 @@ apiserver:
 	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
 	  $(CARGO) test -p nodemem --features apiserver-tests --test apiserver --locked
+
+## soak: the churn soak on one node for 10 minutes (make test runs 1 minute)
+soak:
+	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  NODEMEM_SOAK_SECONDS=600 $(CARGO) test -p nodemem --features apiserver-tests --test apiserver --locked \
+	    -- --nocapture churn_soak
 
 ## image: the container image as an OCI layout (static binary, no container engine)
 image:

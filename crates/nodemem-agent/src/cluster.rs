@@ -29,11 +29,16 @@ use crate::health::{verdict, Baseline};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use crate::metrics::{self, Metrics, PodSignals, Trigger};
 use crate::status::{add_state_recovered, condition, differs, status, PassOutcome};
+use crate::status_writer::StatusWriter;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 
 /// The field manager of everything the agent writes.
 pub const FIELD_MANAGER: &str = "nodemem-agent";
 
+/// The most updates one pass takes in.
+const MAX_BATCH: usize = 1000;
+/// How long a pass waits for one more update to join it.
+const BATCH_WAIT: Duration = Duration::from_millis(1);
 const LAST_KNOWN_FILE: &str = "last-known.json";
 const LAST_KNOWN_KIND: &str = "last-known";
 
@@ -159,6 +164,7 @@ impl ClusterAgent {
         let mut engine = self.open_engine(&client).await;
         let mut kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let status_out = StatusWriter::start(configs.clone(), FIELD_MANAGER);
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
         let config_events =
             watch(configs.clone(), by_name.clone()).map(|e| e.map(|e| Update::Config(Box::new(e))));
@@ -251,101 +257,135 @@ impl ClusterAgent {
             }
         }
         info!(node = %node, "watching this node's NodeMemoryConfig, Node and pods");
-        while let Some(update) = updates.next().await {
-            let update = match update {
-                Ok(u) => u,
-                Err(e) => {
-                    warn!(error = %e, "watch failed; retrying with backoff");
-                    continue;
+        while let Some(first) = updates.next().await {
+            // Every update already delivered joins this pass: under churn one pass (and
+            // one status write) serves many events, so the agent never falls behind its
+            // watches (found by the churn soak: a pass per event, each with its status
+            // write, let the backlog grow to tens of seconds).
+            // A single poll is not enough to see them: the watches' HTTP bodies are read
+            // from their sockets only when asked for, so the drain gives each next
+            // update a millisecond to arrive.
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match tokio::time::timeout(BATCH_WAIT, updates.next()).await {
+                    Ok(Some(u)) => batch.push(u),
+                    _ => break,
                 }
-            };
-            let mut changed = false;
-            // A pod event changes that pod and the node-level sums only.
-            let mut touched_pod: Option<String> = None;
+            }
+            tracing::debug!(updates = batch.len(), "updates");
+            let mut any_changed = false;
+            // Pod events change those pods and the node-level sums only; anything else
+            // changed (config, node, a relist) takes the whole node.
+            let mut touched: BTreeSet<String> = BTreeSet::new();
+            let mut node_wide = false;
             let mut resync = false;
             let mut reaction_since: Option<std::time::Instant> = None;
             let mut appeared: BTreeSet<String> = BTreeSet::new();
-            match update {
-                Update::Config(e) => match *e {
-                    Event::Apply(c) | Event::InitApply(c) => changed |= index.apply_config(&c),
-                    Event::Delete(_) => changed |= index.delete_config(),
-                    Event::InitDone => {
-                        config_listed = true;
-                        changed = true;
+            for update in batch {
+                let update = match update {
+                    Ok(u) => u,
+                    Err(e) => {
+                        warn!(error = %e, "watch failed; retrying with backoff");
+                        continue;
                     }
-                    Event::Init => {}
-                },
-                Update::Pod(e) => match *e {
-                    Event::Apply(p) => {
-                        if index.apply_pod(&p) {
+                };
+                let mut changed = false;
+                let mut touched_pod: Option<String> = None;
+                match update {
+                    Update::Config(e) => match *e {
+                        Event::Apply(c) | Event::InitApply(c) => changed |= index.apply_config(&c),
+                        Event::Delete(_) => changed |= index.delete_config(),
+                        Event::InitDone => {
+                            config_listed = true;
                             changed = true;
-                            touched_pod = p.metadata.uid.clone();
                         }
-                    }
-                    Event::InitApply(p) => {
-                        if let (Some(seen), Some(uid)) = (&mut relisting_pods, &p.metadata.uid) {
-                            seen.insert(uid.clone());
+                        Event::Init => {}
+                    },
+                    Update::Pod(e) => match *e {
+                        Event::Apply(p) => {
+                            tracing::trace!(uid = ?p.metadata.uid, rv = ?p.metadata.resource_version, "pod event");
+                            if index.apply_pod(&p) {
+                                changed = true;
+                                touched_pod = p.metadata.uid.clone();
+                            }
                         }
-                        changed |= index.apply_pod(&p);
-                    }
-                    Event::Delete(p) => {
-                        if index.delete_pod(&p) {
+                        Event::InitApply(p) => {
+                            if let (Some(seen), Some(uid)) = (&mut relisting_pods, &p.metadata.uid)
+                            {
+                                seen.insert(uid.clone());
+                            }
+                            changed |= index.apply_pod(&p);
+                        }
+                        Event::Delete(p) => {
+                            if index.delete_pod(&p) {
+                                changed = true;
+                                touched_pod = p.metadata.uid.clone();
+                            }
+                        }
+                        Event::Init => relisting_pods = Some(BTreeSet::new()),
+                        Event::InitDone => {
+                            if let Some(seen) = relisting_pods.take() {
+                                index.retain_pods(&seen);
+                            }
+                            // The pods listed while relisting were not passed on one by one.
                             changed = true;
-                            touched_pod = p.metadata.uid.clone();
+                            pods_listed = true;
+                        }
+                    },
+                    Update::Node(e) => match *e {
+                        Event::Apply(n) | Event::InitApply(n) => changed |= index.apply_node(&n),
+                        Event::InitDone => {
+                            node_listed = true;
+                            changed = true;
+                        }
+                        _ => {}
+                    },
+                    Update::Namespace(e) => {
+                        if let Event::Apply(ns) | Event::InitApply(ns) = *e {
+                            let name = ns.metadata.name.clone().unwrap_or_default();
+                            changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
                         }
                     }
-                    Event::Init => relisting_pods = Some(BTreeSet::new()),
-                    Event::InitDone => {
-                        if let Some(seen) = relisting_pods.take() {
-                            index.retain_pods(&seen);
+                    Update::Cgroups(c) => {
+                        tracing::debug!(
+                            appeared = c.appeared.len(),
+                            named = c.named.len(),
+                            gone = c.gone.len(),
+                            "cgroup changes"
+                        );
+                        // Containers the runtime named before the kubelet reported them:
+                        // their pods compute with the new IDs, this pass writes only the
+                        // new cgroups (no pod event happened).
+                        self.metrics.runtime_records(c.named.len(), c.unusable);
+                        let mut renamed = false;
+                        for named in &c.named {
+                            renamed |=
+                                index.learn_container(&named.pod_uid, &named.name, &named.id);
                         }
-                        // The pods listed while relisting were not passed on one by one.
-                        changed = true;
-                        pods_listed = true;
+                        for id in &c.gone {
+                            renamed |= index.forget_container(id);
+                        }
+                        if renamed {
+                            pods = None;
+                        }
+                        if !c.appeared.is_empty() {
+                            appeared.extend(c.appeared);
+                            reaction_since.get_or_insert(c.at);
+                        }
                     }
-                },
-                Update::Node(e) => match *e {
-                    Event::Apply(n) | Event::InitApply(n) => changed |= index.apply_node(&n),
-                    Event::InitDone => {
-                        node_listed = true;
-                        changed = true;
-                    }
-                    _ => {}
-                },
-                Update::Namespace(e) => {
-                    if let Event::Apply(ns) | Event::InitApply(ns) = *e {
-                        let name = ns.metadata.name.clone().unwrap_or_default();
-                        changed |= index.apply_namespace(&name, ns.metadata.labels.as_ref());
+                    Update::Resync => resync = true,
+                }
+                if changed {
+                    any_changed = true;
+                    match touched_pod {
+                        Some(uid) => {
+                            touched.insert(uid);
+                        }
+                        None => node_wide = true,
                     }
                 }
-                Update::Cgroups(c) => {
-                    tracing::debug!(
-                        appeared = c.appeared.len(),
-                        named = c.named.len(),
-                        gone = c.gone.len(),
-                        "cgroup changes"
-                    );
-                    // Containers the runtime named before the kubelet reported them:
-                    // their pods compute with the new IDs, this pass writes only the
-                    // new cgroups (no pod event happened).
-                    self.metrics.runtime_records(c.named.len(), c.unusable);
-                    let mut renamed = false;
-                    for named in &c.named {
-                        renamed |= index.learn_container(&named.pod_uid, &named.name, &named.id);
-                    }
-                    for id in &c.gone {
-                        renamed |= index.forget_container(id);
-                    }
-                    if renamed {
-                        pods = None;
-                    }
-                    if !c.appeared.is_empty() {
-                        appeared.extend(c.appeared);
-                        reaction_since.get_or_insert(c.at);
-                    }
-                }
-                Update::Resync => resync = true,
             }
+            let changed = any_changed;
             let listed = config_listed && pods_listed && node_listed && relisting_pods.is_none();
             if !(changed || resync || !appeared.is_empty()) || !listed {
                 continue;
@@ -355,12 +395,13 @@ impl ClusterAgent {
                 (Some(_), false) => Trigger::Cgroup,
                 (None, false) => Trigger::Resync,
             };
-            // New cgroups alone: only they are planned, read and written; one pod's
-            // event: that pod and its parents.
-            let touched: BTreeSet<String> = touched_pod.into_iter().collect();
+            // New cgroups alone: only they are planned, read and written; pods' events
+            // alone: those pods and their parents; anything more: the whole node.
             let reach = match trigger {
                 Trigger::Cgroup => Reach::Cgroups(&appeared),
-                Trigger::Event if !touched.is_empty() => Reach::Pods(&touched),
+                Trigger::Event if !node_wide && !resync && appeared.is_empty() => {
+                    Reach::Pods(&touched)
+                }
                 _ => Reach::Node,
             };
             if changed || pods.is_none() {
@@ -375,7 +416,7 @@ impl ClusterAgent {
                     &mut kubelet,
                     &index,
                     pods.as_deref().unwrap_or_default(),
-                    &configs,
+                    &status_out,
                     last_status.as_ref(),
                     trigger,
                     reach,
@@ -472,8 +513,8 @@ impl ClusterAgent {
         }
     }
 
-    /// One enforcement pass and, when it changed, the status. Returns the status
-    /// written.
+    /// One enforcement pass and, when it changed, the status (handed to the status
+    /// writer). Returns that status.
     #[allow(clippy::too_many_arguments)]
     async fn pass(
         &self,
@@ -481,7 +522,7 @@ impl ClusterAgent {
         kubelet: &mut KubeletMode,
         index: &NodeIndex,
         pods: &[nodemem_model::node::NodePod],
-        configs: &Api<NodeMemoryConfig>,
+        status_out: &StatusWriter,
         last: Option<&NodeMemoryConfigStatus>,
         trigger: Trigger,
         reach: Reach<'_>,
@@ -601,7 +642,7 @@ impl ClusterAgent {
                             tracing::debug!(cgroup = %w.cgroup, file = %w.file, old = ?w.old, new = %w.new, "wrote");
                         }
                         if !report.applied.is_empty() {
-                            info!(revision = %config.revision, writes = report.applied.len(), "applied");
+                            info!(revision = %config.revision, writes = report.applied.len(), ?trigger, took_ms = started.elapsed().as_millis() as u64, "applied");
                         }
                         let conflict = engine.conflict().cloned();
                         // Reactions to new cgroups read nothing else; health comes with the
@@ -742,24 +783,7 @@ impl ClusterAgent {
             self.event(&reference, &failed.reason, &failed.message, "Apply")
                 .await;
         }
-        let patch = json!({
-            "apiVersion": "nodemem.io/v1alpha1",
-            "kind": "NodeMemoryConfig",
-            "status": new_status,
-        });
-        match configs
-            .patch_status(
-                &config.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
-            Ok(_) => Some(new_status),
-            Err(e) => {
-                warn!(error = %e, "status not written; retried on the next change or resync");
-                None
-            }
-        }
+        status_out.send(&config.name, new_status.clone());
+        Some(new_status)
     }
 }

@@ -25,6 +25,7 @@ pub mod once;
 mod output;
 pub mod runtime_record;
 pub mod status;
+mod status_writer;
 pub mod units;
 
 use nodemem_process::logs::init_logs;

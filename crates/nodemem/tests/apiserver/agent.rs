@@ -44,6 +44,21 @@ impl Drop for AgentProcess {
 }
 
 impl AgentProcess {
+    /// Starts `command` with its stderr in `log`.
+    pub(crate) fn spawn(command: &mut Command, log: std::path::PathBuf) -> AgentProcess {
+        AgentProcess {
+            child: command
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("start the agent"),
+            log,
+        }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -660,15 +675,10 @@ pub(crate) fn spawn_agent_with(
     log: &str,
     extra: &[std::ffi::OsString],
 ) -> AgentProcess {
-    let log = dir.join(log);
-    AgentProcess {
-        child: agent_command(node, cgroup_root, dir, kubeconfig)
-            .args(extra)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start the agent"),
-        log,
-    }
+    AgentProcess::spawn(
+        agent_command(node, cgroup_root, dir, kubeconfig).args(extra),
+        dir.join(log),
+    )
 }
 
 /// `nodemem agent` for a simulated node (procfs under `dir` names the kernel the
@@ -680,12 +690,28 @@ pub(crate) fn agent_command(
     dir: &std::path::Path,
     kubeconfig: &std::path::Path,
 ) -> Command {
+    agent_command_resync(node, cgroup_root, dir, kubeconfig, 1)
+}
+
+/// [`agent_command`] with a resync every `resync_seconds`.
+pub(crate) fn agent_command_resync(
+    node: &str,
+    cgroup_root: &std::path::Path,
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    resync_seconds: u64,
+) -> Command {
     std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
     std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodemem"));
-    cmd.args(nodemem_testkit::bed::agent_args(node, cgroup_root, dir, 1))
-        .env("KUBECONFIG", kubeconfig)
-        .stdout(Stdio::null());
+    cmd.args(nodemem_testkit::bed::agent_args(
+        node,
+        cgroup_root,
+        dir,
+        resync_seconds,
+    ))
+    .env("KUBECONFIG", kubeconfig)
+    .stdout(Stdio::null());
     cmd
 }
 

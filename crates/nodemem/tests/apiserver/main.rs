@@ -5,6 +5,7 @@
 mod agent;
 mod authority;
 mod chart;
+mod churn_soak;
 mod common;
 mod controller;
 mod crds;
