@@ -54,9 +54,12 @@ pub fn parse_meminfo_total(text: &str) -> Result<i64, SysfsError> {
         ) else {
             continue;
         };
+        // A count of kB: the kernel never prints a sign.
         let kb: i64 = n
             .parse()
-            .map_err(|_| SysfsError::MemTotalNotANumber(n.to_string()))?;
+            .ok()
+            .filter(|kb: &i64| *kb >= 0)
+            .ok_or_else(|| SysfsError::MemTotalNotANumber(n.to_string()))?;
         return match unit {
             Some("kB") => kb.checked_mul(1024).ok_or(SysfsError::MemTotalOverflow),
             other => Err(SysfsError::MemTotalUnit(other.map(str::to_string))),
@@ -111,7 +114,10 @@ pub fn node_capacity(
         huge_total = huge_total.saturating_add(bytes);
         capacity.insert(name, bytes);
     }
-    capacity.insert("memory".to_string(), (total - huge_total).max(0));
+    capacity.insert(
+        "memory".to_string(),
+        total.saturating_sub(huge_total).max(0),
+    );
     Ok(capacity)
 }
 
