@@ -42,6 +42,7 @@ case "$target" in
 esac
 
 findings="$out/findings/$target"
+mkdir -p "$out/findings"
 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_QUIET=1 \
   afl-fuzz -V "$seconds" -i "$seeds" -o "$findings" -- "$harness" "$target" >"$out/$target.log" 2>&1 || true
 crashes=$(find "$findings" -path '*crashes/id:*' 2>/dev/null | wc -l)

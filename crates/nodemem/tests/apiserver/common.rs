@@ -244,3 +244,30 @@ pub async fn node_states(client: &Client) -> BTreeMap<String, (String, String, b
         })
         .collect()
 }
+
+/// Registers simulated nodes, each labelled into its pool (`nodemem.io/pool`), with a
+/// systemd-layout cgroup tree of two NUMA nodes each: node name -> tree.
+pub async fn pool_nodes(
+    client: &Client,
+    nodes: &[(&str, &str)],
+) -> BTreeMap<String, std::sync::Arc<nodemem_testkit::cgroup_tree::CgroupTree>> {
+    let mut trees = BTreeMap::new();
+    for (node, pool) in nodes {
+        nodemem_testkit::nodes::SimNode::new(node)
+            .label("nodemem.io/pool", pool)
+            .register(client)
+            .await
+            .unwrap();
+        trees.insert(
+            node.to_string(),
+            std::sync::Arc::new(
+                nodemem_testkit::cgroup_tree::CgroupTree::new(
+                    nodemem_model::cgroup_layout::CgroupDriver::Systemd,
+                    2,
+                )
+                .unwrap(),
+            ),
+        );
+    }
+    trees
+}

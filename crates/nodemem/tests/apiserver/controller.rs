@@ -5,14 +5,12 @@
 //! rolls its pool back by itself.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::{ControlPlane, Identity};
@@ -20,8 +18,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{spawn_agent, AgentProcess};
 use crate::common::{
-    condition, create_namespace, create_pod, dynamic, node_states, own_control_plane, reports_good,
-    spawn_controller, until,
+    condition, create_namespace, create_pod, dynamic, node_states, own_control_plane, pool_nodes,
+    reports_good, spawn_controller, until,
 };
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
@@ -54,21 +52,12 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     // Three pools: a (3 nodes), b (2 nodes, with a pod each), c (1 node); and k (1
     // node, enforcement: Kubelet), whose policy comes last.
     let pools = [("ctl-a", 3), ("ctl-b", 2), ("ctl-c", 1), ("ctl-k", 1)];
-    let mut trees = BTreeMap::new();
-    for (pool, n) in pools {
-        for i in 1..=n {
-            let name = format!("{pool}-{i}");
-            SimNode::new(&name)
-                .label("nodemem.io/pool", pool)
-                .register(&client)
-                .await
-                .unwrap();
-            trees.insert(
-                name,
-                Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap()),
-            );
-        }
-    }
+    let names: Vec<(String, &str)> = pools
+        .iter()
+        .flat_map(|(pool, n)| (1..=*n).map(move |i| (format!("{pool}-{i}"), *pool)))
+        .collect();
+    let named: Vec<(&str, &str)> = names.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+    let trees = pool_nodes(&client, &named).await;
     // A node no policy selects: no config, no agent.
     SimNode::new("ctl-none-1").register(&client).await.unwrap();
     let _kubelet = FakeKubelet::start(client.clone(), trees.clone());

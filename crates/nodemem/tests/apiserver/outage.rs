@@ -18,13 +18,13 @@ use kube::Client;
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
-use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::Identity;
 use serde_json::json;
 
 use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
 use crate::common::{
-    condition, create_namespace, own_control_plane, policies, reports_good, spawn_controller, until,
+    condition, create_namespace, own_control_plane, policies, pool_nodes, reports_good,
+    spawn_controller, until,
 };
 
 const POOL: &str = "outage";
@@ -115,18 +115,7 @@ fn writes_ok(agent: &AgentProcess) -> f64 {
 async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_twice() {
     let mut cp = own_control_plane().await;
     let client = cp.client(&Identity::Admin).await.unwrap();
-    let mut trees = BTreeMap::new();
-    for node in NODES {
-        SimNode::new(node)
-            .label("nodemem.io/pool", POOL)
-            .register(&client)
-            .await
-            .unwrap();
-        trees.insert(
-            node.to_string(),
-            Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap()),
-        );
-    }
+    let trees = pool_nodes(&client, &NODES.map(|n| (n, POOL))).await;
     let _kubelet = FakeKubelet::start(client.clone(), trees.clone());
     create_namespace(&client, NS).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

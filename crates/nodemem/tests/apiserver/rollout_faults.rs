@@ -23,7 +23,6 @@ use nodemem_api::NodeMemoryPolicy;
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
-use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::proxy::TcpProxy;
 use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
@@ -31,7 +30,7 @@ use serde_json::{json, Value};
 use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
 use crate::common::{
     condition, create_namespace, create_pod, next_config, node_states, own_control_plane, policies,
-    reports_good, spawn_controller, until, watch_configs, ControllerProcess,
+    pool_nodes, reports_good, spawn_controller, until, watch_configs, ControllerProcess,
 };
 
 const NS: &str = "rollout-pods";
@@ -56,18 +55,7 @@ impl Bed {
     async fn start(nodes: &[(&str, &str)], proxied: Option<&str>) -> Bed {
         let cp = own_control_plane().await;
         let client = cp.client(&Identity::Admin).await.unwrap();
-        let mut trees = BTreeMap::new();
-        for (node, pool) in nodes {
-            SimNode::new(node)
-                .label("nodemem.io/pool", pool)
-                .register(&client)
-                .await
-                .unwrap();
-            trees.insert(
-                node.to_string(),
-                Arc::new(CgroupTree::new(CgroupDriver::Systemd, 2).unwrap()),
-            );
-        }
+        let trees = pool_nodes(&client, nodes).await;
         let kubelet = FakeKubelet::start(client.clone(), trees.clone());
         create_namespace(&client, NS).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
