@@ -258,13 +258,11 @@ impl ClusterAgent {
         }
         info!(node = %node, "watching this node's NodeMemoryConfig, Node and pods");
         while let Some(first) = updates.next().await {
-            // Every update already delivered joins this pass: under churn one pass (and
-            // one status write) serves many events, so the agent never falls behind its
-            // watches (found by the churn soak: a pass per event, each with its status
-            // write, let the backlog grow to tens of seconds).
-            // A single poll is not enough to see them: the watches' HTTP bodies are read
-            // from their sockets only when asked for, so the drain gives each next
-            // update a millisecond to arrive.
+            // Every update already delivered joins this pass: under churn one pass
+            // serves many events, so the agent never falls behind its watches (found by
+            // the churn soak: a pass per event let the backlog grow to tens of seconds).
+            // One poll would not see them: the watches' HTTP bodies are read from their
+            // sockets only when asked for, so each next update gets a millisecond.
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
                 match tokio::time::timeout(BATCH_WAIT, updates.next()).await {
