@@ -72,6 +72,11 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     if let Some(c) = engine.conflict() {
         output.warnings.insert(0, c.message.clone());
     }
+    // A state record that could not be trusted was set aside and re-derived: said
+    // first, it is what the operator must know before the values.
+    for (i, r) in engine.recoveries().iter().enumerate() {
+        output.warnings.insert(i, format!("{}: {r}", r.reason()));
+    }
     let outcome = Outcome {
         stdout: render(&output, args.output),
         stderr: problems_of(&report),

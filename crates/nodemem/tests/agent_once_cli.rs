@@ -362,23 +362,73 @@ fn exit_codes_tell_bad_input_from_partial_failure() {
 }
 
 #[test]
-fn a_corrupt_state_record_is_reported_not_trusted() {
+fn a_corrupt_state_record_is_set_aside_reported_and_rederived() {
     let node = Node::new(CgroupDriver::Systemd);
-    node.json(&config(), &[]);
+    let first = node.json(&config(), &[]);
     let record = node.dir.path().join("state/ownership.json");
     let text = std::fs::read_to_string(&record).unwrap();
     std::fs::write(&record, &text[..text.len() / 3]).unwrap();
+    // The next run does not stop: it says what was wrong and what it did, and applies.
     let (code, out, err) = node.run(&config(), &[]);
-    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(code, 0, "{out}\n{err}");
+    let warning = out
+        .lines()
+        .find(|l| l.starts_with("warning: StateRederived: "))
+        .unwrap_or_else(|| panic!("{out}"));
     assert!(
-        err.contains("ownership.json: corrupt state record (not a state envelope: "),
-        "{err}"
+        warning.contains("ownership.json: corrupt state record (not a state envelope: ")
+            && warning.contains("; set aside as ")
+            && warning.contains("what nodemem owns is re-derived from the current settings"),
+        "{warning}"
     );
-    assert!(
-        err.trim_end()
-            .ends_with("move it away to start from an empty record"),
-        "{err}"
+    let aside: Vec<_> = std::fs::read_dir(node.dir.path().join("state"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("ownership.json.unusable-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(aside[0].path()).unwrap(),
+        &text[..text.len() / 3]
     );
+    // The re-derived record covers what the settings manage: a config that turns
+    // Memory QoS off gives every value back, as after the first run.
+    let written: Vec<String> = first["writes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            format!(
+                "{}/{}",
+                w["cgroup"].as_str().unwrap(),
+                w["file"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(!written.is_empty());
+    let off = edited_config(node.dir.path(), "off.yaml", |t| {
+        t.replace("enabled: true", "enabled: false")
+    });
+    let back = node.json(&off, &[]);
+    let restored: Vec<String> = back["writes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            format!(
+                "{}/{}",
+                w["cgroup"].as_str().unwrap(),
+                w["file"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for file in &written {
+        assert!(restored.contains(file), "{file} not given back: {back:#}");
+    }
 }
 
 #[test]
