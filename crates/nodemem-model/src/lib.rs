@@ -7,6 +7,7 @@
 //!   apiserver and kubelet derive from a Pod's resources.
 //! * [`memory_qos`]: cgroup v2 memory.min / memory.low / memory.high per container,
 //!   pod, QoS class and node.
+//! * [`recommend`]: the throttling factor a pool's workloads tolerate, from evidence.
 //! * [`policy`], [`selector`], [`resolve`]: policy settings, their semantic validation,
 //!   and which policy governs a node.
 
@@ -27,6 +28,7 @@ pub mod problem;
 pub mod profile;
 pub mod qos;
 pub mod quantity;
+pub mod recommend;
 pub mod resolve;
 pub mod rollout;
 pub mod selector;
