@@ -5,7 +5,7 @@
 # then afl-fuzz on one target for a while. Findings stay in the cache, outside the repo.
 #
 #   tests/scripts/fuzz-afl.sh <target> [seconds]      (default 600 s)
-#   targets: memory-value memory-events pressure range-list controllers meminfo
+#   targets: memory-value memory-events memory-stat pressure range-list controllers meminfo
 #            hugepages quantity cgroup-path
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +31,7 @@ seed() { printf '%b' "$2" > "$seeds/$1"; }
 case "$target" in
   memory-value) seed a '123456789\n'; seed b 'max\n' ;;
   memory-events) seed a 'low 0\nhigh 12\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n' ;;
+  memory-stat) seed a 'anon 8425472\nfile 104857600\nactive_file 20971520\ninactive_file 83886080\npgfault 4521\n' ;;
   pressure) seed a 'some avg10=0.12 avg60=0.05 avg300=0.01 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n' ;;
   range-list) seed a '0-1\n'; seed b '0,2-4,7\n'; seed c '\n' ;;
   controllers) seed a 'cpuset cpu io memory hugetlb pids rdma misc\n' ;;

@@ -133,6 +133,25 @@ pub fn memory_events(file: &str, text: &str) -> Result<MemoryEvents, ParseError>
     })
 }
 
+/// `memory.stat`: one `<key> <count>` line per statistic (bytes or events).
+pub fn memory_stat(file: &str, text: &str) -> Result<BTreeMap<String, u64>, ParseError> {
+    flat_keyed(file, text)
+}
+
+/// The working set as the kubelet's eviction counts it (cAdvisor's rule):
+/// memory.current minus the inactive file pages of `memory.stat`, which the kernel
+/// reclaims cheaply; page cache alone is not memory a container needs.
+pub fn working_set(
+    file: &str,
+    current: u64,
+    stat: &BTreeMap<String, u64>,
+) -> Result<u64, ParseError> {
+    let inactive = stat
+        .get("inactive_file")
+        .ok_or_else(|| err(file, "inactive_file", ParseProblem::MissingKey))?;
+    Ok(current.saturating_sub(*inactive))
+}
+
 /// One PSI line: the share of time stalled over 10 s, 60 s and 300 s, and the total
 /// stall time in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -30,6 +30,7 @@ proptest! {
             ("memory.pressure", pressure("memory.pressure", &text).err()),
             ("cpuset.mems", range_list("cpuset.mems", &text).err()),
             ("cgroup.controllers", controllers("cgroup.controllers", &text).err()),
+            ("memory.stat", memory_stat("memory.stat", &text).err()),
         ] {
             // The error names the file it came from, in its message too.
             if let Some(e) = error {

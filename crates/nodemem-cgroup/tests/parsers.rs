@@ -1,6 +1,8 @@
 //! Every parser on good kernel text (as the 6.1 kernel prints it) and on malformed text,
 //! each malformed case with its exact message.
 
+use std::collections::BTreeMap;
+
 use nodemem_cgroup::parse::*;
 
 #[test]
@@ -111,4 +113,19 @@ fn malformed_text_is_refused_with_exact_messages() {
         }
     }
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn memory_stat_and_the_working_set() {
+    // The head of a 6.1 kernel's memory.stat.
+    let text = "anon 8425472\nfile 104857600\nkernel 524288\nactive_anon 8388608\ninactive_anon 36864\nactive_file 20971520\ninactive_file 83886080\npgfault 4521\n";
+    let stat = memory_stat("memory.stat", text).unwrap();
+    assert_eq!(stat["inactive_file"], 83886080);
+    // 110 MiB charged, 80 MiB of it inactive page cache: 30 MiB working set.
+    assert_eq!(working_set("memory.stat", 115343360, &stat), Ok(31457280));
+    // Never below zero (the counters are read one after the other).
+    assert_eq!(working_set("memory.stat", 1, &stat), Ok(0));
+    let e = working_set("memory.stat", 1, &BTreeMap::new()).unwrap_err();
+    assert_eq!(e.to_string(), "memory.stat: key missing: \"inactive_file\"");
+    assert!(memory_stat("memory.stat", "anon x\n").is_err());
 }

@@ -15,6 +15,7 @@ use nodemem_model::quantity::Quantity;
 const TARGETS: &[&str] = &[
     "memory-value",
     "memory-events",
+    "memory-stat",
     "pressure",
     "range-list",
     "controllers",
@@ -29,6 +30,11 @@ fn run(target: &str, input: &[u8]) -> Result<(), String> {
     match target {
         "memory-value" => drop(parse::memory_value("memory.high", &text)),
         "memory-events" => drop(parse::memory_events("memory.events", &text)),
+        "memory-stat" => {
+            if let Ok(stat) = parse::memory_stat("memory.stat", &text) {
+                drop(parse::working_set("memory.stat", u64::MAX, &stat));
+            }
+        }
         "pressure" => drop(parse::pressure("memory.pressure", &text)),
         "range-list" => drop(parse::range_list("cpuset.mems", &text)),
         "controllers" => drop(parse::controllers("cgroup.controllers", &text)),
