@@ -7,6 +7,7 @@
 //!   apiserver and kubelet derive from a Pod's resources.
 //! * [`memory_qos`]: cgroup v2 memory.min / memory.low / memory.high per container,
 //!   pod, QoS class and node.
+//! * [`observe`]: a container's working set against memory.high over time.
 //! * [`recommend`]: the throttling factor a pool's workloads tolerate, from evidence.
 //! * [`policy`], [`selector`], [`resolve`]: policy settings, their semantic validation,
 //!   and which policy governs a node.
@@ -21,6 +22,7 @@ pub mod kubelet_dropin;
 pub mod memory_qos;
 pub mod node;
 pub mod numa;
+pub mod observe;
 pub mod pod;
 pub mod pod_validation;
 pub mod policy;
