@@ -72,13 +72,10 @@ impl ContainerObservation {
 
 /// The containers that stood above memory.high, worst first (the longest above, then
 /// the furthest), at most `n`: for status, where space is short.
-pub fn worst<'a, K: Ord + Clone>(
+pub fn worst<'a, K: Ord + Clone + 'a>(
     observations: impl IntoIterator<Item = (&'a K, &'a ContainerObservation)>,
     n: usize,
-) -> Vec<(K, ContainerObservation)>
-where
-    K: 'a,
-{
+) -> Vec<(K, ContainerObservation)> {
     let mut throttled: Vec<(K, ContainerObservation)> = observations
         .into_iter()
         .filter(|(_, o)| o.would_throttle())
