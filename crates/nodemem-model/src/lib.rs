@@ -8,6 +8,7 @@
 //! * [`memory_qos`]: cgroup v2 memory.min / memory.low / memory.high per container,
 //!   pod, QoS class and node.
 //! * [`observe`]: a container's working set against memory.high over time.
+//! * [`relief`]: when to raise a choking container's memory.high, and when to put it back.
 //! * [`recommend`]: the throttling factor a pool's workloads tolerate, from evidence.
 //! * [`policy`], [`selector`], [`resolve`]: policy settings, their semantic validation,
 //!   and which policy governs a node.
@@ -31,6 +32,7 @@ pub mod profile;
 pub mod qos;
 pub mod quantity;
 pub mod recommend;
+pub mod relief;
 pub mod resolve;
 pub mod rollout;
 pub mod selector;
