@@ -39,6 +39,10 @@ pub struct AgentArgs {
     /// Seconds between full passes that read every file and repair drift.
     #[arg(long, default_value_t = 300)]
     pub resync_seconds: u64,
+    /// How often each managed container's working set, memory.peak and memory.high
+    /// events are sampled for the observation in status (0: never).
+    #[arg(long, default_value_t = 10)]
+    pub observe_seconds: u64,
     /// Logs on stderr: human text, or one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

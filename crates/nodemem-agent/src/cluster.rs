@@ -28,6 +28,7 @@ use crate::engine::{
 use crate::health::{verdict, Baseline};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use crate::metrics::{self, Metrics, PodSignals, Trigger};
+use crate::observer::Observer;
 use crate::status::{add_state_recovered, condition, differs, status, PassOutcome};
 use crate::status_writer::StatusWriter;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
@@ -60,6 +61,10 @@ pub struct ClusterAgent {
     /// Where the container runtime keeps its containers' specs: a new container
     /// cgroup is named from there before the kubelet reports its ID.
     pub runtime_records: crate::runtime_record::RuntimeRecords,
+    /// How often the managed containers are sampled for the observation; None: never.
+    pub observe_every: Option<Duration>,
+    /// What the managed containers did against memory.high.
+    observer: std::sync::Mutex<Observer>,
 }
 
 impl ClusterAgent {
@@ -80,6 +85,8 @@ impl ClusterAgent {
             baseline: Default::default(),
             metrics_addr: None,
             runtime_records: Default::default(),
+            observe_every: Some(Duration::from_secs(10)),
+            observer: Default::default(),
         }
     }
 
@@ -135,6 +142,8 @@ enum Update {
     /// Cgroup directories that appeared or went away under kubepods (inotify).
     Cgroups(CgroupChanges),
     Resync,
+    /// Time to sample the managed containers.
+    Sample,
 }
 
 fn watch<K>(
@@ -185,6 +194,14 @@ impl ClusterAgent {
             t.tick().await;
             Some((Ok(Update::Resync), t))
         });
+        let samples = match self.observe_every {
+            Some(every) => futures::stream::unfold(tokio::time::interval(every), |mut t| async {
+                t.tick().await;
+                Some((Ok(Update::Sample), t))
+            })
+            .boxed(),
+            None => futures::stream::pending().boxed(),
+        };
         let driver = engine.discovery().cgroup_driver;
         let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
             .expect("a constant path");
@@ -202,6 +219,7 @@ impl ClusterAgent {
             node_events.boxed(),
             namespace_events.boxed(),
             resync.boxed(),
+            samples,
         ]);
 
         let mut index = NodeIndex::new(node);
@@ -277,6 +295,7 @@ impl ClusterAgent {
             let mut touched: BTreeSet<String> = BTreeSet::new();
             let mut node_wide = false;
             let mut resync = false;
+            let mut sample = false;
             let mut reaction_since: Option<std::time::Instant> = None;
             let mut appeared: BTreeSet<String> = BTreeSet::new();
             for update in batch {
@@ -372,6 +391,7 @@ impl ClusterAgent {
                         }
                     }
                     Update::Resync => resync = true,
+                    Update::Sample => sample = true,
                 }
                 if changed {
                     any_changed = true;
@@ -382,6 +402,14 @@ impl ClusterAgent {
                         None => node_wide = true,
                     }
                 }
+            }
+            if sample {
+                let started = std::time::Instant::now();
+                let mut observer = self.observer.lock().unwrap_or_else(|e| e.into_inner());
+                observer.sample(|path| crate::observer::read(engine.cgroup_fs(), path));
+                let (observed, throttled) = observer.counts();
+                self.metrics
+                    .observation(observed, throttled, started.elapsed().as_secs_f64());
             }
             let changed = any_changed;
             let listed = config_listed && pods_listed && node_listed && relisting_pods.is_none();
@@ -567,6 +595,7 @@ impl ClusterAgent {
             Ok(settings) => {
                 let kubelet_mode =
                     settings.enforcement == nodemem_model::policy::Enforcement::Kubelet;
+                let observing = settings.enforcement == nodemem_model::policy::Enforcement::Observe;
                 let kubelet_outcome = if kubelet_mode {
                     let owner = nodemem_model::kubelet_dropin::DropInOwner {
                         node: &config.name,
@@ -595,8 +624,9 @@ impl ClusterAgent {
                     )
                     .and_then(|(desired, report)| {
                         // Under Kubelet mode status reports what the kubelet is asked
-                        // to do, not the nothing the agent writes.
-                        let desired = if kubelet_mode {
+                        // to do, under Observe what the agent would write: not the
+                        // nothing the agent writes.
+                        let desired = if kubelet_mode || observing {
                             engine.predict(settings, index.allocatable(), pods)?
                         } else {
                             desired
@@ -708,7 +738,7 @@ impl ClusterAgent {
                                 report.failed.len() + report.deferred.len(),
                             )
                         });
-                        status(
+                        let mut s = status(
                             &config.revision,
                             config.generation,
                             PassOutcome::Applied {
@@ -716,12 +746,34 @@ impl ClusterAgent {
                                 report: &report,
                                 conflict: conflict.as_ref(),
                                 kubelet: kubelet_outcome.as_ref(),
+                                observing,
                             },
                             health.as_ref(),
                             &discovery,
                             last,
                             &now,
-                        )
+                        );
+                        // Observed under Agent and Observe; under Kubelet the kubelet's
+                        // memory.high is not nodemem's to report on.
+                        if !kubelet_mode {
+                            let mut observer =
+                                self.observer.lock().unwrap_or_else(|e| e.into_inner());
+                            observer.refresh(
+                                &config.revision,
+                                !observing,
+                                &desired,
+                                engine.memory_facts(),
+                            );
+                            // The summary moves with every sample: it goes to status
+                            // on whole-node passes, not on every pod event.
+                            s.observation = if matches!(reach, Reach::Node) {
+                                observer.summary()
+                            } else {
+                                last.and_then(|l| l.observation.clone())
+                                    .filter(|o| o.revision == config.revision)
+                            };
+                        }
+                        s
                     }
                     Err(e) => {
                         warn!(error = %e, "not applied");

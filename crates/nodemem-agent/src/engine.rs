@@ -415,6 +415,17 @@ impl NodeEngine {
         out
     }
 
+    /// The cgroup tree, for reads beside the passes (the observation's samples).
+    pub fn cgroup_fs(&self) -> &CgroupFs {
+        &self.fs
+    }
+
+    /// The memory facts the last computation used (allocatable, eviction threshold,
+    /// page size).
+    pub fn memory_facts(&self) -> &NodeMemoryFacts {
+        &self.facts.memory
+    }
+
     /// What the last pass left to the kubelet, if anything.
     pub fn conflict(&self) -> Option<&KubeletConflict> {
         self.conflict.as_ref()
@@ -645,9 +656,10 @@ impl NodeEngine {
 }
 
 /// The settings the agent writes into cgroups for `settings`: under `enforcement:
-/// Kubelet` none of its own (what it set before is given back; the kubelet enforces).
+/// Kubelet` none of its own (what it set before is given back; the kubelet enforces),
+/// under `Observe` none either (it only reports what it would write).
 pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, PolicySettings> {
-    if settings.enforcement == nodemem_model::policy::Enforcement::Kubelet {
+    if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
         std::borrow::Cow::Owned(off())
     } else {
         std::borrow::Cow::Borrowed(settings)
@@ -826,5 +838,21 @@ mod tests {
             None,
             "the kubelet is meant to enforce"
         );
+    }
+
+    #[test]
+    fn only_agent_enforcement_writes_cgroup_values() {
+        use nodemem_model::policy::Enforcement;
+        let mut settings = PolicySettings::default();
+        settings.memory_qos.enabled = true;
+        assert_eq!(
+            *cgroup_settings(&settings),
+            settings,
+            "Agent writes its settings"
+        );
+        for other in [Enforcement::Kubelet, Enforcement::Observe] {
+            settings.enforcement = other;
+            assert_eq!(*cgroup_settings(&settings), off(), "{other:?} writes none");
+        }
     }
 }

@@ -10,6 +10,8 @@
 //! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
 //! * [`units`]: systemd's record of the slices and scopes nodemem writes, kept in step
 //!   over D-Bus (systemd-driver nodes).
+//! * [`observer`]: what the managed containers' working sets do against memory.high
+//!   (`enforcement: Observe`, and under `Agent` too).
 //! * [`cgroup_events`]: new cgroups, and which container each is, as they appear.
 //! * [`runtime_record`]: which container a new cgroup is, from the runtime's own record.
 //! * [`once`] and [`output`]: `--once` from files, and what it prints.
@@ -21,6 +23,7 @@ pub mod engine;
 pub mod health;
 pub mod kubelet_mode;
 pub mod metrics;
+pub mod observer;
 pub mod once;
 mod output;
 pub mod runtime_record;
@@ -77,6 +80,8 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         kubelet,
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );
+    agent.observe_every =
+        (args.observe_seconds > 0).then(|| std::time::Duration::from_secs(args.observe_seconds));
     agent.runtime_records = runtime_record::RuntimeRecords {
         containerd: args.containerd_tasks_dir.clone(),
         crio: args.crio_containers_dir.clone(),

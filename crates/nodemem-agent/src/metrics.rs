@@ -119,6 +119,9 @@ pub struct Metrics {
     container_high_events: Family<ContainerLabel, Gauge>,
     container_oom_kills: Family<ContainerLabel, Gauge>,
     containers_not_exported: Gauge,
+    observed_containers: Gauge,
+    throttled_containers: Gauge,
+    observation_sample_seconds: Histogram,
     /// At most this many containers get series of their own (0: none).
     container_series_cap: usize,
     ready: AtomicBool,
@@ -155,6 +158,9 @@ impl Metrics {
             container_high_events: Family::default(),
             container_oom_kills: Family::default(),
             containers_not_exported: Gauge::default(),
+            observed_containers: Gauge::default(),
+            throttled_containers: Gauge::default(),
+            observation_sample_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
             container_series_cap: 0,
             ready: AtomicBool::new(false),
             registry: Registry::default(),
@@ -264,7 +270,30 @@ impl Metrics {
             "Managed containers beyond --per-container-metrics-cap, which have no series of their own",
             m.containers_not_exported.clone(),
         );
+        registry.register(
+            "observed_containers",
+            "Managed containers sampled for the observation (working set, memory.peak, memory.high events)",
+            m.observed_containers.clone(),
+        );
+        registry.register(
+            "throttled_containers",
+            "Observed containers whose working set stood above memory.high since the revision, or that the kernel throttled (under enforcement: Observe, the memory.high that would be set)",
+            m.throttled_containers.clone(),
+        );
+        registry.register(
+            "observation_sample_seconds",
+            "Time of one observation sample of every managed container",
+            m.observation_sample_seconds.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// One observation sample: containers sampled, of them throttled (or that would
+    /// be), and how long it took.
+    pub fn observation(&self, observed: usize, throttled: usize, seconds: f64) {
+        self.observed_containers.set(observed as i64);
+        self.throttled_containers.set(throttled as i64);
+        self.observation_sample_seconds.observe(seconds);
     }
 
     /// Per-container series for up to `cap` containers (`--per-container-metrics`).

@@ -25,6 +25,8 @@ pub enum PassOutcome<'a, 'p> {
         conflict: Option<&'a KubeletConflict>,
         /// Under `enforcement: Kubelet` (or while leaving it): the kubelet's side.
         kubelet: Option<&'a KubeletOutcome>,
+        /// Under `enforcement: Observe`: `desired` is what would be written; nothing was.
+        observing: bool,
     },
     /// The config's settings do not validate (admission normally prevents it).
     InvalidConfig(&'a [String]),
@@ -125,6 +127,7 @@ pub fn status(
             report,
             conflict,
             kubelet,
+            observing,
         } => {
             conditions.push(match conflict {
                 Some(c) => condition(
@@ -168,6 +171,19 @@ pub fn status(
                     true,
                     reason,
                     format!("revision {revision} is enforced by the kubelet: {message}"),
+                    generation,
+                    now,
+                ));
+            } else if report.ok() && observing {
+                s.observed_revision = Some(revision.to_string());
+                conditions.push(condition(
+                    "Applied",
+                    true,
+                    "Observing",
+                    format!(
+                        "revision {revision} is observed on {} pod(s): enforcement: Observe computes what Agent would write and writes nothing",
+                        desired.managed_pods()
+                    ),
                     generation,
                     now,
                 ));
@@ -424,6 +440,7 @@ mod tests {
                 report: &ApplyReport::default(),
                 conflict: None,
                 kubelet: None,
+                observing: false,
             },
             None,
             &discovery,

@@ -72,6 +72,66 @@ pub struct NodeMemoryConfigStatus {
     /// The last error the agent hit, empty when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// What the managed containers' working sets did against memory.high (under
+    /// `enforcement: Observe` the one that would be set), refreshed on whole-node
+    /// passes; absent under `enforcement: Kubelet`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<ObservationSummary>,
+}
+
+/// A node's observation of its managed containers since its revision was applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservationSummary {
+    /// The revision observed against.
+    pub revision: String,
+    /// Whether memory.high was written (`enforcement: Agent`) or only computed
+    /// (`Observe`): enforced, throttling is measured (memory.events `high`), observed,
+    /// it is estimated from the working set.
+    pub enforced: bool,
+    /// When the first sample was taken.
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Seconds between the first and the last sample.
+    pub observed_seconds: i64,
+    /// Containers observed with room for a memory.high (Guaranteed ones have none),
+    /// including those gone since.
+    pub containers: i32,
+    /// Of those, the ones the current memory.high throttled (or would have): the
+    /// working set stood above it at a sample, or the kernel counted memory.high events.
+    pub throttled_containers: i32,
+    /// For the factors 0.05, 0.10, ... 1.00 (20 entries, in that order): how many of
+    /// `containers` stayed at or under the memory.high that factor gives. The
+    /// controller sums these over a pool into the policy's recommendation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub fitting_by_factor: Vec<i32>,
+    /// The containers that stood above memory.high longest, then furthest (at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub worst: Vec<ObservedContainer>,
+}
+
+/// One container that memory.high throttled, or would have.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedContainer {
+    /// namespace/name of the pod.
+    pub pod: String,
+    /// The container's name.
+    pub container: String,
+    /// The memory.high set (or that would be), bytes.
+    pub memory_high: i64,
+    /// The highest working set sampled (memory.current minus inactive file pages).
+    pub peak_working_set: i64,
+    /// The kernel's memory.peak (5.19+; counts page cache too), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak: Option<i64>,
+    /// Seconds the working set stood above memory.high, between samples.
+    pub seconds_above_high: i64,
+    /// The most the working set stood above memory.high, bytes.
+    pub max_excess_bytes: i64,
+    /// memory.events `high` counted while observed (under enforcement).
+    pub throttle_events: i64,
 }
 
 /// Node facts.

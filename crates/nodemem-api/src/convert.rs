@@ -201,6 +201,7 @@ fn convert_settings(settings: &NodeSettings, problems: &mut Vec<Problem>) -> Pol
         enforcement: match settings.enforcement {
             Enforcement::Agent => model::Enforcement::Agent,
             Enforcement::Kubelet => model::Enforcement::Kubelet,
+            Enforcement::Observe => model::Enforcement::Observe,
         },
     }
 }

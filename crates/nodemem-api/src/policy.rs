@@ -26,7 +26,7 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Factor", "type": "number", "description": "memory.high throttling factor", "jsonPath": ".spec.memoryQoS.throttlingFactor"}"#,
     printcolumn = r#"{"name": "Reservation", "type": "string", "description": "memory.min / memory.low reservation policy", "jsonPath": ".spec.memoryQoS.reservationPolicy"}"#,
     printcolumn = r#"{"name": "Manager", "type": "string", "description": "Memory Manager policy", "jsonPath": ".spec.memoryManager.policy"}"#,
-    printcolumn = r#"{"name": "Enforcement", "type": "string", "description": "Agent writes cgroups; Kubelet renders a kubelet drop-in", "jsonPath": ".spec.enforcement"}"#,
+    printcolumn = r#"{"name": "Enforcement", "type": "string", "description": "Agent writes cgroups; Kubelet renders a kubelet drop-in; Observe writes nothing", "jsonPath": ".spec.enforcement"}"#,
     printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
     printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
@@ -55,6 +55,50 @@ pub struct NodeMemoryPolicySpec {
     /// How a new revision rolls out across the selected nodes.
     #[serde(default)]
     pub rollout: RolloutSpec,
+
+    /// What `status.recommendation` aims for and how much evidence it needs (the
+    /// controller's business: not part of the revision).
+    #[serde(default)]
+    pub recommendation: RecommendationSpec,
+}
+
+/// The throttling-factor recommendation's target and evidence thresholds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationSpec {
+    /// The share of containers, percent, that must stay under memory.high at the
+    /// recommended factor.
+    #[serde(default = "default_target_percent")]
+    #[schemars(range(min = 50, max = 100))]
+    pub target_percent: i32,
+    /// Containers with room for a memory.high the pool must have been observed with.
+    #[serde(default = "default_min_containers")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub min_containers: i32,
+    /// Seconds of observation at least (a day by default: a daily peak must be in it).
+    #[serde(default = "default_min_observation_seconds")]
+    #[schemars(range(min = 1, max = 31536000))]
+    pub min_observation_seconds: i32,
+}
+
+fn default_target_percent() -> i32 {
+    99
+}
+fn default_min_containers() -> i32 {
+    20
+}
+fn default_min_observation_seconds() -> i32 {
+    86400
+}
+
+impl Default for RecommendationSpec {
+    fn default() -> Self {
+        RecommendationSpec {
+            target_percent: default_target_percent(),
+            min_containers: default_min_containers(),
+            min_observation_seconds: default_min_observation_seconds(),
+        }
+    }
 }
 
 /// The settings that reach a node: shared by the NodeMemoryPolicy spec and the
@@ -87,8 +131,10 @@ pub struct NodeSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_reserved: Option<NodeReservedSpec>,
 
-    /// How settings reach the node: Agent (the node agent writes cgroup files) or
-    /// Kubelet (the node agent renders a KubeletConfiguration drop-in).
+    /// How settings reach the node: Agent (the node agent writes cgroup files),
+    /// Kubelet (the node agent renders a KubeletConfiguration drop-in) or Observe (the
+    /// node agent computes what Agent would write and writes nothing: a shadow run to
+    /// see what enforcement would do before turning it on).
     #[serde(default)]
     pub enforcement: Enforcement,
 }
@@ -275,6 +321,7 @@ pub enum Enforcement {
     #[default]
     Agent,
     Kubelet,
+    Observe,
 }
 
 /// When a node counts as healthy on a revision: the agent's `Healthy` condition, which
@@ -429,6 +476,66 @@ pub struct NodeMemoryPolicyStatus {
     /// The pool's signals, summed from its nodes' status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolSignals>,
+    /// The throttling factor the pool's workloads tolerate, from the observation of
+    /// the nodes on the current revision (`kubectl nodemem recommend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendation: Option<RecommendationStatus>,
+}
+
+/// What the pool's observation says about the throttling factor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationStatus {
+    /// Recommended (`throttlingFactor` is set), NoFactorSuffices (even 1.0 throttles
+    /// more than the target allows: those containers outgrow their limits) or
+    /// TooLittleEvidence (`message` says what is missing).
+    pub reason: RecommendationReason,
+    /// What the recommendation says, in words.
+    pub message: String,
+    /// The lowest factor (in steps of 0.05) from which on upwards at least the target
+    /// share of containers stays under memory.high.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttling_factor: Option<f64>,
+    /// The share, percent, that the target asks for.
+    pub target_percent: i32,
+    /// The share, percent, of containers under memory.high at the recommended factor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitting_percent: Option<f64>,
+    /// The policy's factor now.
+    pub current_factor: f64,
+    /// The share, percent, of containers the current factor throttles (or would).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_throttled_percent: Option<f64>,
+    /// Containers observed with room for a memory.high.
+    pub containers: i32,
+    /// Nodes on the current revision whose observation counts.
+    pub nodes: i32,
+    /// The longest observation among those nodes, seconds.
+    pub observed_seconds: i64,
+    /// Per factor 0.05 ... 1.00: the share, percent, of containers that stay under
+    /// its memory.high (empty without enough evidence).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub distribution: Vec<FactorShare>,
+}
+
+/// How a recommendation came out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RecommendationReason {
+    Recommended,
+    NoFactorSuffices,
+    #[default]
+    TooLittleEvidence,
+}
+
+/// One factor and the share of containers it keeps under memory.high.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FactorShare {
+    /// A throttling factor.
+    pub factor: f64,
+    /// Percent.
+    pub fitting_percent: f64,
 }
 
 /// One revision's settings, kept for rollback.

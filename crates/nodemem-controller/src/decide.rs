@@ -25,6 +25,7 @@ use nodemem_api::report::report;
 use crate::decision::{ConfigWrite, Decision, DrainOrder, PolicyEvent};
 use crate::node_failure::{failed_text, why_failed, NodeFailure};
 use crate::policy_status::{condition, finish, pool_signals};
+use crate::recommendation::recommendation;
 use crate::world::{PolicyEntry, World};
 
 /// The settings a node gets when no policy selects it any more: everything off, so its
@@ -478,6 +479,7 @@ fn decide_policy(
         step.failed.iter().take(20).cloned().collect()
     };
     status.pool = Some(pool_signals(world, v.name, pool));
+    status.recommendation = recommendation(world, v.name, &v.revision, &entry.spec, pool);
     let summary = format!(
         "{}/{} nodes updated, {} ready, {} failed (revision {})",
         counts.updated, counts.matched, counts.ready, counts.failed, target.revision

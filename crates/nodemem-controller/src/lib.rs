@@ -5,6 +5,8 @@
 //! * [`decide`]: resolution, rollout steps and config writes (pure), into a
 //!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it.
 //! * [`node_failure`]: why a node failed its rollout, for conditions and Events.
+//! * `recommendation`: the throttling factor a pool tolerates, from its nodes'
+//!   observation (policy status).
 //! * [`run`]: the watches and the writes around them; [`lease`] elects the leader,
 //!   [`daemonset`] builds the agents' DaemonSet, [`metrics`] counts what happens.
 //!
@@ -18,6 +20,7 @@ pub mod lease;
 pub mod metrics;
 pub mod node_failure;
 mod policy_status;
+mod recommendation;
 pub mod run;
 pub mod world;
 

@@ -22,7 +22,7 @@ use crate::numa::{
 use crate::pod::{ordered_containers, ContainerKind, Pod};
 use crate::policy::{MemoryManagerPolicy, PolicySettings};
 use crate::problem::Problem;
-use crate::profile::PodMemoryProfile;
+use crate::profile::{ContainerMemory, PodMemoryProfile};
 use crate::qos::QosClass;
 use crate::warning::Warning;
 
@@ -140,6 +140,9 @@ pub struct ContainerOutcome<'a> {
     /// Values including the informational memory.max.
     pub values: CgroupValues,
     pub pinning: Pinning,
+    /// Its request and limit: what its memory.high is computed from (observation
+    /// weighs other factors with them).
+    pub memory: ContainerMemory,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,6 +365,7 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
                         .map(|id| container_dir_under(&path, driver, id)),
                     values,
                     pinning: pin,
+                    memory: *memory,
                 }
             })
             .collect();

@@ -12,9 +12,17 @@ pub struct ContainerObservation {
     pub since: u64,
     /// When the last sample was taken.
     pub last: u64,
-    /// The highest working set seen (or memory.peak, when that was higher: the kernel
-    /// sees peaks between samples).
+    /// The highest working set seen in the samples.
     pub peak_working_set: i64,
+    /// The kernel's memory.peak (5.19+), the highest memory.current since the cgroup
+    /// was created: it sees between samples, but it counts page cache too, so it is
+    /// reported beside the working set and never taken for it.
+    pub kernel_peak: Option<i64>,
+    /// memory.high events (memory.events `high`) since the first sample: under
+    /// enforcement the kernel says when it throttled.
+    pub throttle_events: u64,
+    /// memory.events `high` at the first sample.
+    events_start: Option<u64>,
     /// Seconds the working set stood above memory.high, counted between samples that
     /// both saw it above.
     pub seconds_above_high: u64,
@@ -33,6 +41,8 @@ pub struct Sample {
     pub working_set: i64,
     /// The kernel's memory.peak (5.19+), if read.
     pub peak: Option<i64>,
+    /// memory.events `high` (cumulative), if read.
+    pub high_events: Option<u64>,
     /// The memory.high of the settings for this container; None when they set none.
     pub memory_high: Option<i64>,
 }
@@ -42,10 +52,14 @@ impl ContainerObservation {
         if self.samples == 0 {
             self.since = s.at;
         }
-        self.peak_working_set = self
-            .peak_working_set
-            .max(s.working_set)
-            .max(s.peak.unwrap_or(0));
+        self.peak_working_set = self.peak_working_set.max(s.working_set);
+        if let Some(peak) = s.peak {
+            self.kernel_peak = Some(self.kernel_peak.unwrap_or(0).max(peak));
+        }
+        if let Some(events) = s.high_events {
+            let start = *self.events_start.get_or_insert(events);
+            self.throttle_events = events.saturating_sub(start);
+        }
         let excess = s.memory_high.map_or(0, |high| s.working_set - high);
         let above = excess > 0;
         if above {
@@ -59,9 +73,10 @@ impl ContainerObservation {
         self.samples += 1;
     }
 
-    /// Whether the settings' memory.high would have throttled it at some sample.
+    /// Whether the settings' memory.high throttled it (or would have): its working
+    /// set stood above it at some sample, or the kernel counted memory.high events.
     pub fn would_throttle(&self) -> bool {
-        self.max_excess > 0
+        self.max_excess > 0 || self.throttle_events > 0
     }
 
     /// Seconds observed.
@@ -71,7 +86,8 @@ impl ContainerObservation {
 }
 
 /// The containers that stood above memory.high, worst first (the longest above, then
-/// the furthest), at most `n`: for status, where space is short.
+/// the furthest, then the most memory.high events), at most `n`: for status, where
+/// space is short.
 pub fn worst<'a, K: Ord + Clone + 'a>(
     observations: impl IntoIterator<Item = (&'a K, &'a ContainerObservation)>,
     n: usize,
@@ -82,8 +98,8 @@ pub fn worst<'a, K: Ord + Clone + 'a>(
         .map(|(k, o)| (k.clone(), *o))
         .collect();
     throttled.sort_by(|(ka, a), (kb, b)| {
-        (b.seconds_above_high, b.max_excess)
-            .cmp(&(a.seconds_above_high, a.max_excess))
+        (b.seconds_above_high, b.max_excess, b.throttle_events)
+            .cmp(&(a.seconds_above_high, a.max_excess, a.throttle_events))
             .then(ka.cmp(kb))
     });
     throttled.truncate(n);
@@ -102,6 +118,7 @@ mod tests {
             at,
             working_set: ws_mi * MI,
             peak: None,
+            high_events: None,
             memory_high: high_mi.map(|h| h * MI),
         }
     }
@@ -128,21 +145,51 @@ mod tests {
     }
 
     #[test]
-    fn the_kernels_peak_counts_and_no_memory_high_throttles_nothing() {
+    fn the_kernels_peak_is_kept_apart_and_no_memory_high_throttles_nothing() {
         let mut o = ContainerObservation::default();
         o.record(Sample {
             at: 1,
             working_set: 40 * MI,
             peak: Some(120 * MI),
+            high_events: None,
             memory_high: None,
         });
+        // memory.peak counts page cache: it is no working set.
+        assert_eq!(o.peak_working_set, 40 * MI);
+        assert_eq!(o.kernel_peak, Some(120 * MI));
         o.record(sample(2, 500, None));
         assert_eq!(o.peak_working_set, 500 * MI);
+        assert_eq!(o.kernel_peak, Some(120 * MI));
         assert!(
             !o.would_throttle(),
             "no memory.high: nothing to stand above"
         );
         assert_eq!(o.seconds_above_high, 0);
+    }
+
+    #[test]
+    fn memory_high_events_count_from_the_first_sample() {
+        let mut o = ContainerObservation::default();
+        let at = |t: u64, events: u64| Sample {
+            at: t,
+            working_set: 70 * MI,
+            peak: None,
+            high_events: Some(events),
+            memory_high: Some(80 * MI),
+        };
+        o.record(at(0, 12));
+        o.record(at(10, 12));
+        assert!(
+            !o.would_throttle(),
+            "events before observation do not count"
+        );
+        o.record(at(20, 15));
+        assert_eq!(o.throttle_events, 3);
+        assert!(
+            o.would_throttle(),
+            "throttled below the line between samples"
+        );
+        assert_eq!(o.max_excess, 0);
     }
 
     #[test]

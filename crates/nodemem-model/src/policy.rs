@@ -42,6 +42,9 @@ pub enum Enforcement {
     Agent,
     /// The node agent renders a KubeletConfiguration drop-in instead.
     Kubelet,
+    /// The node agent computes everything as under `Agent` and writes nothing: what
+    /// enforcement would do is reported, what nodemem had set is given back.
+    Observe,
 }
 
 /// Everything a policy asks of the nodes it selects.

@@ -9,6 +9,8 @@
 //! says how much is missing.
 
 use crate::factor::ThrottlingFactor;
+use crate::memory_qos::NodeMemoryFacts;
+use crate::profile::ContainerMemory;
 
 /// What one container did, as its agent observed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +27,28 @@ pub struct ContainerEvidence {
 }
 
 impl ContainerEvidence {
+    /// The evidence of a container with this request and limit on a node with these
+    /// facts that peaked at `peak_working_set`; None when memory.high has nothing to
+    /// be computed towards (no limit and no known allocatable).
+    pub fn of(
+        memory: &ContainerMemory,
+        node: &NodeMemoryFacts,
+        peak_working_set: i64,
+    ) -> Option<Self> {
+        // As `memory_qos::container_memory_high`: the limit, else the allocatable.
+        let ceiling = if memory.limit != 0 {
+            memory.limit
+        } else {
+            node.kubelet_allocatable()?
+        };
+        Some(ContainerEvidence {
+            request: memory.request,
+            ceiling,
+            page_size: node.page_size,
+            peak_working_set,
+        })
+    }
+
     /// The memory.high `factor` gives this container, or None when it would set none
     /// (as the kubelet: no room between request and ceiling, or not above the request).
     pub fn memory_high(&self, factor: ThrottlingFactor) -> Option<i64> {
@@ -106,11 +130,53 @@ pub enum Recommendation {
     },
 }
 
+/// How many factors are recommended from.
+pub const STEPS: usize = 20;
+
 /// The factors recommended from: 0.05, 0.10, ... 1.
 pub fn steps() -> Vec<ThrottlingFactor> {
-    (1..=20)
-        .map(|k| ThrottlingFactor::from_f64(f64::from(k) / 20.0).expect("k/20 is in (0, 1]"))
+    (1..=STEPS)
+        .map(|k| ThrottlingFactor::from_f64(k as f64 / STEPS as f64).expect("k/20 is in (0, 1]"))
         .collect()
+}
+
+/// The counts a recommendation is made from. They add up across nodes: each agent
+/// reports its node's tally and the controller sums them, which gives exactly what
+/// one list of every container would (and status stays small: 22 numbers a node).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Containers with room for a memory.high (a limit, or the node's allocatable,
+    /// above the request); Guaranteed containers are no evidence.
+    pub containers: u64,
+    /// Per step of [`steps`]: the containers that fit that factor.
+    pub fitting: [u64; STEPS],
+    /// The containers the current factor throttles (under `Observe`: would have).
+    pub throttled: u64,
+}
+
+impl Tally {
+    /// Counts one container; `throttled`: whether the current factor throttles it
+    /// (`!c.fits(current)` when only its peak is known; the agent also knows whether
+    /// the kernel's memory.high events rose under enforcement).
+    pub fn add_container(&mut self, c: &ContainerEvidence, throttled: bool) {
+        if c.ceiling <= c.request {
+            return;
+        }
+        self.containers += 1;
+        for (fitting, factor) in self.fitting.iter_mut().zip(steps()) {
+            *fitting += u64::from(c.fits(factor));
+        }
+        self.throttled += u64::from(throttled);
+    }
+
+    /// Adds another node's tally.
+    pub fn add(&mut self, other: &Tally) {
+        self.containers += other.containers;
+        for (a, b) in self.fitting.iter_mut().zip(other.fitting) {
+            *a += b;
+        }
+        self.throttled += other.throttled;
+    }
 }
 
 /// The recommendation for a pool from its containers' evidence (those without a
@@ -123,34 +189,43 @@ pub fn recommend(
     current: ThrottlingFactor,
     params: &RecommendParams,
 ) -> Recommendation {
-    let with_high: Vec<&ContainerEvidence> = containers
-        .iter()
-        .filter(|c| c.ceiling > c.request)
-        .collect();
+    let mut tally = Tally::default();
+    for c in containers {
+        tally.add_container(c, !c.fits(current));
+    }
+    recommend_tally(&tally, nodes, observed_seconds, params)
+}
+
+/// The recommendation from a pool's summed tally.
+pub fn recommend_tally(
+    tally: &Tally,
+    nodes: usize,
+    observed_seconds: u64,
+    params: &RecommendParams,
+) -> Recommendation {
+    let containers = usize::try_from(tally.containers).unwrap_or(usize::MAX);
     let evidence = Evidence {
-        containers: with_high.len(),
+        containers,
         nodes,
         observed_seconds,
     };
-    if with_high.len() < params.min_containers || observed_seconds < params.min_observed_seconds {
+    if containers < params.min_containers.max(1) || observed_seconds < params.min_observed_seconds {
         return Recommendation::TooLittleEvidence {
             evidence,
-            needs_containers: params.min_containers,
+            needs_containers: params.min_containers.max(1),
             needs_observed_seconds: params.min_observed_seconds,
         };
     }
-    let share = |f: ThrottlingFactor| {
-        with_high.iter().filter(|c| c.fits(f)).count() as f64 / with_high.len() as f64
-    };
+    let share = |n: u64| n.min(tally.containers) as f64 / tally.containers as f64;
     let distribution: Vec<Step> = steps()
         .into_iter()
-        .map(|factor| Step {
+        .zip(tally.fitting)
+        .map(|(factor, fitting)| Step {
             factor,
-            share_fitting: share(factor),
+            share_fitting: share(fitting),
         })
         .collect();
-    let current_throttled_share =
-        with_high.iter().filter(|c| !c.fits(current)).count() as f64 / with_high.len() as f64;
+    let current_throttled_share = share(tally.throttled);
     // From the top down while every step keeps the target: the share need not grow
     // with the factor at the very bottom (a factor too small to give a memory.high at
     // all throttles nothing).
@@ -323,6 +398,93 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn tallies_add_up_across_nodes_to_the_whole_pools() {
+        let node_a: Vec<ContainerEvidence> = (0..30).map(|i| burstable(110 + i * 3)).collect();
+        let node_b: Vec<ContainerEvidence> = (0..25).map(|i| burstable(120 + i * 4)).collect();
+        let current = factor(0.5);
+        let tally = |cs: &[ContainerEvidence]| {
+            let mut t = Tally::default();
+            for c in cs {
+                t.add_container(c, !c.fits(current));
+            }
+            t
+        };
+        let mut summed = tally(&node_a);
+        summed.add(&tally(&node_b));
+        let whole: Vec<ContainerEvidence> = node_a.iter().chain(&node_b).copied().collect();
+        assert_eq!(summed, tally(&whole));
+        assert_eq!(
+            recommend_tally(&summed, 2, 7200, &params()),
+            recommend(&whole, 2, 7200, current, &params())
+        );
+        // Guaranteed containers count nowhere.
+        let mut t = Tally::default();
+        t.add_container(
+            &ContainerEvidence {
+                ceiling: 100 * MI,
+                ..burstable(90)
+            },
+            false,
+        );
+        assert_eq!(t, Tally::default());
+        // An empty tally never divides by zero, whatever the parameters say.
+        let none = RecommendParams {
+            min_containers: 0,
+            min_observed_seconds: 0,
+            ..params()
+        };
+        assert!(matches!(
+            recommend_tally(&Tally::default(), 0, 0, &none),
+            Recommendation::TooLittleEvidence { .. }
+        ));
+    }
+
+    #[test]
+    fn evidence_gives_the_memory_high_the_agent_writes() {
+        use crate::memory_qos::container_memory_high;
+        use crate::pod::ContainerKind;
+        let node = NodeMemoryFacts {
+            allocatable_memory: Some(8 << 30),
+            hard_eviction_memory: Some(100 * MI),
+            page_size: PAGE,
+            kernel_version: None,
+        };
+        for (request, limit) in [
+            (0, 0),
+            (64 * MI, 0),
+            (64 * MI, 256 * MI),
+            (256 * MI, 256 * MI),
+            (0, 128 * MI),
+            (100 * MI + 1, 300 * MI - 7),
+            (300 * MI, 200 * MI),
+        ] {
+            let memory = ContainerMemory {
+                kind: ContainerKind::App,
+                request,
+                limit,
+            };
+            let e = ContainerEvidence::of(&memory, &node, 0).unwrap();
+            for f in steps() {
+                assert_eq!(
+                    e.memory_high(f),
+                    container_memory_high(f, &node, request, limit),
+                    "request {request}, limit {limit}, factor {f}"
+                );
+            }
+        }
+        let unknown = NodeMemoryFacts {
+            allocatable_memory: None,
+            ..node
+        };
+        let unlimited = ContainerMemory {
+            kind: ContainerKind::App,
+            request: MI,
+            limit: 0,
+        };
+        assert_eq!(ContainerEvidence::of(&unlimited, &unknown, 0), None);
     }
 
     #[test]

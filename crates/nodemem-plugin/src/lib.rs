@@ -4,6 +4,7 @@
 //! * [`status`]: policies, pools, rollouts, failing nodes, conflicts.
 //! * [`explain`]: one node: which policy and why, its rollout state, its pods' values.
 //! * [`diff`]: what a policy file would change, node by node and cgroup by cgroup.
+//! * [`recommend`]: the throttling factor a pool tolerates, and the policy with it.
 //! * `pause`, `resume`, `rollback`: rollout control through the API.
 //!
 //! Values come from the agent's own code ([`node_view`]) on the live objects.
@@ -12,6 +13,7 @@ pub mod cluster;
 pub mod diff;
 pub mod explain;
 pub mod node_view;
+pub mod recommend;
 pub mod render;
 pub mod status;
 
@@ -66,6 +68,10 @@ pub enum PluginCommand {
         #[arg(short = 'f', long = "filename")]
         filename: PathBuf,
     },
+    /// The throttling factor POLICY's pool tolerates (status.recommendation, from its
+    /// nodes' observation) with the distribution behind it; -o yaml|json prints the
+    /// policy with that factor, for `kubectl nodemem diff -f` and a commit.
+    Recommend { policy: String },
     /// Stop POLICY's rollout where it is (spec.rollout.paused: true).
     Pause { policy: String },
     /// Let POLICY's rollout continue (spec.rollout.paused: false).
@@ -142,6 +148,17 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
         }
         PluginCommand::Diff { filename } => {
             run_diff(&client, filename, &file_policies, cli.output).await
+        }
+        PluginCommand::Recommend { policy } => {
+            let policy = get_policy(&client, policy).await?;
+            let report = recommend::build(&policy)?;
+            match cli.output {
+                Format::Table => Ok(Outcome::ok(recommend::render_table(&report))),
+                format => {
+                    let manifest = recommend::manifest(&policy, &report)?;
+                    render::render(format, &manifest, |_| String::new()).map(Outcome::ok)
+                }
+            }
         }
         PluginCommand::Pause { policy } => set_paused(&client, policy, true).await,
         PluginCommand::Resume { policy } => set_paused(&client, policy, false).await,

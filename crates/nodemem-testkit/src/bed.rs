@@ -164,6 +164,9 @@ pub fn agent_args(
         node.into(),
         "--resync-seconds".into(),
         resync_seconds.to_string(),
+        // Observation samples as often as full passes run.
+        "--observe-seconds".into(),
+        resync_seconds.to_string(),
         "--metrics-addr".into(),
         "127.0.0.1:0".into(),
         "--cgroup-root".into(),

@@ -190,6 +190,32 @@ impl CgroupTree {
         }
     }
 
+    /// Sets what the kernel reports of a cgroup's memory use: memory.current, a
+    /// memory.stat whose `inactive_file` (page cache the kernel reclaims cheaply) is
+    /// `inactive_file`, so the working set is the difference, and memory.peak raised
+    /// to `current` when it was lower (it only grows, as the kernel's).
+    pub fn set_usage(&self, relative: &str, current: i64, inactive_file: i64) -> Result<(), Error> {
+        let dir = self.root.join(relative);
+        let anon = current - inactive_file;
+        let stat = format!(
+            "anon {anon}\nfile {inactive_file}\nkernel 0\nshmem 0\ninactive_anon 0\nactive_anon {anon}\ninactive_file {inactive_file}\nactive_file 0\nunevictable 0\n"
+        );
+        let peak = dir.join("memory.peak");
+        let old_peak: i64 = std::fs::read_to_string(&peak)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0);
+        for (file, value) in [
+            ("memory.stat", stat),
+            ("memory.current", current.to_string()),
+            ("memory.peak", old_peak.max(current).to_string()),
+        ] {
+            let p = dir.join(file);
+            std::fs::write(&p, value).map_err(io(&p))?;
+        }
+        Ok(())
+    }
+
     /// Reads an interface file of a cgroup (relative path), trimmed.
     pub fn read(&self, relative: &str, file: &str) -> Result<String, Error> {
         let p = self.root.join(relative).join(file);

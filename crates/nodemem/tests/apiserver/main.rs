@@ -13,6 +13,7 @@ mod faults;
 mod identities;
 mod kubelet_mode;
 mod nodes;
+mod observe;
 mod outage;
 mod parallel;
 mod rollout_faults;
