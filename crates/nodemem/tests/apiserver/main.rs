@@ -16,6 +16,7 @@ mod nodes;
 mod observe;
 mod outage;
 mod parallel;
+mod recommend;
 mod rollout_faults;
 mod runtime_record;
 mod sandbox;
