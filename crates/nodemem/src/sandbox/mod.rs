@@ -202,11 +202,18 @@ async fn sandbox(
     let mut last = view::View::default();
     let mut announced = false;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = &mut stop => break,
         }
+        // The observed pool's containers use memory as their workloads would (the
+        // files a kernel keeps; written again while their cgroups come and go).
+        if ticks % 10 == 0 {
+            use_memory(&bed).await;
+        }
+        ticks += 1;
         if let Some(dead) = bed.exited() {
             return Err(CliError::one(dead));
         }
@@ -276,6 +283,45 @@ async fn read_view(bed: &Bed, focus: &str) -> Result<view::View, CliError> {
     ))
 }
 
+/// Writes each observed container's memory use into its cgroup (what the kernel
+/// would report), once the fake kubelet has created it.
+async fn use_memory(bed: &Bed) {
+    const MI: i64 = 1 << 20;
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), workloads::NAMESPACE);
+    let Ok(list) = pods.list(&ListParams::default()).await else {
+        return;
+    };
+    for pod in list.items {
+        let (Some(node), Some(uid)) = (
+            pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            pod.metadata.uid.clone(),
+        ) else {
+            continue;
+        };
+        let Some(tree) = bed.nodes.get(&node).map(|n| &n.tree) else {
+            continue;
+        };
+        let qos = match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
+            Some("BestEffort") => nodemem_model::qos::QosClass::BestEffort,
+            Some("Guaranteed") => nodemem_model::qos::QosClass::Guaranteed,
+            _ => nodemem_model::qos::QosClass::Burstable,
+        };
+        for c in pod.spec.iter().flat_map(|s| &s.containers) {
+            let Some((working_set, cache)) = workloads::usage_mib(&node, &c.name) else {
+                continue;
+            };
+            let id = nodemem_model::cgroup_layout::ContainerId {
+                runtime: nodemem_model::cgroup_layout::ContainerRuntime::Containerd,
+                id: nodemem_testkit::kubelet::container_id(&uid, &c.name),
+            };
+            let path = nodemem_model::cgroup_layout::container_dir(tree.driver(), qos, &uid, &id);
+            if tree.root().join(&path).is_dir() {
+                let _ = tree.set_usage(&path, (working_set + cache) * MI, cache * MI);
+            }
+        }
+    }
+}
+
 async fn create_workloads(bed: &Bed) -> Result<(), CliError> {
     let namespaces: Api<core::Namespace> = Api::all(bed.client.clone());
     let ns: core::Namespace =
@@ -307,6 +353,7 @@ fn ready_text(bed: &Bed, tools: &Path) -> String {
          \x20 kubectl get nmp,nmc\n\
          \x20 kubectl nodemem status\n\
          \x20 kubectl nodemem explain numa-database-1\n\
+         \x20 kubectl nodemem recommend batch    (batch is observed, not enforced: enforcement: Observe)\n\
          Then try:\n\
          \x20 edit a policy and watch the canary:  kubectl patch nmp general --type merge -p '{{\"spec\":{{\"memoryQoS\":{{\"throttlingFactor\":0.8}}}}}}'\n\
          \x20 preview a change first:              kubectl nodemem diff -f my-policy.yaml\n\

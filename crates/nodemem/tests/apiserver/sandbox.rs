@@ -7,8 +7,8 @@
 //!    lines, as with `--no-ui` (the live view would print nothing there). Until ready,
 //!    then with the kubectl and PATH it prints: `kubectl get nmp`, a policy of the same
 //!    priority over running pools (no node moves), `kubectl nodemem
-//!    status|explain|diff|pause|resume|rollback`. `diff` is
-//!    checked against `nodemem simulate` on the same node and pods, and against the
+//!    status|explain|recommend|diff|pause|resume|rollback` (recommend on the observed
+//!    batch pool). `diff` is checked against `nodemem simulate` on the same node and pods, and against the
 //!    cgroup files the agents write after the change is applied; SIGINT then leaves no
 //!    process and no directory behind.
 
@@ -527,6 +527,28 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     assert!(
         table.contains("POLICY") && table.contains("numa-database"),
         "{table}"
+    );
+
+    // recommend: the observed batch pool (its containers' memory use written into
+    // their cgroups by the sandbox) gets a factor once six containers were seen for a
+    // minute; report on batch-1 (1800Mi, limit 2Gi) needs 0.85.
+    let recommended = wait_until("batch's recommendation", Duration::from_secs(120), || {
+        let r = shell.run("kubectl", &["nodemem", "recommend", "batch"]);
+        (r.code == 0 && r.stdout.contains("Recommended")).then_some(r.stdout)
+    });
+    assert!(
+        recommended.contains("throttlingFactor 0.85 keeps 100% of 6 container(s) under memory.high (target 99%); the current 0.8 throttles 16.67%"),
+        "{recommended}"
+    );
+    let batch = shell.kubectl(&["nodemem", "recommend", "batch", "-o", "yaml"]);
+    assert!(batch.contains("throttlingFactor: 0.85"), "{batch}");
+    assert!(batch.contains("enforcement: Observe"), "{batch}");
+    let batch_nmc = shell.json(&["get", "nmc", "batch-1", "-o", "json"]);
+    let observation = &batch_nmc["status"]["observation"];
+    assert_eq!(observation["throttledContainers"], 1, "{observation:#}");
+    assert_eq!(
+        observation["worst"][0]["container"], "report",
+        "{observation:#}"
     );
 
     // explain: the NUMA database node's Guaranteed pods are pinned, values as set.
