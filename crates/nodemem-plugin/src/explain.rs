@@ -33,6 +33,13 @@ pub struct ExplainReport {
     /// NoConfig.
     pub rollout_state: String,
     pub conditions: Vec<ConditionRow>,
+    /// How the config reaches the node: Agent, Kubelet, or Observe (the pods' values
+    /// are then what enforcement would set; nothing is written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<String>,
+    /// What the agent observed of its containers against memory.high.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observation: Option<nodemem_api::config::ObservationSummary>,
     pub pods: Vec<PodValues>,
     /// Pods the agent cannot read, and settings the node cannot satisfy.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -280,6 +287,10 @@ pub fn build(
         policy_revision,
         rollout_state,
         conditions,
+        enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
+        observation: config
+            .and_then(|c| c.status.as_ref())
+            .and_then(|st| st.observation.clone()),
         pods: pods_out,
         problems,
     }
@@ -322,6 +333,43 @@ pub fn render_table(r: &ExplainReport) -> String {
         }
         let _ = writeln!(out, "\nAgent:\n{}", crate::render::text(&t));
     }
+    if let Some(o) = &r.observation {
+        let what = if o.enforced {
+            "throttled (memory.high set)"
+        } else {
+            "would be throttled (memory.high not set: enforcement: Observe)"
+        };
+        let _ = writeln!(
+            out,
+            "\nObservation (revision {}, since {}, {} s): {} of {} container(s) {what}",
+            o.revision, o.since.0, o.observed_seconds, o.throttled_containers, o.containers
+        );
+        if !o.worst.is_empty() {
+            let mut t = table(&[
+                "POD",
+                "CONTAINER",
+                "MEMORY.HIGH",
+                "PEAK WORKING SET",
+                "MEMORY.PEAK",
+                "SECONDS ABOVE",
+                "MOST ABOVE",
+                "HIGH EVENTS",
+            ]);
+            for w in &o.worst {
+                t.add_row(vec![
+                    w.pod.clone(),
+                    w.container.clone(),
+                    w.memory_high.to_string(),
+                    w.peak_working_set.to_string(),
+                    w.memory_peak.map_or("-".into(), |p| p.to_string()),
+                    w.seconds_above_high.to_string(),
+                    w.max_excess_bytes.to_string(),
+                    w.throttle_events.to_string(),
+                ]);
+            }
+            let _ = writeln!(out, "{}", crate::render::text(&t));
+        }
+    }
     let mut t = table(&[
         "NAMESPACE",
         "POD",
@@ -344,9 +392,14 @@ pub fn render_table(r: &ExplainReport) -> String {
             dash(&p.cpuset_mems),
         ]);
     }
+    let observed = if r.enforcement.as_deref() == Some("Observe") {
+        ", the values enforcement would set (enforcement: Observe writes none)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
-        "\nPods ({}):\n{}",
+        "\nPods ({}{observed}):\n{}",
         r.pods.len(),
         crate::render::text(&t)
     );
@@ -354,4 +407,91 @@ pub fn render_table(r: &ExplainReport) -> String {
         let _ = writeln!(out, "problem: {p}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_api::config::{ObservationSummary, ObservedContainer};
+
+    fn report(enforcement: &str, enforced: bool) -> ExplainReport {
+        ExplainReport {
+            node: "batch-1".into(),
+            policy: Some("batch".into()),
+            why: "batch is the only policy that selects it".into(),
+            candidates: Vec::new(),
+            config_revision: Some("r1".into()),
+            policy_revision: Some("r1".into()),
+            rollout_state: "Ready".into(),
+            conditions: Vec::new(),
+            enforcement: Some(enforcement.into()),
+            observation: Some(ObservationSummary {
+                revision: "r1".into(),
+                enforced,
+                since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+                ),
+                observed_seconds: 75,
+                containers: 3,
+                throttled_containers: 1,
+                fitting_by_factor: vec![2; 20],
+                worst: vec![ObservedContainer {
+                    pod: "sandbox/report-batch-1".into(),
+                    container: "report".into(),
+                    memory_high: 1_825_361_920,
+                    peak_working_set: 1_887_436_800,
+                    memory_peak: Some(2_097_152_000),
+                    seconds_above_high: 60,
+                    max_excess_bytes: 62_074_880,
+                    throttle_events: 0,
+                }],
+            }),
+            pods: vec![PodValues {
+                namespace: "sandbox".into(),
+                name: "report-batch-1".into(),
+                qos_class: "Burstable".into(),
+                admission: "Managed".into(),
+                memory_min: None,
+                memory_low: None,
+                memory_high: Some("1825361920".into()),
+                cpuset_mems: None,
+            }],
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_observed_node_shows_what_enforcement_would_do_and_who_it_would_throttle() {
+        let out = render_table(&report("Observe", false));
+        assert!(
+            out.contains("Observation (revision r1, since 2027-01-15T08:00:00Z, 75 s): 1 of 3 container(s) would be throttled (memory.high not set: enforcement: Observe)"),
+            "{out}"
+        );
+        let row = out
+            .lines()
+            .find(|l| l.contains("sandbox/report-batch-1"))
+            .unwrap();
+        for cell in [
+            "report",
+            "1825361920",
+            "1887436800",
+            "2097152000",
+            "60",
+            "62074880",
+        ] {
+            assert!(row.contains(cell), "{cell} in {row}");
+        }
+        assert!(
+            out.contains(
+                "Pods (1, the values enforcement would set (enforcement: Observe writes none)):"
+            ),
+            "{out}"
+        );
+        let enforced = render_table(&report("Agent", true));
+        assert!(
+            enforced.contains("1 of 3 container(s) throttled (memory.high set)"),
+            "{enforced}"
+        );
+        assert!(enforced.contains("Pods (1):"), "{enforced}");
+    }
 }
