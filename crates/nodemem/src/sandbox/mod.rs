@@ -210,7 +210,7 @@ async fn sandbox(
         }
         // The observed pool's containers use memory as their workloads would (the
         // files a kernel keeps; written again while their cgroups come and go).
-        if ticks % 10 == 0 {
+        if ticks.is_multiple_of(10) {
             use_memory(&bed).await;
         }
         ticks += 1;
