@@ -410,6 +410,9 @@ impl ClusterAgent {
                 let (observed, throttled) = observer.counts();
                 self.metrics
                     .observation(observed, throttled, started.elapsed().as_secs_f64());
+                // Something status should say now (a container newly throttled, the
+                // first figures after a change): a whole-node pass writes it.
+                resync |= observer.news();
             }
             let changed = any_changed;
             let listed = config_listed && pods_listed && node_listed && relisting_pods.is_none();
@@ -767,7 +770,7 @@ impl ClusterAgent {
                             // The summary moves with every sample: it goes to status
                             // on whole-node passes, not on every pod event.
                             s.observation = if matches!(reach, Reach::Node) {
-                                observer.summary()
+                                observer.report()
                             } else {
                                 last.and_then(|l| l.observation.clone())
                                     .filter(|o| o.revision == config.revision)

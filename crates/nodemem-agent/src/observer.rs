@@ -99,6 +99,31 @@ pub struct Observer {
     retired: Tally,
     /// The worst of the containers gone since.
     retired_worst: Vec<(String, Tracked)>,
+    /// The counts and the worst containers the last summary put in status.
+    reported: Option<Headline>,
+}
+
+/// What makes a summary worth a status write before the next resync: how many
+/// containers, how many throttled, and which are the worst.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Headline {
+    containers: i32,
+    throttled: i32,
+    worst: Vec<(String, String)>,
+}
+
+impl Headline {
+    fn of(s: &ObservationSummary) -> Self {
+        Headline {
+            containers: s.containers,
+            throttled: s.throttled_containers,
+            worst: s
+                .worst
+                .iter()
+                .map(|w| (w.pod.clone(), w.container.clone()))
+                .collect(),
+        }
+    }
 }
 
 impl Default for Observer {
@@ -111,6 +136,7 @@ impl Default for Observer {
             tracked: BTreeMap::new(),
             retired: Tally::default(),
             retired_worst: Vec::new(),
+            reported: None,
         }
     }
 }
@@ -233,6 +259,21 @@ impl Observer {
                 .map(|(_, t)| observed(&t))
                 .collect(),
         })
+    }
+
+    /// Whether the summary tells something the last one in status did not (containers
+    /// first seen, newly throttled, another worst one): then it is worth a whole-node
+    /// pass before the next resync. Figures that only grow (seconds, peaks) wait.
+    pub fn news(&self) -> bool {
+        self.summary()
+            .is_some_and(|s| self.reported.as_ref() != Some(&Headline::of(&s)))
+    }
+
+    /// The summary as it goes into status, remembered for [`Observer::news`].
+    pub fn report(&mut self) -> Option<ObservationSummary> {
+        let s = self.summary();
+        self.reported = s.as_ref().map(Headline::of);
+        s
     }
 
     /// Containers observed now, and those of them throttled (or that would be).
@@ -377,7 +418,15 @@ mod tests {
             &desired,
             &[("web", 210, 0), ("gold", 120, 0), ("batch", 12, 0)],
         );
-        let s = o.summary().unwrap();
+        assert!(o.news(), "first figures");
+        let s = o.report().unwrap();
+        assert!(!o.news(), "reported");
+        sample(
+            &mut o,
+            &desired,
+            &[("web", 205, 0), ("gold", 120, 0), ("batch", 12, 0)],
+        );
+        assert!(!o.news(), "only figures that grow changed");
         assert_eq!((s.revision.as_str(), s.enforced), ("r1", false));
         assert_eq!(s.containers, 2, "the Guaranteed one has no memory.high");
         assert_eq!(s.throttled_containers, 1);
