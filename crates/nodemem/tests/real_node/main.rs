@@ -407,6 +407,7 @@ async fn install_nodemem_and_check_its_agent(
 
     if driver == Driver::Systemd {
         reaction_to_real_container_starts(node, client, &agent_ip).await;
+        observation_on_a_real_kernel(node, driver, client, admin).await;
     }
 
     assert!(
@@ -1359,4 +1360,133 @@ fn v137_fix(
         return Some(V137_KUBEPODS_LOW);
     }
     None
+}
+
+/// Issue 19 on the real kernel: under `enforcement: Observe` (factor 0.5: memory.high
+/// would be 64Mi + 0.5 x 192Mi = 160Mi) a container holding 200Mi is reported as one
+/// memory.high would throttle, with its working set as the kernel counts it and the
+/// kernel's memory.peak; a container that fills 200Mi of page cache beside a 16Mi
+/// working set is charged for it (memory.current) and not reported; nothing is written.
+async fn observation_on_a_real_kernel(
+    node: &mut RealNode,
+    driver: Driver,
+    client: &kube::Client,
+    admin: &Path,
+) {
+    const MI: i64 = 1 << 20;
+    let name = node.name.clone();
+    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+    let before = configs.get(&name).await.unwrap().spec.revision;
+    kubectl(
+        admin,
+        &[
+            "patch",
+            "nmp",
+            "real",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"enforcement":"Observe","memoryQoS":{"throttlingFactor":0.5}}}"#,
+        ],
+    )
+    .unwrap();
+    let status = config_applied(
+        client,
+        admin,
+        &name,
+        Some(&before),
+        Duration::from_secs(180),
+    )
+    .await;
+    let applied = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Applied")
+        .unwrap();
+    assert_eq!(applied.reason, "Observing", "{applied:?}");
+
+    let image = "nodemem.local/workload:1";
+    let resources =
+        json!({"requests": {"memory": "64Mi", "cpu": "10m"}, "limits": {"memory": "256Mi"}});
+    let pod = |pod: &str, args: &[&str]| -> core::Pod {
+        serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"nodeName": name,
+            "containers": [{"name": "w", "image": image, "imagePullPolicy": "Never",
+                "args": args, "resources": resources}]}}))
+        .unwrap()
+    };
+    start_pods(
+        client,
+        &[
+            pod("grows", &["-allocate", "200Mi"]),
+            pod("caches", &["-allocate", "16Mi", "-cache", "200Mi"]),
+        ],
+    )
+    .await;
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    let dir =
+        |uid: String, id: String| container_dir(driver, &pod_dir(driver, "Burstable", &uid), &id);
+    let grows = dir(
+        pods.get("grows").await.unwrap().metadata.uid.unwrap(),
+        container_id(&pods, "grows").await,
+    );
+    let caches = dir(
+        pods.get("caches").await.unwrap().metadata.uid.unwrap(),
+        container_id(&pods, "caches").await,
+    );
+    // The page cache is real and charged to the container.
+    let (stat, code) = node
+        .run(&format!("cat {caches}/memory.current; grep -E '^(inactive_file|active_file) ' {caches}/memory.stat"))
+        .unwrap();
+    assert_eq!(code, 0, "{stat}");
+    let current: i64 = stat.lines().next().unwrap().trim().parse().unwrap();
+    assert!(current >= 200 * MI, "the cache is charged: {stat}");
+
+    let observed = eventually(
+        "grows reported as throttled",
+        Duration::from_secs(180),
+        || async {
+            let o = configs.get(&name).await.ok()?.status?.observation?;
+            o.worst
+                .iter()
+                .any(|w| w.pod == "default/grows")
+                .then_some(o)
+        },
+    )
+    .await;
+    assert!(!observed.enforced, "{observed:?}");
+    let w = observed
+        .worst
+        .iter()
+        .find(|w| w.pod == "default/grows")
+        .unwrap();
+    let high = 64 * MI + 96 * MI;
+    assert_eq!(w.memory_high, high, "{w:?}");
+    // The working set the kernel counts: the 200Mi touched, plus the runtime's own.
+    assert!(
+        (200 * MI..240 * MI).contains(&w.peak_working_set),
+        "peak working set {} MiB: {w:?}",
+        w.peak_working_set >> 20
+    );
+    assert!(
+        w.memory_peak.is_some_and(|p| p >= w.peak_working_set),
+        "memory.peak (6.1 has it) is at least the working set: {w:?}"
+    );
+    assert_eq!(w.max_excess_bytes, w.peak_working_set - high, "{w:?}");
+    assert!(
+        observed.worst.iter().all(|w| w.pod != "default/caches"),
+        "page cache is no working set: {observed:?}"
+    );
+    // Observe wrote nothing: the kernel's defaults.
+    for c in [&grows, &caches] {
+        let (high, _) = node.run(&format!("cat {c}/memory.high")).unwrap();
+        assert_eq!(high.trim(), "max", "{c}");
+    }
+    eprintln!(
+        "observed on the real kernel: grows {} MiB (memory.peak {} MiB) against a would-be memory.high of 160 MiB; caches {} MiB charged, not counted",
+        w.peak_working_set >> 20,
+        w.memory_peak.unwrap_or(0) >> 20,
+        current >> 20
+    );
+    for p in ["grows", "caches"] {
+        pods.delete(p, &Default::default()).await.unwrap();
+    }
 }

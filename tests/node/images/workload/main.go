@@ -1,9 +1,11 @@
 // workload is the real node's test workload: it allocates the given amount of memory,
 // touches every page so that it is resident (and charged to the container's cgroup),
 // reports it, and sleeps until SIGINT or SIGTERM; with -exit it ends there instead (an
-// init container).
+// init container). With -cache it also writes a file of that size and syncs it: page
+// cache charged to the container's cgroup that the kernel can reclaim at will, which is
+// no working set.
 //
-//	workload [-allocate 64Mi] [-exit]
+//	workload [-allocate 64Mi] [-cache 200Mi] [-exit]
 package main
 
 import (
@@ -31,10 +33,42 @@ func parseBytes(text string) (int64, error) {
 	return strconv.ParseInt(text, 10, 64)
 }
 
+// fillCache writes n bytes to path and syncs them: clean file pages in the page cache.
+func fillCache(path string, n int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i)
+	}
+	for written := int64(0); written < n; written += int64(len(chunk)) {
+		if _, err := f.Write(chunk[:min(int64(len(chunk)), n-written)]); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
 func main() {
 	allocate := flag.String("allocate", "0", "memory to allocate and keep resident (64Mi, 1Gi, bytes)")
+	cache := flag.String("cache", "0", "page cache to fill by writing a file of this size")
 	exit := flag.Bool("exit", false, "exit once the memory is resident (an init container)")
 	flag.Parse()
+	c, err := parseBytes(*cache)
+	if err != nil || c < 0 {
+		fmt.Fprintf(os.Stderr, "workload: -cache %q: not an amount of memory\n", *cache)
+		os.Exit(2)
+	}
+	if c > 0 {
+		if err := fillCache("/cache-file", c); err != nil {
+			fmt.Fprintf(os.Stderr, "workload: -cache: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("workload: %d bytes of page cache\n", c)
+	}
 	n, err := parseBytes(*allocate)
 	if err != nil || n < 0 {
 		fmt.Fprintf(os.Stderr, "workload: -allocate %q: not an amount of memory\n", *allocate)
