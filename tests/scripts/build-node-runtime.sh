@@ -48,6 +48,23 @@ trap 'rm -rf "$work"' EXIT
 # new_module and build_to (shared with the other Go-module builds).
 source "$(dirname "$0")/go-modules.sh"
 
+# containerd, runc and the CNI plugins do not depend on the image programs: a build of
+# the same versions for other image programs is copied rather than built again.
+for other in "$CACHE"/bin/node-containerd-"$CONTAINERD_VERSION"-runc-"$RUNC_VERSION"-seccomp-cni-"$CNI_VERSION"-images-*; do
+  [[ "$other" != "$OUT" ]] || continue
+  reusable=1
+  for f in containerd containerd-shim-runc-v2 ctr runc cni/loopback cni/bridge cni/host-local; do
+    [[ -x "$other/$f" ]] || reusable=0
+  done
+  if [[ $reusable == 1 ]]; then
+    echo ">> reusing containerd, runc and the CNI plugins from $other" >&2
+    for f in containerd containerd-shim-runc-v2 ctr runc cni/loopback cni/bridge cni/host-local; do
+      [[ -x "$OUT/$f" ]] || cp -a "$other/$f" "$OUT/$f"
+    done
+    break
+  fi
+done
+
 if [[ ! -x "$OUT/containerd" || ! -x "$OUT/containerd-shim-runc-v2" || ! -x "$OUT/ctr" ]]; then
   echo ">> building containerd $CONTAINERD_VERSION (containerd, containerd-shim-runc-v2, ctr)" >&2
   pkgs=(github.com/containerd/containerd/v2/cmd/containerd

@@ -29,6 +29,7 @@ use crate::health::{verdict, Baseline};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use crate::metrics::{self, Metrics, PodSignals, Trigger};
 use crate::observer::Observer;
+use crate::relief::Relief;
 use crate::status::{add_state_recovered, condition, differs, status, PassOutcome};
 use crate::status_writer::StatusWriter;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
@@ -65,6 +66,9 @@ pub struct ClusterAgent {
     pub observe_every: Option<Duration>,
     /// What the managed containers did against memory.high.
     observer: std::sync::Mutex<Observer>,
+    /// Relief for containers memory.high chokes, and where their PSI triggers fire.
+    relief: std::sync::Mutex<Relief>,
+    relief_fired: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
 }
 
 impl ClusterAgent {
@@ -74,6 +78,7 @@ impl ClusterAgent {
         kubelet: KubeletModeConfig,
         resync: Duration,
     ) -> Self {
+        let (relief, fired) = Relief::new();
         ClusterAgent {
             node_name,
             engine,
@@ -87,15 +92,29 @@ impl ClusterAgent {
             runtime_records: Default::default(),
             observe_every: Some(Duration::from_secs(10)),
             observer: Default::default(),
+            relief: std::sync::Mutex::new(relief),
+            relief_fired: std::sync::Mutex::new(Some(fired)),
         }
     }
 
     async fn event(&self, reference: &ObjectReference, reason: &str, note: &str, action: &str) {
+        self.event_of(EventType::Warning, reference, reason, note, action)
+            .await
+    }
+
+    async fn event_of(
+        &self,
+        type_: EventType,
+        reference: &ObjectReference,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
         let Some(recorder) = &self.recorder else {
             return;
         };
         let event = KubeEvent {
-            type_: EventType::Warning,
+            type_,
             reason: reason.to_string(),
             note: Some(note.chars().take(1000).collect()),
             action: action.to_string(),
@@ -103,6 +122,52 @@ impl ClusterAgent {
         };
         if let Err(e) = recorder.publish(&event, reference).await {
             warn!(error = %e, "event not recorded");
+        }
+    }
+
+    /// An Event on the pod of each relief decision, and its metric.
+    async fn relief_events(&self, decisions: &[crate::relief::Decision]) {
+        use nodemem_model::relief::Action;
+        for d in decisions {
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(d.namespace.clone()),
+                name: Some(d.pod.clone()),
+                uid: Some(d.uid.clone()),
+                ..ObjectReference::default()
+            };
+            let (type_, reason, note) = match d.action {
+                Action::Nothing => continue,
+                Action::Relieve { to, until: _ } => (
+                    EventType::Warning,
+                    "MemoryHighRelieved",
+                    format!(
+                        "container {}: memory.high raised from {} to {} for the policy's relief period: PSI full avg10 {:.2}% with its working set at memory.high",
+                        d.container,
+                        d.memory_high,
+                        to.map_or("max".to_string(), |b| b.to_string()),
+                        d.full_avg10
+                    ),
+                ),
+                Action::Restore { to } => (
+                    EventType::Normal,
+                    "MemoryHighRestored",
+                    format!("container {}: memory.high back to {to} after its relief", d.container),
+                ),
+                Action::Report { last_relief_ended } => (
+                    EventType::Warning,
+                    "ReliefRefused",
+                    format!(
+                        "container {}: choking again (PSI full avg10 {:.2}% at memory.high {}) within the repeat window after its last relief (ended {} s into the agent's run): reported, not relieved; raise its memory limit or the policy's throttlingFactor",
+                        d.container, d.full_avg10, d.memory_high, last_relief_ended
+                    ),
+                ),
+            };
+            self.metrics.relief(reason);
+            info!(pod = %format!("{}/{}", d.namespace, d.pod), container = %d.container, reason, "{note}");
+            self.event_of(type_, &reference, reason, &note, "Relieve")
+                .await;
         }
     }
 
@@ -144,6 +209,8 @@ enum Update {
     Resync,
     /// Time to sample the managed containers.
     Sample,
+    /// A container's PSI trigger fired (its cgroup).
+    Pressure(String),
 }
 
 fn watch<K>(
@@ -202,6 +269,16 @@ impl ClusterAgent {
             .boxed(),
             None => futures::stream::pending().boxed(),
         };
+        let fired = self
+            .relief_fired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("run is called once");
+        let pressure = futures::stream::unfold(fired, |mut rx| async {
+            let path = rx.recv().await?;
+            Some((Ok(Update::Pressure(path)), rx))
+        });
         let driver = engine.discovery().cgroup_driver;
         let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
             .expect("a constant path");
@@ -220,6 +297,7 @@ impl ClusterAgent {
             namespace_events.boxed(),
             resync.boxed(),
             samples,
+            pressure.boxed(),
         ]);
 
         let mut index = NodeIndex::new(node);
@@ -296,6 +374,7 @@ impl ClusterAgent {
             let mut node_wide = false;
             let mut resync = false;
             let mut sample = false;
+            let mut fired: Vec<String> = Vec::new();
             let mut reaction_since: Option<std::time::Instant> = None;
             let mut appeared: BTreeSet<String> = BTreeSet::new();
             for update in batch {
@@ -392,6 +471,7 @@ impl ClusterAgent {
                     }
                     Update::Resync => resync = true,
                     Update::Sample => sample = true,
+                    Update::Pressure(path) => fired.push(path),
                 }
                 if changed {
                     any_changed = true;
@@ -413,6 +493,26 @@ impl ClusterAgent {
                 // Something status should say now (a container newly throttled, the
                 // first figures after a change): a whole-node pass writes it.
                 resync |= observer.news();
+            }
+            // Relief: containers whose trigger fired, and on each tick those under way.
+            if sample || !fired.is_empty() {
+                let decisions = {
+                    let mut relief = self.relief.lock().unwrap_or_else(|e| e.into_inner());
+                    let due = relief.due(&fired);
+                    let decisions =
+                        relief.step(&due, |path| crate::relief::read(engine.cgroup_fs(), path));
+                    if !decisions.is_empty() {
+                        // The next (whole-node) pass writes the raised or restored
+                        // memory.high, systemd's record of the unit included.
+                        engine.set_relief(relief.overrides());
+                        resync = true;
+                    }
+                    let (watched, polled) = relief.watched();
+                    self.metrics
+                        .relief_watch(watched, polled, relief.overrides().len());
+                    decisions
+                };
+                self.relief_events(&decisions).await;
             }
             let changed = any_changed;
             let listed = config_listed && pods_listed && node_listed && relisting_pods.is_none();
@@ -734,11 +834,17 @@ impl ClusterAgent {
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
                                 .update(&config.revision, &readings);
+                            let reliefs = self
+                                .relief
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .reliefs_since(&config.revision);
                             verdict(
                                 signals,
                                 current_full,
                                 &config.health,
                                 report.failed.len() + report.deferred.len(),
+                                reliefs,
                             )
                         });
                         let mut s = status(
@@ -776,6 +882,20 @@ impl ClusterAgent {
                                     .filter(|o| o.revision == config.revision)
                             };
                         }
+                        // Relief only where the agent enforces (validation refuses it
+                        // elsewhere; a config that says otherwise relieves nothing).
+                        let mut relief = self.relief.lock().unwrap_or_else(|e| e.into_inner());
+                        let relief_settings = settings.relief.filter(|_| {
+                            settings.enforcement == nodemem_model::policy::Enforcement::Agent
+                        });
+                        let raised = relief.refresh(
+                            &config.revision,
+                            relief_settings,
+                            &desired,
+                            engine.cgroup_fs(),
+                        );
+                        engine.set_relief(raised);
+                        s.relief = relief.summary();
                         s
                     }
                     Err(e) => {

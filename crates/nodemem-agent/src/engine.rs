@@ -223,6 +223,9 @@ pub struct NodeEngine {
     kubelet: Option<KubeletSettings>,
     /// What the last pass left to the kubelet.
     conflict: Option<KubeletConflict>,
+    /// memory.high of containers relief raised (cgroup -> bytes, None: `max`): kept
+    /// over the policy's value until relief ends.
+    relief: std::collections::BTreeMap<String, Option<i64>>,
     /// The node facts discovery gave (allocatable memory is set per pass).
     facts: NodeFacts,
     /// The Memory Manager as the last pass left it, and the reservedMemory it was built
@@ -319,6 +322,7 @@ impl NodeEngine {
             kubelet_files: config.kubelet.clone(),
             kubelet: None,
             conflict: None,
+            relief: Default::default(),
             facts,
             manager: None,
             saved_owned: owned.clone(),
@@ -415,6 +419,37 @@ impl NodeEngine {
         out
     }
 
+    /// The containers whose memory.high relief raises (cgroup -> bytes, None: `max`);
+    /// the next pass writes them, and the policy's value again for those left out.
+    pub fn set_relief(&mut self, raised: std::collections::BTreeMap<String, Option<i64>>) {
+        self.relief = raised;
+    }
+
+    /// Relief's memory.high over the policy's, where memory.high is set at all.
+    fn apply_relief(&self, desired: &mut DesiredNode<'_>) {
+        if self.relief.is_empty() {
+            return;
+        }
+        for c in desired
+            .pods
+            .iter_mut()
+            .flat_map(|p| p.containers.iter_mut())
+        {
+            let Some(raised) = c.path.as_ref().and_then(|p| self.relief.get(p)) else {
+                continue;
+            };
+            if c.values.get(nodemem_model::cgroup::MEMORY_HIGH).is_some() {
+                c.values.insert(
+                    nodemem_model::cgroup::MEMORY_HIGH,
+                    match raised {
+                        Some(bytes) => nodemem_model::cgroup::CgroupValue::Bytes(*bytes),
+                        None => nodemem_model::cgroup::CgroupValue::max(),
+                    },
+                );
+            }
+        }
+    }
+
     /// The cgroup tree, for reads beside the passes (the observation's samples).
     pub fn cgroup_fs(&self) -> &CgroupFs {
         &self.fs
@@ -461,7 +496,7 @@ impl NodeEngine {
         } else {
             None
         };
-        let desired = desired_node(NodeInput {
+        let mut desired = desired_node(NodeInput {
             settings,
             facts: &self.facts,
             pods,
@@ -474,6 +509,7 @@ impl NodeEngine {
                 .map(|p| format!("this node cannot satisfy it: {p}"))
                 .collect(),
         })?;
+        self.apply_relief(&mut desired);
         self.conflict = self
             .kubelet
             .as_ref()

@@ -94,12 +94,14 @@ impl Baseline {
     }
 }
 
-/// The verdict for these signals; `write_errors` failed writes in the last pass.
+/// The verdict for these signals; `write_errors` failed writes in the last pass,
+/// `reliefs` containers relief had to raise memory.high for since the revision.
 pub fn verdict(
     signals: RevisionSignals,
     current_full: f64,
     limits: &HealthSpec,
     write_errors: usize,
+    reliefs: u64,
 ) -> Verdict {
     let (healthy, reason, message) = if write_errors > 0 {
         (
@@ -114,6 +116,15 @@ pub fn verdict(
             format!(
                 "{} OOM kill(s) in managed pods since revision {} was applied (tolerated: {})",
                 signals.oom_kills, signals.revision, limits.max_oom_kills
+            ),
+        )
+    } else if reliefs > u64::try_from(limits.max_reliefs).unwrap_or(0) {
+        (
+            false,
+            "ReliefNeeded",
+            format!(
+                "{reliefs} container(s) needed relief from memory.high since revision {} was applied (tolerated: {}): the revision chokes them",
+                signals.revision, limits.max_reliefs
             ),
         )
     } else if current_full > f64::from(limits.max_full_memory_pressure_percent) {
@@ -162,7 +173,7 @@ mod tests {
         // Counters that existed before the revision do not count.
         let s = b.update("r1", &BTreeMap::from([("a".into(), r(10, 4, 0.0))]));
         assert_eq!((s.throttle_events, s.oom_kills), (0, 0));
-        assert!(verdict(s, 0.0, &limits, 0).healthy);
+        assert!(verdict(s, 0.0, &limits, 0, 0).healthy);
         let s = b.update(
             "r1",
             &BTreeMap::from([("a".into(), r(15, 6, 1.5)), ("b".into(), r(3, 1, 0.0))]),
@@ -173,14 +184,14 @@ mod tests {
             "a: +5 +2, b (new): 3, 1"
         );
         assert!(
-            verdict(s.clone(), 1.5, &limits, 0).healthy,
+            verdict(s.clone(), 1.5, &limits, 0, 0).healthy,
             "3 OOM kills are tolerated"
         );
         // Pod a goes away: its counts stay; b kills once more: 4 > 3.
         let s = b.update("r1", &BTreeMap::from([("b".into(), r(3, 2, 0.5))]));
         assert_eq!(s.oom_kills, 4);
         assert_eq!(s.peak_full_memory_pressure, 1.5);
-        let v = verdict(s, 0.5, &limits, 0);
+        let v = verdict(s, 0.5, &limits, 0, 0);
         assert_eq!((v.healthy, v.reason), (false, "OOMKillBurst"));
         assert!(
             v.message
@@ -198,18 +209,30 @@ mod tests {
         let limits = HealthSpec {
             max_oom_kills: 0,
             max_full_memory_pressure_percent: 10,
+            max_reliefs: 1,
         };
         let signals = RevisionSignals {
             revision: "r".into(),
             ..RevisionSignals::default()
         };
-        let v = verdict(signals.clone(), 12.5, &limits, 0);
+        let v = verdict(signals.clone(), 12.5, &limits, 0, 0);
         assert_eq!((v.healthy, v.reason), (false, "SustainedMemoryPressure"));
         assert!(v.message.contains("12.50% of the time"), "{}", v.message);
         assert_eq!(
-            verdict(signals.clone(), 0.0, &limits, 2).reason,
+            verdict(signals.clone(), 0.0, &limits, 2, 0).reason,
             "WriteErrors"
         );
-        assert!(verdict(signals, 9.9, &limits, 0).healthy);
+        assert!(
+            verdict(signals.clone(), 9.9, &limits, 0, 1).healthy,
+            "one relief tolerated"
+        );
+        let v = verdict(signals, 0.0, &limits, 0, 2);
+        assert_eq!((v.healthy, v.reason), (false, "ReliefNeeded"));
+        assert!(
+            v.message
+                .starts_with("2 container(s) needed relief from memory.high since revision r"),
+            "{}",
+            v.message
+        );
     }
 }

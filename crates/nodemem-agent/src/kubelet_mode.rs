@@ -385,6 +385,9 @@ impl KubeletMode {
     ) -> Result<(), (&'static str, String)> {
         let restart = &self.config.restart;
         let mut seen: Option<(SystemTime, Instant)> = None;
+        // Whether any new kubelet ran meanwhile: the last look may fall between two of
+        // a crash-looping kubelet's processes, which is still "did not stay up".
+        let mut any_new = false;
         loop {
             let now = kubelet_started_at(&self.config.proc_root);
             match (now, seen) {
@@ -395,11 +398,12 @@ impl KubeletMode {
                 }
                 (Some(started), _) if Some(started) != before => {
                     seen = Some((started, Instant::now()));
+                    any_new = true;
                 }
                 _ => seen = None,
             }
             if Instant::now() >= deadline {
-                let what = if seen.is_some() {
+                let what = if any_new {
                     "the restarted kubelet did not stay up"
                 } else {
                     "no new kubelet process started"

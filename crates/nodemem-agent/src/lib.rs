@@ -12,6 +12,8 @@
 //!   over D-Bus (systemd-driver nodes).
 //! * [`observer`]: what the managed containers' working sets do against memory.high
 //!   (`enforcement: Observe`, and under `Agent` too).
+//! * [`relief`]: `memoryQoS.relief`: PSI triggers per container, memory.high raised for
+//!   a container that chokes at it, then restored; repeat offenders reported.
 //! * [`cgroup_events`]: new cgroups, and which container each is, as they appear.
 //! * [`runtime_record`]: which container a new cgroup is, from the runtime's own record.
 //! * [`once`] and [`output`]: `--once` from files, and what it prints.
@@ -26,6 +28,7 @@ pub mod metrics;
 pub mod observer;
 pub mod once;
 mod output;
+pub mod relief;
 pub mod runtime_record;
 pub mod status;
 mod status_writer;

@@ -48,6 +48,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QosLabel {
     qos: &'static str,
 }
@@ -122,6 +127,10 @@ pub struct Metrics {
     observed_containers: Gauge,
     throttled_containers: Gauge,
     observation_sample_seconds: Histogram,
+    reliefs: Family<ReasonLabel, Counter>,
+    relief_watched: Gauge,
+    relief_polled: Gauge,
+    relieved: Gauge,
     /// At most this many containers get series of their own (0: none).
     container_series_cap: usize,
     ready: AtomicBool,
@@ -161,6 +170,10 @@ impl Metrics {
             observed_containers: Gauge::default(),
             throttled_containers: Gauge::default(),
             observation_sample_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
+            reliefs: Family::default(),
+            relief_watched: Gauge::default(),
+            relief_polled: Gauge::default(),
+            relieved: Gauge::default(),
             container_series_cap: 0,
             ready: AtomicBool::new(false),
             registry: Registry::default(),
@@ -285,7 +298,39 @@ impl Metrics {
             "Time of one observation sample of every managed container",
             m.observation_sample_seconds.clone(),
         );
+        registry.register(
+            "relief_decisions",
+            "Relief decisions on containers memory.high chokes, by reason: MemoryHighRelieved, MemoryHighRestored, ReliefRefused",
+            m.reliefs.clone(),
+        );
+        registry.register(
+            "relief_watched_containers",
+            "Containers watched for relief (memoryQoS.relief)",
+            m.relief_watched.clone(),
+        );
+        registry.register(
+            "relief_polled_containers",
+            "Watched containers without a PSI trigger, read on every tick instead",
+            m.relief_polled.clone(),
+        );
+        registry.register(
+            "relieved_containers",
+            "Containers whose memory.high relief raises now",
+            m.relieved.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// A relief decision (its Event reason).
+    pub fn relief(&self, reason: &'static str) {
+        self.reliefs.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Containers watched for relief, of them read on every tick, and relieved now.
+    pub fn relief_watch(&self, watched: usize, polled: usize, relieved: usize) {
+        self.relief_watched.set(watched as i64);
+        self.relief_polled.set(polled as i64);
+        self.relieved.set(relieved as i64);
     }
 
     /// One observation sample: containers sampled, of them throttled (or that would

@@ -77,6 +77,41 @@ pub struct NodeMemoryConfigStatus {
     /// passes; absent under `enforcement: Kubelet`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observation: Option<ObservationSummary>,
+    /// Relief for containers memory.high chokes (`memoryQoS.relief`), since the
+    /// revision was applied; absent while relief is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relief: Option<ReliefSummary>,
+}
+
+/// What relief did on a node since its revision was applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReliefSummary {
+    /// Containers whose memory.high was raised.
+    pub reliefs: i64,
+    /// Containers that choked again within the repeat window: reported, not relieved.
+    pub refused: i64,
+    /// The containers whose memory.high is raised now (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub relieved: Vec<RelievedContainer>,
+}
+
+/// A container whose memory.high is raised now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelievedContainer {
+    /// namespace/name of the pod.
+    pub pod: String,
+    /// The container's name.
+    pub container: String,
+    /// The memory.high the policy gives it, bytes (restored when relief ends).
+    pub memory_high: i64,
+    /// What memory.high is raised to, bytes (its memory.max); absent: max.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raised_to: Option<i64>,
+    /// When memory.high goes back.
+    pub until: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// A node's observation of its managed containers since its revision was applied.

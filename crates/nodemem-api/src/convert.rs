@@ -203,6 +203,16 @@ fn convert_settings(settings: &NodeSettings, problems: &mut Vec<Problem>) -> Pol
             Enforcement::Kubelet => model::Enforcement::Kubelet,
             Enforcement::Observe => model::Enforcement::Observe,
         },
+        relief: settings.memory_qos.relief.as_ref().map(|r| {
+            let seconds = |v: i32| u64::try_from(v).unwrap_or(0);
+            nodemem_model::relief::ReliefSettings {
+                full_pressure_percent: u32::try_from(r.full_pressure_percent.clamp(1, 100))
+                    .unwrap_or(20),
+                sustained_seconds: seconds(r.sustained_seconds),
+                relief_seconds: seconds(r.relief_seconds),
+                repeat_window_seconds: seconds(r.repeat_window_seconds),
+            }
+        }),
     }
 }
 

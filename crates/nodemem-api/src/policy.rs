@@ -113,6 +113,11 @@ impl Default for RecommendationSpec {
         "rule": "!(has(self.enforcement) && self.enforcement == 'Kubelet' && has(self.memoryQoS) && has(self.memoryQoS.reservationPolicy) && self.memoryQoS.reservationPolicy == 'HardReservation')",
         "message": "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
         "fieldPath": ".enforcement"
+    },
+    {
+        "rule": "!(has(self.memoryQoS) && has(self.memoryQoS.relief)) || !has(self.enforcement) || self.enforcement == 'Agent'",
+        "message": "memoryQoS.relief raises memory.high that the agent set: it needs enforcement: Agent",
+        "fieldPath": ".memoryQoS.relief"
     }
 ]))]
 pub struct NodeSettings {
@@ -204,6 +209,51 @@ pub struct MemoryQosSpec {
     /// for every container and pod with a memory request (KEP-2570 v1.27 behaviour).
     #[serde(default)]
     pub reservation_policy: ReservationPolicy,
+
+    /// Relief for a container memory.high chokes (opt-in; `enforcement: Agent` only):
+    /// when its `full` memory pressure stays above a threshold while its working set
+    /// sits at memory.high, the agent raises that container's memory.high to its
+    /// memory.max (or max) for a while, then puts it back; a container that needs it
+    /// again soon is reported, not relieved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relief: Option<ReliefSpec>,
+}
+
+/// When and for how long the agent relieves a choking container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReliefSpec {
+    /// The container's PSI `full` memory pressure (avg10, percent of time all its
+    /// tasks stalled on memory) above which it is choking.
+    #[serde(default = "default_relief_pressure")]
+    #[schemars(range(min = 1, max = 100))]
+    pub full_pressure_percent: i32,
+    /// How long it must choke before its memory.high is raised.
+    #[serde(default = "default_relief_sustained")]
+    #[schemars(range(min = 10, max = 3600))]
+    pub sustained_seconds: i32,
+    /// How long memory.high stays raised.
+    #[serde(default = "default_relief_seconds")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub relief_seconds: i32,
+    /// A container that chokes again within this long after its relief ended is
+    /// reported (Event, metric, status), not relieved again.
+    #[serde(default = "default_relief_repeat")]
+    #[schemars(range(min = 0, max = 604800))]
+    pub repeat_window_seconds: i32,
+}
+
+fn default_relief_pressure() -> i32 {
+    20
+}
+fn default_relief_sustained() -> i32 {
+    30
+}
+fn default_relief_seconds() -> i32 {
+    300
+}
+fn default_relief_repeat() -> i32 {
+    3600
 }
 
 fn default_true() -> bool {
@@ -220,6 +270,7 @@ impl Default for MemoryQosSpec {
             enabled: true,
             throttling_factor: default_factor(),
             reservation_policy: ReservationPolicy::None,
+            relief: None,
         }
     }
 }
@@ -339,6 +390,11 @@ pub struct HealthSpec {
     #[serde(default = "default_max_full_pressure")]
     #[schemars(range(min = 1, max = 100))]
     pub max_full_memory_pressure_percent: i32,
+    /// Reliefs (`memoryQoS.relief`) tolerated since the revision was applied: a
+    /// revision that makes containers need relief is not healthy.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub max_reliefs: i32,
 }
 
 fn default_max_oom_kills() -> i32 {
@@ -354,6 +410,7 @@ impl Default for HealthSpec {
         HealthSpec {
             max_oom_kills: default_max_oom_kills(),
             max_full_memory_pressure_percent: default_max_full_pressure(),
+            max_reliefs: 0,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! * [`parse`]: parsers for the kernel's formats (`memory.min/low/high/max`,
 //!   `memory.events`, `memory.pressure`, `cpuset.mems[.effective]`, `cgroup.controllers`,
 //!   `cgroup.subtree_control`); every malformed input names the file and the bad token.
+//! * [`psi`]: PSI triggers on `memory.pressure`, to wait for a stall instead of polling.
 //! * [`discover`]: kernel version, cgroup v2 and its controllers at kubepods, cgroup
 //!   driver, base page size, NUMA nodes with memory and hugepages.
 //!
@@ -26,6 +27,7 @@ pub mod fs;
 pub mod own;
 pub mod parse;
 pub mod path;
+pub mod psi;
 pub mod roots;
 pub mod watch;
 

@@ -54,6 +54,8 @@ pub struct PolicySettings {
     pub memory_manager: MemoryManagerSettings,
     pub node_reserved: Option<NodeReserved>,
     pub enforcement: Enforcement,
+    /// Relief for containers memory.high chokes (`enforcement: Agent` only).
+    pub relief: Option<crate::relief::ReliefSettings>,
 }
 
 /// Every semantic problem with the settings, with paths under `spec`.
@@ -66,6 +68,12 @@ pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
         problems.push(Problem::new(
             "spec.enforcement",
             "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
+        ));
+    }
+    if settings.relief.is_some() && settings.enforcement != Enforcement::Agent {
+        problems.push(Problem::new(
+            "spec.memoryQoS.relief",
+            "relief raises memory.high that the agent set: it needs enforcement: Agent",
         ));
     }
     validate_memory_manager(&settings.memory_manager, &mut problems);

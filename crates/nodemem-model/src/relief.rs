@@ -8,10 +8,10 @@
 //! time is in seconds from any fixed origin.
 
 /// The policy's relief settings.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReliefSettings {
     /// PSI `full` (avg10, percent) above which a container is stalled.
-    pub full_pressure_percent: f64,
+    pub full_pressure_percent: u32,
     /// How long it must last before relief.
     pub sustained_seconds: u64,
     /// How long memory.high stays raised.
@@ -38,7 +38,7 @@ impl Reading {
     /// Stalled on memory while its working set sits at memory.high (within 5 %: the
     /// kernel reclaims it back just below the line).
     fn choking(&self, s: &ReliefSettings) -> bool {
-        self.full_avg10 > s.full_pressure_percent
+        self.full_avg10 > f64::from(s.full_pressure_percent)
             && self.working_set as i128 * 100 >= self.memory_high as i128 * 95
     }
 }
@@ -87,6 +87,13 @@ pub struct ContainerRelief {
 }
 
 impl ContainerRelief {
+    /// Whether anything is under way (choking, relieved, or reported and not calm
+    /// yet): such a container is read on every tick, a calm one only when the kernel
+    /// signals pressure.
+    pub fn active(&self) -> bool {
+        self.state != State::Normal
+    }
+
     /// Whether memory.high is raised now.
     pub fn relieved(&self) -> bool {
         matches!(self.state, State::Relieved { .. })
@@ -149,7 +156,7 @@ mod tests {
 
     const MI: i64 = 1 << 20;
     const SETTINGS: ReliefSettings = ReliefSettings {
-        full_pressure_percent: 20.0,
+        full_pressure_percent: 20,
         sustained_seconds: 30,
         relief_seconds: 300,
         repeat_window_seconds: 3600,

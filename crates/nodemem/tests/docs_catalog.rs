@@ -64,6 +64,7 @@ fn every_registered_metric_is_documented_and_nothing_else() {
         failed: 1,
     });
     agent.runtime_records(1, 1);
+    agent.relief("MemoryHighRelieved");
     let controller = ControllerMetrics::new();
     controller.reconciled(0.01);
     controller.write("config", false);
@@ -150,6 +151,7 @@ const NOT_REASONS: &[&str] = &[
     "Failed",
     "Apply",
     "Recover",
+    "Relieve",
     "Pin",
     "Rollout",
     "Static",

@@ -17,6 +17,7 @@ mod observe;
 mod outage;
 mod parallel;
 mod recommend;
+mod relief;
 mod rollout_faults;
 mod runtime_record;
 mod sandbox;

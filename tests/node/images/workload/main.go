@@ -3,9 +3,11 @@
 // reports it, and sleeps until SIGINT or SIGTERM; with -exit it ends there instead (an
 // init container). With -cache it also writes a file of that size and syncs it: page
 // cache charged to the container's cgroup that the kernel can reclaim at will, which is
-// no working set.
+// no working set. With -churn it then maps, touches and unmaps that much memory over
+// and over: each round is charged anew, so above memory.high the kernel throttles it
+// (and reports the stall as memory pressure) for as long as it runs.
 //
-//	workload [-allocate 64Mi] [-cache 200Mi] [-exit]
+//	workload [-allocate 64Mi] [-cache 200Mi] [-churn 32Mi] [-exit]
 package main
 
 import (
@@ -52,9 +54,29 @@ func fillCache(path string, n int64) error {
 	return f.Sync()
 }
 
+// churnForever maps n bytes of anonymous memory, touches every page (each is charged
+// to the cgroup) and unmaps them, in a loop.
+func churnForever(n int) {
+	for {
+		b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "workload: mmap: %v\n", err)
+			os.Exit(1)
+		}
+		for i := 0; i < n; i += 4096 {
+			b[i] = 1
+		}
+		if err := syscall.Munmap(b); err != nil {
+			fmt.Fprintf(os.Stderr, "workload: munmap: %v\n", err)
+			os.Exit(1)
+		}
+	}
+}
+
 func main() {
 	allocate := flag.String("allocate", "0", "memory to allocate and keep resident (64Mi, 1Gi, bytes)")
 	cache := flag.String("cache", "0", "page cache to fill by writing a file of this size")
+	churn := flag.String("churn", "0", "memory to map, touch and unmap over and over, after -allocate")
 	exit := flag.Bool("exit", false, "exit once the memory is resident (an init container)")
 	flag.Parse()
 	c, err := parseBytes(*cache)
@@ -81,6 +103,15 @@ func main() {
 	fmt.Printf("workload: %d bytes resident\n", n)
 	if *exit {
 		return
+	}
+	r, err := parseBytes(*churn)
+	if err != nil || r < 0 {
+		fmt.Fprintf(os.Stderr, "workload: -churn %q: not an amount of memory\n", *churn)
+		os.Exit(2)
+	}
+	if r > 0 {
+		fmt.Printf("workload: churning %d bytes\n", r)
+		go churnForever(int(r))
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)

@@ -1,0 +1,236 @@
+//! `memoryQoS.relief` on a real agent against the real apiserver (issue 19; the real
+//! kernel's side is in the real-node tier): a container stalled on memory at its
+//! memory.high gets its memory.high raised to its memory.max for the relief period,
+//! then restored, with an Event on the pod each time, the node unhealthy for the
+//! revision; choking again within the repeat window is reported, not relieved. A
+//! container just as stalled whose memory is page cache is left alone. The simulated
+//! tree has no PSI triggers, so the agent reads these containers on every tick: the
+//! decisions are the same code as on a node.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams};
+use nodemem_model::cgroup_layout::{container_dir, CgroupDriver, ContainerId, ContainerRuntime};
+use nodemem_model::qos::QosClass;
+use nodemem_testkit::Identity;
+use serde_json::json;
+
+use crate::agent::{configs, simulated_node, spawn_agent};
+use crate::common::{admin, cluster, condition, create_pod, until};
+
+const NODE: &str = "relief-1";
+const NS: &str = "relief-pods";
+const MI: i64 = 1 << 20;
+
+async fn app_dir(pods: &Api<Pod>, name: &str) -> String {
+    let uid = pods.get(name).await.unwrap().metadata.uid.unwrap();
+    let id = ContainerId {
+        runtime: ContainerRuntime::Containerd,
+        id: nodemem_testkit::kubelet::container_id(&uid, "app"),
+    };
+    container_dir(CgroupDriver::Systemd, QosClass::Burstable, &uid, &id)
+}
+
+/// `full avg10` of a memory.pressure file as the kernel writes it.
+fn pressure(full_avg10: f64) -> String {
+    format!(
+        "some avg10={full_avg10:.2} avg60=0.00 avg300=0.00 total=1000\nfull avg10={full_avg10:.2} avg60=0.00 avg300=0.00 total=1000\n"
+    )
+}
+
+async fn pod_events(events: &Api<Event>, pod: &str, reason: &str) -> Vec<Event> {
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_choking_container_is_relieved_then_restored_then_reported() {
+    let cp = cluster();
+    let client = admin().await;
+    let (tree, _kubelet) = simulated_node(&client, NODE, NS, CgroupDriver::Systemd).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for name in ["thrash", "cache"] {
+        create_pod(
+            &pods,
+            json!({"metadata": {"name": name},
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x",
+                    "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}}]}}),
+        )
+        .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE.into())).await.unwrap();
+    let agent = spawn_agent(NODE, tree.root(), dir.path(), &kubeconfig, "agent.log");
+    let logs = || agent.log();
+    let (thrash, cache) = (
+        app_dir(&pods, "thrash").await,
+        app_dir(&pods, "cache").await,
+    );
+    until(
+        "the containers' cgroups",
+        Duration::from_secs(60),
+        &logs,
+        async || {
+            (tree.root().join(&thrash).is_dir() && tree.root().join(&cache).is_dir()).then_some(())
+        },
+    )
+    .await;
+    // memory.high = 64Mi + 0.5 x 192Mi = 160Mi.
+    configs(client.clone())
+        .patch(
+            NODE,
+            &PatchParams::apply("nodemem-controller-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+                "metadata": {"name": NODE},
+                "spec": {"policy": "relief-test", "revision": "rev-1",
+                    "memoryQoS": {"throttlingFactor": 0.5, "reservationPolicy": "None",
+                        "relief": {"fullPressurePercent": 10, "sustainedSeconds": 10,
+                            "reliefSeconds": 10, "repeatWindowSeconds": 600}}},
+            })),
+        )
+        .await
+        .unwrap();
+    let high = (160 * MI).to_string();
+    until(
+        "memory.high written",
+        Duration::from_secs(60),
+        &logs,
+        async || (tree.read(&thrash, "memory.high").ok()? == high).then_some(()),
+    )
+    .await;
+    assert_eq!(tree.read(&cache, "memory.high").unwrap(), high);
+
+    // thrash: at memory.high, stalled half the time; cache: as stalled, but its 200Mi
+    // are page cache beside a 20Mi working set.
+    tree.set_usage(&thrash, 160 * MI, 0).unwrap();
+    tree.set_usage(&cache, 220 * MI, 200 * MI).unwrap();
+    for c in [&thrash, &cache] {
+        std::fs::write(tree.root().join(c).join("memory.pressure"), pressure(50.0)).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let raised = (256 * MI).to_string();
+    until(
+        "thrash relieved",
+        Duration::from_secs(60),
+        &logs,
+        async || (tree.read(&thrash, "memory.high").ok()? == raised).then_some(()),
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(9),
+        "relieved after {:?}: sooner than sustainedSeconds",
+        started.elapsed()
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let relieved = until(
+        "the MemoryHighRelieved event",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            pod_events(&events, "thrash", "MemoryHighRelieved")
+                .await
+                .pop()
+        },
+    )
+    .await;
+    let note = relieved.note.unwrap_or_default();
+    assert!(
+        note.starts_with(&format!(
+            "container app: memory.high raised from {high} to {raised}"
+        )),
+        "{note}"
+    );
+    assert_eq!(relieved.type_.as_deref(), Some("Warning"));
+    let status = until(
+        "relief in status",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let s = configs(client.clone()).get_status(NODE).await.ok()?.data["status"].clone();
+            (s["relief"]["relieved"][0]["pod"] == format!("{NS}/thrash")).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(status["relief"]["reliefs"], 1, "{status:#}");
+    assert_eq!(status["relief"]["relieved"][0]["memoryHigh"], 160 * MI);
+    assert_eq!(status["relief"]["relieved"][0]["raisedTo"], 256 * MI);
+    // A revision that needs relief is not healthy (maxReliefs: 0 by default).
+    let healthy = condition(&status, "Healthy").unwrap();
+    assert_eq!(
+        (healthy["status"].as_str(), healthy["reason"].as_str()),
+        (Some("False"), Some("ReliefNeeded")),
+        "{status:#}"
+    );
+    assert_eq!(agent.metric("nodemem_agent_relieved_containers"), Some(1.0));
+    // The next resync repairs drift, but not relief: it stays raised.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(tree.read(&thrash, "memory.high").unwrap(), raised);
+
+    // Ten seconds later it goes back, and still choking it is reported, not relieved.
+    until(
+        "memory.high restored",
+        Duration::from_secs(60),
+        &logs,
+        async || (tree.read(&thrash, "memory.high").ok()? == high).then_some(()),
+    )
+    .await;
+    until(
+        "the MemoryHighRestored event",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            pod_events(&events, "thrash", "MemoryHighRestored")
+                .await
+                .pop()
+        },
+    )
+    .await;
+    let refused = until(
+        "the ReliefRefused event",
+        Duration::from_secs(60),
+        &logs,
+        async || pod_events(&events, "thrash", "ReliefRefused").await.pop(),
+    )
+    .await;
+    assert!(
+        refused
+            .note
+            .unwrap_or_default()
+            .contains("reported, not relieved"),
+        "{:?}",
+        refused.reason
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        tree.read(&thrash, "memory.high").unwrap(),
+        high,
+        "not relieved again"
+    );
+    let status = configs(client.clone()).get_status(NODE).await.unwrap().data["status"].clone();
+    assert_eq!(status["relief"]["refused"], 1, "{status:#}");
+    assert_eq!(
+        agent.metric("nodemem_agent_relief_decisions_total{reason=\"ReliefRefused\"}"),
+        Some(1.0)
+    );
+
+    // The page-cache container: stalled all along, never touched.
+    assert_eq!(tree.read(&cache, "memory.high").unwrap(), high);
+    for reason in ["MemoryHighRelieved", "ReliefRefused"] {
+        assert!(
+            pod_events(&events, "cache", reason).await.is_empty(),
+            "{reason} on cache"
+        );
+    }
+}
