@@ -408,6 +408,7 @@ async fn install_nodemem_and_check_its_agent(
     if driver == Driver::Systemd {
         reaction_to_real_container_starts(node, client, &agent_ip).await;
         observation_on_a_real_kernel(node, driver, client, admin).await;
+        relief_on_a_real_kernel(node, driver, client, admin).await;
     }
 
     assert!(
@@ -1487,6 +1488,170 @@ async fn observation_on_a_real_kernel(
         current >> 20
     );
     for p in ["grows", "caches"] {
+        pods.delete(p, &Default::default()).await.unwrap();
+    }
+}
+
+/// The Events of `reason` on pod `pod` in `default`.
+async fn pod_events(client: &kube::Client, pod: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+        })
+        .map(|e| e.note.unwrap_or_default())
+        .collect()
+}
+
+/// Issue 19's relief on the real kernel: a container that holds 150Mi and keeps mapping
+/// and unmapping 32Mi more sits at its 160Mi memory.high and stalls (PSI `full`, as
+/// the kernel throttles it); the agent, woken by the PSI trigger, raises its
+/// memory.high to its memory.max (256Mi) within the configured time, puts it back after
+/// the relief period, and reports it when it chokes again within the repeat window. A
+/// container that only fills page cache beyond its memory.high is never relieved.
+async fn relief_on_a_real_kernel(
+    node: &mut RealNode,
+    driver: Driver,
+    client: &kube::Client,
+    admin: &Path,
+) {
+    const MI: i64 = 1 << 20;
+    let name = node.name.clone();
+    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+    let before = configs.get(&name).await.unwrap().spec.revision;
+    kubectl(
+        admin,
+        &[
+            "patch",
+            "nmp",
+            "real",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"enforcement":"Agent","memoryQoS":{"throttlingFactor":0.5,
+                "relief":{"fullPressurePercent":10,"sustainedSeconds":10,"reliefSeconds":30,"repeatWindowSeconds":600}},
+                "rollout":{"health":{"maxReliefs":5}}}}"#,
+        ],
+    )
+    .unwrap();
+    config_applied(
+        client,
+        admin,
+        &name,
+        Some(&before),
+        Duration::from_secs(180),
+    )
+    .await;
+    let image = "nodemem.local/workload:1";
+    let resources =
+        json!({"requests": {"memory": "64Mi", "cpu": "10m"}, "limits": {"memory": "256Mi"}});
+    let pod = |pod: &str, args: &[&str]| -> core::Pod {
+        serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"nodeName": name,
+            "containers": [{"name": "w", "image": image, "imagePullPolicy": "Never",
+                "args": args, "resources": resources}]}}))
+        .unwrap()
+    };
+    start_pods(
+        client,
+        &[
+            pod("cache-only", &["-allocate", "16Mi", "-cache", "200Mi"]),
+            pod("thrash", &["-allocate", "150Mi", "-churn", "32Mi"]),
+        ],
+    )
+    .await;
+    let started = Instant::now();
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    let dir =
+        |uid: String, id: String| container_dir(driver, &pod_dir(driver, "Burstable", &uid), &id);
+    let thrash = dir(
+        pods.get("thrash").await.unwrap().metadata.uid.unwrap(),
+        container_id(&pods, "thrash").await,
+    );
+    let cache = dir(
+        pods.get("cache-only").await.unwrap().metadata.uid.unwrap(),
+        container_id(&pods, "cache-only").await,
+    );
+    let high = (160 * MI).to_string();
+    let raised = (256 * MI).to_string();
+    let read = |node: &mut RealNode, file: &str| {
+        node.run(&format!("cat {file}"))
+            .map(|(out, _)| out.trim().to_string())
+            .unwrap_or_default()
+    };
+    // Relieved: sustainedSeconds (10) after the stall is seen, a tick (10 s) to see it.
+    let relieved_after = loop {
+        if read(node, &format!("{thrash}/memory.high")) == raised {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "thrash not relieved within 120 s: memory.high {}, pressure {}",
+            read(node, &format!("{thrash}/memory.high")),
+            read(node, &format!("{thrash}/memory.pressure"))
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let relieved = eventually(
+        "the MemoryHighRelieved event",
+        Duration::from_secs(30),
+        || async {
+            pod_events(client, "thrash", "MemoryHighRelieved")
+                .await
+                .pop()
+        },
+    )
+    .await;
+    assert!(
+        relieved.starts_with(&format!(
+            "container w: memory.high raised from {high} to {raised}"
+        )),
+        "{relieved}"
+    );
+    // Back after the relief period (30 s), then reported when it chokes again.
+    let restored_at = loop {
+        if read(node, &format!("{thrash}/memory.high")) == high {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < relieved_after + Duration::from_secs(90),
+            "memory.high not restored"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        restored_at >= relieved_after + Duration::from_secs(25),
+        "restored {restored_at:?} after a relief at {relieved_after:?}: before the relief period"
+    );
+    let refused = eventually(
+        "the ReliefRefused event",
+        Duration::from_secs(120),
+        || async { pod_events(client, "thrash", "ReliefRefused").await.pop() },
+    )
+    .await;
+    assert!(refused.contains("reported, not relieved"), "{refused}");
+    assert_eq!(
+        read(node, &format!("{thrash}/memory.high")),
+        high,
+        "not relieved again"
+    );
+    // Page cache beyond memory.high: reclaimed, never relieved.
+    assert_eq!(read(node, &format!("{cache}/memory.high")), high);
+    assert!(pod_events(client, "cache-only", "MemoryHighRelieved")
+        .await
+        .is_empty());
+    let status = configs.get(&name).await.unwrap().status.unwrap();
+    let relief = status.relief.expect("relief in status");
+    assert_eq!((relief.reliefs, relief.refused), (1, 1), "{relief:?}");
+    eprintln!(
+        "relief on the real kernel: relieved {relieved_after:?} after start, restored at {restored_at:?}; {relieved}"
+    );
+    for p in ["thrash", "cache-only"] {
         pods.delete(p, &Default::default()).await.unwrap();
     }
 }
