@@ -130,23 +130,29 @@ fn main() {
             BTreeMap::from([(NODE.to_string(), tree.clone())]),
         );
         Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap())
-            .await
-            .unwrap();
-        Api::<DynamicObject>::all_with(client.clone(), &ApiResource::erase::<NodeMemoryConfig>(&()))
-            .patch(
-                NODE,
-                &PatchParams::apply("bench").force(),
-                &Patch::Apply(json!({
-                    "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
-                    "metadata": {"name": NODE},
-                    "spec": {"policy": "bench", "revision": "rev-1",
-                        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation",
-                            "relief": {}}},
-                })),
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
             )
             .await
             .unwrap();
+        Api::<DynamicObject>::all_with(
+            client.clone(),
+            &ApiResource::erase::<NodeMemoryConfig>(&()),
+        )
+        .patch(
+            NODE,
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+                "metadata": {"name": NODE},
+                "spec": {"policy": "bench", "revision": "rev-1",
+                    "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation",
+                        "relief": {}}},
+            })),
+        )
+        .await
+        .unwrap();
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let deadline = Instant::now() + Duration::from_secs(30);
         for i in 0..pods_wanted {
@@ -266,7 +272,8 @@ fn main() {
     let elapsed = t0.elapsed().as_secs_f64();
     let passes = metric_sum(&addr, "nodemem_agent_passes_total") - passes_before;
     let writes = metric_sum(&addr, "nodemem_agent_writes_total") - writes_before;
-    let samples = metric_sum(&addr, "nodemem_agent_observation_sample_seconds_count") - samples_before;
+    let samples =
+        metric_sum(&addr, "nodemem_agent_observation_sample_seconds_count") - samples_before;
     let sample_time =
         metric_sum(&addr, "nodemem_agent_observation_sample_seconds_sum") - sample_time_before;
     let observed = metric_sum(&addr, "nodemem_agent_observed_containers");

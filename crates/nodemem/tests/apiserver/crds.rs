@@ -247,6 +247,41 @@ async fn invalid_policies_are_rejected_at_admission() {
             "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
         ),
         (
+            "relief-observe",
+            json!({"nodeSelector": sel, "enforcement": "Observe", "memoryQoS": {"relief": {}}}),
+            "memoryQoS.relief raises memory.high that the agent set: it needs enforcement: Agent",
+        ),
+        (
+            "relief-kubelet",
+            json!({"nodeSelector": sel, "enforcement": "Kubelet", "memoryQoS": {"relief": {"reliefSeconds": 60}}}),
+            "memoryQoS.relief raises memory.high that the agent set: it needs enforcement: Agent",
+        ),
+        (
+            "relief-pressure",
+            json!({"nodeSelector": sel, "memoryQoS": {"relief": {"fullPressurePercent": 0}}}),
+            "spec.memoryQoS.relief.fullPressurePercent: Invalid value: 0: spec.memoryQoS.relief.fullPressurePercent in body should be greater than or equal to 1",
+        ),
+        (
+            "relief-sustained",
+            json!({"nodeSelector": sel, "memoryQoS": {"relief": {"sustainedSeconds": 5}}}),
+            "should be greater than or equal to 10",
+        ),
+        (
+            "recommendation-target",
+            json!({"nodeSelector": sel, "recommendation": {"targetPercent": 40}}),
+            "spec.recommendation.targetPercent in body should be greater than or equal to 50",
+        ),
+        (
+            "recommendation-containers",
+            json!({"nodeSelector": sel, "recommendation": {"minContainers": 0}}),
+            "spec.recommendation.minContainers in body should be greater than or equal to 1",
+        ),
+        (
+            "enforcement-unknown",
+            json!({"nodeSelector": sel, "enforcement": "Shadow"}),
+            "Unsupported value: \"Shadow\": supported values: \"Agent\", \"Kubelet\", \"Observe\"",
+        ),
+        (
             "max-unavailable",
             json!({"nodeSelector": sel, "rollout": {"maxUnavailable": "150%"}}),
             "must be a non-negative integer or a percentage from 0% to 100%",

@@ -225,6 +225,35 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         Some(1.0)
     );
 
+    // Observed under enforcement too: the kernel's memory.high events say thrash was
+    // throttled (its working set shows the line, not its need).
+    let events_file = tree.root().join(&thrash).join("memory.events");
+    std::fs::write(
+        &events_file,
+        "low 0\nhigh 5\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::write(
+        &events_file,
+        "low 0\nhigh 12\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+    )
+    .unwrap();
+    let observation = until(
+        "throttling measured",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let s = configs(client.clone()).get_status(NODE).await.ok()?.data["status"].clone();
+            let o = s.get("observation")?.clone();
+            (o["worst"][0]["throttleEvents"].as_i64()? > 0).then_some(o)
+        },
+    )
+    .await;
+    assert_eq!(observation["enforced"], true, "{observation:#}");
+    assert_eq!(observation["worst"][0]["pod"], format!("{NS}/thrash"));
+    assert_eq!(observation["throttledContainers"], 1, "{observation:#}");
+
     // The page-cache container: stalled all along, never touched.
     assert_eq!(tree.read(&cache, "memory.high").unwrap(), high);
     for reason in ["MemoryHighRelieved", "ReliefRefused"] {

@@ -1363,11 +1363,13 @@ fn v137_fix(
     None
 }
 
-/// Issue 19 on the real kernel: under `enforcement: Observe` (factor 0.5: memory.high
-/// would be 64Mi + 0.5 x 192Mi = 160Mi) a container holding 200Mi is reported as one
+/// Issue 19 on the real kernel: under `enforcement: Observe` (factor 0.25: memory.high
+/// would be 64Mi + 0.25 x 192Mi = 112Mi) a container holding 200Mi is reported as one
 /// memory.high would throttle, with its working set as the kernel counts it and the
-/// kernel's memory.peak; a container that fills 200Mi of page cache beside a 16Mi
-/// working set is charged for it (memory.current) and not reported; nothing is written.
+/// kernel's memory.peak; a container that fills page cache beside a 16Mi working set
+/// is charged for it past the would-be memory.high (memory.current; the small VM's
+/// global reclaim keeps some 160Mi of the 200Mi written) and not reported; nothing is
+/// written.
 async fn observation_on_a_real_kernel(
     node: &mut RealNode,
     driver: Driver,
@@ -1386,7 +1388,7 @@ async fn observation_on_a_real_kernel(
             "real",
             "--type=merge",
             "-p",
-            r#"{"spec":{"enforcement":"Observe","memoryQoS":{"throttlingFactor":0.5}}}"#,
+            r#"{"spec":{"enforcement":"Observe","memoryQoS":{"throttlingFactor":0.25}}}"#,
         ],
     )
     .unwrap();
@@ -1439,7 +1441,15 @@ async fn observation_on_a_real_kernel(
         .unwrap();
     assert_eq!(code, 0, "{stat}");
     let current: i64 = stat.lines().next().unwrap().trim().parse().unwrap();
-    assert!(current >= 200 * MI, "the cache is charged: {stat}");
+    let inactive: i64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("inactive_file "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        current > 112 * MI && inactive >= 96 * MI,
+        "the cache is charged, past the would-be memory.high: {stat}"
+    );
 
     let observed = eventually(
         "grows reported as throttled",
@@ -1459,7 +1469,7 @@ async fn observation_on_a_real_kernel(
         .iter()
         .find(|w| w.pod == "default/grows")
         .unwrap();
-    let high = 64 * MI + 96 * MI;
+    let high = 64 * MI + 48 * MI;
     assert_eq!(w.memory_high, high, "{w:?}");
     // The working set the kernel counts: the 200Mi touched, plus the runtime's own.
     assert!(
@@ -1482,7 +1492,7 @@ async fn observation_on_a_real_kernel(
         assert_eq!(high.trim(), "max", "{c}");
     }
     eprintln!(
-        "observed on the real kernel: grows {} MiB (memory.peak {} MiB) against a would-be memory.high of 160 MiB; caches {} MiB charged, not counted",
+        "observed on the real kernel: grows {} MiB (memory.peak {} MiB) against a would-be memory.high of 112 MiB; caches {} MiB charged, not counted",
         w.peak_working_set >> 20,
         w.memory_peak.unwrap_or(0) >> 20,
         current >> 20
