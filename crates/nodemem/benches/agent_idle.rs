@@ -12,7 +12,8 @@
 //! working set in its memory.stat, so every 10 s sample reads and parses all 500, and
 //! relief is on; a tmpfs tree has no PSI triggers, so relief reads every container's
 //! memory.pressure on each tick too: the upper bound of what a node pays (on a kernel
-//! with PSI a calm container is never read for relief).
+//! with PSI a calm container is never read for relief). NODEMEM_IDLE_OBSERVE=0 runs
+//! the same without either (`--observe-seconds 0`, no relief), for what they cost.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,6 +80,12 @@ fn metric_sum(addr: &str, name: &str) -> f64 {
 fn main() {
     let pods_wanted = setting("NODEMEM_IDLE_PODS", 250) as usize;
     let idle = Duration::from_secs(setting("NODEMEM_IDLE_SECONDS", 60));
+    let observe = setting("NODEMEM_IDLE_OBSERVE", 1) != 0;
+    let memory_qos = if observe {
+        json!({"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation", "relief": {}})
+    } else {
+        json!({"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"})
+    };
     let repo = repo_root();
     let cp = ControlPlane::start().expect("control plane");
     let admin_kubeconfig = cp.admin_kubeconfig().to_path_buf();
@@ -147,8 +154,7 @@ fn main() {
                 "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
                 "metadata": {"name": NODE},
                 "spec": {"policy": "bench", "revision": "rev-1",
-                    "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation",
-                        "relief": {}}},
+                    "memoryQoS": memory_qos},
             })),
         )
         .await
@@ -185,6 +191,8 @@ fn main() {
             NODE,
             "--metrics-addr",
             "127.0.0.1:0",
+            "--observe-seconds",
+            if observe { "10" } else { "0" },
         ])
         .arg("--cgroup-root")
         .arg(dir.path().join("cgroup"))
