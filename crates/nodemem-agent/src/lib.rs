@@ -32,6 +32,8 @@ pub mod relief;
 pub mod runtime_record;
 pub mod status;
 mod status_writer;
+#[cfg(test)]
+mod test_node;
 pub mod units;
 
 use nodemem_process::logs::init_logs;

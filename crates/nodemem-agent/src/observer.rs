@@ -20,7 +20,7 @@ use nodemem_cgroup::parse::{memory_events, memory_stat, working_set};
 use nodemem_cgroup::{CgroupFs, CgroupPath};
 use nodemem_model::cgroup::MEMORY_HIGH;
 use nodemem_model::memory_qos::NodeMemoryFacts;
-use nodemem_model::node::{Admission, DesiredNode};
+use nodemem_model::node::DesiredNode;
 use nodemem_model::observe::{worst, ContainerObservation, Sample};
 use nodemem_model::recommend::{ContainerEvidence, Tally};
 
@@ -160,25 +160,18 @@ impl Observer {
             };
         }
         let mut now: BTreeMap<String, Tracked> = BTreeMap::new();
-        for pod in desired
-            .pods
-            .iter()
-            .filter(|p| p.admission == Admission::Managed)
-        {
-            for c in &pod.containers {
-                let Some(path) = &c.path else { continue };
-                let memory_high = c.values.get(MEMORY_HIGH).and_then(|v| v.bytes());
-                let mut tracked = self.tracked.remove(path).unwrap_or_else(|| Tracked {
-                    pod: format!("{}/{}", pod.namespace, pod.name),
-                    container: c.name.to_string(),
-                    memory_high,
-                    evidence: None,
-                    observation: ContainerObservation::default(),
-                });
-                tracked.memory_high = memory_high;
-                tracked.evidence = ContainerEvidence::of(&c.memory, facts, 0);
-                now.insert(path.clone(), tracked);
-            }
+        for (pod, c, path) in desired.managed_containers() {
+            let memory_high = c.values.get(MEMORY_HIGH).and_then(|v| v.bytes());
+            let mut tracked = self.tracked.remove(path).unwrap_or_else(|| Tracked {
+                pod: format!("{}/{}", pod.namespace, pod.name),
+                container: c.name.to_string(),
+                memory_high,
+                evidence: None,
+                observation: ContainerObservation::default(),
+            });
+            tracked.memory_high = memory_high;
+            tracked.evidence = ContainerEvidence::of(&c.memory, facts, 0);
+            now.insert(path.to_string(), tracked);
         }
         // What is left went away: it stays evidence.
         for (path, gone) in std::mem::replace(&mut self.tracked, now) {
@@ -314,33 +307,25 @@ fn observed(t: &Tracked) -> ObservedContainer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::factor::ThrottlingFactor;
-    use nodemem_model::memory_qos::{MemoryQosSettings, ReservationPolicy};
-    use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+    use crate::test_node::{burstable, desired as desired_of, facts, path_of, pod, settings, MI};
+    use nodemem_model::memory_qos::ReservationPolicy;
+    use nodemem_model::node::{NodeFacts, NodePod};
     use nodemem_model::policy::PolicySettings;
     use serde_json::json;
 
-    const MI: i64 = 1 << 20;
-
-    fn pod(name: &str, id: &str, resources: serde_json::Value) -> NodePod {
-        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
-            "spec": {"nodeName": "n1", "containers": [{"name": "app", "resources": resources}]},
-            "status": {"containerStatuses": [{"name": "app", "containerID": format!("containerd://{id}"),
-                "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}
-        }))
-        .unwrap();
-        nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()
+    /// Settings at factor 0.5, the node, and its pods.
+    fn fixture() -> (PolicySettings, NodeFacts, Vec<NodePod>) {
+        (
+            settings(0.5, ReservationPolicy::TieredReservation),
+            facts(),
+            pods(),
+        )
     }
 
     fn pods() -> Vec<NodePod> {
         vec![
             // memory.high at 0.5: 64Mi + 0.5 x 192Mi = 160Mi.
-            pod(
-                "web",
-                &"a".repeat(64),
-                json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}),
-            ),
+            burstable("web", &"a".repeat(64)),
             // Guaranteed: no memory.high, no evidence.
             pod(
                 "gold",
@@ -350,33 +335,6 @@ mod tests {
             // BestEffort: towards the node's allocatable.
             pod("batch", &"c".repeat(64), json!({})),
         ]
-    }
-
-    fn settings() -> PolicySettings {
-        PolicySettings {
-            memory_qos: MemoryQosSettings {
-                enabled: true,
-                throttling_factor: ThrottlingFactor::from_f64(0.5).unwrap(),
-                reservation_policy: ReservationPolicy::TieredReservation,
-            },
-            ..PolicySettings::default()
-        }
-    }
-
-    fn facts() -> NodeFacts {
-        let mut facts = NodeFacts::default();
-        facts.memory.allocatable_memory = Some(8 << 30);
-        facts.memory.page_size = 4096;
-        facts
-    }
-
-    fn path_of(desired: &DesiredNode<'_>, pod: &str) -> String {
-        desired
-            .pods
-            .iter()
-            .find(|p| p.name == pod)
-            .and_then(|p| p.containers[0].path.clone())
-            .unwrap()
     }
 
     /// Working sets in MiB per pod name for one sample.
@@ -396,14 +354,8 @@ mod tests {
 
     #[test]
     fn a_container_above_the_would_be_memory_high_is_counted_named_and_kept_when_gone() {
-        let (settings, facts, pods) = (settings(), facts(), pods());
-        let desired = desired_node(NodeInput {
-            settings: &settings,
-            facts: &facts,
-            pods: &pods,
-            memory_manager: None,
-        })
-        .unwrap();
+        let (settings, facts, pods) = fixture();
+        let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
         o.refresh("r1", false, &desired, &facts.memory);
         assert_eq!(o.summary(), None, "nothing sampled yet");
@@ -447,13 +399,7 @@ mod tests {
 
         // web goes away: it stays evidence and stays named.
         let fewer: Vec<NodePod> = pods.iter().skip(1).cloned().collect();
-        let desired_fewer = desired_node(NodeInput {
-            settings: &settings,
-            facts: &facts,
-            pods: &fewer,
-            memory_manager: None,
-        })
-        .unwrap();
+        let desired_fewer = desired_of(&settings, &facts, &fewer);
         o.refresh("r1", false, &desired_fewer, &facts.memory);
         assert_eq!(o.paths().count(), 2);
         let after = o.summary().unwrap();
@@ -474,14 +420,8 @@ mod tests {
 
     #[test]
     fn under_enforcement_a_throttled_container_needed_more_than_its_memory_high() {
-        let (settings, facts, pods) = (settings(), facts(), pods());
-        let desired = desired_node(NodeInput {
-            settings: &settings,
-            facts: &facts,
-            pods: &pods,
-            memory_manager: None,
-        })
-        .unwrap();
+        let (settings, facts, pods) = fixture();
+        let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
         o.refresh("r1", true, &desired, &facts.memory);
         // web is held at its memory.high (160Mi) and the kernel counts the events.
@@ -502,14 +442,8 @@ mod tests {
 
     #[test]
     fn a_container_that_cannot_be_read_is_no_evidence() {
-        let (settings, facts, pods) = (settings(), facts(), pods());
-        let desired = desired_node(NodeInput {
-            settings: &settings,
-            facts: &facts,
-            pods: &pods,
-            memory_manager: None,
-        })
-        .unwrap();
+        let (settings, facts, pods) = fixture();
+        let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
         o.refresh("r1", false, &desired, &facts.memory);
         sample(&mut o, &desired, &[("batch", 10, 0)]);

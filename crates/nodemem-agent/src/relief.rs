@@ -18,7 +18,7 @@ use nodemem_cgroup::parse::{memory_stat, pressure, working_set};
 use nodemem_cgroup::psi::FullTrigger;
 use nodemem_cgroup::{CgroupFs, CgroupPath};
 use nodemem_model::cgroup::{MEMORY_HIGH, MEMORY_MAX};
-use nodemem_model::node::{Admission, DesiredNode};
+use nodemem_model::node::DesiredNode;
 use nodemem_model::relief::{Action, ContainerRelief, Reading, ReliefSettings};
 use tokio::sync::mpsc;
 
@@ -119,46 +119,39 @@ impl Relief {
             return BTreeMap::new();
         };
         let mut now: BTreeMap<String, Tracked> = BTreeMap::new();
-        for pod in desired
-            .pods
-            .iter()
-            .filter(|p| p.admission == Admission::Managed)
-        {
-            for c in &pod.containers {
-                let Some(path) = &c.path else { continue };
-                let bytes = |file: &str| c.values.get(file).and_then(|v| v.bytes());
-                match self.tracked.remove(path) {
-                    Some(mut t) => {
-                        // While relieved, the desired value is the raised one.
-                        if !t.state.relieved() {
-                            match bytes(MEMORY_HIGH) {
-                                Some(high) => t.memory_high = high,
-                                None => continue,
-                            }
+        for (pod, c, path) in desired.managed_containers() {
+            let bytes = |file: &str| c.values.get(file).and_then(|v| v.bytes());
+            match self.tracked.remove(path) {
+                Some(mut t) => {
+                    // While relieved, the desired value is the raised one.
+                    if !t.state.relieved() {
+                        match bytes(MEMORY_HIGH) {
+                            Some(high) => t.memory_high = high,
+                            None => continue,
                         }
-                        t.memory_max = bytes(MEMORY_MAX);
-                        now.insert(path.clone(), t);
                     }
-                    None => {
-                        let Some(high) = bytes(MEMORY_HIGH) else {
-                            continue;
-                        };
-                        let trigger = self.arm(fs, path, settings);
-                        now.insert(
-                            path.clone(),
-                            Tracked {
-                                namespace: pod.namespace.to_string(),
-                                pod: pod.name.to_string(),
-                                uid: pod.uid.to_string(),
-                                container: c.name.to_string(),
-                                memory_high: high,
-                                memory_max: bytes(MEMORY_MAX),
-                                state: ContainerRelief::default(),
-                                raised: None,
-                                trigger,
-                            },
-                        );
-                    }
+                    t.memory_max = bytes(MEMORY_MAX);
+                    now.insert(path.to_string(), t);
+                }
+                None => {
+                    let Some(high) = bytes(MEMORY_HIGH) else {
+                        continue;
+                    };
+                    let trigger = self.arm(fs, path, settings);
+                    now.insert(
+                        path.to_string(),
+                        Tracked {
+                            namespace: pod.namespace.to_string(),
+                            pod: pod.name.to_string(),
+                            uid: pod.uid.to_string(),
+                            container: c.name.to_string(),
+                            memory_high: high,
+                            memory_max: bytes(MEMORY_MAX),
+                            state: ContainerRelief::default(),
+                            raised: None,
+                            trigger,
+                        },
+                    );
                 }
             }
         }
@@ -365,25 +358,8 @@ pub fn read(fs: &CgroupFs, path: &str) -> Option<(f64, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::factor::ThrottlingFactor;
-    use nodemem_model::memory_qos::{MemoryQosSettings, ReservationPolicy};
-    use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
-    use nodemem_model::policy::PolicySettings;
-    use serde_json::json;
-
-    const MI: i64 = 1 << 20;
-
-    fn pod(name: &str, id: &str) -> NodePod {
-        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
-            "spec": {"nodeName": "n1", "containers": [{"name": "app", "resources":
-                {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}}]},
-            "status": {"containerStatuses": [{"name": "app", "containerID": format!("containerd://{id}"),
-                "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}
-        }))
-        .unwrap();
-        nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()
-    }
+    use crate::test_node::{burstable, desired, facts, path_of, settings, MI};
+    use nodemem_model::memory_qos::ReservationPolicy;
 
     /// Relieved at once, for no time: each step moves the state machine on.
     const AT_ONCE: ReliefSettings = ReliefSettings {
@@ -395,36 +371,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_choking_container_is_relieved_restored_then_reported_and_page_cache_is_left_alone() {
-        let settings = PolicySettings {
-            memory_qos: MemoryQosSettings {
-                enabled: true,
-                throttling_factor: ThrottlingFactor::from_f64(0.5).unwrap(),
-                reservation_policy: ReservationPolicy::None,
-            },
-            ..PolicySettings::default()
-        };
-        let mut facts = NodeFacts::default();
-        facts.memory.allocatable_memory = Some(8 << 30);
-        facts.memory.page_size = 4096;
+        let settings = settings(0.5, ReservationPolicy::None);
+        let facts = facts();
         let pods = vec![
-            pod("thrash", &"a".repeat(64)),
-            pod("cache", &"b".repeat(64)),
+            burstable("thrash", &"a".repeat(64)),
+            burstable("cache", &"b".repeat(64)),
         ];
-        let desired = desired_node(NodeInput {
-            settings: &settings,
-            facts: &facts,
-            pods: &pods,
-            memory_manager: None,
-        })
-        .unwrap();
-        let path = |name: &str| {
-            desired
-                .pods
-                .iter()
-                .find(|p| p.name == name)
-                .and_then(|p| p.containers[0].path.clone())
-                .unwrap()
-        };
+        let desired = desired(&settings, &facts, &pods);
+        let path = |name: &str| path_of(&desired, name);
         let (thrash, cache) = (path("thrash"), path("cache"));
         // A temp dir is no cgroup2: no triggers, every container read on every tick.
         let root = tempfile::tempdir().unwrap();

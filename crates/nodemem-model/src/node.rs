@@ -208,6 +208,21 @@ pub struct DesiredNode<'a> {
 }
 
 impl DesiredNode<'_> {
+    /// Every container of the pods nodemem manages that has a cgroup (an ID), with
+    /// its pod and its cgroup path: what the observation and relief watch.
+    pub fn managed_containers(
+        &self,
+    ) -> impl Iterator<Item = (&PodOutcome<'_>, &ContainerOutcome<'_>, &str)> {
+        self.pods
+            .iter()
+            .filter(|p| p.admission == Admission::Managed)
+            .flat_map(|p| {
+                p.containers
+                    .iter()
+                    .filter_map(move |c| Some((p, c, c.path.as_deref()?)))
+            })
+    }
+
     pub fn managed_pods(&self) -> usize {
         self.pods
             .iter()

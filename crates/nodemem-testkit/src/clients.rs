@@ -98,6 +98,29 @@ pub async fn create_pod(
     }
 }
 
+/// The Events (events.k8s.io/v1) in `namespace` with `reason` about the object named
+/// `name`; none when the list fails (a check retries).
+pub async fn events_about(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client.clone(), namespace);
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

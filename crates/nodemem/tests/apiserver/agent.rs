@@ -115,6 +115,11 @@ async fn set_config(client: &Client, revision: &str, memory_qos: Value) {
 }
 
 pub(crate) async fn set_config_on(client: &Client, node: &str, revision: &str, memory_qos: Value) {
+    apply_config(client, node, config_spec(revision, memory_qos)).await
+}
+
+/// Server-side applies a NodeMemoryConfig `spec` for `node`, as the controller would.
+pub(crate) async fn apply_config(client: &Client, node: &str, spec: Value) {
     configs(client.clone())
         .patch(
             node,
@@ -122,7 +127,7 @@ pub(crate) async fn set_config_on(client: &Client, node: &str, revision: &str, m
             &Patch::Apply(json!({
                 "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
                 "metadata": {"name": node},
-                "spec": config_spec(revision, memory_qos),
+                "spec": spec,
             })),
         )
         .await
@@ -263,6 +268,25 @@ pub(crate) fn tree_mismatches(
             Err(e) => Some(format!("{path}/{file}: {e}")),
         })
         .collect()
+}
+
+/// The cgroup of container `app` of pod `name`, as the fake kubelet created it
+/// (systemd driver), in the pod's QoS class.
+pub(crate) async fn app_cgroup(pods: &Api<Pod>, name: &str) -> String {
+    use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
+    use nodemem_model::qos::QosClass;
+    let p = pods.get(name).await.unwrap();
+    let uid = p.metadata.uid.unwrap();
+    let qos = match p.status.and_then(|s| s.qos_class).as_deref() {
+        Some("BestEffort") => QosClass::BestEffort,
+        Some("Guaranteed") => QosClass::Guaranteed,
+        _ => QosClass::Burstable,
+    };
+    let id = ContainerId {
+        runtime: ContainerRuntime::Containerd,
+        id: nodemem_testkit::kubelet::container_id(&uid, "app"),
+    };
+    container_dir(CgroupDriver::Systemd, qos, &uid, &id)
 }
 
 /// A simulated node for one agent test: [`node_without_kubelet`] and the fake kubelet

@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::Client;
-use nodemem_model::cgroup_layout::{container_dir, CgroupDriver, ContainerId, ContainerRuntime};
-use nodemem_model::qos::QosClass;
+use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
-use crate::agent::{configs, expected_on, simulated_node, spawn_agent, tree_mismatches};
+use crate::agent::{
+    app_cgroup, apply_config, configs, expected_on, simulated_node, spawn_agent, tree_mismatches,
+};
 use crate::common::{admin, cluster, condition, create_pod, until};
 
 const NODE: &str = "observe-1";
@@ -22,19 +23,9 @@ const NS: &str = "observe-pods";
 const MI: i64 = 1 << 20;
 
 async fn set(client: &Client, revision: &str, enforcement: &str, qos: &Value) {
-    configs(client.clone())
-        .patch(
-            NODE,
-            &PatchParams::apply("nodemem-controller-test").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
-                "metadata": {"name": NODE},
-                "spec": {"policy": "observe-test", "revision": revision,
-                    "memoryQoS": qos, "enforcement": enforcement},
-            })),
-        )
-        .await
-        .unwrap();
+    let spec = json!({"policy": "observe-test", "revision": revision,
+        "memoryQoS": qos, "enforcement": enforcement});
+    apply_config(client, NODE, spec).await
 }
 
 /// The config's status once the agent reports `revision` with `reason`.
@@ -59,22 +50,6 @@ async fn reported(
         },
     )
     .await
-}
-
-/// The cgroup of a pod's container `app`, as the fake kubelet created it.
-async fn app_dir(pods: &Api<Pod>, name: &str) -> String {
-    let p = pods.get(name).await.unwrap();
-    let uid = p.metadata.uid.unwrap();
-    let qos = match p.status.and_then(|s| s.qos_class).as_deref() {
-        Some("BestEffort") => QosClass::BestEffort,
-        Some("Guaranteed") => QosClass::Guaranteed,
-        _ => QosClass::Burstable,
-    };
-    let id = ContainerId {
-        runtime: ContainerRuntime::Containerd,
-        id: nodemem_testkit::kubelet::container_id(&uid, "app"),
-    };
-    container_dir(CgroupDriver::Systemd, qos, &uid, &id)
 }
 
 #[tokio::test]
@@ -161,9 +136,9 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     // 0.8 memory.high it would get (64Mi + 0.8 x 192Mi); burstable-b fills 160Mi of
     // page cache beside a 40Mi working set, which is no throttling; besteffort is small.
     let (a, b, be) = (
-        app_dir(&pods, "burstable-a").await,
-        app_dir(&pods, "burstable-b").await,
-        app_dir(&pods, "besteffort").await,
+        app_cgroup(&pods, "burstable-a").await,
+        app_cgroup(&pods, "burstable-b").await,
+        app_cgroup(&pods, "besteffort").await,
     );
     tree.set_usage(&a, 250 * MI, 10 * MI).unwrap();
     tree.set_usage(&b, 200 * MI, 160 * MI).unwrap();

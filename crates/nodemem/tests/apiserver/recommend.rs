@@ -15,7 +15,7 @@ use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
 
-use crate::agent::{spawn_agent, AgentProcess};
+use crate::agent::{app_cgroup, spawn_agent, AgentProcess};
 use crate::common::{
     create_namespace, create_pod, dynamic, own_control_plane, pool_nodes, spawn_controller, until,
 };
@@ -51,25 +51,6 @@ fn kubectl(cp: &ControlPlane, plugin_dir: &Path, args: &[&str]) -> Ran {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-/// The container `app` of pod `name`, as the fake kubelet created its cgroup (all
-/// Burstable here).
-async fn app_dir(pods: &Api<Pod>, name: &str) -> String {
-    use nodemem_model::cgroup_layout::{
-        container_dir, CgroupDriver, ContainerId, ContainerRuntime,
-    };
-    let uid = pods.get(name).await.unwrap().metadata.uid.unwrap();
-    let id = ContainerId {
-        runtime: ContainerRuntime::Containerd,
-        id: nodemem_testkit::kubelet::container_id(&uid, "app"),
-    };
-    container_dir(
-        CgroupDriver::Systemd,
-        nodemem_model::qos::QosClass::Burstable,
-        &uid,
-        &id,
-    )
 }
 
 async fn recommendation(client: &kube::Client) -> Option<Value> {
@@ -148,7 +129,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
 
     for (node, ws) in &usage {
         for (i, mib) in ws.iter().enumerate() {
-            let path = app_dir(&pods, &format!("app-{node}-{i}")).await;
+            let path = app_cgroup(&pods, &format!("app-{node}-{i}")).await;
             let tree = &trees[*node];
             until(
                 "the pod's container cgroup",
@@ -234,7 +215,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
     // Observing wrote nothing: memory.high is the kernel's default everywhere.
     for (node, tree) in &trees {
         for i in 0..3 {
-            let path = app_dir(&pods, &format!("app-{node}-{i}")).await;
+            let path = app_cgroup(&pods, &format!("app-{node}-{i}")).await;
             assert_eq!(tree.read(&path, "memory.high").unwrap(), "max");
         }
     }

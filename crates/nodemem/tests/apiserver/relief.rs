@@ -11,27 +11,17 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, Patch, PatchParams};
-use nodemem_model::cgroup_layout::{container_dir, CgroupDriver, ContainerId, ContainerRuntime};
-use nodemem_model::qos::QosClass;
+use kube::api::Api;
+use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_testkit::Identity;
 use serde_json::json;
 
-use crate::agent::{configs, simulated_node, spawn_agent};
+use crate::agent::{app_cgroup, apply_config, configs, simulated_node, spawn_agent};
 use crate::common::{admin, cluster, condition, create_pod, until};
 
 const NODE: &str = "relief-1";
 const NS: &str = "relief-pods";
 const MI: i64 = 1 << 20;
-
-async fn app_dir(pods: &Api<Pod>, name: &str) -> String {
-    let uid = pods.get(name).await.unwrap().metadata.uid.unwrap();
-    let id = ContainerId {
-        runtime: ContainerRuntime::Containerd,
-        id: nodemem_testkit::kubelet::container_id(&uid, "app"),
-    };
-    container_dir(CgroupDriver::Systemd, QosClass::Burstable, &uid, &id)
-}
 
 /// `full avg10` of a memory.pressure file as the kernel writes it.
 fn pressure(full_avg10: f64) -> String {
@@ -40,18 +30,8 @@ fn pressure(full_avg10: f64) -> String {
     )
 }
 
-async fn pod_events(events: &Api<Event>, pod: &str, reason: &str) -> Vec<Event> {
-    events
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
-        })
-        .collect()
+async fn pod_events(client: &kube::Client, pod: &str, reason: &str) -> Vec<Event> {
+    nodemem_testkit::clients::events_about(client, NS, pod, reason).await
 }
 
 #[tokio::test]
@@ -74,8 +54,8 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
     let agent = spawn_agent(NODE, tree.root(), dir.path(), &kubeconfig, "agent.log");
     let logs = || agent.log();
     let (thrash, cache) = (
-        app_dir(&pods, "thrash").await,
-        app_dir(&pods, "cache").await,
+        app_cgroup(&pods, "thrash").await,
+        app_cgroup(&pods, "cache").await,
     );
     until(
         "the containers' cgroups",
@@ -87,21 +67,15 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
     )
     .await;
     // memory.high = 64Mi + 0.5 x 192Mi = 160Mi.
-    configs(client.clone())
-        .patch(
-            NODE,
-            &PatchParams::apply("nodemem-controller-test").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
-                "metadata": {"name": NODE},
-                "spec": {"policy": "relief-test", "revision": "rev-1",
-                    "memoryQoS": {"throttlingFactor": 0.5, "reservationPolicy": "None",
-                        "relief": {"fullPressurePercent": 10, "sustainedSeconds": 10,
-                            "reliefSeconds": 10, "repeatWindowSeconds": 600}}},
-            })),
-        )
-        .await
-        .unwrap();
+    apply_config(
+        &client,
+        NODE,
+        json!({"policy": "relief-test", "revision": "rev-1",
+            "memoryQoS": {"throttlingFactor": 0.5, "reservationPolicy": "None",
+                "relief": {"fullPressurePercent": 10, "sustainedSeconds": 10,
+                    "reliefSeconds": 10, "repeatWindowSeconds": 600}}}),
+    )
+    .await;
     let high = (160 * MI).to_string();
     until(
         "memory.high written",
@@ -133,13 +107,12 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         "relieved after {:?}: sooner than sustainedSeconds",
         started.elapsed()
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), NS);
     let relieved = until(
         "the MemoryHighRelieved event",
         Duration::from_secs(30),
         &logs,
         async || {
-            pod_events(&events, "thrash", "MemoryHighRelieved")
+            pod_events(&client, "thrash", "MemoryHighRelieved")
                 .await
                 .pop()
         },
@@ -191,7 +164,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         Duration::from_secs(30),
         &logs,
         async || {
-            pod_events(&events, "thrash", "MemoryHighRestored")
+            pod_events(&client, "thrash", "MemoryHighRestored")
                 .await
                 .pop()
         },
@@ -201,7 +174,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         "the ReliefRefused event",
         Duration::from_secs(60),
         &logs,
-        async || pod_events(&events, "thrash", "ReliefRefused").await.pop(),
+        async || pod_events(&client, "thrash", "ReliefRefused").await.pop(),
     )
     .await;
     assert!(
@@ -258,7 +231,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
     assert_eq!(tree.read(&cache, "memory.high").unwrap(), high);
     for reason in ["MemoryHighRelieved", "ReliefRefused"] {
         assert!(
-            pod_events(&events, "cache", reason).await.is_empty(),
+            pod_events(&client, "cache", reason).await.is_empty(),
             "{reason} on cache"
         );
     }

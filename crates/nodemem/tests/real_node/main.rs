@@ -1379,25 +1379,11 @@ async fn observation_on_a_real_kernel(
     const MI: i64 = 1 << 20;
     let name = node.name.clone();
     let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-    let before = configs.get(&name).await.unwrap().spec.revision;
-    kubectl(
-        admin,
-        &[
-            "patch",
-            "nmp",
-            "real",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"enforcement":"Observe","memoryQoS":{"throttlingFactor":0.25}}}"#,
-        ],
-    )
-    .unwrap();
-    let status = config_applied(
+    let status = repolicy(
         client,
         admin,
         &name,
-        Some(&before),
-        Duration::from_secs(180),
+        r#"{"spec":{"enforcement":"Observe","memoryQoS":{"throttlingFactor":0.25}}}"#,
     )
     .await;
     let applied = status
@@ -1406,35 +1392,18 @@ async fn observation_on_a_real_kernel(
         .find(|c| c.type_ == "Applied")
         .unwrap();
     assert_eq!(applied.reason, "Observing", "{applied:?}");
-
-    let image = "nodemem.local/workload:1";
-    let resources =
-        json!({"requests": {"memory": "64Mi", "cpu": "10m"}, "limits": {"memory": "256Mi"}});
-    let pod = |pod: &str, args: &[&str]| -> core::Pod {
-        serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"nodeName": name,
-            "containers": [{"name": "w", "image": image, "imagePullPolicy": "Never",
-                "args": args, "resources": resources}]}}))
-        .unwrap()
-    };
-    start_pods(
+    let dirs = start_workloads(
         client,
+        &name,
+        driver,
         &[
-            pod("grows", &["-allocate", "200Mi"]),
-            pod("caches", &["-allocate", "16Mi", "-cache", "200Mi"]),
+            ("grows", &["-allocate", "200Mi"]),
+            ("caches", &["-allocate", "16Mi", "-cache", "200Mi"]),
         ],
     )
     .await;
+    let (grows, caches) = (dirs[0].clone(), dirs[1].clone());
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    let dir =
-        |uid: String, id: String| container_dir(driver, &pod_dir(driver, "Burstable", &uid), &id);
-    let grows = dir(
-        pods.get("grows").await.unwrap().metadata.uid.unwrap(),
-        container_id(&pods, "grows").await,
-    );
-    let caches = dir(
-        pods.get("caches").await.unwrap().metadata.uid.unwrap(),
-        container_id(&pods, "caches").await,
-    );
     // The page cache is real and charged to the container.
     let (stat, code) = node
         .run(&format!("cat {caches}/memory.current; grep -E '^(inactive_file|active_file) ' {caches}/memory.stat"))
@@ -1502,20 +1471,11 @@ async fn observation_on_a_real_kernel(
     }
 }
 
-/// The Events of `reason` on pod `pod` in `default`.
+/// The notes of the Events of `reason` on pod `pod` in `default`.
 async fn pod_events(client: &kube::Client, pod: &str, reason: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(client.clone(), "default");
-    events
-        .list(&Default::default())
+    nodemem_testkit::clients::events_about(client, "default", pod, reason)
         .await
-        .map(|l| l.items)
-        .unwrap_or_default()
         .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
-        })
         .map(|e| e.note.unwrap_or_default())
         .collect()
 }
@@ -1535,58 +1495,28 @@ async fn relief_on_a_real_kernel(
     const MI: i64 = 1 << 20;
     let name = node.name.clone();
     let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-    let before = configs.get(&name).await.unwrap().spec.revision;
-    kubectl(
-        admin,
-        &[
-            "patch",
-            "nmp",
-            "real",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"enforcement":"Agent","memoryQoS":{"throttlingFactor":0.5,
-                "relief":{"fullPressurePercent":10,"sustainedSeconds":10,"reliefSeconds":30,"repeatWindowSeconds":600}},
-                "rollout":{"health":{"maxReliefs":5}}}}"#,
-        ],
-    )
-    .unwrap();
-    config_applied(
+    repolicy(
         client,
         admin,
         &name,
-        Some(&before),
-        Duration::from_secs(180),
+        r#"{"spec":{"enforcement":"Agent","memoryQoS":{"throttlingFactor":0.5,
+            "relief":{"fullPressurePercent":10,"sustainedSeconds":10,"reliefSeconds":30,"repeatWindowSeconds":600}},
+            "rollout":{"health":{"maxReliefs":5}}}}"#,
     )
     .await;
-    let image = "nodemem.local/workload:1";
-    let resources =
-        json!({"requests": {"memory": "64Mi", "cpu": "10m"}, "limits": {"memory": "256Mi"}});
-    let pod = |pod: &str, args: &[&str]| -> core::Pod {
-        serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"nodeName": name,
-            "containers": [{"name": "w", "image": image, "imagePullPolicy": "Never",
-                "args": args, "resources": resources}]}}))
-        .unwrap()
-    };
-    start_pods(
+    let dirs = start_workloads(
         client,
+        &name,
+        driver,
         &[
-            pod("cache-only", &["-allocate", "16Mi", "-cache", "200Mi"]),
-            pod("thrash", &["-allocate", "150Mi", "-churn", "32Mi"]),
+            ("cache-only", &["-allocate", "16Mi", "-cache", "200Mi"]),
+            ("thrash", &["-allocate", "150Mi", "-churn", "32Mi"]),
         ],
     )
     .await;
     let started = Instant::now();
+    let (cache, thrash) = (dirs[0].clone(), dirs[1].clone());
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    let dir =
-        |uid: String, id: String| container_dir(driver, &pod_dir(driver, "Burstable", &uid), &id);
-    let thrash = dir(
-        pods.get("thrash").await.unwrap().metadata.uid.unwrap(),
-        container_id(&pods, "thrash").await,
-    );
-    let cache = dir(
-        pods.get("cache-only").await.unwrap().metadata.uid.unwrap(),
-        container_id(&pods, "cache-only").await,
-    );
     let high = (160 * MI).to_string();
     let raised = (256 * MI).to_string();
     let read = |node: &mut RealNode, file: &str| {
@@ -1664,4 +1594,56 @@ async fn relief_on_a_real_kernel(
     for p in ["thrash", "cache-only"] {
         pods.delete(p, &Default::default()).await.unwrap();
     }
+}
+
+/// Patches policy `real` with `patch` (merge JSON) and waits for the node to apply the
+/// new revision; its status.
+async fn repolicy(
+    client: &kube::Client,
+    admin: &Path,
+    node: &str,
+    patch: &str,
+) -> nodemem_api::config::NodeMemoryConfigStatus {
+    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+    let before = configs.get(node).await.unwrap().spec.revision;
+    kubectl(
+        admin,
+        &["patch", "nmp", "real", "--type=merge", "-p", patch],
+    )
+    .unwrap();
+    config_applied(client, admin, node, Some(&before), Duration::from_secs(180)).await
+}
+
+/// Starts workload pods in `default` (one container `w`, request 64Mi, limit 256Mi, each
+/// with its arguments) and returns their container cgroups, in order.
+async fn start_workloads(
+    client: &kube::Client,
+    node: &str,
+    driver: Driver,
+    workloads: &[(&str, &[&str])],
+) -> Vec<String> {
+    let resources =
+        json!({"requests": {"memory": "64Mi", "cpu": "10m"}, "limits": {"memory": "256Mi"}});
+    let pods: Vec<core::Pod> = workloads
+        .iter()
+        .map(|(pod, args)| {
+            serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"nodeName": node,
+                "containers": [{"name": "w", "image": "nodemem.local/workload:1",
+                    "imagePullPolicy": "Never", "args": args, "resources": resources}]}}))
+            .unwrap()
+        })
+        .collect();
+    start_pods(client, &pods).await;
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    let mut dirs = Vec::new();
+    for (pod, _) in workloads {
+        let uid = api.get(pod).await.unwrap().metadata.uid.unwrap();
+        let id = container_id(&api, pod).await;
+        dirs.push(container_dir(
+            driver,
+            &pod_dir(driver, "Burstable", &uid),
+            &id,
+        ));
+    }
+    dirs
 }

@@ -1,0 +1,73 @@
+//! A small node for the observation's and relief's unit tests: one-container pods in
+//! `shop` with container IDs, settings at a factor, facts with 8Gi allocatable.
+
+use nodemem_model::factor::ThrottlingFactor;
+use nodemem_model::memory_qos::{MemoryQosSettings, ReservationPolicy};
+use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
+use nodemem_model::policy::PolicySettings;
+use serde_json::json;
+
+pub const MI: i64 = 1 << 20;
+
+/// A pod `name` with one container `app` of `resources`, started as `id`.
+pub fn pod(name: &str, id: &str, resources: serde_json::Value) -> NodePod {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}")},
+        "spec": {"nodeName": "n1", "containers": [{"name": "app", "resources": resources}]},
+        "status": {"containerStatuses": [{"name": "app", "containerID": format!("containerd://{id}"),
+            "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}
+    }))
+    .unwrap();
+    nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()
+}
+
+/// Request 64Mi, limit 256Mi: memory.high 160Mi at factor 0.5.
+pub fn burstable(name: &str, id: &str) -> NodePod {
+    pod(
+        name,
+        id,
+        json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}),
+    )
+}
+
+pub fn settings(factor: f64, reservation: ReservationPolicy) -> PolicySettings {
+    PolicySettings {
+        memory_qos: MemoryQosSettings {
+            enabled: true,
+            throttling_factor: ThrottlingFactor::from_f64(factor).unwrap(),
+            reservation_policy: reservation,
+        },
+        ..PolicySettings::default()
+    }
+}
+
+pub fn facts() -> NodeFacts {
+    let mut facts = NodeFacts::default();
+    facts.memory.allocatable_memory = Some(8 << 30);
+    facts.memory.page_size = 4096;
+    facts
+}
+
+pub fn desired<'p>(
+    settings: &PolicySettings,
+    facts: &NodeFacts,
+    pods: &'p [NodePod],
+) -> DesiredNode<'p> {
+    desired_node(NodeInput {
+        settings,
+        facts,
+        pods,
+        memory_manager: None,
+    })
+    .unwrap()
+}
+
+/// The cgroup of pod `name`'s first container.
+pub fn path_of(desired: &DesiredNode<'_>, name: &str) -> String {
+    desired
+        .pods
+        .iter()
+        .find(|p| p.name == name)
+        .and_then(|p| p.containers[0].path.clone())
+        .unwrap()
+}
