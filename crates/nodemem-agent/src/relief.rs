@@ -42,6 +42,8 @@ struct Tracked {
     raised: Option<(Option<i64>, Time)>,
     /// The task waiting on its PSI trigger; None: read on every tick.
     trigger: Option<tokio::task::JoinHandle<()>>,
+    /// Attempts to arm the trigger that failed (the first is warned about).
+    arm_failures: u32,
 }
 
 impl Drop for Tracked {
@@ -123,6 +125,12 @@ impl Relief {
             let bytes = |file: &str| c.values.get(file).and_then(|v| v.bytes());
             match self.tracked.remove(path) {
                 Some(mut t) => {
+                    // A trigger that could not be armed is tried again (a container's
+                    // files can be missing for a moment as its cgroup is created).
+                    if t.trigger.is_none() {
+                        t.trigger = self.arm(fs, path, settings, t.arm_failures);
+                        t.arm_failures += u32::from(t.trigger.is_none());
+                    }
                     // While relieved, the desired value is the raised one.
                     if !t.state.relieved() {
                         match bytes(MEMORY_HIGH) {
@@ -137,7 +145,7 @@ impl Relief {
                     let Some(high) = bytes(MEMORY_HIGH) else {
                         continue;
                     };
-                    let trigger = self.arm(fs, path, settings);
+                    let trigger = self.arm(fs, path, settings, 0);
                     now.insert(
                         path.to_string(),
                         Tracked {
@@ -149,6 +157,7 @@ impl Relief {
                             memory_max: bytes(MEMORY_MAX),
                             state: ContainerRelief::default(),
                             raised: None,
+                            arm_failures: u32::from(trigger.is_none()),
                             trigger,
                         },
                     );
@@ -167,6 +176,7 @@ impl Relief {
         fs: &CgroupFs,
         path: &str,
         settings: ReliefSettings,
+        failed_before: u32,
     ) -> Option<tokio::task::JoinHandle<()>> {
         use tokio::io::unix::AsyncFd;
         use tokio::io::Interest;
@@ -178,7 +188,11 @@ impl Relief {
         let fd = match fs.pressure_trigger(&cgroup, trigger) {
             Ok(fd) => fd,
             Err(e) => {
-                tracing::warn!(error = %e, "no PSI trigger: this container is read on every tick");
+                if failed_before == 0 {
+                    tracing::warn!(error = %e, "no PSI trigger yet: this container is read on every tick until one is armed");
+                } else {
+                    tracing::debug!(error = %e, "no PSI trigger yet");
+                }
                 return None;
             }
         };
