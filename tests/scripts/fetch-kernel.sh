@@ -24,6 +24,7 @@ version="$(apt-cache policy "$pkg" | awk '/Candidate:/{print $2}')"
 
 dir="$CACHE/kernel/$pkg-$version"
 if ! compgen -G "$dir/boot/vmlinuz-*" >/dev/null; then
+  mkdir -p "$CACHE"
   tmp="$(mktemp -d "$CACHE/kernel.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   echo ">> downloading $pkg $version" >&2
