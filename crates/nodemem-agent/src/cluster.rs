@@ -471,7 +471,10 @@ impl ClusterAgent {
                     }
                     Update::Resync => resync = true,
                     Update::Sample => sample = true,
-                    Update::Pressure(path) => fired.push(path),
+                    Update::Pressure(path) => {
+                        self.metrics.relief_trigger_fired();
+                        fired.push(path);
+                    }
                 }
                 if changed {
                     any_changed = true;
@@ -871,6 +874,7 @@ impl ClusterAgent {
                                 &config.revision,
                                 !observing,
                                 &desired,
+                                engine.own_cgroup(),
                                 engine.memory_facts(),
                             );
                             // The summary moves with every sample: it goes to status
@@ -892,6 +896,7 @@ impl ClusterAgent {
                             &config.revision,
                             relief_settings,
                             &desired,
+                            engine.own_cgroup(),
                             engine.cgroup_fs(),
                         );
                         engine.set_relief(raised);

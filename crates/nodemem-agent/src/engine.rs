@@ -451,6 +451,11 @@ impl NodeEngine {
     }
 
     /// The cgroup tree, for reads beside the passes (the observation's samples).
+    /// The agent's own container cgroup (relative), which nodemem never writes.
+    pub fn own_cgroup(&self) -> Option<&str> {
+        self.own_cgroup.as_deref()
+    }
+
     pub fn cgroup_fs(&self) -> &CgroupFs {
         &self.fs
     }

@@ -130,6 +130,7 @@ pub struct Metrics {
     reliefs: Family<ReasonLabel, Counter>,
     relief_watched: Gauge,
     relief_polled: Gauge,
+    relief_triggers_fired: Counter,
     relieved: Gauge,
     /// At most this many containers get series of their own (0: none).
     container_series_cap: usize,
@@ -173,6 +174,7 @@ impl Metrics {
             reliefs: Family::default(),
             relief_watched: Gauge::default(),
             relief_polled: Gauge::default(),
+            relief_triggers_fired: Counter::default(),
             relieved: Gauge::default(),
             container_series_cap: 0,
             ready: AtomicBool::new(false),
@@ -314,6 +316,11 @@ impl Metrics {
             m.relief_polled.clone(),
         );
         registry.register(
+            "relief_triggers_fired",
+            "Times a container's PSI trigger woke the agent (its memory stalled past the policy's threshold)",
+            m.relief_triggers_fired.clone(),
+        );
+        registry.register(
             "relieved_containers",
             "Containers whose memory.high relief raises now",
             m.relieved.clone(),
@@ -324,6 +331,11 @@ impl Metrics {
     /// A relief decision (its Event reason).
     pub fn relief(&self, reason: &'static str) {
         self.reliefs.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// A container's PSI trigger fired.
+    pub fn relief_trigger_fired(&self) {
+        self.relief_triggers_fired.inc();
     }
 
     /// Containers watched for relief, of them read on every tick, and relieved now.

@@ -143,13 +143,15 @@ impl Default for Observer {
 
 impl Observer {
     /// After a pass: the containers to observe and the memory.high each has (or would
-    /// have) under `revision`. A new revision starts the observation over: what it
-    /// throttles is not what the previous one did.
+    /// have) under `revision`: every managed one but the agent's own (`own_cgroup`:
+    /// nodemem never sets its values). A new revision starts the observation over:
+    /// what it throttles is not what the previous one did.
     pub fn refresh(
         &mut self,
         revision: &str,
         enforced: bool,
         desired: &DesiredNode<'_>,
+        own_cgroup: Option<&str>,
         facts: &NodeMemoryFacts,
     ) {
         if self.revision != revision || self.enforced != enforced {
@@ -161,6 +163,9 @@ impl Observer {
         }
         let mut now: BTreeMap<String, Tracked> = BTreeMap::new();
         for (pod, c, path) in desired.managed_containers() {
+            if Some(path) == own_cgroup {
+                continue;
+            }
             let memory_high = c.values.get(MEMORY_HIGH).and_then(|v| v.bytes());
             let mut tracked = self.tracked.remove(path).unwrap_or_else(|| Tracked {
                 pod: format!("{}/{}", pod.namespace, pod.name),
@@ -357,7 +362,12 @@ mod tests {
         let (settings, facts, pods) = fixture();
         let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
-        o.refresh("r1", false, &desired, &facts.memory);
+        // The agent's own container is not observed: nodemem never sets its values.
+        let own = path_of(&desired, "batch");
+        o.refresh("r1", false, &desired, Some(&own), &facts.memory);
+        assert_eq!(o.paths().count(), 2);
+        assert!(o.paths().all(|p| p != own));
+        o.refresh("r1", false, &desired, None, &facts.memory);
         assert_eq!(o.summary(), None, "nothing sampled yet");
         assert_eq!(o.paths().count(), 3);
         sample(
@@ -400,7 +410,7 @@ mod tests {
         // web goes away: it stays evidence and stays named.
         let fewer: Vec<NodePod> = pods.iter().skip(1).cloned().collect();
         let desired_fewer = desired_of(&settings, &facts, &fewer);
-        o.refresh("r1", false, &desired_fewer, &facts.memory);
+        o.refresh("r1", false, &desired_fewer, None, &facts.memory);
         assert_eq!(o.paths().count(), 2);
         let after = o.summary().unwrap();
         assert_eq!(
@@ -414,7 +424,7 @@ mod tests {
         assert_eq!(after.worst[0].pod, "shop/web");
 
         // A new revision starts over.
-        o.refresh("r2", false, &desired_fewer, &facts.memory);
+        o.refresh("r2", false, &desired_fewer, None, &facts.memory);
         assert_eq!(o.summary(), None);
     }
 
@@ -423,7 +433,7 @@ mod tests {
         let (settings, facts, pods) = fixture();
         let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
-        o.refresh("r1", true, &desired, &facts.memory);
+        o.refresh("r1", true, &desired, None, &facts.memory);
         // web is held at its memory.high (160Mi) and the kernel counts the events.
         sample(&mut o, &desired, &[("web", 159, 7), ("batch", 10, 0)]);
         sample(&mut o, &desired, &[("web", 160, 19), ("batch", 10, 0)]);
@@ -436,7 +446,7 @@ mod tests {
         assert_eq!(s.fitting_by_factor[9], 1, "0.50: only batch");
         assert_eq!(s.fitting_by_factor[10], 2, "0.55: both");
         // Switching between Agent and Observe starts over as well.
-        o.refresh("r1", false, &desired, &facts.memory);
+        o.refresh("r1", false, &desired, None, &facts.memory);
         assert_eq!(o.summary(), None);
     }
 
@@ -445,7 +455,7 @@ mod tests {
         let (settings, facts, pods) = fixture();
         let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
-        o.refresh("r1", false, &desired, &facts.memory);
+        o.refresh("r1", false, &desired, None, &facts.memory);
         sample(&mut o, &desired, &[("batch", 10, 0)]);
         let s = o.summary().unwrap();
         assert_eq!(s.containers, 1);

@@ -40,15 +40,28 @@ struct Tracked {
     state: ContainerRelief,
     /// While relieved: raised to (None: `max`) until when.
     raised: Option<(Option<i64>, Time)>,
-    /// The task waiting on its PSI trigger; None: read on every tick.
-    trigger: Option<tokio::task::JoinHandle<()>>,
+    /// How the agent learns that it stalls.
+    watch: Watch,
     /// Attempts to arm the trigger that failed (the first is warned about).
     arm_failures: u32,
 }
 
+/// How a tracked container is watched.
+#[derive(Debug)]
+enum Watch {
+    /// A task waits on its PSI trigger: it is read only once the kernel says it stalls.
+    Armed(tokio::task::JoinHandle<()>),
+    /// Its cgroup is there but has no trigger (a tree that is not cgroup2, a kernel
+    /// that refuses): read on every tick.
+    Polled,
+    /// No cgroup (an init container that finished, a container being removed):
+    /// nothing to read; arming is tried again after each pass.
+    Absent,
+}
+
 impl Drop for Tracked {
     fn drop(&mut self) {
-        if let Some(t) = &self.trigger {
+        if let Watch::Armed(t) = &self.watch {
             t.abort();
         }
     }
@@ -98,13 +111,16 @@ impl Relief {
     }
 
     /// After a pass: the containers to watch under `settings` (None: relief is off,
-    /// everything raised goes back at the next pass). Returns the overrides the engine
-    /// must keep: memory.high of each relieved container (None: `max`).
+    /// everything raised goes back at the next pass), all managed ones but the agent's
+    /// own (`own_cgroup`: nodemem never sets its values, the kernel refuses it).
+    /// Returns the overrides the engine must keep: memory.high of each relieved
+    /// container (None: `max`).
     pub fn refresh(
         &mut self,
         revision: &str,
         settings: Option<ReliefSettings>,
         desired: &DesiredNode<'_>,
+        own_cgroup: Option<&str>,
         fs: &CgroupFs,
     ) -> BTreeMap<String, Option<i64>> {
         if self.revision != revision {
@@ -122,14 +138,17 @@ impl Relief {
         };
         let mut now: BTreeMap<String, Tracked> = BTreeMap::new();
         for (pod, c, path) in desired.managed_containers() {
+            if Some(path) == own_cgroup {
+                continue;
+            }
             let bytes = |file: &str| c.values.get(file).and_then(|v| v.bytes());
             match self.tracked.remove(path) {
                 Some(mut t) => {
                     // A trigger that could not be armed is tried again (a container's
                     // files can be missing for a moment as its cgroup is created).
-                    if t.trigger.is_none() {
-                        t.trigger = self.arm(fs, path, settings, t.arm_failures);
-                        t.arm_failures += u32::from(t.trigger.is_none());
+                    if !matches!(t.watch, Watch::Armed(_)) {
+                        t.watch = self.arm(fs, path, settings, t.arm_failures);
+                        t.arm_failures += u32::from(!matches!(t.watch, Watch::Armed(_)));
                     }
                     // While relieved, the desired value is the raised one.
                     if !t.state.relieved() {
@@ -145,7 +164,7 @@ impl Relief {
                     let Some(high) = bytes(MEMORY_HIGH) else {
                         continue;
                     };
-                    let trigger = self.arm(fs, path, settings, 0);
+                    let watch = self.arm(fs, path, settings, 0);
                     now.insert(
                         path.to_string(),
                         Tracked {
@@ -157,8 +176,8 @@ impl Relief {
                             memory_max: bytes(MEMORY_MAX),
                             state: ContainerRelief::default(),
                             raised: None,
-                            arm_failures: u32::from(trigger.is_none()),
-                            trigger,
+                            arm_failures: u32::from(!matches!(watch, Watch::Armed(_))),
+                            watch,
                         },
                     );
                 }
@@ -169,31 +188,39 @@ impl Relief {
     }
 
     /// A PSI trigger on the container's memory.pressure, waited on by a task that
-    /// names the cgroup on `fired`; None where the tree has no PSI (not cgroup2, or the
-    /// kernel refuses): that container is read on every tick.
+    /// names the cgroup on `fired`; where the tree has no PSI (not cgroup2, or the
+    /// kernel refuses) the container is polled, read on every tick; a container without
+    /// a cgroup is absent.
     fn arm(
         &self,
         fs: &CgroupFs,
         path: &str,
         settings: ReliefSettings,
         failed_before: u32,
-    ) -> Option<tokio::task::JoinHandle<()>> {
+    ) -> Watch {
         use tokio::io::unix::AsyncFd;
         use tokio::io::Interest;
-        if !fs.is_cgroup2() {
-            return None;
+        let Ok(cgroup) = CgroupPath::new(path) else {
+            return Watch::Absent;
+        };
+        if !fs.exists(&cgroup) {
+            return Watch::Absent;
         }
-        let cgroup = CgroupPath::new(path).ok()?;
+        if !fs.is_cgroup2() {
+            return Watch::Polled;
+        }
         let trigger = FullTrigger::percent_of(settings.full_pressure_percent, WINDOW_US);
         let fd = match fs.pressure_trigger(&cgroup, trigger) {
             Ok(fd) => fd,
+            // Gone between the look and the write: tried again after the next pass.
+            Err(e) if e.is_vanished() => return Watch::Absent,
             Err(e) => {
                 if failed_before == 0 {
                     tracing::warn!(error = %e, "no PSI trigger yet: this container is read on every tick until one is armed");
                 } else {
                     tracing::debug!(error = %e, "no PSI trigger yet");
                 }
-                return None;
+                return Watch::Polled;
             }
         };
         // SAFETY: an OwnedFd is open until dropped and always gives the same raw fd;
@@ -203,12 +230,12 @@ impl Relief {
             Ok(fd) => fd,
             Err(e) => {
                 tracing::warn!(error = %e, cgroup = path, "cannot wait on the PSI trigger: read on every tick");
-                return None;
+                return Watch::Polled;
             }
         };
         let fired = self.fired.clone();
         let path = path.to_string();
-        Some(tokio::spawn(async move {
+        Watch::Armed(tokio::spawn(async move {
             loop {
                 let Ok(mut ready) = fd.ready(Interest::PRIORITY).await else {
                     return;
@@ -226,12 +253,16 @@ impl Relief {
     }
 
     /// The cgroups to read now: those whose trigger fired, every active one (choking,
-    /// relieved, reported), and on trees without triggers every one.
+    /// relieved, reported), and every polled one; never an absent one.
     pub fn due<'a>(&'a self, fired: &'a [String]) -> Vec<String> {
         let due: Vec<String> = self
             .tracked
             .iter()
-            .filter(|(p, t)| t.trigger.is_none() || t.state.active() || fired.contains(*p))
+            .filter(|(p, t)| match t.watch {
+                Watch::Absent => false,
+                Watch::Polled => true,
+                Watch::Armed(_) => t.state.active() || fired.contains(*p),
+            })
             .map(|(p, _)| p.clone())
             .collect();
         due
@@ -311,14 +342,13 @@ impl Relief {
         }
     }
 
-    /// Containers watched, and of them those without a PSI trigger (read every tick).
+    /// Containers watched (each with a cgroup), and of them those without a PSI
+    /// trigger (read every tick). Absent ones (no cgroup) are neither.
     pub fn watched(&self) -> (usize, usize) {
+        let count = |w: fn(&Watch) -> bool| self.tracked.values().filter(|t| w(&t.watch)).count();
         (
-            self.tracked.len(),
-            self.tracked
-                .values()
-                .filter(|t| t.trigger.is_none())
-                .count(),
+            count(|w| !matches!(w, Watch::Absent)),
+            count(|w| matches!(w, Watch::Polled)),
         )
     }
 
@@ -396,10 +426,13 @@ mod tests {
         let (thrash, cache) = (path("thrash"), path("cache"));
         // A temp dir is no cgroup2: no triggers, every container read on every tick.
         let root = tempfile::tempdir().unwrap();
+        for p in [&thrash, &cache] {
+            std::fs::create_dir_all(root.path().join(p)).unwrap();
+        }
         let fs = CgroupFs::new(root.path());
         let (mut relief, _fired) = Relief::new();
         assert!(relief
-            .refresh("r1", Some(AT_ONCE), &desired, &fs)
+            .refresh("r1", Some(AT_ONCE), &desired, None, &fs)
             .is_empty());
         assert_eq!(relief.watched(), (2, 2));
         let high = 160 * MI;
@@ -432,7 +465,7 @@ mod tests {
         assert_eq!(s.relieved[0].memory_high, high);
         assert_eq!(s.relieved[0].raised_to, Some(256 * MI));
         // The pass after: desired now carries the raised value; the policy's is kept.
-        relief.refresh("r1", Some(AT_ONCE), &desired, &fs);
+        relief.refresh("r1", Some(AT_ONCE), &desired, None, &fs);
         assert_eq!(relief.overrides().len(), 1);
         // The period is over: back to the policy's memory.high.
         let d = relief.step(&relief.due(&[]), read);
@@ -447,10 +480,53 @@ mod tests {
         assert_eq!(relief.reliefs_since("r1"), 1);
         assert_eq!(relief.reliefs_since("r2"), 0);
         // A new revision counts from zero; relief off drops everything.
-        relief.refresh("r2", Some(AT_ONCE), &desired, &fs);
+        relief.refresh("r2", Some(AT_ONCE), &desired, None, &fs);
         assert_eq!(relief.summary().unwrap().reliefs, 0);
-        assert!(relief.refresh("r2", None, &desired, &fs).is_empty());
+        assert!(relief.refresh("r2", None, &desired, None, &fs).is_empty());
         assert_eq!(relief.summary(), None);
         assert_eq!(relief.watched(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn the_agents_own_container_is_not_watched_and_a_container_without_a_cgroup_is_not_read()
+    {
+        let settings = settings(0.5, ReservationPolicy::None);
+        let facts = facts();
+        let pods = vec![
+            burstable("agent", &"a".repeat(64)),
+            burstable("done", &"b".repeat(64)),
+            burstable("app", &"c".repeat(64)),
+        ];
+        let desired = desired(&settings, &facts, &pods);
+        let path = |name: &str| path_of(&desired, name);
+        let (own, done, app) = (path("agent"), path("done"), path("app"));
+        let root = tempfile::tempdir().unwrap();
+        // Every cgroup is there but the finished one's.
+        for p in [&own, &app] {
+            std::fs::create_dir_all(root.path().join(p)).unwrap();
+        }
+        let fs = CgroupFs::new(root.path());
+        let (mut relief, _fired) = Relief::new();
+        relief.refresh("r1", Some(AT_ONCE), &desired, Some(&own), &fs);
+        // The own container is not tracked at all; the finished one is neither watched
+        // nor polled, and never read.
+        assert_eq!(relief.watched(), (1, 1));
+        assert_eq!(relief.due(&[]), vec![app.clone()]);
+        let mut read = Vec::new();
+        relief.step(&relief.due(&[done.clone(), own.clone()]), |p| {
+            read.push(p.to_string());
+            None
+        });
+        assert_eq!(read, vec![app.clone()]);
+        // Its cgroup appears (a container restarted under the same ID): watched from
+        // the next pass on.
+        std::fs::create_dir_all(root.path().join(&done)).unwrap();
+        relief.refresh("r1", Some(AT_ONCE), &desired, Some(&own), &fs);
+        assert_eq!(relief.watched(), (2, 2));
+        let mut due = relief.due(&[]);
+        due.sort();
+        let mut both = vec![app, done];
+        both.sort();
+        assert_eq!(due, both);
     }
 }

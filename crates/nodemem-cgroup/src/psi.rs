@@ -26,7 +26,8 @@ impl FullTrigger {
     pub const MAX_WINDOW_US: u64 = 10_000_000;
 
     /// A trigger for `percent` of a window of `window_us` (clamped to the kernel's
-    /// bounds; unprivileged writers need whole seconds, which the agent's 10 s are).
+    /// bounds; a writer without CAP_SYS_RESOURCE needs a multiple of 2 s, which the
+    /// agent's 10 s is).
     pub fn percent_of(percent: u32, window_us: u64) -> Self {
         let window_us = window_us.clamp(Self::MIN_WINDOW_US, Self::MAX_WINDOW_US);
         FullTrigger {

@@ -1618,14 +1618,26 @@ async fn relief_on_a_real_kernel(
     assert!(pod_events(client, "cache-only", "MemoryHighRelieved")
         .await
         .is_empty());
-    // The kernel armed a PSI trigger for every watched container: none is polled.
+    // The kernel armed a PSI trigger for every watched container (the agent's pod has
+    // no capability: a 10 s window is a multiple of 2 s, which unprivileged triggers
+    // need): none is read on every tick, and the relief began with one firing.
     let watched = agent_metric(node, agent_ip, "nodemem_agent_relief_watched_containers");
-    assert!(watched >= 2.0, "{watched} containers watched");
     let polled = agent_metric(node, agent_ip, "nodemem_agent_relief_polled_containers");
+    let fired = agent_metric(node, agent_ip, "nodemem_agent_relief_triggers_fired_total");
     let (why, _) = node
-        .run("grep -h 'PSI trigger' /var/log/pods/nodemem-system_*/agent/*.log | tail -n 2")
+        .run("grep -h 'PSI trigger' /var/log/pods/nodemem-system_*/agent/*.log | tail -n 3")
         .unwrap_or_default();
-    eprintln!("relief: {polled} container(s) read on every tick for want of a PSI trigger; the agent says: {why}");
+    assert!(watched >= 2.0, "{watched} containers watched");
+    assert!(
+        agent_metrics(node, agent_ip).contains("\nnodemem_agent_relief_polled_containers 0\n"),
+        "the agent exports its polled containers"
+    );
+    assert_eq!(
+        polled, 0.0,
+        "{polled} of {watched} watched containers have no PSI trigger; the agent says: {why}"
+    );
+    assert!(fired >= 1.0, "no PSI trigger fired ({fired})");
+    eprintln!("relief: {watched} containers watched, each with a PSI trigger; {fired} firings");
     let status = configs.get(&name).await.unwrap().status.unwrap();
     let relief = status.relief.expect("relief in status");
     assert_eq!((relief.reliefs, relief.refused), (1, 1), "{relief:?}");
