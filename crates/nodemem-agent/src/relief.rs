@@ -42,7 +42,7 @@ struct Tracked {
     raised: Option<(Option<i64>, Time)>,
     /// How the agent learns that it stalls.
     watch: Watch,
-    /// Attempts to arm the trigger that failed (the first is warned about).
+    /// Attempts to arm the trigger the kernel refused (the first is warned about).
     arm_failures: u32,
 }
 
@@ -148,7 +148,7 @@ impl Relief {
                     // files can be missing for a moment as its cgroup is created).
                     if !matches!(t.watch, Watch::Armed(_)) {
                         t.watch = self.arm(fs, path, settings, t.arm_failures);
-                        t.arm_failures += u32::from(!matches!(t.watch, Watch::Armed(_)));
+                        t.arm_failures += u32::from(matches!(t.watch, Watch::Polled));
                     }
                     // While relieved, the desired value is the raised one.
                     if !t.state.relieved() {
@@ -176,7 +176,7 @@ impl Relief {
                             memory_max: bytes(MEMORY_MAX),
                             state: ContainerRelief::default(),
                             raised: None,
-                            arm_failures: u32::from(!matches!(watch, Watch::Armed(_))),
+                            arm_failures: u32::from(matches!(watch, Watch::Polled)),
                             watch,
                         },
                     );
