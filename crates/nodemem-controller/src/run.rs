@@ -45,6 +45,15 @@ pub struct Controller {
     pub agents: Option<AgentDeploy>,
 }
 
+/// Stops the watch reader when the controller's loop ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn rfc3339(secs: i64) -> String {
     k8s_openapi::jiff::Timestamp::from_second(secs)
         .unwrap_or_default()
@@ -70,8 +79,11 @@ impl Controller {
         let node_events = watcher::watcher(nodes, watcher::Config::default())
             .default_backoff()
             .map(|e| e.map(|e| Update::Node(Box::new(e))));
+        // managedFields are never read, and are most of a config's size: dropped before
+        // events queue up behind a decision's writes.
         let config_events = watcher::watcher(configs.clone(), watcher::Config::default())
             .default_backoff()
+            .modify(|c| c.metadata.managed_fields = None)
             .map(|e| e.map(|e| Update::Config(Box::new(e))));
         let ticks = futures::stream::unfold(tokio::time::interval(self.tick), |mut t| async {
             t.tick().await;
@@ -83,6 +95,22 @@ impl Controller {
             config_events.boxed(),
             ticks.boxed(),
         ]);
+        // The watches are read all the time, also while a decision's writes are in
+        // flight (thousands in a fan-out, one after the other). An unread watch fills
+        // the apiserver's buffer for it: the apiserver's dispatch to every watcher of
+        // the resource then waits on it, and in the end the apiserver closes the watch
+        // (and the controller lists again). At 5,000 nodes the apiserver closed the
+        // config watch during a fan-out before, and does not now (BENCHMARKS.md); the
+        // queued events cost memory while the writes run (managedFields are dropped).
+        let (forward, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let reader = tokio::spawn(async move {
+            while let Some(update) = updates.next().await {
+                if forward.send(update).is_err() {
+                    break;
+                }
+            }
+        });
+        let _reader = AbortOnDrop(reader);
         let daemonsets: Option<Api<k8s_openapi::api::apps::v1::DaemonSet>> = self
             .agents
             .as_ref()
@@ -92,7 +120,7 @@ impl Controller {
         let mut listed = [false; 3];
         let mut dirty = false;
         info!("watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs");
-        while let Some(update) = updates.next().await {
+        while let Some(update) = received.recv().await {
             let mut tick = false;
             match update {
                 Err(e) => {
