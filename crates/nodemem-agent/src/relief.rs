@@ -59,6 +59,12 @@ enum Watch {
     Absent,
 }
 
+impl Watch {
+    fn armed(&self) -> bool {
+        matches!(self, Watch::Armed(_))
+    }
+}
+
 impl Drop for Tracked {
     fn drop(&mut self) {
         if let Watch::Armed(t) = &self.watch {
@@ -146,7 +152,7 @@ impl Relief {
                 Some(mut t) => {
                     // A trigger that could not be armed is tried again (a container's
                     // files can be missing for a moment as its cgroup is created).
-                    if !matches!(t.watch, Watch::Armed(_)) {
+                    if !t.watch.armed() {
                         t.watch = self.arm(fs, path, settings, t.arm_failures);
                         t.arm_failures += u32::from(matches!(t.watch, Watch::Polled));
                     }

@@ -32,11 +32,19 @@ use serde_json::json;
 
 const QUIET: Duration = Duration::from_secs(15);
 
+/// The apiserver's own /metrics.
+async fn apiserver_metrics(client: &Client) -> String {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    client.request_text(req).await.unwrap()
+}
+
 /// Writes to NodeMemoryConfigs and NodeMemoryPolicies (any verb but reads) by this
 /// apiserver's own count.
 async fn writes(client: &Client) -> BTreeMap<String, f64> {
-    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(req).await.unwrap();
+    writes_in(&apiserver_metrics(client).await)
+}
+
+fn writes_in(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text
         .lines()
@@ -66,9 +74,7 @@ async fn writes(client: &Client) -> BTreeMap<String, f64> {
 
 /// Watches of NodeMemoryConfigs the apiserver closed because their reader fell behind
 /// (`apiserver_terminated_watchers_total`).
-async fn terminated_config_watchers(client: &Client) -> f64 {
-    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(req).await.unwrap();
+fn terminated_config_watchers(text: &str) -> f64 {
     text.lines()
         .filter(|l| {
             l.starts_with("apiserver_terminated_watchers_total{") && l.contains("nodememoryconfigs")
@@ -181,8 +187,8 @@ fn main() {
                 break;
             }
         }
-        let before = writes(&client).await;
-        let terminated_before = terminated_config_watchers(&client).await;
+        let metrics = apiserver_metrics(&client).await;
+        let (before, terminated_before) = (writes_in(&metrics), terminated_config_watchers(&metrics));
         let policies: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
         let started = Instant::now();
         policies
@@ -205,7 +211,8 @@ fn main() {
             revision = c.data["spec"]["revision"].as_str().unwrap_or("").to_string();
             written.insert(c.metadata.name.clone().unwrap());
         }
-        let terminated = terminated_config_watchers(&client).await - terminated_before;
+        let terminated =
+            terminated_config_watchers(&apiserver_metrics(&client).await) - terminated_before;
         (started.elapsed(), revision, before, terminated)
     });
     // The policy's status catches up (updated nodes): part of the fan-out's writes.
