@@ -25,3 +25,10 @@ pub const VERSION: &str = "v1alpha1";
 /// (`kubectl nodemem rollback`). The controller honours it while the spec still has
 /// this revision and records it in `status.rolledBackRevision`; a new spec ends it.
 pub const ROLLBACK_ANNOTATION: &str = "nodemem.io/rollback-revision";
+
+/// On every NodeMemoryPolicy the controller runs: a deleted policy stays (Terminating)
+/// until each node it governed has moved to its next policy or been released, through
+/// a rollout, and the controller then removes it. `kubectl nodemem release POLICY --now`
+/// removes it at once (the nodes' configs then go at once); a controller that is scaled
+/// to zero or deleted removes it from every policy as it stops.
+pub const HANDOFF_FINALIZER: &str = "nodemem.io/handoff";

@@ -30,8 +30,11 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
     printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
-    printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, RollingBack, RolledBack, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
-    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, RollingBack, RolledBack, Releasing, InvalidSpec, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Revision", "type": "string", "priority": 1, "description": "the spec's revision", "jsonPath": ".status.revision"}"#,
+    printcolumn = r#"{"name": "Target", "type": "string", "priority": 1, "description": "the revision the pool runs or moves to (the previous one after a rollback, the last accepted one while the spec is invalid)", "jsonPath": ".status.targetRevision"}"#,
+    printcolumn = r#"{"name": "Leaving", "type": "integer", "priority": 1, "description": "nodes that still run this policy's values while they move to their next policy or are released", "jsonPath": ".status.leavingNodes"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMemoryPolicySpec {
@@ -498,6 +501,14 @@ pub struct NodeMemoryPolicyStatus {
     /// Hash of the effective node settings; changes start a rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// The revision the pool runs or moves to: the spec's; the previous one after a
+    /// rollback; the last accepted one while the spec is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_revision: Option<String>,
+    /// Nodes that still run this policy's values but are leaving it (the policy is
+    /// deleted, or no longer selects them): each keeps its values until its turn.
+    #[serde(default)]
+    pub leaving_nodes: i32,
     /// Nodes this policy governs.
     #[serde(default)]
     pub matched_nodes: i32,

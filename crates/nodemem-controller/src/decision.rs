@@ -43,4 +43,18 @@ pub struct Decision {
     /// Only statuses that differ from what the policy shows.
     pub statuses: Vec<(String, NodeMemoryPolicyStatus)>,
     pub events: Vec<PolicyEvent>,
+    /// Policies that get [`nodemem_api::HANDOFF_FINALIZER`] (`hold`) or lose it (a
+    /// deleted policy whose nodes have all left).
+    pub finalizers: Vec<FinalizerOrder>,
+    /// Rollback requests that are spent (the spec moved on from the revision they name):
+    /// the annotation is removed, so a later spec equal to that revision is a new
+    /// decision (policy, the revision the annotation names).
+    pub spent_rollback_requests: Vec<(String, String)>,
+}
+
+/// Add or remove the handoff finalizer on a policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinalizerOrder {
+    pub policy: String,
+    pub hold: bool,
 }

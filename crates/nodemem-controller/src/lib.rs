@@ -3,7 +3,10 @@
 //!
 //! * [`world`]: what the watches said (pure index).
 //! * [`decide`]: resolution, rollout steps and config writes (pure), into a
-//!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it.
+//!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it;
+//!   `handoff`: nodes leaving a policy (deleted, no longer selecting them) and its
+//!   finalizer; `settings`: rollout parameters and the released settings.
+//! * `stand_down`: a controller stopped for good lets go of every policy.
 //! * [`node_failure`]: why a node failed its rollout, for conditions and Events.
 //! * `recommendation`: the throttling factor a pool tolerates, from its nodes'
 //!   observation (policy status).
@@ -16,12 +19,15 @@
 pub mod daemonset;
 pub mod decide;
 pub mod decision;
+mod handoff;
 pub mod lease;
 pub mod metrics;
 pub mod node_failure;
 mod policy_status;
 mod recommendation;
 pub mod run;
+mod settings;
+mod stand_down;
 pub mod world;
 
 use std::path::PathBuf;
@@ -79,6 +85,12 @@ pub struct ControllerArgs {
     /// The agents' state directory on the hosts (a hostPath).
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub agent_state_dir: String,
+    /// The controller's own Deployment in --namespace: stopped (SIGTERM) while it is
+    /// gone, being deleted or scaled to zero, the controller stands down: it removes its
+    /// handoff finalizer from every policy, so that none is left Terminating without a
+    /// controller. Without it the finalizers stay (`kubectl nodemem release --now`).
+    #[arg(long)]
+    pub deployment: Option<String>,
 }
 
 fn identity(args: &ControllerArgs) -> String {
@@ -136,7 +148,13 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         }
         let client = nodemem_process::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
         if !args.leader_elect {
-            return controller.run(client).await.map_err(CliError::one);
+            return tokio::select! {
+                r = controller.run(client.clone()) => r.map_err(CliError::one),
+                () = stand_down::stopped() => {
+                    stand_down::stand_down(&client, args).await;
+                    Ok(())
+                }
+            };
         }
         let lock = lease::LeaseLock::new(
             client.clone(),
@@ -150,8 +168,12 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         // Whichever ends first: losing the Lease stops this replica (its pod restarts
         // as a follower) so two never write at once.
         tokio::select! {
-            r = controller.run(client) => r.map_err(CliError::one),
+            r = controller.run(client.clone()) => r.map_err(CliError::one),
             () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
+            () = stand_down::stopped() => {
+                stand_down::stand_down(&client, args).await;
+                Ok(())
+            }
         }
     })?;
     Ok(Outcome::default())

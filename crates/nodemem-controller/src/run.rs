@@ -20,13 +20,16 @@ use tracing::{info, warn};
 
 use crate::daemonset::{agent_daemonset, AgentDeploy};
 use crate::decide::decide;
-use crate::decision::Decision;
+use crate::decision::{Decision, FinalizerOrder};
 use crate::metrics::{ErrorCategory, Metrics};
 use crate::world::{World, DRAIN_DONE, DRAIN_FOR, DRAIN_STARTED};
 use nodemem_api::report::SPEC_CHANGED_AT;
 
 /// The field manager of everything the controller writes.
 pub const FIELD_MANAGER: &str = "nodemem-controller";
+/// The field manager of the handoff finalizer on a policy (a manager of its own, so
+/// that applying the finalizer never touches what `FIELD_MANAGER` owns).
+pub const FINALIZER_MANAGER: &str = "nodemem-controller-handoff";
 
 enum Update {
     Policy(Box<Event<NodeMemoryPolicy>>),
@@ -352,6 +355,13 @@ impl Controller {
                 }
             }
         }
+        for order in &d.finalizers {
+            self.set_finalizer(policies, order, world).await;
+        }
+        for (name, named) in &d.spent_rollback_requests {
+            let version = world.policy_version(name).map(str::to_string);
+            spend_rollback_request(policies, name, named, version.as_deref(), &self.metrics).await;
+        }
         for e in &d.events {
             let Some(p) = world.policies.get(&e.policy) else {
                 continue;
@@ -378,6 +388,77 @@ impl Controller {
             if let Err(err) = recorder.publish(&event, &reference).await {
                 warn!(error = %err, "event not recorded");
             }
+        }
+    }
+}
+
+impl Controller {
+    /// Adds or removes [`nodemem_api::HANDOFF_FINALIZER`] by server-side apply (the
+    /// controller's field manager owns that one entry; others' finalizers stay). The
+    /// resourceVersion seen is a precondition: an apply never creates a policy that is
+    /// gone, and one that changed meanwhile is decided again.
+    async fn set_finalizer(
+        &self,
+        policies: &Api<NodeMemoryPolicy>,
+        order: &FinalizerOrder,
+        world: &mut World,
+    ) {
+        let Some(version) = world.policy_version(&order.policy) else {
+            return;
+        };
+        let finalizers: &[&str] = if order.hold {
+            &[nodemem_api::HANDOFF_FINALIZER]
+        } else {
+            &[]
+        };
+        let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": order.policy, "resourceVersion": version,
+                "finalizers": finalizers}});
+        let apply = PatchParams::apply(FINALIZER_MANAGER).force();
+        match policies
+            .patch(&order.policy, &apply, &Patch::Apply(&patch))
+            .await
+        {
+            Ok(p) => {
+                self.metrics.write("policy_finalizer", true);
+                if !order.hold {
+                    info!(policy = %order.policy, "every node has left the deleted policy; it goes now");
+                }
+                world.apply_policy(&p);
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                self.metrics.write("policy_finalizer", false);
+                warn!(policy = %order.policy, error = %e, "handoff finalizer not written; retried on the next reconcile");
+            }
+        }
+    }
+}
+
+/// Removes a rollback request the spec has moved on from. The resourceVersion the
+/// decision saw is a precondition: a request changed meanwhile stays (409, decided
+/// again), and a policy that is gone is not touched (404).
+async fn spend_rollback_request(
+    policies: &Api<NodeMemoryPolicy>,
+    name: &str,
+    named: &str,
+    version: Option<&str>,
+    metrics: &Metrics,
+) {
+    let patch = json!({"metadata": {"resourceVersion": version,
+        "annotations": {nodemem_api::ROLLBACK_ANNOTATION: null}}});
+    match policies
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            metrics.write("policy_rollback_request", true);
+            info!(policy = %name, revision = %named, "rollback request spent: the spec moved on");
+        }
+        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => {}
+        Err(e) => {
+            metrics.write("policy_rollback_request", false);
+            warn!(policy = %name, error = %e, "rollback request not removed; retried on the next reconcile");
         }
     }
 }

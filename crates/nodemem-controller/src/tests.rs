@@ -23,7 +23,9 @@ fn policy(
 ) -> NodeMemoryPolicy {
     serde_json::from_value(json!({
         "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-        "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1},
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1,
+            // As the controller leaves every live policy (`finalizer_orders`).
+            "finalizers": [nodemem_api::HANDOFF_FINALIZER]},
         "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority,
             "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
             "rollout": rollout},
@@ -85,6 +87,20 @@ fn apply(w: &mut World, d: &Decision, now: i64) {
     }
     for (name, status) in &d.statuses {
         w.policies.get_mut(name).unwrap().status = status.clone();
+    }
+    for order in &d.finalizers {
+        let p = w.policies.get_mut(&order.policy).unwrap();
+        p.held = order.hold;
+        // A deleted policy without finalizers is gone.
+        if p.deleting && !p.held {
+            w.policies.remove(&order.policy);
+        }
+    }
+    for (name, named) in &d.spent_rollback_requests {
+        let p = w.policies.get_mut(name).unwrap();
+        if p.rollback_request.as_ref() == Some(named) {
+            p.rollback_request = None;
+        }
     }
 }
 
@@ -774,13 +790,19 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     let second = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == second));
 
-    // A request naming another revision is ignored.
+    // A request naming another revision moves nothing and is spent (removed).
     let mut stale = p2.clone();
     stale.status = Some(w.policies["p"].status.clone());
     stale.metadata.annotations =
         Some([(nodemem_api::ROLLBACK_ANNOTATION.to_string(), first.clone())].into());
     w.apply_policy(&stale);
-    assert_eq!(decide(&w, now), Decision::default());
+    assert_eq!(
+        decide(&w, now),
+        Decision {
+            spent_rollback_requests: vec![("p".into(), first.clone())],
+            ..Decision::default()
+        }
+    );
 
     // `kubectl nodemem rollback p`: the annotation names the current revision.
     let mut asked = stale.clone();
@@ -815,13 +837,376 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     );
 
     // A new spec ends the rollback (the annotation names an old revision now).
-    let mut p3 = policy("p", "p", 0, 0.8, rollout);
+    let mut p3 = policy("p", "p", 0, 0.8, rollout.clone());
     p3.metadata.generation = Some(3);
     p3.metadata.annotations = asked.metadata.annotations.clone();
     p3.status = Some(w.policies["p"].status.clone());
     w.apply_policy(&p3);
+    let d = decide(&w, now);
+    assert_eq!(
+        d.spent_rollback_requests,
+        [("p".to_string(), second.clone())],
+        "the request is spent once the spec moved on"
+    );
     settle(&mut w, &mut now, 4);
     let third = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == third));
     assert_eq!(w.policies["p"].status.rolled_back_revision, None);
+    assert_eq!(w.policies["p"].rollback_request, None);
+
+    // The spec set back to the rolled-back revision is a new decision: it rolls out.
+    let mut p4 = policy("p", "p", 0, 0.7, rollout);
+    p4.metadata.generation = Some(4);
+    p4.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p4);
+    settle(&mut w, &mut now, 4);
+    assert!(w.configs.values().all(|c| c.spec.revision == second));
+    assert_eq!(w.policies["p"].status.rolled_back_revision, None);
+    assert_eq!(condition(&w, "p", "Progressing").reason, "Complete");
+}
+
+/// The same policy, deleted (the finalizer holds it).
+fn deleted(mut p: NodeMemoryPolicy) -> NodeMemoryPolicy {
+    p.metadata.deletion_timestamp =
+        Some(Time(k8s_openapi::jiff::Timestamp::from_second(T0).unwrap()));
+    p
+}
+
+/// The policy each node's config runs, with its settings' revision: a node without a
+/// config, or on the released settings, runs the values of no policy.
+fn runs(w: &World) -> Vec<(String, Option<(String, String)>)> {
+    let released = nodemem_api::revision::revision(&released_settings());
+    w.nodes
+        .keys()
+        .map(|n| {
+            let on = w
+                .configs
+                .get(n)
+                .filter(|c| c.spec.revision != released)
+                .map(|c| (c.spec.policy.clone(), c.spec.revision.clone()));
+            (n.clone(), on)
+        })
+        .collect()
+}
+
+fn progressing(w: &World, policy: &str) -> String {
+    condition(w, policy, "Progressing").reason.clone()
+}
+
+#[test]
+fn a_live_policy_gets_the_handoff_finalizer_and_a_deleted_one_keeps_it_while_nodes_leave() {
+    let mut bare = policy("p", "p", 0, 0.9, json!({}));
+    bare.metadata.finalizers = None;
+    let w = world(&[bare], &[("a", "p")]);
+    let d = decide(&w, T0);
+    assert_eq!(
+        d.finalizers,
+        [crate::decision::FinalizerOrder {
+            policy: "p".into(),
+            hold: true
+        }]
+    );
+    // Deleted before it had any node: nothing to hand off, it goes at once.
+    let w = world(&[deleted(policy("p", "nowhere", 0, 0.9, json!({})))], &[]);
+    let d = decide(&w, T0);
+    assert_eq!(
+        d.finalizers,
+        [crate::decision::FinalizerOrder {
+            policy: "p".into(),
+            hold: false
+        }]
+    );
+    assert_eq!(
+        d.statuses[0]
+            .1
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .unwrap()
+            .reason,
+        "Released"
+    );
+}
+
+/// `overlap` (priority 1) over the general pool is deleted: its nodes keep its values
+/// until `general`'s rollout reaches each (one at a time, minReadySeconds 10), their
+/// configs change owner instead of going, and the finalizer goes with the last one. At
+/// no step does a node run the values of neither policy.
+#[test]
+fn a_deleted_policy_hands_each_node_to_the_next_policy_through_its_rollout() {
+    let general = policy(
+        "general",
+        "general",
+        0,
+        0.9,
+        json!({"maxUnavailable": 1, "minReadySeconds": 10}),
+    );
+    let overlap = policy("overlap", "general", 1, 0.8, json!({"maxUnavailable": 3}));
+    let mut w = world(
+        &[general, overlap.clone()],
+        &[("g1", "general"), ("g2", "general"), ("g3", "general")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 4);
+    assert!(runs(&w)
+        .iter()
+        .all(|(_, on)| on.as_ref().is_some_and(|(p, _)| p == "overlap")));
+
+    let mut gone = deleted(overlap);
+    gone.status = Some(w.policies["overlap"].status.clone());
+    w.apply_policy(&gone);
+    let d = decide(&w, now);
+    assert!(d.deletes.is_empty(), "no config goes: {:?}", d.deletes);
+    assert_eq!(written(&d), ["g1"], "general's rollout: one at a time");
+    assert_eq!(d.writes[0].spec.policy, "general");
+    assert_eq!(d.writes[0].policy_uid.as_deref(), Some("uid-general"));
+    assert!(d.finalizers.is_empty(), "held while nodes leave");
+    assert!(d.events.iter().any(|e| e.reason == "HandoffStarted"));
+    let overlap_status = &d.statuses.iter().find(|s| s.0 == "overlap").unwrap().1;
+    assert_eq!(overlap_status.leaving_nodes, 3);
+    assert_eq!(overlap_status.matched_nodes, 0);
+
+    let mut moved = Vec::new();
+    for _ in 0..20 {
+        let d = decide(&w, now);
+        apply(&mut w, &d, now);
+        moved.extend(written(&d).iter().map(|n| n.to_string()));
+        for (node, on) in runs(&w) {
+            assert!(on.is_some(), "{node} runs the values of no policy");
+        }
+        if !w.policies.contains_key("overlap") {
+            break;
+        }
+        assert_eq!(progressing(&w, "overlap"), "Releasing");
+        // Agents report what they were given.
+        for wr in &d.writes {
+            agent_reports(&mut w, &wr.node, true, now);
+        }
+        now += 5;
+    }
+    assert_eq!(moved, ["g1", "g2", "g3"], "one after the other");
+    assert!(
+        !w.policies.contains_key("overlap"),
+        "the finalizer went with the last node"
+    );
+    assert!(runs(&w)
+        .iter()
+        .all(|(_, on)| on.as_ref().is_some_and(|(p, _)| p == "general")));
+}
+
+/// A selector that shrinks to nothing, and a policy deleted with no other to take its
+/// nodes: they are released batch by batch with the leaving policy's settings
+/// (maxUnavailable 1, minReadySeconds 10), and their configs go once all are released.
+#[test]
+fn nodes_no_policy_selects_are_released_with_the_leaving_policys_rollout() {
+    let rollout = json!({"maxUnavailable": 1, "minReadySeconds": 10});
+    for how in ["selector", "deleted", "relabelled"] {
+        let p = policy("p", "p", 0, 0.9, rollout.clone());
+        let mut w = world(std::slice::from_ref(&p), &[("a", "p"), ("b", "p"), ("c", "p")]);
+        let mut now = T0;
+        settle(&mut w, &mut now, 8);
+        match how {
+            "selector" => {
+                let mut narrowed = policy("p", "none", 0, 0.9, rollout.clone());
+                narrowed.status = Some(w.policies["p"].status.clone());
+                w.apply_policy(&narrowed);
+            }
+            "deleted" => {
+                let mut gone = deleted(p);
+                gone.status = Some(w.policies["p"].status.clone());
+                w.apply_policy(&gone);
+            }
+            _ => {
+                for n in ["a", "b", "c"] {
+                    w.apply_node(&node(n, "elsewhere"));
+                }
+            }
+        }
+        let mut released_order = Vec::new();
+        let mut released_at_once = 0;
+        let mut write_times = Vec::new();
+        for _ in 0..30 {
+            let d = decide(&w, now);
+            if w.configs.len() == 3 {
+                assert!(
+                    d.deletes.is_empty() || d.deletes.len() == 3,
+                    "{how}: configs go together at the end: {:?}",
+                    d.deletes
+                );
+            }
+            apply(&mut w, &d, now);
+            released_order.extend(written(&d).iter().map(|n| n.to_string()));
+            released_at_once = released_at_once.max(d.writes.len());
+            if !d.writes.is_empty() {
+                write_times.push(now);
+            }
+            if w.configs.is_empty() {
+                break;
+            }
+            if let Some(p) = w.policies.get("p") {
+                assert_eq!(progressing(&w, "p"), "Releasing", "{how}");
+                assert!(p.status.leaving_nodes > 0, "{how}");
+            }
+            for wr in &d.writes {
+                let c = w.configs.get_mut(&wr.node).unwrap();
+                c.status = Default::default();
+            }
+            now += 5;
+            for wr in &d.writes {
+                agent_reports(&mut w, &wr.node, true, now);
+            }
+        }
+        assert_eq!(released_order, ["a", "b", "c"], "{how}: one at a time");
+        assert_eq!(released_at_once, 1, "{how}");
+        assert!(
+            write_times.windows(2).all(|t| t[1] - t[0] >= 10),
+            "{how}: each waits for the one before to be ready for minReadySeconds: {write_times:?}"
+        );
+        assert!(w.configs.is_empty(), "{how}: released and forgotten");
+        // The next decision (the deletions' watch events) reports on the policy.
+        let d = decide(&w, now);
+        apply(&mut w, &d, now);
+        match how {
+            "deleted" => assert!(!w.policies.contains_key("p"), "the finalizer went"),
+            _ => {
+                assert_eq!(progressing(&w, "p"), "Complete", "{how}");
+                assert_eq!(w.policies["p"].status.leaving_nodes, 0);
+            }
+        }
+    }
+}
+
+/// A policy whose spec was never valid governs no node: `numa-database`'s nodes stay
+/// with it, a valid change to it rolls out, and `bad-sum` says what it would take.
+#[test]
+fn a_policy_never_accepted_governs_no_node_and_says_which_it_would_take() {
+    let good = policy(
+        "numa-database",
+        "db",
+        200,
+        0.9,
+        json!({"maxUnavailable": 2}),
+    );
+    let mut bad = policy("bad-sum", "db", 300, 0.9, json!({}));
+    bad.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
+    let mut w = world(&[good, bad], &[("db-1", "db"), ("db-2", "db")]);
+    let mut now = T0;
+    settle(&mut w, &mut now, 4);
+    assert!(runs(&w)
+        .iter()
+        .all(|(_, on)| on.as_ref().is_some_and(|(p, _)| p == "numa-database")));
+    assert_eq!(w.policies["numa-database"].status.matched_nodes, 2);
+    let bad_status = &w.policies["bad-sum"].status;
+    assert_eq!(bad_status.matched_nodes, 0);
+    assert_eq!(progressing(&w, "bad-sum"), "InvalidSpec");
+    let message = &condition(&w, "bad-sum", "Progressing").message;
+    assert!(
+        message.contains("would take 2 node(s): db-1, db-2"),
+        "{message}"
+    );
+    assert!(condition(&w, "bad-sum", "Accepted")
+        .message
+        .contains("it governs no node until the spec is valid"));
+
+    let mut changed = policy(
+        "numa-database",
+        "db",
+        200,
+        0.7,
+        json!({"maxUnavailable": 2}),
+    );
+    changed.status = Some(w.policies["numa-database"].status.clone());
+    w.apply_policy(&changed);
+    settle(&mut w, &mut now, 4);
+    let revision = w.policies["numa-database"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == revision));
+    assert_eq!(progressing(&w, "numa-database"), "Complete");
+}
+
+/// An edit that makes an accepted policy invalid holds its nodes on the last accepted
+/// revision, and says so; a new node still gets that revision; a valid edit moves on.
+#[test]
+fn an_accepted_policy_made_invalid_holds_its_nodes_on_the_last_accepted_revision() {
+    let rollout = json!({"maxUnavailable": 2});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone())],
+        &[("a", "p"), ("b", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 4);
+    let accepted = w.policies["p"].status.revision.clone().unwrap();
+    let mut broken = policy("p", "p", 0, 0.8, rollout.clone());
+    broken.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
+    broken.metadata.generation = Some(2);
+    broken.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&broken);
+    w.apply_node(&node("c", "p"));
+    settle(&mut w, &mut now, 4);
+    assert!(
+        w.configs.values().all(|c| c.spec.revision == accepted),
+        "every node, the new one too, runs the last accepted revision"
+    );
+    let status = &w.policies["p"].status;
+    assert_eq!(status.matched_nodes, 3);
+    assert_eq!(status.target_revision.as_deref(), Some(accepted.as_str()));
+    assert_ne!(status.revision.as_deref(), Some(accepted.as_str()));
+    assert_eq!(progressing(&w, "p"), "InvalidSpec");
+    assert!(condition(&w, "p", "Accepted").message.contains(&format!(
+        "its nodes keep revision {accepted}, the last accepted"
+    )));
+
+    let mut fixed = policy("p", "p", 0, 0.8, rollout);
+    fixed.metadata.generation = Some(3);
+    fixed.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&fixed);
+    settle(&mut w, &mut now, 4);
+    let revision = w.policies["p"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == revision));
+    assert_eq!(progressing(&w, "p"), "Complete");
+}
+
+/// A rollback reads as one: `RollingBack` while the pool returns (no canary wait), then
+/// `RolledBack` with the revision the nodes run beside the spec's.
+#[test]
+fn a_rollback_reads_as_rolling_back_then_rolled_back() {
+    let rollout = json!({"maxUnavailable": 1, "canary": 1, "failurePolicy": "Rollback",
+        "maxFailures": 1});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone())],
+        &[("a", "p"), ("b", "p"), ("c", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 8);
+    let good = w.policies["p"].status.revision.clone().unwrap();
+    let mut next = policy("p", "p", 0, 0.5, rollout);
+    next.metadata.generation = Some(2);
+    next.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&next);
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    assert_eq!(written(&d), ["a"]);
+    agent_reports(&mut w, "a", false, now);
+    now += 5;
+    let mut reasons = Vec::new();
+    for _ in 0..8 {
+        let d = decide(&w, now);
+        apply(&mut w, &d, now);
+        for wr in &d.writes {
+            agent_reports(&mut w, &wr.node, true, now);
+        }
+        reasons.push(progressing(&w, "p"));
+        now += 5;
+    }
+    reasons.dedup();
+    assert_eq!(reasons, ["RollingBack", "RolledBack"]);
+    let status = &w.policies["p"].status;
+    assert_eq!(status.target_revision.as_deref(), Some(good.as_str()));
+    assert_ne!(status.revision, status.target_revision);
+    assert!(w.configs.values().all(|c| c.spec.revision == good));
+    let degraded = condition(&w, "p", "Degraded");
+    assert!(
+        degraded.message.contains("after it failed on a") && degraded.message.contains("runs"),
+        "{}",
+        degraded.message
+    );
 }

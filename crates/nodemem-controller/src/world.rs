@@ -38,6 +38,10 @@ pub struct PolicyEntry {
     /// When it was created (seconds): of policies tied on priority, the oldest claims
     /// the nodes that run none of them.
     pub created: Option<i64>,
+    /// Deleted, held by [`nodemem_api::HANDOFF_FINALIZER`] while its nodes leave.
+    pub deleting: bool,
+    /// Carries [`nodemem_api::HANDOFF_FINALIZER`].
+    pub held: bool,
 }
 
 /// The kinds of object the world holds.
@@ -87,6 +91,14 @@ impl World {
         true
     }
 
+    /// The newest resourceVersion seen of a policy: a precondition for the writes to
+    /// its metadata, so that a policy that is gone is never created again by them.
+    pub fn policy_version(&self, name: &str) -> Option<&str> {
+        self.versions
+            .get(&(Kind::Policy, name.to_string()))
+            .map(String::as_str)
+    }
+
     pub fn apply_policy(&mut self, p: &NodeMemoryPolicy) -> bool {
         let Some(name) = p.metadata.name.clone() else {
             return false;
@@ -106,6 +118,13 @@ impl World {
                 .and_then(|a| a.get(nodemem_api::ROLLBACK_ANNOTATION))
                 .cloned(),
             created: nodemem_api::convert::created_seconds(&p.metadata),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            held: p
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == nodemem_api::HANDOFF_FINALIZER),
         };
         self.policies.insert(name, entry.clone()) != Some(entry)
     }

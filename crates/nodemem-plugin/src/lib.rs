@@ -79,6 +79,16 @@ pub enum PluginCommand {
     /// Return POLICY's pool to its previous revision; the controller records it in
     /// status.rolledBackRevision until the spec changes.
     Rollback { policy: String },
+    /// Emergency: let a deleted POLICY's remaining nodes go at once instead of one
+    /// rollout batch after another (removes its nodemem.io/handoff finalizer; their
+    /// configs are then garbage-collected and each node's next policy takes it through
+    /// its rollout). Also the way out for a policy left Terminating without a controller.
+    Release {
+        policy: String,
+        /// Required: releasing at once is the one thing this command does.
+        #[arg(long)]
+        now: bool,
+    },
 }
 
 /// Runs the plugin; errors are exit 1, except for `diff`, where they are 2 (changes
@@ -163,6 +173,7 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
         PluginCommand::Pause { policy } => set_paused(&client, policy, true).await,
         PluginCommand::Resume { policy } => set_paused(&client, policy, false).await,
         PluginCommand::Rollback { policy } => rollback(&client, policy).await,
+        PluginCommand::Release { policy, now } => release_now(&client, policy, *now).await,
     }
 }
 
@@ -264,6 +275,33 @@ async fn rollback(client: &Client, name: &str) -> Result<Outcome, CliError> {
     Ok(Outcome::ok(format!(
         "nodememorypolicy.nodemem.io/{name} rolling back from revision {current} to {}\n",
         previous.revision
+    )))
+}
+
+async fn release_now(client: &Client, name: &str, now: bool) -> Result<Outcome, CliError> {
+    if !now {
+        return Err(CliError::one(format!(
+            "kubectl nodemem release {name} needs --now: deleting the policy already releases its nodes gradually, through rollouts; --now lets the rest go at once"
+        )));
+    }
+    let policy = get_policy(client, name).await?;
+    if policy.metadata.deletion_timestamp.is_none() {
+        return Err(CliError::one(format!(
+            "nodememorypolicy {name} is not being deleted: delete it first (kubectl delete nmp {name}); its nodes then leave through rollouts, and release --now lets the rest go at once"
+        )));
+    }
+    let leaving = policy.status.as_ref().map_or(0, |s| s.leaving_nodes);
+    let api = Api::<NodeMemoryPolicy>::all(client.clone());
+    let released = nodemem_process::handoff::let_go(&api, name)
+        .await
+        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    if !released {
+        return Ok(Outcome::ok(format!(
+            "nodememorypolicy.nodemem.io/{name} holds no nodemem finalizer: it goes as soon as any other finalizer lets it\n"
+        )));
+    }
+    Ok(Outcome::ok(format!(
+        "nodememorypolicy.nodemem.io/{name} released now: its {leaving} remaining node(s) lose its values at once (their configs are garbage-collected); the policy that selects each next takes it through its rollout\n"
     )))
 }
 

@@ -2,11 +2,13 @@
 //! bad-input error of a command ([`outcome`], [`error`]), logs ([`logs`]), the
 //! apiserver client ([`kubeclient`]), the `/metrics`, `/healthz` and `/readyz` server
 //! ([`endpoints`]), reading the manifest files users pass ([`manifests`]) and flag
-//! values more than one command takes ([`flags`]).
+//! values more than one command takes ([`flags`]), and letting go of a policy's handoff
+//! finalizer ([`handoff`]).
 
 pub mod endpoints;
 pub mod error;
 pub mod flags;
+pub mod handoff;
 pub mod kubeclient;
 pub mod logs;
 pub mod manifests;
