@@ -151,7 +151,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             return tokio::select! {
                 r = controller.run(client.clone()) => r.map_err(CliError::one),
                 () = stand_down::stopped() => {
-                    stand_down::stand_down(&client, args).await;
+                    stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                     Ok(())
                 }
             };
@@ -171,7 +171,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             r = controller.run(client.clone()) => r.map_err(CliError::one),
             () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
             () = stand_down::stopped() => {
-                stand_down::stand_down(&client, args).await;
+                stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                 Ok(())
             }
         }

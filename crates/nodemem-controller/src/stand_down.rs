@@ -10,8 +10,6 @@ use kube::Client;
 use nodemem_api::NodeMemoryPolicy;
 use tracing::{info, warn};
 
-use crate::ControllerArgs;
-
 /// Resolves when the process is asked to stop.
 pub(crate) async fn stopped() {
     let terminate = async {
@@ -42,12 +40,14 @@ fn last_one(deployment: Option<&Deployment>) -> bool {
     }
 }
 
-pub(crate) async fn stand_down(client: &Client, args: &ControllerArgs) {
-    let Some(name) = &args.deployment else {
+/// Stands down when `deployment` (the controller's own, in `namespace`) says no
+/// controller follows.
+pub(crate) async fn stand_down(client: &Client, namespace: &str, deployment: Option<&str>) {
+    let Some(name) = deployment else {
         info!("stopping; policies keep their handoff finalizer (no --deployment to tell an uninstall from a restart)");
         return;
     };
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &args.namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let deployment = match deployments.get_opt(name).await {
         Ok(d) => d,
         Err(e) => {

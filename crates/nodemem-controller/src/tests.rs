@@ -1002,7 +1002,10 @@ fn nodes_no_policy_selects_are_released_with_the_leaving_policys_rollout() {
     let rollout = json!({"maxUnavailable": 1, "minReadySeconds": 10});
     for how in ["selector", "deleted", "relabelled"] {
         let p = policy("p", "p", 0, 0.9, rollout.clone());
-        let mut w = world(std::slice::from_ref(&p), &[("a", "p"), ("b", "p"), ("c", "p")]);
+        let mut w = world(
+            std::slice::from_ref(&p),
+            &[("a", "p"), ("b", "p"), ("c", "p")],
+        );
         let mut now = T0;
         settle(&mut w, &mut now, 8);
         match how {
