@@ -126,9 +126,23 @@ fn policy_crd_has_the_promised_shape() {
             "Updated",
             "Ready",
             "Rollout",
-            "Age"
+            "Age",
+            // -o wide: the spec's revision beside the one the pool runs or moves to,
+            // and the nodes still leaving the policy.
+            "Revision",
+            "Target",
+            "Leaving"
         ]
     );
+    let wide: Vec<i32> = crd.spec.versions[0]
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|c| ["Revision", "Target", "Leaving"].contains(&c.name.as_str()))
+        .map(|c| c.priority.unwrap_or(0))
+        .collect();
+    assert_eq!(wide, [1, 1, 1], "shown with -o wide only");
     let s = schema(crd);
     let spec = &s["properties"]["spec"]["properties"];
     assert_eq!(
