@@ -163,7 +163,15 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             identity(args),
             std::time::Duration::from_secs(args.lease_seconds.max(3)),
         );
-        lock.acquire().await;
+        // A follower stopped while it waits for the Lease simply ends: the leader
+        // decides whether to stand down.
+        tokio::select! {
+            () = lock.acquire() => {}
+            () = stand_down::stopped() => {
+                tracing::info!("stopped before leading");
+                return Ok(());
+            }
+        }
         tracing::info!(identity = %lock.identity, "leading");
         // Whichever ends first: losing the Lease stops this replica (its pod restarts
         // as a follower) so two never write at once.

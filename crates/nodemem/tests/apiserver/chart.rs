@@ -352,7 +352,8 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         ),
         ("controller delete nodes", false),
         ("controller get secrets -n nodemem-system", false),
-        ("controller patch nodememorypolicies", false),
+        // The handoff finalizer and a spent rollback request (metadata only).
+        ("controller patch nodememorypolicies", true),
         ("controller create leases -n default", false),
         ("agent patch nodememoryconfigs --subresource=status", true),
         ("agent create nodememoryconfigs", false),

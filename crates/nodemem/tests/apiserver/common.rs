@@ -107,6 +107,15 @@ pub struct ControllerProcess {
     pub child: std::process::Child,
 }
 
+impl ControllerProcess {
+    /// Stops it as its pod is stopped (SIGTERM) and waits for it to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on the pid of a child this process started and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("the controller exits")
+    }
+}
+
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -122,6 +131,17 @@ pub fn spawn_controller(
     agent_image: &str,
     log: &std::path::Path,
 ) -> ControllerProcess {
+    spawn_controller_with(kubeconfig, identity, agent_image, log, &[])
+}
+
+/// [`spawn_controller`] with more arguments.
+pub fn spawn_controller_with(
+    kubeconfig: &std::path::Path,
+    identity: &str,
+    agent_image: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> ControllerProcess {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
         .args([
             "controller",
@@ -132,9 +152,17 @@ pub fn spawn_controller(
         ])
         .args(["--identity", identity, "--lease-seconds", "6"])
         .args(["--agent-image", agent_image])
+        .args(extra)
         .env("KUBECONFIG", kubeconfig)
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
+        // Appended: a restarted controller adds to its log.
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
         .spawn()
         .expect("start the controller");
     ControllerProcess { child }

@@ -1,0 +1,580 @@
+//! Leaving a policy is as gradual as joining one: the real controller and a real agent
+//! per simulated node, on a control plane of their own. A deleted override hands each
+//! node back to the pool's policy through that policy's rollout while every node keeps
+//! the values of one policy or the other (sampled from its cgroup files every 20 ms);
+//! a selector that shrinks releases its nodes one batch after another; `kubectl
+//! nodemem release --now` lets the rest go at once; a controller stopped while its
+//! Deployment is scaled to zero lets go of every policy, so none is left Terminating.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use nodemem_testkit::cgroup_tree::CgroupTree;
+use nodemem_testkit::kubelet::FakeKubelet;
+use nodemem_testkit::Identity;
+use serde_json::{json, Value};
+
+use crate::agent::{app_cgroup, spawn_agent, AgentProcess};
+use crate::common::{
+    condition, create_namespace, create_pod, dynamic, own_control_plane, pool_nodes, reports_good,
+    spawn_controller_with, until,
+};
+
+const NODES: [&str; 3] = ["ho-1", "ho-2", "ho-3"];
+
+fn policy(name: &str, pool: &str, priority: i32, factor: f64, min_ready: i32) -> Value {
+    json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": pool}},
+            "priority": priority,
+            "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
+            "rollout": {"maxUnavailable": 1, "minReadySeconds": min_ready}},
+    })
+}
+
+/// Every node's app container memory.high, read every 20 ms from its cgroup file, as
+/// (when, node, value).
+struct Sampler {
+    samples: Arc<Mutex<Vec<(Instant, String, String)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(files: Vec<(String, Arc<CgroupTree>, String)>) -> Sampler {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (samples.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                for (node, tree, path) in &files {
+                    let value = tree.read(path, "memory.high").unwrap_or_default();
+                    s.lock()
+                        .unwrap()
+                        .push((Instant::now(), node.clone(), value));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Sampler {
+            samples,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<(Instant, String, String)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut *self.samples.lock().unwrap())
+    }
+}
+
+/// Per node, the longest time its file held a value of none of `allowed` (from the first
+/// such sample to the next allowed one).
+fn longest_outside(
+    samples: &[(Instant, String, String)],
+    allowed: &[&str],
+) -> BTreeMap<String, Duration> {
+    let mut longest: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut since: BTreeMap<String, Instant> = BTreeMap::new();
+    for (at, node, value) in samples {
+        let entry = longest.entry(node.clone()).or_default();
+        if allowed.contains(&value.as_str()) {
+            if let Some(start) = since.remove(node) {
+                *entry = (*entry).max(*at - start);
+            }
+        } else {
+            since.entry(node.clone()).or_insert(*at);
+        }
+    }
+    let end = samples.last().map(|s| s.0);
+    for (node, start) in since {
+        let e = longest.entry(node).or_default();
+        *e = (*e).max(end.unwrap_or(start) - start);
+    }
+    longest
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// kubectl as a user types it, with `kubectl nodemem` on the PATH.
+fn kubectl(kubeconfig: &Path, plugin_dir: &Path, args: &[&str]) -> Ran {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = std::process::Command::new(&bin.kubectl)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                plugin_dir.display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
+    let cp = own_control_plane().await;
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    let named: Vec<(&str, &str)> = NODES.iter().map(|n| (*n, "ho")).collect();
+    let trees = pool_nodes(&client, &named).await;
+    let _kubelet = FakeKubelet::start(client.clone(), trees.clone());
+    create_namespace(&client, "work").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
+    for node in NODES {
+        create_pod(
+            &pods,
+            json!({"metadata": {"name": format!("app-{node}")},
+                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x",
+                    "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}}]}}),
+        )
+        .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();
+    for (node, tree) in &trees {
+        let kubeconfig = cp.kubeconfig(&Identity::Agent(node.clone())).await.unwrap();
+        let node_dir = dir.path().join(node);
+        std::fs::create_dir_all(&node_dir).unwrap();
+        agents.insert(
+            node.clone(),
+            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
+        );
+    }
+    let plugin_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_nodemem"),
+        plugin_dir.path().join("kubectl-nodemem"),
+    )
+    .unwrap();
+    let admin = cp.admin_kubeconfig().to_path_buf();
+    let user = |args: &[&str]| kubectl(&admin, plugin_dir.path(), args);
+
+    // The controller as the chart runs it: it knows its Deployment (created here; no
+    // kubelet runs its pods, the process below is the replica).
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "nodemem-system");
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "nodemem-controller"},
+                "spec": {"replicas": 1,
+                    "selector": {"matchLabels": {"app": "nodemem-controller"}},
+                    "template": {"metadata": {"labels": {"app": "nodemem-controller"}},
+                        "spec": {"containers": [{"name": "controller", "image": "nodemem:test"}]}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
+    let controller_log = dir.path().join("controller.log");
+    let start_controller = || {
+        spawn_controller_with(
+            &controller_kubeconfig,
+            "replica-a",
+            "nodemem:test",
+            &controller_log,
+            &[
+                "--namespace=nodemem-system",
+                "--deployment=nodemem-controller",
+            ],
+        )
+    };
+    let mut controller = start_controller();
+    let logs = || {
+        format!(
+            "controller log:\n{}\nagent ho-1 log:\n{}",
+            std::fs::read_to_string(&controller_log).unwrap_or_default(),
+            agents["ho-1"].log()
+        )
+    };
+
+    let policies = dynamic::<NodeMemoryPolicy>(&client);
+    let configs = dynamic::<NodeMemoryConfig>(&client);
+    let create = |p: Value| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .create(&PostParams::default(), &serde_json::from_value(p).unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let status_of = |name: &'static str| {
+        let policies = policies.clone();
+        async move {
+            let p = policies.get_opt(name).await.unwrap()?;
+            Some((
+                p.metadata.clone(),
+                p.data.get("status").cloned().unwrap_or_default(),
+            ))
+        }
+    };
+    // Every node's config on `policy`, reported good.
+    let all_on = |policy: &'static str| {
+        let configs = configs.clone();
+        async move {
+            let list = configs.list(&Default::default()).await.ok()?;
+            let on = list
+                .items
+                .iter()
+                .filter(|c| c.data["spec"]["policy"] == policy && reports_good(c))
+                .count();
+            (on == NODES.len()).then_some(())
+        }
+    };
+
+    create(policy("ho-general", "ho", 0, 0.9, 2)).await;
+    until(
+        "ho-general on every node",
+        Duration::from_secs(90),
+        &logs,
+        async || all_on("ho-general").await,
+    )
+    .await;
+    let (meta, _) = until(
+        "the handoff finalizer",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let (meta, s) = status_of("ho-general").await?;
+            meta.finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == nodemem_api::HANDOFF_FINALIZER)
+                .then_some((meta, s))
+        },
+    )
+    .await;
+    let general_uid = meta.uid.clone().unwrap();
+    let mut files = Vec::new();
+    for node in NODES {
+        files.push((
+            node.to_string(),
+            trees[node].clone(),
+            app_cgroup(&pods, &format!("app-{node}")).await,
+        ));
+    }
+    let general_high = files[0].1.read(&files[0].2, "memory.high").unwrap();
+    assert_ne!(general_high, "max");
+
+    // 1. An override at priority 1, deleted mid-rollout: its nodes go back through
+    //    ho-general's rollout; no config is deleted; no node runs neither policy.
+    let sampler = Sampler::start(files.clone());
+    create(policy("ho-overlap", "ho", 1, 0.8, 2)).await;
+    let overlap_high = until(
+        "the override on one node",
+        Duration::from_secs(60),
+        &logs,
+        async || {
+            files.iter().find_map(|(_, tree, path)| {
+                let v = tree.read(path, "memory.high").ok()?;
+                (v != general_high && v != "max").then_some(v)
+            })
+        },
+    )
+    .await;
+    let (mut config_watch, _) = crate::common::watch_configs(&client).await;
+    let deletes = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = deletes.clone();
+    let watcher = tokio::spawn(async move {
+        use kube::runtime::watcher::Event;
+        while let Some(Ok(e)) = futures::StreamExt::next(&mut config_watch).await {
+            if let Event::Delete(c) = e {
+                seen.lock()
+                    .unwrap()
+                    .push(c.metadata.name.unwrap_or_default());
+            }
+        }
+    });
+    assert_eq!(
+        user(&["delete", "nmp", "ho-overlap", "--wait=false"]).code,
+        0
+    );
+    let wide = until(
+        "ho-overlap Releasing",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let out = user(&["get", "nmp", "ho-overlap", "-o", "wide"]);
+            out.stdout.contains("Releasing").then_some(out.stdout)
+        },
+    )
+    .await;
+    eprintln!("while the override's nodes leave it:\n{wide}");
+    let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+    assert!(
+        header.ends_with(&["REVISION", "TARGET", "LEAVING"]),
+        "{wide}"
+    );
+    until(
+        "the override gone",
+        Duration::from_secs(90),
+        &logs,
+        async || status_of("ho-overlap").await.is_none().then_some(()),
+    )
+    .await;
+    until(
+        "ho-general on every node again",
+        Duration::from_secs(60),
+        &logs,
+        async || all_on("ho-general").await,
+    )
+    .await;
+    let samples = sampler.finish();
+    watcher.abort();
+    let outside = longest_outside(&samples, &[&general_high, &overlap_high]);
+    let worst = outside.values().max().copied().unwrap_or_default();
+    eprintln!(
+        "handoff of a deleted override: {} samples; longest time a node ran the values of neither policy: {:.3} s ({outside:?})",
+        samples.len(),
+        worst.as_secs_f64()
+    );
+    assert_eq!(worst, Duration::ZERO, "{outside:?}\n{}", logs());
+    assert!(
+        samples.iter().any(|s| s.2 == overlap_high),
+        "the override reached a node"
+    );
+    let deleted = deletes.lock().unwrap().clone();
+    assert!(deleted.is_empty(), "configs deleted: {deleted:?}");
+    for c in configs.list(&Default::default()).await.unwrap().items {
+        let owners = c.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(
+            owners.iter().map(|o| o.uid.as_str()).collect::<Vec<_>>(),
+            [general_uid.as_str()],
+            "{:?} changed owner",
+            c.metadata.name
+        );
+    }
+
+    // 2. The selector shrinks to nothing: released one node at a time, each after the
+    //    one before was ready for minReadySeconds (2 s); the configs go at the end.
+    let sampler = Sampler::start(files.clone());
+    policies
+        .patch(
+            "ho-general",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "nowhere"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    until(
+        "every node released",
+        Duration::from_secs(90),
+        &logs,
+        async || {
+            let list = configs.list(&Default::default()).await.ok()?;
+            list.items.is_empty().then_some(())
+        },
+    )
+    .await;
+    let samples = sampler.finish();
+    let mut released_at: Vec<Instant> = NODES
+        .iter()
+        .map(|n| {
+            samples
+                .iter()
+                .find(|s| s.1 == *n && s.2 == "max")
+                .unwrap_or_else(|| panic!("{n} never released"))
+                .0
+        })
+        .collect();
+    released_at.sort();
+    let gaps: Vec<f64> = released_at
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    eprintln!("a shrinking selector released the nodes {gaps:?} s apart");
+    assert!(gaps.iter().all(|g| *g >= 1.5), "one at a time: {gaps:?}");
+    until(
+        "ho-general settled",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let (_, s) = status_of("ho-general").await?;
+            (condition(&s, "Progressing")?["reason"] == "Complete" && s["leavingNodes"] == 0)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // 3. Back in the pool; deleted with no other policy and a long minReadySeconds: one
+    //    node is released, the rest wait; `release --now` lets them go at once.
+    policies
+        .patch(
+            "ho-general",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "ho"}},
+                "rollout": {"minReadySeconds": 600, "maxUnavailable": 3}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    until(
+        "ho-general back on every node",
+        Duration::from_secs(60),
+        &logs,
+        async || all_on("ho-general").await,
+    )
+    .await;
+    policies
+        .patch(
+            "ho-general",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rollout": {"maxUnavailable": 1}}})),
+        )
+        .await
+        .unwrap();
+    let refused = user(&["nodemem", "release", "ho-general", "--now"]);
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    assert!(
+        refused
+            .stderr
+            .contains("is not being deleted: delete it first"),
+        "{}",
+        refused.stderr
+    );
+    let without_now = user(&["nodemem", "release", "ho-general"]);
+    assert_eq!(without_now.code, 1);
+    assert!(
+        without_now.stderr.contains("needs --now"),
+        "{}",
+        without_now.stderr
+    );
+    policies
+        .delete("ho-general", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(
+        "one node released, the rest held",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let released = files
+                .iter()
+                .filter(|(_, t, p)| t.read(p, "memory.high").ok().as_deref() == Some("max"))
+                .count();
+            (released == 1).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let released = files
+        .iter()
+        .filter(|(_, t, p)| t.read(p, "memory.high").ok().as_deref() == Some("max"))
+        .count();
+    assert_eq!(released, 1, "the next waits minReadySeconds");
+    let status = user(&["nodemem", "status"]);
+    eprintln!("{}", status.stdout);
+    let now = user(&["nodemem", "release", "ho-general", "--now"]);
+    assert_eq!(now.code, 0, "{}", now.stderr);
+    assert!(
+        now.stdout.contains("released now: its 3 remaining node(s)"),
+        "{}",
+        now.stdout
+    );
+    until(
+        "ho-general gone, every node released",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let gone = status_of("ho-general").await.is_none();
+            let all = files
+                .iter()
+                .all(|(_, t, p)| t.read(p, "memory.high").ok().as_deref() == Some("max"));
+            (gone && all).then_some(())
+        },
+    )
+    .await;
+
+    // 4. A restarted controller keeps the finalizers; one stopped while its Deployment
+    //    is at zero replicas lets go of every policy: deleting one then needs nobody.
+    create(policy("ho-kept", "ho", 0, 0.9, 0)).await;
+    let held = async || {
+        let (meta, _) = status_of("ho-kept").await?;
+        Some(
+            meta.finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == nodemem_api::HANDOFF_FINALIZER),
+        )
+    };
+    until("ho-kept held", Duration::from_secs(30), &logs, async || {
+        held().await.filter(|h| *h)
+    })
+    .await;
+    assert!(controller.terminate().success());
+    assert_eq!(held().await, Some(true), "a restart keeps the finalizer");
+    assert!(std::fs::read_to_string(&controller_log)
+        .unwrap()
+        .contains("another controller follows"));
+    controller = start_controller();
+    until(
+        "the restarted controller leads",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let log = std::fs::read_to_string(&controller_log).unwrap_or_default();
+            (log.matches("leading").count() >= 2).then_some(())
+        },
+    )
+    .await;
+    until(
+        "ho-kept on every node",
+        Duration::from_secs(60),
+        &logs,
+        async || all_on("ho-kept").await,
+    )
+    .await;
+    deployments
+        .patch(
+            "nodemem-controller",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    assert!(controller.terminate().success());
+    assert_eq!(held().await, Some(false), "stood down:\n{}", logs());
+    let started = Instant::now();
+    policies
+        .delete("ho-kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(
+        "ho-kept deleted with no controller",
+        Duration::from_secs(30),
+        &logs,
+        async || status_of("ho-kept").await.is_none().then_some(()),
+    )
+    .await;
+    eprintln!(
+        "with the controller scaled to zero a policy deletes in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+}
