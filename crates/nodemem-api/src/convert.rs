@@ -16,10 +16,11 @@ use nodemem_model::{Problem, Quantity};
 use crate::int_or_percent::IntOrPercent;
 use crate::policy::{
     Enforcement, MemoryManagerPolicy, MemoryManagerSpec, MemoryQosSpec, NodeMemoryPolicySpec,
-    NodeReservedSpec, NodeSelector, NodeSettings, ReservationPolicy, RolloutSpec, SelectorOperator,
+    NodeReservedSpec, NodeSelector, NodeSettings, ReservationPolicy, RevisionRecord, RolloutSpec,
+    SelectorOperator,
 };
 use crate::quantity::QuantityString;
-use crate::NodeMemoryPolicy;
+use crate::{NodeMemoryPolicy, NodeMemoryPolicyStatus};
 
 /// When an object was created, in seconds (of policies tied on priority the oldest
 /// claims the nodes that run none of them).
@@ -27,9 +28,37 @@ pub fn created_seconds(meta: &ObjectMeta) -> Option<i64> {
     meta.creation_timestamp.as_ref().map(|t| t.0.as_second())
 }
 
+/// The revision an invalid spec leaves a policy's pool on: the newest it accepted, or
+/// the one before when that one was rolled back (None: it never accepted one).
+pub fn last_accepted(status: &NodeMemoryPolicyStatus) -> Option<&RevisionRecord> {
+    let mut records = status.revisions.iter();
+    let first = records.next()?;
+    if status.rolled_back_revision.as_deref() == Some(first.revision.as_str()) {
+        return records.next();
+    }
+    Some(first)
+}
+
+/// Whether resolution gives a policy nodes: a deleted policy hands its nodes on, and a
+/// policy whose spec was never valid takes none (an invalid edit of an accepted policy
+/// keeps its nodes on [`last_accepted`]).
+pub fn takes_nodes(deleting: bool, valid: bool, status: &NodeMemoryPolicyStatus) -> bool {
+    !deleting && (valid || last_accepted(status).is_some())
+}
+
+/// [`takes_nodes`] for a policy object.
+pub fn policy_takes_nodes(p: &NodeMemoryPolicy) -> bool {
+    takes_nodes(
+        p.metadata.deletion_timestamp.is_some(),
+        node_settings(&p.spec.settings).is_ok(),
+        &p.status.clone().unwrap_or_default(),
+    )
+}
+
 /// Which of `policies` governs a node with these labels that runs `current`'s revision
-/// (the controller's rule, `nodemem_model::resolve`: highest priority; a tie keeps the
-/// node where it is, or gives a node that runs none of them to the oldest policy).
+/// (the controller's rule, `nodemem_model::resolve`: highest priority among the policies
+/// that [`takes_nodes`]; a tie keeps the node where it is, or gives a node that runs
+/// none of them to the oldest policy).
 pub fn governing<'p>(
     policies: impl IntoIterator<Item = &'p NodeMemoryPolicy>,
     labels: &BTreeMap<String, String>,
@@ -37,6 +66,7 @@ pub fn governing<'p>(
 ) -> Resolution {
     let policies: Vec<(&NodeMemoryPolicy, LabelSelector)> = policies
         .into_iter()
+        .filter(|p| policy_takes_nodes(p))
         .map(|p| (p, to_selector(&p.spec.node_selector)))
         .collect();
     let candidates: Vec<PolicyCandidate<'_>> = policies

@@ -147,6 +147,22 @@ pub struct NodeSettings {
     pub enforcement: Enforcement,
 }
 
+impl NodeSettings {
+    /// What a node gets when no policy governs it any more: everything off, so its agent
+    /// gives back what nodemem set (the controller then deletes the config).
+    pub fn released() -> NodeSettings {
+        NodeSettings {
+            memory_qos: MemoryQosSpec {
+                enabled: false,
+                ..MemoryQosSpec::default()
+            },
+            memory_manager: MemoryManagerSpec::default(),
+            node_reserved: None,
+            enforcement: Enforcement::default(),
+        }
+    }
+}
+
 /// A label selector over node labels (same shape as metav1.LabelSelector).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodemem_api::convert::{node_settings, to_selector};
+use nodemem_api::convert::{last_accepted, node_settings, takes_nodes, to_selector};
 use nodemem_api::policy::RevisionRecord;
 use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
@@ -44,19 +44,12 @@ impl PolicyView<'_> {
     /// Whether resolution gives it nodes: a deleted policy hands its nodes on, and a
     /// policy that never had a valid spec takes none.
     fn governs(&self) -> bool {
-        !self.entry.deleting && (self.problems.is_empty() || self.held.is_some())
+        takes_nodes(
+            self.entry.deleting,
+            self.problems.is_empty(),
+            &self.entry.status,
+        )
     }
-}
-
-/// The revision an invalid spec leaves the pool on: the newest accepted one, or the one
-/// before it when that one was rolled back.
-fn last_accepted(status: &NodeMemoryPolicyStatus) -> Option<RevisionRecord> {
-    let mut records = status.revisions.iter();
-    let first = records.next()?;
-    if status.rolled_back_revision.as_deref() == Some(first.revision.as_str()) {
-        return records.next().cloned();
-    }
-    Some(first.clone())
 }
 
 fn policy_views(world: &World) -> Vec<PolicyView<'_>> {
@@ -71,7 +64,7 @@ fn policy_views(world: &World) -> Vec<PolicyView<'_>> {
             let held = if problems.is_empty() {
                 None
             } else {
-                last_accepted(&entry.status)
+                last_accepted(&entry.status).cloned()
             };
             PolicyView {
                 name,

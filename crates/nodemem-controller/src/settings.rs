@@ -1,23 +1,13 @@
 //! The settings a decision derives from a policy: its rollout parameters for a pool,
 //! and what a node gets when no policy governs it.
 
-use nodemem_api::policy::{
-    FailurePolicy, MemoryManagerSpec, MemoryQosSpec, NodeSettings, RolloutSpec,
-};
+use nodemem_api::policy::{FailurePolicy, NodeSettings, RolloutSpec};
 use nodemem_model::rollout::{OnFailure, RolloutParams};
 
-/// The settings a node gets when no policy selects it any more: everything off, so its
-/// agent gives back what it set; the config is deleted once the agent reports it.
+/// The settings a node gets when no policy selects it any more
+/// ([`NodeSettings::released`]).
 pub fn released_settings() -> NodeSettings {
-    NodeSettings {
-        memory_qos: MemoryQosSpec {
-            enabled: false,
-            ..MemoryQosSpec::default()
-        },
-        memory_manager: MemoryManagerSpec::default(),
-        node_reserved: None,
-        enforcement: Default::default(),
-    }
+    NodeSettings::released()
 }
 
 /// The rollout settings of a policy's spec for a pool of `matched` nodes.

@@ -33,6 +33,12 @@ pub struct Side<'a> {
 pub struct DiffReport {
     /// True when any node changes.
     pub changes: bool,
+    /// A file policy the controller would not accept, or settings an agent would
+    /// refuse: what the nodes run stays as it is (exit 2, as for an invalid file).
+    pub refused: bool,
+    /// The file's policies whose settings are invalid, with every problem.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invalid_policies: Vec<String>,
     /// The policies read from the file.
     pub policies: Vec<String>,
     pub nodes: Vec<NodeDiff>,
@@ -44,6 +50,10 @@ pub struct NodeDiff {
     pub node: String,
     pub policy: Change,
     pub revision: Change,
+    /// A handoff already under way, independent of the file: the node runs a policy
+    /// it is leaving (`kubectl nodemem explain` says the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
     /// The settings cannot be computed for this node after the change (the agent would
     /// refuse them with these problems).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -151,6 +161,7 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
             from: before.map(|s| s.revision.clone()),
             to: after.map(|s| s.revision.clone()),
         },
+        pending: None,
         problems: after.map(|s| s.problems.clone()).unwrap_or_default(),
         cgroups,
     }
@@ -173,14 +184,26 @@ pub fn build(
         .filter(|p| !file_names.contains(&name_of(p)))
         .cloned()
         .collect();
-    // A policy the file changes keeps its creation time (ties go to the oldest).
+    // A policy the file changes keeps its creation time (ties go to the oldest), its
+    // deletion and its status (an invalid edit of an accepted policy keeps its nodes on
+    // the last accepted revision; one never accepted takes none).
     after.extend(file.iter().map(|p| {
         let mut p = p.clone();
         if let Some(live) = snapshot.policies.iter().find(|l| name_of(l) == name_of(&p)) {
             p.metadata.creation_timestamp = live.metadata.creation_timestamp.clone();
+            p.metadata.deletion_timestamp = live.metadata.deletion_timestamp.clone();
+            p.status = live.status.clone();
         }
         p
     }));
+    let invalid_policies: Vec<String> = file
+        .iter()
+        .filter_map(|p| {
+            let problems = nodemem_api::convert::node_settings(&p.spec.settings).err()?;
+            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            Some(format!("policy {}: {}", name_of(p), text.join("; ")))
+        })
+        .collect();
 
     let no_pods = Vec::new();
     let mut nodes = Vec::new();
@@ -220,6 +243,10 @@ pub fn build(
             Some(Err(ps)) => (None, ps),
             None => (None, Vec::new()),
         };
+        // Refused settings change nothing: the agent keeps what it runs (and the
+        // controller keeps an invalid policy's nodes on the last accepted revision).
+        let refused = !after_problems.is_empty();
+        let after_node = if refused { None } else { after_node };
         let before = config.map(|c| Side {
             policy: c.spec.policy.clone(),
             revision: c.spec.revision.clone(),
@@ -229,13 +256,21 @@ pub fn build(
         let after_side = after_policy.map(|p| Side {
             policy: name_of(p),
             revision: revision(&p.spec.settings),
-            node: after_node.as_ref(),
+            node: if refused {
+                before_node.as_ref()
+            } else {
+                after_node.as_ref()
+            },
             problems: after_problems.clone(),
         });
-        nodes.push(diff_node(&name, before.as_ref(), after_side.as_ref()));
+        let mut diff = diff_node(&name, before.as_ref(), after_side.as_ref());
+        diff.pending = config.and_then(|c| crate::explain::handoff(c, winner_live.as_deref()));
+        nodes.push(diff);
     }
     DiffReport {
         changes: nodes.iter().any(NodeDiff::changed),
+        refused: !invalid_policies.is_empty() || nodes.iter().any(|n| !n.problems.is_empty()),
+        invalid_policies,
         policies: file_names,
         nodes,
     }
@@ -245,6 +280,9 @@ pub fn build(
 pub fn render_table(report: &DiffReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
+    for p in &report.invalid_policies {
+        let _ = writeln!(out, "not accepted: {p}");
+    }
     if !report.changes {
         let _ = writeln!(
             out,
@@ -264,8 +302,17 @@ pub fn render_table(report: &DiffReport) -> String {
             dash(&n.revision.from),
             dash(&n.revision.to)
         );
+        if let Some(p) = &n.pending {
+            let _ = writeln!(out, "  pending handoff: {p}");
+        }
         for p in &n.problems {
             let _ = writeln!(out, "  refused: {p}");
+        }
+        if !n.problems.is_empty() {
+            let _ = writeln!(
+                out,
+                "  nothing changes on this node: its agent keeps the values it runs"
+            );
         }
         if !n.cgroups.is_empty() {
             // The cgroup paths are in -o json|yaml; people read the owner.
@@ -362,14 +409,23 @@ mod tests {
         assert_eq!(num(&pod_row.from) % 4096, 0);
     }
 
+    /// A live policy the controller accepted (its revision recorded in its status).
     fn policy(name: &str, pool: &str, priority: i32, factor: f64) -> NodeMemoryPolicy {
-        serde_json::from_value(serde_json::json!({
+        let mut p: NodeMemoryPolicy = serde_json::from_value(serde_json::json!({
             "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
             "metadata": {"name": name},
             "spec": {"nodeSelector": {"matchLabels": {"pool": pool}}, "priority": priority,
                 "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"}}
         }))
-        .unwrap()
+        .unwrap();
+        p.status = Some(nodemem_api::NodeMemoryPolicyStatus {
+            revisions: vec![nodemem_api::policy::RevisionRecord {
+                revision: revision(&p.spec.settings),
+                settings: p.spec.settings.clone(),
+            }],
+            ..Default::default()
+        });
+        p
     }
 
     fn node(name: &str, pool: &str) -> core::Node {
@@ -466,12 +522,35 @@ mod tests {
         // 1Gi request, 2Gi limit: 1Gi + 0.5 x 1Gi, a whole number of pages.
         assert_eq!(high.to.as_deref(), Some("1610612736"));
 
-        // Invalid settings: the node is listed with the problems the agent would report.
+        // Invalid settings: not accepted; the node is listed with the problems and no
+        // value changes (the pool keeps the last accepted revision); refused (exit 2).
         let mut bad = policy("a", "a", 0, 0.9);
         bad.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
+        bad.status = None;
         let r = build(&snapshot, &[bad], &pods, &[]);
-        assert!(r.changes);
+        assert!(r.refused && r.changes);
         assert!(!r.nodes[0].problems.is_empty(), "{:?}", r.nodes[0]);
+        assert!(r.nodes[0].cgroups.is_empty(), "{:?}", r.nodes[0]);
+        assert_eq!(r.invalid_policies.len(), 1);
+        assert!(
+            r.invalid_policies[0].starts_with("policy a: "),
+            "{:?}",
+            r.invalid_policies
+        );
+        let table = render_table(&r);
+        assert!(table.contains("nothing changes on this node"), "{table}");
+        // A new policy that was never valid takes no node: nothing moves.
+        let mut never = policy("z", "a", 50, 0.5);
+        never.spec.settings.memory_manager.policy =
+            nodemem_api::policy::MemoryManagerPolicy::Static;
+        never.status = None;
+        let r = build(&snapshot, &[never], &pods, &[]);
+        assert!(r.refused);
+        assert!(
+            r.nodes.iter().all(|n| n.cgroups.is_empty()),
+            "{:?}",
+            r.nodes
+        );
     }
 
     #[test]
@@ -485,6 +564,8 @@ mod tests {
         assert!(d.cgroups.iter().all(|c| c.from.is_some() && c.to.is_none()));
         let table = render_table(&DiffReport {
             changes: true,
+            refused: false,
+            invalid_policies: Vec::new(),
             policies: vec!["p".into()],
             nodes: vec![d],
         });

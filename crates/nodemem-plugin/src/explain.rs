@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::cluster::Snapshot;
 use crate::node_view::{compute, config_settings, node_facts, node_pods};
 use crate::render::table;
-use nodemem_api::convert::governing;
+use nodemem_api::convert::{governing, last_accepted, node_settings, policy_takes_nodes};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,6 +32,9 @@ pub struct ExplainReport {
     /// Ready, Updating, Failed, Waiting (not yet moved to the policy's revision), or
     /// NoConfig.
     pub rollout_state: String,
+    /// The node runs the values of a policy it is leaving: where it goes, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<String>,
     pub conditions: Vec<ConditionRow>,
     /// How the config reaches the node: Agent, Kubelet, or Observe (the pods' values
     /// are then what enforcement would set; nothing is written).
@@ -104,6 +107,30 @@ fn selector_text(s: &nodemem_api::policy::NodeSelector) -> String {
     }
 }
 
+/// What a node that runs the values of a policy it is leaving waits for (None: it runs
+/// its governing policy's).
+pub(crate) fn handoff(c: &nodemem_api::NodeMemoryConfig, winner: Option<&str>) -> Option<String> {
+    let runs = c.spec.policy.as_str();
+    if winner == Some(runs) {
+        return None;
+    }
+    let released = nodemem_api::revision::revision(&nodemem_api::NodeSettings::released());
+    Some(if c.spec.revision == released {
+        format!("released from {runs}: its agent gives back what nodemem set; the config goes once every node of the release is done")
+    } else {
+        match winner {
+            Some(w) => format!(
+                "runs {runs}'s revision {}; {w} takes it through {w}'s rollout (it keeps these values until its turn)",
+                c.spec.revision
+            ),
+            None => format!(
+                "runs {runs}'s revision {}; no policy selects it: it is released in its turn with {runs}'s rollout settings",
+                c.spec.revision
+            ),
+        }
+    })
+}
+
 pub fn build(
     s: &Snapshot,
     node: &core::Node,
@@ -126,19 +153,29 @@ pub fn build(
             let policy = p.metadata.name.clone().unwrap_or_default();
             let selects = to_selector(&p.spec.node_selector).matches(&labels);
             let outcome = if !selects {
-                "does not select"
+                "does not select".to_string()
+            } else if p.metadata.deletion_timestamp.is_some() {
+                "deleted: hands its nodes on".to_string()
+            } else if !policy_takes_nodes(p) {
+                "invalid spec: governs no node until it is valid".to_string()
             } else if r.winner.as_deref() == Some(policy.as_str()) {
-                "governs"
+                match p.status.as_ref().filter(|_| node_settings(&p.spec.settings).is_err()) {
+                    Some(st) => format!(
+                        "governs; its spec is invalid: the node keeps revision {}, the last accepted",
+                        last_accepted(st).map_or("-", |r| r.revision.as_str())
+                    ),
+                    None => "governs".to_string(),
+                }
             } else if Some(p.spec.priority) == winner_priority {
-                "same priority, does not move the node"
+                "same priority, does not move the node".to_string()
             } else {
-                "lower priority"
+                "lower priority".to_string()
             };
             Candidate {
                 selector: selector_text(&p.spec.node_selector),
                 priority: p.spec.priority,
                 selects,
-                outcome: outcome.into(),
+                outcome,
                 policy,
             }
         })
@@ -193,6 +230,7 @@ pub fn build(
         None => "NoConfig".to_string(),
         Some(c) => crate::status::node_state(c, policy_revision.as_deref()),
     };
+    let handoff = config.and_then(|c| handoff(c, r.winner.as_deref()));
 
     let node_pods = node_pods(node, pods, namespaces);
     let mut problems = node_pods.problems.clone();
@@ -286,6 +324,7 @@ pub fn build(
         config_revision,
         policy_revision,
         rollout_state,
+        handoff,
         conditions,
         enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
         observation: config
@@ -309,6 +348,9 @@ pub fn render_table(r: &ExplainReport) -> String {
         dash(&r.policy_revision)
     );
     let _ = writeln!(out, "Rollout:   {}", r.rollout_state);
+    if let Some(h) = &r.handoff {
+        let _ = writeln!(out, "Handoff:   {h}");
+    }
     if !r.candidates.is_empty() {
         let mut t = table(&["POLICY", "PRIORITY", "SELECTOR", "OUTCOME"]);
         for c in &r.candidates {
@@ -413,6 +455,7 @@ pub fn render_table(r: &ExplainReport) -> String {
 mod tests {
     use super::*;
     use nodemem_api::config::{ObservationSummary, ObservedContainer};
+    use nodemem_api::NodeMemoryPolicy;
 
     fn report(enforcement: &str, enforced: bool) -> ExplainReport {
         ExplainReport {
@@ -423,6 +466,7 @@ mod tests {
             config_revision: Some("r1".into()),
             policy_revision: Some("r1".into()),
             rollout_state: "Ready".into(),
+            handoff: None,
             conditions: Vec::new(),
             enforcement: Some(enforcement.into()),
             observation: Some(ObservationSummary {
@@ -458,6 +502,107 @@ mod tests {
             }],
             problems: Vec::new(),
         }
+    }
+
+    fn policy(name: &str, priority: i32, extra: serde_json::Value) -> NodeMemoryPolicy {
+        let mut v = serde_json::json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "general"}}, "priority": priority,
+                "memoryQoS": {"throttlingFactor": 0.8}}});
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+        match (into, from) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn on(policy: &str, revision: &str) -> nodemem_api::NodeMemoryConfig {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+            "metadata": {"name": "general-1"},
+            "spec": {"policy": policy, "revision": revision}}))
+        .unwrap()
+    }
+
+    /// A deleted override and a policy never accepted govern no node; the node says it
+    /// still runs the override's values until the pool policy's rollout reaches it.
+    #[test]
+    fn a_node_leaving_a_deleted_policy_says_where_it_goes_and_invalid_policies_govern_nothing() {
+        let node: core::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "general-1", "labels": {"pool": "general"}}}))
+        .unwrap();
+        let s = Snapshot {
+            policies: vec![
+                policy("general", 0, serde_json::json!({})),
+                policy(
+                    "overlap",
+                    1,
+                    serde_json::json!({"metadata": {"deletionTimestamp": "2026-11-25T00:00:00Z",
+                        "finalizers": [nodemem_api::HANDOFF_FINALIZER]}}),
+                ),
+                // Static without reservedMemory: never valid.
+                policy(
+                    "bad-sum",
+                    300,
+                    serde_json::json!({"spec": {"memoryManager": {"policy": "Static"}}}),
+                ),
+            ],
+            nodes: vec![node.clone()],
+            configs: vec![on("overlap", "r-overlap")],
+        };
+        let r = build(&s, &node, &[], &[]);
+        assert_eq!(r.policy.as_deref(), Some("general"));
+        assert_eq!(
+            r.handoff.as_deref(),
+            Some("runs overlap's revision r-overlap; general takes it through general's rollout (it keeps these values until its turn)")
+        );
+        let outcome = |p: &str| {
+            r.candidates
+                .iter()
+                .find(|c| c.policy == p)
+                .unwrap()
+                .outcome
+                .clone()
+        };
+        assert_eq!(outcome("overlap"), "deleted: hands its nodes on");
+        assert_eq!(
+            outcome("bad-sum"),
+            "invalid spec: governs no node until it is valid"
+        );
+        assert_eq!(outcome("general"), "governs");
+        assert!(render_table(&r).contains("Handoff:   runs overlap's revision r-overlap"));
+
+        // No policy left: released in its turn, then released.
+        let alone = Snapshot {
+            policies: vec![s.policies[1].clone()],
+            nodes: s.nodes.clone(),
+            configs: s.configs.clone(),
+        };
+        let r = build(&alone, &node, &[], &[]);
+        assert_eq!(r.policy, None);
+        assert!(r.handoff.as_deref().unwrap().contains(
+            "no policy selects it: it is released in its turn with overlap's rollout settings"
+        ));
+        let released = nodemem_api::revision::revision(&nodemem_api::NodeSettings::released());
+        let gone = Snapshot {
+            configs: vec![on("overlap", &released)],
+            ..alone
+        };
+        let r = build(&gone, &node, &[], &[]);
+        assert!(r
+            .handoff
+            .as_deref()
+            .unwrap()
+            .starts_with("released from overlap"));
     }
 
     #[test]

@@ -211,7 +211,12 @@ async fn run_diff(
     Ok(Outcome {
         stdout,
         stderr: Vec::new(),
-        code: u8::from(report.changes),
+        // As for an invalid file: 2 when the controller or an agent would refuse it.
+        code: if report.refused {
+            2
+        } else {
+            u8::from(report.changes)
+        },
     })
 }
 

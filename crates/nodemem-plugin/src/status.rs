@@ -30,13 +30,23 @@ pub struct PolicyRow {
     pub name: String,
     pub priority: i32,
     pub enforcement: String,
+    /// The spec's revision.
     pub revision: Option<String>,
+    /// The revision the pool runs or moves to: the spec's, the previous one after a
+    /// rollback, the last accepted one while the spec is invalid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_revision: Option<String>,
+    /// Nodes that still run its values while they leave it.
+    pub leaving: i32,
+    /// Deleted: held by the handoff finalizer until its nodes have left.
+    pub deleting: bool,
     pub matched: i32,
     pub updated: i32,
     pub ready: i32,
     pub failed: i32,
     /// The Progressing condition's reason (Complete, Updating, WaitingForCanary, Paused,
-    /// MaxFailures, RollingBack) or Invalid / Unknown.
+    /// MaxFailures, RollingBack, RolledBack, Releasing, InvalidSpec) or Invalid /
+    /// Unknown.
     pub state: String,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +98,9 @@ fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
         priority: p.spec.priority,
         enforcement: format!("{:?}", p.spec.settings.enforcement),
         revision: status.revision.clone(),
+        target_revision: target_revision(p),
+        leaving: status.leaving_nodes,
+        deleting: p.metadata.deletion_timestamp.is_some(),
         matched: status.matched_nodes,
         updated: status.updated_nodes,
         ready: status.ready_nodes,
@@ -112,10 +125,14 @@ fn failing(c: &NodeMemoryConfig) -> Option<FailingNode> {
     })
 }
 
-/// The revision a policy's pool moves to: its spec's, or after a rollback the one
-/// before it.
+/// The revision a policy's pool moves to: its spec's, the one before it after a rollback,
+/// the last accepted one while the spec is invalid (`status.targetRevision`; derived for
+/// a status an older controller wrote).
 pub fn target_revision(p: &NodeMemoryPolicy) -> Option<String> {
     let st = p.status.as_ref()?;
+    if st.target_revision.is_some() {
+        return st.target_revision.clone();
+    }
     let current = st.revision.clone()?;
     if st.rolled_back_revision.as_deref() == Some(current.as_str()) {
         return st.revisions.get(1).map(|r| r.revision.clone());
@@ -181,22 +198,30 @@ pub fn render_table(r: &StatusReport) -> String {
             "PRIORITY",
             "ENFORCEMENT",
             "REVISION",
+            "TARGET",
             "NODES",
             "UPDATED",
             "READY",
             "FAILED",
+            "LEAVING",
             "ROLLOUT",
         ]);
         for p in &r.policies {
             t.add_row(vec![
-                p.name.clone(),
+                if p.deleting {
+                    format!("{} (deleted)", p.name)
+                } else {
+                    p.name.clone()
+                },
                 p.priority.to_string(),
                 p.enforcement.clone(),
                 p.revision.clone().unwrap_or_else(|| "-".into()),
+                p.target_revision.clone().unwrap_or_else(|| "-".into()),
                 p.matched.to_string(),
                 p.updated.to_string(),
                 p.ready.to_string(),
                 p.failed.to_string(),
+                p.leaving.to_string(),
                 p.state.clone(),
             ]);
         }
