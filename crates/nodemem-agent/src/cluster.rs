@@ -307,7 +307,11 @@ impl ClusterAgent {
         let mut pods_listed = false;
         let mut node_listed = false;
         let mut relisting_pods: Option<BTreeSet<String>> = None;
-        let mut last_status: Option<NodeMemoryConfigStatus> = None;
+        // The last status sent, with the uid of the config it was for: a config deleted
+        // and created again (same name, same spec, generation 1 again) is another
+        // object, and gets its status even when it reads the same (found: a re-created
+        // config went unreported for minutes, its pool stuck Updating).
+        let mut last_status: Option<(Option<String>, NodeMemoryConfigStatus)> = None;
         let mut saved: Option<LastKnown> = None;
         // The pods to compute, rebuilt only when the index changed.
         let mut pods: Option<Vec<nodemem_model::node::NodePod>> = None;
@@ -549,7 +553,10 @@ impl ClusterAgent {
                     &index,
                     pods.as_deref().unwrap_or_default(),
                     &status_out,
-                    last_status.as_ref(),
+                    last_status
+                        .as_ref()
+                        .filter(|(uid, _)| Some(uid) == index.config().map(|c| &c.uid))
+                        .map(|(_, s)| s),
                     trigger,
                     reach,
                 )
@@ -558,7 +565,7 @@ impl ClusterAgent {
                 self.metrics.reaction(at.elapsed().as_secs_f64());
             }
             if let Some(s) = written {
-                last_status = Some(s);
+                last_status = Some((index.config().and_then(|c| c.uid.clone()), s));
             }
             // Record what is enforced now, when the index changed (reactions and
             // resyncs change nothing it holds).
@@ -961,7 +968,7 @@ impl ClusterAgent {
             self.event(&reference, &failed.reason, &failed.message, "Apply")
                 .await;
         }
-        status_out.send(&config.name, new_status.clone());
+        status_out.send(&config.name, config.uid.as_deref(), new_status.clone());
         Some(new_status)
     }
 }

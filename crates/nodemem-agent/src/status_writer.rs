@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::warn;
 
-/// The latest status to write: the config's name and its status.
-type Latest = Option<(String, NodeMemoryConfigStatus)>;
+/// The latest status to write: the config's name, its uid and its status.
+type Latest = Option<(String, Option<String>, NodeMemoryConfigStatus)>;
 
 pub struct StatusWriter {
     latest: watch::Sender<Latest>,
@@ -28,9 +28,12 @@ impl StatusWriter {
         StatusWriter { latest }
     }
 
-    /// Hands a status over; a newer one replaces it if it is not written yet.
-    pub fn send(&self, config: &str, status: NodeMemoryConfigStatus) {
-        self.latest.send_replace(Some((config.to_string(), status)));
+    /// Hands a status over; a newer one replaces it if it is not written yet. The uid
+    /// is a precondition of the write: a status for a config that was deleted never
+    /// lands on the one created again under its name.
+    pub fn send(&self, config: &str, uid: Option<&str>, status: NodeMemoryConfigStatus) {
+        self.latest
+            .send_replace(Some((config.to_string(), uid.map(str::to_string), status)));
     }
 }
 
@@ -41,20 +44,29 @@ async fn write_latest(
 ) {
     while rx.changed().await.is_ok() {
         loop {
-            let Some((name, status)) = rx.borrow_and_update().clone() else {
+            let Some((name, uid, status)) = rx.borrow_and_update().clone() else {
                 break;
             };
-            let patch = json!({
+            let mut patch = json!({
                 "apiVersion": "nodemem.io/v1alpha1",
                 "kind": "NodeMemoryConfig",
                 "status": status,
             });
+            if let Some(uid) = &uid {
+                patch["metadata"] = json!({"uid": uid});
+            }
             let params = PatchParams::apply(field_manager).force();
             match configs
                 .patch_status(&name, &params, &Patch::Apply(&patch))
                 .await
             {
                 Ok(_) => break,
+                // The config is gone, or is another object now (the uid differs): this
+                // status is for nobody; the pass for the new one sends its own.
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => {
+                    warn!(config = %name, code = s.code, message = %s.message, "status not written: the config it was for is gone (or refuses it); the next pass sends its own");
+                    break;
+                }
                 Err(e) => {
                     warn!(error = %e, "status not written; tried again in a second or with the next status");
                     tokio::select! {
