@@ -169,7 +169,14 @@ impl NodeSettings {
 pub struct NodeSelector {
     /// Labels a node must carry with exactly these values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 64))]
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = {"type": "string", "maxLength": 63},
+        "x-kubernetes-validations" = [{
+            "rule": "self.all(k, self[k].matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))",
+            "message": "a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)"
+        }]
+    ))]
     pub match_labels: BTreeMap<String, String>,
 
     /// Label requirements a node must meet; all must hold.
@@ -185,6 +192,10 @@ pub struct NodeSelector {
     {
         "rule": "self.operator in ['Exists', 'DoesNotExist'] ? (!has(self.values) || size(self.values) == 0) : (has(self.values) && size(self.values) > 0)",
         "message": "values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+    },
+    {
+        "rule": "!has(self.values) || self.values.all(v, v.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))",
+        "message": "a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)"
     }
 ]))]
 pub struct NodeSelectorRequirement {
@@ -346,10 +357,11 @@ pub enum MemoryManagerPolicy {
 #[serde(rename_all = "camelCase")]
 // The kubelet refuses to start with a zero reservation
 // (validateReservedMemoryConfiguration); so does admission. Quantities that do not parse
-// are left to the quantity pattern's own message.
+// are left to the quantity pattern's own message, negative ones to the quantity's
+// "must not be negative".
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "self.limits.all(k, type(self.limits[k]) == int ? self.limits[k] != 0 : (!isQuantity(string(self.limits[k])) || quantity(string(self.limits[k])).isGreaterThan(quantity('0'))))",
+        "rule": "self.limits.all(k, type(self.limits[k]) == int ? self.limits[k] != 0 : (!isQuantity(string(self.limits[k])) || quantity(string(self.limits[k])).isGreaterThan(quantity('0')) || quantity(string(self.limits[k])).isLessThan(quantity('0'))))",
         "message": "reserved memory may not be zero (the kubelet refuses to start with a zero reservation)"
     }
 ]))]
@@ -437,6 +449,15 @@ impl Default for HealthSpec {
 /// Rollout of a new revision across the selected nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// As Deployment validation refuses maxUnavailable 0 with maxSurge 0: a rollout that may
+// take no node out of service and has no canary could never move one.
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.maxUnavailable) || (type(self.maxUnavailable) == int ? self.maxUnavailable != 0 : self.maxUnavailable != '0%') || (has(self.canary) && (type(self.canary) == int ? self.canary != 0 : self.canary != '0%'))",
+        "message": "maxUnavailable 0 with no canary would never move a node: set maxUnavailable to at least 1 (or 1%)",
+        "fieldPath": ".maxUnavailable"
+    }
+]))]
 pub struct RolloutSpec {
     /// When an updated node counts as healthy.
     #[serde(default)]

@@ -7,9 +7,11 @@ use std::fmt;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Non-negative Kubernetes quantity: digits with an optional fraction, then a binary
-/// (Ki..Ei) or decimal (m, k, M, G, ...) suffix or an exponent.
-pub const NON_NEGATIVE_QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+/// A Kubernetes quantity: an optional sign, digits with an optional fraction, then a
+/// binary (Ki..Ei) or decimal (m, k, M, G, ...) suffix or an exponent. The sign is
+/// part of the syntax so that a negative quantity gets its own message ("must not be
+/// negative", a rule of the schema) instead of the pattern.
+pub const QUANTITY_PATTERN: &str = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QuantityString(pub String);
@@ -74,12 +76,12 @@ impl JsonSchema for QuantityString {
         json_schema!({
             "x-kubernetes-int-or-string": true,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": NON_NEGATIVE_QUANTITY_PATTERN,
+            "pattern": QUANTITY_PATTERN,
             // Bounds the CEL cost estimate (the apiserver rejects CRDs whose rules
             // could cost too much on unbounded strings); real quantities are short.
             "maxLength": 64,
             "x-kubernetes-validations": [{
-                "rule": "type(self) == int ? self >= 0 : true",
+                "rule": "type(self) == int ? self >= 0 : !self.startsWith('-')",
                 "message": "must not be negative"
             }],
         })

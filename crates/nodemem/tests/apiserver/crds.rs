@@ -183,8 +183,8 @@ async fn invalid_policies_are_rejected_at_admission() {
             "memory types must be memory or hugepages-<size>",
         ),
         (
-            "negative-quantity-string",
-            reserved(json!([{"numaNode": 0, "limits": {"memory": "-1Gi"}}])),
+            "unparsable-quantity-string",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "1Gib"}}])),
             "limits.memory in body should match",
         ),
         (
@@ -474,6 +474,77 @@ async fn invalid_policies_are_rejected_at_admission() {
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
+    // What can never be right gets one clear message and nothing else: the whole
+    // answer is pinned. A value of the wrong type is the one exception: the apiserver
+    // adds its own "some validation rules were not checked" to every type error of a
+    // CRD with validation rules (apiextensions-apiserver, hasBlockingErr).
+    let exact: Vec<(&str, Value, &str)> = vec![
+        (
+            "label-value",
+            json!({"nodeSelector": {"matchLabels": {"pool": "not a valid label value!"}}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-label-value\" is invalid: spec.nodeSelector.matchLabels: Invalid value: a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)",
+        ),
+        (
+            "label-value-expression",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ok", "not ok!"]}]}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-label-value-expression\" is invalid: spec.nodeSelector.matchExpressions[0]: Invalid value: a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)",
+        ),
+        (
+            "max-unavailable-zero",
+            json!({"nodeSelector": sel, "rollout": {"maxUnavailable": 0, "canary": 0}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-max-unavailable-zero\" is invalid: spec.rollout.maxUnavailable: Invalid value: maxUnavailable 0 with no canary would never move a node: set maxUnavailable to at least 1 (or 1%)",
+        ),
+        (
+            "max-unavailable-zero-percent",
+            json!({"nodeSelector": sel, "rollout": {"maxUnavailable": "0%"}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-max-unavailable-zero-percent\" is invalid: spec.rollout.maxUnavailable: Invalid value: maxUnavailable 0 with no canary would never move a node: set maxUnavailable to at least 1 (or 1%)",
+        ),
+        (
+            "negative-reservation-string",
+            reserved(json!([{"numaNode": 0, "limits": {"memory": "-1Gi"}}])),
+            "NodeMemoryPolicy.nodemem.io \"invalid-negative-reservation-string\" is invalid: spec.memoryManager.reservedMemory[0].limits[memory]: Invalid value: \"-1Gi\": must not be negative",
+        ),
+        (
+            "negative-kube-reserved-string",
+            json!({"nodeSelector": sel, "nodeReserved": {"kubeReserved": "-1Gi"}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-negative-kube-reserved-string\" is invalid: spec.nodeReserved.kubeReserved: Invalid value: \"-1Gi\": must not be negative",
+        ),
+        (
+            "factor-abc",
+            json!({"nodeSelector": sel, "memoryQoS": {"throttlingFactor": "abc"}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-factor-abc\" is invalid: [spec.memoryQoS.throttlingFactor: Invalid value: \"string\": spec.memoryQoS.throttlingFactor in body must be of type number: \"string\", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]",
+        ),
+    ];
+    for (name, spec, expected) in exact {
+        match api
+            .create(
+                &PostParams::default(),
+                &policy(&format!("invalid-{name}"), spec),
+            )
+            .await
+        {
+            Ok(_) => failures.push(format!("{name}: accepted, expected {expected:?}")),
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message == expected => {}
+            Err(kube::Error::Api(s)) => failures.push(format!(
+                "{name}: HTTP {} {:?}, expected 422 with exactly {expected:?}",
+                s.code, s.message
+            )),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    // A canary with maxUnavailable 0 is a valid rollout (the canary moves first).
+    api.create(
+        &PostParams::default(),
+        &policy(
+            "valid-canary-only",
+            json!({"nodeSelector": sel, "rollout": {"maxUnavailable": 0, "canary": 1}}),
+        ),
+    )
+    .await
+    .expect("maxUnavailable 0 with a canary is accepted");
+    api.delete("valid-canary-only", &Default::default())
+        .await
+        .unwrap();
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     // Nothing was stored.
     let list = api.list(&Default::default()).await.unwrap();
