@@ -93,6 +93,48 @@ pub struct ControllerArgs {
     pub deployment: Option<String>,
 }
 
+/// Arguments of `nodemem stand-down`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StandDownArgs {
+    /// A kubeconfig to reach the apiserver with (default: KUBECONFIG, else the pod's
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The controller's namespace.
+    #[arg(long, default_value = "nodemem-system")]
+    pub namespace: String,
+    /// The controller's Deployment.
+    #[arg(long, default_value = "nodemem-controller")]
+    pub deployment: String,
+    /// Seconds to wait for the controller's replicas to stop.
+    #[arg(long, default_value_t = 120)]
+    pub timeout_seconds: u64,
+}
+
+/// Runs `nodemem stand-down`: the controller scaled to zero and every policy let go of
+/// (before an uninstall; the chart's pre-delete hook).
+pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
+    nodemem_process::logs::init_logs(LogFormat::Text);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    let released = runtime.block_on(async {
+        let client = nodemem_process::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        stand_down::before_uninstall(
+            &client,
+            &args.namespace,
+            &args.deployment,
+            std::time::Duration::from_secs(args.timeout_seconds),
+        )
+        .await
+        .map_err(CliError::one)
+    })?;
+    Ok(Outcome::ok(format!(
+        "the controller is scaled to zero; {released} polic(y/ies) let go of the handoff finalizer: nothing is left Terminating\n"
+    )))
+}
+
 fn identity(args: &ControllerArgs) -> String {
     args.identity
         .clone()

@@ -59,12 +59,22 @@ pub(crate) async fn stand_down(client: &Client, namespace: &str, deployment: Opt
         info!(deployment = %name, "stopping; another controller follows, policies keep their handoff finalizer");
         return;
     }
+    let released = let_go_of_every_policy(client).await;
+    info!(
+        deployment = %name,
+        released,
+        "the controller's Deployment is gone, being deleted or scaled to zero: stood down (no policy holds the handoff finalizer)"
+    );
+}
+
+/// Removes the handoff finalizer from every policy; how many held it.
+async fn let_go_of_every_policy(client: &Client) -> usize {
     let policies: Api<NodeMemoryPolicy> = Api::all(client.clone());
     let list = match policies.list_metadata(&ListParams::default()).await {
         Ok(l) => l,
         Err(e) => {
             warn!(error = %e, "cannot list the policies to stand down");
-            return;
+            return 0;
         }
     };
     let mut released = 0;
@@ -78,11 +88,54 @@ pub(crate) async fn stand_down(client: &Client, namespace: &str, deployment: Opt
             Err(e) => warn!(%policy, error = %e, "handoff finalizer not removed"),
         }
     }
-    info!(
-        deployment = %name,
-        released,
-        "the controller's Deployment is gone, being deleted or scaled to zero: stood down (no policy holds the handoff finalizer)"
-    );
+    released
+}
+
+/// `nodemem stand-down`, the chart's pre-delete hook: before an uninstall takes the
+/// controller's RBAC away, scale the controller to zero, wait until no replica runs
+/// (each stops standing down itself), and let go of every policy. Ok: how many
+/// policies it let go of.
+pub async fn before_uninstall(
+    client: &Client,
+    namespace: &str,
+    deployment: &str,
+    timeout: std::time::Duration,
+) -> Result<usize, String> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let scale = serde_json::json!({"spec": {"replicas": 0}});
+    match deployments
+        .patch(
+            deployment,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&scale),
+        )
+        .await
+    {
+        Ok(_) => info!(%deployment, "scaled the controller to zero"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(format!("deployment {namespace}/{deployment}: {e}")),
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let running = match deployments.get_opt(deployment).await {
+            Ok(d) => d
+                .and_then(|d| d.status)
+                .and_then(|s| s.replicas)
+                .unwrap_or(0),
+            Err(e) => return Err(format!("deployment {namespace}/{deployment}: {e}")),
+        };
+        if running == 0 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "deployment {namespace}/{deployment} still runs {running} replica(s) after {} s; a running controller would put the finalizers back",
+                timeout.as_secs()
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    Ok(let_go_of_every_policy(client).await)
 }
 
 #[cfg(test)]

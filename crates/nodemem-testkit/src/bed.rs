@@ -344,6 +344,12 @@ impl Bed {
         crate::clients::kubectl(self.cp.admin_kubeconfig(), args)
     }
 
+    /// Stops the controller as the kubelet stops its pod (SIGTERM, then SIGKILL after
+    /// `grace`): a test that uninstalls or scales the controller away.
+    pub fn stop_controller(&mut self, grace: std::time::Duration) {
+        self.controller.stop(grace);
+    }
+
     /// A process of the bed that exited, with its log's end (a healthy bed has none).
     pub fn exited(&mut self) -> Option<String> {
         let mut procs: Vec<&mut Process> = vec![&mut self.controller];

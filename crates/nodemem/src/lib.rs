@@ -1,7 +1,9 @@
 //! The `nodemem` command: the subcommands wired to the crates that implement them.
 //!
 //! * `nodemem agent`: the node agent (`nodemem_agent`).
-//! * `nodemem controller`: the cluster controller (`nodemem_controller`).
+//! * `nodemem controller`: the cluster controller (`nodemem_controller`); `nodemem
+//!   stand-down`, the chart's pre-delete hook, lets go of every policy before an
+//!   uninstall.
 //! * `kubectl nodemem`: this binary run as `kubectl-nodemem` (`nodemem_plugin`).
 //! * `nodemem simulate` ([`simulate`]) and `nodemem crds` ([`crds_cmd`]): offline tools
 //!   over the pure rules and the API types.
@@ -33,6 +35,9 @@ pub enum Command {
     Agent(Box<nodemem_agent::AgentArgs>),
     /// The cluster controller: NodeMemoryConfigs per node, rolled out per pool.
     Controller(nodemem_controller::ControllerArgs),
+    /// Before an uninstall (the chart's pre-delete hook): scale the controller to zero
+    /// and remove its handoff finalizer from every policy, so none is left Terminating.
+    StandDown(nodemem_controller::StandDownArgs),
     /// nodemem on a local control plane with simulated node pools, live (Ctrl-C stops).
     #[cfg(feature = "sandbox")]
     Sandbox(sandbox::SandboxArgs),
@@ -45,6 +50,7 @@ pub fn run(cli: &Cli) -> Result<Outcome, CliError> {
         Command::Simulate(args) => simulate::run(args).map(Outcome::ok),
         Command::Agent(args) => nodemem_agent::run(args),
         Command::Controller(args) => nodemem_controller::run(args),
+        Command::StandDown(args) => nodemem_controller::stand_down_command(args),
         #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => sandbox::run(args),
     }

@@ -91,6 +91,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
     for expected in [
         "controller",
         "--namespace=nodemem-system",
+        "--deployment=nodemem-controller",
         "--leader-elect=true",
         "--agent-image=ghcr.io/nodemem/nodemem:1.2.3",
         "--agent-kubelet-config-dir=/etc/kubernetes/kubelet.conf.d",
@@ -113,6 +114,37 @@ fn the_chart_lints_and_renders_what_production_needs() {
             help.contains(&format!("--{flag}")),
             "the controller has no --{flag}"
         );
+    }
+    // Before an uninstall takes the RBAC away, a pre-delete hook stands the controller
+    // down with the controller's own account; its flags are `nodemem stand-down`'s.
+    let hook = find(&docs, "Pod", "nodemem-stand-down");
+    assert_eq!(
+        hook["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-delete"
+    );
+    assert_eq!(hook["spec"]["serviceAccountName"], "nodemem-controller");
+    assert_eq!(hook["spec"]["restartPolicy"], "Never");
+    let hook_args: Vec<&str> = hook["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        hook_args,
+        [
+            "stand-down",
+            "--namespace=nodemem-system",
+            "--deployment=nodemem-controller"
+        ]
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(["stand-down", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in ["--namespace", "--deployment"] {
+        assert!(help.contains(flag), "nodemem stand-down has no {flag}");
     }
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
@@ -222,6 +254,7 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         },
         controller_args: vec![
             "--namespace=nodemem-system".into(),
+            "--deployment=nodemem-controller".into(),
             "--agent-image=nodemem:chart-test".into(),
         ],
     };
@@ -410,5 +443,133 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     assert!(
         no_drift,
         "kubectl diff -k examples/ after the controller reported:\n{out}"
+    );
+
+    // helm uninstall leaves no policy Terminating: its pre-delete hook scales the
+    // controller to zero and lets go of every policy before the RBAC goes. No kubelet
+    // runs pods here, so the test plays it: it runs the hook pod's command with the
+    // pod's service account, stops the controller process once its Deployment is at
+    // zero, and reports the hook pod Succeeded.
+    uninstall_leaves_no_policy_terminating(&mut bed, &controller).await;
+}
+
+async fn uninstall_leaves_no_policy_terminating(bed: &mut Bed, controller_kubeconfig: &Path) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    let admin = bed.admin_kubeconfig().to_path_buf();
+    let client = bed.client.clone();
+    let held = || {
+        let out = nodemem_testkit::clients::kubectl(
+            &admin,
+            &[
+                "get",
+                "nmp",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.metadata.finalizers}{\"\\n\"}{end}",
+            ],
+        )
+        .unwrap();
+        out.lines()
+            .filter(|l| l.contains(nodemem_api::HANDOFF_FINALIZER))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        held().len() >= 5,
+        "every policy holds the finalizer: {:?}",
+        held()
+    );
+    let helm_admin = admin.clone();
+    let uninstall = std::thread::spawn(move || {
+        nodemem_testkit::clients::helm(
+            &helm_admin,
+            &[
+                "uninstall",
+                "nodemem",
+                "-n",
+                "nodemem-system",
+                "--timeout",
+                "3m",
+            ],
+        )
+    });
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "nodemem-system");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "nodemem-system");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let hook = loop {
+        if let Some(p) = pods.get_opt("nodemem-stand-down").await.unwrap() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no pre-delete hook pod");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let args = hook.spec.unwrap().containers[0].args.clone().unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(&args)
+        .env("KUBECONFIG", controller_kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The kubelet stops the controller's pods once the Deployment is at zero.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let d = deployments.get("nodemem-controller").await.unwrap();
+        if d.spec.and_then(|s| s.replicas) == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hook did not scale the controller to zero"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bed.stop_controller(Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = command.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodemem stand-down did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let out = command.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.success(),
+        "nodemem stand-down: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("let go of the handoff finalizer"),
+        "{stdout}"
+    );
+    pods.patch_status(
+        "nodemem-stand-down",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"phase": "Succeeded"}})),
+    )
+    .await
+    .unwrap();
+    let uninstalled = uninstall.join().unwrap();
+    assert!(uninstalled.is_ok(), "helm uninstall: {uninstalled:?}");
+    assert_eq!(
+        held(),
+        Vec::<String>::new(),
+        "no policy holds the finalizer"
+    );
+    // With no controller left, deleting every policy completes at once.
+    let started = Instant::now();
+    bed.kubectl(&["delete", "nmp", "--all", "--wait=true", "--timeout=30s"])
+        .unwrap();
+    let left = bed.kubectl(&["get", "nmp", "-o", "name"]).unwrap();
+    assert!(left.trim().is_empty(), "left Terminating: {left}");
+    eprintln!(
+        "after helm uninstall every policy deleted in {:.2} s",
+        started.elapsed().as_secs_f64()
     );
 }
