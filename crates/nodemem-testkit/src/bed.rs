@@ -106,6 +106,10 @@ impl BedNode {
     }
 }
 
+/// Per process of a bed, how often it was started again and when it may be next.
+#[derive(Debug, Default)]
+pub struct Restarts(BTreeMap<String, (u32, std::time::Instant)>);
+
 pub struct Bed {
     pub nodes: BTreeMap<String, BedNode>,
     pub client: Client,
@@ -348,6 +352,47 @@ impl Bed {
     /// `grace`): a test that uninstalls or scales the controller away.
     pub fn stop_controller(&mut self, grace: std::time::Duration) {
         self.controller.stop(grace);
+    }
+
+    /// Starts every agent and the controller that exited again, as their DaemonSet and
+    /// Deployment would; each line says who exited, how, and that it runs again. The
+    /// kubelet's crash-loop backoff is kept (10 s doubling to 5 min between restarts of
+    /// one process), so `restarts` remembers when each may start next.
+    pub fn restart_exited(&mut self, restarts: &mut Restarts) -> Vec<String> {
+        let now = std::time::Instant::now();
+        let mut procs: Vec<&mut Process> = vec![&mut self.controller];
+        procs.extend(self.nodes.values_mut().map(|n| &mut n.agent));
+        let mut lines = Vec::new();
+        for p in procs {
+            let Some(status) = p.exited() else {
+                continue;
+            };
+            let name = p.name().to_string();
+            let entry = restarts.0.entry(name.clone()).or_insert((0, now));
+            if now < entry.1 {
+                continue;
+            }
+            match p.start_again() {
+                Ok(()) => {
+                    entry.0 += 1;
+                    // 10 s after the first restart, doubling to 5 min.
+                    let backoff = std::time::Duration::from_secs(10 * (1 << (entry.0 - 1).min(5)))
+                        .min(std::time::Duration::from_secs(300));
+                    entry.1 = now + backoff;
+                    lines.push(format!(
+                        "{name} exited ({status}); started again, as its {} would (restart {})",
+                        if name == "controller" {
+                            "Deployment"
+                        } else {
+                            "DaemonSet"
+                        },
+                        entry.0
+                    ));
+                }
+                Err(e) => lines.push(format!("{name} exited ({status}) and cannot start: {e}")),
+            }
+        }
+        lines
     }
 
     /// A process of the bed that exited, with its log's end (a healthy bed has none).

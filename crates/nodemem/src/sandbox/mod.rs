@@ -203,6 +203,7 @@ async fn sandbox(
     let mut announced = false;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut ticks: u64 = 0;
+    let mut restarts = nodemem_testkit::bed::Restarts::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -214,8 +215,10 @@ async fn sandbox(
             use_memory(&bed).await;
         }
         ticks += 1;
-        if let Some(dead) = bed.exited() {
-            return Err(CliError::one(dead));
+        // A killed agent or controller comes back as its DaemonSet or Deployment would
+        // bring it back, and says so: a user can watch the recovery.
+        for line in bed.restart_exited(&mut restarts) {
+            out.line(&line);
         }
         let read = tokio::select! {
             v = read_view(&bed, &args.focus) => v,

@@ -299,3 +299,95 @@ pub async fn pool_nodes(
     }
     trees
 }
+
+/// Cgroup files read every 20 ms on a thread of their own, as (when, node, value): a
+/// moment a node holds a value it should not is seen even when it lasts milliseconds.
+pub struct Sampler {
+    samples: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Instant, String, String)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Samples each (node, file).
+    pub fn start(files: Vec<(String, std::path::PathBuf)>) -> Sampler {
+        use std::sync::atomic::Ordering;
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, st) = (samples.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                for (node, file) in &files {
+                    let value = std::fs::read_to_string(file)
+                        .map(|v| v.trim().to_string())
+                        .unwrap_or_default();
+                    s.lock()
+                        .unwrap()
+                        .push((std::time::Instant::now(), node.clone(), value));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        Sampler {
+            samples,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; every sample in order.
+    pub fn finish(mut self) -> Vec<(std::time::Instant, String, String)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut *self.samples.lock().unwrap())
+    }
+}
+
+/// Per node, the longest time its file held a value `allowed(node, value)` refuses (from
+/// the first such sample to the next allowed one, or the last sample).
+pub fn longest_outside(
+    samples: &[(std::time::Instant, String, String)],
+    allowed: impl Fn(&str, &str) -> bool,
+) -> BTreeMap<String, std::time::Duration> {
+    let mut longest: BTreeMap<String, std::time::Duration> = BTreeMap::new();
+    let mut since: BTreeMap<String, std::time::Instant> = BTreeMap::new();
+    for (at, node, value) in samples {
+        let entry = longest.entry(node.clone()).or_default();
+        if allowed(node, value) {
+            if let Some(start) = since.remove(node) {
+                *entry = (*entry).max(*at - start);
+            }
+        } else {
+            since.entry(node.clone()).or_insert(*at);
+        }
+    }
+    let end = samples.last().map(|s| s.0);
+    for (node, start) in since {
+        let e = longest.entry(node).or_default();
+        *e = (*e).max(end.unwrap_or(start) - start);
+    }
+    longest
+}
+
+#[test]
+fn longest_outside_measures_each_stretch_of_refused_values() {
+    let t0 = std::time::Instant::now();
+    let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+    let samples = vec![
+        (at(0), "a".to_string(), "1".to_string()),
+        (at(20), "a".to_string(), "max".to_string()),
+        (at(40), "a".to_string(), "max".to_string()),
+        (at(60), "a".to_string(), "2".to_string()),
+        (at(80), "b".to_string(), "max".to_string()),
+        (at(100), "b".to_string(), "max".to_string()),
+    ];
+    let out = longest_outside(&samples, |_, v| v != "max");
+    assert_eq!(out["a"], std::time::Duration::from_millis(40));
+    assert_eq!(
+        out["b"],
+        std::time::Duration::from_millis(20),
+        "open at the end"
+    );
+}

@@ -8,22 +8,20 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
-use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
 use crate::agent::{app_cgroup, spawn_agent, AgentProcess};
 use crate::common::{
-    condition, create_namespace, create_pod, dynamic, own_control_plane, pool_nodes, reports_good,
-    spawn_controller_with, until,
+    condition, create_namespace, create_pod, dynamic, longest_outside, own_control_plane,
+    pool_nodes, reports_good, spawn_controller_with, until, Sampler,
 };
 
 const NODES: [&str; 3] = ["ho-1", "ho-2", "ho-3"];
@@ -37,72 +35,6 @@ fn policy(name: &str, pool: &str, priority: i32, factor: f64, min_ready: i32) ->
             "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
             "rollout": {"maxUnavailable": 1, "minReadySeconds": min_ready}},
     })
-}
-
-/// Every node's app container memory.high, read every 20 ms from its cgroup file, as
-/// (when, node, value).
-struct Sampler {
-    samples: Arc<Mutex<Vec<(Instant, String, String)>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Sampler {
-    fn start(files: Vec<(String, Arc<CgroupTree>, String)>) -> Sampler {
-        let samples = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (samples.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                for (node, tree, path) in &files {
-                    let value = tree.read(path, "memory.high").unwrap_or_default();
-                    s.lock()
-                        .unwrap()
-                        .push((Instant::now(), node.clone(), value));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        Sampler {
-            samples,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(mut self) -> Vec<(Instant, String, String)> {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        std::mem::take(&mut *self.samples.lock().unwrap())
-    }
-}
-
-/// Per node, the longest time its file held a value of none of `allowed` (from the first
-/// such sample to the next allowed one).
-fn longest_outside(
-    samples: &[(Instant, String, String)],
-    allowed: &[&str],
-) -> BTreeMap<String, Duration> {
-    let mut longest: BTreeMap<String, Duration> = BTreeMap::new();
-    let mut since: BTreeMap<String, Instant> = BTreeMap::new();
-    for (at, node, value) in samples {
-        let entry = longest.entry(node.clone()).or_default();
-        if allowed.contains(&value.as_str()) {
-            if let Some(start) = since.remove(node) {
-                *entry = (*entry).max(*at - start);
-            }
-        } else {
-            since.entry(node.clone()).or_insert(*at);
-        }
-    }
-    let end = samples.last().map(|s| s.0);
-    for (node, start) in since {
-        let e = longest.entry(node).or_default();
-        *e = (*e).max(end.unwrap_or(start) - start);
-    }
-    longest
 }
 
 struct Ran {
@@ -300,13 +232,18 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     );
     let mut files = Vec::new();
     for node in NODES {
+        let cgroup = app_cgroup(&pods, &format!("app-{node}")).await;
         files.push((
             node.to_string(),
-            trees[node].clone(),
-            app_cgroup(&pods, &format!("app-{node}")).await,
+            trees[node].root().join(cgroup).join("memory.high"),
         ));
     }
-    let general_high = files[0].1.read(&files[0].2, "memory.high").unwrap();
+    let high = |file: &std::path::Path| {
+        std::fs::read_to_string(file)
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let general_high = high(&files[0].1);
     assert_ne!(general_high, "max");
 
     // 1. An override at priority 1, deleted mid-rollout: its nodes go back through
@@ -322,10 +259,8 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         async || {
             let moved: Vec<String> = files
                 .iter()
-                .filter_map(|(_, tree, path)| {
-                    let v = tree.read(path, "memory.high").ok()?;
-                    (v != general_high && v != "max").then_some(v)
-                })
+                .map(|(_, file)| high(file))
+                .filter(|v| *v != general_high && v != "max")
                 .collect();
             (moved.len() >= 2).then(|| moved[0].clone())
         },
@@ -380,7 +315,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     .await;
     let samples = sampler.finish();
     watcher.abort();
-    let outside = longest_outside(&samples, &[&general_high, &overlap_high]);
+    let outside = longest_outside(&samples, |_, v| v == general_high || v == overlap_high);
     let worst = outside.values().max().copied().unwrap_or_default();
     eprintln!(
         "handoff of a deleted override: {} samples; longest time a node ran the values of neither policy: {:.3} s ({outside:?})",
@@ -510,19 +445,13 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         Duration::from_secs(30),
         &logs,
         async || {
-            let released = files
-                .iter()
-                .filter(|(_, t, p)| t.read(p, "memory.high").ok().as_deref() == Some("max"))
-                .count();
+            let released = files.iter().filter(|(_, file)| high(file) == "max").count();
             (released == 1).then_some(())
         },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let released = files
-        .iter()
-        .filter(|(_, t, p)| t.read(p, "memory.high").ok().as_deref() == Some("max"))
-        .count();
+    let released = files.iter().filter(|(_, file)| high(file) == "max").count();
     assert_eq!(released, 1, "the next waits minReadySeconds");
     let status = user(&["nodemem", "status"]);
     eprintln!("{}", status.stdout);
@@ -539,9 +468,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         &logs,
         async || {
             let gone = status_of("ho-general").await.is_none();
-            let all = files
-                .iter()
-                .all(|(_, t, p)| t.read(p, "memory.high").ok().as_deref() == Some("max"));
+            let all = files.iter().all(|(_, file)| high(file) == "max");
             (gone && all).then_some(())
         },
     )

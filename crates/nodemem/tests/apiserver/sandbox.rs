@@ -301,6 +301,127 @@ fn files_hold(tree: &Path, rows: &[Value], side: &str) {
     }
 }
 
+/// Leaving a policy (a user's path): an override of the general pool at priority 1,
+/// deleted once it runs on two nodes. The nodes go back through general's rollout, and
+/// no node runs the values of neither policy for a moment: each general node's
+/// container memory.high (path and both values from `kubectl nodemem diff -o json`) is
+/// sampled every 20 ms throughout.
+fn delete_an_override(shell: &Shell, roots: &BTreeMap<String, PathBuf>) {
+    let overlap = "apiVersion: nodemem.io/v1alpha1\nkind: NodeMemoryPolicy\nmetadata:\n  name: overlap\nspec:\n  priority: 1\n  nodeSelector:\n    matchLabels:\n      nodemem.io/pool: general\n  memoryQoS:\n    throttlingFactor: 0.8\n    reservationPolicy: TieredReservation\n  rollout:\n    maxUnavailable: 1\n    minReadySeconds: 1\n";
+    std::fs::write(shell.dir.join("overlap.yaml"), overlap).unwrap();
+    let diff = shell.run(
+        "kubectl",
+        &["nodemem", "diff", "-f", "overlap.yaml", "-o", "json"],
+    );
+    assert_eq!(diff.code, 1, "{}{}", diff.stdout, diff.stderr);
+    let diff: Value = serde_json::from_str(&diff.stdout).unwrap();
+    // Per general node: a container's memory.high file, general's value, the override's.
+    let mut watched: BTreeMap<String, (PathBuf, String, String)> = BTreeMap::new();
+    for n in diff["nodes"].as_array().unwrap() {
+        let node = n["node"].as_str().unwrap();
+        let row = n["cgroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["file"] == "memory.high" && c["owner"].as_str().unwrap().matches('/').count() == 2
+            })
+            .unwrap_or_else(|| panic!("no container memory.high changes on {node}: {n}"));
+        let file = roots[node]
+            .join(row["path"].as_str().unwrap())
+            .join("memory.high");
+        watched.insert(
+            node.to_string(),
+            (
+                file,
+                row["from"].as_str().unwrap().to_string(),
+                row["to"].as_str().unwrap().to_string(),
+            ),
+        );
+    }
+    assert_eq!(watched.len(), 3, "the general pool: {diff}");
+    let high = |file: &Path| {
+        std::fs::read_to_string(file)
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let sampler = crate::common::Sampler::start(
+        watched
+            .iter()
+            .map(|(n, (f, _, _))| (n.clone(), f.clone()))
+            .collect(),
+    );
+    shell.kubectl(&["apply", "-f", "overlap.yaml"]);
+    wait_until(
+        "the override on two nodes",
+        Duration::from_secs(120),
+        || {
+            let on = watched.values().filter(|(f, _, to)| high(f) == *to).count();
+            (on >= 2).then_some(())
+        },
+    );
+    shell.kubectl(&["delete", "nmp", "overlap", "--wait=false"]);
+    wait_until(
+        "the nodes back on general, the override gone",
+        Duration::from_secs(180),
+        || {
+            let gone = shell.run("kubectl", &["get", "nmp", "overlap"]).code != 0;
+            let back = watched.values().all(|(f, from, _)| high(f) == *from);
+            (gone && back).then_some(())
+        },
+    );
+    let samples = sampler.finish();
+    let outside = crate::common::longest_outside(&samples, |node, v| {
+        let (_, from, to) = &watched[node];
+        v == from || v == to
+    });
+    let worst = outside.values().max().copied().unwrap_or_default();
+    eprintln!(
+        "sandbox: a deleted override's nodes went back to general; longest time a node ran the values of neither policy: {:.3} s over {} samples",
+        worst.as_secs_f64(),
+        samples.len()
+    );
+    assert_eq!(worst, Duration::ZERO, "{outside:?}");
+}
+
+/// An agent killed (SIGKILL) is started again as its DaemonSet would, with a line
+/// saying so; the sandbox goes on.
+fn an_agent_killed_comes_back(sandbox: &mut NoUi, shell: &Shell) {
+    let pid = |name: &str| -> Option<i32> {
+        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(" agent ") && cmd.contains(&format!("--node-name {name} ")))
+                .then(|| e.file_name().to_str()?.parse().ok())
+                .flatten()
+        })
+    };
+    let before = pid("general-3").expect("the agent of general-3 runs");
+    // SAFETY: a process of this test's sandbox.
+    unsafe { libc::kill(before, libc::SIGKILL) };
+    let line = sandbox.wait_for_line("agent general-3 exited", Duration::from_secs(30));
+    assert!(
+        line.contains("started again, as its DaemonSet would"),
+        "{line}"
+    );
+    let after = wait_until(
+        "the agent of general-3 again",
+        Duration::from_secs(30),
+        || pid("general-3"),
+    );
+    assert_ne!(after, before);
+    // It reports its node again (a pass on start), and once that report is
+    // minReadySeconds old the pool counts the node ready again.
+    wait_until(
+        "general's pool ready again",
+        Duration::from_secs(90),
+        || {
+            let p = shell.json(&["get", "nmp", "general", "-o", "json"]);
+            (p["status"]["readyNodes"] == 3).then_some(())
+        },
+    );
+}
+
 #[test]
 fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     live_view_in_tmux();
@@ -465,6 +586,9 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(owners(), before, "a tie moved a node");
     shell.kubectl(&["delete", "-f", "bad3.yaml"]);
+
+    delete_an_override(&shell, &roots);
+    an_agent_killed_comes_back(&mut sandbox, &shell);
 
     // status
     let status = shell.json(&["nodemem", "status", "-o", "json"]);
