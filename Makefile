@@ -104,8 +104,10 @@ control-plane:
 	  $(CARGO) run -p nodemem-testkit --bin nodemem-control-plane --locked -- --crds crds
 
 ## sandbox: the main job: nodemem on a local control plane with simulated pools, live
-sandbox: build
+## (builds only the nodemem binary it runs, not the whole workspace)
+sandbox:
 	bash tests/scripts/install-prereqs.sh sandbox
+	$(CARGO) build -p nodemem --bin nodemem --locked
 	$(NODEMEM) sandbox
 
 ## simulate: what nodemem would write on one node, without a cluster on the general-pool example

@@ -151,6 +151,9 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
             to: to.map(|v| v.1.clone()),
         });
     }
+    // People read the owner: rows in its order (the paths carry pod UIDs, whose order
+    // says nothing), so that the same change prints the same table every time.
+    cgroups.sort_by(|x, y| (&x.owner, &x.file, &x.path).cmp(&(&y.owner, &y.file, &y.path)));
     NodeDiff {
         node: name.to_string(),
         policy: Change {

@@ -301,6 +301,115 @@ fn files_hold(tree: &Path, rows: &[Value], side: &str) {
     }
 }
 
+/// The lines of a README code block that follow the command line `command`, up to the
+/// block's end.
+fn readme_block(readme: &str, command: &str) -> Vec<String> {
+    readme
+        .lines()
+        .skip_while(|l| !l.starts_with(command))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```") && !l.starts_with("$ "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A table's rows (after the header that starts with `header`, up to a blank line),
+/// whitespace normalised.
+fn table_rows(lines: &[String], header: &str) -> Vec<String> {
+    lines
+        .iter()
+        .skip_while(|l| !l.trim_start().starts_with(header))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.trim() != "...")
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// The README's tour quotes real output: its figures are what the sandbox shows now.
+/// The explain of numa-database-1 (every pod's values), the diff of the tour's `sed` of
+/// the general policy (its first node's rows, the revisions and the summary) and the
+/// revisions `status` prints.
+fn readme_figures_hold(shell: &Shell) {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let quoted = readme_block(&readme, "$ kubectl nodemem explain numa-database-1");
+    let live = shell.run("kubectl", &["nodemem", "explain", "numa-database-1"]);
+    let live_lines: Vec<String> = live.stdout.lines().map(str::to_string).collect();
+    let (mut q, mut l) = (
+        table_rows(&quoted, "NAMESPACE"),
+        table_rows(&live_lines, "NAMESPACE"),
+    );
+    q.sort();
+    l.sort();
+    assert!(!q.is_empty(), "README quotes no pods of numa-database-1");
+    assert_eq!(
+        q, l,
+        "README's explain numa-database-1 is not what the sandbox shows:\n{}",
+        live.stdout
+    );
+
+    // The tour's own sed line, run as a user runs it (from the repository).
+    let sed = readme
+        .lines()
+        .find(|l| l.starts_with("$ sed ") && l.contains("examples/general/policy.yaml"))
+        .expect("the tour's sed line")
+        .trim_start_matches("$ ")
+        .to_string();
+    let ran = Command::new("sh")
+        .args([
+            "-c",
+            &format!("{sed} && mv general.yaml {}", shell.dir.display()),
+        ])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let edited = std::fs::read_to_string(shell.dir.join("general.yaml")).unwrap();
+    assert!(
+        edited.contains("minReadySeconds: 10"),
+        "the tour keeps the sandbox's pace (minReadySeconds 10): {edited}"
+    );
+    let quoted = readme_block(&readme, "$ kubectl nodemem diff -f general.yaml");
+    let live = shell.run("kubectl", &["nodemem", "diff", "-f", "general.yaml"]);
+    assert_eq!(live.code, 1, "{}{}", live.stdout, live.stderr);
+    let live_lines: Vec<String> = live.stdout.lines().map(str::to_string).collect();
+    let normal = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    let live_normal: Vec<String> = live_lines.iter().map(|l| normal(l)).collect();
+    for line in quoted
+        .iter()
+        .filter(|l| l.trim() != "..." && !l.trim().is_empty())
+    {
+        assert!(
+            live_normal.contains(&normal(line)),
+            "README's diff line {line:?} is not in what the sandbox prints:\n{}",
+            live.stdout
+        );
+    }
+    let quoted = readme_block(&readme, "$ kubectl nodemem status");
+    let live = shell.run("kubectl", &["nodemem", "status"]);
+    let revisions = |lines: &[String]| -> BTreeMap<String, String> {
+        table_rows(lines, "POLICY")
+            .iter()
+            .map(|r| {
+                let cols: Vec<&str> = r.split(' ').collect();
+                (cols[0].to_string(), cols[3].to_string())
+            })
+            .collect()
+    };
+    eprintln!("$ kubectl nodemem status\n{}", live.stdout);
+    let live_lines: Vec<String> = live.stdout.lines().map(str::to_string).collect();
+    assert_eq!(
+        revisions(&quoted),
+        revisions(&live_lines),
+        "README's status revisions:\n{}",
+        live.stdout
+    );
+}
+
 /// Leaving a policy (a user's path): an override of the general pool at priority 1,
 /// deleted once it runs on two nodes. The nodes go back through general's rollout, and
 /// no node runs the values of neither policy for a moment: each general node's
@@ -470,6 +579,8 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
             .unwrap_or_else(|| panic!("{name} not in\n{nmp}"));
         assert!(row.contains("Complete"), "{row}");
     }
+
+    readme_figures_hold(&shell);
 
     // GitOps: after the rollout the tree shows no drift (the controller writes status
     // only), and a GitOps tool's server-side apply does not conflict with the
