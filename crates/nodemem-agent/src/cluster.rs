@@ -12,12 +12,13 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, EventType, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
 use nodemem_model::node::Admission;
+use nodemem_process::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
 

@@ -10,11 +10,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, EventType, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use nodemem_process::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
 

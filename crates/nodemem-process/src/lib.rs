@@ -2,11 +2,12 @@
 //! bad-input error of a command ([`outcome`], [`error`]), logs ([`logs`]), the
 //! apiserver client ([`kubeclient`]), the `/metrics`, `/healthz` and `/readyz` server
 //! ([`endpoints`]), reading the manifest files users pass ([`manifests`]) and flag
-//! values more than one command takes ([`flags`]), and letting go of a policy's handoff
-//! finalizer ([`handoff`]).
+//! values more than one command takes ([`flags`]), letting go of a policy's handoff
+//! finalizer ([`handoff`]) and Events that keep their words ([`events`]).
 
 pub mod endpoints;
 pub mod error;
+pub mod events;
 pub mod flags;
 pub mod handoff;
 pub mod kubeclient;

@@ -315,6 +315,33 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     .await;
     let samples = sampler.finish();
     watcher.abort();
+    // Each batch of each revision is an Event line of its own (kube-runtime's recorder
+    // folded them into one series that kept the first batch's words).
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let updating: Vec<(String, i32)> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("NodesUpdating")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("ho-general")
+        })
+        .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
+        .collect();
+    let notes: std::collections::BTreeSet<&String> = updating.iter().map(|(n, _)| n).collect();
+    assert!(updating.len() >= 3, "{updating:?}");
+    assert_eq!(
+        notes.len(),
+        updating.len(),
+        "one line per batch: {updating:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("ho-1")) && notes.iter().any(|n| n.contains("ho-2")),
+        "{updating:?}"
+    );
     let outside = longest_outside(&samples, |_, v| v == general_high || v == overlap_high);
     let worst = outside.values().max().copied().unwrap_or_default();
     eprintln!(
