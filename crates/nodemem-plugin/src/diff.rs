@@ -24,6 +24,9 @@ use nodemem_api::convert::governing;
 pub struct Side<'a> {
     pub policy: String,
     pub revision: String,
+    /// Agent, Kubelet or Observe: under Observe nodemem writes nothing, so that side's
+    /// values are "not set by nodemem".
+    pub enforcement: String,
     pub node: Option<&'a DesiredNode<'a>>,
     pub problems: Vec<String>,
 }
@@ -39,6 +42,14 @@ pub struct DiffReport {
     /// The file's policies whose settings are invalid, with every problem.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub invalid_policies: Vec<String>,
+    /// Changes of a file policy that move no value (not part of its revision): its
+    /// rollout settings, priority, selector, recommendation settings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_changes: Vec<String>,
+    /// A file policy that would share nodes with another of the same priority: it
+    /// reports `Conflicting`, and the tie moves none of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
     /// The policies read from the file.
     pub policies: Vec<String>,
     pub nodes: Vec<NodeDiff>,
@@ -50,6 +61,8 @@ pub struct NodeDiff {
     pub node: String,
     pub policy: Change,
     pub revision: Change,
+    /// How the values reach the node (Agent, Kubelet, Observe).
+    pub enforcement: Change,
     /// A handoff already under way, independent of the file: the node runs a policy
     /// it is leaving (`kubectl nodemem explain` says the same).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +104,7 @@ impl NodeDiff {
     pub fn changed(&self) -> bool {
         self.policy.changed()
             || self.revision.changed()
+            || self.enforcement.changed()
             || !self.cgroups.is_empty()
             || !self.problems.is_empty()
     }
@@ -130,8 +144,10 @@ fn values(node: &DesiredNode<'_>) -> BTreeMap<(String, &'static str), (String, S
 /// The difference on one node.
 pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>) -> NodeDiff {
     let empty = BTreeMap::new();
-    let before_values = before.and_then(|s| s.node).map(values);
-    let after_values = after.and_then(|s| s.node).map(values);
+    // Observe computes values and writes none: they are not what the node runs.
+    let written = |s: &&Side<'_>| s.enforcement != "Observe";
+    let before_values = before.filter(written).and_then(|s| s.node).map(values);
+    let after_values = after.filter(written).and_then(|s| s.node).map(values);
     let b = before_values.as_ref().unwrap_or(&empty);
     let a = after_values.as_ref().unwrap_or(&empty);
     let mut cgroups = Vec::new();
@@ -163,6 +179,10 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
         revision: Change {
             from: before.map(|s| s.revision.clone()),
             to: after.map(|s| s.revision.clone()),
+        },
+        enforcement: Change {
+            from: before.map(|s| s.enforcement.clone()),
+            to: after.map(|s| s.enforcement.clone()),
         },
         pending: None,
         problems: after.map(|s| s.problems.clone()).unwrap_or_default(),
@@ -208,6 +228,8 @@ pub fn build(
         })
         .collect();
 
+    let policy_changes = spec_changes(&snapshot.policies, file);
+    let mut conflicts: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
     let no_pods = Vec::new();
     let mut nodes = Vec::new();
     for node in &snapshot.nodes {
@@ -215,7 +237,22 @@ pub fn build(
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let config = snapshot.config(&name);
         let current = config.map(|c| c.spec.policy.as_str());
-        let winner_after = governing(&after, &labels, current).winner;
+        let resolved_after = governing(&after, &labels, current);
+        if let Some(w) = &resolved_after.winner {
+            let tied = std::iter::once(w).chain(&resolved_after.conflicting);
+            for p in tied.filter(|p| file_names.contains(p)) {
+                if !resolved_after.conflicting.is_empty() {
+                    let others: Vec<String> = std::iter::once(w.clone())
+                        .chain(resolved_after.conflicting.iter().cloned())
+                        .filter(|o| o != p)
+                        .collect();
+                    let e = conflicts.entry(p.clone()).or_default();
+                    e.0.push(name.clone());
+                    e.1.extend(others);
+                }
+            }
+        }
+        let winner_after = resolved_after.winner;
         let winner_live = governing(&snapshot.policies, &labels, current).winner;
         let involved = [
             winner_after.as_deref(),
@@ -253,12 +290,14 @@ pub fn build(
         let before = config.map(|c| Side {
             policy: c.spec.policy.clone(),
             revision: c.spec.revision.clone(),
+            enforcement: format!("{:?}", c.spec.settings.enforcement),
             node: before_node.as_ref(),
             problems: Vec::new(),
         });
         let after_side = after_policy.map(|p| Side {
             policy: name_of(p),
             revision: revision(&p.spec.settings),
+            enforcement: format!("{:?}", p.spec.settings.enforcement),
             node: if refused {
                 before_node.as_ref()
             } else {
@@ -270,13 +309,76 @@ pub fn build(
         diff.pending = config.and_then(|c| crate::explain::handoff(c, winner_live.as_deref()));
         nodes.push(diff);
     }
+    let conflicts: Vec<String> = conflicts
+        .into_iter()
+        .map(|(p, (nodes, mut with))| {
+            with.sort();
+            with.dedup();
+            format!(
+                "policy {p} will report Conflicting: {} node(s) also selected by {} with the same priority (a tie moves none of them): {}",
+                nodes.len(),
+                with.join(", "),
+                nodes.join(", ")
+            )
+        })
+        .collect();
     DiffReport {
-        changes: nodes.iter().any(NodeDiff::changed),
+        changes: nodes.iter().any(NodeDiff::changed) || !policy_changes.is_empty(),
+        policy_changes,
+        conflicts,
         refused: !invalid_policies.is_empty() || nodes.iter().any(|n| !n.problems.is_empty()),
         invalid_policies,
         policies: file_names,
         nodes,
     }
+}
+
+/// What a file changes in its policies' specs beyond their settings (which the nodes'
+/// values show): rollout, priority, selector, recommendation; one line per field.
+fn spec_changes(live: &[NodeMemoryPolicy], file: &[NodeMemoryPolicy]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in file {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let Some(old) = live
+            .iter()
+            .find(|l| l.metadata.name.as_deref() == Some(name.as_str()))
+        else {
+            continue;
+        };
+        let (before, after) = (
+            serde_json::to_value(&old.spec).unwrap_or_default(),
+            serde_json::to_value(&p.spec).unwrap_or_default(),
+        );
+        // The settings are the revision: their effect is in the nodes' values.
+        const SETTINGS: [&str; 4] = ["memoryQoS", "memoryManager", "nodeReserved", "enforcement"];
+        let keys: std::collections::BTreeSet<&String> = before
+            .as_object()
+            .into_iter()
+            .chain(after.as_object())
+            .flat_map(|o| o.keys())
+            .filter(|k| !SETTINGS.contains(&k.as_str()))
+            .collect();
+        for key in keys {
+            let (b, a) = (&before[key.as_str()], &after[key.as_str()]);
+            if b == a {
+                continue;
+            }
+            match (b.as_object(), a.as_object()) {
+                (Some(bo), Some(ao)) if key == "rollout" => {
+                    let fields: std::collections::BTreeSet<&String> =
+                        bo.keys().chain(ao.keys()).collect();
+                    for f in fields {
+                        let (bf, af) = (&b[f.as_str()], &a[f.as_str()]);
+                        if bf != af {
+                            out.push(format!("policy {name}: spec.{key}.{f} {bf} -> {af}"));
+                        }
+                    }
+                }
+                _ => out.push(format!("policy {name}: spec.{key} {b} -> {a}")),
+            }
+        }
+    }
+    out
 }
 
 /// The table for people: one block per changed node.
@@ -285,6 +387,12 @@ pub fn render_table(report: &DiffReport) -> String {
     let mut out = String::new();
     for p in &report.invalid_policies {
         let _ = writeln!(out, "not accepted: {p}");
+    }
+    for c in &report.conflicts {
+        let _ = writeln!(out, "warning: {c}");
+    }
+    for c in &report.policy_changes {
+        let _ = writeln!(out, "{c}");
     }
     if !report.changes {
         let _ = writeln!(
@@ -307,6 +415,14 @@ pub fn render_table(report: &DiffReport) -> String {
         );
         if let Some(p) = &n.pending {
             let _ = writeln!(out, "  pending handoff: {p}");
+        }
+        if n.enforcement.changed() {
+            let _ = writeln!(
+                out,
+                "  enforcement {} -> {} (\"-\" on an Observe side: computed, never written)",
+                dash(&n.enforcement.from),
+                dash(&n.enforcement.to)
+            );
         }
         for p in &n.problems {
             let _ = writeln!(out, "  refused: {p}");
@@ -382,6 +498,7 @@ mod tests {
         Side {
             policy: policy.into(),
             revision: format!("r-{policy}"),
+            enforcement: "Agent".into(),
             node: Some(node),
             problems: vec![],
         }
@@ -569,9 +686,73 @@ mod tests {
             changes: true,
             refused: false,
             invalid_policies: Vec::new(),
+            policy_changes: Vec::new(),
+            conflicts: Vec::new(),
             policies: vec!["p".into()],
             nodes: vec![d],
         });
         assert!(table.contains("node n1: policy p -> -"), "{table}");
+    }
+
+    /// What a diff must not hide: enforcement going from Observe (whose values were never
+    /// written) to Agent, a rollout setting that changes no value, and a new policy
+    /// that would tie with a live one.
+    #[test]
+    fn enforcement_rollout_settings_and_ties_are_said() {
+        let mut a = policy("a", "a", 0, 0.9);
+        a.spec.settings.enforcement = nodemem_api::policy::Enforcement::Observe;
+        a.spec.rollout.min_ready_seconds = 60;
+        let snapshot = Snapshot {
+            policies: vec![a.clone()],
+            nodes: vec![node("n1", "a")],
+            configs: vec![config("n1", &a)],
+        };
+        let pods: BTreeMap<String, Vec<core::Pod>> =
+            [("n1".to_string(), vec![pod_on("n1", "n1-uid")])].into();
+
+        let mut enforced = a.clone();
+        enforced.spec.settings.enforcement = nodemem_api::policy::Enforcement::Agent;
+        let r = build(&snapshot, std::slice::from_ref(&enforced), &pods, &[]);
+        let n1 = &r.nodes[0];
+        assert_eq!(
+            (n1.enforcement.from.as_deref(), n1.enforcement.to.as_deref()),
+            (Some("Observe"), Some("Agent"))
+        );
+        assert!(!n1.cgroups.is_empty());
+        assert!(
+            n1.cgroups
+                .iter()
+                .all(|c| c.from.is_none() && c.to.is_some()),
+            "Observe wrote nothing: {:?}",
+            n1.cgroups
+        );
+        assert!(render_table(&r).contains("enforcement Observe -> Agent"));
+
+        let mut slower = a.clone();
+        slower.spec.rollout.min_ready_seconds = 10;
+        let r = build(&snapshot, std::slice::from_ref(&slower), &pods, &[]);
+        assert!(r.changes, "a rollout setting is a change");
+        assert_eq!(
+            r.policy_changes,
+            ["policy a: spec.rollout.minReadySeconds 60 -> 10"]
+        );
+        assert!(r.nodes.iter().all(|n| n.cgroups.is_empty()));
+
+        let tie = policy("z", "a", 0, 0.5);
+        let r = build(&snapshot, std::slice::from_ref(&tie), &pods, &[]);
+        assert!(!r.changes, "a tie moves no node");
+        assert_eq!(r.conflicts.len(), 1, "{:?}", r.conflicts);
+        assert!(
+            r.conflicts[0]
+                .starts_with("policy z will report Conflicting: 1 node(s) also selected by a"),
+            "{:?}",
+            r.conflicts
+        );
+        let table = render_table(&r);
+        assert!(
+            table.contains("warning: policy z will report Conflicting")
+                && table.contains("No changes"),
+            "{table}"
+        );
     }
 }
