@@ -5,7 +5,7 @@
 //! in the config's status by server-side apply, only when the status changed.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
@@ -31,7 +31,7 @@ use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use crate::metrics::{self, Metrics, PodSignals, Trigger};
 use crate::observer::Observer;
 use crate::relief::Relief;
-use crate::status::{add_state_recovered, condition, differs, status, PassOutcome};
+use crate::status::{add_state_recovered, condition, status, worth_writing, PassOutcome};
 use crate::status_writer::StatusWriter;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 
@@ -65,6 +65,8 @@ pub struct ClusterAgent {
     pub runtime_records: crate::runtime_record::RuntimeRecords,
     /// How often the managed containers are sampled for the observation; None: never.
     pub observe_every: Option<Duration>,
+    /// At most one status write per this when only the observation's figures changed.
+    pub status_refresh: Duration,
     /// What the managed containers did against memory.high.
     observer: std::sync::Mutex<Observer>,
     /// Relief for containers memory.high chokes, and where their PSI triggers fire.
@@ -92,6 +94,7 @@ impl ClusterAgent {
             metrics_addr: None,
             runtime_records: Default::default(),
             observe_every: Some(Duration::from_secs(10)),
+            status_refresh: Duration::from_secs(60),
             observer: Default::default(),
             relief: std::sync::Mutex::new(relief),
             relief_fired: std::sync::Mutex::new(Some(fired)),
@@ -312,7 +315,7 @@ impl ClusterAgent {
         // and created again (same name, same spec, generation 1 again) is another
         // object, and gets its status even when it reads the same (found: a re-created
         // config went unreported for minutes, its pool stuck Updating).
-        let mut last_status: Option<(Option<String>, NodeMemoryConfigStatus)> = None;
+        let mut last_status: Option<(Option<String>, NodeMemoryConfigStatus, Instant)> = None;
         let mut saved: Option<LastKnown> = None;
         // The pods to compute, rebuilt only when the index changed.
         let mut pods: Option<Vec<nodemem_model::node::NodePod>> = None;
@@ -556,8 +559,8 @@ impl ClusterAgent {
                     &status_out,
                     last_status
                         .as_ref()
-                        .filter(|(uid, _)| Some(uid) == index.config().map(|c| &c.uid))
-                        .map(|(_, s)| s),
+                        .filter(|(uid, _, _)| Some(uid) == index.config().map(|c| &c.uid))
+                        .map(|(_, s, at)| (s, at.elapsed())),
                     trigger,
                     reach,
                 )
@@ -566,7 +569,11 @@ impl ClusterAgent {
                 self.metrics.reaction(at.elapsed().as_secs_f64());
             }
             if let Some(s) = written {
-                last_status = Some((index.config().and_then(|c| c.uid.clone()), s));
+                last_status = Some((
+                    index.config().and_then(|c| c.uid.clone()),
+                    s,
+                    Instant::now(),
+                ));
             }
             // Record what is enforced now, when the index changed (reactions and
             // resyncs change nothing it holds).
@@ -663,10 +670,11 @@ impl ClusterAgent {
         index: &NodeIndex,
         pods: &[nodemem_model::node::NodePod],
         status_out: &StatusWriter,
-        last: Option<&NodeMemoryConfigStatus>,
+        last_written: Option<(&NodeMemoryConfigStatus, Duration)>,
         trigger: Trigger,
         reach: Reach<'_>,
     ) -> Option<NodeMemoryConfigStatus> {
+        let last = last_written.map(|(s, _)| s);
         let started = std::time::Instant::now();
         let Some(config) = index.config() else {
             // No config (never created, or deleted): give back everything nodemem set,
@@ -935,7 +943,8 @@ impl ClusterAgent {
         );
         self.metrics.pass(trigger, started.elapsed().as_secs_f64());
         self.refusal_events(refused).await;
-        if last.is_some_and(|l| !differs(l, &new_status)) {
+        let since_last_write = last_written.map_or(Duration::MAX, |(_, ago)| ago);
+        if !worth_writing(last, since_last_write, &new_status, self.status_refresh) {
             return None;
         }
         let reference = ObjectReference {

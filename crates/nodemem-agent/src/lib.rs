@@ -87,6 +87,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     );
     agent.observe_every =
         (args.observe_seconds > 0).then(|| std::time::Duration::from_secs(args.observe_seconds));
+    agent.status_refresh = std::time::Duration::from_secs(args.status_refresh_seconds);
     agent.runtime_records = runtime_record::RuntimeRecords {
         containerd: args.containerd_tasks_dir.clone(),
         crio: args.crio_containers_dir.clone(),

@@ -377,6 +377,37 @@ pub fn add_state_recovered(
     s.conditions.push(c);
 }
 
+/// Whether a new status is worth a write now. What a reader acts on (conditions, the
+/// revision, the pods' totals, errors, relief) goes at once; a change of the observation's
+/// figures alone (its seconds, counts and worst containers move with every sample) waits
+/// until `refresh` has passed since the last write, so an observed node does not
+/// rewrite its status at every sample (`kubectl get nmc -w` was 85% such lines).
+pub fn worth_writing(
+    last: Option<&NodeMemoryConfigStatus>,
+    since_last_write: std::time::Duration,
+    new: &NodeMemoryConfigStatus,
+    refresh: std::time::Duration,
+) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    if !differs(last, new) {
+        return false;
+    }
+    let without_figures = |s: &NodeMemoryConfigStatus| {
+        let mut s = s.clone();
+        if let Some(o) = &mut s.observation {
+            o.observed_seconds = 0;
+            o.containers = 0;
+            o.throttled_containers = 0;
+            o.fitting_by_factor.clear();
+            o.worst.clear();
+        }
+        s
+    };
+    differs(&without_figures(last), &without_figures(new)) || since_last_write >= refresh
+}
+
 /// True when two statuses differ in more than condition times.
 pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
     let strip = |s: &NodeMemoryConfigStatus| {
@@ -393,6 +424,52 @@ pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
 mod tests {
     use super::*;
     use nodemem_model::memory_qos::MemoryQosSettings;
+
+    #[test]
+    fn figures_alone_wait_for_the_refresh_and_everything_else_goes_at_once() {
+        use std::time::Duration;
+        let observed = |seconds: i64, throttled: i32| NodeMemoryConfigStatus {
+            observed_revision: Some("r1".into()),
+            observation: Some(nodemem_api::config::ObservationSummary {
+                revision: "r1".into(),
+                enforced: false,
+                since: Time(Default::default()),
+                observed_seconds: seconds,
+                containers: 3,
+                throttled_containers: throttled,
+                fitting_by_factor: vec![3; 20],
+                worst: Vec::new(),
+            }),
+            ..NodeMemoryConfigStatus::default()
+        };
+        let minute = Duration::from_secs(60);
+        let a = observed(10, 0);
+        assert!(worth_writing(None, Duration::ZERO, &a, minute), "the first");
+        assert!(!worth_writing(Some(&a), minute, &a, minute), "nothing new");
+        let later = observed(15, 1);
+        assert!(
+            !worth_writing(Some(&a), Duration::from_secs(5), &later, minute),
+            "figures alone wait"
+        );
+        assert!(
+            worth_writing(Some(&a), minute, &later, minute),
+            "until the refresh"
+        );
+        let mut revised = later.clone();
+        revised.observed_revision = Some("r2".into());
+        assert!(
+            worth_writing(Some(&a), Duration::from_secs(1), &revised, minute),
+            "a new revision goes at once"
+        );
+        let mut failed = later.clone();
+        failed.last_error = Some("write failed".into());
+        assert!(worth_writing(
+            Some(&a),
+            Duration::from_secs(1),
+            &failed,
+            minute
+        ));
+    }
     use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
     use nodemem_model::policy::PolicySettings;
 

@@ -168,9 +168,13 @@ pub fn agent_args(
         node.into(),
         "--resync-seconds".into(),
         resync_seconds.to_string(),
-        // Observation samples as often as full passes run.
+        // Observation samples as often as full passes run; a status with new figures
+        // alone at most every third sample (the default minute would make tests and
+        // the sandbox's tour wait).
         "--observe-seconds".into(),
         resync_seconds.to_string(),
+        "--status-refresh-seconds".into(),
+        (resync_seconds * 3).to_string(),
         "--metrics-addr".into(),
         "127.0.0.1:0".into(),
         "--cgroup-root".into(),

@@ -195,6 +195,28 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(tree_mismatches(&tree, &untouched).is_empty());
 
+    // An observed node does not rewrite its status at every sample: figures alone are
+    // written at most once per --status-refresh-seconds (3 s here; a sample a second,
+    // whose observedSeconds grows every time).
+    let (mut watch, _) = crate::common::watch_configs(&client).await;
+    let window = std::time::Instant::now() + Duration::from_secs(12);
+    let mut writes = 0;
+    while let Some(c) = crate::common::next_config(
+        &mut watch,
+        window.saturating_duration_since(std::time::Instant::now()),
+    )
+    .await
+    {
+        if c.metadata.name.as_deref() == Some(NODE) {
+            writes += 1;
+        }
+    }
+    eprintln!("an observed node wrote its status {writes} time(s) in 12 s (a sample a second)");
+    assert!(
+        (2..=5).contains(&writes),
+        "{writes} status writes in 12 s: figures refresh, at most every 3 s"
+    );
+
     // Agent again: enforced again.
     set(&client, "rev-3", "Agent", &qos).await;
     reported(&client, "rev-3", "Applied", &logs).await;
