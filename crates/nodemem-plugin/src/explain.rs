@@ -228,7 +228,12 @@ pub fn build(
         .unwrap_or_default();
     let rollout_state = match config {
         None => "NoConfig".to_string(),
-        Some(c) => crate::status::node_state(c, policy_revision.as_deref()),
+        Some(c) => crate::status::node_state(
+            c,
+            policy_revision.as_deref(),
+            crate::status::min_ready_seconds(r.winner.as_deref().and_then(|w| s.policy(w))),
+            crate::status::now_seconds(),
+        ),
     };
     let handoff = config.and_then(|c| handoff(c, r.winner.as_deref()));
 

@@ -140,9 +140,18 @@ pub fn target_revision(p: &NodeMemoryPolicy) -> Option<String> {
     Some(current)
 }
 
-/// A node's place in its rollout, from its config: `Failed (Applied <reason>)`,
-/// `Waiting` (its policy rolls out another revision), `Ready`, or `Updating`.
-pub fn node_state(c: &NodeMemoryConfig, policy_revision: Option<&str>) -> String {
+/// A node's place in its rollout, from its config, in the rollout's own words (the
+/// controller's planner, `nodemem_model::rollout::phase`): `Failed (Applied <reason>)`,
+/// `Waiting` (its policy rolls out another revision), `Ready` (applied and healthy for
+/// the policy's minReadySeconds), or `Updating`, with the seconds still to go once its
+/// agent reports it applied and healthy: a node counts as ready exactly when its policy
+/// counts it so.
+pub fn node_state(
+    c: &NodeMemoryConfig,
+    policy_revision: Option<&str>,
+    min_ready_seconds: u64,
+    now: i64,
+) -> String {
     let entry = ConfigEntry::from(c);
     if let Some(f) = failure(&entry) {
         return format!("Failed ({} {})", f.type_, f.reason);
@@ -150,12 +159,23 @@ pub fn node_state(c: &NodeMemoryConfig, policy_revision: Option<&str>) -> String
     if policy_revision.is_some_and(|r| r != c.spec.revision) {
         return "Waiting".into();
     }
-    // The controller's reading of the agent's report; the time only matters for how long
-    // the node has been good, which this state does not show.
-    match report(&entry, 0) {
-        AgentReport::Good { .. } => "Ready".into(),
+    match report(&entry, now) {
+        AgentReport::Good { for_seconds } if for_seconds >= min_ready_seconds => "Ready".into(),
+        AgentReport::Good { for_seconds } => {
+            format!("Updating (ready in {}s)", min_ready_seconds - for_seconds)
+        }
         AgentReport::Pending | AgentReport::Bad => "Updating".into(),
     }
+}
+
+/// The policy's minReadySeconds (0 for a policy not found).
+pub fn min_ready_seconds(p: Option<&NodeMemoryPolicy>) -> u64 {
+    p.map_or(0, |p| p.spec.rollout.min_ready_seconds.max(0) as u64)
+}
+
+/// Now, in seconds, for how long agents' reports have been good.
+pub fn now_seconds() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
 pub fn build(s: &Snapshot) -> StatusReport {
@@ -348,13 +368,21 @@ mod tests {
             "{table}"
         );
 
+        // Reports from 2026-11-22T10:00:00Z, read an hour later.
+        let now = 1_795_341_600 + 3600;
         assert_eq!(
-            node_state(&s.configs[0], Some("r2")),
+            node_state(&s.configs[0], Some("r2"), 0, now),
             "Failed (Applied WriteFailed)"
         );
-        assert_eq!(node_state(&s.configs[1], Some("r3")), "Waiting");
+        assert_eq!(node_state(&s.configs[1], Some("r3"), 0, now), "Waiting");
         let ready = config("n4", "r2", ("True", "Applied"), 2);
-        assert_eq!(node_state(&ready, Some("r2")), "Ready");
+        assert_eq!(node_state(&ready, Some("r2"), 60, now), "Ready");
+        // Applied and healthy, but not yet for the policy's minReadySeconds: the policy
+        // does not count it ready, nor does this.
+        assert_eq!(
+            node_state(&ready, Some("r2"), 3610, now),
+            "Updating (ready in 10s)"
+        );
         // After a rollback the pool's target is the revision before the rolled-back one.
         let mut p = policy("a", "x", 0);
         assert_eq!(target_revision(&p).as_deref(), Some("r2"));
@@ -368,6 +396,6 @@ mod tests {
         // The controller's rule: a kubelet restart still owed is not a failure.
         let restarting = config("n5", "r2", ("False", "KubeletRestartRequired"), 2);
         assert!(failing(&restarting).is_none());
-        assert_eq!(node_state(&restarting, Some("r2")), "Updating");
+        assert_eq!(node_state(&restarting, Some("r2"), 0, now), "Updating");
     }
 }

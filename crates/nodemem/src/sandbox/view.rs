@@ -83,12 +83,18 @@ pub fn build(
                 state: "NoConfig".into(),
             },
             Some(c) => {
-                let target = s.policy(&c.spec.policy).and_then(status::target_revision);
+                let policy = s.policy(&c.spec.policy);
+                let target = policy.and_then(status::target_revision);
                 NodeLine {
                     pool,
                     policy: c.spec.policy.clone(),
                     revision: c.spec.revision.clone(),
-                    state: status::node_state(c, target.as_deref()),
+                    state: status::node_state(
+                        c,
+                        target.as_deref(),
+                        status::min_ready_seconds(policy),
+                        status::now_seconds(),
+                    ),
                 }
             }
         };
