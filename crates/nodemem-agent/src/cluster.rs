@@ -5,7 +5,7 @@
 //! in the config's status by server-side apply, only when the status changed.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
@@ -31,7 +31,9 @@ use crate::kubelet_mode::{KubeletMode, KubeletModeConfig, KubeletOutcome};
 use crate::metrics::{self, Metrics, PodSignals, Trigger};
 use crate::observer::Observer;
 use crate::relief::Relief;
-use crate::status::{add_state_recovered, condition, status, worth_writing, PassOutcome};
+use crate::status::{
+    add_state_recovered, condition, status, status_write, PassOutcome, StatusWrite,
+};
 use crate::status_writer::StatusWriter;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 
@@ -244,7 +246,7 @@ impl ClusterAgent {
         let mut engine = self.open_engine(&client).await;
         let mut kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-        let status_out = StatusWriter::start(configs.clone(), FIELD_MANAGER);
+        let status_out = StatusWriter::start(configs.clone(), FIELD_MANAGER, self.status_refresh);
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
         let config_events =
             watch(configs.clone(), by_name.clone()).map(|e| e.map(|e| Update::Config(Box::new(e))));
@@ -315,7 +317,7 @@ impl ClusterAgent {
         // and created again (same name, same spec, generation 1 again) is another
         // object, and gets its status even when it reads the same (found: a re-created
         // config went unreported for minutes, its pool stuck Updating).
-        let mut last_status: Option<(Option<String>, NodeMemoryConfigStatus, Instant)> = None;
+        let mut last_status: Option<(Option<String>, NodeMemoryConfigStatus)> = None;
         let mut saved: Option<LastKnown> = None;
         // The pods to compute, rebuilt only when the index changed.
         let mut pods: Option<Vec<nodemem_model::node::NodePod>> = None;
@@ -559,8 +561,8 @@ impl ClusterAgent {
                     &status_out,
                     last_status
                         .as_ref()
-                        .filter(|(uid, _, _)| Some(uid) == index.config().map(|c| &c.uid))
-                        .map(|(_, s, at)| (s, at.elapsed())),
+                        .filter(|(uid, _)| Some(uid) == index.config().map(|c| &c.uid))
+                        .map(|(_, s)| s),
                     trigger,
                     reach,
                 )
@@ -569,11 +571,7 @@ impl ClusterAgent {
                 self.metrics.reaction(at.elapsed().as_secs_f64());
             }
             if let Some(s) = written {
-                last_status = Some((
-                    index.config().and_then(|c| c.uid.clone()),
-                    s,
-                    Instant::now(),
-                ));
+                last_status = Some((index.config().and_then(|c| c.uid.clone()), s));
             }
             // Record what is enforced now, when the index changed (reactions and
             // resyncs change nothing it holds).
@@ -670,11 +668,10 @@ impl ClusterAgent {
         index: &NodeIndex,
         pods: &[nodemem_model::node::NodePod],
         status_out: &StatusWriter,
-        last_written: Option<(&NodeMemoryConfigStatus, Duration)>,
+        last: Option<&NodeMemoryConfigStatus>,
         trigger: Trigger,
         reach: Reach<'_>,
     ) -> Option<NodeMemoryConfigStatus> {
-        let last = last_written.map(|(s, _)| s);
         let started = std::time::Instant::now();
         let Some(config) = index.config() else {
             // No config (never created, or deleted): give back everything nodemem set,
@@ -943,8 +940,8 @@ impl ClusterAgent {
         );
         self.metrics.pass(trigger, started.elapsed().as_secs_f64());
         self.refusal_events(refused).await;
-        let since_last_write = last_written.map_or(Duration::MAX, |(_, ago)| ago);
-        if !worth_writing(last, since_last_write, &new_status, self.status_refresh) {
+        let write = status_write(last, &new_status);
+        if write == StatusWrite::Nothing {
             return None;
         }
         let reference = ObjectReference {
@@ -978,7 +975,12 @@ impl ClusterAgent {
             self.event(&reference, &failed.reason, &failed.message, "Apply")
                 .await;
         }
-        status_out.send(&config.name, config.uid.as_deref(), new_status.clone());
+        status_out.send(
+            &config.name,
+            config.uid.as_deref(),
+            new_status.clone(),
+            write == StatusWrite::Coalesced,
+        );
         Some(new_status)
     }
 }

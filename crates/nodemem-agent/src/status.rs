@@ -377,22 +377,30 @@ pub fn add_state_recovered(
     s.conditions.push(c);
 }
 
-/// Whether a new status is worth a write now. What a reader acts on (conditions, the
-/// revision, the pods' totals, errors, relief) goes at once; a change of the observation's
-/// figures alone (its seconds, counts and worst containers move with every sample) waits
-/// until `refresh` has passed since the last write, so an observed node does not
-/// rewrite its status at every sample (`kubectl get nmc -w` was 85% such lines).
-pub fn worth_writing(
+/// How a new status is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// It says nothing new.
+    Nothing,
+    /// Something a reader acts on changed (conditions, the revision, the pods' totals,
+    /// errors, relief): written at once.
+    Now,
+    /// Only the observation's figures moved (its seconds, counts and worst containers
+    /// move with every sample): written once the refresh interval has passed since the
+    /// last write, with the newest figures, so an observed node does not rewrite its
+    /// status at every sample (`kubectl get nmc -w` was 85% such lines).
+    Coalesced,
+}
+
+pub fn status_write(
     last: Option<&NodeMemoryConfigStatus>,
-    since_last_write: std::time::Duration,
     new: &NodeMemoryConfigStatus,
-    refresh: std::time::Duration,
-) -> bool {
+) -> StatusWrite {
     let Some(last) = last else {
-        return true;
+        return StatusWrite::Now;
     };
     if !differs(last, new) {
-        return false;
+        return StatusWrite::Nothing;
     }
     let without_figures = |s: &NodeMemoryConfigStatus| {
         let mut s = s.clone();
@@ -405,7 +413,11 @@ pub fn worth_writing(
         }
         s
     };
-    differs(&without_figures(last), &without_figures(new)) || since_last_write >= refresh
+    if differs(&without_figures(last), &without_figures(new)) {
+        StatusWrite::Now
+    } else {
+        StatusWrite::Coalesced
+    }
 }
 
 /// True when two statuses differ in more than condition times.
@@ -424,10 +436,11 @@ pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
 mod tests {
     use super::*;
     use nodemem_model::memory_qos::MemoryQosSettings;
+    use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+    use nodemem_model::policy::PolicySettings;
 
     #[test]
-    fn figures_alone_wait_for_the_refresh_and_everything_else_goes_at_once() {
-        use std::time::Duration;
+    fn figures_alone_are_coalesced_and_everything_else_goes_at_once() {
         let observed = |seconds: i64, throttled: i32| NodeMemoryConfigStatus {
             observed_revision: Some("r1".into()),
             observation: Some(nodemem_api::config::ObservationSummary {
@@ -442,36 +455,18 @@ mod tests {
             }),
             ..NodeMemoryConfigStatus::default()
         };
-        let minute = Duration::from_secs(60);
         let a = observed(10, 0);
-        assert!(worth_writing(None, Duration::ZERO, &a, minute), "the first");
-        assert!(!worth_writing(Some(&a), minute, &a, minute), "nothing new");
+        assert_eq!(status_write(None, &a), StatusWrite::Now, "the first");
+        assert_eq!(status_write(Some(&a), &a), StatusWrite::Nothing);
         let later = observed(15, 1);
-        assert!(
-            !worth_writing(Some(&a), Duration::from_secs(5), &later, minute),
-            "figures alone wait"
-        );
-        assert!(
-            worth_writing(Some(&a), minute, &later, minute),
-            "until the refresh"
-        );
+        assert_eq!(status_write(Some(&a), &later), StatusWrite::Coalesced);
         let mut revised = later.clone();
         revised.observed_revision = Some("r2".into());
-        assert!(
-            worth_writing(Some(&a), Duration::from_secs(1), &revised, minute),
-            "a new revision goes at once"
-        );
+        assert_eq!(status_write(Some(&a), &revised), StatusWrite::Now);
         let mut failed = later.clone();
         failed.last_error = Some("write failed".into());
-        assert!(worth_writing(
-            Some(&a),
-            Duration::from_secs(1),
-            &failed,
-            minute
-        ));
+        assert_eq!(status_write(Some(&a), &failed), StatusWrite::Now);
     }
-    use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
-    use nodemem_model::policy::PolicySettings;
 
     fn pods() -> Vec<NodePod> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({

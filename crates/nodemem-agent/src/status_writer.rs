@@ -3,7 +3,10 @@
 //! agent's field manager). Under pod churn the statuses of passes that follow each
 //! other quickly are skipped, only the latest is written: the churn soak showed a
 //! pass that waits for its own status write falls behind its watches by seconds. A
-//! write that fails is tried again after a second, or sooner with a newer status.
+//! write that fails is tried again after a second, or sooner with a newer status. A
+//! status whose only news is the observation's figures waits until `refresh` has passed
+//! since the last write (a newer status replaces it meanwhile; one with news a reader
+//! acts on is written at once, figures and all).
 
 use std::time::Duration;
 
@@ -13,8 +16,9 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::warn;
 
-/// The latest status to write: the config's name, its uid and its status.
-type Latest = Option<(String, Option<String>, NodeMemoryConfigStatus)>;
+/// The latest status to write: the config's name, its uid, its status, and whether it
+/// may wait for the refresh (its only news is figures).
+type Latest = Option<(String, Option<String>, NodeMemoryConfigStatus, bool)>;
 
 pub struct StatusWriter {
     latest: watch::Sender<Latest>,
@@ -22,18 +26,34 @@ pub struct StatusWriter {
 
 impl StatusWriter {
     /// Starts the writing task; it ends when the writer is dropped.
-    pub fn start(configs: Api<NodeMemoryConfig>, field_manager: &'static str) -> Self {
+    pub fn start(
+        configs: Api<NodeMemoryConfig>,
+        field_manager: &'static str,
+        refresh: Duration,
+    ) -> Self {
         let (latest, rx) = watch::channel(None);
-        tokio::spawn(write_latest(configs, field_manager, rx));
+        tokio::spawn(write_latest(configs, field_manager, rx, refresh));
         StatusWriter { latest }
     }
 
     /// Hands a status over; a newer one replaces it if it is not written yet. The uid
     /// is a precondition of the write: a status for a config that was deleted never
     /// lands on the one created again under its name.
-    pub fn send(&self, config: &str, uid: Option<&str>, status: NodeMemoryConfigStatus) {
-        self.latest
-            .send_replace(Some((config.to_string(), uid.map(str::to_string), status)));
+    /// `may_wait`: its only news is figures (`status::StatusWrite::Coalesced`): it is
+    /// written once the refresh has passed since the last write.
+    pub fn send(
+        &self,
+        config: &str,
+        uid: Option<&str>,
+        status: NodeMemoryConfigStatus,
+        may_wait: bool,
+    ) {
+        self.latest.send_replace(Some((
+            config.to_string(),
+            uid.map(str::to_string),
+            status,
+            may_wait,
+        )));
     }
 }
 
@@ -41,12 +61,23 @@ async fn write_latest(
     configs: Api<NodeMemoryConfig>,
     field_manager: &'static str,
     mut rx: watch::Receiver<Latest>,
+    refresh: Duration,
 ) {
+    let mut last_write: Option<tokio::time::Instant> = None;
     while rx.changed().await.is_ok() {
         loop {
-            let Some((name, uid, status)) = rx.borrow_and_update().clone() else {
+            let Some((name, uid, status, may_wait)) = rx.borrow_and_update().clone() else {
                 break;
             };
+            if let Some(due) = last_write.map(|at| at + refresh).filter(|_| may_wait) {
+                if tokio::time::Instant::now() < due {
+                    tokio::select! {
+                        // A newer status: look again (it may not wait).
+                        changed = rx.changed() => if changed.is_err() { return } else { continue },
+                        _ = tokio::time::sleep_until(due) => {}
+                    }
+                }
+            }
             let mut patch = json!({
                 "apiVersion": "nodemem.io/v1alpha1",
                 "kind": "NodeMemoryConfig",
@@ -60,7 +91,10 @@ async fn write_latest(
                 .patch_status(&name, &params, &Patch::Apply(&patch))
                 .await
             {
-                Ok(_) => break,
+                Ok(_) => {
+                    last_write = Some(tokio::time::Instant::now());
+                    break;
+                }
                 // The config is gone, or is another object now (the uid differs): this
                 // status is for nobody; the pass for the new one sends its own.
                 Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => {

@@ -826,9 +826,28 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
                 .unwrap(),
         ],
     );
-    assert_eq!(same.code, 0, "{}{}", same.stdout, same.stderr);
-    assert!(same.stdout.contains("No changes"), "{}", same.stdout);
+    // The example as in Git differs from the sandbox's overlay in its rollout pace
+    // only: the diff says so (a change, exit 1) and no value changes.
+    assert_eq!(same.code, 1, "{}{}", same.stdout, same.stderr);
+    assert!(
+        same.stdout
+            .contains("policy general: spec.rollout.minReadySeconds 10 -> 60")
+            && same
+                .stdout
+                .contains("0 node(s) change, 0 cgroup value(s) change"),
+        "{}",
+        same.stdout
+    );
     let original = std::fs::read_to_string(repo().join("examples/general/policy.yaml")).unwrap();
+    // With the overlay's pace, nothing changes.
+    std::fs::write(
+        shell.dir.join("general-paced.yaml"),
+        original.replace("minReadySeconds: 60", "minReadySeconds: 10"),
+    )
+    .unwrap();
+    let paced = shell.run("kubectl", &["nodemem", "diff", "-f", "general-paced.yaml"]);
+    assert_eq!(paced.code, 0, "{}{}", paced.stdout, paced.stderr);
+    assert!(paced.stdout.contains("No changes"), "{}", paced.stdout);
     // A lower factor (and the sandbox's short minReadySeconds, as its overlay sets).
     let changed = original
         .replace("throttlingFactor: 0.9", "throttlingFactor: 0.7")
