@@ -45,7 +45,7 @@ pub struct AgentArgs {
     pub observe_seconds: u64,
     /// At most one status write per this many seconds when only the observation's
     /// figures changed (conditions, revisions, totals and errors are written at once).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 30)]
     pub status_refresh_seconds: u64,
     /// Logs on stderr: human text, or one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

@@ -96,7 +96,7 @@ impl ClusterAgent {
             metrics_addr: None,
             runtime_records: Default::default(),
             observe_every: Some(Duration::from_secs(10)),
-            status_refresh: Duration::from_secs(60),
+            status_refresh: Duration::from_secs(30),
             observer: Default::default(),
             relief: std::sync::Mutex::new(relief),
             relief_fired: std::sync::Mutex::new(Some(fired)),

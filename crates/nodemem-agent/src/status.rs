@@ -385,10 +385,12 @@ pub enum StatusWrite {
     /// Something a reader acts on changed (conditions, the revision, the pods' totals,
     /// errors, relief): written at once.
     Now,
-    /// Only the observation's figures moved (its seconds, counts and worst containers
-    /// move with every sample): written once the refresh interval has passed since the
-    /// last write, with the newest figures, so an observed node does not rewrite its
-    /// status at every sample (`kubectl get nmc -w` was 85% such lines).
+    /// Only the observation's figures moved (its seconds, the distribution, the worst
+    /// containers' peaks: they move with every sample): written once the refresh
+    /// interval has passed since the last write, with the newest figures, so an observed
+    /// node does not rewrite its status at every sample (`kubectl get nmc -w` was 85%
+    /// such lines). News (containers first seen, newly throttled, another worst
+    /// container) is written at once.
     Coalesced,
 }
 
@@ -402,14 +404,20 @@ pub fn status_write(
     if !differs(last, new) {
         return StatusWrite::Nothing;
     }
+    // The observer's own news (containers first seen, newly throttled, another worst
+    // container: `Observer::news`) is kept; figures that only grow are not.
     let without_figures = |s: &NodeMemoryConfigStatus| {
         let mut s = s.clone();
         if let Some(o) = &mut s.observation {
             o.observed_seconds = 0;
-            o.containers = 0;
-            o.throttled_containers = 0;
             o.fitting_by_factor.clear();
-            o.worst.clear();
+            for w in &mut o.worst {
+                *w = nodemem_api::config::ObservedContainer {
+                    pod: std::mem::take(&mut w.pod),
+                    container: std::mem::take(&mut w.container),
+                    ..Default::default()
+                };
+            }
         }
         s
     };
@@ -458,8 +466,14 @@ mod tests {
         let a = observed(10, 0);
         assert_eq!(status_write(None, &a), StatusWrite::Now, "the first");
         assert_eq!(status_write(Some(&a), &a), StatusWrite::Nothing);
-        let later = observed(15, 1);
+        let later = observed(15, 0);
         assert_eq!(status_write(Some(&a), &later), StatusWrite::Coalesced);
+        let throttled = observed(15, 1);
+        assert_eq!(
+            status_write(Some(&a), &throttled),
+            StatusWrite::Now,
+            "newly throttled is news"
+        );
         let mut revised = later.clone();
         revised.observed_revision = Some("r2".into());
         assert_eq!(status_write(Some(&a), &revised), StatusWrite::Now);
