@@ -437,11 +437,16 @@ pub fn render_table(report: &DiffReport) -> String {
             // The cgroup paths are in -o json|yaml; people read the owner.
             let mut table = crate::render::table(&["CGROUP OF", "FILE", "FROM", "TO"]);
             for c in &n.cgroups {
+                // Memory values in binary units; cpuset.mems is a list of NUMA nodes.
+                let shown = |v: &Option<String>| match v {
+                    Some(v) if c.file.starts_with("memory.") => crate::render::memory(v),
+                    _ => dash(v),
+                };
                 table.add_row(vec![
                     c.owner.clone(),
                     c.file.clone(),
-                    dash(&c.from),
-                    dash(&c.to),
+                    shown(&c.from),
+                    shown(&c.to),
                 ]);
             }
             let _ = writeln!(out, "{}", crate::render::text(&table));

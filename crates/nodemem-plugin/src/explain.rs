@@ -341,8 +341,10 @@ pub fn build(
 }
 
 pub fn render_table(r: &ExplainReport) -> String {
+    use nodemem_model::quantity::format_bytes;
     let mut out = String::new();
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let memory = |v: &Option<String>| v.as_deref().map_or("-".into(), crate::render::memory);
     let _ = writeln!(out, "Node:      {}", r.node);
     let _ = writeln!(out, "Policy:    {}", dash(&r.policy));
     let _ = writeln!(out, "Why:       {}", r.why);
@@ -406,11 +408,11 @@ pub fn render_table(r: &ExplainReport) -> String {
                 t.add_row(vec![
                     w.pod.clone(),
                     w.container.clone(),
-                    w.memory_high.to_string(),
-                    w.peak_working_set.to_string(),
-                    w.memory_peak.map_or("-".into(), |p| p.to_string()),
+                    format_bytes(w.memory_high),
+                    format_bytes(w.peak_working_set),
+                    w.memory_peak.map_or("-".into(), format_bytes),
                     w.seconds_above_high.to_string(),
-                    w.max_excess_bytes.to_string(),
+                    format_bytes(w.max_excess_bytes),
                     w.throttle_events.to_string(),
                 ]);
             }
@@ -433,9 +435,15 @@ pub fn render_table(r: &ExplainReport) -> String {
             p.name.clone(),
             p.qos_class.clone(),
             p.admission.clone(),
-            dash(&p.memory_min),
-            dash(&p.memory_low),
-            dash(&p.memory_high),
+            memory(&p.memory_min),
+            memory(&p.memory_low),
+            // The distinct values of its containers, comma-separated.
+            p.memory_high.as_deref().map_or("-".into(), |h| {
+                h.split(',')
+                    .map(crate::render::memory)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }),
             dash(&p.cpuset_mems),
         ]);
     }
@@ -621,16 +629,28 @@ mod tests {
             .lines()
             .find(|l| l.contains("sandbox/report-batch-1"))
             .unwrap();
-        for cell in [
-            "report",
-            "1825361920",
-            "1887436800",
-            "2097152000",
-            "60",
-            "62074880",
-        ] {
-            assert!(row.contains(cell), "{cell} in {row}");
-        }
+        // Exact binary units, as everywhere people read memory (bytes with -o json).
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "sandbox/report-batch-1",
+                "report",
+                "1782580Ki",
+                "1800Mi",
+                "2000Mi",
+                "60",
+                "60620Ki",
+                "0"
+            ]
+        );
+        let pods_row = out.lines().last().unwrap();
+        assert!(pods_row.contains("1782580Ki"), "{pods_row}");
+        let json = serde_json::to_value(report("Observe", false)).unwrap();
+        assert_eq!(
+            json["pods"][0]["memoryHigh"], "1825361920",
+            "JSON keeps bytes"
+        );
         assert!(
             out.contains(
                 "Pods (1, the values enforcement would set (enforcement: Observe writes none)):"

@@ -12,6 +12,17 @@ pub enum Format {
     Yaml,
 }
 
+/// A memory value for people, in one format everywhere (`simulate`, `explain`, `diff`,
+/// the sandbox's live view): exact binary units (`29184Mi`, `969932Ki`; nodemem's values
+/// are whole pages, so a unit always divides them), `0`, or the file's word (`max`).
+/// `-o json|yaml` keep bytes.
+pub fn memory(value: &str) -> String {
+    match value.parse::<i64>() {
+        Ok(b) => nodemem_model::quantity::format_bytes(b),
+        Err(_) => value.to_string(),
+    }
+}
+
 /// A table in kubectl's style: no borders, upper-case headers.
 pub fn table(headers: &[&str]) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();

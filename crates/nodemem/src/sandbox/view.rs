@@ -151,13 +151,9 @@ fn short(revision: &str) -> String {
     revision.chars().take(8).collect()
 }
 
-/// Bytes as MiB with one decimal for people (the files hold bytes or `max`).
+/// A value as the plugin and `simulate` show it: exact binary units, or `max`.
 fn human(v: &str) -> String {
-    match v.parse::<i64>() {
-        Ok(0) => "0".into(),
-        Ok(b) => format!("{:.1}Mi", b as f64 / (1 << 20) as f64),
-        Err(_) => v.to_string(),
-    }
+    nodemem_plugin::render::memory(v)
 }
 
 /// The live screen.

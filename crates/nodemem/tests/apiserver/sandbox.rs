@@ -252,7 +252,8 @@ fn live_view_in_tmux() {
         "MEMORY.HIGH",
         "cache-general-1",
         "Guaranteed",
-        "1024.0Mi",
+        // The Guaranteed cache pod's memory.min, in the units every view uses.
+        "1Gi",
         "export KUBECONFIG=",
         "kubectl nodemem explain",
     ] {
