@@ -1213,3 +1213,53 @@ fn a_rollback_reads_as_rolling_back_then_rolled_back() {
         degraded.message
     );
 }
+
+/// `memoryQoS.enabled: false` is a revision like any other: the policy keeps governing
+/// its nodes (that is how a pool is exempted from a lower-priority policy) and they
+/// give back what nodemem set one batch after another, at the policy's own pace, never
+/// at once.
+#[test]
+fn disabling_memory_qos_gives_back_one_batch_after_another() {
+    let rollout = json!({"maxUnavailable": 1, "minReadySeconds": 10});
+    let mut w = world(
+        &[
+            policy("general", "p", 0, 0.9, rollout.clone()),
+            policy("exempt", "p", 10, 0.8, rollout.clone()),
+        ],
+        &[("a", "p"), ("b", "p"), ("c", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 8);
+    let mut off = policy("exempt", "p", 10, 0.8, rollout);
+    off.spec.settings.memory_qos.enabled = false;
+    off.metadata.generation = Some(2);
+    off.status = Some(w.policies["exempt"].status.clone());
+    w.apply_policy(&off);
+    let before = w.policies["exempt"].status.revision.clone();
+    let mut written_at = Vec::new();
+    for _ in 0..20 {
+        let d = decide(&w, now);
+        assert!(d.deletes.is_empty(), "no config goes");
+        assert!(d.writes.len() <= 1, "one at a time: {:?}", written(&d));
+        assert!(d.writes.iter().all(|wr| wr.spec.policy == "exempt"));
+        if !d.writes.is_empty() {
+            written_at.push(now);
+        }
+        apply(&mut w, &d, now);
+        for wr in &d.writes {
+            agent_reports(&mut w, &wr.node, true, now);
+        }
+        now += 5;
+    }
+    assert_eq!(written_at.len(), 3, "{written_at:?}");
+    assert!(
+        written_at.windows(2).all(|t| t[1] - t[0] >= 10),
+        "{written_at:?}"
+    );
+    let disabled = w.policies["exempt"].status.revision.clone();
+    assert_ne!(disabled, before, "a new revision");
+    assert!(w
+        .configs
+        .values()
+        .all(|c| c.spec.policy == "exempt" && !c.spec.settings.memory_qos.enabled));
+}
