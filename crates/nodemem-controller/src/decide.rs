@@ -28,9 +28,9 @@ pub use crate::settings::released_settings;
 use crate::settings::rollout_params;
 use crate::world::{PolicyEntry, World};
 
-pub(crate) struct PolicyView<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) entry: &'a PolicyEntry,
+struct PolicyView<'a> {
+    name: &'a str,
+    entry: &'a PolicyEntry,
     selector: LabelSelector,
     problems: Vec<String>,
     /// The revision of the spec's settings.
@@ -89,11 +89,11 @@ fn candidate<'a>(v: &'a PolicyView<'a>) -> PolicyCandidate<'a> {
 
 /// Which policy governs each node.
 #[derive(Default)]
-pub(crate) struct Assignment<'a> {
-    pub(crate) pools: BTreeMap<&'a str, Vec<&'a str>>,
+struct Assignment<'a> {
+    pools: BTreeMap<&'a str, Vec<&'a str>>,
     conflicts: BTreeMap<&'a str, Vec<&'a str>>,
     /// Nodes no policy governs.
-    pub(crate) unselected: Vec<&'a str>,
+    unselected: Vec<&'a str>,
     /// The nodes a policy that never had a valid spec would take once valid.
     would_take: BTreeMap<&'a str, Vec<&'a str>>,
 }
