@@ -1,7 +1,7 @@
 //! Shared setup: the process-wide control plane with nodemem's CRDs installed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -390,4 +390,35 @@ fn longest_outside_measures_each_stretch_of_refused_values() {
         std::time::Duration::from_millis(20),
         "open at the end"
     );
+}
+
+/// What a command printed and how it exited.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `kubectl ARGS` as a user's shell runs it: `kubeconfig`, and `kubectl nodemem` on
+/// the PATH from `plugin_dir` (where the binary is linked as `kubectl-nodemem`).
+pub fn kubectl_with_plugin(kubeconfig: &Path, plugin_dir: &Path, args: &[&str]) -> Ran {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = std::process::Command::new(&bin.kubectl)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                plugin_dir.display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }

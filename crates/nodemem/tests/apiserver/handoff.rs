@@ -37,35 +37,6 @@ fn policy(name: &str, pool: &str, priority: i32, factor: f64, min_ready: i32) ->
     })
 }
 
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// kubectl as a user types it, with `kubectl nodemem` on the PATH.
-fn kubectl(kubeconfig: &Path, plugin_dir: &Path, args: &[&str]) -> Ran {
-    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
-    let out = std::process::Command::new(&bin.kubectl)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                plugin_dir.display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .output()
-        .unwrap();
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 #[tokio::test]
 async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     let cp = own_control_plane().await;
@@ -102,7 +73,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     )
     .unwrap();
     let admin = cp.admin_kubeconfig().to_path_buf();
-    let user = |args: &[&str]| kubectl(&admin, plugin_dir.path(), args);
+    let user = |args: &[&str]| crate::common::kubectl_with_plugin(&admin, plugin_dir.path(), args);
 
     // The controller as the chart runs it: it knows its Deployment (created here; no
     // kubelet runs its pods, the process below is the replica).
@@ -238,7 +209,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
             trees[node].root().join(cgroup).join("memory.high"),
         ));
     }
-    let high = |file: &std::path::Path| {
+    let high = |file: &Path| {
         std::fs::read_to_string(file)
             .map(|v| v.trim().to_string())
             .unwrap_or_default()

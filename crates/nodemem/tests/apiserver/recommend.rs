@@ -5,7 +5,6 @@
 //! with that factor, which `kubectl nodemem diff -f` and `kubectl apply -f` take.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -23,34 +22,9 @@ use crate::common::{
 const MI: i64 = 1 << 20;
 const NS: &str = "rec-work";
 
-/// What a plugin command printed and how it exited.
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `kubectl ARGS` with the plugin on PATH, as a user's shell has it.
-fn kubectl(cp: &ControlPlane, plugin_dir: &Path, args: &[&str]) -> Ran {
-    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
-    let out = Command::new(&bin.kubectl)
-        .args(args)
-        .env("KUBECONFIG", cp.admin_kubeconfig())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                plugin_dir.display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .output()
-        .unwrap();
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn kubectl(cp: &ControlPlane, plugin_dir: &Path, args: &[&str]) -> crate::common::Ran {
+    crate::common::kubectl_with_plugin(cp.admin_kubeconfig(), plugin_dir, args)
 }
 
 async fn recommendation(client: &kube::Client) -> Option<Value> {
