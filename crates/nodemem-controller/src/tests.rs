@@ -865,6 +865,16 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     assert_eq!(condition(&w, "p", "Progressing").reason, "Complete");
 }
 
+/// A user's edit of a policy the world holds, as the apiserver stores it: the status the
+/// controller wrote stays, the generation moves on.
+fn edit(w: &mut World, mut p: NodeMemoryPolicy) {
+    let name = p.metadata.name.clone().unwrap();
+    let held = &w.policies[&name];
+    p.metadata.generation = held.generation.map(|g| g + 1);
+    p.status = Some(held.status.clone());
+    w.apply_policy(&p);
+}
+
 /// The same policy, deleted (the finalizer holds it).
 fn deleted(mut p: NodeMemoryPolicy) -> NodeMemoryPolicy {
     p.metadata.deletion_timestamp =
@@ -952,9 +962,7 @@ fn a_deleted_policy_hands_each_node_to_the_next_policy_through_its_rollout() {
         .iter()
         .all(|(_, on)| on.as_ref().is_some_and(|(p, _)| p == "overlap")));
 
-    let mut gone = deleted(overlap);
-    gone.status = Some(w.policies["overlap"].status.clone());
-    w.apply_policy(&gone);
+    edit(&mut w, deleted(overlap));
     let d = decide(&w, now);
     assert!(d.deletes.is_empty(), "no config goes: {:?}", d.deletes);
     assert_eq!(written(&d), ["g1"], "general's rollout: one at a time");
@@ -1010,14 +1018,10 @@ fn nodes_no_policy_selects_are_released_with_the_leaving_policys_rollout() {
         settle(&mut w, &mut now, 8);
         match how {
             "selector" => {
-                let mut narrowed = policy("p", "none", 0, 0.9, rollout.clone());
-                narrowed.status = Some(w.policies["p"].status.clone());
-                w.apply_policy(&narrowed);
+                edit(&mut w, policy("p", "none", 0, 0.9, rollout.clone()));
             }
             "deleted" => {
-                let mut gone = deleted(p);
-                gone.status = Some(w.policies["p"].status.clone());
-                w.apply_policy(&gone);
+                edit(&mut w, deleted(p));
             }
             _ => {
                 for n in ["a", "b", "c"] {
@@ -1111,15 +1115,16 @@ fn a_policy_never_accepted_governs_no_node_and_says_which_it_would_take() {
         .message
         .contains("it governs no node until the spec is valid"));
 
-    let mut changed = policy(
-        "numa-database",
-        "db",
-        200,
-        0.7,
-        json!({"maxUnavailable": 2}),
+    edit(
+        &mut w,
+        policy(
+            "numa-database",
+            "db",
+            200,
+            0.7,
+            json!({"maxUnavailable": 2}),
+        ),
     );
-    changed.status = Some(w.policies["numa-database"].status.clone());
-    w.apply_policy(&changed);
     settle(&mut w, &mut now, 4);
     let revision = w.policies["numa-database"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == revision));
@@ -1140,9 +1145,7 @@ fn an_accepted_policy_made_invalid_holds_its_nodes_on_the_last_accepted_revision
     let accepted = w.policies["p"].status.revision.clone().unwrap();
     let mut broken = policy("p", "p", 0, 0.8, rollout.clone());
     broken.spec.settings.memory_manager.policy = nodemem_api::policy::MemoryManagerPolicy::Static;
-    broken.metadata.generation = Some(2);
-    broken.status = Some(w.policies["p"].status.clone());
-    w.apply_policy(&broken);
+    edit(&mut w, broken);
     w.apply_node(&node("c", "p"));
     settle(&mut w, &mut now, 4);
     assert!(
@@ -1158,10 +1161,7 @@ fn an_accepted_policy_made_invalid_holds_its_nodes_on_the_last_accepted_revision
         "its nodes keep revision {accepted}, the last accepted"
     )));
 
-    let mut fixed = policy("p", "p", 0, 0.8, rollout);
-    fixed.metadata.generation = Some(3);
-    fixed.status = Some(w.policies["p"].status.clone());
-    w.apply_policy(&fixed);
+    edit(&mut w, policy("p", "p", 0, 0.8, rollout));
     settle(&mut w, &mut now, 4);
     let revision = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == revision));
@@ -1181,10 +1181,7 @@ fn a_rollback_reads_as_rolling_back_then_rolled_back() {
     let mut now = T0;
     settle(&mut w, &mut now, 8);
     let good = w.policies["p"].status.revision.clone().unwrap();
-    let mut next = policy("p", "p", 0, 0.5, rollout);
-    next.metadata.generation = Some(2);
-    next.status = Some(w.policies["p"].status.clone());
-    w.apply_policy(&next);
+    edit(&mut w, policy("p", "p", 0, 0.5, rollout));
     let d = decide(&w, now);
     apply(&mut w, &d, now);
     assert_eq!(written(&d), ["a"]);
@@ -1232,9 +1229,7 @@ fn disabling_memory_qos_gives_back_one_batch_after_another() {
     settle(&mut w, &mut now, 8);
     let mut off = policy("exempt", "p", 10, 0.8, rollout);
     off.spec.settings.memory_qos.enabled = false;
-    off.metadata.generation = Some(2);
-    off.status = Some(w.policies["exempt"].status.clone());
-    w.apply_policy(&off);
+    edit(&mut w, off);
     let before = w.policies["exempt"].status.revision.clone();
     let mut written_at = Vec::new();
     for _ in 0..20 {

@@ -680,6 +680,26 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     }
 }
 
+/// A real agent per simulated node, each with its own node's token, its files under
+/// `dir/<node>` and its log there as `agent.log`.
+pub(crate) async fn spawn_agents(
+    cp: &nodemem_testkit::ControlPlane,
+    trees: &BTreeMap<String, Arc<CgroupTree>>,
+    dir: &std::path::Path,
+) -> BTreeMap<String, AgentProcess> {
+    let mut agents = BTreeMap::new();
+    for (node, tree) in trees {
+        let kubeconfig = cp.kubeconfig(&Identity::Agent(node.clone())).await.unwrap();
+        let node_dir = dir.join(node);
+        std::fs::create_dir_all(&node_dir).unwrap();
+        agents.insert(
+            node.clone(),
+            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
+        );
+    }
+    agents
+}
+
 pub(crate) fn spawn_agent(
     node: &str,
     cgroup_root: &std::path::Path,

@@ -59,6 +59,18 @@ pub async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A Burstable pod `app-<node>` on `node` with one container `app` (request and limit
+/// of memory as given).
+pub async fn create_app_pod(api: &Api<Pod>, node: &str, request: &str, limit: &str) -> Pod {
+    create_pod(
+        api,
+        serde_json::json!({"metadata": {"name": format!("app-{node}")},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x",
+                "resources": {"requests": {"memory": request}, "limits": {"memory": limit}}}]}}),
+    )
+    .await
+}
+
 /// Polls `check` every 100 ms until it gives a value; after `timeout` the test fails
 /// with `what` and the logs.
 pub async fn until<T>(

@@ -64,13 +64,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     create_namespace(&client, "work").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
     for node in ["ctl-b-1", "ctl-b-2"] {
-        create_pod(
-            &pods,
-            json!({"metadata": {"name": format!("app-{node}")},
-                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x",
-                    "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}}]}}),
-        )
-        .await;
+        crate::common::create_app_pod(&pods, node, "64Mi", "256Mi").await;
     }
     let dir = tempfile::tempdir().unwrap();
     let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();

@@ -6,7 +6,6 @@
 //! nodemem release --now` lets the rest go at once; a controller stopped while its
 //! Deployment is scaled to zero lets go of every policy, so none is left Terminating.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,9 +17,9 @@ use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
-use crate::agent::{app_cgroup, spawn_agent, AgentProcess};
+use crate::agent::{app_cgroup, spawn_agents};
 use crate::common::{
-    condition, create_namespace, create_pod, dynamic, longest_outside, own_control_plane,
+    condition, create_app_pod, create_namespace, dynamic, longest_outside, own_control_plane,
     pool_nodes, reports_good, spawn_controller_with, until, Sampler,
 };
 
@@ -47,25 +46,10 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     create_namespace(&client, "work").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
     for node in NODES {
-        create_pod(
-            &pods,
-            json!({"metadata": {"name": format!("app-{node}")},
-                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x",
-                    "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}}]}}),
-        )
-        .await;
+        create_app_pod(&pods, node, "64Mi", "256Mi").await;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut agents: BTreeMap<String, AgentProcess> = BTreeMap::new();
-    for (node, tree) in &trees {
-        let kubeconfig = cp.kubeconfig(&Identity::Agent(node.clone())).await.unwrap();
-        let node_dir = dir.path().join(node);
-        std::fs::create_dir_all(&node_dir).unwrap();
-        agents.insert(
-            node.clone(),
-            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
-        );
-    }
+    let agents = spawn_agents(&cp, &trees, dir.path()).await;
     let plugin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(
         env!("CARGO_BIN_EXE_nodemem"),

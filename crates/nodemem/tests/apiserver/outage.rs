@@ -21,7 +21,7 @@ use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::Identity;
 use serde_json::json;
 
-use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
+use crate::agent::{configs, expected_on, tree_mismatches, AgentProcess};
 use crate::common::{
     condition, create_namespace, own_control_plane, policies, pool_nodes, reports_good,
     spawn_controller, until,
@@ -127,16 +127,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut agents = BTreeMap::new();
-    for (node, tree) in &trees {
-        let kubeconfig = cp.kubeconfig(&Identity::Agent(node.clone())).await.unwrap();
-        let node_dir = dir.path().join(node);
-        std::fs::create_dir_all(&node_dir).unwrap();
-        agents.insert(
-            node.clone(),
-            spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
-        );
-    }
+    let mut agents = crate::agent::spawn_agents(&cp, &trees, dir.path()).await;
     let controller_kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
     let controller_log = |n: usize| dir.path().join(format!("controller-{n}.log"));
     // As its Deployment runs it: leader election on (a 6 s Lease).

@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
 use crate::common::{
-    condition, create_namespace, create_pod, next_config, node_states, own_control_plane, policies,
-    pool_nodes, reports_good, spawn_controller, until, watch_configs, ControllerProcess,
+    condition, create_namespace, next_config, node_states, own_control_plane, policies, pool_nodes,
+    reports_good, spawn_controller, until, watch_configs, ControllerProcess,
 };
 
 const NS: &str = "rollout-pods";
@@ -60,13 +60,7 @@ impl Bed {
         create_namespace(&client, NS).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         for (node, _) in nodes {
-            create_pod(
-                &pods,
-                json!({"metadata": {"name": format!("app-{node}")},
-                    "spec": {"nodeName": node, "containers": [{"name": "app", "image": "x",
-                        "resources": {"requests": {"memory": "32Mi"}, "limits": {"memory": "128Mi"}}}]}}),
-            )
-            .await;
+            crate::common::create_app_pod(&pods, node, "32Mi", "128Mi").await;
         }
         let target: std::net::SocketAddr =
             cp.server.trim_start_matches("https://").parse().unwrap();
