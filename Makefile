@@ -7,10 +7,10 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: test tidy lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-test: prereqs lint crds-check unit apiserver image-check vm node
+test: prereqs lint crds-check tidy unit apiserver image-check vm node
 
 ## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
 prereqs:
@@ -37,9 +37,13 @@ crds: build
 	$(NODEMEM) crds --output-dir crds
 	$(NODEMEM) crds --output-dir charts/nodemem/crds
 
+## tidy: repository-wide checks (module graph, docs catalog, set-up scripts, function length)
+tidy:
+	$(CARGO) test -p nodemem-tidy --locked
+
 ## unit: pure rules, CLI, CRD generation, harness self-tests (no cluster, no VM)
 unit:
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --exclude nodemem-tidy --locked
 
 ## apiserver: tests against a real etcd + kube-apiserver + kube-controller-manager
 apiserver:

@@ -4,13 +4,10 @@
 //! capitalized string literals of the code that writes conditions and Events.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use nodemem_process::endpoints::Endpoints;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use nodemem_tidy::repo_root as repo;
 
 fn doc() -> String {
     std::fs::read_to_string(repo().join("docs/metrics.md")).expect("docs/metrics.md")

@@ -13,9 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use nodemem_tidy::repo_root as repo;
 
 /// The crate's files by module path (`lib.rs` is `[]`, `a/mod.rs` and `a.rs` are
 /// `[a]`, `a/b.rs` is `[a, b]`). Binaries under `src/bin` are crates of their own and

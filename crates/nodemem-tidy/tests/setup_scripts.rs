@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use nodemem_tidy::repo_root as repo;
 
 #[test]
 fn the_control_plane_build_refuses_an_old_go_with_both_versions() {
