@@ -12,9 +12,9 @@ use crate::decision::{Decision, PolicyEvent};
 use crate::world::World;
 use nodemem_api::report::ConfigEntry;
 
-const T0: i64 = 1_795_341_600;
+pub(crate) const T0: i64 = 1_795_341_600;
 
-fn policy(
+pub(crate) fn policy(
     name: &str,
     pool: &str,
     priority: i32,
@@ -33,11 +33,11 @@ fn policy(
     .unwrap()
 }
 
-fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
+pub(crate) fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": pool}}})).unwrap()
 }
 
-fn world(policies: &[NodeMemoryPolicy], nodes: &[(&str, &str)]) -> World {
+pub(crate) fn world(policies: &[NodeMemoryPolicy], nodes: &[(&str, &str)]) -> World {
     let mut w = World::default();
     for p in policies {
         w.apply_policy(p);
@@ -50,7 +50,7 @@ fn world(policies: &[NodeMemoryPolicy], nodes: &[(&str, &str)]) -> World {
 
 /// Applies a decision as the apiserver would (writes bump the generation and stamp
 /// the change time; statuses land on the policies).
-fn apply(w: &mut World, d: &Decision, now: i64) {
+pub(crate) fn apply(w: &mut World, d: &Decision, now: i64) {
     for write in &d.writes {
         let generation = w
             .configs
@@ -116,7 +116,7 @@ fn cond(type_: &str, ok: bool, reason: &str, generation: Option<i64>, at: i64) -
 }
 
 /// The agent on `node` reports its config's revision applied and healthy (or not).
-fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
+pub(crate) fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
     let c = w.configs.get_mut(node).unwrap();
     c.status = NodeMemoryConfigStatus {
         observed_revision: Some(c.spec.revision.clone()),
@@ -145,7 +145,7 @@ fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
 }
 
 /// `rounds` reconciles 10 s apart, every agent reporting its new spec healthy at once.
-fn settle(w: &mut World, now: &mut i64, rounds: usize) {
+pub(crate) fn settle(w: &mut World, now: &mut i64, rounds: usize) {
     for _ in 0..rounds {
         let d = decide(w, *now);
         apply(w, &d, *now);
@@ -636,7 +636,7 @@ fn a_failing_first_revision_is_rolled_back_to_no_config_and_stays_there() {
     assert_eq!(condition(&w, "p", "Ready").status, "False");
 }
 
-fn mark(w: &mut World, node: &str, revision: &str, started_at: i64, done: bool) {
+pub(crate) fn mark(w: &mut World, node: &str, revision: &str, started_at: i64, done: bool) {
     w.drains.insert(
         node.to_string(),
         crate::world::DrainMark {
@@ -867,7 +867,7 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
 
 /// A user's edit of a policy the world holds, as the apiserver stores it: the status the
 /// controller wrote stays, the generation moves on.
-fn edit(w: &mut World, mut p: NodeMemoryPolicy) {
+pub(crate) fn edit(w: &mut World, mut p: NodeMemoryPolicy) {
     let name = p.metadata.name.clone().unwrap();
     let held = &w.policies[&name];
     p.metadata.generation = held.generation.map(|g| g + 1);

@@ -1,0 +1,69 @@
+//! A policy as the decision sees it (its selector, what is wrong with its spec, its
+//! revision, the revision it holds while invalid) and the pool it governs.
+
+use nodemem_api::convert::{last_accepted, node_settings, takes_nodes, to_selector};
+use nodemem_api::policy::RevisionRecord;
+use nodemem_api::revision::revision;
+use nodemem_model::selector::LabelSelector;
+
+use crate::handoff::Leaving;
+use crate::world::{PolicyEntry, World};
+
+pub(super) struct PolicyView<'a> {
+    pub(super) name: &'a str,
+    pub(super) entry: &'a PolicyEntry,
+    pub(super) selector: LabelSelector,
+    pub(super) problems: Vec<String>,
+    /// The revision of the spec's settings.
+    pub(super) revision: String,
+    /// While the spec is invalid: the last revision the policy accepted, which its
+    /// nodes keep (None: it never accepted one, and governs no node).
+    pub(super) held: Option<RevisionRecord>,
+}
+
+impl PolicyView<'_> {
+    /// Whether resolution gives it nodes: a deleted policy hands its nodes on, and a
+    /// policy that never had a valid spec takes none.
+    pub(super) fn governs(&self) -> bool {
+        takes_nodes(
+            self.entry.deleting,
+            self.problems.is_empty(),
+            &self.entry.status,
+        )
+    }
+}
+
+pub(super) fn policy_views(world: &World) -> Vec<PolicyView<'_>> {
+    world
+        .policies
+        .iter()
+        .map(|(name, entry)| {
+            let problems: Vec<String> = node_settings(&entry.spec.settings)
+                .err()
+                .map(|ps| ps.iter().map(ToString::to_string).collect())
+                .unwrap_or_default();
+            let held = if problems.is_empty() {
+                None
+            } else {
+                last_accepted(&entry.status).cloned()
+            };
+            PolicyView {
+                name,
+                entry,
+                selector: to_selector(&entry.spec.node_selector),
+                problems,
+                revision: revision(&entry.spec.settings),
+                held,
+            }
+        })
+        .collect()
+}
+
+/// The nodes a policy governs, and what else the decision found about it.
+pub(super) struct Pool<'a> {
+    pub(super) nodes: &'a [&'a str],
+    pub(super) conflicts: Option<&'a Vec<&'a str>>,
+    /// Never accepted: the nodes it would take once valid.
+    pub(super) would_take: Option<&'a Vec<&'a str>>,
+    pub(super) leaving: &'a Leaving,
+}

@@ -1,0 +1,155 @@
+//! The configs a round writes or deletes: the target to the nodes that start, the
+//! previous revision (or no config) to the nodes a rollback sends back, and the
+//! policy's health settings, which follow it without a new revision.
+
+use nodemem_api::policy::RevisionRecord;
+use nodemem_api::NodeMemoryConfigSpec;
+use nodemem_model::rollout::RolloutState;
+
+use super::round::Round;
+use crate::decision::{ConfigWrite, Decision};
+
+pub(super) fn write_target(round: &Round<'_>, start: &[String], out: &mut Decision) {
+    for node in start {
+        out.writes
+            .push(config_write(round, node, spec_for(round, &round.target)));
+    }
+}
+
+/// On a rollback, nodes go back to the previous revision, or lose their config when
+/// there was none before (their agents then give back what they set). Returns the
+/// revision the status names as rolled back.
+pub(super) fn write_rollback(
+    round: &Round<'_>,
+    rolled_back: Option<String>,
+    out: &mut Decision,
+) -> Option<String> {
+    if round.step.state != RolloutState::RollingBack {
+        return rolled_back;
+    }
+    for node in &round.step.revert {
+        match &round.previous {
+            Some(p) => out
+                .writes
+                .push(config_write(round, node, spec_for(round, p))),
+            None => out.deletes.push(node.clone()),
+        }
+    }
+    Some(round.policy.revision.clone())
+}
+
+/// Nodes on the target whose health settings differ from the policy's get them now
+/// (unless their config is written this round anyway).
+pub(super) fn write_health_settings(round: &Round<'_>, out: &mut Decision) {
+    let health = &round.policy.entry.spec.rollout.health;
+    for node in round.pool {
+        let Some(spec) = round.config_of(node) else {
+            continue;
+        };
+        if spec.revision == round.target.revision
+            && spec.health != *health
+            && !round.step.start.iter().any(|s| s == node)
+        {
+            let spec = NodeMemoryConfigSpec {
+                health: health.clone(),
+                ..spec.clone()
+            };
+            out.writes.push(config_write(round, node, spec));
+        }
+    }
+}
+
+fn spec_for(round: &Round<'_>, record: &RevisionRecord) -> NodeMemoryConfigSpec {
+    NodeMemoryConfigSpec {
+        policy: round.policy.name.to_string(),
+        revision: record.revision.clone(),
+        settings: record.settings.clone(),
+        health: round.policy.entry.spec.rollout.health.clone(),
+    }
+}
+
+fn config_write(round: &Round<'_>, node: &str, spec: NodeMemoryConfigSpec) -> ConfigWrite {
+    ConfigWrite {
+        node: node.to_string(),
+        policy_uid: round.policy.entry.uid.clone(),
+        spec,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::decide::target::TargetChoice;
+    use crate::decide::view::policy_views;
+    use crate::tests::{policy, settle, world, T0};
+
+    #[test]
+    fn health_settings_follow_the_policy_to_nodes_on_the_target_only() {
+        let mut w = world(
+            &[policy("p", "a", 0, 0.8, json!({"maxUnavailable": 1}))],
+            &[("n1", "a"), ("n2", "a")],
+        );
+        let mut now = T0;
+        settle(&mut w, &mut now, 4);
+        let mut edited = policy("p", "a", 0, 0.8, json!({"maxUnavailable": 1}));
+        edited.spec.rollout.health.max_oom_kills = 9;
+        crate::tests::edit(&mut w, edited);
+        // n2 runs an older revision: its next config carries the health settings.
+        w.configs.get_mut("n2").unwrap().spec.revision = "older".into();
+        let views = policy_views(&w);
+        let p = &views[0];
+        let target = RevisionRecord {
+            revision: p.revision.clone(),
+            settings: p.entry.spec.settings.clone(),
+        };
+        let choice = TargetChoice {
+            target: None,
+            previous: None,
+            rolled_back: None,
+        };
+        let pool = ["n1", "n2"];
+        let round = Round::plan(&w, p, &pool, target, &choice, now);
+        let mut out = Decision::default();
+        write_health_settings(&round, &mut out);
+        let written: Vec<(&str, i32)> = out
+            .writes
+            .iter()
+            .map(|wr| (wr.node.as_str(), wr.spec.health.max_oom_kills))
+            .collect();
+        assert_eq!(written, vec![("n1", 9)]);
+        assert_eq!(out.writes[0].spec.revision, p.revision, "the same revision");
+    }
+
+    #[test]
+    fn a_rollback_with_no_revision_before_deletes_the_configs() {
+        let rollout = json!({"maxUnavailable": 2, "failurePolicy": "Rollback", "maxFailures": 1});
+        let mut w = world(
+            &[policy("p", "a", 0, 0.8, rollout)],
+            &[("n1", "a"), ("n2", "a")],
+        );
+        let d = crate::decide::decide(&w, T0);
+        crate::tests::apply(&mut w, &d, T0);
+        crate::tests::agent_reports(&mut w, "n1", false, T0 + 1);
+        let views = policy_views(&w);
+        let p = &views[0];
+        let target = RevisionRecord {
+            revision: p.revision.clone(),
+            settings: p.entry.spec.settings.clone(),
+        };
+        let choice = TargetChoice {
+            target: None,
+            previous: None,
+            rolled_back: None,
+        };
+        let pool = ["n1", "n2"];
+        let round = Round::plan(&w, p, &pool, target, &choice, T0 + 10);
+        assert_eq!(round.step.state, RolloutState::RollingBack);
+        let mut out = Decision::default();
+        let named = write_rollback(&round, None, &mut out);
+        assert_eq!(named.as_deref(), Some(p.revision.as_str()));
+        assert!(out.writes.is_empty());
+        assert_eq!(out.deletes, vec!["n1".to_string(), "n2".to_string()]);
+    }
+}
