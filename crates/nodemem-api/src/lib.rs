@@ -12,6 +12,7 @@ pub mod quantity;
 pub mod report;
 pub mod resource_version;
 pub mod revision;
+pub mod watch_index;
 
 pub use config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus};
 pub use policy::{NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus, NodeSettings};

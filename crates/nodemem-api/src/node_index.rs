@@ -13,7 +13,9 @@ use crate::convert::node_settings;
 use crate::k8s::{node_allocatable_memory, node_pod_from_k8s, opts_out};
 use crate::policy::HealthSpec;
 use crate::policy::NodeSettings;
+use crate::watch_index::WatchIndex;
 use k8s_openapi::api::core::v1 as core;
+use kube::core::PartialObjectMeta;
 use nodemem_model::cgroup_layout::ContainerId;
 use nodemem_model::node::NodePod;
 use nodemem_model::policy::PolicySettings;
@@ -424,6 +426,73 @@ impl NodeIndex {
                 ))
             })
             .collect()
+    }
+}
+
+/// The agent's four watches feed the index through one rule ([`crate::watch_index`]).
+impl WatchIndex<NodeMemoryConfig> for NodeIndex {
+    fn key(config: &NodeMemoryConfig) -> Option<String> {
+        config.metadata.name.clone()
+    }
+    fn apply(&mut self, config: &NodeMemoryConfig) -> bool {
+        self.apply_config(config)
+    }
+    fn delete(&mut self, _: &NodeMemoryConfig) -> bool {
+        // The watch selects this node's config by name: a deletion is of it.
+        self.delete_config()
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        !listed.contains(&self.node_name) && self.delete_config()
+    }
+}
+
+impl WatchIndex<core::Pod> for NodeIndex {
+    /// Pods by uid: a pod deleted and created again under its name is another pod.
+    fn key(pod: &core::Pod) -> Option<String> {
+        pod.metadata.uid.clone()
+    }
+    fn apply(&mut self, pod: &core::Pod) -> bool {
+        self.apply_pod(pod)
+    }
+    fn delete(&mut self, pod: &core::Pod) -> bool {
+        self.delete_pod(pod)
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        self.retain_pods(listed)
+    }
+}
+
+impl WatchIndex<core::Node> for NodeIndex {
+    fn key(node: &core::Node) -> Option<String> {
+        node.metadata.name.clone()
+    }
+    fn apply(&mut self, node: &core::Node) -> bool {
+        self.apply_node(node)
+    }
+    /// The agent runs on its node: a deletion leaves what the node had (the kubelet
+    /// registers it again).
+    fn delete(&mut self, _: &core::Node) -> bool {
+        false
+    }
+    fn relisted(&mut self, _: &BTreeSet<String>) -> bool {
+        false
+    }
+}
+
+impl WatchIndex<PartialObjectMeta<core::Namespace>> for NodeIndex {
+    fn key(namespace: &PartialObjectMeta<core::Namespace>) -> Option<String> {
+        namespace.metadata.name.clone()
+    }
+    fn apply(&mut self, namespace: &PartialObjectMeta<core::Namespace>) -> bool {
+        let name = namespace.metadata.name.clone().unwrap_or_default();
+        self.apply_namespace(&name, namespace.metadata.labels.as_ref())
+    }
+    /// A namespace's deletion takes its pods with it: their own events say so.
+    fn delete(&mut self, _: &PartialObjectMeta<core::Namespace>) -> bool {
+        false
+    }
+    fn relisted(&mut self, _: &BTreeSet<String>) -> bool {
+        false
     }
 }
 

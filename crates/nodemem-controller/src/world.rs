@@ -2,12 +2,14 @@
 //! kept current from watch events. Pure and synchronous (tested with plain #[test]s);
 //! each update says whether it changed something the decisions read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
 use nodemem_api::report::{parse_time, ConfigEntry};
 use nodemem_api::resource_version::compare;
+use nodemem_api::watch_index::WatchIndex;
 use nodemem_api::{
     NodeMemoryConfig, NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
 };
@@ -189,6 +191,75 @@ impl World {
     }
 }
 
+/// The controller's three watches feed the world through one rule
+/// ([`nodemem_api::watch_index`]); a relist forgets what was deleted meanwhile.
+impl WatchIndex<NodeMemoryPolicy> for World {
+    fn key(p: &NodeMemoryPolicy) -> Option<String> {
+        p.metadata.name.clone()
+    }
+    fn apply(&mut self, p: &NodeMemoryPolicy) -> bool {
+        self.apply_policy(p)
+    }
+    fn delete(&mut self, p: &NodeMemoryPolicy) -> bool {
+        let meta = &p.metadata;
+        self.delete_policy(
+            meta.name.as_deref().unwrap_or(""),
+            meta.resource_version.as_deref(),
+        )
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        let gone = unlisted(self.policies.keys(), listed);
+        gone.iter()
+            .fold(false, |any, name| self.delete_policy(name, None) || any)
+    }
+}
+
+impl WatchIndex<PartialObjectMeta<Node>> for World {
+    fn key(n: &PartialObjectMeta<Node>) -> Option<String> {
+        n.metadata.name.clone()
+    }
+    fn apply(&mut self, n: &PartialObjectMeta<Node>) -> bool {
+        self.apply_node_meta(&n.metadata)
+    }
+    fn delete(&mut self, n: &PartialObjectMeta<Node>) -> bool {
+        let meta = &n.metadata;
+        self.delete_node(
+            meta.name.as_deref().unwrap_or(""),
+            meta.resource_version.as_deref(),
+        )
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        let gone = unlisted(self.nodes.keys(), listed);
+        gone.iter()
+            .fold(false, |any, name| self.delete_node(name, None) || any)
+    }
+}
+
+impl WatchIndex<NodeMemoryConfig> for World {
+    fn key(c: &NodeMemoryConfig) -> Option<String> {
+        c.metadata.name.clone()
+    }
+    fn apply(&mut self, c: &NodeMemoryConfig) -> bool {
+        self.apply_config(c)
+    }
+    fn delete(&mut self, c: &NodeMemoryConfig) -> bool {
+        let meta = &c.metadata;
+        self.delete_config(
+            meta.name.as_deref().unwrap_or(""),
+            meta.resource_version.as_deref(),
+        )
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        let gone = unlisted(self.configs.keys(), listed);
+        gone.iter()
+            .fold(false, |any, name| self.delete_config(name, None) || any)
+    }
+}
+
+fn unlisted<'a>(held: impl Iterator<Item = &'a String>, listed: &BTreeSet<String>) -> Vec<String> {
+    held.filter(|k| !listed.contains(*k)).cloned().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +293,48 @@ mod tests {
             w.configs["n1"].spec_changed_at,
             Some(1_795_341_600),
             "2026-11-22T10:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_relist_forgets_what_was_deleted_while_the_watches_were_away() {
+        use kube::runtime::watcher::Event;
+        use nodemem_api::watch_index::{Learned, Watched};
+        let mut w = World::default();
+        let meta = |name: &str| -> PartialObjectMeta<Node> {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "resourceVersion": "5", "labels": {"pool": "a"}}}))
+            .unwrap()
+        };
+        let mut nodes = Watched::default();
+        for event in [
+            Event::Init,
+            Event::InitApply(meta("n1")),
+            Event::InitApply(meta("n2")),
+            Event::InitDone,
+        ] {
+            nodes.learn(&mut w, event);
+        }
+        assert!(nodes.listed());
+        assert_eq!(w.nodes.len(), 2);
+        // n2 went while the watch was away: the relist lists n1 only.
+        nodes.learn(&mut w, Event::Init);
+        nodes.learn(&mut w, Event::InitApply(meta("n1")));
+        assert_eq!(nodes.learn(&mut w, Event::InitDone), Learned::Whole);
+        assert_eq!(w.nodes.keys().collect::<Vec<_>>(), ["n1"]);
+
+        let mut policies = Watched::default();
+        let p = policy("7", 0.8);
+        policies.learn(&mut w, Event::InitApply(p.clone()));
+        policies.learn(&mut w, Event::InitDone);
+        assert_eq!(w.policies.len(), 1);
+        policies.learn(&mut w, Event::Init);
+        policies.learn(&mut w, Event::InitDone);
+        assert!(w.policies.is_empty(), "deleted while the watch was away");
+        assert_eq!(
+            policies.learn(&mut w, Event::Apply(p)),
+            Learned::Nothing,
+            "an older version than one seen"
         );
     }
 
