@@ -208,9 +208,11 @@ impl WatchIndex<NodeMemoryPolicy> for World {
         )
     }
     fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
-        let gone = unlisted(self.policies.keys(), listed);
-        gone.iter()
-            .fold(false, |any, name| self.delete_policy(name, None) || any)
+        let mut forgot = false;
+        for name in unlisted(self.policies.keys(), listed) {
+            forgot |= self.delete_policy(&name, None);
+        }
+        forgot
     }
 }
 
@@ -229,9 +231,11 @@ impl WatchIndex<PartialObjectMeta<Node>> for World {
         )
     }
     fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
-        let gone = unlisted(self.nodes.keys(), listed);
-        gone.iter()
-            .fold(false, |any, name| self.delete_node(name, None) || any)
+        let mut forgot = false;
+        for name in unlisted(self.nodes.keys(), listed) {
+            forgot |= self.delete_node(&name, None);
+        }
+        forgot
     }
 }
 
@@ -250,9 +254,11 @@ impl WatchIndex<NodeMemoryConfig> for World {
         )
     }
     fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
-        let gone = unlisted(self.configs.keys(), listed);
-        gone.iter()
-            .fold(false, |any, name| self.delete_config(name, None) || any)
+        let mut forgot = false;
+        for name in unlisted(self.configs.keys(), listed) {
+            forgot |= self.delete_config(&name, None);
+        }
+        forgot
     }
 }
 
