@@ -20,11 +20,11 @@
 
 pub mod args;
 pub mod cgroup_events;
-pub mod cluster;
 pub mod engine;
 pub mod health;
 pub mod kubelet_mode;
 pub mod metrics;
+pub mod node_sync;
 pub mod observer;
 pub mod once;
 mod output;
@@ -79,7 +79,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             ..Default::default()
         },
     };
-    let mut agent = cluster::ClusterAgent::new(
+    let mut agent = node_sync::NodeSync::new(
         node_name,
         engine,
         kubelet,

@@ -92,14 +92,17 @@ fn every_registered_metric_is_documented_and_nothing_else() {
     );
 }
 
-/// The files that write conditions and Events.
+/// The files that write conditions and Events (a path ending in `/`: every file in
+/// that directory).
 const SOURCES: &[&str] = &[
     "crates/nodemem-agent/src/status.rs",
     "crates/nodemem-agent/src/health.rs",
     "crates/nodemem-agent/src/engine.rs",
-    "crates/nodemem-agent/src/cluster.rs",
+    "crates/nodemem-agent/src/node_sync.rs",
+    "crates/nodemem-agent/src/node_sync/",
     "crates/nodemem-agent/src/kubelet_mode.rs",
     "crates/nodemem-controller/src/decide.rs",
+    "crates/nodemem-controller/src/decide/",
     "crates/nodemem-controller/src/policy_status.rs",
     "crates/nodemem-controller/src/run.rs",
     // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
@@ -107,12 +110,28 @@ const SOURCES: &[&str] = &[
     "crates/nodemem-model/src/kubelet_dropin.rs",
 ];
 
+fn source_files(source: &str) -> Vec<std::path::PathBuf> {
+    let path = repo().join(source);
+    if !source.ends_with('/') {
+        return vec![path];
+    }
+    let mut files: Vec<_> = std::fs::read_dir(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{source} holds no source file");
+    files
+}
+
 /// Capitalized identifiers in string literals outside tests: condition types, reasons,
 /// and a few other words the allow-list names.
 fn literals() -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for file in SOURCES {
-        let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    for file in SOURCES.iter().flat_map(|s| source_files(s)) {
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let code = text.split("#[cfg(test)]").next().unwrap();
         for (i, part) in code.split('"').enumerate() {
             let word = i % 2 == 1

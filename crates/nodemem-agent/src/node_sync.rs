@@ -1,0 +1,463 @@
+//! `nodemem agent` in the cluster: watches only its own NodeMemoryConfig, Node and the
+//! pods bound to its node (plus Namespace labels, for the opt-out), keeps the
+//! [`NodeIndex`] current, carries the config out on the node whenever something the
+//! computation reads changed (and on a periodic resync that repairs drift), and reports
+//! in the config's status by server-side apply, only when the status changed.
+//!
+//! The loop: a batch of updates is folded into the index and into what the next pass
+//! must do ([`batch`]), the observer and relief take their turn, and one pass runs
+//! ([`pass`]).
+
+mod announce;
+mod batch;
+mod pass;
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::Reporter;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use nodemem_api::node_index::{LastKnown, NodeIndex};
+use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
+use nodemem_process::events::Recorder;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::cgroup_events::watch_cgroups;
+use crate::engine::{cgroup_settings, EngineConfig, NodeEngine, Reach, Recovery, RecoveryAction};
+use crate::kubelet_mode::{KubeletMode, KubeletModeConfig};
+use crate::metrics::{self, Metrics, Trigger};
+use crate::relief::Relief;
+use crate::status::condition;
+use crate::status_writer::StatusWriter;
+use announce::Announcer;
+use batch::{Batch, Update, Watches};
+use pass::{PassInput, Passes, Writers};
+
+/// The field manager of everything the agent writes.
+pub const FIELD_MANAGER: &str = "nodemem-agent";
+
+/// The most updates one pass takes in.
+const MAX_BATCH: usize = 1000;
+/// How long a pass waits for one more update to join it.
+const BATCH_WAIT: Duration = Duration::from_millis(1);
+const LAST_KNOWN_FILE: &str = "last-known.json";
+const LAST_KNOWN_KIND: &str = "last-known";
+
+pub struct NodeSync {
+    pub node_name: String,
+    pub engine: EngineConfig,
+    /// Where `enforcement: Kubelet` writes, and how it restarts the kubelet.
+    pub kubelet: KubeletModeConfig,
+    pub resync: Duration,
+    pub metrics: std::sync::Arc<Metrics>,
+    /// Where /metrics, /healthz and /readyz are served; None serves nothing.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where the container runtime keeps its containers' specs: a new container
+    /// cgroup is named from there before the kubelet reports its ID.
+    pub runtime_records: crate::runtime_record::RuntimeRecords,
+    /// How often the managed containers are sampled for the observation; None: never.
+    pub observe_every: Option<Duration>,
+    /// At most one status write per this when only the observation's figures changed.
+    pub status_refresh: Duration,
+}
+
+/// What the loop keeps between batches.
+struct Loop {
+    index: NodeIndex,
+    watches: Watches,
+    /// The pods to compute, rebuilt only when the index changed.
+    pods: Option<Vec<nodemem_model::node::NodePod>>,
+    /// The last status sent, with the uid of the config it was for: a config deleted
+    /// and created again (same name, same spec, generation 1 again) is another
+    /// object, and gets its status even when it reads the same (found: a re-created
+    /// config went unreported for minutes, its pool stuck Updating).
+    last_status: Option<(Option<String>, NodeMemoryConfigStatus)>,
+    /// The last known config and pods, as recorded in the state directory.
+    saved: Option<LastKnown>,
+}
+
+impl NodeSync {
+    pub fn new(
+        node_name: String,
+        engine: EngineConfig,
+        kubelet: KubeletModeConfig,
+        resync: Duration,
+    ) -> Self {
+        NodeSync {
+            node_name,
+            engine,
+            kubelet,
+            resync,
+            metrics: Default::default(),
+            metrics_addr: None,
+            runtime_records: Default::default(),
+            observe_every: Some(Duration::from_secs(10)),
+            status_refresh: Duration::from_secs(30),
+        }
+    }
+
+    pub async fn run(self, client: Client) -> Result<(), String> {
+        if let Some(addr) = self.metrics_addr {
+            let bound = metrics::serve(addr, self.metrics.clone()).await?;
+            info!(%bound, "serving /metrics, /healthz and /readyz");
+        }
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(self.node_name.clone()),
+            },
+        );
+        let engine = self.open_engine(&client).await;
+        let kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
+        let mut writers = Writers { engine, kubelet };
+        let (relief, fired) = Relief::new();
+        let announcer = Announcer::new(Some(recorder), self.metrics.clone());
+        let mut passes = Passes::new(self.metrics.clone(), announcer, relief);
+        let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let status_out = StatusWriter::start(configs, FIELD_MANAGER, self.status_refresh);
+        let mut updates = self.updates(&client, &writers.engine, fired)?;
+        let mut state = Loop {
+            index: NodeIndex::new(&self.node_name),
+            watches: Watches::default(),
+            pods: None,
+            last_status: None,
+            saved: None,
+        };
+        state.saved = self.start_from_last_known(&mut writers, &mut passes).await;
+        info!(node = %self.node_name, "watching this node's NodeMemoryConfig, Node and pods");
+        while let Some(first) = updates.next().await {
+            let mut batch = Batch::default();
+            for update in next_batch(first, &mut updates).await {
+                match update {
+                    Ok(u) => batch.absorb(u, &mut state.index, &mut state.watches),
+                    Err(e) => warn!(error = %e, "watch failed; retrying with backoff"),
+                }
+            }
+            self.metrics
+                .runtime_records(batch.runtime_named, batch.runtime_unusable);
+            if batch.renamed {
+                state.pods = None;
+            }
+            sample_and_relieve(&mut passes, &mut writers.engine, &mut batch).await;
+            self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
+                .await;
+        }
+        Err("the watch streams ended".to_string())
+    }
+
+    /// The pass a batch asks for, and what it leaves to remember.
+    async fn pass(
+        &self,
+        state: &mut Loop,
+        batch: &Batch,
+        writers: &mut Writers,
+        passes: &mut Passes,
+        status_out: &StatusWriter,
+    ) {
+        let Some(next) = batch.next_pass(&state.watches) else {
+            return;
+        };
+        if next.index_changed || state.pods.is_none() {
+            state.pods = Some(state.index.node_pods());
+            for problem in state.index.pod_problems() {
+                warn!(%problem, "pod skipped");
+            }
+        }
+        let config_uid = state.index.config().map(|c| c.uid.clone());
+        let input = PassInput {
+            index: &state.index,
+            pods: state.pods.as_deref().unwrap_or_default(),
+            last: state
+                .last_status
+                .as_ref()
+                .filter(|(uid, _)| Some(uid) == config_uid.as_ref())
+                .map(|(_, s)| s),
+        };
+        let written = passes.pass(writers, &input, &next, status_out).await;
+        if let Some(at) = next.reaction_since {
+            self.metrics.reaction(at.elapsed().as_secs_f64());
+        }
+        if let Some(s) = written {
+            state.last_status = Some((config_uid.flatten(), s));
+        }
+        // Record what is enforced now, when the index changed (reactions and resyncs
+        // change nothing it holds).
+        if next.index_changed {
+            record_last_known(&writers.engine, state);
+        }
+    }
+
+    /// The merged stream of everything the loop waits on: the four watches, new
+    /// cgroups, the resync and sample timers, and relief's PSI triggers.
+    fn updates(
+        &self,
+        client: &Client,
+        engine: &NodeEngine,
+        fired: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, String> {
+        let node = &self.node_name;
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let configs = watch(
+            Api::<NodeMemoryConfig>::all(client.clone()),
+            by_name.clone(),
+        )
+        .map(|e| e.map(|e| Update::Config(Box::new(e))));
+        let pods = watch(
+            Api::<core::Pod>::all(client.clone()),
+            watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+        )
+        .map(|e| e.map(|e| Update::Pod(Box::new(e))));
+        let nodes = watch(Api::<core::Node>::all(client.clone()), by_name)
+            .map(|e| e.map(|e| Update::Node(Box::new(e))));
+        // Namespace metadata only: the agent reads their labels, nothing else.
+        let namespaces = watch(
+            Api::<kube::core::PartialObjectMeta<core::Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .map(|e| e.map(|e| Update::Namespace(Box::new(e))));
+        let resync = every(self.resync, || Update::Resync).boxed();
+        let samples = match self.observe_every {
+            Some(period) => every(period, || Update::Sample).boxed(),
+            None => futures::stream::pending().boxed(),
+        };
+        let pressure = futures::stream::unfold(fired, |mut rx| async {
+            let path = rx.recv().await?;
+            Some((Ok(Update::Pressure(path)), rx))
+        });
+        let driver = engine.discovery().cgroup_driver;
+        let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
+            .expect("a constant path");
+        let cgroups = watch_cgroups(
+            self.engine.roots.cgroup.clone(),
+            top,
+            driver,
+            self.runtime_records.clone(),
+        )?
+        .map(|c| Ok::<_, watcher::Error>(Update::Cgroups(c)));
+        Ok(futures::stream::select_all(vec![
+            cgroups.boxed(),
+            configs.boxed(),
+            pods.boxed(),
+            nodes.boxed(),
+            namespaces.boxed(),
+            resync,
+            samples,
+            pressure.boxed(),
+        ]))
+    }
+
+    /// Serves from the state before the first list (the apiserver may be away): the
+    /// last known config for the last known pods. Status waits for the apiserver.
+    /// Returns the record, which the watches' first lists replace.
+    async fn start_from_last_known(
+        &self,
+        writers: &mut Writers,
+        passes: &mut Passes,
+    ) -> Option<LastKnown> {
+        let engine = &mut writers.engine;
+        match engine
+            .state()
+            .load::<LastKnown>(LAST_KNOWN_FILE, LAST_KNOWN_KIND)
+        {
+            Ok(Some(last)) => {
+                let mut index = NodeIndex::new(&self.node_name);
+                index.restore(&last);
+                let pods = index.node_pods();
+                if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
+                    // Under enforcement: Kubelet the drop-in is on disk already.
+                    let settings = cgroup_settings(&settings);
+                    match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
+                    {
+                        Ok((_, report)) => {
+                            passes.hold_in_systemd(engine).await;
+                            self.metrics.pass(Trigger::Start, 0.0);
+                            info!(
+                                revision = %last.revision,
+                                pods = pods.len(),
+                                writes = report.applied.len(),
+                                "enforced the last known config from the state directory"
+                            )
+                        }
+                        Err(e) => warn!(error = %e, "the last known config could not be enforced"),
+                    }
+                }
+                Some(last)
+            }
+            Ok(None) => None,
+            Err(e) if e.is_unusable() => {
+                engine.note_recovery(Recovery {
+                    record: engine.state().path(LAST_KNOWN_FILE).display().to_string(),
+                    problem: e.to_string(),
+                    action: RecoveryAction::LastKnownReadAgain,
+                });
+                None
+            }
+            Err(e) => {
+                warn!(error = %e, "the last known config is not usable; waiting for the apiserver");
+                None
+            }
+        }
+    }
+
+    /// Discovers the node, and until that works (cgroup v1, or kubepods not created
+    /// yet by a kubelet that starts after the agent) reports why on the config and
+    /// tries again every resync interval, rather than exiting into a crash loop.
+    async fn open_engine(&self, client: &Client) -> NodeEngine {
+        let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+        let mut reported = None;
+        loop {
+            let e = match NodeEngine::open(&self.engine) {
+                Ok(engine) => return engine,
+                Err(e) => e,
+            };
+            warn!(error = %e, "this node cannot be enforced yet; retrying every resync interval");
+            if let Ok(Some(config)) = configs.get_opt(&self.node_name).await {
+                let key = (config.spec.revision.clone(), e.to_string());
+                if reported.as_ref() != Some(&key) {
+                    let now = Time(k8s_openapi::jiff::Timestamp::now());
+                    let message = format!("revision {} is not applied: {e}", config.spec.revision);
+                    let not = |type_: &str, reason: &str| {
+                        condition(
+                            type_,
+                            false,
+                            reason,
+                            message.clone(),
+                            config.metadata.generation,
+                            &now,
+                        )
+                    };
+                    let status = NodeMemoryConfigStatus {
+                        observed_revision: config
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.observed_revision.clone()),
+                        conditions: vec![
+                            not("Applied", e.category.reason()),
+                            not("Healthy", "NotApplied"),
+                            not("KernelSupported", e.category.reason()),
+                        ],
+                        last_error: Some(e.to_string()),
+                        ..NodeMemoryConfigStatus::default()
+                    };
+                    let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig", "status": status});
+                    let written = configs
+                        .patch_status(
+                            &self.node_name,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&patch),
+                        )
+                        .await;
+                    if written.is_ok() {
+                        reported = Some(key);
+                    }
+                }
+            }
+            tokio::time::sleep(self.resync).await;
+        }
+    }
+}
+
+/// Every update already delivered joins this pass: under churn one pass serves many
+/// events, so the agent never falls behind its watches (found by the churn soak: a pass
+/// per event let the backlog grow to tens of seconds). One poll would not see them: the
+/// watches' HTTP bodies are read from their sockets only when asked for, so each next
+/// update gets a millisecond.
+async fn next_batch<S>(first: S::Item, updates: &mut S) -> Vec<S::Item>
+where
+    S: Stream + Unpin,
+{
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match tokio::time::timeout(BATCH_WAIT, updates.next()).await {
+            Ok(Some(u)) => batch.push(u),
+            _ => break,
+        }
+    }
+    tracing::debug!(updates = batch.len(), "updates");
+    batch
+}
+
+/// The observer's sample, and relief for containers whose trigger fired (and, on each
+/// tick, those under way). News for status, or a relief decision, makes the pass a
+/// whole-node one.
+async fn sample_and_relieve(passes: &mut Passes, engine: &mut NodeEngine, batch: &mut Batch) {
+    for _ in &batch.fired {
+        passes.metrics.relief_trigger_fired();
+    }
+    if batch.sample {
+        let started = std::time::Instant::now();
+        passes
+            .observer
+            .sample(|path| crate::observer::read(engine.cgroup_fs(), path));
+        let (observed, throttled) = passes.observer.counts();
+        passes
+            .metrics
+            .observation(observed, throttled, started.elapsed().as_secs_f64());
+        // Something status should say now (a container newly throttled, the first
+        // figures after a change): a whole-node pass writes it.
+        if passes.observer.news() {
+            batch.whole_node();
+        }
+    }
+    if !batch.sample && batch.fired.is_empty() {
+        return;
+    }
+    let relief = &mut passes.relief;
+    let due = relief.due(&batch.fired);
+    let decisions = relief.step(&due, |path| crate::relief::read(engine.cgroup_fs(), path));
+    if !decisions.is_empty() {
+        // The next (whole-node) pass writes the raised or restored memory.high,
+        // systemd's record of the unit included.
+        engine.set_relief(relief.overrides());
+        batch.whole_node();
+    }
+    let (watched, polled) = relief.watched();
+    passes
+        .metrics
+        .relief_watch(watched, polled, relief.overrides().len());
+    passes.announcer.relief_events(&decisions).await;
+}
+
+/// What is enforced now goes to the state directory, when it differs from the record.
+fn record_last_known(engine: &NodeEngine, state: &mut Loop) {
+    let now_known = state.index.last_known();
+    if now_known == state.saved {
+        return;
+    }
+    let result = match &now_known {
+        Some(k) => engine.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
+        None => engine.state().remove(LAST_KNOWN_FILE),
+    };
+    match result {
+        Ok(()) => state.saved = now_known,
+        Err(e) => warn!(error = %e, "the last known config was not recorded"),
+    }
+}
+
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff()
+}
+
+/// `update()` every `period`, the first at once.
+fn every(
+    period: Duration,
+    update: fn() -> Update,
+) -> impl Stream<Item = watcher::Result<Update>> + Send {
+    futures::stream::unfold(tokio::time::interval(period), move |mut t| async move {
+        t.tick().await;
+        Some((Ok(update()), t))
+    })
+}

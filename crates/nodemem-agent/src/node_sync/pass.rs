@@ -1,0 +1,478 @@
+//! One pass: the config's settings carried out on the node (the kubelet's drop-in under
+//! `enforcement: Kubelet`, the cgroups otherwise), the health, observation and relief
+//! that follow from what was computed, and the status that says so.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use nodemem_api::node_index::{IndexedConfig, NodeIndex};
+use nodemem_api::NodeMemoryConfigStatus;
+use nodemem_enforce::ApplyReport;
+use nodemem_model::node::{Admission, DesiredNode, NodePod};
+use nodemem_model::policy::{Enforcement, PolicySettings};
+use tracing::{info, warn};
+
+use super::announce::{Announcer, Refusal};
+use super::batch::NextPass;
+use crate::engine::{cgroup_settings, off, NodeEngine, Reach};
+use crate::health::{verdict, Baseline, Verdict};
+use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
+use crate::metrics::{Metrics, PodSignals, Trigger};
+use crate::observer::Observer;
+use crate::relief::Relief;
+use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
+use crate::status_writer::StatusWriter;
+
+/// The node's two writers: the cgroup engine and the kubelet's configuration.
+pub struct Writers {
+    pub engine: NodeEngine,
+    pub kubelet: KubeletMode,
+}
+
+/// What a pass reads: the index, the pods computed from it, and the last status sent
+/// for this config (None: none, or one for another object of the same name).
+pub struct PassInput<'a> {
+    pub index: &'a NodeIndex,
+    pub pods: &'a [NodePod],
+    pub last: Option<&'a NodeMemoryConfigStatus>,
+}
+
+/// What passes keep from one to the next.
+pub struct Passes {
+    pub metrics: Arc<Metrics>,
+    pub announcer: Announcer,
+    /// Counters at the time the current revision was applied.
+    baseline: Baseline,
+    /// What the managed containers did against memory.high.
+    pub observer: Observer,
+    /// Relief for containers memory.high chokes.
+    pub relief: Relief,
+}
+
+/// One pass over a config with settings.
+struct Round<'a> {
+    input: &'a PassInput<'a>,
+    config: &'a IndexedConfig,
+    trigger: Trigger,
+    reach: Reach<'a>,
+    now: Time,
+    started: Instant,
+}
+
+impl Passes {
+    pub fn new(metrics: Arc<Metrics>, announcer: Announcer, relief: Relief) -> Self {
+        Passes {
+            metrics,
+            announcer,
+            baseline: Baseline::default(),
+            observer: Observer::default(),
+            relief,
+        }
+    }
+
+    /// One pass and, when it changed, the status (handed to the status writer).
+    /// Returns that status.
+    pub async fn pass(
+        &mut self,
+        writers: &mut Writers,
+        input: &PassInput<'_>,
+        next: &NextPass<'_>,
+        status_out: &StatusWriter,
+    ) -> Option<NodeMemoryConfigStatus> {
+        let started = Instant::now();
+        let Some(config) = input.index.config() else {
+            self.give_back(writers, input).await;
+            return None;
+        };
+        let round = Round {
+            input,
+            config,
+            trigger: next.trigger,
+            reach: next.reach,
+            now: Time(k8s_openapi::jiff::Timestamp::now()),
+            started,
+        };
+        let (mut new_status, refused) = match &config.settings {
+            Err(problems) => (
+                status(
+                    &config.revision,
+                    config.generation,
+                    PassOutcome::InvalidConfig(problems),
+                    None,
+                    writers.engine.discovery(),
+                    input.last,
+                    &round.now,
+                ),
+                Vec::new(),
+            ),
+            Ok(settings) => self.carry_out(writers, &round, settings).await,
+        };
+        add_state_recovered(
+            &mut new_status,
+            writers.engine.recoveries(),
+            config.generation,
+            input.last,
+            &round.now,
+        );
+        self.metrics
+            .pass(next.trigger, started.elapsed().as_secs_f64());
+        self.announcer.refusal_events(refused).await;
+        self.report(config, new_status, input.last, status_out)
+            .await
+    }
+
+    /// No config (never created, or deleted): everything nodemem set is given back,
+    /// in the cgroups and in the kubelet's configuration.
+    async fn give_back(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
+        if let Some(outcome) = writers.kubelet.leave(writers.engine.state()).await {
+            info!(
+                ?outcome,
+                "no NodeMemoryConfig: the kubelet drop-in is removed"
+            );
+        }
+        let allocatable = input.index.allocatable();
+        match writers
+            .engine
+            .enforce(&off(), allocatable, input.pods, false, Reach::Node)
+        {
+            Ok((_, report)) => {
+                // systemd's record is given back too, or its next re-apply would put
+                // nodemem's values back.
+                self.hold_in_systemd(&mut writers.engine).await;
+                if !report.applied.is_empty() {
+                    info!(
+                        restored = report.applied.len(),
+                        "no NodeMemoryConfig: restored what nodemem had set"
+                    )
+                }
+            }
+            Err(e) => warn!(error = %e, "restoring without a NodeMemoryConfig failed"),
+        }
+    }
+
+    /// The settings on the node: the kubelet's drop-in, then the cgroups (written under
+    /// Agent, computed only under Kubelet and Observe).
+    async fn carry_out(
+        &mut self,
+        writers: &mut Writers,
+        round: &Round<'_>,
+        settings: &PolicySettings,
+    ) -> (NodeMemoryConfigStatus, Vec<Refusal>) {
+        let config = round.config;
+        let kubelet = configure_kubelet(writers, round, settings).await;
+        match apply_cgroups(&mut writers.engine, round, settings) {
+            Ok((desired, report)) => {
+                let refused = refusals(&desired);
+                let status = self
+                    .after_writes(
+                        writers,
+                        round,
+                        settings,
+                        &desired,
+                        &report,
+                        kubelet.as_ref(),
+                    )
+                    .await;
+                (status, refused)
+            }
+            Err(e) => {
+                warn!(error = %e, "not applied");
+                let status = status(
+                    &config.revision,
+                    config.generation,
+                    PassOutcome::Failed(&e),
+                    None,
+                    writers.engine.discovery(),
+                    round.input.last,
+                    &round.now,
+                );
+                (status, Vec::new())
+            }
+        }
+    }
+
+    /// What follows a pass that applied: metrics, systemd's record, health, the status,
+    /// the observation and relief.
+    async fn after_writes(
+        &mut self,
+        writers: &mut Writers,
+        round: &Round<'_>,
+        settings: &PolicySettings,
+        desired: &DesiredNode<'_>,
+        report: &ApplyReport,
+        kubelet: Option<&KubeletOutcome>,
+    ) -> NodeMemoryConfigStatus {
+        self.record_writes(round, desired, report);
+        self.hold_in_systemd(&mut writers.engine).await;
+        let engine = &mut writers.engine;
+        let conflict = engine.conflict().cloned();
+        // Health reads every managed pod's signals: on whole-node passes only
+        // (resyncs, config changes), not on reactions.
+        let health = matches!(round.reach, Reach::Node)
+            .then(|| self.health(engine, round.config, desired, report));
+        let config = round.config;
+        let mut s = status(
+            &config.revision,
+            config.generation,
+            PassOutcome::Applied {
+                desired,
+                report,
+                conflict: conflict.as_ref(),
+                kubelet,
+                observing: settings.enforcement == Enforcement::Observe,
+            },
+            health.as_ref(),
+            engine.discovery(),
+            round.input.last,
+            &round.now,
+        );
+        // Observed under Agent and Observe; under Kubelet the kubelet's memory.high is
+        // not nodemem's to report on.
+        if settings.enforcement != Enforcement::Kubelet {
+            s.observation = self.observe(engine, round, settings, desired);
+        }
+        s.relief = self.refresh_relief(engine, config, settings, desired);
+        s
+    }
+
+    fn record_writes(&self, round: &Round<'_>, desired: &DesiredNode<'_>, report: &ApplyReport) {
+        for f in &report.failed {
+            warn!(error = %f.error, "write failed");
+        }
+        let errnos: Vec<Option<i32>> = report.failed.iter().map(|f| f.errno).collect();
+        self.metrics.writes(
+            report.applied.len(),
+            report.vanished.len(),
+            &errnos,
+            round.trigger == Trigger::Resync,
+        );
+        self.metrics.node(
+            desired.totals.memory_min_bytes,
+            desired.totals.memory_low_bytes,
+            desired.managed_pods(),
+            desired
+                .memory_manager
+                .as_ref()
+                .map(|m| (m.pinning_requests, m.pinning_errors)),
+        );
+        for w in &report.applied {
+            tracing::debug!(cgroup = %w.cgroup, file = %w.file, old = ?w.old, new = %w.new, "wrote");
+        }
+        if !report.applied.is_empty() {
+            info!(revision = %round.config.revision, writes = report.applied.len(), trigger = ?round.trigger, took_ms = round.started.elapsed().as_millis() as u64, "applied");
+        }
+    }
+
+    /// The managed pods' signals (and metrics), against the baseline of the revision.
+    fn health(
+        &mut self,
+        engine: &NodeEngine,
+        config: &IndexedConfig,
+        desired: &DesiredNode<'_>,
+        report: &ApplyReport,
+    ) -> Verdict {
+        let managed = || {
+            desired
+                .pods
+                .iter()
+                .filter(|p| p.admission == Admission::Managed)
+        };
+        let readings = engine.read_signals(managed().map(|p| p.path.as_str()));
+        let current_full = readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
+        let containers = if self.metrics.wants_containers() {
+            engine.read_signals(
+                managed()
+                    .flat_map(|p| &p.containers)
+                    .filter_map(|c| c.path.as_deref()),
+            )
+        } else {
+            Default::default()
+        };
+        let per_pod: Vec<PodSignals<'_>> = desired
+            .pods
+            .iter()
+            .filter_map(|p| {
+                let reading = *readings.get(&p.path)?;
+                Some(PodSignals {
+                    namespace: p.namespace,
+                    pod: p.name,
+                    qos: qos_label(p.qos),
+                    reading,
+                    containers: p
+                        .containers
+                        .iter()
+                        .filter_map(|c| Some((c.name, *containers.get(c.path.as_deref()?)?)))
+                        .collect(),
+                })
+            })
+            .collect();
+        self.metrics.signals(&per_pod);
+        let signals = self.baseline.update(&config.revision, &readings);
+        verdict(
+            signals,
+            current_full,
+            &config.health,
+            report.failed.len() + report.deferred.len(),
+            self.relief.reliefs_since(&config.revision),
+        )
+    }
+
+    /// The observation summary: it moves with every sample, so it goes to status on
+    /// whole-node passes, not on every pod event.
+    fn observe(
+        &mut self,
+        engine: &NodeEngine,
+        round: &Round<'_>,
+        settings: &PolicySettings,
+        desired: &DesiredNode<'_>,
+    ) -> Option<nodemem_api::config::ObservationSummary> {
+        let revision = &round.config.revision;
+        self.observer.refresh(
+            revision,
+            settings.enforcement != Enforcement::Observe,
+            desired,
+            engine.own_cgroup(),
+            engine.memory_facts(),
+        );
+        if matches!(round.reach, Reach::Node) {
+            self.observer.report()
+        } else {
+            round
+                .input
+                .last
+                .and_then(|l| l.observation.clone())
+                .filter(|o| o.revision == *revision)
+        }
+    }
+
+    /// Relief only where the agent writes (validation refuses it elsewhere; a config
+    /// that says otherwise relieves nothing).
+    fn refresh_relief(
+        &mut self,
+        engine: &mut NodeEngine,
+        config: &IndexedConfig,
+        settings: &PolicySettings,
+        desired: &DesiredNode<'_>,
+    ) -> Option<nodemem_api::config::ReliefSummary> {
+        let relief_settings = settings
+            .relief
+            .filter(|_| settings.enforcement == Enforcement::Agent);
+        let raised = self.relief.refresh(
+            &config.revision,
+            relief_settings,
+            desired,
+            engine.own_cgroup(),
+            engine.cgroup_fs(),
+        );
+        engine.set_relief(raised);
+        self.relief.summary()
+    }
+
+    /// systemd's record of the units the pass wrote (systemd-driver nodes), counted.
+    pub async fn hold_in_systemd(&self, engine: &mut NodeEngine) {
+        if let Some(held) = engine.hold_in_systemd().await {
+            self.metrics.unit_updates(&held);
+        }
+    }
+
+    /// The status goes to the status writer when it changed (its Events first).
+    async fn report(
+        &self,
+        config: &IndexedConfig,
+        new: NodeMemoryConfigStatus,
+        last: Option<&NodeMemoryConfigStatus>,
+        status_out: &StatusWriter,
+    ) -> Option<NodeMemoryConfigStatus> {
+        let write = status_write(last, &new);
+        if write == StatusWrite::Nothing {
+            return None;
+        }
+        self.announcer.status_events(config, &new, last).await;
+        status_out.send(
+            &config.name,
+            config.uid.as_deref(),
+            new.clone(),
+            write == StatusWrite::Coalesced,
+        );
+        Some(new)
+    }
+}
+
+/// Under `enforcement: Kubelet` the kubelet's drop-in; otherwise the drop-in is
+/// removed, and once the kubelet runs without it there is nothing to report.
+async fn configure_kubelet(
+    writers: &mut Writers,
+    round: &Round<'_>,
+    settings: &PolicySettings,
+) -> Option<KubeletOutcome> {
+    let state = writers.engine.state();
+    if settings.enforcement == Enforcement::Kubelet {
+        let owner = nodemem_model::kubelet_dropin::DropInOwner {
+            node: &round.config.name,
+            revision: &round.config.revision,
+        };
+        let version = round.input.index.kubelet_version();
+        Some(
+            writers
+                .kubelet
+                .enforce(settings, version, owner, state)
+                .await,
+        )
+    } else {
+        writers
+            .kubelet
+            .leave(state)
+            .await
+            .filter(|o| !matches!(o, KubeletOutcome::Configured { .. }))
+    }
+}
+
+/// The cgroups over the pass's reach. Under Kubelet status reports what the kubelet is
+/// asked to do, under Observe what the agent would write: not the nothing the agent
+/// writes.
+fn apply_cgroups<'p>(
+    engine: &mut NodeEngine,
+    round: &Round<'p>,
+    settings: &PolicySettings,
+) -> Result<(DesiredNode<'p>, ApplyReport), crate::engine::EngineError> {
+    let allocatable = round.input.index.allocatable();
+    let pods = round.input.pods;
+    let (desired, report) = engine.enforce(
+        &cgroup_settings(settings),
+        allocatable,
+        pods,
+        false,
+        round.reach,
+    )?;
+    let desired = if settings.enforcement == Enforcement::Agent {
+        desired
+    } else {
+        engine.predict(settings, allocatable, pods)?
+    };
+    Ok((desired, report))
+}
+
+fn refusals(desired: &DesiredNode<'_>) -> Vec<Refusal> {
+    desired
+        .pods
+        .iter()
+        .filter_map(|p| match &p.admission {
+            Admission::Rejected(r) => Some(Refusal {
+                namespace: p.namespace.to_string(),
+                pod: p.name.to_string(),
+                uid: p.uid.to_string(),
+                reason: r.to_string(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+fn qos_label(qos: nodemem_model::qos::QosClass) -> &'static str {
+    match qos {
+        nodemem_model::qos::QosClass::Guaranteed => "guaranteed",
+        nodemem_model::qos::QosClass::Burstable => "burstable",
+        nodemem_model::qos::QosClass::BestEffort => "besteffort",
+    }
+}
