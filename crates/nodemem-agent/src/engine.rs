@@ -574,7 +574,7 @@ impl NodeEngine {
         if !dry_run {
             self.save_state(&desired, static_policy)?;
         }
-        nodemem_enforce::allocator::release_free_memory();
+        nodemem_process::allocator::release_free_memory();
         Ok((desired, report))
     }
 

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use nodemem_enforce::units::{UnitProperty, UnitRecords, UnitValue};
-use nodemem_systemd::{BusAddress, Systemd};
+use nodemem_enforce::units::{UnitProperty, UnitRecords, UnitUpdate, UnitValue};
+use nodemem_systemd::{BusAddress, PropertyValue, Systemd, UnitProperties};
 use tracing::{debug, warn};
 
 /// How often an unreachable systemd is tried again.
@@ -87,9 +87,10 @@ impl UnitHolder {
         let mut lost = false;
         let mut sent = Vec::new();
         for u in &updates {
-            match systemd.set(u).await {
+            let properties = unit_properties(u);
+            match systemd.set(&properties).await {
                 Ok(()) => {
-                    debug!(unit = %u.unit, properties = %nodemem_systemd::describe(&u.properties), "set");
+                    debug!(unit = %u.unit, properties = %nodemem_systemd::describe(&properties.properties), "set");
                     sent.push(u);
                     out.set += 1;
                 }
@@ -110,6 +111,25 @@ impl UnitHolder {
             self.last_attempt = None;
         }
         out
+    }
+}
+
+/// The D-Bus client knows property names and types only: which property stands for
+/// which cgroup file, and how its value is typed, is said here.
+fn unit_properties(update: &UnitUpdate) -> UnitProperties {
+    UnitProperties {
+        unit: update.unit.clone(),
+        properties: update
+            .properties
+            .iter()
+            .map(|(property, value)| {
+                let value = match value {
+                    UnitValue::Bytes(bytes) => PropertyValue::U64(*bytes),
+                    UnitValue::NodeMask(mask) => PropertyValue::Bytes(mask.clone()),
+                };
+                (property.name().to_string(), value)
+            })
+            .collect(),
     }
 }
 
@@ -212,5 +232,37 @@ mod tests {
         let mut h = held(low);
         h.remove(GONE);
         h
+    }
+
+    #[test]
+    fn each_property_goes_to_systemd_by_its_name_and_type() {
+        let update = UnitUpdate {
+            cgroup: "kubepods.slice/kubepods-burstable.slice".into(),
+            unit: "kubepods-burstable.slice".into(),
+            properties: [
+                (UnitProperty::MemoryHigh, UnitValue::Bytes(u64::MAX)),
+                (
+                    UnitProperty::AllowedMemoryNodes,
+                    UnitValue::NodeMask(vec![3]),
+                ),
+            ]
+            .into(),
+        };
+        let sent = unit_properties(&update);
+        assert_eq!(sent.unit, "kubepods-burstable.slice");
+        assert_eq!(
+            sent.properties,
+            vec![
+                ("MemoryHigh".to_string(), PropertyValue::U64(u64::MAX)),
+                (
+                    "AllowedMemoryNodes".to_string(),
+                    PropertyValue::Bytes(vec![3])
+                ),
+            ]
+        );
+        assert_eq!(
+            nodemem_systemd::describe(&sent.properties),
+            "MemoryHigh=infinity AllowedMemoryNodes=[3]"
+        );
     }
 }

@@ -13,7 +13,6 @@
 //! * [`units`]: which systemd unit properties must say what nodemem wrote, so that
 //!   systemd's re-applies keep it (systemd-driver nodes).
 
-pub mod allocator;
 pub mod apply;
 pub mod backoff;
 pub mod execute;

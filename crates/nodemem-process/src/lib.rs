@@ -5,6 +5,7 @@
 //! values more than one command takes ([`flags`]), letting go of a policy's handoff
 //! finalizer ([`handoff`]) and Events that keep their words ([`events`]).
 
+pub mod allocator;
 pub mod endpoints;
 pub mod error;
 pub mod events;

@@ -2,7 +2,7 @@
 //! `org.freedesktop.systemd1.Manager`: `SetUnitProperties(name, runtime, properties)`,
 //! which records the values as the unit's (a runtime drop-in under
 //! /run/systemd/system.control, kept across `daemon-reload`) and writes them into its
-//! cgroup (why nodemem must: `nodemem_enforce::units`); and `RestartUnit(name, mode)`,
+//! cgroup (why nodemem must: the apply crate's `units`); and `RestartUnit(name, mode)`,
 //! with which the agent restarts the kubelet under `enforcement: Kubelet` as
 //! `systemctl restart` would, from its pod and without entering the host's namespaces.
 //!
@@ -12,11 +12,13 @@
 //! uid 0 is allowed to manage units (sd-bus, `sd_bus_query_sender_privilege`), so the
 //! agent needs no capability for it.
 
-use std::collections::BTreeMap;
+//!
+//! Like youki's systemd client, it knows unit names and property names and types, and
+//! nothing of what they mean: the agent says which properties stand for which files.
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nodemem_enforce::units::{UnitProperty, UnitUpdate, UnitValue};
 use zbus::zvariant::Value;
 
 #[cfg(any(test, feature = "fake"))]
@@ -177,11 +179,11 @@ impl Systemd {
 
     /// Sets `update`'s properties on its unit, for this boot (`runtime`, as runc does:
     /// the kubelet and the runtime recreate the units after a reboot).
-    pub async fn set(&self, update: &UnitUpdate) -> Result<(), SystemdError> {
+    pub async fn set(&self, update: &UnitProperties) -> Result<(), SystemdError> {
         let properties: Vec<(&str, Value<'_>)> = update
             .properties
             .iter()
-            .map(|(p, v)| (p.name(), dbus_value(v)))
+            .map(|(name, v)| (name.as_str(), dbus_value(v)))
             .collect();
         self.call(
             "SetUnitProperties",
@@ -235,21 +237,37 @@ fn error_name(e: &zbus::Error) -> Option<String> {
     }
 }
 
-fn dbus_value(v: &UnitValue) -> Value<'static> {
+/// A unit property's value, typed as systemd's D-Bus API types it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PropertyValue {
+    /// `t`; `u64::MAX` is systemd's "infinity".
+    U64(u64),
+    /// `ay`.
+    Bytes(Vec<u8>),
+}
+
+/// Properties to set on one unit, by their D-Bus names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitProperties {
+    pub unit: String,
+    pub properties: Vec<(String, PropertyValue)>,
+}
+
+fn dbus_value(v: &PropertyValue) -> Value<'static> {
     match v {
-        UnitValue::Bytes(b) => Value::U64(*b),
-        UnitValue::NodeMask(mask) => Value::from(mask.clone()),
+        PropertyValue::U64(n) => Value::U64(*n),
+        PropertyValue::Bytes(bytes) => Value::from(bytes.clone()),
     }
 }
 
 /// `MemoryMin=1048576 MemoryHigh=infinity`, as systemctl shows them.
-pub fn describe(properties: &BTreeMap<UnitProperty, UnitValue>) -> String {
+pub fn describe(properties: &[(String, PropertyValue)]) -> String {
     properties
         .iter()
-        .map(|(p, v)| match v {
-            UnitValue::Bytes(u64::MAX) => format!("{}=infinity", p.name()),
-            UnitValue::Bytes(b) => format!("{}={b}", p.name()),
-            UnitValue::NodeMask(m) => format!("{}={m:?}", p.name()),
+        .map(|(name, v)| match v {
+            PropertyValue::U64(u64::MAX) => format!("{name}=infinity"),
+            PropertyValue::U64(n) => format!("{name}={n}"),
+            PropertyValue::Bytes(bytes) => format!("{name}={bytes:?}"),
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -257,23 +275,20 @@ pub fn describe(properties: &BTreeMap<UnitProperty, UnitValue>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::fake::{Call, FakeSystemd};
     use zbus::zvariant::OwnedValue;
 
-    fn update() -> UnitUpdate {
-        UnitUpdate {
-            cgroup: "kubepods.slice/kubepods-burstable.slice".into(),
+    fn update() -> UnitProperties {
+        UnitProperties {
             unit: "kubepods-burstable.slice".into(),
-            properties: [
-                (UnitProperty::MemoryLow, UnitValue::Bytes(64 << 20)),
-                (UnitProperty::MemoryHigh, UnitValue::Bytes(u64::MAX)),
-                (
-                    UnitProperty::AllowedMemoryNodes,
-                    UnitValue::NodeMask(vec![2]),
-                ),
-            ]
-            .into(),
+            properties: vec![
+                ("MemoryLow".into(), PropertyValue::U64(64 << 20)),
+                ("MemoryHigh".into(), PropertyValue::U64(u64::MAX)),
+                ("AllowedMemoryNodes".into(), PropertyValue::Bytes(vec![2])),
+            ],
         }
     }
 
