@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_process::flags::ScopeArg;
-use nodemem_process::logs::LogFormat;
+use nodemem_plumbing::flags::ScopeArg;
+use nodemem_plumbing::logs::LogFormat;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DriverArg {

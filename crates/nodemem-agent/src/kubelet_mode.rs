@@ -10,10 +10,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use nodemem_enforce::kubelet::{
+use nodemem_apply::kubelet::{
     kubelet_started_at, remove_memory_manager_state, KubeletFileError, KubeletFiles, OwnDropIn,
 };
-use nodemem_enforce::state::StateDir;
+use nodemem_apply::state::StateDir;
 use nodemem_model::kubelet_dropin::{render, DropInOwner, KubeletRefusal};
 use nodemem_model::policy::PolicySettings;
 use nodemem_systemd::{BusAddress, Systemd};
@@ -159,7 +159,7 @@ impl KubeletMode {
     }
 
     /// Brings the kubelet's drop-in to `settings` for a kubelet of `version`.
-    pub async fn enforce(
+    pub async fn configure(
         &mut self,
         settings: &PolicySettings,
         version: Option<&str>,
@@ -633,12 +633,12 @@ mod mode_tests {
         }
 
         /// One pass of `mode` with the settings of `policy` on a v1.36.3 kubelet.
-        async fn enforce(
+        async fn configure(
             &self,
             mode: &mut KubeletMode,
             policy: MemoryManagerPolicy,
         ) -> KubeletOutcome {
-            mode.enforce(&settings(policy), Some("v1.36.3"), OWNER, &self.state)
+            mode.configure(&settings(policy), Some("v1.36.3"), OWNER, &self.state)
                 .await
         }
 
@@ -718,7 +718,7 @@ mod mode_tests {
         let bed = Bed::new();
         let mut mode = bed.mode(None);
         let s = settings(MemoryManagerPolicy::None);
-        let o = mode.enforce(&s, Some("v1.36.3"), OWNER, &bed.state).await;
+        let o = mode.configure(&s, Some("v1.36.3"), OWNER, &bed.state).await;
         assert_eq!(reason(&o), "KubeletRestartRequired", "{o:?}");
         assert!(bed
             .dropin()
@@ -726,14 +726,14 @@ mod mode_tests {
             .contains("memoryReservationPolicy: TieredReservation"));
         // A kubelet that started before the write does not count.
         bed.kubelet_started(-30);
-        let o = mode.enforce(&s, Some("v1.36.3"), OWNER, &bed.state).await;
+        let o = mode.configure(&s, Some("v1.36.3"), OWNER, &bed.state).await;
         assert_eq!(reason(&o), "KubeletRestartRequired");
         // A restarted agent still owes it (the record is in the state directory).
         let mut mode = bed.mode(None);
-        let o = mode.enforce(&s, Some("v1.36.3"), OWNER, &bed.state).await;
+        let o = mode.configure(&s, Some("v1.36.3"), OWNER, &bed.state).await;
         assert_eq!(reason(&o), "KubeletRestartRequired");
         bed.kubelet_started(2);
-        let o = mode.enforce(&s, Some("v1.36.3"), OWNER, &bed.state).await;
+        let o = mode.configure(&s, Some("v1.36.3"), OWNER, &bed.state).await;
         assert_eq!(
             o.applied(),
             (
@@ -755,7 +755,7 @@ mod mode_tests {
         let mut mode = bed.mode(bed.counting_command());
         let none = settings(MemoryManagerPolicy::None);
         let o = mode
-            .enforce(&none, Some("v1.36.3"), OWNER, &bed.state)
+            .configure(&none, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
         assert_eq!(bed.restarts(), 1);
@@ -764,14 +764,14 @@ mod mode_tests {
             "the Memory Manager does not change: its state stays"
         );
         let o = mode
-            .enforce(&none, Some("v1.36.3"), OWNER, &bed.state)
+            .configure(&none, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(reason(&o), "KubeletConfigured");
         assert_eq!(bed.restarts(), 1, "nothing changed: no restart");
 
         let fixed = settings(MemoryManagerPolicy::Static);
         let o = mode
-            .enforce(&fixed, Some("v1.36.3"), OWNER, &bed.state)
+            .configure(&fixed, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
         assert_eq!(bed.restarts(), 2);
@@ -793,7 +793,7 @@ mod mode_tests {
             .insert("memory".into(), q("400Mi"));
         more.node_reserved.as_mut().unwrap().kube_reserved = Some(q("200Mi"));
         let o = mode
-            .enforce(&more, Some("v1.36.3"), OWNER, &bed.state)
+            .configure(&more, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
         assert_eq!(bed.restarts(), 3);
@@ -803,7 +803,7 @@ mod mode_tests {
         let mut factor = more.clone();
         factor.memory_qos.throttling_factor =
             nodemem_model::factor::ThrottlingFactor::from_f64(0.7).unwrap();
-        mode.enforce(&factor, Some("v1.36.3"), OWNER, &bed.state)
+        mode.configure(&factor, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(bed.restarts(), 4);
         assert!(
@@ -833,7 +833,7 @@ mod mode_tests {
             attempts.display()
         )));
         let s = settings(MemoryManagerPolicy::None);
-        let o = mode.enforce(&s, Some("v1.36.3"), OWNER, &bed.state).await;
+        let o = mode.configure(&s, Some("v1.36.3"), OWNER, &bed.state).await;
         let (ok, reason, message) = o.applied();
         assert!(!ok);
         assert_eq!(reason, "KubeletRestartFailed");
@@ -842,7 +842,7 @@ mod mode_tests {
             "{message}"
         );
         for _ in 0..5 {
-            let o = mode.enforce(&s, Some("v1.36.3"), OWNER, &bed.state).await;
+            let o = mode.configure(&s, Some("v1.36.3"), OWNER, &bed.state).await;
             assert_eq!(o.applied().1, "KubeletRestartFailed");
         }
         assert_eq!(
@@ -869,7 +869,7 @@ mod mode_tests {
         let mm_state = bed.root.join("memory_manager_state");
         std::fs::write(&mm_state, "{\"policyName\":\"None\"}").unwrap();
         let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(10));
-        let o = bed.enforce(&mut mode, MemoryManagerPolicy::Static).await;
+        let o = bed.configure(&mut mode, MemoryManagerPolicy::Static).await;
         assert_eq!(reason(&o), "KubeletConfigured", "{o:?}");
         let calls = fake.calls();
         assert_eq!(calls.len(), 1, "{calls:?}");
@@ -881,7 +881,7 @@ mod mode_tests {
 
         // A unit systemd does not know: the restart fails with systemd's words.
         let mut mode = bed.unit_mode("absent.service", Duration::from_secs(10));
-        let o = bed.enforce(&mut mode, MemoryManagerPolicy::None).await;
+        let o = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
         let (ok, reason, message) = o.applied();
         assert!(!ok);
         assert_eq!(reason, "KubeletRestartFailed");
@@ -901,7 +901,7 @@ mod mode_tests {
         // systemd takes the job, but no new kubelet process appears (it fails to start).
         let _fake = FakeSystemd::listen(&socket, &[]).unwrap();
         let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(1));
-        let o = bed.enforce(&mut mode, MemoryManagerPolicy::None).await;
+        let o = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
         let (ok, reason, message) = o.applied();
         assert!(!ok);
         assert_eq!(reason, "KubeletNotBack");
@@ -929,7 +929,9 @@ mod mode_tests {
         )
         .unwrap();
         let mut mode = looping.unit_mode("kubelet.service", Duration::from_secs(1));
-        let o = looping.enforce(&mut mode, MemoryManagerPolicy::None).await;
+        let o = looping
+            .configure(&mut mode, MemoryManagerPolicy::None)
+            .await;
         let (_, reason, message) = o.applied();
         assert_eq!(reason, "KubeletNotBack");
         assert!(
@@ -939,7 +941,7 @@ mod mode_tests {
         // No systemd at all: a failed restart naming both sockets.
         let bed = Bed::new();
         let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(1));
-        let o = bed.enforce(&mut mode, MemoryManagerPolicy::None).await;
+        let o = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
         let (_, reason, message) = o.applied();
         assert_eq!(reason, "KubeletRestartFailed");
         assert!(
@@ -955,17 +957,17 @@ mod mode_tests {
         let bed = Bed::new();
         let mut mode = bed.mode(bed.counting_command());
         let s = settings(MemoryManagerPolicy::None);
-        let o = mode.enforce(&s, Some("v1.35.2"), OWNER, &bed.state).await;
+        let o = mode.configure(&s, Some("v1.35.2"), OWNER, &bed.state).await;
         assert_eq!(reason(&o), "KubeletCannotExpress", "{o:?}");
         assert_eq!(bed.dropin(), None);
         assert_eq!(bed.restarts(), 0);
-        let o = mode.enforce(&s, None, OWNER, &bed.state).await;
+        let o = mode.configure(&s, None, OWNER, &bed.state).await;
         assert_eq!(reason(&o), "KubeletVersionUnknown");
         // Without a config dir there is nowhere to write.
         let mut nowhere = bed.mode(None);
         nowhere.config.files.config_dir = None;
         let o = nowhere
-            .enforce(&s, Some("v1.36.3"), OWNER, &bed.state)
+            .configure(&s, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(reason(&o), "KubeletConfigUnwritable");
         assert!(Path::new(&bed.root)

@@ -4,7 +4,7 @@
 //! apiserver); the in-cluster mode builds on the same engine.
 //!
 //! * [`args`]: the command line.
-//! * [`engine`]: one node's computation and apply, over `nodemem_enforce` (no client).
+//! * [`engine`]: one node's computation and apply, over `nodemem_apply` (no client).
 //! * [`cluster`]: the in-cluster agent: watches feed `nodemem_api::node_index`, passes
 //!   run the engine, [`status`] and [`health`] report, [`metrics`] count.
 //! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
@@ -18,9 +18,9 @@
 //! * [`runtime_record`]: which container a new cgroup is, from the runtime's own record.
 //! * [`once`] and [`output`]: `--once` from files, and what it prints.
 
+pub mod applier;
 pub mod args;
 pub mod cgroup_events;
-pub mod engine;
 pub mod health;
 pub mod kubelet_mode;
 pub mod metrics;
@@ -36,8 +36,8 @@ mod status_writer;
 mod test_node;
 pub mod units;
 
-use nodemem_process::logs::init_logs;
-use nodemem_process::{CliError, Outcome};
+use nodemem_plumbing::logs::init_logs;
+use nodemem_plumbing::{CliError, Outcome};
 
 pub use args::AgentArgs;
 
@@ -67,7 +67,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
         })?;
     init_logs(args.log_format);
-    let engine = once::engine_config(args);
+    let engine = once::applier_config(args);
     let kubelet = kubelet_mode::KubeletModeConfig {
         files: engine.kubelet.clone(),
         memory_manager_state: args.kubelet_memory_manager_state.clone(),
@@ -114,7 +114,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     let kubeconfig = args.kubeconfig.clone();
     runtime.block_on(async move {
-        let client = nodemem_process::kubeclient::client(kubeconfig.as_deref(), None).await?;
+        let client = nodemem_plumbing::kubeclient::client(kubeconfig.as_deref(), None).await?;
         agent.run(client).await.map_err(CliError::one)
     })?;
     Ok(Outcome::default())

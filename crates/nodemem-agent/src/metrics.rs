@@ -515,7 +515,7 @@ impl Metrics {
     }
 }
 
-impl nodemem_process::endpoints::Endpoints for Metrics {
+impl nodemem_plumbing::endpoints::Endpoints for Metrics {
     fn metrics(&self) -> String {
         self.encode()
     }
@@ -531,7 +531,7 @@ impl nodemem_process::endpoints::Endpoints for Metrics {
 
 /// Serves /metrics, /healthz and /readyz on `addr`; returns the bound address.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
-    nodemem_process::endpoints::serve(addr, metrics).await
+    nodemem_plumbing::endpoints::serve(addr, metrics).await
 }
 
 #[cfg(test)]

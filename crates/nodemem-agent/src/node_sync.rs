@@ -24,12 +24,14 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
-use nodemem_process::events::Recorder;
+use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::applier::{
+    cgroup_settings, ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction, WriteMode,
+};
 use crate::cgroup_events::watch_cgroups;
-use crate::engine::{cgroup_settings, EngineConfig, NodeEngine, Reach, Recovery, RecoveryAction};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig};
 use crate::metrics::{self, Metrics, Trigger};
 use crate::relief::Relief;
@@ -51,7 +53,7 @@ const LAST_KNOWN_KIND: &str = "last-known";
 
 pub struct NodeSync {
     pub node_name: String,
-    pub engine: EngineConfig,
+    pub engine: ApplierConfig,
     /// Where `enforcement: Kubelet` writes, and how it restarts the kubelet.
     pub kubelet: KubeletModeConfig,
     pub resync: Duration,
@@ -85,7 +87,7 @@ struct Loop {
 impl NodeSync {
     pub fn new(
         node_name: String,
-        engine: EngineConfig,
+        engine: ApplierConfig,
         kubelet: KubeletModeConfig,
         resync: Duration,
     ) -> Self {
@@ -199,7 +201,7 @@ impl NodeSync {
     fn updates(
         &self,
         client: &Client,
-        engine: &NodeEngine,
+        engine: &NodeApplier,
         fired: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, String> {
         let node = &self.node_name;
@@ -273,8 +275,13 @@ impl NodeSync {
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
                     // Under enforcement: Kubelet the drop-in is on disk already.
                     let settings = cgroup_settings(&settings);
-                    match engine.enforce(&settings, index.allocatable(), &pods, false, Reach::Node)
-                    {
+                    match engine.apply(
+                        &settings,
+                        index.allocatable(),
+                        &pods,
+                        WriteMode::Write,
+                        Reach::Node,
+                    ) {
                         Ok((_, report)) => {
                             passes.hold_in_systemd(engine).await;
                             self.metrics.pass(Trigger::Start, 0.0);
@@ -309,11 +316,11 @@ impl NodeSync {
     /// Discovers the node, and until that works (cgroup v1, or kubepods not created
     /// yet by a kubelet that starts after the agent) reports why on the config and
     /// tries again every resync interval, rather than exiting into a crash loop.
-    async fn open_engine(&self, client: &Client) -> NodeEngine {
+    async fn open_engine(&self, client: &Client) -> NodeApplier {
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let mut reported = None;
         loop {
-            let e = match NodeEngine::open(&self.engine) {
+            let e = match NodeApplier::open(&self.engine) {
                 Ok(engine) => return engine,
                 Err(e) => e,
             };
@@ -387,7 +394,7 @@ where
 /// The observer's sample, and relief for containers whose trigger fired (and, on each
 /// tick, those under way). News for status, or a relief decision, makes the pass a
 /// whole-node one.
-async fn sample_and_relieve(passes: &mut Passes, engine: &mut NodeEngine, batch: &mut Batch) {
+async fn sample_and_relieve(passes: &mut Passes, engine: &mut NodeApplier, batch: &mut Batch) {
     for _ in &batch.fired {
         passes.metrics.relief_trigger_fired();
     }
@@ -426,7 +433,7 @@ async fn sample_and_relieve(passes: &mut Passes, engine: &mut NodeEngine, batch:
 }
 
 /// What is enforced now goes to the state directory, when it differs from the record.
-fn record_last_known(engine: &NodeEngine, state: &mut Loop) {
+fn record_last_known(engine: &NodeApplier, state: &mut Loop) {
     let now_known = state.index.last_known();
     if now_known == state.saved {
         return;

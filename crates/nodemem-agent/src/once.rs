@@ -12,17 +12,17 @@ use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s};
 use nodemem_api::NodeMemoryConfig;
+use nodemem_apply::ApplyReport;
 use nodemem_cgroup::{check_identifier, Roots};
-use nodemem_enforce::ApplyReport;
 use nodemem_model::node::NodePod;
 use nodemem_model::policy::PolicySettings;
 
+use crate::applier::{ApplierConfig, ApplyError, Category, NodeApplier, Reach, WriteMode};
 use crate::args::{AgentArgs, DriverArg};
-use crate::engine::{Category, EngineConfig, EngineError, NodeEngine, Reach};
 use crate::output::{render, OnceOutput};
-use nodemem_process::manifests::{check_settings, read_documents, typed, typed_kind, Document};
-use nodemem_process::CliError;
-use nodemem_process::Outcome;
+use nodemem_plumbing::manifests::{check_settings, read_documents, typed, typed_kind, Document};
+use nodemem_plumbing::CliError;
+use nodemem_plumbing::Outcome;
 
 /// Exit code of a run where some writes failed.
 pub const PARTIAL_FAILURE: u8 = 3;
@@ -43,13 +43,13 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         ));
     };
     let inputs = read_inputs(config, node, pods)?;
-    let mut engine = NodeEngine::open(&engine_config(args)).map_err(engine_error)?;
+    let mut engine = NodeApplier::open(&applier_config(args)).map_err(apply_error)?;
     let (desired, report) = engine
-        .enforce(
+        .apply(
             &inputs.settings,
             inputs.allocatable,
             &inputs.pods,
-            args.dry_run,
+            WriteMode::dry_run(args.dry_run),
             Reach::Node,
         )
         .map_err(|e| match e.category {
@@ -59,13 +59,13 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
                     .map(|p| format!("{}: {p}", inputs.config_name))
                     .collect(),
             ),
-            _ => engine_error(e),
+            _ => apply_error(e),
         })?;
     let mut output = OnceOutput::new(
         &inputs.node_name,
         &inputs.config_name,
         &inputs.revision,
-        args.dry_run,
+        WriteMode::dry_run(args.dry_run),
         &desired,
         &report,
     );
@@ -93,7 +93,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
 /// its directory is created (the reaction path of the in-cluster agent, with file
 /// inputs). One line per reaction on stdout.
 fn follow(
-    engine: &mut NodeEngine,
+    engine: &mut NodeApplier,
     inputs: &Inputs,
     args: &AgentArgs,
     first_report: &str,
@@ -106,11 +106,11 @@ fn follow(
     let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
         .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
     // A cgroup created between the first pass and the watch: covered now.
-    let _ = engine.enforce(
+    let _ = engine.apply(
         &inputs.settings,
         inputs.allocatable,
         &inputs.pods,
-        args.dry_run,
+        WriteMode::dry_run(args.dry_run),
         Reach::Node,
     );
     {
@@ -139,11 +139,11 @@ fn follow(
             continue;
         }
         let appeared: Vec<String> = scope.iter().cloned().collect();
-        let line = match engine.enforce(
+        let line = match engine.apply(
             &inputs.settings,
             inputs.allocatable,
             &inputs.pods,
-            args.dry_run,
+            WriteMode::dry_run(args.dry_run),
             Reach::Cgroups(&scope),
         ) {
             Ok((_, report)) => format!(
@@ -160,13 +160,13 @@ fn follow(
     }
 }
 
-fn engine_error(e: EngineError) -> CliError {
+fn apply_error(e: ApplyError) -> CliError {
     CliError::many(e.problems)
 }
 
 /// The engine's settings from the command line.
-pub fn engine_config(args: &AgentArgs) -> EngineConfig {
-    EngineConfig {
+pub fn applier_config(args: &AgentArgs) -> ApplierConfig {
+    ApplierConfig {
         roots: Roots {
             cgroup: args.cgroup_root.clone(),
             sys: args.sys_root.clone(),
@@ -175,7 +175,7 @@ pub fn engine_config(args: &AgentArgs) -> EngineConfig {
         cgroup_driver: args.cgroup_driver.map(DriverArg::into),
         state_dir: args.state_dir.clone(),
         topology_scope: args.topology_manager_scope.into(),
-        kubelet: nodemem_enforce::kubelet::KubeletFiles {
+        kubelet: nodemem_apply::kubelet::KubeletFiles {
             config: args.kubelet_config.clone(),
             config_dir: args.kubelet_config_dir.clone(),
         },

@@ -1,8 +1,8 @@
 //! What `agent --once` prints: every write (cgroup, file, old value, new value) and a
 //! summary, as a table for people or a JSON document for scripts.
 
-use nodemem_enforce::execute::FailedWrite;
-use nodemem_enforce::{ApplyReport, Write};
+use nodemem_apply::execute::FailedWrite;
+use nodemem_apply::{ApplyReport, Write};
 use nodemem_model::node::DesiredNode;
 use nodemem_model::Warning;
 use serde::Serialize;
@@ -37,7 +37,7 @@ impl OnceOutput {
         node: &str,
         config: &str,
         revision: &str,
-        dry_run: bool,
+        mode: crate::applier::WriteMode,
         desired: &DesiredNode,
         report: &ApplyReport,
     ) -> Self {
@@ -45,8 +45,8 @@ impl OnceOutput {
             node: node.to_string(),
             config: config.to_string(),
             revision: revision.to_string(),
-            dry_run,
-            writes: if dry_run {
+            dry_run: mode == crate::applier::WriteMode::DryRun,
+            writes: if mode == crate::applier::WriteMode::DryRun {
                 report.planned.clone()
             } else {
                 report.applied.clone()

@@ -6,13 +6,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodemem_api::config::{MemoryTotals, NodeFacts, NumaMemory, NumaNodeFacts};
 use nodemem_api::NodeMemoryConfigStatus;
+use nodemem_apply::ApplyReport;
 use nodemem_cgroup::discover::Discovery;
-use nodemem_enforce::ApplyReport;
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::node::DesiredNode;
 use nodemem_model::Warning;
 
-use crate::engine::{EngineError, KubeletConflict, Recovery};
+use crate::applier::{ApplyError, KubeletConflict, Recovery};
 use crate::health::Verdict;
 use crate::kubelet_mode::KubeletOutcome;
 
@@ -30,7 +30,7 @@ pub enum PassOutcome<'a, 'p> {
     },
     /// The config's settings do not validate (admission normally prevents it).
     InvalidConfig(&'a [String]),
-    Failed(&'a EngineError),
+    Failed(&'a ApplyError),
 }
 
 pub(super) fn condition(
@@ -561,7 +561,7 @@ mod tests {
 
     #[test]
     fn a_rederived_record_outranks_a_rewritten_one_and_the_condition_keeps_its_time() {
-        use crate::engine::{Recovery, RecoveryAction};
+        use crate::applier::{Recovery, RecoveryAction};
         let now = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap());
         let mut s = NodeMemoryConfigStatus::default();

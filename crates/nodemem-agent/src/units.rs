@@ -1,5 +1,5 @@
 //! Keeps systemd's record of each unit in step with what nodemem wrote into its cgroup
-//! (systemd-driver nodes; why: `nodemem_enforce::units`). After every pass the values
+//! (systemd-driver nodes; why: `nodemem_apply::units`). After every pass the values
 //! nodemem holds in slices and scopes are sent to systemd as unit properties, each
 //! once until it changes. Without systemd (not reachable, not mounted) the files are
 //! still written and the agent says, once per retry, that systemd will undo them.
@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use nodemem_enforce::units::{UnitProperty, UnitRecords, UnitUpdate, UnitValue};
+use nodemem_apply::units::{UnitProperty, UnitRecords, UnitUpdate, UnitValue};
 use nodemem_systemd::{BusAddress, PropertyValue, Systemd, UnitProperties};
 use tracing::{debug, warn};
 

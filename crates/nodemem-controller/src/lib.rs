@@ -32,8 +32,8 @@ pub mod world;
 
 use std::path::PathBuf;
 
-use nodemem_process::logs::LogFormat;
-use nodemem_process::{CliError, Outcome};
+use nodemem_plumbing::logs::LogFormat;
+use nodemem_plumbing::{CliError, Outcome};
 
 /// Arguments of `nodemem controller`.
 #[derive(Clone, Debug, clap::Args)]
@@ -114,13 +114,13 @@ pub struct StandDownArgs {
 /// Runs `nodemem stand-down`: the controller scaled to zero and every policy let go of
 /// (before an uninstall; the chart's pre-delete hook).
 pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
-    nodemem_process::logs::init_logs(LogFormat::Text);
+    nodemem_plumbing::logs::init_logs(LogFormat::Text);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     let released = runtime.block_on(async {
-        let client = nodemem_process::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
         stand_down::before_uninstall(
             &client,
             &args.namespace,
@@ -150,7 +150,7 @@ fn identity(args: &ControllerArgs) -> String {
 
 /// Runs `nodemem controller` until it fails or loses the leader Lease.
 pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
-    nodemem_process::logs::init_logs(args.log_format);
+    nodemem_plumbing::logs::init_logs(args.log_format);
     let metrics_addr: Option<std::net::SocketAddr> = match args.metrics_addr.as_str() {
         "" | "off" => None,
         a => Some(a.parse().map_err(|e| {
@@ -183,12 +183,12 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
         if let Some(addr) = metrics_addr {
-            let bound = nodemem_process::endpoints::serve(addr, controller.metrics.clone())
+            let bound = nodemem_plumbing::endpoints::serve(addr, controller.metrics.clone())
                 .await
                 .map_err(CliError::one)?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
-        let client = nodemem_process::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
         if !args.leader_elect {
             return tokio::select! {
                 r = controller.run(client.clone()) => r.map_err(CliError::one),

@@ -151,7 +151,7 @@ impl Metrics {
     }
 }
 
-impl nodemem_process::endpoints::Endpoints for Metrics {
+impl nodemem_plumbing::endpoints::Endpoints for Metrics {
     fn metrics(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
@@ -171,7 +171,7 @@ impl nodemem_process::endpoints::Endpoints for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_process::endpoints::Endpoints;
+    use nodemem_plumbing::endpoints::Endpoints;
 
     #[test]
     fn series_per_policy_and_state() {

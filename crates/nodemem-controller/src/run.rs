@@ -15,7 +15,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
-use nodemem_process::events::Recorder;
+use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
 

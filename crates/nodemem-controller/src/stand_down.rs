@@ -82,7 +82,7 @@ async fn let_go_of_every_policy(client: &Client) -> usize {
         let Some(policy) = p.metadata.name else {
             continue;
         };
-        match nodemem_process::handoff::let_go(&policies, &policy).await {
+        match nodemem_plumbing::handoff::let_go(&policies, &policy).await {
             Ok(true) => released += 1,
             Ok(false) => {}
             Err(e) => warn!(%policy, error = %e, "handoff finalizer not removed"),

@@ -5,8 +5,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 
-pub use nodemem_process::kubeclient::{api_error, client};
-use nodemem_process::CliError;
+pub use nodemem_plumbing::kubeclient::{api_error, client};
+use nodemem_plumbing::CliError;
 
 /// Policies, Nodes and NodeMemoryConfigs of the whole cluster.
 pub struct Snapshot {

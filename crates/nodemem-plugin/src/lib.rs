@@ -26,9 +26,9 @@ use nodemem_api::revision::revision;
 use nodemem_api::NodeMemoryPolicy;
 use serde_json::json;
 
-use nodemem_process::manifests::read_documents;
-use nodemem_process::CliError;
-use nodemem_process::Outcome;
+use nodemem_plumbing::manifests::read_documents;
+use nodemem_plumbing::CliError;
+use nodemem_plumbing::Outcome;
 use render::Format;
 
 /// The plugin's name on PATH.
@@ -128,7 +128,7 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
         PluginCommand::Diff { filename } => {
             let docs = read_documents(filename)?;
             let mut problems = Vec::new();
-            let policies = nodemem_process::manifests::read_policies(&docs, &mut problems);
+            let policies = nodemem_plumbing::manifests::read_policies(&docs, &mut problems);
             if !problems.is_empty() {
                 return Err(CliError::many(problems));
             }
@@ -297,7 +297,7 @@ async fn release_now(client: &Client, name: &str, now: bool) -> Result<Outcome, 
     }
     let leaving = policy.status.as_ref().map_or(0, |s| s.leaving_nodes);
     let api = Api::<NodeMemoryPolicy>::all(client.clone());
-    let released = nodemem_process::handoff::let_go(&api, name)
+    let released = nodemem_plumbing::handoff::let_go(&api, name)
         .await
         .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
     if !released {

@@ -5,7 +5,7 @@
 
 use nodemem_api::policy::{RecommendationReason, RecommendationStatus};
 use nodemem_api::NodeMemoryPolicy;
-use nodemem_process::CliError;
+use nodemem_plumbing::CliError;
 use serde_json::{json, Value};
 
 use crate::render::{table, text};

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use nodemem_process::CliError;
+use nodemem_plumbing::CliError;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use nodemem_process::endpoints::Endpoints;
+use nodemem_plumbing::endpoints::Endpoints;
 
 use nodemem_tidy::repo_root as repo;
 
@@ -97,7 +97,7 @@ fn every_registered_metric_is_documented_and_nothing_else() {
 const SOURCES: &[&str] = &[
     "crates/nodemem-agent/src/status.rs",
     "crates/nodemem-agent/src/health.rs",
-    "crates/nodemem-agent/src/engine.rs",
+    "crates/nodemem-agent/src/applier.rs",
     "crates/nodemem-agent/src/node_sync.rs",
     "crates/nodemem-agent/src/node_sync/",
     "crates/nodemem-agent/src/kubelet_mode.rs",
@@ -199,7 +199,7 @@ fn every_condition_and_event_reason_is_documented_and_exists() {
         "crates/nodemem/src",
         "crates/nodemem-model/src",
         "crates/nodemem-api/src",
-        "crates/nodemem-enforce/src",
+        "crates/nodemem-apply/src",
         "crates/nodemem-agent/src",
         "crates/nodemem-controller/src",
         "crates/nodemem-plugin/src",

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use nodemem_api::crdgen::{crds, render, render_all};
 
-use nodemem_process::CliError;
+use nodemem_plumbing::CliError;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct CrdsArgs {

@@ -15,7 +15,7 @@ pub mod sandbox;
 pub mod simulate;
 
 use clap::{Parser, Subcommand};
-use nodemem_process::{CliError, Outcome};
+use nodemem_plumbing::{CliError, Outcome};
 
 /// Node memory QoS and NUMA memory policy for Kubernetes clusters.
 #[derive(Debug, Parser)]

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    nodemem_process::allocator::tune_allocator();
+    nodemem_plumbing::allocator::tune_allocator();
     // Installed (or linked) as `kubectl-nodemem`, the binary is the kubectl plugin.
     if std::env::args_os()
         .next()

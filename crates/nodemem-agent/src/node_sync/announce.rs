@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use nodemem_api::node_index::IndexedConfig;
 use nodemem_api::NodeMemoryConfigStatus;
-use nodemem_process::events::Recorder;
+use nodemem_plumbing::events::Recorder;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;

@@ -15,8 +15,8 @@ use nodemem_api::node_index::NodeIndex;
 use nodemem_api::watch_index::{Learned, Watched};
 use nodemem_api::NodeMemoryConfig;
 
+use crate::applier::Reach;
 use crate::cgroup_events::CgroupChanges;
-use crate::engine::Reach;
 use crate::metrics::Trigger;
 
 /// Watch events of the four kinds, new cgroups and timers, merged into one stream

@@ -8,14 +8,14 @@ use std::time::Instant;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::node_index::{IndexedConfig, NodeIndex};
 use nodemem_api::NodeMemoryConfigStatus;
-use nodemem_enforce::ApplyReport;
+use nodemem_apply::ApplyReport;
 use nodemem_model::node::{Admission, DesiredNode, NodePod};
 use nodemem_model::policy::{Enforcement, PolicySettings};
 use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
 use super::batch::NextPass;
-use crate::engine::{cgroup_settings, off, NodeEngine, Reach};
+use crate::applier::{cgroup_settings, off, NodeApplier, Reach, WriteMode};
 use crate::health::{verdict, Baseline, Verdict};
 use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
 use crate::metrics::{Metrics, PodSignals, Trigger};
@@ -26,7 +26,7 @@ use crate::status_writer::StatusWriter;
 
 /// The node's two writers: the cgroup engine and the kubelet's configuration.
 pub struct Writers {
-    pub engine: NodeEngine,
+    pub engine: NodeApplier,
     pub kubelet: KubeletMode,
 }
 
@@ -132,10 +132,13 @@ impl Passes {
             );
         }
         let allocatable = input.index.allocatable();
-        match writers
-            .engine
-            .enforce(&off(), allocatable, input.pods, false, Reach::Node)
-        {
+        match writers.engine.apply(
+            &off(),
+            allocatable,
+            input.pods,
+            WriteMode::Write,
+            Reach::Node,
+        ) {
             Ok((_, report)) => {
                 // systemd's record is given back too, or its next re-apply would put
                 // nodemem's values back.
@@ -267,7 +270,7 @@ impl Passes {
     /// The managed pods' signals (and metrics), against the baseline of the revision.
     fn health(
         &mut self,
-        engine: &NodeEngine,
+        engine: &NodeApplier,
         config: &IndexedConfig,
         desired: &DesiredNode<'_>,
         report: &ApplyReport,
@@ -322,7 +325,7 @@ impl Passes {
     /// whole-node passes, not on every pod event.
     fn observe(
         &mut self,
-        engine: &NodeEngine,
+        engine: &NodeApplier,
         round: &Round<'_>,
         settings: &PolicySettings,
         desired: &DesiredNode<'_>,
@@ -350,7 +353,7 @@ impl Passes {
     /// that says otherwise relieves nothing).
     fn refresh_relief(
         &mut self,
-        engine: &mut NodeEngine,
+        engine: &mut NodeApplier,
         config: &IndexedConfig,
         settings: &PolicySettings,
         desired: &DesiredNode<'_>,
@@ -370,7 +373,7 @@ impl Passes {
     }
 
     /// systemd's record of the units the pass wrote (systemd-driver nodes), counted.
-    pub async fn hold_in_systemd(&self, engine: &mut NodeEngine) {
+    pub async fn hold_in_systemd(&self, engine: &mut NodeApplier) {
         if let Some(held) = engine.hold_in_systemd().await {
             self.metrics.unit_updates(&held);
         }
@@ -416,7 +419,7 @@ async fn configure_kubelet(
         Some(
             writers
                 .kubelet
-                .enforce(settings, version, owner, state)
+                .configure(settings, version, owner, state)
                 .await,
         )
     } else {
@@ -432,17 +435,17 @@ async fn configure_kubelet(
 /// asked to do, under Observe what the agent would write: not the nothing the agent
 /// writes.
 fn apply_cgroups<'p>(
-    engine: &mut NodeEngine,
+    engine: &mut NodeApplier,
     round: &Round<'p>,
     settings: &PolicySettings,
-) -> Result<(DesiredNode<'p>, ApplyReport), crate::engine::EngineError> {
+) -> Result<(DesiredNode<'p>, ApplyReport), crate::applier::ApplyError> {
     let allocatable = round.input.index.allocatable();
     let pods = round.input.pods;
-    let (desired, report) = engine.enforce(
+    let (desired, report) = engine.apply(
         &cgroup_settings(settings),
         allocatable,
         pods,
-        false,
+        WriteMode::Write,
         round.reach,
     )?;
     let desired = if settings.enforcement == Enforcement::Agent {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodemem_process::CliError;
+use nodemem_plumbing::CliError;
 
 /// A cold build on a 2-core machine (measured: ~8 minutes for the control plane,
 /// ~2.5 more for helm).

@@ -16,8 +16,8 @@ use kube::api::{Api, ListParams, PostParams};
 use nodemem_testkit::bed::{Bed, BedSpec, PoolSpec};
 
 use nodemem_plugin::cluster::Snapshot;
-use nodemem_process::CliError;
-use nodemem_process::Outcome;
+use nodemem_plumbing::CliError;
+use nodemem_plumbing::Outcome;
 
 /// Arguments of `nodemem sandbox`.
 #[derive(Clone, Debug, clap::Args)]

@@ -17,9 +17,9 @@ use nodemem_model::numa::NumaTopology;
 use nodemem_model::pod::Pod;
 use nodemem_model::Warning;
 
-use nodemem_process::flags::ScopeArg;
-use nodemem_process::manifests::{read_documents, read_policies, typed, typed_kind, Document};
-use nodemem_process::CliError;
+use nodemem_plumbing::flags::ScopeArg;
+use nodemem_plumbing::manifests::{read_documents, read_policies, typed, typed_kind, Document};
+use nodemem_plumbing::CliError;
 
 pub use numa::{parse_topology, read_topology};
 pub use output::{render_json, render_table, SimulateOutput};
@@ -103,13 +103,13 @@ pub struct NumaInput<'a> {
 /// file, or its default without one; None when it is a percentage.
 fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<Option<i64>, CliError> {
     let Some(config) = config else {
-        return Ok(nodemem_enforce::kubelet::KubeletSettings::default().hard_eviction_memory());
+        return Ok(nodemem_apply::kubelet::KubeletSettings::default().hard_eviction_memory());
     };
-    let files = nodemem_enforce::kubelet::KubeletFiles {
+    let files = nodemem_apply::kubelet::KubeletFiles {
         config: config.to_path_buf(),
         config_dir: None,
     };
-    match files.read(nodemem_enforce::kubelet::OwnDropIn::Without) {
+    match files.read(nodemem_apply::kubelet::OwnDropIn::Without) {
         Ok(k) if k.sources.is_empty() => Err(CliError::one(format!(
             "--kubelet-config {}: no such file",
             config.display()

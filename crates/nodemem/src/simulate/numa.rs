@@ -5,7 +5,7 @@ use std::path::Path;
 
 use nodemem_model::numa::NumaTopology;
 
-use nodemem_process::CliError;
+use nodemem_plumbing::CliError;
 
 /// Reads and checks a topology file; every problem is one line naming the file and
 /// the path of the bad value.

@@ -1,7 +1,7 @@
 //! Faults with real agent processes on the real apiserver (issue 18): an agent killed
 //! (SIGKILL) in the middle of applying.
 //!
-//! The write sequence is the agent's own record (`nodemem_enforce::write` at trace
+//! The write sequence is the agent's own record (`nodemem_apply::write` at trace
 //! level, logged after the kernel took each value), checked against the tree: the tree
 //! frozen after the kill must be the record replayed on the tree as it was before the
 //! change (at most the one write in flight unrecorded), and the tree after the restart
@@ -47,7 +47,7 @@ struct Wrote {
 
 fn parse_write(line: &str) -> Option<Wrote> {
     let v: Value = serde_json::from_str(line).ok()?;
-    if v["target"] != "nodemem_enforce::write" {
+    if v["target"] != "nodemem_apply::write" {
         return None;
     }
     let field = |k: &str| v["fields"][k].as_str().map(str::to_string);
@@ -81,7 +81,7 @@ impl PipedAgent {
     fn spawn(tree_root: &Path, dir: &Path, kubeconfig: &Path, log: PathBuf) -> PipedAgent {
         let mut child = agent_command(NODE, tree_root, dir, kubeconfig)
             .args(["--log-format", "json"])
-            .env("RUST_LOG", "info,nodemem_enforce::write=trace")
+            .env("RUST_LOG", "info,nodemem_apply::write=trace")
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the agent");

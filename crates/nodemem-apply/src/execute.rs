@@ -185,11 +185,11 @@ pub fn execute(fs: &CgroupFs, writes: Vec<Write>, held: &mut OpenDirs) -> Execut
         };
         match result {
             Ok(()) => {
-                // Off unless asked for (RUST_LOG=nodemem_enforce::write=trace): the
+                // Off unless asked for (RUST_LOG=nodemem_apply::write=trace): the
                 // exact write sequence, logged after the kernel took the value, from
                 // which a test checks that no prefix of a pass (an agent killed in
                 // the middle) protects a child above its parent.
-                tracing::trace!(target: "nodemem_enforce::write", cgroup = %w.cgroup, file = %w.file, value = %w.new, "wrote");
+                tracing::trace!(target: "nodemem_apply::write", cgroup = %w.cgroup, file = %w.file, value = %w.new, "wrote");
                 out.applied.push(w)
             }
             Err(e) if e.is_vanished() => out.vanished.push(w),

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use nodemem_enforce::kubelet::{
+use nodemem_apply::kubelet::{
     kubelet_started_at, remove_memory_manager_state, KubeletFiles, OwnDropIn,
 };
 use nodemem_model::quantity::Quantity;

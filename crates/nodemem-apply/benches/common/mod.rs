@@ -14,8 +14,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use nodemem_apply::{apply, ApplyOptions, Ownership};
 use nodemem_cgroup::CgroupFs;
-use nodemem_enforce::{apply, ApplyOptions, Ownership};
 use nodemem_model::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
 use nodemem_model::defaulting::apply_defaults;
 use nodemem_model::factor::ThrottlingFactor;
@@ -292,13 +292,13 @@ pub fn run(allocator: &str) {
             reset();
             let owned = Ownership::default();
             let t0 = Instant::now();
-            let wanted = nodemem_enforce::plan::files_to_observe(&cgroups, &owned);
+            let wanted = nodemem_apply::plan::files_to_observe(&cgroups, &owned);
             let t1 = Instant::now();
-            let (observed, mut dirs) = nodemem_enforce::execute::observe(&fs, &wanted);
+            let (observed, mut dirs) = nodemem_apply::execute::observe(&fs, &wanted);
             let t2 = Instant::now();
-            let p = nodemem_enforce::plan::plan(&cgroups, &observed, &owned, 4096);
+            let p = nodemem_apply::plan::plan(&cgroups, &observed, &owned, 4096);
             let t3 = Instant::now();
-            let e = nodemem_enforce::execute::execute(&fs, p.writes.clone(), &mut dirs);
+            let e = nodemem_apply::execute::execute(&fs, p.writes.clone(), &mut dirs);
             let t4 = Instant::now();
             drop(dirs);
             let t5 = Instant::now();

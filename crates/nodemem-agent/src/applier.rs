@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use nodemem_apply::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
+use nodemem_apply::numa_state;
+use nodemem_apply::state::StateDir;
+use nodemem_apply::units::{held_values, UnitProperty, UnitValue};
+use nodemem_apply::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
 use nodemem_cgroup::discover::{discover, Discovery};
 use nodemem_cgroup::{CgroupFs, Roots};
-use nodemem_enforce::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
-use nodemem_enforce::numa_state;
-use nodemem_enforce::state::StateDir;
-use nodemem_enforce::units::{held_values, UnitProperty, UnitValue};
-use nodemem_enforce::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
@@ -47,23 +47,40 @@ impl Category {
     }
 }
 
+/// Whether a pass writes or only plans (`agent --once --dry-run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    Write,
+    DryRun,
+}
+
+impl WriteMode {
+    pub fn dry_run(dry_run: bool) -> Self {
+        if dry_run {
+            WriteMode::DryRun
+        } else {
+            WriteMode::Write
+        }
+    }
+}
+
 /// A failure of one enforcement pass: its category and one line per problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineError {
+pub struct ApplyError {
     pub category: Category,
     pub problems: Vec<String>,
 }
 
-impl EngineError {
+impl ApplyError {
     fn one(category: Category, problem: impl Into<String>) -> Self {
-        EngineError {
+        ApplyError {
             category,
             problems: vec![problem.into()],
         }
     }
 }
 
-impl fmt::Display for EngineError {
+impl fmt::Display for ApplyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.problems.join("; "))
     }
@@ -141,7 +158,7 @@ fn unix_seconds() -> u64 {
 
 /// Where the engine runs and keeps its state.
 #[derive(Clone, Debug)]
-pub struct EngineConfig {
+pub struct ApplierConfig {
     pub roots: Roots,
     pub cgroup_driver: Option<CgroupDriver>,
     pub state_dir: std::path::PathBuf,
@@ -215,7 +232,7 @@ pub fn kubelet_conflict(
     })
 }
 
-pub struct NodeEngine {
+pub struct NodeApplier {
     /// The agent's own container cgroup (relative), never written.
     own_cgroup: Option<String>,
     kubelet_files: KubeletFiles,
@@ -235,7 +252,7 @@ pub struct NodeEngine {
     saved_owned: Ownership,
     saved_manager: Option<MemoryManager>,
     /// Writes the kernel refused, retried with capped exponential backoff.
-    backoff: nodemem_enforce::WriteBackoff,
+    backoff: nodemem_apply::WriteBackoff,
     started: std::time::Instant,
     fs: CgroupFs,
     discovery: Discovery,
@@ -259,16 +276,16 @@ struct UnitValues {
     live: Option<BTreeSet<String>>,
 }
 
-impl NodeEngine {
+impl NodeApplier {
     /// Discovers the node and loads what nodemem owns from the state directory.
-    pub fn open(config: &EngineConfig) -> Result<Self, EngineError> {
+    pub fn open(config: &ApplierConfig) -> Result<Self, ApplyError> {
         nodemem_cgroup::fs::raise_open_file_limit();
         let discovery = discover(&config.roots, config.cgroup_driver)
-            .map_err(|e| EngineError::one(Category::Discovery, format!("discovery: {e}")))?;
+            .map_err(|e| ApplyError::one(Category::Discovery, format!("discovery: {e}")))?;
         let state = StateDir::open(&config.state_dir)
-            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+            .map_err(|e| ApplyError::one(Category::State, e.to_string()))?;
         let state_error =
-            |e: nodemem_enforce::StateError| EngineError::one(Category::State, e.to_string());
+            |e: nodemem_apply::StateError| ApplyError::one(Category::State, e.to_string());
         // An unusable record stops nothing: it is set aside and re-derived (the agent
         // must not keep a node unenforced over a torn file). An I/O error does.
         let mut recoveries = Vec::new();
@@ -315,7 +332,7 @@ impl NodeEngine {
             )),
             _ => None,
         };
-        Ok(NodeEngine {
+        Ok(NodeApplier {
             units,
             unit_values: None,
             own_cgroup,
@@ -327,7 +344,7 @@ impl NodeEngine {
             manager: None,
             saved_owned: owned.clone(),
             saved_manager: None,
-            backoff: nodemem_enforce::WriteBackoff::default(),
+            backoff: nodemem_apply::WriteBackoff::default(),
             started: std::time::Instant::now(),
             fs: CgroupFs::new(&config.roots.cgroup),
             discovery,
@@ -352,18 +369,18 @@ impl NodeEngine {
     /// On a whole-node pass: the record of what nodemem owns still holds what the
     /// agent last wrote; if it was damaged or removed while the agent ran, it is
     /// written again from memory.
-    fn check_ownership_record(&mut self) -> Result<(), EngineError> {
+    fn check_ownership_record(&mut self) -> Result<(), ApplyError> {
         let problem = match self.state.load::<Ownership>(OWNERSHIP_FILE, OWNERSHIP_KIND) {
             Ok(Some(o)) if o == self.saved_owned => return Ok(()),
             Ok(None) if self.saved_owned.is_empty() => return Ok(()),
             Ok(Some(_)) => "does not hold what the agent last wrote".to_string(),
             Ok(None) => "was removed".to_string(),
             Err(e) if e.is_unusable() => e.to_string(),
-            Err(e) => return Err(EngineError::one(Category::State, e.to_string())),
+            Err(e) => return Err(ApplyError::one(Category::State, e.to_string())),
         };
         self.state
             .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.saved_owned)
-            .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+            .map_err(|e| ApplyError::one(Category::State, e.to_string()))?;
         let record = self.state.path(OWNERSHIP_FILE).display().to_string();
         let problem = if problem.starts_with(&record) {
             problem
@@ -476,22 +493,23 @@ impl NodeEngine {
         &self.state
     }
 
-    /// Computes the node and applies it (or, with `dry_run`, only plans) over `reach`.
+    /// Computes the node and applies it (or, in [`WriteMode::DryRun`], only plans) over
+    /// `reach`.
     /// Settings the node cannot carry out are refused before anything is written.
-    pub fn enforce<'p>(
+    pub fn apply<'p>(
         &mut self,
         settings: &PolicySettings,
         allocatable: Option<i64>,
         pods: &'p [NodePod],
-        dry_run: bool,
+        mode: WriteMode,
         reach: Reach<'_>,
-    ) -> Result<(DesiredNode<'p>, ApplyReport), EngineError> {
+    ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
         check_node_can_satisfy(settings, &self.discovery)?;
         if self.kubelet.is_none() || matches!(reach, Reach::Node) {
             self.kubelet = Some(
                 self.kubelet_files
                     .read(OwnDropIn::OnDisk)
-                    .map_err(|e| EngineError::one(Category::Discovery, e.to_string()))?,
+                    .map_err(|e| ApplyError::one(Category::Discovery, e.to_string()))?,
             );
         }
         self.set_allocatable(allocatable);
@@ -507,7 +525,7 @@ impl NodeEngine {
             pods,
             memory_manager: saved,
         })
-        .map_err(|NodeError::ReservedMemory(problems)| EngineError {
+        .map_err(|NodeError::ReservedMemory(problems)| ApplyError {
             category: Category::Unsatisfiable,
             problems: problems
                 .iter()
@@ -526,6 +544,7 @@ impl NodeEngine {
         if let Some(own) = &self.own_cgroup {
             cgroups.retain(|c| c.path != own);
         }
+        let dry_run = mode == WriteMode::DryRun;
         if self.rederive_ownership && matches!(reach, Reach::Node) && !dry_run {
             self.owned.claim_unknown(&cgroups, leave_alone);
             self.rederive_ownership = false;
@@ -574,7 +593,7 @@ impl NodeEngine {
         if !dry_run {
             self.save_state(&desired, static_policy)?;
         }
-        nodemem_process::allocator::release_free_memory();
+        nodemem_plumbing::allocator::release_free_memory();
         Ok((desired, report))
     }
 
@@ -596,7 +615,7 @@ impl NodeEngine {
         settings: &PolicySettings,
         allocatable: Option<i64>,
         pods: &'p [NodePod],
-    ) -> Result<DesiredNode<'p>, EngineError> {
+    ) -> Result<DesiredNode<'p>, ApplyError> {
         self.set_allocatable(allocatable);
         desired_node(NodeInput {
             settings,
@@ -604,7 +623,7 @@ impl NodeEngine {
             pods,
             memory_manager: None,
         })
-        .map_err(|NodeError::ReservedMemory(problems)| EngineError {
+        .map_err(|NodeError::ReservedMemory(problems)| ApplyError {
             category: Category::Unsatisfiable,
             problems: problems
                 .iter()
@@ -629,8 +648,8 @@ impl NodeEngine {
         &mut self,
         desired: &DesiredNode<'_>,
         static_policy: bool,
-    ) -> Result<(), EngineError> {
-        let err = |e: nodemem_enforce::StateError| EngineError::one(Category::State, e.to_string());
+    ) -> Result<(), ApplyError> {
+        let err = |e: nodemem_apply::StateError| ApplyError::one(Category::State, e.to_string());
         if self.owned != self.saved_owned {
             self.state
                 .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
@@ -655,7 +674,7 @@ impl NodeEngine {
     fn memory_manager(
         &mut self,
         settings: &PolicySettings,
-    ) -> Result<Option<MemoryManager>, EngineError> {
+    ) -> Result<Option<MemoryManager>, ApplyError> {
         let reserved = &settings.memory_manager.reserved_memory;
         if let Some((for_reserved, m)) = &self.manager {
             if for_reserved == reserved {
@@ -678,7 +697,7 @@ impl NodeEngine {
                 let set_aside = self
                     .state
                     .set_aside(file, unix_seconds())
-                    .map_err(|e| EngineError::one(Category::State, e.to_string()))?;
+                    .map_err(|e| ApplyError::one(Category::State, e.to_string()))?;
                 let record = self.state.path(file).display().to_string();
                 self.note_recovery(Recovery {
                     record,
@@ -689,7 +708,7 @@ impl NodeEngine {
                 });
                 None
             }
-            Err(e) => return Err(EngineError::one(Category::State, e.to_string())),
+            Err(e) => return Err(ApplyError::one(Category::State, e.to_string())),
         };
         self.saved_manager = loaded.clone();
         Ok(loaded)
@@ -765,7 +784,7 @@ fn pods_reach(
 }
 
 /// Settings this node cannot carry out.
-fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), EngineError> {
+fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), ApplyError> {
     let mut problems = Vec::new();
     if settings.memory_qos.enabled && !d.has_controller("memory") {
         problems.push("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied".to_string());
@@ -781,7 +800,7 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(EngineError {
+        Err(ApplyError {
             category: Category::Unsatisfiable,
             problems,
         })

@@ -1,4 +1,4 @@
-//! `cargo bench -p nodemem-enforce --bench node_mimalloc`: the same benchmarks with
+//! `cargo bench -p nodemem-apply --bench node_mimalloc`: the same benchmarks with
 //! mimalloc, for comparison with the allocator the binary ships (glibc, tuned).
 
 mod common;

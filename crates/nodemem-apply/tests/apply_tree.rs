@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use nodemem_apply::execute::{execute, observe};
+use nodemem_apply::plan::{files_to_observe, plan, update_ownership};
+use nodemem_apply::{apply, ApplyOptions, Ownership, WriteKind};
 use nodemem_cgroup::CgroupFs;
-use nodemem_enforce::execute::{execute, observe};
-use nodemem_enforce::plan::{files_to_observe, plan, update_ownership};
-use nodemem_enforce::{apply, ApplyOptions, Ownership, WriteKind};
 use nodemem_model::cgroup::{CgroupValue, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 use nodemem_model::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
 use nodemem_model::defaulting::apply_defaults;
@@ -600,7 +600,7 @@ fn dry_run_plans_without_writing() {
 
 #[test]
 fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
-    use nodemem_enforce::{apply_scoped, WriteBackoff};
+    use nodemem_apply::{apply_scoped, WriteBackoff};
     use std::time::Duration;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
@@ -661,7 +661,7 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
 
 #[test]
 fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
-    use nodemem_enforce::apply_scoped;
+    use nodemem_apply::apply_scoped;
     use std::collections::BTreeSet;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
