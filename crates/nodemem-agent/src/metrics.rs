@@ -180,152 +180,172 @@ impl Metrics {
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
+        m.register_passes(&mut registry);
+        m.register_node(&mut registry);
+        m.register_signals(&mut registry);
+        m.register_observation(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// Registers passes and writes: what the agent did.
+    fn register_passes(&self, registry: &mut Registry) {
         registry.register(
             "passes",
             "Enforcement passes, by what started them",
-            m.passes.clone(),
+            self.passes.clone(),
         );
         registry.register(
             "pass_duration_seconds",
             "Time of one enforcement pass",
-            m.pass_seconds.clone(),
+            self.pass_seconds.clone(),
         );
         registry.register(
             "reaction_seconds",
             "From a cgroup directory appearing to its values being written",
-            m.reaction_seconds.clone(),
+            self.reaction_seconds.clone(),
         );
         registry.register(
             "writes",
             "Interface file writes, by result",
-            m.writes.clone(),
+            self.writes.clone(),
         );
         registry.register(
             "write_errors",
             "Failed writes, by errno",
-            m.write_errors.clone(),
+            self.write_errors.clone(),
         );
         registry.register(
             "drift_repairs",
             "Values found changed by someone else and written back on a resync",
-            m.drift_repairs.clone(),
+            self.drift_repairs.clone(),
         );
         registry.register(
             "systemd_unit_updates",
             "Units told nodemem's values as properties (systemd-driver nodes), by result: ok, gone (the unit ended meanwhile), failed",
-            m.unit_updates.clone(),
+            self.unit_updates.clone(),
         );
         registry.register(
             "runtime_records",
             "New container cgroups looked up in the container runtime's record, by result: named (its pod and container known at once), unusable (the record could not be read or names another pod; the pod status decides)",
-            m.runtime_records.clone(),
+            self.runtime_records.clone(),
         );
+    }
+
+    /// Registers the node: totals, managed pods, NUMA pinning.
+    fn register_node(&self, registry: &mut Registry) {
         registry.register(
             "node_memory_min_bytes",
             "Sum of pod memory.min on the node (kubelet_memory_qos_node_memory_min_bytes)",
-            m.memory_min.clone(),
+            self.memory_min.clone(),
         );
         registry.register(
             "node_memory_low_bytes",
             "Sum of pod memory.low on the node (kubelet_memory_qos_node_memory_low_bytes)",
-            m.memory_low.clone(),
+            self.memory_low.clone(),
         );
         registry.register(
             "managed_pods",
             "Pods whose cgroups the agent manages",
-            m.managed_pods.clone(),
+            self.managed_pods.clone(),
         );
         registry.register(
             "memory_manager_pinning_requests",
             "NUMA pinning requests of the Static policy (memory_manager_pinning_requests_total)",
-            m.pinning_requests.clone(),
+            self.pinning_requests.clone(),
         );
         registry.register(
             "memory_manager_pinning_errors",
             "NUMA pinning requests refused (memory_manager_pinning_errors_total)",
-            m.pinning_errors.clone(),
+            self.pinning_errors.clone(),
         );
+    }
+
+    /// Registers the managed pods' and containers' signals.
+    fn register_signals(&self, registry: &mut Registry) {
         registry.register(
             "memory_high_events",
             "memory.high crossings (memory.events high) summed over the managed pods of a QoS class",
-            m.high_events.clone(),
+            self.high_events.clone(),
         );
         registry.register(
             "oom_kills",
             "OOM kills (memory.events oom_kill) summed over the managed pods of a QoS class",
-            m.oom_kills.clone(),
+            self.oom_kills.clone(),
         );
         registry.register(
             "memory_pressure_full_avg60",
             "The highest full memory pressure (PSI avg60, percent) among the managed pods of a QoS class",
-            m.full_pressure.clone(),
+            self.full_pressure.clone(),
         );
         registry.register(
             "pod_memory_high_events",
             "memory.high crossings (memory.events high) of a managed pod",
-            m.pod_high_events.clone(),
+            self.pod_high_events.clone(),
         );
         registry.register(
             "pod_oom_kills",
             "OOM kills (memory.events oom_kill) in a managed pod",
-            m.pod_oom_kills.clone(),
+            self.pod_oom_kills.clone(),
         );
         registry.register(
             "container_memory_high_events",
             "memory.high crossings of a managed container (with --per-container-metrics, up to its cap)",
-            m.container_high_events.clone(),
+            self.container_high_events.clone(),
         );
         registry.register(
             "container_oom_kills",
             "OOM kills in a managed container (with --per-container-metrics, up to its cap)",
-            m.container_oom_kills.clone(),
+            self.container_oom_kills.clone(),
         );
         registry.register(
             "containers_not_exported",
             "Managed containers beyond --per-container-metrics-cap, which have no series of their own",
-            m.containers_not_exported.clone(),
+            self.containers_not_exported.clone(),
         );
+    }
+
+    /// Registers the observation and relief.
+    fn register_observation(&self, registry: &mut Registry) {
         registry.register(
             "observed_containers",
             "Managed containers sampled for the observation (working set, memory.peak, memory.high events)",
-            m.observed_containers.clone(),
+            self.observed_containers.clone(),
         );
         registry.register(
             "throttled_containers",
             "Observed containers whose working set stood above memory.high since the revision, or that the kernel throttled (under enforcement: Observe, the memory.high that would be set)",
-            m.throttled_containers.clone(),
+            self.throttled_containers.clone(),
         );
         registry.register(
             "observation_sample_seconds",
             "Time of one observation sample of every managed container",
-            m.observation_sample_seconds.clone(),
+            self.observation_sample_seconds.clone(),
         );
         registry.register(
             "relief_decisions",
             "Relief decisions on containers memory.high chokes, by reason: MemoryHighRelieved, MemoryHighRestored, ReliefRefused",
-            m.reliefs.clone(),
+            self.reliefs.clone(),
         );
         registry.register(
             "relief_watched_containers",
             "Containers watched for relief (memoryQoS.relief)",
-            m.relief_watched.clone(),
+            self.relief_watched.clone(),
         );
         registry.register(
             "relief_polled_containers",
             "Watched containers without a PSI trigger, read on every tick instead",
-            m.relief_polled.clone(),
+            self.relief_polled.clone(),
         );
         registry.register(
             "relief_triggers_fired",
             "Times a container's PSI trigger woke the agent (its memory stalled past the policy's threshold)",
-            m.relief_triggers_fired.clone(),
+            self.relief_triggers_fired.clone(),
         );
         registry.register(
             "relieved_containers",
             "Containers whose memory.high relief raises now",
-            m.relieved.clone(),
+            self.relieved.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     /// A relief decision (its Event reason).

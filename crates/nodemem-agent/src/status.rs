@@ -102,23 +102,15 @@ pub fn status(
     previous: Option<&NodeMemoryConfigStatus>,
     now: &Time,
 ) -> NodeMemoryConfigStatus {
+    let stamp = Stamp {
+        revision,
+        generation,
+        now,
+    };
     let mut s = NodeMemoryConfigStatus {
         observed_revision: previous.and_then(|p| p.observed_revision.clone()),
         node: Some(facts(discovery, None)),
         ..NodeMemoryConfigStatus::default()
-    };
-    let kernel_warning = |warnings: &[Warning]| {
-        warnings
-            .iter()
-            .find(|w| {
-                matches!(
-                    w,
-                    Warning::KernelBeforeLivelockFix { .. }
-                        | Warning::KernelVersionUnknown
-                        | Warning::KernelVersionUnparsable { .. }
-                )
-            })
-            .cloned()
     };
     let mut conditions = Vec::new();
     match outcome {
@@ -129,133 +121,25 @@ pub fn status(
             kubelet,
             observing,
         } => {
-            conditions.push(match conflict {
-                Some(c) => condition(
-                    "KubeletConflict",
-                    true,
-                    c.reason,
-                    c.message.clone(),
-                    generation,
-                    now,
-                ),
-                None => condition(
-                    "KubeletConflict",
-                    false,
-                    "NoConflict",
-                    "the kubelet does not enforce what nodemem does here".to_string(),
-                    generation,
-                    now,
-                ),
-            });
+            conditions.push(conflict_condition(conflict, &stamp));
             s.node = Some(facts(discovery, Some(desired)));
             s.totals = Some(MemoryTotals {
                 memory_min_bytes: desired.totals.memory_min_bytes,
                 memory_low_bytes: desired.totals.memory_low_bytes,
             });
             s.managed_pods = desired.managed_pods() as i32;
-            let kubelet = kubelet.map(KubeletOutcome::applied);
-            if let Some((false, reason, message)) = &kubelet {
-                s.last_error = Some(message.clone());
-                conditions.push(condition(
-                    "Applied",
-                    false,
-                    reason,
-                    format!("revision {revision}: {message}"),
-                    generation,
-                    now,
-                ));
-            } else if let (Some((true, reason, message)), true) = (&kubelet, report.ok()) {
-                s.observed_revision = Some(revision.to_string());
-                conditions.push(condition(
-                    "Applied",
-                    true,
-                    reason,
-                    format!("revision {revision} is enforced by the kubelet: {message}"),
-                    generation,
-                    now,
-                ));
-            } else if report.ok() && observing {
-                s.observed_revision = Some(revision.to_string());
-                conditions.push(condition(
-                    "Applied",
-                    true,
-                    "Observing",
-                    format!(
-                        "revision {revision} is observed on {} pod(s): enforcement: Observe computes what Agent would write and writes nothing",
-                        desired.managed_pods()
-                    ),
-                    generation,
-                    now,
-                ));
-            } else if report.ok() {
-                s.observed_revision = Some(revision.to_string());
-                // Stable between passes: a status write per pass would cost the apiserver
-                // a write per new container (what this pass wrote is in the metrics).
-                conditions.push(condition(
-                    "Applied",
-                    true,
-                    "Applied",
-                    format!(
-                        "revision {revision} is applied to {} pod(s)",
-                        desired.managed_pods()
-                    ),
-                    generation,
-                    now,
-                ));
-            } else {
-                let deferred: Vec<String> = report
-                    .deferred
-                    .iter()
-                    .map(|d| {
-                        format!(
-                            "{} (failed {} time(s); next try in {} s)",
-                            d.error, d.failures, d.retry_in_seconds
-                        )
-                    })
-                    .collect();
-                let errors: Vec<&str> = report
-                    .refused
-                    .iter()
-                    .map(String::as_str)
-                    .chain(report.failed.iter().map(|f| f.error.as_str()))
-                    .chain(deferred.iter().map(String::as_str))
-                    .collect();
-                s.last_error = errors.first().map(|e| e.to_string());
-                conditions.push(condition(
-                    "Applied",
-                    false,
-                    "WriteFailed",
-                    format!(
-                        "revision {revision}: {} write(s) failed (the rest applied): {}",
-                        errors.len(),
-                        errors.join("; ")
-                    ),
-                    generation,
-                    now,
-                ));
-            }
-            conditions.push(match kernel_warning(&desired.warnings) {
-                Some(w) => condition(
-                    "KernelSupported",
-                    false,
-                    w.code(),
-                    w.to_string(),
-                    generation,
-                    now,
-                ),
-                None => condition(
-                    "KernelSupported",
-                    true,
-                    "CgroupV2",
-                    format!("kernel {} with cgroup v2", discovery.kernel_version),
-                    generation,
-                    now,
-                ),
-            });
+            let applied = Applied {
+                desired,
+                report,
+                kubelet: kubelet.map(KubeletOutcome::applied),
+                observing,
+            };
+            conditions.push(applied_condition(&applied, &mut s, &stamp));
+            conditions.push(kernel_condition(&desired.warnings, discovery, &stamp));
         }
         PassOutcome::InvalidConfig(problems) => {
             s.last_error = Some(problems.join("; "));
-            conditions.push(condition(
+            conditions.push(stamp.condition(
                 "Applied",
                 false,
                 "InvalidConfig",
@@ -263,62 +147,193 @@ pub fn status(
                     "revision {revision} is not applied: {}; the previous state stays",
                     problems.join("; ")
                 ),
-                generation,
-                now,
             ));
         }
         PassOutcome::Failed(e) => {
             s.last_error = Some(e.to_string());
-            conditions.push(condition(
+            conditions.push(stamp.condition(
                 "Applied",
                 false,
                 e.category.reason(),
                 format!("revision {revision} is not applied: {e}; the previous state stays"),
-                generation,
-                now,
             ));
         }
     }
-    match health {
-        Some(v) => {
-            s.since_revision = Some(v.signals.clone());
-            conditions.push(condition(
-                "Healthy",
-                v.healthy,
-                v.reason,
-                v.message.clone(),
-                generation,
-                now,
-            ));
-        }
-        None => {
-            // Passes that read no signals (reactions, one pod's event) keep the verdict
-            // of the last whole-node pass on the same revision.
-            let kept = previous
-                .filter(|_| s.observed_revision.as_deref() == Some(revision))
-                .filter(|p| p.observed_revision.as_deref() == Some(revision))
-                .and_then(|p| {
-                    let c = p.conditions.iter().find(|c| c.type_ == "Healthy")?;
-                    Some((c.clone(), p.since_revision.clone()))
-                });
-            match kept {
-                Some((c, since)) => {
-                    s.since_revision = since;
-                    conditions.push(c);
-                }
-                None => conditions.push(condition(
-                    "Healthy",
-                    false,
-                    "NotApplied",
-                    format!("revision {revision} is not applied"),
-                    generation,
-                    now,
-                )),
-            }
-        }
+    conditions.push(health_condition(health, previous, &mut s, &stamp));
+    keep_transition_times(&mut conditions, previous);
+    s.conditions = conditions;
+    s
+}
+
+/// What every condition of one status shares: the revision it speaks of, the config's
+/// generation and the time.
+struct Stamp<'a> {
+    revision: &'a str,
+    generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl Stamp<'_> {
+    fn condition(&self, type_: &str, ok: bool, reason: &str, message: String) -> Condition {
+        condition(type_, ok, reason, message, self.generation, self.now)
     }
-    // A condition keeps its transition time while its status stays.
-    for c in &mut conditions {
+}
+
+/// A pass that applied, as the `Applied` condition reads it.
+struct Applied<'a, 'p> {
+    desired: &'a DesiredNode<'p>,
+    report: &'a ApplyReport,
+    /// The kubelet's side: (applied, reason, message).
+    kubelet: Option<(bool, &'static str, String)>,
+    observing: bool,
+}
+
+fn conflict_condition(conflict: Option<&KubeletConflict>, stamp: &Stamp<'_>) -> Condition {
+    match conflict {
+        Some(c) => stamp.condition("KubeletConflict", true, c.reason, c.message.clone()),
+        None => stamp.condition(
+            "KubeletConflict",
+            false,
+            "NoConflict",
+            "the kubelet does not enforce what nodemem does here".to_string(),
+        ),
+    }
+}
+
+/// `Applied`: by the kubelet, observed, applied, or which writes failed. Sets the
+/// observed revision and the last error as it goes.
+fn applied_condition(
+    applied: &Applied<'_, '_>,
+    s: &mut NodeMemoryConfigStatus,
+    stamp: &Stamp<'_>,
+) -> Condition {
+    let revision = stamp.revision;
+    let report = applied.report;
+    let pods = applied.desired.managed_pods();
+    if let Some((false, reason, message)) = &applied.kubelet {
+        s.last_error = Some(message.clone());
+        return stamp.condition(
+            "Applied",
+            false,
+            reason,
+            format!("revision {revision}: {message}"),
+        );
+    }
+    if !report.ok() {
+        let errors = write_errors(report);
+        s.last_error = errors.first().cloned();
+        return stamp.condition(
+            "Applied",
+            false,
+            "WriteFailed",
+            format!(
+                "revision {revision}: {} write(s) failed (the rest applied): {}",
+                errors.len(),
+                errors.join("; ")
+            ),
+        );
+    }
+    s.observed_revision = Some(revision.to_string());
+    match &applied.kubelet {
+        Some((true, reason, message)) => stamp.condition(
+            "Applied",
+            true,
+            reason,
+            format!("revision {revision} is enforced by the kubelet: {message}"),
+        ),
+        _ if applied.observing => stamp.condition(
+            "Applied",
+            true,
+            "Observing",
+            format!(
+                "revision {revision} is observed on {pods} pod(s): enforcement: Observe computes what Agent would write and writes nothing"
+            ),
+        ),
+        // Stable between passes: a status write per pass would cost the apiserver a
+        // write per new container (what this pass wrote is in the metrics).
+        _ => stamp.condition(
+            "Applied",
+            true,
+            "Applied",
+            format!("revision {revision} is applied to {pods} pod(s)"),
+        ),
+    }
+}
+
+/// Every write that did not happen: refused, failed, or deferred by the backoff.
+fn write_errors(report: &ApplyReport) -> Vec<String> {
+    let deferred = report.deferred.iter().map(|d| {
+        format!(
+            "{} (failed {} time(s); next try in {} s)",
+            d.error, d.failures, d.retry_in_seconds
+        )
+    });
+    report
+        .refused
+        .iter()
+        .cloned()
+        .chain(report.failed.iter().map(|f| f.error.clone()))
+        .chain(deferred)
+        .collect()
+}
+
+fn kernel_condition(warnings: &[Warning], discovery: &Discovery, stamp: &Stamp<'_>) -> Condition {
+    let kernel_warning = warnings.iter().find(|w| {
+        matches!(
+            w,
+            Warning::KernelBeforeLivelockFix { .. }
+                | Warning::KernelVersionUnknown
+                | Warning::KernelVersionUnparsable { .. }
+        )
+    });
+    match kernel_warning {
+        Some(w) => stamp.condition("KernelSupported", false, w.code(), w.to_string()),
+        None => stamp.condition(
+            "KernelSupported",
+            true,
+            "CgroupV2",
+            format!("kernel {} with cgroup v2", discovery.kernel_version),
+        ),
+    }
+}
+
+/// `Healthy` from this pass's verdict; passes that read no signals (reactions, one
+/// pod's event) keep the verdict of the last whole-node pass on the same revision.
+fn health_condition(
+    health: Option<&Verdict>,
+    previous: Option<&NodeMemoryConfigStatus>,
+    s: &mut NodeMemoryConfigStatus,
+    stamp: &Stamp<'_>,
+) -> Condition {
+    let revision = stamp.revision;
+    if let Some(v) = health {
+        s.since_revision = Some(v.signals.clone());
+        return stamp.condition("Healthy", v.healthy, v.reason, v.message.clone());
+    }
+    let kept = previous
+        .filter(|_| s.observed_revision.as_deref() == Some(revision))
+        .filter(|p| p.observed_revision.as_deref() == Some(revision))
+        .and_then(|p| {
+            let c = p.conditions.iter().find(|c| c.type_ == "Healthy")?;
+            Some((c.clone(), p.since_revision.clone()))
+        });
+    match kept {
+        Some((c, since)) => {
+            s.since_revision = since;
+            c
+        }
+        None => stamp.condition(
+            "Healthy",
+            false,
+            "NotApplied",
+            format!("revision {revision} is not applied"),
+        ),
+    }
+}
+
+/// A condition keeps its transition time while its status stays.
+fn keep_transition_times(conditions: &mut [Condition], previous: Option<&NodeMemoryConfigStatus>) {
+    for c in conditions {
         if let Some(p) = previous
             .into_iter()
             .flat_map(|p| &p.conditions)
@@ -327,8 +342,6 @@ pub fn status(
             c.last_transition_time = p.last_transition_time.clone();
         }
     }
-    s.conditions = conditions;
-    s
 }
 
 /// Adds the `StateRecovered` condition when the agent runs on state records it had to

@@ -141,6 +141,46 @@ pub fn build(
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let current = s.config(&name).map(|c| c.spec.policy.as_str());
     let r = governing(&s.policies, &labels, current);
+    let winner = r.winner.as_deref().and_then(|w| s.policy(w));
+    let config = s.config(&name);
+    let policy_revision = winner.and_then(crate::status::target_revision);
+    let rollout_state = match config {
+        None => "NoConfig".to_string(),
+        Some(c) => crate::status::node_state(
+            c,
+            policy_revision.as_deref(),
+            crate::status::min_ready_seconds(winner),
+            crate::status::now_seconds(),
+        ),
+    };
+    let node_pods = node_pods(node, pods, namespaces);
+    let (pods_out, problems) = pod_values(node, config, &node_pods);
+    ExplainReport {
+        node: name,
+        policy: r.winner.clone(),
+        why: why_this_policy(&r),
+        candidates: candidates(s, &labels, &r),
+        config_revision: config.map(|c| c.spec.revision.clone()),
+        policy_revision,
+        rollout_state,
+        handoff: config.and_then(|c| handoff(c, r.winner.as_deref())),
+        conditions: config.map(condition_rows).unwrap_or_default(),
+        enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
+        observation: config
+            .and_then(|c| c.status.as_ref())
+            .and_then(|st| st.observation.clone()),
+        pods: pods_out,
+        problems,
+    }
+}
+
+/// Every policy, and what it is to this node: it governs, does not select it, loses
+/// on priority, ties, or cannot govern (deleted, invalid).
+fn candidates(
+    s: &Snapshot,
+    labels: &std::collections::BTreeMap<String, String>,
+    r: &nodemem_model::resolve::Resolution,
+) -> Vec<Candidate> {
     let winner_priority = r
         .winner
         .as_deref()
@@ -151,7 +191,7 @@ pub fn build(
         .iter()
         .map(|p| {
             let policy = p.metadata.name.clone().unwrap_or_default();
-            let selects = to_selector(&p.spec.node_selector).matches(&labels);
+            let selects = to_selector(&p.spec.node_selector).matches(labels);
             let outcome = if !selects {
                 "does not select".to_string()
             } else if p.metadata.deletion_timestamp.is_some() {
@@ -186,7 +226,12 @@ pub fn build(
             .then(b.priority.cmp(&a.priority))
             .then(a.policy.cmp(&b.policy))
     });
-    let why = match &r.winner {
+    candidates
+}
+
+/// Why the node has the policy it has, in one sentence.
+fn why_this_policy(r: &nodemem_model::resolve::Resolution) -> String {
+    match &r.winner {
         None => "no NodeMemoryPolicy selects this node's labels; nodemem sets nothing here".into(),
         Some(w) if r.matching.len() == 1 => format!("{w} is the only policy that selects it"),
         Some(w) if !r.conflicting.is_empty() => match r.won {
@@ -203,17 +248,13 @@ pub fn build(
             "{w} has the highest priority of the {} policies that select it",
             r.matching.len()
         ),
-    };
+    }
+}
 
-    let config = s.config(&name);
-    let policy_revision = r
-        .winner
-        .as_deref()
-        .and_then(|w| s.policy(w))
-        .and_then(crate::status::target_revision);
-    let config_revision = config.map(|c| c.spec.revision.clone());
-    let conditions: Vec<ConditionRow> = config
-        .and_then(|c| c.status.as_ref())
+fn condition_rows(config: &nodemem_api::NodeMemoryConfig) -> Vec<ConditionRow> {
+    config
+        .status
+        .as_ref()
         .map(|st| {
             st.conditions
                 .iter()
@@ -225,19 +266,16 @@ pub fn build(
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let rollout_state = match config {
-        None => "NoConfig".to_string(),
-        Some(c) => crate::status::node_state(
-            c,
-            policy_revision.as_deref(),
-            crate::status::min_ready_seconds(r.winner.as_deref().and_then(|w| s.policy(w))),
-            crate::status::now_seconds(),
-        ),
-    };
-    let handoff = config.and_then(|c| handoff(c, r.winner.as_deref()));
+        .unwrap_or_default()
+}
 
-    let node_pods = node_pods(node, pods, namespaces);
+/// The values the agent writes for each pod under the node's config (as the agent
+/// computes them); without a usable config, the pods unmanaged and why.
+fn pod_values(
+    node: &core::Node,
+    config: Option<&nodemem_api::NodeMemoryConfig>,
+    node_pods: &crate::node_view::NodePods,
+) -> (Vec<PodValues>, Vec<String>) {
     let mut problems = node_pods.problems.clone();
     let settings = config.map(config_settings);
     let facts = node_facts(node, config);
@@ -258,52 +296,8 @@ pub fn build(
         }
         None => None,
     };
-    let value = |v: &nodemem_model::cgroup::CgroupValues, f: &str| v.get(f).map(|x| x.render());
-    let pods_out: Vec<PodValues> = match &computed {
-        Some(d) => d
-            .pods
-            .iter()
-            .map(|p| {
-                let pinned = p.pinned_nodes();
-                PodValues {
-                    namespace: p.namespace.to_string(),
-                    name: p.name.to_string(),
-                    qos_class: p.qos.as_str().to_string(),
-                    admission: match &p.admission {
-                        Admission::Managed => "Managed".into(),
-                        Admission::OptedOut => "OptedOut".into(),
-                        Admission::Rejected(r) => format!("Rejected: {r}"),
-                    },
-                    memory_min: value(&p.values, MEMORY_MIN),
-                    memory_low: value(&p.values, MEMORY_LOW),
-                    // memory.high is set per container (KEP-2570): the distinct values
-                    // of the containers, in container order.
-                    memory_high: value(&p.values, MEMORY_HIGH).or_else(|| {
-                        let mut highs: Vec<String> = Vec::new();
-                        for c in &p.containers {
-                            if let Some(h) = value(&c.values, MEMORY_HIGH) {
-                                if !highs.contains(&h) {
-                                    highs.push(h);
-                                }
-                            }
-                        }
-                        (!highs.is_empty()).then(|| highs.join(","))
-                    }),
-                    cpuset_mems: (!pinned.is_empty()).then(|| {
-                        p.containers
-                            .iter()
-                            .find_map(|c| c.values.get(CPUSET_MEMS).map(|v| v.render()))
-                            .unwrap_or_else(|| {
-                                pinned
-                                    .iter()
-                                    .map(|n| n.to_string())
-                                    .collect::<Vec<_>>()
-                                    .join(",")
-                            })
-                    }),
-                }
-            })
-            .collect(),
+    let values = match &computed {
+        Some(d) => d.pods.iter().map(computed_pod_values).collect(),
         None => node_pods
             .pods
             .iter()
@@ -321,22 +315,48 @@ pub fn build(
             })
             .collect(),
     };
-    ExplainReport {
-        node: name,
-        policy: r.winner.clone(),
-        why,
-        candidates,
-        config_revision,
-        policy_revision,
-        rollout_state,
-        handoff,
-        conditions,
-        enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
-        observation: config
-            .and_then(|c| c.status.as_ref())
-            .and_then(|st| st.observation.clone()),
-        pods: pods_out,
-        problems,
+    (values, problems)
+}
+
+fn computed_pod_values(p: &nodemem_model::node::PodOutcome<'_>) -> PodValues {
+    let value = |v: &nodemem_model::cgroup::CgroupValues, f: &str| v.get(f).map(|x| x.render());
+    let pinned = p.pinned_nodes();
+    PodValues {
+        namespace: p.namespace.to_string(),
+        name: p.name.to_string(),
+        qos_class: p.qos.as_str().to_string(),
+        admission: match &p.admission {
+            Admission::Managed => "Managed".into(),
+            Admission::OptedOut => "OptedOut".into(),
+            Admission::Rejected(r) => format!("Rejected: {r}"),
+        },
+        memory_min: value(&p.values, MEMORY_MIN),
+        memory_low: value(&p.values, MEMORY_LOW),
+        // memory.high is set per container (KEP-2570): the distinct values
+        // of the containers, in container order.
+        memory_high: value(&p.values, MEMORY_HIGH).or_else(|| {
+            let mut highs: Vec<String> = Vec::new();
+            for c in &p.containers {
+                if let Some(h) = value(&c.values, MEMORY_HIGH) {
+                    if !highs.contains(&h) {
+                        highs.push(h);
+                    }
+                }
+            }
+            (!highs.is_empty()).then(|| highs.join(","))
+        }),
+        cpuset_mems: (!pinned.is_empty()).then(|| {
+            p.containers
+                .iter()
+                .find_map(|c| c.values.get(CPUSET_MEMS).map(|v| v.render()))
+                .unwrap_or_else(|| {
+                    pinned
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+        }),
     }
 }
 
