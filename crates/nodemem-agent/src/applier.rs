@@ -5,18 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use nodemem_apply::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
-use nodemem_apply::numa_state;
-use nodemem_apply::state::StateDir;
+use nodemem_apply::kubelet::{KubeletFileError, KubeletFiles, KubeletSettings, OwnDropIn};
+use nodemem_apply::numa_state::{self, NumaStateError};
+use nodemem_apply::state::{StateDir, StateError};
 use nodemem_apply::units::{held_values, UnitProperty, UnitValue};
 use nodemem_apply::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
-use nodemem_cgroup::discover::{discover, Discovery};
+use nodemem_cgroup::discover::{discover, Discovery, DiscoveryError};
 use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
 use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
+use nodemem_model::problem::Problem;
 
 const OWNERSHIP_FILE: &str = "ownership.json";
 const OWNERSHIP_KIND: &str = "ownership";
@@ -64,26 +65,73 @@ impl WriteMode {
     }
 }
 
-/// A failure of one enforcement pass: its category and one line per problem.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApplyError {
-    pub category: Category,
-    pub problems: Vec<String>,
+/// Why a pass did not apply, with its source kept; [`ApplyError::category`] gives the
+/// condition reason and metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("discovery: {0}")]
+    Discovery(#[source] DiscoveryError),
+    /// The kubelet's configuration could not be read (its eviction threshold and
+    /// Memory Manager are part of the computation).
+    #[error(transparent)]
+    KubeletFiles(KubeletFileError),
+    #[error(transparent)]
+    State(StateError),
+    /// The saved Memory Manager state does not fit the node or the settings.
+    #[error(transparent)]
+    MemoryManagerState(NumaStateError),
+    #[error("{}", joined(.0))]
+    Unsatisfiable(Vec<Unsatisfiable>),
+}
+
+/// What the node cannot carry out of its settings.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unsatisfiable {
+    #[error("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied")]
+    NoMemoryController,
+    #[error("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer")]
+    StaticWithoutCpuset,
+    #[error("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none")]
+    StaticWithoutNuma,
+    #[error("this node cannot satisfy it: {0}")]
+    ReservedMemory(Problem),
 }
 
 impl ApplyError {
-    fn one(category: Category, problem: impl Into<String>) -> Self {
-        ApplyError {
-            category,
-            problems: vec![problem.into()],
+    pub fn category(&self) -> Category {
+        match self {
+            ApplyError::Discovery(_) | ApplyError::KubeletFiles(_) => Category::Discovery,
+            ApplyError::State(_) | ApplyError::MemoryManagerState(_) => Category::State,
+            ApplyError::Unsatisfiable(_) => Category::Unsatisfiable,
         }
+    }
+
+    /// One line per problem (the CLI prints each on its own).
+    pub fn problems(&self) -> Vec<String> {
+        match self {
+            ApplyError::Unsatisfiable(problems) => {
+                problems.iter().map(ToString::to_string).collect()
+            }
+            other => vec![other.to_string()],
+        }
+    }
+
+    fn reserved_memory(NodeError::ReservedMemory(problems): NodeError) -> Self {
+        ApplyError::Unsatisfiable(
+            problems
+                .into_iter()
+                .map(Unsatisfiable::ReservedMemory)
+                .collect(),
+        )
     }
 }
 
-impl fmt::Display for ApplyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.problems.join("; "))
-    }
+fn joined(problems: &[Unsatisfiable]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A state record the engine could not trust, and what it did instead of stopping
@@ -280,12 +328,10 @@ impl NodeApplier {
     /// Discovers the node and loads what nodemem owns from the state directory.
     pub fn open(config: &ApplierConfig) -> Result<Self, ApplyError> {
         nodemem_cgroup::fs::raise_open_file_limit();
-        let discovery = discover(&config.roots, config.cgroup_driver)
-            .map_err(|e| ApplyError::one(Category::Discovery, format!("discovery: {e}")))?;
-        let state = StateDir::open(&config.state_dir)
-            .map_err(|e| ApplyError::one(Category::State, e.to_string()))?;
-        let state_error =
-            |e: nodemem_apply::StateError| ApplyError::one(Category::State, e.to_string());
+        let discovery =
+            discover(&config.roots, config.cgroup_driver).map_err(ApplyError::Discovery)?;
+        let state = StateDir::open(&config.state_dir).map_err(ApplyError::State)?;
+        let state_error = ApplyError::State;
         // An unusable record stops nothing: it is set aside and re-derived (the agent
         // must not keep a node unenforced over a torn file). An I/O error does.
         let mut recoveries = Vec::new();
@@ -376,11 +422,11 @@ impl NodeApplier {
             Ok(Some(_)) => "does not hold what the agent last wrote".to_string(),
             Ok(None) => "was removed".to_string(),
             Err(e) if e.is_unusable() => e.to_string(),
-            Err(e) => return Err(ApplyError::one(Category::State, e.to_string())),
+            Err(e) => return Err(ApplyError::State(e)),
         };
         self.state
             .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.saved_owned)
-            .map_err(|e| ApplyError::one(Category::State, e.to_string()))?;
+            .map_err(ApplyError::State)?;
         let record = self.state.path(OWNERSHIP_FILE).display().to_string();
         let problem = if problem.starts_with(&record) {
             problem
@@ -509,7 +555,7 @@ impl NodeApplier {
             self.kubelet = Some(
                 self.kubelet_files
                     .read(OwnDropIn::OnDisk)
-                    .map_err(|e| ApplyError::one(Category::Discovery, e.to_string()))?,
+                    .map_err(ApplyError::KubeletFiles)?,
             );
         }
         self.set_allocatable(allocatable);
@@ -525,13 +571,7 @@ impl NodeApplier {
             pods,
             memory_manager: saved,
         })
-        .map_err(|NodeError::ReservedMemory(problems)| ApplyError {
-            category: Category::Unsatisfiable,
-            problems: problems
-                .iter()
-                .map(|p| format!("this node cannot satisfy it: {p}"))
-                .collect(),
-        })?;
+        .map_err(ApplyError::reserved_memory)?;
         self.apply_relief(&mut desired);
         self.conflict = self
             .kubelet
@@ -623,13 +663,7 @@ impl NodeApplier {
             pods,
             memory_manager: None,
         })
-        .map_err(|NodeError::ReservedMemory(problems)| ApplyError {
-            category: Category::Unsatisfiable,
-            problems: problems
-                .iter()
-                .map(|p| format!("this node cannot satisfy it: {p}"))
-                .collect(),
-        })
+        .map_err(ApplyError::reserved_memory)
     }
 
     /// The Node's allocatable memory, and the kubelet's hard eviction threshold from
@@ -649,7 +683,7 @@ impl NodeApplier {
         desired: &DesiredNode<'_>,
         static_policy: bool,
     ) -> Result<(), ApplyError> {
-        let err = |e: nodemem_apply::StateError| ApplyError::one(Category::State, e.to_string());
+        let err = ApplyError::State;
         if self.owned != self.saved_owned {
             self.state
                 .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
@@ -697,7 +731,7 @@ impl NodeApplier {
                 let set_aside = self
                     .state
                     .set_aside(file, unix_seconds())
-                    .map_err(|e| ApplyError::one(Category::State, e.to_string()))?;
+                    .map_err(ApplyError::State)?;
                 let record = self.state.path(file).display().to_string();
                 self.note_recovery(Recovery {
                     record,
@@ -708,7 +742,7 @@ impl NodeApplier {
                 });
                 None
             }
-            Err(e) => return Err(ApplyError::one(Category::State, e.to_string())),
+            Err(e) => return Err(ApplyError::MemoryManagerState(e)),
         };
         self.saved_manager = loaded.clone();
         Ok(loaded)
@@ -787,23 +821,20 @@ fn pods_reach(
 fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), ApplyError> {
     let mut problems = Vec::new();
     if settings.memory_qos.enabled && !d.has_controller("memory") {
-        problems.push("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied".to_string());
+        problems.push(Unsatisfiable::NoMemoryController);
     }
     if settings.memory_manager.policy == MemoryManagerPolicy::Static {
         if !d.has_controller("cpuset") {
-            problems.push("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer".to_string());
+            problems.push(Unsatisfiable::StaticWithoutCpuset);
         }
         if d.topology.is_none() {
-            problems.push("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none".to_string());
+            problems.push(Unsatisfiable::StaticWithoutNuma);
         }
     }
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(ApplyError {
-            category: Category::Unsatisfiable,
-            problems,
-        })
+        Err(ApplyError::Unsatisfiable(problems))
     }
 }
 
@@ -914,5 +945,29 @@ mod tests {
             settings.enforcement = other;
             assert_eq!(*cgroup_settings(&settings), off(), "{other:?} writes none");
         }
+    }
+
+    #[test]
+    fn an_unsatisfiable_node_says_each_problem_and_its_category() {
+        let e = ApplyError::Unsatisfiable(vec![
+            Unsatisfiable::NoMemoryController,
+            Unsatisfiable::StaticWithoutNuma,
+        ]);
+        assert_eq!(e.category(), Category::Unsatisfiable);
+        assert_eq!(e.category().reason(), "CannotSatisfy");
+        let problems = e.problems();
+        assert_eq!(problems.len(), 2);
+        assert!(problems[1].starts_with("the Static memoryManager policy needs NUMA nodes"));
+        assert_eq!(e.to_string(), problems.join("; "));
+        let state = ApplyError::MemoryManagerState(NumaStateError::State(StateError::Io {
+            path: "/state/numa.json".into(),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied"),
+        }));
+        assert_eq!(state.category(), Category::State);
+        assert_eq!(state.problems(), vec![state.to_string()]);
+        assert!(
+            std::error::Error::source(&state).is_some(),
+            "the source is kept"
+        );
     }
 }

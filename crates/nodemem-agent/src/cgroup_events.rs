@@ -66,14 +66,28 @@ pub fn sort_changes(
 }
 
 /// Watches the kubepods tree under `root` and streams what changed.
+/// The kubepods tree could not be watched.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupWatchError {
+    #[error("cannot watch {}: {source}", path.display())]
+    Watch {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the cgroup watcher: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 pub fn watch_cgroups(
     root: std::path::PathBuf,
     top: CgroupPath,
     driver: CgroupDriver,
     records: RuntimeRecords,
-) -> Result<impl Stream<Item = CgroupChanges> + Send, String> {
-    let mut tree = TreeWatcher::new(&root, &top)
-        .map_err(|e| format!("cannot watch {}: {e}", root.join(top.as_str()).display()))?;
+) -> Result<impl Stream<Item = CgroupChanges> + Send, CgroupWatchError> {
+    let mut tree = TreeWatcher::new(&root, &top).map_err(|source| CgroupWatchError::Watch {
+        path: root.join(top.as_str()),
+        source,
+    })?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::Builder::new()
         .name("cgroup-watch".into())
@@ -94,7 +108,7 @@ pub fn watch_cgroups(
                 }
             }
         })
-        .map_err(|e| format!("cannot start the cgroup watcher: {e}"))?;
+        .map_err(CgroupWatchError::Thread)?;
     Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
 

@@ -16,7 +16,7 @@ use nodemem_apply::kubelet::{
 use nodemem_apply::state::StateDir;
 use nodemem_model::kubelet_dropin::{render, DropInOwner, KubeletRefusal};
 use nodemem_model::policy::PolicySettings;
-use nodemem_systemd::{BusAddress, Systemd};
+use nodemem_systemd::{BusAddress, Systemd, SystemdError};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -127,6 +127,59 @@ struct Record {
     restart_pending: bool,
     /// The Memory Manager state must be gone when the kubelet restarts.
     remove_memory_manager_state: bool,
+}
+
+/// Why a kubelet restart did not bring the kubelet back; [`RestartError::reason`] is
+/// the condition reason.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    #[error("the restart command {command:?} did not finish within {seconds} s")]
+    CommandTimedOut { command: String, seconds: u64 },
+    #[error("cannot run the restart command {command:?}: {source}")]
+    CommandNotRun {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("the restart command {command:?} failed ({status}): {stderr_tail}")]
+    CommandFailed {
+        command: String,
+        status: std::process::ExitStatus,
+        stderr_tail: String,
+    },
+    #[error("cannot restart {unit}: {}", joined(.failures))]
+    SystemdUnreachable {
+        unit: String,
+        failures: Vec<SystemdError>,
+    },
+    #[error(transparent)]
+    RestartUnit(SystemdError),
+    #[error(
+        "{what} within {seconds} s of the restart; check the kubelet's log (journalctl -u kubelet)"
+    )]
+    NotBack { what: &'static str, seconds: u64 },
+    #[error("the kubelet was restarted but {url} did not answer 200 within {seconds} s ({answer}); check the kubelet's log (journalctl -u kubelet)")]
+    HealthzSilent {
+        url: String,
+        seconds: u64,
+        answer: String,
+    },
+}
+
+impl RestartError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RestartError::NotBack { .. } | RestartError::HealthzSilent { .. } => "KubeletNotBack",
+            _ => "KubeletRestartFailed",
+        }
+    }
+}
+
+fn joined(failures: &[SystemdError]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 pub struct KubeletMode {
@@ -310,7 +363,8 @@ impl KubeletMode {
                     message: format!("{done}; the kubelet was restarted"),
                 }
             }
-            Err((reason, message)) => {
+            Err(e) => {
+                let (reason, message) = (e.reason(), e.to_string());
                 self.failures += 1;
                 let wait = RETRY_FIRST
                     .saturating_mul(1 << self.failures.min(8).saturating_sub(1))
@@ -344,7 +398,7 @@ impl KubeletMode {
     }
 
     /// Restarts the kubelet, then waits for it to be back, all within the timeout.
-    async fn restart(&self, by: &RestartBy) -> Result<(), (&'static str, String)> {
+    async fn restart(&self, by: &RestartBy) -> Result<(), RestartError> {
         let restart = &self.config.restart;
         let deadline = Instant::now() + restart.timeout;
         match by {
@@ -361,14 +415,12 @@ impl KubeletMode {
         loop {
             match healthz(url).await {
                 Ok(()) => return Ok(()),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err((
-                        "KubeletNotBack",
-                        format!(
-                            "the kubelet was restarted but {url} did not answer 200 within {} s ({e}); check the kubelet's log (journalctl -u kubelet)",
-                            restart.timeout.as_secs()
-                        ),
-                    ))
+                Err(answer) if Instant::now() >= deadline => {
+                    return Err(RestartError::HealthzSilent {
+                        url: url.clone(),
+                        seconds: restart.timeout.as_secs(),
+                        answer,
+                    })
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
@@ -382,7 +434,7 @@ impl KubeletMode {
         &self,
         before: Option<SystemTime>,
         deadline: Instant,
-    ) -> Result<(), (&'static str, String)> {
+    ) -> Result<(), RestartError> {
         let restart = &self.config.restart;
         let mut seen: Option<(SystemTime, Instant)> = None;
         // Whether any new kubelet ran meanwhile: the last look may fall between two of
@@ -408,20 +460,17 @@ impl KubeletMode {
                 } else {
                     "no new kubelet process started"
                 };
-                return Err((
-                    "KubeletNotBack",
-                    format!(
-                        "{what} within {} s of the restart; check the kubelet's log (journalctl -u kubelet)",
-                        restart.timeout.as_secs()
-                    ),
-                ));
+                return Err(RestartError::NotBack {
+                    what,
+                    seconds: restart.timeout.as_secs(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
     /// Runs the restart command to its end.
-    async fn run_command(&self, command: &str) -> Result<(), (&'static str, String)> {
+    async fn run_command(&self, command: &str) -> Result<(), RestartError> {
         let restart = &self.config.restart;
         let run = tokio::process::Command::new("/bin/sh")
             .arg("-c")
@@ -431,19 +480,16 @@ impl KubeletMode {
             .output();
         let output = match tokio::time::timeout(restart.timeout, run).await {
             Err(_) => {
-                return Err((
-                    "KubeletRestartFailed",
-                    format!(
-                        "the restart command {command:?} did not finish within {} s",
-                        restart.timeout.as_secs()
-                    ),
-                ))
+                return Err(RestartError::CommandTimedOut {
+                    command: command.to_string(),
+                    seconds: restart.timeout.as_secs(),
+                })
             }
-            Ok(Err(e)) => {
-                return Err((
-                    "KubeletRestartFailed",
-                    format!("cannot run the restart command {command:?}: {e}"),
-                ))
+            Ok(Err(source)) => {
+                return Err(RestartError::CommandNotRun {
+                    command: command.to_string(),
+                    source,
+                })
             }
             Ok(Ok(o)) => o,
         };
@@ -458,31 +504,28 @@ impl KubeletMode {
                 .into_iter()
                 .rev()
                 .collect();
-            return Err((
-                "KubeletRestartFailed",
-                format!(
-                    "the restart command {command:?} failed ({}): {tail}",
-                    output.status
-                ),
-            ));
+            return Err(RestartError::CommandFailed {
+                command: command.to_string(),
+                status: output.status,
+                stderr_tail: tail,
+            });
         }
         Ok(())
     }
 }
 
 /// `RestartUnit(unit, "replace")` at the first of `systemd` that answers.
-async fn restart_unit(unit: &str, systemd: &[BusAddress]) -> Result<(), (&'static str, String)> {
+async fn restart_unit(unit: &str, systemd: &[BusAddress]) -> Result<(), RestartError> {
     let conn = Systemd::connect_any(systemd).await.map_err(|failures| {
-        let why: Vec<String> = failures.iter().map(ToString::to_string).collect();
-        (
-            "KubeletRestartFailed",
-            format!("cannot restart {unit}: {}", why.join("; ")),
-        )
+        RestartError::SystemdUnreachable {
+            unit: unit.to_string(),
+            failures,
+        }
     })?;
     conn.restart_unit(unit)
         .await
         .map(drop)
-        .map_err(|e| ("KubeletRestartFailed", e.to_string()))
+        .map_err(RestartError::RestartUnit)
 }
 
 fn failed(reason: &'static str, e: KubeletFileError) -> KubeletOutcome {
@@ -976,5 +1019,27 @@ mod mode_tests {
             .unwrap()
             .next()
             .is_none());
+    }
+
+    #[test]
+    fn a_restart_error_keeps_its_source_and_names_its_reason() {
+        let e = RestartError::CommandNotRun {
+            command: "systemctl restart kubelet".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no /bin/sh"),
+        };
+        assert_eq!(e.reason(), "KubeletRestartFailed");
+        assert_eq!(
+            e.to_string(),
+            "cannot run the restart command \"systemctl restart kubelet\": no /bin/sh"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        let e = RestartError::NotBack {
+            what: "no new kubelet process started",
+            seconds: 30,
+        };
+        assert_eq!(e.reason(), "KubeletNotBack");
+        assert!(e
+            .to_string()
+            .starts_with("no new kubelet process started within 30 s"));
     }
 }

@@ -115,7 +115,10 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let kubeconfig = args.kubeconfig.clone();
     runtime.block_on(async move {
         let client = nodemem_plumbing::kubeclient::client(kubeconfig.as_deref(), None).await?;
-        agent.run(client).await.map_err(CliError::one)
+        agent
+            .run(client)
+            .await
+            .map_err(|e| CliError::one(e.to_string()))
     })?;
     Ok(Outcome::default())
 }

@@ -550,7 +550,10 @@ impl nodemem_plumbing::endpoints::Endpoints for Metrics {
 }
 
 /// Serves /metrics, /healthz and /readyz on `addr`; returns the bound address.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+) -> Result<SocketAddr, nodemem_plumbing::endpoints::ServeError> {
     nodemem_plumbing::endpoints::serve(addr, metrics).await
 }
 

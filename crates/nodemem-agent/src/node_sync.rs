@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use crate::applier::{
     cgroup_settings, ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction, WriteMode,
 };
-use crate::cgroup_events::watch_cgroups;
+use crate::cgroup_events::{watch_cgroups, CgroupWatchError};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig};
 use crate::metrics::{self, Metrics, Trigger};
 use crate::relief::Relief;
@@ -50,6 +50,17 @@ const MAX_BATCH: usize = 1000;
 const BATCH_WAIT: Duration = Duration::from_millis(1);
 const LAST_KNOWN_FILE: &str = "last-known.json";
 const LAST_KNOWN_KIND: &str = "last-known";
+
+/// Why the agent's loop stopped (the process exits and the DaemonSet restarts it).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Serve(#[from] nodemem_plumbing::endpoints::ServeError),
+    #[error(transparent)]
+    CgroupWatch(#[from] CgroupWatchError),
+    #[error("the watch streams ended")]
+    WatchesEnded,
+}
 
 pub struct NodeSync {
     pub node_name: String,
@@ -104,7 +115,7 @@ impl NodeSync {
         }
     }
 
-    pub async fn run(self, client: Client) -> Result<(), String> {
+    pub async fn run(self, client: Client) -> Result<(), RunError> {
         if let Some(addr) = self.metrics_addr {
             let bound = metrics::serve(addr, self.metrics.clone()).await?;
             info!(%bound, "serving /metrics, /healthz and /readyz");
@@ -151,7 +162,7 @@ impl NodeSync {
             self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
         }
-        Err("the watch streams ended".to_string())
+        Err(RunError::WatchesEnded)
     }
 
     /// The pass a batch asks for, and what it leaves to remember.
@@ -203,7 +214,7 @@ impl NodeSync {
         client: &Client,
         engine: &NodeApplier,
         fired: tokio::sync::mpsc::UnboundedReceiver<String>,
-    ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, String> {
+    ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, CgroupWatchError> {
         let node = &self.node_name;
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
         let configs = watch(
@@ -346,9 +357,9 @@ impl NodeSync {
                             .as_ref()
                             .and_then(|s| s.observed_revision.clone()),
                         conditions: vec![
-                            not("Applied", e.category.reason()),
+                            not("Applied", e.category().reason()),
                             not("Healthy", "NotApplied"),
-                            not("KernelSupported", e.category.reason()),
+                            not("KernelSupported", e.category().reason()),
                         ],
                         last_error: Some(e.to_string()),
                         ..NodeMemoryConfigStatus::default()

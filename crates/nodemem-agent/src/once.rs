@@ -52,9 +52,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             WriteMode::dry_run(args.dry_run),
             Reach::Node,
         )
-        .map_err(|e| match e.category {
+        .map_err(|e| match e.category() {
             Category::Unsatisfiable => CliError::many(
-                e.problems
+                e.problems()
                     .iter()
                     .map(|p| format!("{}: {p}", inputs.config_name))
                     .collect(),
@@ -161,7 +161,7 @@ fn follow(
 }
 
 fn apply_error(e: ApplyError) -> CliError {
-    CliError::many(e.problems)
+    CliError::many(e.problems())
 }
 
 /// The engine's settings from the command line.

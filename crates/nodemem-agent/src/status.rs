@@ -154,7 +154,7 @@ pub fn status(
             conditions.push(stamp.condition(
                 "Applied",
                 false,
-                e.category.reason(),
+                e.category().reason(),
                 format!("revision {revision} is not applied: {e}; the previous state stays"),
             ));
         }

@@ -185,13 +185,13 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         if let Some(addr) = metrics_addr {
             let bound = nodemem_plumbing::endpoints::serve(addr, controller.metrics.clone())
                 .await
-                .map_err(CliError::one)?;
+                .map_err(|e| CliError::one(e.to_string()))?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
         let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
         if !args.leader_elect {
             return tokio::select! {
-                r = controller.run(client.clone()) => r.map_err(CliError::one),
+                r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
                 () = stand_down::stopped() => {
                     stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                     Ok(())
@@ -218,7 +218,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         // Whichever ends first: losing the Lease stops this replica (its pod restarts
         // as a follower) so two never write at once.
         tokio::select! {
-            r = controller.run(client.clone()) => r.map_err(CliError::one),
+            r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
             () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
             () = stand_down::stopped() => {
                 stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;

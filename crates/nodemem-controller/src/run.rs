@@ -40,6 +40,13 @@ enum Update {
     Tick,
 }
 
+/// Why the controller's loop stopped (the process exits and its Deployment restarts it).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the watch streams ended")]
+    WatchesEnded,
+}
+
 /// The three watches' progress: decisions wait until all three have listed.
 #[derive(Default)]
 struct ControllerWatches {
@@ -91,7 +98,7 @@ fn rfc3339(secs: i64) -> String {
 }
 
 impl Controller {
-    pub async fn run(&self, client: Client) -> Result<(), String> {
+    pub async fn run(&self, client: Client) -> Result<(), RunError> {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -205,7 +212,7 @@ impl Controller {
             self.metrics.reconciled(started.elapsed().as_secs_f64());
             dirty = false;
         }
-        Err("the watch streams ended".to_string())
+        Err(RunError::WatchesEnded)
     }
 
     /// Cordons and drains the nodes a Kubelet-mode Memory Manager change needs drained

@@ -50,14 +50,24 @@ fn route(e: &dyn Endpoints, req: &Request<hyper::body::Incoming>) -> Response<Fu
 }
 
 /// Serves the endpoints on `addr` until the process ends; returns the bound address.
+/// The endpoints could not be served.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} for /metrics: {source}")]
+pub struct ServeError {
+    pub addr: SocketAddr,
+    pub source: std::io::Error,
+}
+
 pub async fn serve<E: Endpoints>(
     addr: SocketAddr,
     endpoints: Arc<E>,
-) -> Result<SocketAddr, String> {
+) -> Result<SocketAddr, ServeError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr} for /metrics: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|source| ServeError { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| ServeError { addr, source })?;
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
