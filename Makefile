@@ -49,13 +49,13 @@ unit:
 apiserver:
 	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
-	  $(CARGO) test -p nodemem --features apiserver-tests --test apiserver --locked
+	  $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked
 
 ## soak: the churn soak on one node for 10 minutes (make test runs 1 minute)
 soak:
 	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
-	  NODEMEM_SOAK_SECONDS=600 $(CARGO) test -p nodemem --features apiserver-tests --test apiserver --locked \
+	  NODEMEM_SOAK_SECONDS=600 $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked \
 	    -- --nocapture churn_soak
 
 ## image: the container image as an OCI layout (static binary, no container engine)
@@ -66,13 +66,13 @@ image:
 image-check:
 	NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
 	  export NODEMEM_IMAGE_LAYOUT && \
-	  $(CARGO) test -p nodemem --features image-tests --test image --locked
+	  $(CARGO) test -p nodemem-e2e --features image-tests --test image --locked
 
 ## vm: tests inside a real Linux kernel (qemu, two NUMA nodes, cgroup v2)
 vm:
 	NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL && \
-	  $(CARGO) test -p nodemem --features vm-tests --test vm_kernel --test vm_agent --locked
+	  $(CARGO) test -p nodemem-e2e --features vm-tests --test vm_kernel --test vm_agent --locked
 
 # What the real-node tests need: the control plane, the project's image, the kernel.
 NODE_ENV = NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
@@ -86,13 +86,13 @@ NODE_ENV = NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.
 ## nodemem installed on it from its image
 node:
 	$(NODE_ENV) && \
-	  $(CARGO) test -p nodemem --features node-tests --test real_node --locked -- --nocapture
+	  $(CARGO) test -p nodemem-e2e --features node-tests --test real_node --locked -- --nocapture
 
 ## bench-node: the reaction to 60 real container starts on the systemd-driver real node
 ## (BENCHMARKS.md); the rest of that node's test runs as in `make node`
 bench-node:
 	$(NODE_ENV) && \
-	  NODEMEM_REACTION_PODS=60 $(CARGO) test -p nodemem --features node-tests --test real_node --locked \
+	  NODEMEM_REACTION_PODS=60 $(CARGO) test -p nodemem-e2e --features node-tests --test real_node --locked \
 	    -- --nocapture a_real_systemd_driver_node
 
 ## real-node: a control plane and one real node for manual use, until Ctrl-C

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::agent::{
     applied_on, configs, expected_on, set_config_on, simulated_node, spawn_agent, tree_mismatches,
 };
-use crate::common::{admin, cluster, condition, create_pod, until};
+use crate::common::{admin, cluster, condition, create_pod, eventually};
 
 const NODE: &str = "state-record-1";
 const NS: &str = "state-record";
@@ -84,7 +84,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
     let predicted = expected_on(&client, NODE, CgroupDriver::Systemd, qos.clone()).await;
     let no_logs = || String::new();
     // What the node holds before nodemem (once the fake kubelet made every cgroup).
-    let untouched = until(
+    let untouched = eventually(
         "the pods' cgroups",
         Duration::from_secs(60),
         &no_logs,
@@ -107,7 +107,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
     let mut agent = spawn_agent(NODE, tree.root(), dir.path(), &kubeconfig, "agent.log");
     applied_on(&client, NODE, &agent, "rev-1").await;
     let logs = || agent_log(dir.path());
-    until(
+    eventually(
         "the predicted values",
         Duration::from_secs(30),
         &logs,
@@ -120,7 +120,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
 
     // 1. Torn under the running agent: written again from memory at the next resync.
     std::fs::write(&record, &intact[..intact.len() / 2]).unwrap();
-    let c = until(
+    let c = eventually(
         "StateRewritten",
         Duration::from_secs(30),
         &logs,
@@ -161,7 +161,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
     std::fs::write(tree.root().join(&drifted).join("memory.low"), "0").unwrap();
     let mut agent = spawn_agent(NODE, tree.root(), dir.path(), &kubeconfig, "agent-2.log");
     let logs = || agent_log(dir.path());
-    let c = until(
+    let c = eventually(
         "StateRederived",
         Duration::from_secs(60),
         &logs,
@@ -187,7 +187,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
             )),
         "{message}"
     );
-    until(
+    eventually(
         "the drift repaired",
         Duration::from_secs(30),
         &logs,
@@ -196,7 +196,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
     .await;
     assert!(tree_mismatches(&tree, &predicted).is_empty());
     let events: Api<Event> = Api::all(client.clone());
-    let told = until(
+    let told = eventually(
         "the StateRederived Event",
         Duration::from_secs(30),
         &logs,
@@ -219,7 +219,7 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
         .delete(NODE, &Default::default())
         .await
         .unwrap();
-    until(
+    eventually(
         "every value given back",
         Duration::from_secs(30),
         &logs,

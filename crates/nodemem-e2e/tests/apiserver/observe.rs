@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::agent::{
     app_cgroup, apply_config, configs, expected_on, simulated_node, spawn_agent, tree_mismatches,
 };
-use crate::common::{admin, cluster, condition, create_pod, until};
+use crate::common::{admin, cluster, condition, create_pod, eventually};
 
 const NODE: &str = "observe-1";
 const NS: &str = "observe-pods";
@@ -35,7 +35,7 @@ async fn reported(
     reason: &str,
     logs: &dyn Fn() -> String,
 ) -> Value {
-    until(
+    eventually(
         &format!("{revision} reported {reason}"),
         Duration::from_secs(60),
         logs,
@@ -76,7 +76,7 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     let qos = json!({"throttlingFactor": 0.8, "reservationPolicy": "TieredReservation"});
     let predicted = expected_on(&client, NODE, CgroupDriver::Systemd, qos.clone()).await;
     let no_logs = || String::new();
-    let untouched: BTreeMap<(String, String), String> = until(
+    let untouched: BTreeMap<(String, String), String> = eventually(
         "the pods' cgroups",
         Duration::from_secs(60),
         &no_logs,
@@ -102,7 +102,7 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     // Agent: enforced.
     set(&client, "rev-1", "Agent", &qos).await;
     let enforced = reported(&client, "rev-1", "Applied", &logs).await;
-    until("the values", Duration::from_secs(30), &logs, async || {
+    eventually("the values", Duration::from_secs(30), &logs, async || {
         tree_mismatches(&tree, &predicted).is_empty().then_some(())
     })
     .await;
@@ -110,7 +110,7 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     // Observe: everything given back, and the status says what Agent would write.
     set(&client, "rev-2", "Observe", &qos).await;
     let observed = reported(&client, "rev-2", "Observing", &logs).await;
-    until(
+    eventually(
         "every value given back",
         Duration::from_secs(30),
         &logs,
@@ -146,7 +146,7 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     let would_be_high = nodemem_model::factor::ThrottlingFactor::from_f64(0.8)
         .unwrap()
         .memory_high(64 * MI, 256 * MI, 4096);
-    let observation = until(
+    let observation = eventually(
         "the observation in status",
         Duration::from_secs(60),
         &logs,
@@ -220,7 +220,7 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     // Agent again: enforced again.
     set(&client, "rev-3", "Agent", &qos).await;
     reported(&client, "rev-3", "Applied", &logs).await;
-    until(
+    eventually(
         "the values again",
         Duration::from_secs(30),
         &logs,

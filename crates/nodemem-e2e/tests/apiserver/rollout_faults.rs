@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
 use crate::common::{
-    condition, create_namespace, next_config, node_states, own_control_plane, policies, pool_nodes,
-    reports_good, spawn_controller, until, watch_configs, ControllerProcess,
+    condition, create_namespace, eventually, next_config, node_states, own_control_plane, policies,
+    pool_nodes, reports_good, spawn_controller, watch_configs, ControllerProcess,
 };
 
 const NS: &str = "rollout-pods";
@@ -197,7 +197,7 @@ async fn an_agent_cut_off_holds_its_slot_fails_at_the_deadline_with_the_reason_a
         json!({"maxUnavailable": 2, "progressDeadlineSeconds": 20, "maxFailures": 1}),
     )
     .await;
-    let first = until("the first rollout", wait_long(), &logs, async || {
+    let first = eventually("the first rollout", wait_long(), &logs, async || {
         bed.ready("cut", 4, None).await
     })
     .await;
@@ -288,7 +288,7 @@ async fn an_agent_cut_off_holds_its_slot_fails_at_the_deadline_with_the_reason_a
         "{message}"
     );
     let events: Api<Event> = Api::all(bed.client.clone());
-    let told = until("the NodeFailed Event", wait_long(), &logs, async || {
+    let told = eventually("the NodeFailed Event", wait_long(), &logs, async || {
         let list = events.list(&Default::default()).await.ok()?;
         list.items.into_iter().find(|e| {
             e.reason.as_deref() == Some("NodeFailed")
@@ -323,7 +323,7 @@ async fn an_agent_cut_off_holds_its_slot_fails_at_the_deadline_with_the_reason_a
     let accepted = proxy.accepted();
     proxy.restore();
     let restored = Instant::now();
-    until(
+    eventually(
         "the pool Ready after the restore",
         wait_long(),
         &logs,
@@ -401,7 +401,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
     {
         let logs = || bed.logs(&[]);
         for (name, n) in [("del", 3), ("gone", 2), ("mva", 3), ("mvb", 1), ("edit", 3)] {
-            until(&format!("{name} Ready"), wait_long(), &logs, async || {
+            eventually(&format!("{name} Ready"), wait_long(), &logs, async || {
                 bed.ready(name, n, None).await
             })
             .await;
@@ -413,7 +413,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
     let new = bed.set_factor("del", 0.7).await;
     {
         let logs = || bed.logs(&["del-1"]);
-        until("del-1 updating", wait_long(), &logs, async || {
+        eventually("del-1 updating", wait_long(), &logs, async || {
             (bed.spec_revision("del-1").await? == new).then_some(())
         })
         .await;
@@ -425,7 +425,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
     drop(bed.agents.remove("del-1"));
     {
         let logs = || bed.logs(&["del-2"]);
-        let s = until("del Ready on two nodes", wait_long(), &logs, async || {
+        let s = eventually("del Ready on two nodes", wait_long(), &logs, async || {
             bed.ready("del", 2, Some(&new)).await
         })
         .await;
@@ -448,7 +448,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
     let new = bed.set_factor("gone", 0.7).await;
     {
         let logs = || bed.logs(&["gone-1", "gone-2"]);
-        until("gone-1 updating", wait_long(), &logs, async || {
+        eventually("gone-1 updating", wait_long(), &logs, async || {
             (bed.spec_revision("gone-1").await? == new).then_some(())
         })
         .await;
@@ -457,7 +457,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
             .await
             .unwrap();
         for node in ["gone-1", "gone-2"] {
-            until(
+            eventually(
                 &format!("{node} given back"),
                 wait_long(),
                 &logs,
@@ -480,7 +480,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
         .to_string();
     {
         let logs = || bed.logs(&["mva-2"]);
-        until("mva-2 updating", wait_long(), &logs, async || {
+        eventually("mva-2 updating", wait_long(), &logs, async || {
             (bed.spec_revision("mva-2").await? == new_a).then_some(())
         })
         .await;
@@ -492,11 +492,11 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
             )
             .await
             .unwrap();
-        until("mva Ready on two nodes", wait_long(), &logs, async || {
+        eventually("mva Ready on two nodes", wait_long(), &logs, async || {
             bed.ready("mva", 2, Some(&new_a)).await
         })
         .await;
-        until("mvb Ready on two nodes", wait_long(), &logs, async || {
+        eventually("mvb Ready on two nodes", wait_long(), &logs, async || {
             bed.ready("mvb", 2, Some(&b_revision)).await
         })
         .await;
@@ -505,7 +505,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
             Some(("mvb".into(), b_revision.clone(), true))
         );
         let want = bed.predicted("mva-2", 0.6).await;
-        until("mva-2 holds mvb's values", wait_long(), &logs, async || {
+        eventually("mva-2 holds mvb's values", wait_long(), &logs, async || {
             tree_mismatches(&bed.trees["mva-2"], &want)
                 .is_empty()
                 .then_some(())
@@ -577,7 +577,7 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
         }
         done.insert(name, r == last && reports_good(&c));
     }
-    until(
+    eventually(
         "edit Ready on the last revision",
         wait_long(),
         &logs,

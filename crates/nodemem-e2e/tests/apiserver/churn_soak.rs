@@ -24,7 +24,7 @@ use serde_json::json;
 use crate::agent::{
     agent_command_resync, expected_on, set_config_on, simulated_node, tree_mismatches, AgentProcess,
 };
-use crate::common::{admin, cluster, until};
+use crate::common::{admin, cluster, eventually};
 
 const NODE: &str = "soak-1";
 const NS: &str = "soak";
@@ -84,7 +84,7 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
         crate::common::create_pod(&pods, pod(n)).await;
     }
     let predicted = async || expected_on(&client, NODE, CgroupDriver::Systemd, qos.clone()).await;
-    until(
+    eventually(
         "the 250 pods' values",
         Duration::from_secs(120),
         &logs,
@@ -168,7 +168,7 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
     let churned = created.load(Ordering::SeqCst) - PRESENT;
 
     // Quiet: the whole tree, QoS and node level included, as predicted.
-    until(
+    eventually(
         "the whole tree as predicted after the churn",
         Duration::from_secs(60),
         &logs,

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{app_cgroup, spawn_agent, AgentProcess};
 use crate::common::{
-    create_namespace, create_pod, dynamic, own_control_plane, pool_nodes, spawn_controller, until,
+    create_namespace, create_pod, dynamic, eventually, own_control_plane, pool_nodes,
+    spawn_controller,
 };
 
 const MI: i64 = 1 << 20;
@@ -105,7 +106,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
         for (i, mib) in ws.iter().enumerate() {
             let path = app_cgroup(&pods, &format!("app-{node}-{i}")).await;
             let tree = &trees[*node];
-            until(
+            eventually(
                 "the pod's container cgroup",
                 Duration::from_secs(60),
                 &logs,
@@ -119,7 +120,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
 
     // Six containers seen, but a day of observation is the default: nothing yet, and
     // the status says what is missing.
-    let waiting = until(
+    let waiting = eventually(
         "too little evidence",
         Duration::from_secs(90),
         &logs,
@@ -154,7 +155,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
         )
         .await
         .unwrap();
-    let r = until(
+    let r = eventually(
         "a recommendation",
         Duration::from_secs(90),
         &logs,
@@ -197,7 +198,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
     // Through kubectl, as a user types it.
     let plugin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_nodemem"),
+        nodemem_e2e::nodemem(),
         plugin_dir.path().join("kubectl-nodemem"),
     )
     .unwrap();
@@ -249,7 +250,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
         &["apply", "-f", file.to_str().unwrap()],
     );
     assert_eq!(applied.code, 0, "{}", applied.stderr);
-    until(
+    eventually(
         "the new factor observed",
         Duration::from_secs(90),
         &logs,

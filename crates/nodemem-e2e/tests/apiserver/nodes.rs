@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -31,15 +31,14 @@ async fn namespace(client: &Client) {
     .unwrap();
 }
 
-async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn wait_for<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    nodemem_e2e::eventually(
+        what,
+        Duration::from_secs(60),
+        &nodemem_e2e::no_context,
+        check,
+    )
+    .await
 }
 
 async fn running(api: &Api<Pod>, name: &str) -> Pod {

@@ -23,8 +23,8 @@ use serde_json::json;
 
 use crate::agent::{configs, expected_on, tree_mismatches, AgentProcess};
 use crate::common::{
-    condition, create_namespace, own_control_plane, policies, pool_nodes, reports_good,
-    spawn_controller, until,
+    condition, create_namespace, eventually, own_control_plane, policies, pool_nodes, reports_good,
+    spawn_controller,
 };
 
 const POOL: &str = "outage";
@@ -166,14 +166,14 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         )
         .await
         .unwrap();
-    let first = until(
+    let first = eventually(
         "the first rollout",
         Duration::from_secs(90),
         &logs,
         async || rolled_out(&client).await,
     )
     .await;
-    until(
+    eventually(
         "the values on both nodes",
         Duration::from_secs(30),
         &logs,
@@ -211,7 +211,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     let held = std::fs::read_to_string(drifted.join("memory.low")).unwrap();
     assert_ne!(held.trim(), "0", "{}", drifted.display());
     std::fs::write(drifted.join("memory.low"), "0").unwrap();
-    until(
+    eventually(
         "the drift repaired while the apiserver is down",
         Duration::from_secs(20),
         &logs,
@@ -264,7 +264,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     // jittered, reset after 2 min quiet), and a watch resumed on the restarted
     // apiserver gets 410 Expired once before it lists again: kind to a struggling
     // apiserver, slow to come back (measured and documented in docs/reliability.md).
-    until(
+    eventually(
         "the new pod reported",
         Duration::from_secs(180),
         &logs,
@@ -275,7 +275,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     )
     .await;
     let reconnect = back.elapsed();
-    until(
+    eventually(
         "the values after the outage",
         Duration::from_secs(30),
         &logs,
@@ -351,7 +351,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     let churned = churn.await.unwrap();
     edits.await.unwrap();
     set_factor(&client, 0.95).await.unwrap();
-    let last = until(
+    let last = eventually(
         "the last revision everywhere",
         Duration::from_secs(120),
         &logs,
@@ -370,7 +370,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
         let factor = &c.data["spec"]["memoryQoS"]["throttlingFactor"];
         assert_eq!(factor, 0.95, "{node}\n{}", logs());
     }
-    until(
+    eventually(
         "every pod's values after the etcd restart",
         Duration::from_secs(60),
         &logs,

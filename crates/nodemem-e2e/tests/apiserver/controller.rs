@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{spawn_agent, AgentProcess};
 use crate::common::{
-    condition, create_namespace, create_pod, dynamic, node_states, own_control_plane, pool_nodes,
-    reports_good, spawn_controller, until,
+    condition, create_namespace, create_pod, dynamic, eventually, node_states, own_control_plane,
+    pool_nodes, reports_good, spawn_controller,
 };
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
@@ -31,7 +31,7 @@ async fn wait<T>(
     logs: &dyn Fn() -> String,
     check: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    until(what, Duration::from_secs(90), logs, check).await
+    eventually(what, Duration::from_secs(90), logs, check).await
 }
 
 fn policy(name: &str, factor: f64, rollout: Value) -> Value {

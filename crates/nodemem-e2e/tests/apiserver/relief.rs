@@ -17,7 +17,7 @@ use nodemem_testkit::Identity;
 use serde_json::json;
 
 use crate::agent::{app_cgroup, apply_config, configs, simulated_node, spawn_agent};
-use crate::common::{admin, cluster, condition, create_pod, until};
+use crate::common::{admin, cluster, condition, create_pod, eventually};
 
 const NODE: &str = "relief-1";
 const NS: &str = "relief-pods";
@@ -57,7 +57,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         app_cgroup(&pods, "thrash").await,
         app_cgroup(&pods, "cache").await,
     );
-    until(
+    eventually(
         "the containers' cgroups",
         Duration::from_secs(60),
         &logs,
@@ -77,7 +77,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
     )
     .await;
     let high = (160 * MI).to_string();
-    until(
+    eventually(
         "memory.high written",
         Duration::from_secs(60),
         &logs,
@@ -95,7 +95,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
     }
     let started = std::time::Instant::now();
     let raised = (256 * MI).to_string();
-    until(
+    eventually(
         "thrash relieved",
         Duration::from_secs(60),
         &logs,
@@ -107,7 +107,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         "relieved after {:?}: sooner than sustainedSeconds",
         started.elapsed()
     );
-    let relieved = until(
+    let relieved = eventually(
         "the MemoryHighRelieved event",
         Duration::from_secs(30),
         &logs,
@@ -126,7 +126,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         "{note}"
     );
     assert_eq!(relieved.type_.as_deref(), Some("Warning"));
-    let status = until(
+    let status = eventually(
         "relief in status",
         Duration::from_secs(30),
         &logs,
@@ -152,14 +152,14 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
     assert_eq!(tree.read(&thrash, "memory.high").unwrap(), raised);
 
     // Ten seconds later it goes back, and still choking it is reported, not relieved.
-    until(
+    eventually(
         "memory.high restored",
         Duration::from_secs(60),
         &logs,
         async || (tree.read(&thrash, "memory.high").ok()? == high).then_some(()),
     )
     .await;
-    until(
+    eventually(
         "the MemoryHighRestored event",
         Duration::from_secs(30),
         &logs,
@@ -170,7 +170,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         },
     )
     .await;
-    let refused = until(
+    let refused = eventually(
         "the ReliefRefused event",
         Duration::from_secs(60),
         &logs,
@@ -212,7 +212,7 @@ async fn a_choking_container_is_relieved_then_restored_then_reported() {
         "low 0\nhigh 12\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
     )
     .unwrap();
-    let observation = until(
+    let observation = eventually(
         "throttling measured",
         Duration::from_secs(30),
         &logs,

@@ -27,7 +27,7 @@ use crate::common::repo;
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn nodemem() -> &'static str {
-    env!("CARGO_BIN_EXE_nodemem")
+    nodemem_e2e::nodemem().to_str().expect("a UTF-8 path")
 }
 
 /// What a command printed and how it exited.

@@ -1,7 +1,7 @@
 //! Shared setup: the process-wide control plane with nodemem's CRDs installed.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -11,9 +11,7 @@ use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_testkit::{ControlPlane, Identity};
 
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+pub use nodemem_e2e::repo_root as repo;
 
 /// The shared control plane, CRDs from `crds/` installed and Established.
 pub fn cluster() -> &'static ControlPlane {
@@ -71,27 +69,7 @@ pub async fn create_app_pod(api: &Api<Pod>, node: &str, request: &str, limit: &s
     .await
 }
 
-/// Polls `check` every 100 ms until it gives a value; after `timeout` the test fails
-/// with `what` and the logs.
-pub async fn until<T>(
-    what: &str,
-    timeout: std::time::Duration,
-    logs: &dyn Fn() -> String,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            logs()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
+pub use nodemem_e2e::eventually;
 
 /// A control plane of the test's own (for tests that govern every node, or stop the
 /// apiserver), with nodemem's CRDs and the agent's and controller's RBAC installed.
@@ -154,7 +132,7 @@ pub fn spawn_controller_with(
     log: &std::path::Path,
     extra: &[&str],
 ) -> ControllerProcess {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+    let child = std::process::Command::new(nodemem_e2e::nodemem())
         .args([
             "controller",
             "--tick-seconds",

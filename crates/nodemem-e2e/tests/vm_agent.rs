@@ -18,12 +18,7 @@ use nodemem_testkit::vm::Vm;
 use serde_json::Value;
 
 fn repo_file(path: &str) -> String {
-    std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(path),
-    )
-    .unwrap()
+    std::fs::read_to_string(nodemem_e2e::repo_root().join(path)).unwrap()
 }
 
 fn example_pods() -> Vec<Value> {
@@ -292,10 +287,7 @@ echo "=== end"
     );
     let vm = Vm::new()
         .expect("VM prerequisites")
-        .with_binary(
-            std::path::Path::new(env!("CARGO_BIN_EXE_nodemem")),
-            "nodemem",
-        )
+        .with_binary(nodemem_e2e::nodemem(), "nodemem")
         .with_file("/etc/config.yaml", config_text.as_bytes(), 0o644)
         .with_file("/etc/static.yaml", static_text.as_bytes(), 0o644)
         .with_file("/etc/off.yaml", off_text.as_bytes(), 0o644)

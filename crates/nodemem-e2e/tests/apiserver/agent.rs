@@ -25,7 +25,7 @@ use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
 use crate::authority::apply_manifest;
-use crate::common::{admin, cluster, condition, create_namespace, create_pod, until};
+use crate::common::{admin, cluster, condition, create_namespace, create_pod, eventually};
 
 const NODE: &str = "agent-node-1";
 const NS: &str = "agent-pods";
@@ -140,7 +140,7 @@ pub(crate) async fn wait_for<T>(
     check: impl AsyncFnMut() -> Option<T>,
 ) -> T {
     let logs = || format!("agent log:\n{}", agent.log());
-    until(what, Duration::from_secs(60), &logs, check).await
+    eventually(what, Duration::from_secs(60), &logs, check).await
 }
 
 /// The config's status once it reports `revision` applied.
@@ -169,7 +169,7 @@ pub(crate) async fn applied_with_logs(
     logs: &dyn Fn() -> String,
 ) -> Value {
     let what = format!("revision {revision} applied");
-    until(&what, Duration::from_secs(60), logs, async || {
+    eventually(&what, Duration::from_secs(60), logs, async || {
         let c = configs(client.clone()).get_status(node).await.ok()?;
         let status = c.data.get("status")?.clone();
         let applied = condition(&status, "Applied")?["status"] == "True";
@@ -747,7 +747,7 @@ pub(crate) fn agent_command_resync(
 ) -> Command {
     std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
     std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodemem"));
+    let mut cmd = Command::new(nodemem_e2e::nodemem());
     cmd.args(nodemem_testkit::bed::agent_args(
         node,
         cgroup_root,

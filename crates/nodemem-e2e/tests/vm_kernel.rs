@@ -61,10 +61,9 @@ echo "nodemem=$(nodemem --version)"
 
 #[test]
 fn cgroup_v2_memory_and_cpuset_on_a_real_kernel() {
-    let vm = Vm::new().expect("VM prerequisites").with_binary(
-        std::path::Path::new(env!("CARGO_BIN_EXE_nodemem")),
-        "nodemem",
-    );
+    let vm = Vm::new()
+        .expect("VM prerequisites")
+        .with_binary(nodemem_e2e::nodemem(), "nodemem");
     let out = vm.run(CGROUP_SCRIPT).expect("the VM runs the script");
     assert_eq!(out.exit_code, 0, "script failed:\n{}", out.output);
     let v = values(&out.output);

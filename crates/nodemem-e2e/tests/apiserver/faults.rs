@@ -28,7 +28,7 @@ use crate::agent::{
     agent_command, applied_with_logs, expected_on, node_without_kubelet, set_config_on,
     tree_mismatches,
 };
-use crate::common::{admin, cluster, create_pod, until};
+use crate::common::{admin, cluster, create_pod, eventually};
 
 const NODE: &str = "fault-kill-1";
 const NS: &str = "fault-kill";
@@ -331,7 +331,7 @@ async fn an_agent_killed_mid_apply_converges_and_never_protects_a_child_above_it
         )
         .await;
     }
-    until(
+    eventually(
         "every pod running",
         Duration::from_secs(120),
         &String::new,

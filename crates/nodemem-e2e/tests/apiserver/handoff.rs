@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{app_cgroup, spawn_agents};
 use crate::common::{
-    condition, create_app_pod, create_namespace, dynamic, longest_outside, own_control_plane,
-    pool_nodes, reports_good, spawn_controller_with, until, Sampler,
+    condition, create_app_pod, create_namespace, dynamic, eventually, longest_outside,
+    own_control_plane, pool_nodes, reports_good, spawn_controller_with, Sampler,
 };
 
 const NODES: [&str; 3] = ["ho-1", "ho-2", "ho-3"];
@@ -52,7 +52,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     let agents = spawn_agents(&cp, &trees, dir.path()).await;
     let plugin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_nodemem"),
+        nodemem_e2e::nodemem(),
         plugin_dir.path().join("kubectl-nodemem"),
     )
     .unwrap();
@@ -134,14 +134,14 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     };
 
     create(policy("ho-general", "ho", 0, 0.9, 2)).await;
-    until(
+    eventually(
         "ho-general on every node",
         Duration::from_secs(90),
         &logs,
         async || all_on("ho-general").await,
     )
     .await;
-    let (meta, _) = until(
+    let (meta, _) = eventually(
         "the handoff finalizer",
         Duration::from_secs(30),
         &logs,
@@ -169,7 +169,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
             .delete("ho-1", &DeleteParams::default())
             .await
             .unwrap();
-        until(
+        eventually(
             &format!("round {round}: the re-created config of ho-1 reported"),
             Duration::from_secs(20),
             &logs,
@@ -207,7 +207,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     create(policy("ho-overlap", "ho", 1, 0.8, 2)).await;
     // Two nodes on the override (the third waits for a slot): handing them back takes
     // ho-general's rollout at least one minReadySeconds.
-    let overlap_high = until(
+    let overlap_high = eventually(
         "the override on two nodes",
         Duration::from_secs(60),
         &logs,
@@ -238,7 +238,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         user(&["delete", "nmp", "ho-overlap", "--wait=false"]).code,
         0
     );
-    let wide = until(
+    let wide = eventually(
         "ho-overlap Releasing",
         Duration::from_secs(30),
         &logs,
@@ -254,14 +254,14 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         header.ends_with(&["REVISION", "TARGET", "LEAVING"]),
         "{wide}"
     );
-    until(
+    eventually(
         "the override gone",
         Duration::from_secs(90),
         &logs,
         async || status_of("ho-overlap").await.is_none().then_some(()),
     )
     .await;
-    until(
+    eventually(
         "ho-general on every node again",
         Duration::from_secs(60),
         &logs,
@@ -334,7 +334,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         )
         .await
         .unwrap();
-    until(
+    eventually(
         "every node released",
         Duration::from_secs(90),
         &logs,
@@ -362,7 +362,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         .collect();
     eprintln!("a shrinking selector released the nodes {gaps:?} s apart");
     assert!(gaps.iter().all(|g| *g >= 1.5), "one at a time: {gaps:?}");
-    until(
+    eventually(
         "ho-general settled",
         Duration::from_secs(30),
         &logs,
@@ -387,7 +387,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         )
         .await
         .unwrap();
-    until(
+    eventually(
         "ho-general back on every node",
         Duration::from_secs(60),
         &logs,
@@ -422,7 +422,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         .delete("ho-general", &DeleteParams::default())
         .await
         .unwrap();
-    until(
+    eventually(
         "one node released, the rest held",
         Duration::from_secs(30),
         &logs,
@@ -444,7 +444,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         "{}",
         now.stdout
     );
-    until(
+    eventually(
         "ho-general gone, every node released",
         Duration::from_secs(30),
         &logs,
@@ -468,7 +468,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
                 .any(|f| f == nodemem_api::HANDOFF_FINALIZER),
         )
     };
-    until("ho-kept held", Duration::from_secs(30), &logs, async || {
+    eventually("ho-kept held", Duration::from_secs(30), &logs, async || {
         held().await.filter(|h| *h)
     })
     .await;
@@ -478,7 +478,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         .unwrap()
         .contains("another controller follows"));
     controller = start_controller();
-    until(
+    eventually(
         "the restarted controller leads",
         Duration::from_secs(30),
         &logs,
@@ -488,7 +488,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         },
     )
     .await;
-    until(
+    eventually(
         "ho-kept on every node",
         Duration::from_secs(60),
         &logs,
@@ -510,7 +510,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         .delete("ho-kept", &DeleteParams::default())
         .await
         .unwrap();
-    until(
+    eventually(
         "ho-kept deleted with no controller",
         Duration::from_secs(30),
         &logs,

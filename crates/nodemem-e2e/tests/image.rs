@@ -83,9 +83,7 @@ fn the_image_is_a_valid_oci_layout_with_a_static_nodemem_that_runs() {
     let config = json(&blob(&layout, &manifest["config"]));
 
     // The Dockerfile's entrypoint and user.
-    let dockerfile =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../Dockerfile"))
-            .unwrap();
+    let dockerfile = std::fs::read_to_string(nodemem_e2e::repo_root().join("Dockerfile")).unwrap();
     assert!(dockerfile.contains("ENTRYPOINT [\"/nodemem\"]"));
     assert!(dockerfile.contains("USER 65532:65532"));
     assert_eq!(
@@ -146,7 +144,7 @@ fn the_image_is_a_valid_oci_layout_with_a_static_nodemem_that_runs() {
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("nodemem {version}")
     );
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crds");
+    let crds = nodemem_e2e::repo_root().join("crds");
     let check = Command::new(&bin)
         .args(["crds", "--check"])
         .arg(&crds)

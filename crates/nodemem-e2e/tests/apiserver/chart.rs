@@ -100,7 +100,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
     // Every flag the chart passes is one the controller has.
-    let help = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+    let help = Command::new(nodemem_e2e::nodemem())
         .args(["controller", "--help"])
         .output()
         .unwrap();
@@ -138,7 +138,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
             "--deployment=nodemem-controller"
         ]
     );
-    let help = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+    let help = Command::new(nodemem_e2e::nodemem())
         .args(["stand-down", "--help"])
         .output()
         .unwrap();
@@ -244,7 +244,7 @@ fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
 #[tokio::test]
 async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     let spec = BedSpec {
-        nodemem: env!("CARGO_BIN_EXE_nodemem").into(),
+        nodemem: nodemem_e2e::nodemem().into(),
         repo: repo(),
         pools: vec![PoolSpec::new("chart", 2)],
         agent_resync_seconds: 5,
@@ -505,7 +505,7 @@ async fn uninstall_leaves_no_policy_terminating(bed: &mut Bed, controller_kubeco
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let args = hook.spec.unwrap().containers[0].args.clone().unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+    let mut command = std::process::Command::new(nodemem_e2e::nodemem())
         .args(&args)
         .env("KUBECONFIG", controller_kubeconfig)
         .stdout(std::process::Stdio::piped())

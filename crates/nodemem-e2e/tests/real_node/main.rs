@@ -91,30 +91,14 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Polls `check` until it returns Some, or None once `timeout` passed.
-async fn within<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if started.elapsed() > timeout {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+/// Polls `check` every second (the node's checks read the VM) until it returns Some,
+/// or None once `timeout` passed.
+async fn within<T>(timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    nodemem_e2e::within(timeout, Duration::from_secs(1), check).await
 }
 
 /// Polls `check` until it returns Some; fails the test once `timeout` passed.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
+async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> T {
     within(timeout, check)
         .await
         .unwrap_or_else(|| panic!("{what}: not within {timeout:?}"))
@@ -256,7 +240,7 @@ async fn install_nodemem(
     args.extend(controller_args.iter().map(|a| a.to_string()));
     let controller = Process::spawn(
         "controller",
-        Path::new(env!("CARGO_BIN_EXE_nodemem")),
+        nodemem_e2e::nodemem(),
         &args,
         &work.path().join("controller.log"),
     )
@@ -690,7 +674,7 @@ fn simulate_node(
         .unwrap(),
     )
     .unwrap();
-    let sim = std::process::Command::new(env!("CARGO_BIN_EXE_nodemem"))
+    let sim = std::process::Command::new(nodemem_e2e::nodemem())
         .args(["simulate", "--policy"])
         .arg(policy)
         .arg("--kubelet-config")

@@ -1,0 +1,127 @@
+//! What every end-to-end tier shares: where the repository is, the `nodemem` binary the
+//! tests run (built as it ships, the binary's own crate), and one way to wait for
+//! something to become true.
+//!
+//! The tiers are this crate's integration tests, each behind its feature
+//! (`apiserver-tests`, `image-tests`, `vm-tests`, `node-tests`); how to start a bed is
+//! `nodemem_testkit`'s.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `nodemem` binary, built once per test process from the workspace as it is now
+/// (a no-op when `make` built it already), so a tier never runs a stale binary.
+pub fn nodemem() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(build_nodemem)
+}
+
+fn build_nodemem() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The whole workspace, as `make build` builds it: the binary then has the
+    // dependencies' features the other tiers' builds use, and nothing is built twice.
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--workspace", "--bins", "--locked"])
+        .current_dir(repo_root())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build of the nodemem binary failed");
+    // The test executable is target/<profile>/deps/<name>: the binary is two up.
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let binary = profile_dir.join("nodemem");
+    assert!(binary.exists(), "{} after the build", binary.display());
+    binary
+}
+
+/// Polls `check` every `every` until it gives a value; None once `timeout` passed.
+pub async fn within<T>(
+    timeout: Duration,
+    every: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Polls `check` every 100 ms until it gives a value; after `timeout` the test fails
+/// with `what` and what `context` says (a process's log, say).
+pub async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    context: &dyn Fn() -> String,
+    check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    match within(timeout, Duration::from_millis(100), check).await {
+        Some(v) => v,
+        None => panic!("timed out waiting for {what}\n{}", context()),
+    }
+}
+
+/// No context for a failure message.
+pub fn no_context() -> String {
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn within_gives_the_first_value_or_none_after_the_timeout() {
+        let mut calls = 0;
+        let got = within(
+            Duration::from_secs(5),
+            Duration::from_millis(1),
+            async || {
+                calls += 1;
+                (calls == 3).then_some(calls)
+            },
+        )
+        .await;
+        assert_eq!(got, Some(3));
+        let never = within(
+            Duration::from_millis(20),
+            Duration::from_millis(5),
+            async || None::<()>,
+        )
+        .await;
+        assert_eq!(never, None);
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "timed out waiting for the answer\nthe log says 42")]
+    async fn eventually_fails_with_what_and_its_context() {
+        let context = || "the log says 42".to_string();
+        eventually(
+            "the answer",
+            Duration::from_millis(10),
+            &context,
+            async || None::<u32>,
+        )
+        .await;
+    }
+
+    #[test]
+    fn the_repository_root_holds_the_workspace() {
+        assert!(repo_root().join("Cargo.toml").exists());
+        assert!(repo_root().join("crates/nodemem-e2e").exists());
+    }
+}
