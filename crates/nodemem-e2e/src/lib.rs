@@ -6,6 +6,8 @@
 //! (`apiserver-tests`, `image-tests`, `vm-tests`, `node-tests`); how to start a bed is
 //! `nodemem_testkit`'s.
 
+pub mod phases;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1 as core;
 use kube::api::{Api, ListParams};
 use nodemem_api::NodeMemoryConfig;
-use nodemem_testkit::binaries::{control_plane_binaries, repo_root};
+use nodemem_e2e::phases::Phases;
+use nodemem_e2e::repo_root;
+use nodemem_testkit::binaries::control_plane_binaries;
 use nodemem_testkit::clients::kubectl;
 use nodemem_testkit::process::Process;
 use nodemem_testkit::real_node::{Driver, NodeImage, RealNode, RealNodeSpec};
@@ -68,7 +70,13 @@ fn container_dir(driver: Driver, pod_dir: &str, id: &str) -> String {
     }
 }
 
+mod install;
+mod kubelet_reference;
 mod numa;
+mod observation;
+mod owners;
+mod reaction;
+mod relief;
 
 /// One real node at a time: two VMs under TCG on two cores slow each other past the
 /// timeouts.
@@ -104,6 +112,20 @@ async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -
         .unwrap_or_else(|| panic!("{what}: not within {timeout:?}"))
 }
 
+/// What the phases read of the test bed.
+struct Bed<'a> {
+    cp: &'a ControlPlane,
+    driver: Driver,
+    client: kube::Client,
+}
+
+impl Bed<'_> {
+    fn admin(&self) -> &Path {
+        self.cp.admin_kubeconfig()
+    }
+}
+
+/// A node boots and joins; then each phase is reported on its own (`Phases`).
 fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
     let _one = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cp = ControlPlane::start().expect("control plane");
@@ -119,55 +141,147 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         let client = cp.client(&Identity::Admin).await.unwrap();
         node_ready(&client, name).await;
         eprintln!("{name} Ready {:?} after qemu started", started.elapsed());
-
-        the_kubelets_memory_qos_is_nodemems_prediction(&cp, &mut node, driver, &client).await;
+        let bed = Bed {
+            cp: &cp,
+            driver,
+            client,
+        };
+        let mut phases = Phases::new(name);
+        phases
+            .run("kubelet-reference", &[], || {
+                kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
+                    bed.cp,
+                    &mut node,
+                    driver,
+                    &bed.client,
+                )
+            })
+            .await;
         // From here on nodemem enforces: the kubelet's own Memory QoS goes off (with it
         // on, nodemem would leave those files to the kubelet: KubeletConflict).
         spec.kubelet = kubelets_memory_qos(false);
-        restart_kubelet_with(&mut node, &spec, &client).await;
-
-        let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-        let pod: core::Pod = serde_json::from_value(json!({
-            "metadata": {"name": "workload"},
-            "spec": {
-                "nodeName": name,
-                "containers": [{
-                    "name": "w", "image": "nodemem.local/workload:1", "imagePullPolicy": "Never",
-                    "args": ["-allocate", "64Mi"],
-                    "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "256Mi"}}
-                }]
-            }
-        }))
-        .unwrap();
-        nodemem_testkit::clients::create_pod(&pods, &pod).await.unwrap();
-        let running = within(Duration::from_secs(180), || async {
-            let p = pods.get("workload").await.ok()?;
-            let status = p.status.as_ref()?;
-            if status.phase.as_deref() != Some("Running") {
-                return None;
-            }
-            let id = status.container_statuses.as_ref()?.first()?.container_id.clone()?;
-            Some((p.metadata.uid.clone()?, id))
-        })
-        .await;
-        let Some((uid, container_id)) = running else {
-            let status = pods.get("workload").await.map(|p| p.status);
-            let (journal, _) = node
-                .run("journalctl -u kubelet -u containerd --no-pager | grep -iE 'error|fail|warn' | tail -40")
-                .unwrap_or_default();
-            panic!("pod workload not Running within 180s: {status:?}\nnode journal:\n{journal}");
-        };
-        let id = container_id
-            .strip_prefix("containerd://")
-            .expect("a containerd container ID");
-        let dir = container_dir(driver, &pod_dir(driver, "Burstable", &uid), id);
-        let (out, code) = node.run(&format!("cat {dir}/memory.current")).unwrap();
-        assert_eq!(code, 0, "{out}");
-        let current: u64 = out.trim().parse().expect(&out);
-        assert!(current >= 64 << 20, "memory.current {current} holds the 64Mi the workload touched");
-
-        install_nodemem_and_check_its_agent(&cp, &mut node, driver, &client).await;
+        phases
+            .run("kubelet-without-memory-qos", &[], || async {
+                restart_kubelet_with(&mut node, &spec, &bed.client).await;
+                a_workload_runs(&mut node, &bed, name).await;
+            })
+            .await;
+        let mut installed = phases
+            .run("install", &["kubelet-without-memory-qos"], || {
+                install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[])
+            })
+            .await;
+        let installed_now = || installed.as_ref().expect("install passed");
+        phases
+            .run("reports", &["install"], || {
+                install::it_reports_through_its_config(&mut node, &bed, installed_now())
+            })
+            .await;
+        let expected = phases
+            .run("simulate-prediction", &["install"], || {
+                install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now())
+            })
+            .await;
+        phases
+            .run("owners", &["simulate-prediction"], || {
+                let expected = expected.expect("simulate-prediction passed");
+                owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected)
+            })
+            .await;
+        if driver == Driver::Systemd {
+            let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
+            let agent_ip = || agent_ip.clone().expect("install passed");
+            phases
+                .run("reaction", &["install"], || async {
+                    reaction::reaction_to_real_container_starts(&mut node, &bed.client, &agent_ip())
+                        .await
+                })
+                .await;
+            phases
+                .run("observation", &["install"], || {
+                    observation::observation_on_a_real_kernel(
+                        &mut node,
+                        driver,
+                        &bed.client,
+                        bed.admin(),
+                    )
+                })
+                .await;
+            phases
+                .run("relief", &["install"], || async {
+                    relief::relief_on_a_real_kernel(
+                        &mut node,
+                        driver,
+                        &bed.client,
+                        bed.admin(),
+                        &agent_ip(),
+                    )
+                    .await
+                })
+                .await;
+        }
+        phases
+            .run("token", &["install"], || {
+                let installed = installed.as_mut().expect("install passed");
+                install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
+            })
+            .await;
+        phases.finish();
     });
+}
+
+/// A workload pod runs on the node and its memory is where the kubelet put it.
+async fn a_workload_runs(node: &mut RealNode, bed: &Bed<'_>, name: &str) {
+    let driver = bed.driver;
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
+    let pod: core::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "workload"},
+        "spec": {
+            "nodeName": name,
+            "containers": [{
+                "name": "w", "image": "nodemem.local/workload:1", "imagePullPolicy": "Never",
+                "args": ["-allocate", "64Mi"],
+                "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "256Mi"}}
+            }]
+        }
+    }))
+    .unwrap();
+    nodemem_testkit::clients::create_pod(&pods, &pod)
+        .await
+        .unwrap();
+    let running = within(Duration::from_secs(180), || async {
+        let p = pods.get("workload").await.ok()?;
+        let status = p.status.as_ref()?;
+        if status.phase.as_deref() != Some("Running") {
+            return None;
+        }
+        let id = status
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .container_id
+            .clone()?;
+        Some((p.metadata.uid.clone()?, id))
+    })
+    .await;
+    let Some((uid, container_id)) = running else {
+        let status = pods.get("workload").await.map(|p| p.status);
+        let (journal, _) = node
+            .run("journalctl -u kubelet -u containerd --no-pager | grep -iE 'error|fail|warn' | tail -40")
+            .unwrap_or_default();
+        panic!("pod workload not Running within 180s: {status:?}\nnode journal:\n{journal}");
+    };
+    let id = container_id
+        .strip_prefix("containerd://")
+        .expect("a containerd container ID");
+    let dir = container_dir(driver, &pod_dir(driver, "Burstable", &uid), id);
+    let (out, code) = node.run(&format!("cat {dir}/memory.current")).unwrap();
+    assert_eq!(code, 0, "{out}");
+    let current: u64 = out.trim().parse().expect(&out);
+    assert!(
+        current >= 64 << 20,
+        "memory.current {current} holds the 64Mi the workload touched"
+    );
 }
 
 /// Waits for the Node to be Ready (boot and join included).
@@ -198,6 +312,13 @@ struct Installed {
     image: String,
     agent_pod: String,
     agent_ip: String,
+}
+
+impl Installed {
+    /// The agent's container as `simulate` names it (`namespace/pod/container`).
+    fn agent_container(&self) -> String {
+        format!("nodemem-system/{}/agent", self.agent_pod)
+    }
 }
 
 /// nodemem as users install it: CRDs, `deploy/agent` and `deploy/controller` by kubectl,
@@ -298,170 +419,6 @@ async fn install_nodemem(
     }
 }
 
-/// nodemem as users install it (`install_nodemem`). The agent must run as a real pod,
-/// report through its NodeMemoryConfig, serve /metrics, stay confined to its node, and
-/// write what `nodemem simulate` predicts.
-async fn install_nodemem_and_check_its_agent(
-    cp: &ControlPlane,
-    node: &mut RealNode,
-    driver: Driver,
-    client: &kube::Client,
-) {
-    let admin = cp.admin_kubeconfig();
-    let Installed {
-        mut controller,
-        work,
-        policy,
-        image,
-        agent_pod,
-        agent_ip,
-    } = install_nodemem(cp, node, client, POLICY, &[]).await;
-    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "nodemem-system");
-    let spec = pods.get(&agent_pod).await.unwrap().spec.unwrap();
-    assert_eq!(spec.containers[0].image.as_deref(), Some(image.as_str()));
-
-    // It reports through its NodeMemoryConfig: the revision applied, healthy, and the
-    // facts of the real node.
-    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-    let name = node.name.clone();
-    let reported = config_applied(client, admin, &name, None, Duration::from_secs(120)).await;
-    let facts = reported.node.expect("node facts");
-    let driver_name = match driver {
-        Driver::Systemd => "systemd",
-        Driver::Cgroupfs => "cgroupfs",
-    };
-    assert_eq!(
-        facts.cgroup_driver.as_deref(),
-        Some(driver_name),
-        "{facts:?}"
-    );
-    assert_eq!(facts.cgroup_version, Some(2));
-    assert_eq!(
-        facts.numa_nodes.len(),
-        2,
-        "the VM's two NUMA nodes: {facts:?}"
-    );
-    let (uname, _) = node.run("uname -r").unwrap();
-    assert_eq!(facts.kernel_version.as_deref(), Some(uname.trim()));
-
-    // /metrics, from the node (the pod network is the node's).
-    let metrics = agent_metrics(node, &agent_ip);
-    assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
-
-    // Pods of every QoS class (init containers, a restartable sidecar, pod-level
-    // resources, one opted out) started by the real kubelet while nodemem runs: what
-    // the agent wrote is what `nodemem simulate` predicts for the same Node, pods and
-    // policy, at the QoS levels, pod slices and container scopes (memory.max is the
-    // kubelet's), each where the kubelet put it.
-    start_pods(client, &qos_pods(&name, "n", true)).await;
-    let agent_container = format!("nodemem-system/{agent_pod}/agent");
-    let expected = expected_files(
-        client,
-        admin,
-        &policy,
-        work.path(),
-        driver,
-        &name,
-        &agent_container,
-    )
-    .await;
-    let wanted: Vec<(&String, &String)> = expected.iter().map(|(p, (_, v))| (p, v)).collect();
-    node_values_become(
-        node,
-        &wanted,
-        "files that do not read what nodemem simulate predicts",
-    );
-    assert!(
-        expected.len() >= 60,
-        "only {} files checked",
-        expected.len()
-    );
-
-    values_survive_their_owners(
-        node,
-        driver,
-        client,
-        admin,
-        &policy,
-        work.path(),
-        &agent_container,
-        expected,
-    )
-    .await;
-
-    if driver == Driver::Systemd {
-        reaction_to_real_container_starts(node, client, &agent_ip).await;
-        observation_on_a_real_kernel(node, driver, client, admin).await;
-        relief_on_a_real_kernel(node, driver, client, admin, &agent_ip).await;
-    }
-
-    assert!(
-        controller.exited().is_none(),
-        "the controller exited: {}",
-        controller.log_tail(20)
-    );
-    // It would delete a config of a node that does not exist, which the next check needs.
-    controller.stop(Duration::from_secs(5));
-
-    // The admission policy still confines the real pod: its own token (the kubelet's
-    // projected service-account token, bound to the pod and so to the node) may patch
-    // this node's config status and no other node's.
-    let agent_uid = pods.get(&agent_pod).await.unwrap().metadata.uid.unwrap();
-    let (token, code) = node
-        .run(&format!(
-            "cat /var/lib/kubelet/pods/{agent_uid}/volumes/kubernetes.io~projected/kube-api-access-*/token"
-        ))
-        .unwrap();
-    assert_eq!(code, 0, "{token}");
-    let other: NodeMemoryConfig = serde_json::from_value(json!({
-        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
-        "metadata": {"name": "another-node"},
-        "spec": {"policy": "real", "revision": "r1"}
-    }))
-    .unwrap();
-    configs.create(&Default::default(), &other).await.unwrap();
-    let agent_kubeconfig = work.path().join("agent.kubeconfig");
-    std::fs::write(
-        &agent_kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
-            cp.server,
-            cp.dir().join("ca.crt").display(),
-            token.trim()
-        ),
-    )
-    .unwrap();
-    let patch = |config: &str| {
-        kubectl(
-            &agent_kubeconfig,
-            &[
-                "patch",
-                "nodememoryconfig",
-                config,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"lastError":"from the test"}}"#,
-            ],
-        )
-    };
-    patch(&name).expect("the agent's token patches its own node's config status");
-    let denied = patch("another-node").expect_err("another node's config is not the agent's");
-    assert!(
-        denied.to_string().contains(&format!(
-            "the nodemem agent may only change the NodeMemoryConfig of its own node ({name}), not another-node"
-        )),
-        "{denied}"
-    );
-}
-
-/// Item 6 of issue 17 (a benchmark; nothing here is timed against a goal): from the
-/// moment containerd's cgroup for a new container appears to nodemem's values in it,
-/// over NODEMEM_REACTION_PODS real pod starts (10 in `make node`; `make bench-node`
-/// takes 60 for BENCHMARKS.md), in batches of 10 started together. The probe on the
-/// node (tests/node/probe) is told of each cgroup by inotify and of each value by the
-/// write's own IN_MODIFY; every container must get its values (a container it never
-/// saw done fails the test). Prints median, p90, p99 and max.
 /// The agent's /metrics, scraped from the node (the pod network is the node's).
 fn agent_metrics(node: &mut RealNode, agent_ip: &str) -> String {
     let (metrics, code) = node
@@ -485,107 +442,6 @@ fn agent_metric(node: &mut RealNode, agent_ip: &str, series: &str) -> f64 {
                 .ok()
         })
         .unwrap_or(0.0)
-}
-
-async fn reaction_to_real_container_starts(
-    node: &mut RealNode,
-    client: &kube::Client,
-    agent_ip: &str,
-) {
-    let total: usize = std::env::var("NODEMEM_REACTION_PODS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10);
-    const NAMED: &str = "nodemem_agent_runtime_records_total{result=\"named\"}";
-    let named_before = agent_metric(node, agent_ip, NAMED);
-    let root = qos_level_dir(Driver::Systemd, "kubepods");
-    let (out, code) = node
-        .run(&format!(
-            "systemd-run --unit=nodemem-probe --property=StandardOutput=file:/run/nodemem-probe.log /mnt/nodemem/tools/reaction-probe -root {root} -prefix cri-containerd- && sleep 2"
-        ))
-        .unwrap();
-    assert_eq!(code, 0, "{out}");
-    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    let mut containers: Vec<(String, String)> = Vec::new();
-    let mut started = 0;
-    while started < total {
-        let batch: Vec<core::Pod> = (started..total.min(started + 10))
-            .map(|i| {
-                serde_json::from_value(json!({
-                    "metadata": {"name": format!("reaction-{i}")},
-                    "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 0,
-                        "containers": [{"name": "r", "image": "nodemem.local/workload:1",
-                            "imagePullPolicy": "Never", "args": ["-allocate", "1Mi"],
-                            "resources": {"requests": {"memory": "16Mi", "cpu": "5m"},
-                                          "limits": {"memory": "32Mi"}}}]}
-                }))
-                .unwrap()
-            })
-            .collect();
-        started += batch.len();
-        start_pods(client, &batch).await;
-        for p in &batch {
-            let name = p.metadata.name.clone().unwrap();
-            containers.push((name.clone(), container_id(&api, &name).await));
-            api.delete(&name, &Default::default()).await.unwrap();
-        }
-        for p in &batch {
-            let name = p.metadata.name.clone().unwrap();
-            eventually(
-                &format!("{name} gone"),
-                Duration::from_secs(120),
-                || async { api.get_opt(&name).await.ok()?.is_none().then_some(()) },
-            )
-            .await;
-        }
-    }
-    let (log, code) = node
-        .run("systemctl stop nodemem-probe; cat /run/nodemem-probe.log")
-        .unwrap();
-    assert_eq!(code, 0, "{log}");
-    let seen: std::collections::BTreeMap<String, f64> = log
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (dir, appeared, done) = (f.next()?, f.next()?, f.next()?);
-            let id = dir
-                .rsplit("cri-containerd-")
-                .next()?
-                .trim_end_matches(".scope");
-            let ms = (done.parse::<i64>().ok()? - appeared.parse::<i64>().ok()?) as f64 / 1e6;
-            Some((id.to_string(), ms))
-        })
-        .collect();
-    let mut reactions = Vec::new();
-    for (pod, id) in &containers {
-        let ms = seen.get(id).unwrap_or_else(|| {
-            panic!("{pod}'s container {id} never held nodemem's values (memory.low, memory.high) in the probe's record:\n{log}")
-        });
-        reactions.push(*ms);
-    }
-    // Every container was named from containerd's bundle the moment its cgroup
-    // appeared, not later from the pod status (sandboxes are not counted).
-    let named = agent_metric(node, agent_ip, NAMED) - named_before;
-    assert!(
-        named >= total as f64,
-        "{named} of {total} new containers named from containerd's record (nodemem_agent_runtime_records_total)"
-    );
-    let unusable = agent_metric(
-        node,
-        agent_ip,
-        "nodemem_agent_runtime_records_total{result=\"unusable\"}",
-    );
-    assert_eq!(unusable, 0.0, "records the agent could not use");
-    reactions.sort_by(f64::total_cmp);
-    let at = |q: f64| nodemem_testkit::stats::percentile(&reactions, q);
-    eprintln!(
-        "reaction to {} real container starts (cgroup created -> nodemem's memory.low and memory.high in it): median {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        reactions.len(),
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        reactions[reactions.len() - 1]
-    );
 }
 
 /// Waits for the node's NodeMemoryConfig to report its current revision applied
@@ -778,292 +634,6 @@ async fn expected_files(
     out
 }
 
-/// Records every change of the watched files with the node's clock until
-/// /run/nodemem-monitor/stop exists: `<epoch seconds> <path> <value>` (`gone` once
-/// the cgroup is removed). Reads are bash builtins, so a round over ~60 files takes
-/// milliseconds even under TCG.
-const MONITOR: &str = r#"#!/bin/bash
-declare -A last
-while [ ! -e /run/nodemem-monitor/stop ]; do
-  while read -r f; do
-    v=gone
-    read -r v < "$f" 2>/dev/null || v=gone
-    if [ "${last[$f]-}" != "$v" ]; then
-      echo "$EPOCHREALTIME $f $v"
-      last[$f]=$v
-    fi
-  done < /run/nodemem-monitor/watch
-  sleep 0.05
-done
-"#;
-
-/// One owner's event on the node, with when it began (the node's clock).
-struct OwnerEvent {
-    what: &'static str,
-    at: f64,
-}
-
-/// Runs `script` on the node and returns the node's time just before it ran.
-fn owner_event(node: &mut RealNode, what: &'static str, script: &str) -> OwnerEvent {
-    let (out, code) = node
-        .run_within(
-            &format!("echo $EPOCHREALTIME; {script}"),
-            Duration::from_secs(120),
-        )
-        .unwrap();
-    assert_eq!(code, 0, "{what}: {out}");
-    let at = out.lines().next().unwrap().trim().parse().unwrap();
-    OwnerEvent { what, at }
-}
-
-/// Item 4 of issue 17: the programs that own the cgroups nodemem writes (systemd, the
-/// kubelet, containerd) rewrite them on their own occasions. Every value nodemem
-/// holds must read back as nodemem's through all of them; the monitor on the node
-/// records each file's every change, and any moment a value was not nodemem's fails
-/// the test with the file, the values and the event before it.
-#[allow(clippy::too_many_arguments)]
-async fn values_survive_their_owners(
-    node: &mut RealNode,
-    driver: Driver,
-    client: &kube::Client,
-    admin: &Path,
-    policy: &Path,
-    work: &Path,
-    agent_container: &str,
-    expected: std::collections::BTreeMap<String, (String, String)>,
-) {
-    // What simulate predicts for the node's pods as they are now.
-    let expected_now = |node: &RealNode| {
-        let name = node.name.clone();
-        async move { expected_files(client, admin, policy, work, driver, &name, agent_container).await }
-    };
-    // memory.max is the kubelet's and changes on resize: not nodemem's to hold.
-    let watched: Vec<&String> = expected
-        .keys()
-        .filter(|p| !p.ends_with("/memory.max"))
-        .collect();
-    std::fs::write(node.share().join("monitor.sh"), MONITOR).unwrap();
-    let watch_list: String = watched.iter().map(|p| format!("{p}\n")).collect();
-    std::fs::write(node.share().join("watch"), watch_list).unwrap();
-    let (out, code) = node
-        .run("mkdir -p /run/nodemem-monitor && cp /mnt/nodemem/watch /run/nodemem-monitor/watch && systemd-run --unit=nodemem-monitor --property=StandardOutput=file:/run/nodemem-monitor/log bash /mnt/nodemem/monitor.sh")
-        .unwrap();
-    assert_eq!(code, 0, "{out}");
-    let started = owner_event(node, "monitor started", "sleep 2");
-    let mut events = vec![started];
-    let burstable_unit = match driver {
-        Driver::Systemd => "kubepods-burstable.slice",
-        Driver::Cgroupfs => "",
-    };
-    events.push(owner_event(
-        node,
-        "systemctl daemon-reload",
-        "systemctl daemon-reload && sleep 3",
-    ));
-    if driver == Driver::Systemd {
-        // What the kubelet's periodic QoS update does to a slice (a property change),
-        // without waiting for it; the real one comes below.
-        events.push(owner_event(
-            node,
-            "a property change on the burstable slice",
-            &format!(
-                "systemctl set-property --runtime {burstable_unit} TasksAccounting=yes && sleep 3"
-            ),
-        ));
-    }
-    events.push(owner_event(
-        node,
-        "containerd restart",
-        "systemctl restart containerd && sleep 5",
-    ));
-    let kubelet_restart = owner_event(
-        node,
-        "kubelet restart",
-        "systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done; sleep 10",
-    );
-    let kubelet_restarted_at = kubelet_restart.at;
-    events.push(kubelet_restart);
-
-    // An in-place resize of the workload's memory limit: the kubelet writes the pod's
-    // and the container's memory.max (through systemd on this driver, which re-applies
-    // the rest from its record); nodemem's memory.high for the container follows.
-    let resize_at = owner_event(node, "pod resize", "true");
-    let resized_at = Instant::now();
-    kubectl(
-        admin,
-        &[
-            "patch",
-            "pod",
-            "workload",
-            "-n",
-            "default",
-            "--subresource",
-            "resize",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"containers":[{"name":"w","resources":{"limits":{"memory":"320Mi"}}}]}}"#,
-        ],
-    )
-    .unwrap();
-    events.push(resize_at);
-    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    eventually(
-        "the resize applied by the kubelet",
-        Duration::from_secs(120),
-        || async {
-            let p = pods.get("workload").await.ok()?;
-            let limit = p
-                .status?
-                .container_statuses?
-                .first()?
-                .resources
-                .clone()?
-                .limits?
-                .get("memory")?
-                .0
-                .clone();
-            (limit == "320Mi").then_some(())
-        },
-    )
-    .await;
-    let after_resize = expected_now(node).await;
-    let changed_by_resize: Vec<String> = after_resize
-        .iter()
-        .filter(|(p, (_, v))| {
-            expected.get(*p).map(|(_, old)| old) != Some(v) && !p.ends_with("/memory.max")
-        })
-        .map(|(p, _)| p.clone())
-        .collect();
-    assert!(
-        !changed_by_resize.is_empty(),
-        "the resize changes nodemem's memory.high of the container"
-    );
-    let resized: Vec<(&String, &String)> = changed_by_resize
-        .iter()
-        .map(|p| (p, &after_resize[p].1))
-        .collect();
-    node_values_become(node, &resized, "not nodemem's after the resize");
-    eprintln!(
-        "{}: after an in-place resize nodemem's new values were in place {:?} after the patch",
-        node.name,
-        resized_at.elapsed()
-    );
-
-    // The container restarted (its process killed): a new container, a new cgroup.
-    let old_id = container_id(&pods, "workload").await;
-    let restart = owner_event(node, "container restart", "pkill -KILL -x workload");
-    let killed_at = Instant::now();
-    events.push(restart);
-    let new_id = eventually(
-        "the workload container restarted",
-        Duration::from_secs(120),
-        || async {
-            let id = container_id(&pods, "workload").await;
-            (id != old_id && !id.is_empty()).then_some(id)
-        },
-    )
-    .await;
-    let restarted = expected_now(node).await;
-    let new_scope: Vec<(&String, &String)> = restarted
-        .iter()
-        .filter(|(p, _)| p.contains(&new_id) && !p.ends_with("/memory.max"))
-        .map(|(p, (_, v))| (p, v))
-        .collect();
-    assert!(
-        !new_scope.is_empty(),
-        "the new container's cgroup among {:?}",
-        restarted.keys()
-    );
-    node_values_become(
-        node,
-        &new_scope,
-        "not nodemem's after the container restarted",
-    );
-    eprintln!(
-        "{}: the restarted container's values were in place {:?} after the kill",
-        node.name,
-        killed_at.elapsed()
-    );
-
-    // The kubelet's periodic QoS update (every minute, pkg/kubelet/cm/qos_container_manager_linux.go)
-    // has run at least once since it restarted.
-    let (now, _) = node.run("echo $EPOCHREALTIME").unwrap();
-    let since: f64 = now.trim().parse::<f64>().unwrap() - kubelet_restarted_at;
-    if since < 65.0 {
-        tokio::time::sleep(Duration::from_secs_f64(65.0 - since)).await;
-    }
-    let end = owner_event(
-        node,
-        "monitor stopped",
-        "touch /run/nodemem-monitor/stop && sleep 1",
-    );
-    let (log, code) = node.run("cat /run/nodemem-monitor/log").unwrap();
-    assert_eq!(code, 0, "{log}");
-
-    // Each file's timeline against the value nodemem holds there (the resize's new
-    // values from when they were in place; a removed cgroup holds nothing).
-    let mut timelines: std::collections::BTreeMap<&str, Vec<(f64, &str)>> = Default::default();
-    for line in log.lines() {
-        let mut parts = line.splitn(3, ' ');
-        let (Some(t), Some(path), Some(v)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let Ok(t) = t.parse::<f64>() else { continue };
-        timelines.entry(path).or_default().push((t, v));
-    }
-    assert!(
-        timelines.len() >= watched.len(),
-        "every watched file read: {} of {}",
-        timelines.len(),
-        watched.len()
-    );
-    let mut wrong = Vec::new();
-    let mut longest = 0.0f64;
-    for (path, changes) in &timelines {
-        let Some((owner, want)) = expected.get(*path) else {
-            continue;
-        };
-        if changed_by_resize.iter().any(|p| p == path) {
-            // Held at the old value until the resize, then at the new one: checked
-            // above; before the resize it must hold the old.
-            continue;
-        }
-        for (i, (t, v)) in changes.iter().enumerate() {
-            if *v == want.as_str() || *v == "gone" {
-                continue;
-            }
-            let until = changes.get(i + 1).map_or(end.at, |(t, _)| *t);
-            let before = events
-                .iter()
-                .rev()
-                .find(|e| e.at <= *t)
-                .map_or("?", |e| e.what);
-            longest = longest.max(until - t);
-            wrong.push(format!(
-                "{owner} {path}: {v} instead of {want} for {:.3}s, after {before}",
-                until - t
-            ));
-        }
-    }
-    eprintln!(
-        "{}: {} files watched through {}: longest window with a value not nodemem's: {:.3}s",
-        node.name,
-        timelines.len(),
-        events
-            .iter()
-            .skip(1)
-            .map(|e| e.what)
-            .collect::<Vec<_>>()
-            .join(", "),
-        longest
-    );
-    assert!(
-        wrong.is_empty(),
-        "values nodemem holds were changed by their owners:\n{}",
-        wrong.join("\n")
-    );
-}
-
 /// Polls the files on the node (one request per round) until each reads its value;
 /// fails the test with `what` and every file that still does not after a minute.
 fn node_values_become(node: &mut RealNode, wanted: &[(&String, &String)], what: &str) {
@@ -1231,252 +801,6 @@ async fn start_pods(client: &kube::Client, pods: &[core::Pod]) {
     }
 }
 
-/// Item 3 of issue 17: the same pods on the same node with the kubelet's own Memory
-/// QoS on and nodemem not installed. memory.min, memory.low and memory.high as the
-/// kubelet wrote them must equal `nodemem simulate`'s prediction for every cgroup
-/// (memory.max too, which is the kubelet's either way). The pods are deleted after.
-async fn the_kubelets_memory_qos_is_nodemems_prediction(
-    cp: &ControlPlane,
-    node: &mut RealNode,
-    driver: Driver,
-    client: &kube::Client,
-) {
-    let pods = qos_pods(&node.name, "k", false);
-    start_pods(client, &pods).await;
-    let work = tempfile::tempdir().unwrap();
-    let policy = work.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let admin = cp.admin_kubeconfig();
-    let expected =
-        expected_files(client, admin, &policy, work.path(), driver, &node.name, "").await;
-    // Containers with neither a memory request nor a limit (BestEffort, and a
-    // container without resources in a pod with pod-level ones).
-    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    let mut unrequested = std::collections::BTreeSet::new();
-    for p in &pods {
-        let name = p.metadata.name.clone().unwrap();
-        for c in api.get(&name).await.unwrap().spec.unwrap().containers {
-            let r = c.resources.unwrap_or_default();
-            let has = |m: &Option<std::collections::BTreeMap<String, _>>| {
-                m.as_ref().is_some_and(|m| m.contains_key("memory"))
-            };
-            if !has(&r.requests) && !has(&r.limits) {
-                unrequested.insert(format!("default/{name}/{}", c.name));
-            }
-        }
-    }
-    let mut differences = Vec::new();
-    let mut v137 = std::collections::BTreeMap::new();
-    let paths: Vec<&str> = expected.keys().map(String::as_str).collect();
-    let read = node_read_all(node, &paths);
-    for (path, (owner, predicted)) in &expected {
-        let kubelet = read.get(path).cloned().unwrap_or_default();
-        assert_ne!(kubelet, "<unreadable>", "{path}");
-        if kubelet == *predicted {
-            continue;
-        }
-        match v137_fix(owner, path, &kubelet, &unrequested) {
-            Some(fix) => *v137.entry(fix).or_insert(0) += 1,
-            None => differences.push(format!(
-                "{owner}: {path}: the kubelet wrote {kubelet}, nodemem predicts {predicted}"
-            )),
-        }
-    }
-    // Both fixes show on this pod set; a kubelet that has them fails here, and the
-    // list below goes.
-    assert_eq!(
-        v137.keys()
-            .copied()
-            .collect::<std::collections::BTreeSet<_>>(),
-        [V137_BESTEFFORT_HIGH, V137_KUBEPODS_LOW].into(),
-        "the v1.36.3 kubelet's known differences: {v137:?}"
-    );
-    assert!(
-        expected.len() >= 40,
-        "only {} files compared",
-        expected.len()
-    );
-    assert!(
-        differences.is_empty(),
-        "the kubelet's own Memory QoS ({driver:?} driver) differs from nodemem's prediction:\n{}",
-        differences.join("\n")
-    );
-    eprintln!(
-        "{}: the kubelet's own Memory QoS equals nodemem's prediction in {} files compared, except where nodemem follows the v1.37 fixes: {v137:?}",
-        node.name,
-        expected.len()
-    );
-    for p in &pods {
-        let name = p.metadata.name.as_deref().unwrap();
-        api.delete(name, &kube::api::DeleteParams::default().grace_period(0))
-            .await
-            .unwrap();
-    }
-    eventually(
-        "the reference pods gone",
-        Duration::from_secs(120),
-        || async {
-            let left = api.list(&ListParams::default()).await.ok()?.items.len();
-            (left == 0).then_some(())
-        },
-    )
-    .await;
-}
-
-const V137_BESTEFFORT_HIGH: &str = "memory.high for containers with neither request nor limit";
-const V137_KUBEPODS_LOW: &str = "kubepods memory.low";
-
-/// The places where the node's v1.36.3 kubelet differs from its own KEP and nodemem
-/// follows the v1.37 fixes (crates/nodemem-model/src/memory_qos.rs, docs/reference.md):
-/// the v1.36 kubelet skips memory.high when request == limit, 0 == 0 included, so
-/// containers without memory resources get none (the KEP gives them
-/// `factor x allocatable`); and it sets no memory.low on kubepods, which caps the
-/// burstable slice's memory.low to 0 (memory.low is bounded by the parent's).
-fn v137_fix(
-    owner: &str,
-    path: &str,
-    kubelet: &str,
-    unrequested: &std::collections::BTreeSet<String>,
-) -> Option<&'static str> {
-    if path.ends_with("/memory.high") && kubelet == "max" && unrequested.contains(owner) {
-        return Some(V137_BESTEFFORT_HIGH);
-    }
-    if owner == "kubepods" && path.ends_with("/memory.low") && kubelet == "0" {
-        return Some(V137_KUBEPODS_LOW);
-    }
-    None
-}
-
-/// Issue 19 on the real kernel: under `enforcement: Observe` (factor 0.25: memory.high
-/// would be 64Mi + 0.25 x 192Mi = 112Mi) a container holding 200Mi is reported as one
-/// memory.high would throttle, with its working set as the kernel counts it and the
-/// kernel's memory.peak; a container that fills page cache up to its 96Mi limit beside
-/// a small working set is charged for it past its would-be memory.high of 36Mi
-/// (memory.current) and not reported; nothing is written.
-async fn observation_on_a_real_kernel(
-    node: &mut RealNode,
-    driver: Driver,
-    client: &kube::Client,
-    admin: &Path,
-) {
-    const MI: i64 = 1 << 20;
-    let name = node.name.clone();
-    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-    let status = repolicy(
-        client,
-        admin,
-        &name,
-        r#"{"spec":{"enforcement":"Observe","memoryQoS":{"throttlingFactor":0.25}}}"#,
-    )
-    .await;
-    let applied = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Applied")
-        .unwrap();
-    assert_eq!(applied.reason, "Observing", "{applied:?}");
-    let dirs = start_workloads(
-        client,
-        &name,
-        driver,
-        &[
-            ("grows", &["-allocate", "200Mi"], "64Mi", "256Mi"),
-            // memory.high would be 16Mi + 0.25 x 80Mi = 36Mi; its page cache fills
-            // its 96Mi limit, its working set is the runtime and 4Mi.
-            (
-                "caches",
-                &["-allocate", "4Mi", "-cache", "200Mi"],
-                "16Mi",
-                "96Mi",
-            ),
-        ],
-    )
-    .await;
-    let (grows, caches) = (dirs[0].clone(), dirs[1].clone());
-    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    // The page cache is real and charged to the container (as the file is written):
-    // memory.current past the would-be memory.high, the working set well under it.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let current = loop {
-        let (stat, _) = node
-            .run(&format!(
-                "cat {caches}/memory.current; grep -E '^(inactive_file|active_file) ' {caches}/memory.stat"
-            ))
-            .unwrap();
-        let number = |prefix: &str| -> i64 {
-            stat.lines()
-                .find_map(|l| l.strip_prefix(prefix))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        let current: i64 = stat
-            .lines()
-            .next()
-            .and_then(|l| l.trim().parse().ok())
-            .unwrap_or(0);
-        let inactive = number("inactive_file ");
-        if current > 36 * MI && inactive >= 32 * MI && current - inactive < 36 * MI {
-            break current;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cache is not charged past the would-be memory.high (or the working set is not under it) within 180 s: {stat}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
-
-    let observed = eventually(
-        "grows reported as throttled",
-        Duration::from_secs(180),
-        || async {
-            let o = configs.get(&name).await.ok()?.status?.observation?;
-            // Once it holds all it allocates (a sample may catch it on the way).
-            o.worst
-                .iter()
-                .any(|w| w.pod == "default/grows" && w.peak_working_set >= 200 * MI)
-                .then_some(o)
-        },
-    )
-    .await;
-    assert!(!observed.enforced, "{observed:?}");
-    let w = observed
-        .worst
-        .iter()
-        .find(|w| w.pod == "default/grows")
-        .unwrap();
-    let high = 64 * MI + 48 * MI;
-    assert_eq!(w.memory_high, high, "{w:?}");
-    // The working set the kernel counts: the 200Mi touched, plus the runtime's own.
-    assert!(
-        (200 * MI..240 * MI).contains(&w.peak_working_set),
-        "peak working set {} MiB: {w:?}",
-        w.peak_working_set >> 20
-    );
-    assert!(
-        w.memory_peak.is_some_and(|p| p >= w.peak_working_set),
-        "memory.peak (6.1 has it) is at least the working set: {w:?}"
-    );
-    assert_eq!(w.max_excess_bytes, w.peak_working_set - high, "{w:?}");
-    assert!(
-        observed.worst.iter().all(|w| w.pod != "default/caches"),
-        "page cache is no working set: {observed:?}"
-    );
-    // Observe wrote nothing: the kernel's defaults.
-    for c in [&grows, &caches] {
-        let (high, _) = node.run(&format!("cat {c}/memory.high")).unwrap();
-        assert_eq!(high.trim(), "max", "{c}");
-    }
-    eprintln!(
-        "observed on the real kernel: grows {} MiB (memory.peak {} MiB) against a would-be memory.high of 112 MiB; caches {} MiB charged, not counted",
-        w.peak_working_set >> 20,
-        w.memory_peak.unwrap_or(0) >> 20,
-        current >> 20
-    );
-    for p in ["grows", "caches"] {
-        pods.delete(p, &Default::default()).await.unwrap();
-    }
-}
-
 /// The notes of the Events of `reason` on pod `pod` in `default`.
 async fn pod_events(client: &kube::Client, pod: &str, reason: &str) -> Vec<String> {
     nodemem_testkit::clients::events_about(client, "default", pod, reason)
@@ -1484,153 +808,6 @@ async fn pod_events(client: &kube::Client, pod: &str, reason: &str) -> Vec<Strin
         .into_iter()
         .map(|e| e.note.unwrap_or_default())
         .collect()
-}
-
-/// Issue 19's relief on the real kernel: a container that holds 150Mi and keeps mapping
-/// and unmapping 32Mi more sits at its 160Mi memory.high and stalls (PSI `full`, as
-/// the kernel throttles it); the agent, woken by the PSI trigger, raises its
-/// memory.high to its memory.max (256Mi) within the configured time, puts it back after
-/// the relief period, and reports it when it chokes again within the repeat window. A
-/// container that only fills page cache beyond its memory.high is never relieved.
-async fn relief_on_a_real_kernel(
-    node: &mut RealNode,
-    driver: Driver,
-    client: &kube::Client,
-    admin: &Path,
-    agent_ip: &str,
-) {
-    const MI: i64 = 1 << 20;
-    let name = node.name.clone();
-    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-    repolicy(
-        client,
-        admin,
-        &name,
-        r#"{"spec":{"enforcement":"Agent","memoryQoS":{"throttlingFactor":0.5,
-            "relief":{"fullPressurePercent":10,"sustainedSeconds":10,"reliefSeconds":30,"repeatWindowSeconds":600}},
-            "rollout":{"health":{"maxReliefs":5}}}}"#,
-    )
-    .await;
-    let dirs = start_workloads(
-        client,
-        &name,
-        driver,
-        &[
-            (
-                "cache-only",
-                &["-allocate", "16Mi", "-cache", "200Mi"],
-                "64Mi",
-                "256Mi",
-            ),
-            (
-                "thrash",
-                &["-allocate", "150Mi", "-churn", "32Mi"],
-                "64Mi",
-                "256Mi",
-            ),
-        ],
-    )
-    .await;
-    let started = Instant::now();
-    let (cache, thrash) = (dirs[0].clone(), dirs[1].clone());
-    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    let high = (160 * MI).to_string();
-    let raised = (256 * MI).to_string();
-    let read = |node: &mut RealNode, file: &str| {
-        node.run(&format!("cat {file}"))
-            .map(|(out, _)| out.trim().to_string())
-            .unwrap_or_default()
-    };
-    // Relieved: sustainedSeconds (10) after the stall is seen, a tick (10 s) to see it.
-    let relieved_after = loop {
-        if read(node, &format!("{thrash}/memory.high")) == raised {
-            break started.elapsed();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "thrash not relieved within 120 s: memory.high {}, pressure {}",
-            read(node, &format!("{thrash}/memory.high")),
-            read(node, &format!("{thrash}/memory.pressure"))
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let relieved = eventually(
-        "the MemoryHighRelieved event",
-        Duration::from_secs(30),
-        || async {
-            pod_events(client, "thrash", "MemoryHighRelieved")
-                .await
-                .pop()
-        },
-    )
-    .await;
-    assert!(
-        relieved.starts_with(&format!(
-            "container w: memory.high raised from {high} to {raised}"
-        )),
-        "{relieved}"
-    );
-    // Back after the relief period (30 s), then reported when it chokes again.
-    let restored_at = loop {
-        if read(node, &format!("{thrash}/memory.high")) == high {
-            break started.elapsed();
-        }
-        assert!(
-            started.elapsed() < relieved_after + Duration::from_secs(90),
-            "memory.high not restored"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    assert!(
-        restored_at >= relieved_after + Duration::from_secs(25),
-        "restored {restored_at:?} after a relief at {relieved_after:?}: before the relief period"
-    );
-    let refused = eventually(
-        "the ReliefRefused event",
-        Duration::from_secs(120),
-        || async { pod_events(client, "thrash", "ReliefRefused").await.pop() },
-    )
-    .await;
-    assert!(refused.contains("reported, not relieved"), "{refused}");
-    assert_eq!(
-        read(node, &format!("{thrash}/memory.high")),
-        high,
-        "not relieved again"
-    );
-    // Page cache beyond memory.high: reclaimed, never relieved.
-    assert_eq!(read(node, &format!("{cache}/memory.high")), high);
-    assert!(pod_events(client, "cache-only", "MemoryHighRelieved")
-        .await
-        .is_empty());
-    // The kernel armed a PSI trigger for every watched container (the agent's pod has
-    // no capability: a 10 s window is a multiple of 2 s, which unprivileged triggers
-    // need): none is read on every tick, and the relief began with one firing.
-    let watched = agent_metric(node, agent_ip, "nodemem_agent_relief_watched_containers");
-    let polled = agent_metric(node, agent_ip, "nodemem_agent_relief_polled_containers");
-    let fired = agent_metric(node, agent_ip, "nodemem_agent_relief_triggers_fired_total");
-    let (why, _) = node
-        .run("grep -h 'PSI trigger' /var/log/pods/nodemem-system_*/agent/*.log | tail -n 3")
-        .unwrap_or_default();
-    assert!(watched >= 2.0, "{watched} containers watched");
-    assert!(
-        agent_metrics(node, agent_ip).contains("\nnodemem_agent_relief_polled_containers 0\n"),
-        "the agent exports its polled containers"
-    );
-    assert_eq!(
-        polled, 0.0,
-        "{polled} of {watched} watched containers have no PSI trigger; the agent says: {why}"
-    );
-    assert!(fired >= 1.0, "no PSI trigger fired ({fired})");
-    eprintln!("relief: {watched} containers watched, each with a PSI trigger; {fired} firings");
-    let status = configs.get(&name).await.unwrap().status.unwrap();
-    let relief = status.relief.expect("relief in status");
-    assert_eq!((relief.reliefs, relief.refused), (1, 1), "{relief:?}");
-    eprintln!(
-        "relief on the real kernel: relieved {relieved_after:?} after start, restored at {restored_at:?}; {relieved}"
-    );
-    for p in ["thrash", "cache-only"] {
-        pods.delete(p, &Default::default()).await.unwrap();
-    }
 }
 
 /// Patches policy `real` with `patch` (merge JSON) and waits for the node to apply the

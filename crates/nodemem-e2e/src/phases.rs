@@ -1,0 +1,155 @@
+//! A real node's checks as phases, each reported on its own: a phase that fails does
+//! not hide the ones after it, and a phase that needs an earlier one's state says it
+//! was skipped and why. The test fails at the end, naming every phase that did not pass.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+
+#[derive(Debug)]
+pub enum PhaseResult {
+    Passed(Duration),
+    Failed(String),
+    Skipped(String),
+}
+
+pub struct Phases {
+    node: String,
+    results: Vec<(String, PhaseResult)>,
+}
+
+impl Phases {
+    pub fn new(node: &str) -> Self {
+        Phases {
+            node: node.to_string(),
+            results: Vec::new(),
+        }
+    }
+
+    fn passed(&self, name: &str) -> bool {
+        self.results
+            .iter()
+            .any(|(n, r)| n == name && matches!(r, PhaseResult::Passed(_)))
+    }
+
+    /// Runs `phase` unless a phase it `needs` did not pass; a panic fails this phase
+    /// only. Returns what the phase gave, None when it failed or was skipped.
+    pub async fn run<T, F: Future<Output = T>>(
+        &mut self,
+        name: &str,
+        needs: &[&str],
+        phase: impl FnOnce() -> F,
+    ) -> Option<T> {
+        if let Some(missing) = needs.iter().find(|n| !self.passed(n)) {
+            let why = format!("needs phase {missing}, which did not pass");
+            eprintln!("== {}: {name} skipped: {why}", self.node);
+            self.results
+                .push((name.to_string(), PhaseResult::Skipped(why)));
+            return None;
+        }
+        eprintln!("== {}: {name}", self.node);
+        let started = Instant::now();
+        let outcome = AssertUnwindSafe(phase()).catch_unwind().await;
+        let (result, value) = match outcome {
+            Ok(value) => (PhaseResult::Passed(started.elapsed()), Some(value)),
+            Err(panic) => (PhaseResult::Failed(panic_message(panic.as_ref())), None),
+        };
+        eprintln!("== {}: {name}: {}", self.node, short(&result));
+        self.results.push((name.to_string(), result));
+        value
+    }
+
+    /// Prints every phase's result; fails the test when any did not pass.
+    pub fn finish(self) {
+        eprintln!("== {}: phases", self.node);
+        for (name, result) in &self.results {
+            eprintln!("   {name:<28} {}", short(result));
+        }
+        let not_passed: Vec<String> = self
+            .results
+            .iter()
+            .filter(|(_, r)| !matches!(r, PhaseResult::Passed(_)))
+            .map(|(name, r)| format!("{name}: {r:?}"))
+            .collect();
+        assert!(
+            not_passed.is_empty(),
+            "{}: {} of {} phases did not pass:\n{}",
+            self.node,
+            not_passed.len(),
+            self.results.len(),
+            not_passed.join("\n")
+        );
+    }
+}
+
+fn short(result: &PhaseResult) -> String {
+    match result {
+        PhaseResult::Passed(took) => format!("passed in {:.0?}", took),
+        PhaseResult::Failed(why) => format!("FAILED: {}", why.lines().next().unwrap_or("")),
+        PhaseResult::Skipped(why) => format!("skipped: {why}"),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_phase_is_reported_and_skips_only_what_needs_it() {
+        let mut phases = Phases::new("n1");
+        assert_eq!(phases.run("boot", &[], || async { 7 }).await, Some(7));
+        let failed = phases
+            .run("install", &["boot"], || async {
+                panic!("the agent is not Ready");
+            })
+            .await;
+        assert_eq!(failed, None::<()>);
+        let mut ran = false;
+        let skipped = phases
+            .run("reports", &["install"], || async {
+                ran = true;
+            })
+            .await;
+        assert!(
+            skipped.is_none() && !ran,
+            "a phase whose need failed does not run"
+        );
+        assert_eq!(
+            phases.run("token", &["boot"], || async { 1 }).await,
+            Some(1)
+        );
+        let summary = std::panic::catch_unwind(AssertUnwindSafe(|| phases.finish()))
+            .expect_err("the run fails at the end");
+        let message = panic_message(summary.as_ref());
+        assert!(
+            message.starts_with("n1: 2 of 4 phases did not pass"),
+            "{message}"
+        );
+        assert!(
+            message.contains("install: Failed(\"the agent is not Ready\")"),
+            "{message}"
+        );
+        assert!(
+            message.contains("reports: Skipped(\"needs phase install, which did not pass\")"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn every_phase_passing_finishes_quietly() {
+        let mut phases = Phases::new("n1");
+        phases.run("one", &[], || async {}).await;
+        phases.run("two", &["one"], || async {}).await;
+        phases.finish();
+    }
+}

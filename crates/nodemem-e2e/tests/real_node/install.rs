@@ -1,0 +1,163 @@
+//! Phases of nodemem installed as users install it (`install_nodemem`): the agent runs
+//! as a real pod from the project's image, reports through its NodeMemoryConfig,
+//! serves /metrics, writes what `nodemem simulate` predicts, and stays confined to its
+//! node.
+
+use super::*;
+
+/// The agent's pod runs the project's image and reports through its NodeMemoryConfig:
+/// the revision applied, healthy, and the facts of the real node; it serves /metrics.
+pub(crate) async fn it_reports_through_its_config(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &Installed,
+) {
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "nodemem-system");
+    let spec = pods.get(&installed.agent_pod).await.unwrap().spec.unwrap();
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some(installed.image.as_str())
+    );
+    let name = node.name.clone();
+    let reported = config_applied(
+        &bed.client,
+        bed.admin(),
+        &name,
+        None,
+        Duration::from_secs(120),
+    )
+    .await;
+    let facts = reported.node.expect("node facts");
+    let driver_name = match bed.driver {
+        Driver::Systemd => "systemd",
+        Driver::Cgroupfs => "cgroupfs",
+    };
+    assert_eq!(
+        facts.cgroup_driver.as_deref(),
+        Some(driver_name),
+        "{facts:?}"
+    );
+    assert_eq!(facts.cgroup_version, Some(2));
+    assert_eq!(
+        facts.numa_nodes.len(),
+        2,
+        "the VM's two NUMA nodes: {facts:?}"
+    );
+    let (uname, _) = node.run("uname -r").unwrap();
+    assert_eq!(facts.kernel_version.as_deref(), Some(uname.trim()));
+
+    // /metrics, from the node (the pod network is the node's).
+    let metrics = agent_metrics(node, &installed.agent_ip);
+    assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
+}
+
+/// Pods of every QoS class (init containers, a restartable sidecar, pod-level
+/// resources, one opted out) started by the real kubelet while nodemem runs: what the
+/// agent wrote is what `nodemem simulate` predicts for the same Node, pods and policy,
+/// at the QoS levels, pod slices and container scopes (memory.max is the kubelet's),
+/// each where the kubelet put it. Returns those files and values.
+pub(crate) async fn it_writes_what_simulate_predicts(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &Installed,
+) -> std::collections::BTreeMap<String, (String, String)> {
+    let name = node.name.clone();
+    start_pods(&bed.client, &qos_pods(&name, "n", true)).await;
+    let expected = expected_files(
+        &bed.client,
+        bed.admin(),
+        &installed.policy,
+        installed.work.path(),
+        bed.driver,
+        &name,
+        &installed.agent_container(),
+    )
+    .await;
+    let wanted: Vec<(&String, &String)> = expected.iter().map(|(p, (_, v))| (p, v)).collect();
+    node_values_become(
+        node,
+        &wanted,
+        "files that do not read what nodemem simulate predicts",
+    );
+    assert!(
+        expected.len() >= 60,
+        "only {} files checked",
+        expected.len()
+    );
+    expected
+}
+
+/// The controller ran the whole time; stopped now (it would delete a config of a node
+/// that does not exist, which this check needs). The admission policy still confines
+/// the real pod: its own token (the kubelet's projected service-account token, bound
+/// to the pod and so to the node) may patch this node's config status and no other
+/// node's.
+pub(crate) async fn its_token_reaches_only_its_own_config(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &mut Installed,
+) {
+    assert!(
+        installed.controller.exited().is_none(),
+        "the controller exited: {}",
+        installed.controller.log_tail(20)
+    );
+    installed.controller.stop(Duration::from_secs(5));
+
+    let name = node.name.clone();
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "nodemem-system");
+    let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
+    let agent_uid = pods
+        .get(&installed.agent_pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let (token, code) = node
+        .run(&format!(
+            "cat /var/lib/kubelet/pods/{agent_uid}/volumes/kubernetes.io~projected/kube-api-access-*/token"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{token}");
+    let other: NodeMemoryConfig = serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+        "metadata": {"name": "another-node"},
+        "spec": {"policy": "real", "revision": "r1"}
+    }))
+    .unwrap();
+    configs.create(&Default::default(), &other).await.unwrap();
+    let agent_kubeconfig = installed.work.path().join("agent.kubeconfig");
+    std::fs::write(
+        &agent_kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: agent\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: agent}}\ncurrent-context: c\n",
+            bed.cp.server,
+            bed.cp.dir().join("ca.crt").display(),
+            token.trim()
+        ),
+    )
+    .unwrap();
+    let patch = |config: &str| {
+        kubectl(
+            &agent_kubeconfig,
+            &[
+                "patch",
+                "nodememoryconfig",
+                config,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"lastError":"from the test"}}"#,
+            ],
+        )
+    };
+    patch(&name).expect("the agent's token patches its own node's config status");
+    let denied = patch("another-node").expect_err("another node's config is not the agent's");
+    assert!(
+        denied.to_string().contains(&format!(
+            "the nodemem agent may only change the NodeMemoryConfig of its own node ({name}), not another-node"
+        )),
+        "{denied}"
+    );
+}

@@ -1,0 +1,120 @@
+//! Phase: the kubelet's own Memory QoS (v1.36 on) is the reference: what it writes at the QoS levels, pod slices and container scopes is what `nodemem simulate` predicts.
+
+use super::*;
+
+const V137_BESTEFFORT_HIGH: &str = "memory.high for containers with neither request nor limit";
+
+const V137_KUBEPODS_LOW: &str = "kubepods memory.low";
+
+/// Item 3 of issue 17: the same pods on the same node with the kubelet's own Memory
+/// QoS on and nodemem not installed. memory.min, memory.low and memory.high as the
+/// kubelet wrote them must equal `nodemem simulate`'s prediction for every cgroup
+/// (memory.max too, which is the kubelet's either way). The pods are deleted after.
+pub(crate) async fn the_kubelets_memory_qos_is_nodemems_prediction(
+    cp: &ControlPlane,
+    node: &mut RealNode,
+    driver: Driver,
+    client: &kube::Client,
+) {
+    let pods = qos_pods(&node.name, "k", false);
+    start_pods(client, &pods).await;
+    let work = tempfile::tempdir().unwrap();
+    let policy = work.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let admin = cp.admin_kubeconfig();
+    let expected =
+        expected_files(client, admin, &policy, work.path(), driver, &node.name, "").await;
+    // Containers with neither a memory request nor a limit (BestEffort, and a
+    // container without resources in a pod with pod-level ones).
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    let mut unrequested = std::collections::BTreeSet::new();
+    for p in &pods {
+        let name = p.metadata.name.clone().unwrap();
+        for c in api.get(&name).await.unwrap().spec.unwrap().containers {
+            let r = c.resources.unwrap_or_default();
+            let has = |m: &Option<std::collections::BTreeMap<String, _>>| {
+                m.as_ref().is_some_and(|m| m.contains_key("memory"))
+            };
+            if !has(&r.requests) && !has(&r.limits) {
+                unrequested.insert(format!("default/{name}/{}", c.name));
+            }
+        }
+    }
+    let mut differences = Vec::new();
+    let mut v137 = std::collections::BTreeMap::new();
+    let paths: Vec<&str> = expected.keys().map(String::as_str).collect();
+    let read = node_read_all(node, &paths);
+    for (path, (owner, predicted)) in &expected {
+        let kubelet = read.get(path).cloned().unwrap_or_default();
+        assert_ne!(kubelet, "<unreadable>", "{path}");
+        if kubelet == *predicted {
+            continue;
+        }
+        match v137_fix(owner, path, &kubelet, &unrequested) {
+            Some(fix) => *v137.entry(fix).or_insert(0) += 1,
+            None => differences.push(format!(
+                "{owner}: {path}: the kubelet wrote {kubelet}, nodemem predicts {predicted}"
+            )),
+        }
+    }
+    // Both fixes show on this pod set; a kubelet that has them fails here, and the
+    // list below goes.
+    assert_eq!(
+        v137.keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        [V137_BESTEFFORT_HIGH, V137_KUBEPODS_LOW].into(),
+        "the v1.36.3 kubelet's known differences: {v137:?}"
+    );
+    assert!(
+        expected.len() >= 40,
+        "only {} files compared",
+        expected.len()
+    );
+    assert!(
+        differences.is_empty(),
+        "the kubelet's own Memory QoS ({driver:?} driver) differs from nodemem's prediction:\n{}",
+        differences.join("\n")
+    );
+    eprintln!(
+        "{}: the kubelet's own Memory QoS equals nodemem's prediction in {} files compared, except where nodemem follows the v1.37 fixes: {v137:?}",
+        node.name,
+        expected.len()
+    );
+    for p in &pods {
+        let name = p.metadata.name.as_deref().unwrap();
+        api.delete(name, &kube::api::DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the reference pods gone",
+        Duration::from_secs(120),
+        || async {
+            let left = api.list(&ListParams::default()).await.ok()?.items.len();
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The places where the node's v1.36.3 kubelet differs from its own KEP and nodemem
+/// follows the v1.37 fixes (crates/nodemem-model/src/memory_qos.rs, docs/reference.md):
+/// the v1.36 kubelet skips memory.high when request == limit, 0 == 0 included, so
+/// containers without memory resources get none (the KEP gives them
+/// `factor x allocatable`); and it sets no memory.low on kubepods, which caps the
+/// burstable slice's memory.low to 0 (memory.low is bounded by the parent's).
+fn v137_fix(
+    owner: &str,
+    path: &str,
+    kubelet: &str,
+    unrequested: &std::collections::BTreeSet<String>,
+) -> Option<&'static str> {
+    if path.ends_with("/memory.high") && kubelet == "max" && unrequested.contains(owner) {
+        return Some(V137_BESTEFFORT_HIGH);
+    }
+    if owner == "kubepods" && path.ends_with("/memory.low") && kubelet == "0" {
+        return Some(V137_KUBEPODS_LOW);
+    }
+    None
+}
