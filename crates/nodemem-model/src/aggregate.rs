@@ -7,6 +7,7 @@
 //! they name, and RuntimeClass overhead is added on top.
 
 use crate::pod::{is_pod_level_resource, ContainerKind, PodSpec, ResourceList, MEMORY};
+use crate::quantity::Quantity;
 
 fn add(into: &mut ResourceList, from: &ResourceList) {
     for (name, q) in from {
@@ -87,15 +88,16 @@ pub fn pod_limits(spec: &PodSpec) -> ResourceList {
     limits
 }
 
-/// [`aggregate`] for one resource, as plain bytes: the same formula without building
-/// resource maps (the node computation runs it for every pod on every event).
-fn aggregate_one(spec: &PodSpec, amount: impl Fn(&crate::pod::Resources) -> i64) -> i64 {
-    let mut total: i64 = 0;
+/// [`aggregate`] for one resource: the same formula without building resource maps
+/// (the node computation runs it for every pod on every event). Exact, as the kubelet
+/// adds Quantities: rounding to whole bytes happens once, on the pod's total.
+fn aggregate_one(spec: &PodSpec, amount: impl Fn(&crate::pod::Resources) -> Quantity) -> Quantity {
+    let mut total = Quantity::ZERO;
     for container in &spec.containers {
         total = total.saturating_add(amount(&container.resources));
     }
-    let mut sidecars: i64 = 0;
-    let mut init_peak: i64 = 0;
+    let mut sidecars = Quantity::ZERO;
+    let mut init_peak = Quantity::ZERO;
     for container in &spec.init_containers {
         let own = amount(&container.resources);
         let running = if container.kind == ContainerKind::Sidecar {
@@ -110,33 +112,40 @@ fn aggregate_one(spec: &PodSpec, amount: impl Fn(&crate::pod::Resources) -> i64)
     total.max(init_peak)
 }
 
-fn overhead(spec: &PodSpec, name: &str) -> i64 {
-    spec.overhead.get(name).map_or(0, |q| q.value())
+fn overhead(spec: &PodSpec, name: &str) -> Quantity {
+    spec.overhead.get(name).copied().unwrap_or_default()
 }
 
-/// Effective memory request of the pod in bytes (`PodRequests(...)[memory]`).
+/// Effective memory request of the pod in bytes (`PodRequests(...)[memory].Value()`):
+/// the containers' Quantities and the overhead added exactly, the sum rounded up to a
+/// whole byte once (found on the real node: two containers requesting `10485759.5`
+/// each got pod memory.low 20971519 bytes from the kubelet, before the kernel's page
+/// rounding; rounding each container first gave 20971520).
 pub fn pod_memory_request(spec: &PodSpec) -> i64 {
     let pod_level = spec
         .resources
         .as_ref()
         .and_then(|r| r.requests.get(MEMORY))
-        .map(|q| q.value());
+        .copied();
     pod_level
-        .unwrap_or_else(|| aggregate_one(spec, |r| r.request(MEMORY).value()))
+        .unwrap_or_else(|| aggregate_one(spec, |r| r.request(MEMORY)))
         .saturating_add(overhead(spec, MEMORY))
+        .value()
 }
 
-/// Effective memory limit of the pod in bytes (`PodLimits(...)[memory]`); 0 when none
-/// is declared and there is no overhead.
+/// Effective memory limit of the pod in bytes (`PodLimits(...)[memory].Value()`,
+/// summed exactly like [`pod_memory_request`]); 0 when none is declared and there is
+/// no overhead.
 pub fn pod_memory_limit(spec: &PodSpec) -> i64 {
     let pod_level = spec
         .resources
         .as_ref()
         .and_then(|r| r.limits.get(MEMORY))
-        .map(|q| q.value());
+        .copied();
     pod_level
-        .unwrap_or_else(|| aggregate_one(spec, |r| r.limit(MEMORY).value()))
+        .unwrap_or_else(|| aggregate_one(spec, |r| r.limit(MEMORY)))
         .saturating_add(overhead(spec, MEMORY))
+        .value()
 }
 
 #[cfg(test)]
@@ -201,5 +210,55 @@ mod tests {
             "max(100 + 50, 500 (before the sidecar starts), 400 + 50)"
         );
         assert_eq!(pod_memory_request(&specs[3]), 1007);
+    }
+
+    /// The kubelet adds the containers' Quantities exactly and rounds the pod's sum
+    /// once (`PodRequests(...)[memory].Value()`); rounding each container to whole
+    /// bytes first gives a byte more per fractional container. Figures from the real
+    /// node (kubelet v1.36.3, its own Memory QoS).
+    #[test]
+    fn fractional_quantities_are_summed_exactly_and_rounded_once() {
+        let q = |text: &str| Quantity::parse(text).unwrap();
+        let container = |name: &str, request: &str, limit: Option<&str>| {
+            let mut r = Resources::default();
+            r.requests.insert(MEMORY.into(), q(request));
+            if let Some(limit) = limit {
+                r.limits.insert(MEMORY.into(), q(limit));
+            }
+            Container {
+                name: name.into(),
+                kind: ContainerKind::App,
+                resources: r,
+            }
+        };
+        let burstable = PodSpec {
+            containers: vec![
+                container("a", "10485759.5", None),
+                container("b", "10485759.5", None),
+            ],
+            ..PodSpec::default()
+        };
+        assert_eq!(pod_memory_request(&burstable), 20_971_519);
+        let guaranteed = PodSpec {
+            containers: vec![
+                container("a", "20971519.5", Some("20971519.5")),
+                container("b", "10485759.5", Some("10485759.5")),
+            ],
+            ..PodSpec::default()
+        };
+        assert_eq!(pod_memory_request(&guaranteed), 31_457_279);
+        assert_eq!(pod_memory_limit(&guaranteed), 31_457_279);
+        // The map-based aggregate agrees, and a lone half byte is still a byte.
+        let want = |list: ResourceList| list.get(MEMORY).map_or(0, |q| q.value());
+        assert_eq!(want(pod_limits(&guaranteed)), 31_457_279);
+        let half = PodSpec {
+            containers: vec![container("a", "500m", None)],
+            ..PodSpec::default()
+        };
+        assert_eq!(pod_memory_request(&half), 1);
+        // Overhead joins the exact sum before the rounding.
+        let mut with_overhead = burstable.clone();
+        with_overhead.overhead.insert(MEMORY.into(), q("0.5"));
+        assert_eq!(pod_memory_request(&with_overhead), 20_971_520);
     }
 }
