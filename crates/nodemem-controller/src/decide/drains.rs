@@ -113,11 +113,9 @@ fn kubelets_memory_manager(
 
 #[cfg(test)]
 mod tests {
-    use nodemem_api::policy::RevisionRecord;
     use serde_json::json;
 
     use super::*;
-    use crate::decide::target::TargetChoice;
     use crate::decide::view::policy_views;
     use crate::tests::{mark, policy, settle, world, T0};
 
@@ -148,18 +146,11 @@ mod tests {
         mark(&mut w, "n3", "older", now - 60, true);
         let views = policy_views(&w);
         let p = &views[0];
-        let target = RevisionRecord {
-            revision,
-            settings: p.entry.spec.settings.clone(),
-        };
+        let target = p.spec_record();
+        assert_eq!(target.revision, revision);
         let pool = ["n1", "n2", "n3"];
-        let choice = TargetChoice {
-            target: None,
-            previous: None,
-            rolled_back: None,
-        };
         assert!(p.problems.is_empty(), "{:?}", p.problems);
-        let round = Round::plan(&w, p, &pool, target.clone(), &choice, now);
+        let round = Round::against_spec(&w, p, &pool, now);
         // n2's drain for the target counts as its update under way.
         assert_eq!(round.step.start, vec!["n1".to_string(), "n3".to_string()]);
         let mut out = Decision::default();

@@ -103,6 +103,20 @@ impl<'a> Round<'a> {
     }
 }
 
+#[cfg(test)]
+impl<'a> Round<'a> {
+    /// The round against the spec's own revision, no rollback.
+    pub(super) fn against_spec(
+        world: &'a World,
+        policy: &'a PolicyView<'a>,
+        pool: &'a [&'a str],
+        now: i64,
+    ) -> Round<'a> {
+        let choice = TargetChoice::spec_only();
+        Round::plan(world, policy, pool, policy.spec_record(), &choice, now)
+    }
+}
+
 /// The spec's rollout settings, with two exceptions: while the spec is invalid there is
 /// no revision to roll back to (a failure pauses), and going back to a revision the
 /// pool ran well waits for no canary.
@@ -158,24 +172,16 @@ mod tests {
     use crate::decide::view::policy_views;
     use crate::tests::{mark, policy, settle, world, T0};
 
-    fn no_rollback() -> TargetChoice {
-        TargetChoice {
-            target: None,
-            previous: None,
-            rolled_back: None,
-        }
-    }
-
     #[test]
     fn the_way_back_waits_for_no_canary_and_an_invalid_spec_pauses_on_failure() {
         let rollout = json!({"canary": 1, "failurePolicy": "Rollback"});
         let w = world(&[policy("p", "a", 0, 0.8, rollout)], &[("n1", "a")]);
         let views = policy_views(&w);
-        let params = target_params(&views[0], &no_rollback(), 1);
+        let params = target_params(&views[0], &TargetChoice::spec_only(), 1);
         assert_eq!((params.canary, params.on_failure), (1, OnFailure::Rollback));
         let back = TargetChoice {
             rolled_back: Some("bad".into()),
-            ..no_rollback()
+            ..TargetChoice::spec_only()
         };
         assert_eq!(target_params(&views[0], &back, 1).canary, 0);
 
@@ -185,7 +191,7 @@ mod tests {
             settings: held.entry.spec.settings.clone(),
         });
         assert_eq!(
-            target_params(&held, &no_rollback(), 1).on_failure,
+            target_params(&held, &TargetChoice::spec_only(), 1).on_failure,
             OnFailure::Pause
         );
     }
@@ -209,18 +215,22 @@ mod tests {
         let views = policy_views(&w);
         let p = views.iter().find(|v| v.name == "p").unwrap();
         let pool = ["n1", "n2"];
-        let target = RevisionRecord {
-            revision: p.revision.clone(),
-            settings: p.entry.spec.settings.clone(),
-        };
-        let round = Round::plan(&w, p, &pool, target.clone(), &no_rollback(), now);
+        let target = p.spec_record();
+        let round = Round::plan(
+            &w,
+            p,
+            &pool,
+            target.clone(),
+            &TargetChoice::spec_only(),
+            now,
+        );
         let n1 = &round.progress[0];
         let n2 = &round.progress[1];
         assert_eq!(n1.spec_revision, Some(p.revision.as_str()));
         assert_eq!((n2.spec_revision, n2.report), (None, AgentReport::Pending));
         assert_eq!(n2.draining_for, None, "a drain for another revision");
         mark(&mut drained, "n2", &target.revision, now - 30, false);
-        let round = Round::plan(&drained, p, &pool, target, &no_rollback(), now);
+        let round = Round::plan(&drained, p, &pool, target, &TargetChoice::spec_only(), now);
         assert_eq!(round.progress[1].draining_for, Some(30));
         assert!(round.config_of("n2").is_none(), "n2 runs q's config");
     }

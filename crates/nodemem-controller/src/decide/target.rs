@@ -24,10 +24,7 @@ pub(super) fn kept_revisions(
 
 /// The spec's revision first, then the one before it.
 fn revision_history(v: &PolicyView<'_>, old: &NodeMemoryPolicyStatus) -> Vec<RevisionRecord> {
-    let current = RevisionRecord {
-        revision: v.revision.clone(),
-        settings: v.entry.spec.settings.clone(),
-    };
+    let current = v.spec_record();
     match old.revisions.first() {
         Some(first) if first.revision == current.revision => old.revisions.clone(),
         Some(first) => vec![current, first.clone()],
@@ -43,6 +40,18 @@ pub(super) struct TargetChoice {
     pub(super) previous: Option<RevisionRecord>,
     /// The spec's revision, when it is rolled back.
     pub(super) rolled_back: Option<String>,
+}
+
+#[cfg(test)]
+impl TargetChoice {
+    /// The spec's own revision, no rollback (what the stage tests plan against).
+    pub(super) fn spec_only() -> Self {
+        TargetChoice {
+            target: None,
+            previous: None,
+            rolled_back: None,
+        }
+    }
 }
 
 /// Where the pool goes: the spec's revision; the previous one after a rollback (a

@@ -31,6 +31,14 @@ impl PolicyView<'_> {
             &self.entry.status,
         )
     }
+
+    /// The spec's own revision and settings, as the status records them.
+    pub(super) fn spec_record(&self) -> RevisionRecord {
+        RevisionRecord {
+            revision: self.revision.clone(),
+            settings: self.entry.spec.settings.clone(),
+        }
+    }
 }
 
 pub(super) fn policy_views(world: &World) -> Vec<PolicyView<'_>> {

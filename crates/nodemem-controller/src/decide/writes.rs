@@ -81,7 +81,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::decide::target::TargetChoice;
     use crate::decide::view::policy_views;
     use crate::tests::{policy, settle, world, T0};
 
@@ -100,17 +99,8 @@ mod tests {
         w.configs.get_mut("n2").unwrap().spec.revision = "older".into();
         let views = policy_views(&w);
         let p = &views[0];
-        let target = RevisionRecord {
-            revision: p.revision.clone(),
-            settings: p.entry.spec.settings.clone(),
-        };
-        let choice = TargetChoice {
-            target: None,
-            previous: None,
-            rolled_back: None,
-        };
         let pool = ["n1", "n2"];
-        let round = Round::plan(&w, p, &pool, target, &choice, now);
+        let round = Round::against_spec(&w, p, &pool, now);
         let mut out = Decision::default();
         write_health_settings(&round, &mut out);
         let written: Vec<(&str, i32)> = out
@@ -134,17 +124,8 @@ mod tests {
         crate::tests::agent_reports(&mut w, "n1", false, T0 + 1);
         let views = policy_views(&w);
         let p = &views[0];
-        let target = RevisionRecord {
-            revision: p.revision.clone(),
-            settings: p.entry.spec.settings.clone(),
-        };
-        let choice = TargetChoice {
-            target: None,
-            previous: None,
-            rolled_back: None,
-        };
         let pool = ["n1", "n2"];
-        let round = Round::plan(&w, p, &pool, target, &choice, T0 + 10);
+        let round = Round::against_spec(&w, p, &pool, T0 + 10);
         assert_eq!(round.step.state, RolloutState::RollingBack);
         let mut out = Decision::default();
         let named = write_rollback(&round, None, &mut out);
