@@ -158,7 +158,9 @@ impl NodeSync {
             if batch.renamed {
                 state.pods = None;
             }
-            sample_and_relieve(&mut passes, &mut writers.engine, &mut batch).await;
+            passes
+                .sample_and_relieve(&mut writers.engine, &mut batch)
+                .await;
             self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
         }
@@ -400,47 +402,6 @@ where
     }
     tracing::debug!(updates = batch.len(), "updates");
     batch
-}
-
-/// The observer's sample, and relief for containers whose trigger fired (and, on each
-/// tick, those under way). News for status, or a relief decision, makes the pass a
-/// whole-node one.
-async fn sample_and_relieve(passes: &mut Passes, engine: &mut NodeApplier, batch: &mut Batch) {
-    for _ in &batch.fired {
-        passes.metrics.relief_trigger_fired();
-    }
-    if batch.sample {
-        let started = std::time::Instant::now();
-        passes
-            .observer
-            .sample(|path| crate::observer::read(engine.cgroup_fs(), path));
-        let (observed, throttled) = passes.observer.counts();
-        passes
-            .metrics
-            .observation(observed, throttled, started.elapsed().as_secs_f64());
-        // Something status should say now (a container newly throttled, the first
-        // figures after a change): a whole-node pass writes it.
-        if passes.observer.news() {
-            batch.whole_node();
-        }
-    }
-    if !batch.sample && batch.fired.is_empty() {
-        return;
-    }
-    let relief = &mut passes.relief;
-    let due = relief.due(&batch.fired);
-    let decisions = relief.step(&due, |path| crate::relief::read(engine.cgroup_fs(), path));
-    if !decisions.is_empty() {
-        // The next (whole-node) pass writes the raised or restored memory.high,
-        // systemd's record of the unit included.
-        engine.set_relief(relief.overrides());
-        batch.whole_node();
-    }
-    let (watched, polled) = relief.watched();
-    passes
-        .metrics
-        .relief_watch(watched, polled, relief.overrides().len());
-    passes.announcer.relief_events(&decisions).await;
 }
 
 /// What is enforced now goes to the state directory, when it differs from the record.

@@ -14,7 +14,7 @@ use nodemem_model::policy::{Enforcement, PolicySettings};
 use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
-use super::batch::NextPass;
+use super::batch::{Batch, NextPass};
 use crate::applier::{cgroup_settings, off, NodeApplier, Reach, WriteMode};
 use crate::health::{verdict, Baseline, Verdict};
 use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
@@ -45,9 +45,9 @@ pub struct Passes {
     /// Counters at the time the current revision was applied.
     baseline: Baseline,
     /// What the managed containers did against memory.high.
-    pub observer: Observer,
+    observer: Observer,
     /// Relief for containers memory.high chokes.
-    pub relief: Relief,
+    relief: Relief,
 }
 
 /// One pass over a config with settings.
@@ -370,6 +370,44 @@ impl Passes {
         );
         engine.set_relief(raised);
         self.relief.summary()
+    }
+
+    /// The observer's sample, and relief for containers whose trigger fired (and, on each
+    /// tick, those under way). News for status, or a relief decision, makes the pass a
+    /// whole-node one.
+    pub async fn sample_and_relieve(&mut self, engine: &mut NodeApplier, batch: &mut Batch) {
+        for _ in &batch.fired {
+            self.metrics.relief_trigger_fired();
+        }
+        if batch.sample {
+            let started = std::time::Instant::now();
+            self.observer
+                .sample(|path| crate::observer::read(engine.cgroup_fs(), path));
+            let (observed, throttled) = self.observer.counts();
+            self.metrics
+                .observation(observed, throttled, started.elapsed().as_secs_f64());
+            // Something status should say now (a container newly throttled, the first
+            // figures after a change): a whole-node pass writes it.
+            if self.observer.news() {
+                batch.whole_node();
+            }
+        }
+        if !batch.sample && batch.fired.is_empty() {
+            return;
+        }
+        let relief = &mut self.relief;
+        let due = relief.due(&batch.fired);
+        let decisions = relief.step(&due, |path| crate::relief::read(engine.cgroup_fs(), path));
+        if !decisions.is_empty() {
+            // The next (whole-node) pass writes the raised or restored memory.high,
+            // systemd's record of the unit included.
+            engine.set_relief(relief.overrides());
+            batch.whole_node();
+        }
+        let (watched, polled) = relief.watched();
+        self.metrics
+            .relief_watch(watched, polled, relief.overrides().len());
+        self.announcer.relief_events(&decisions).await;
     }
 
     /// systemd's record of the units the pass wrote (systemd-driver nodes), counted.
