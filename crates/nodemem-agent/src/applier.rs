@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use nodemem_api::k8s::NodeStatusFacts;
 use nodemem_apply::kubelet::{KubeletFileError, KubeletFiles, KubeletSettings, OwnDropIn};
 use nodemem_apply::numa_state::{self, NumaStateError};
 use nodemem_apply::state::{StateDir, StateError};
@@ -13,6 +14,8 @@ use nodemem_apply::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
 use nodemem_cgroup::discover::{discover, Discovery, DiscoveryError};
 use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::kubelet_version::KubeletVersion;
+use nodemem_model::kubelet_writes::KubeletQosWrites;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
@@ -235,15 +238,19 @@ const MEMORY_QOS_FILES: &[&str] = &["memory.min", "memory.low", "memory.high"];
 const MEMORY_MANAGER_FILES: &[&str] = &["cpuset.mems"];
 const ALL_FILES: &[&str] = &["memory.min", "memory.low", "memory.high", "cpuset.mems"];
 
-/// What to leave to the kubelet, from its settings and what nodemem is asked to do.
+/// What to leave to the kubelet, from its settings, its version (the newest when not
+/// known) and what nodemem is asked to do. The kubelet's Memory QoS counts only when
+/// it writes values of its own (`KubeletQosWrites`): a v1.37 kubelet whose gate is
+/// merely on (its default) writes none and is not a conflict.
 pub fn kubelet_conflict(
     kubelet: &KubeletSettings,
+    version: Option<KubeletVersion>,
     settings: &PolicySettings,
 ) -> Option<KubeletConflict> {
     if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
         return None;
     }
-    let qos = kubelet.memory_qos && settings.memory_qos.enabled;
+    let qos = KubeletQosWrites::of(version, &kubelet.qos).filter(|_| settings.memory_qos.enabled);
     let mm = kubelet.static_memory_manager()
         && settings.memory_manager.policy == MemoryManagerPolicy::Static;
     let sources: Vec<String> = kubelet
@@ -251,28 +258,26 @@ pub fn kubelet_conflict(
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    let (reason, what, files) = match (qos, mm) {
-        (false, false) => return None,
-        (true, false) => (
-            "KubeletMemoryQoS",
-            "featureGates.MemoryQoS: true",
-            MEMORY_QOS_FILES,
-        ),
-        (false, true) => (
+    let writes = |w: &KubeletQosWrites| format!("it writes {w}");
+    let (reason, what, files) = match (&qos, mm) {
+        (None, false) => return None,
+        (Some(w), false) => ("KubeletMemoryQoS", writes(w), MEMORY_QOS_FILES),
+        (None, true) => (
             "KubeletMemoryManager",
-            "memoryManagerPolicy: Static",
+            "memoryManagerPolicy: Static".to_string(),
             MEMORY_MANAGER_FILES,
         ),
-        (true, true) => (
+        (Some(w), true) => (
             "KubeletMemoryQoSAndMemoryManager",
-            "featureGates.MemoryQoS: true and memoryManagerPolicy: Static",
+            format!("{} and memoryManagerPolicy: Static", writes(w)),
             ALL_FILES,
         ),
     };
+    let version = version.map_or_else(|| "of unknown version".to_string(), |v| v.to_string());
     Some(KubeletConflict {
         reason,
         message: format!(
-            "the kubelet enforces this itself ({what} in {}); nodemem leaves {} to it: turn it off in the kubelet or use enforcement: Kubelet",
+            "the kubelet ({version}) enforces this itself ({what}; {}); nodemem leaves {} to it: turn it off in the kubelet or use enforcement: Kubelet",
             sources.join(", "),
             files.join(", ")
         ),
@@ -356,10 +361,9 @@ impl NodeApplier {
         };
         let facts = NodeFacts {
             memory: NodeMemoryFacts {
-                allocatable_memory: None,
-                hard_eviction_memory: None,
                 page_size: discovery.page_size,
                 kernel_version: Some(discovery.kernel_version.clone()),
+                ..NodeMemoryFacts::default()
             },
             cgroup_driver: discovery.cgroup_driver,
             topology: discovery.topology.clone(),
@@ -545,7 +549,7 @@ impl NodeApplier {
     pub fn apply<'p>(
         &mut self,
         settings: &PolicySettings,
-        allocatable: Option<i64>,
+        node: &NodeStatusFacts,
         pods: &'p [NodePod],
         mode: WriteMode,
         reach: Reach<'_>,
@@ -558,7 +562,7 @@ impl NodeApplier {
                     .map_err(ApplyError::KubeletFiles)?,
             );
         }
-        self.set_allocatable(allocatable);
+        self.set_node(node);
         let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
         let saved = if static_policy {
             self.memory_manager(settings)?
@@ -576,7 +580,7 @@ impl NodeApplier {
         self.conflict = self
             .kubelet
             .as_ref()
-            .and_then(|k| kubelet_conflict(k, settings));
+            .and_then(|k| kubelet_conflict(k, self.facts.memory.kubelet_version, settings));
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
         let scope = reach.cgroups(&desired);
         let now = self.started.elapsed();
@@ -653,10 +657,10 @@ impl NodeApplier {
     pub fn predict<'p>(
         &mut self,
         settings: &PolicySettings,
-        allocatable: Option<i64>,
+        node: &NodeStatusFacts,
         pods: &'p [NodePod],
     ) -> Result<DesiredNode<'p>, ApplyError> {
-        self.set_allocatable(allocatable);
+        self.set_node(node);
         desired_node(NodeInput {
             settings,
             facts: &self.facts,
@@ -666,14 +670,18 @@ impl NodeApplier {
         .map_err(ApplyError::reserved_memory)
     }
 
-    /// The Node's allocatable memory, and the kubelet's hard eviction threshold from
-    /// its configuration as last read (its default when the file is not there), which
-    /// the kubelet's memory.high ceiling adds back (`NodeMemoryFacts::kubelet_allocatable`).
-    fn set_allocatable(&mut self, allocatable: Option<i64>) {
-        self.facts.memory.allocatable_memory = allocatable;
-        self.facts.memory.hard_eviction_memory = match &self.kubelet {
-            Some(k) => k.hard_eviction_memory(),
-            None => KubeletSettings::default().hard_eviction_memory(),
+    /// The Node's memory figures and kubelet version (which decides the rules), and
+    /// the kubelet's hard eviction threshold from its configuration as last read (its
+    /// default when the file is not there; a percentage of capacity), which the
+    /// kubelet's memory.high ceiling adds back (`NodeMemoryFacts::kubelet_allocatable`).
+    fn set_node(&mut self, node: &NodeStatusFacts) {
+        let memory = &mut self.facts.memory;
+        memory.allocatable_memory = node.allocatable_memory;
+        memory.capacity_memory = node.capacity_memory;
+        memory.kubelet_version = node.kubelet_version();
+        memory.hard_eviction_memory = match &self.kubelet {
+            Some(k) => k.hard_eviction_memory(node.capacity_memory),
+            None => KubeletSettings::default().hard_eviction_memory(node.capacity_memory),
         };
     }
 
@@ -897,38 +905,81 @@ mod tests {
 
     #[test]
     fn only_what_both_enforce_is_left_to_the_kubelet() {
+        let v136 = KubeletVersion::parse("v1.36.3").ok();
         let mut kubelet = KubeletSettings {
-            memory_qos: true,
             sources: vec!["/var/lib/kubelet/config.yaml".into()],
             ..KubeletSettings::default()
         };
+        kubelet.qos.gate = Some(true);
         let mut settings = PolicySettings::default();
-        let c = kubelet_conflict(&kubelet, &settings).unwrap();
+        let c = kubelet_conflict(&kubelet, v136, &settings).unwrap();
         assert_eq!((c.reason, c.files), ("KubeletMemoryQoS", MEMORY_QOS_FILES));
-        assert!(c.message.starts_with("the kubelet enforces this itself (featureGates.MemoryQoS: true in /var/lib/kubelet/config.yaml); nodemem leaves memory.min, memory.low, memory.high to it"), "{}", c.message);
+        assert!(c.message.starts_with("the kubelet (v1.36.3) enforces this itself (it writes memory.high (memoryThrottlingFactor 0.9); /var/lib/kubelet/config.yaml); nodemem leaves memory.min, memory.low, memory.high to it"), "{}", c.message);
         settings.memory_qos.enabled = false;
         assert_eq!(
-            kubelet_conflict(&kubelet, &settings),
+            kubelet_conflict(&kubelet, v136, &settings),
             None,
             "nodemem does not do Memory QoS here"
         );
         kubelet.memory_manager_policy = Some("Static".into());
         settings.memory_manager.policy = MemoryManagerPolicy::Static;
         assert_eq!(
-            kubelet_conflict(&kubelet, &settings).unwrap().files,
+            kubelet_conflict(&kubelet, v136, &settings).unwrap().files,
             MEMORY_MANAGER_FILES
         );
         settings.memory_qos.enabled = true;
         assert_eq!(
-            kubelet_conflict(&kubelet, &settings).unwrap().files,
+            kubelet_conflict(&kubelet, v136, &settings).unwrap().files,
             ALL_FILES
         );
         settings.enforcement = nodemem_model::policy::Enforcement::Kubelet;
         assert_eq!(
-            kubelet_conflict(&kubelet, &settings),
+            kubelet_conflict(&kubelet, v136, &settings),
             None,
             "the kubelet is meant to enforce"
         );
+    }
+
+    /// v1.37: the gate is on by default; only a kubelet that writes values (a factor,
+    /// or TieredReservation) is a conflict, and the message says what it writes.
+    #[test]
+    fn a_v1_37_kubelet_conflicts_only_when_it_writes_values() {
+        use nodemem_model::kubelet_writes::Named;
+        let v137 = KubeletVersion::parse("v1.37.2").ok();
+        let settings = PolicySettings::default();
+        let mut kubelet = KubeletSettings {
+            sources: vec!["/var/lib/kubelet/config.yaml".into()],
+            ..KubeletSettings::default()
+        };
+        assert_eq!(
+            kubelet_conflict(&kubelet, v137, &settings),
+            None,
+            "defaults"
+        );
+        kubelet.qos.gate = Some(true);
+        kubelet.qos.reservation_policy = Some("None".into());
+        assert_eq!(
+            kubelet_conflict(&kubelet, v137, &settings),
+            None,
+            "gate merely on"
+        );
+        kubelet.qos.reservation_policy = Some("TieredReservation".into());
+        let c = kubelet_conflict(&kubelet, v137, &settings).unwrap();
+        assert_eq!(c.reason, "KubeletMemoryQoS");
+        assert!(
+            c.message.contains(
+                "it writes memory.min and memory.low (memoryReservationPolicy TieredReservation)"
+            ),
+            "{}",
+            c.message
+        );
+        kubelet.qos.reservation_policy = None;
+        kubelet.qos.throttling_factor = Named::Value(0.9);
+        assert!(kubelet_conflict(&kubelet, v137, &settings).is_some());
+        // The same configuration on a v1.36 kubelet without the gate named: off.
+        kubelet.qos.gate = None;
+        let v136 = KubeletVersion::parse("v1.36.3").ok();
+        assert_eq!(kubelet_conflict(&kubelet, v136, &settings), None);
     }
 
     #[test]

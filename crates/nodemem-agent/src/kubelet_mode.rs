@@ -845,7 +845,7 @@ mod mode_tests {
         std::fs::write(&mm_state, "{\"policyName\":\"Static\"}").unwrap();
         let mut factor = more.clone();
         factor.memory_qos.throttling_factor =
-            nodemem_model::factor::ThrottlingFactor::from_f64(0.7).unwrap();
+            Some(nodemem_model::factor::ThrottlingFactor::from_f64(0.7).unwrap());
         mode.configure(&factor, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(bed.restarts(), 4);

@@ -290,7 +290,7 @@ impl NodeSync {
                     let settings = cgroup_settings(&settings);
                     match engine.apply(
                         &settings,
-                        index.allocatable(),
+                        index.node(),
                         &pods,
                         WriteMode::Write,
                         Reach::Node,

@@ -10,7 +10,9 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
-use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s};
+use nodemem_api::k8s::{
+    node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, NodeStatusFacts,
+};
 use nodemem_api::NodeMemoryConfig;
 use nodemem_apply::ApplyReport;
 use nodemem_cgroup::{check_identifier, Roots};
@@ -32,7 +34,8 @@ struct Inputs {
     revision: String,
     settings: PolicySettings,
     node_name: String,
-    allocatable: Option<i64>,
+    /// The Node's memory figures and kubelet version.
+    node: NodeStatusFacts,
     pods: Vec<NodePod>,
 }
 
@@ -47,7 +50,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let (desired, report) = engine
         .apply(
             &inputs.settings,
-            inputs.allocatable,
+            &inputs.node,
             &inputs.pods,
             WriteMode::dry_run(args.dry_run),
             Reach::Node,
@@ -108,7 +111,7 @@ fn follow(
     // A cgroup created between the first pass and the watch: covered now.
     let _ = engine.apply(
         &inputs.settings,
-        inputs.allocatable,
+        &inputs.node,
         &inputs.pods,
         WriteMode::dry_run(args.dry_run),
         Reach::Node,
@@ -141,7 +144,7 @@ fn follow(
         let appeared: Vec<String> = scope.iter().cloned().collect();
         let line = match engine.apply(
             &inputs.settings,
-            inputs.allocatable,
+            &inputs.node,
             &inputs.pods,
             WriteMode::dry_run(args.dry_run),
             Reach::Cgroups(&scope),
@@ -231,12 +234,17 @@ fn read_inputs(config: &Path, node: &Path, pods: &Path) -> Result<Inputs, CliErr
         .as_ref()
         .and_then(|(_, n)| n.metadata.name.clone())
         .unwrap_or_default();
-    let allocatable = node.as_ref().and_then(|(origin, n)| {
-        node_allocatable_memory(n)
-            .map_err(|p| problems.push(format!("{origin}: {p}")))
-            .ok()
-            .flatten()
-    });
+    if let Some((origin, n)) = &node {
+        for figure in [node_allocatable_memory(n), node_capacity_memory(n)] {
+            if let Err(p) = figure {
+                problems.push(format!("{origin}: {p}"));
+            }
+        }
+    }
+    let facts = node
+        .as_ref()
+        .map(|(_, n)| NodeStatusFacts::of(n))
+        .unwrap_or_default();
     let pods = read_pods(&pod_docs, &node_name, &mut problems);
     if !problems.is_empty() {
         return Err(CliError::many(problems));
@@ -248,7 +256,7 @@ fn read_inputs(config: &Path, node: &Path, pods: &Path) -> Result<Inputs, CliErr
         revision: config.spec.revision.clone(),
         settings: settings.expect("no problems means the settings converted"),
         node_name,
-        allocatable,
+        node: facts,
         pods,
     })
 }

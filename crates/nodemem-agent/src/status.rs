@@ -64,6 +64,8 @@ fn facts(d: &Discovery, desired: Option<&DesiredNode<'_>>) -> NodeFacts {
             .to_string(),
         ),
         page_size: Some(d.page_size),
+        // Known once a pass has computed (the pass fills it in).
+        hard_eviction_memory: None,
         numa_nodes: d
             .topology
             .iter()

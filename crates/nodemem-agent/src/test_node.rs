@@ -34,7 +34,7 @@ pub fn settings(factor: f64, reservation: ReservationPolicy) -> PolicySettings {
     PolicySettings {
         memory_qos: MemoryQosSettings {
             enabled: true,
-            throttling_factor: ThrottlingFactor::from_f64(factor).unwrap(),
+            throttling_factor: Some(ThrottlingFactor::from_f64(factor).unwrap()),
             reservation_policy: reservation,
         },
         ..PolicySettings::default()

@@ -185,6 +185,12 @@ pub struct NodeFacts {
     /// Base page size in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_size: Option<i64>,
+    /// The kubelet's memory.available hard eviction threshold in bytes, from its
+    /// configuration (its default when the agent cannot read it; a percentage resolved
+    /// against capacity), which the memory.high ceiling of a container without a limit
+    /// adds back to allocatable. Views use it instead of assuming the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_eviction_memory: Option<i64>,
     /// NUMA nodes with their memory per type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]

@@ -15,9 +15,9 @@ use nodemem_model::{Problem, Quantity};
 
 use crate::int_or_percent::IntOrPercent;
 use crate::policy::{
-    Enforcement, MemoryManagerPolicy, MemoryManagerSpec, MemoryQosSpec, NodeMemoryPolicySpec,
-    NodeReservedSpec, NodeSelector, NodeSettings, ReservationPolicy, RevisionRecord, RolloutSpec,
-    SelectorOperator,
+    Enforcement, MemoryHighPolicy, MemoryManagerPolicy, MemoryManagerSpec, MemoryQosSpec,
+    NodeMemoryPolicySpec, NodeReservedSpec, NodeSelector, NodeSettings, ReservationPolicy,
+    RevisionRecord, RolloutSpec, SelectorOperator,
 };
 use crate::quantity::QuantityString;
 use crate::{NodeMemoryPolicy, NodeMemoryPolicyStatus};
@@ -116,14 +116,17 @@ pub fn to_memory_qos(
     path: &str,
     problems: &mut Vec<Problem>,
 ) -> MemoryQosSettings {
-    let throttling_factor =
-        ThrottlingFactor::from_f64(spec.throttling_factor).unwrap_or_else(|e| {
-            problems.push(Problem::new(
-                format!("{path}.throttlingFactor"),
-                e.to_string(),
-            ));
-            ThrottlingFactor::DEFAULT
-        });
+    let factor = ThrottlingFactor::from_f64(spec.throttling_factor).unwrap_or_else(|e| {
+        problems.push(Problem::new(
+            format!("{path}.throttlingFactor"),
+            e.to_string(),
+        ));
+        ThrottlingFactor::DEFAULT
+    });
+    let throttling_factor = match spec.memory_high {
+        MemoryHighPolicy::Throttle => Some(factor),
+        MemoryHighPolicy::None => None,
+    };
     MemoryQosSettings {
         enabled: spec.enabled,
         throttling_factor,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::NodeMemoryConfig;
 use crate::convert::node_settings;
-use crate::k8s::{node_allocatable_memory, node_pod_from_k8s, opts_out};
+use crate::k8s::{node_pod_from_k8s, opts_out, NodeStatusFacts};
 use crate::policy::HealthSpec;
 use crate::policy::NodeSettings;
 use crate::watch_index::WatchIndex;
@@ -45,7 +45,9 @@ pub struct LastKnown {
     pub settings: NodeSettings,
     #[serde(default)]
     pub health: HealthSpec,
-    pub allocatable: Option<i64>,
+    /// The Node's figures (`allocatable` also in records written before the others).
+    #[serde(flatten)]
+    pub node: NodeStatusFacts,
     /// The pods, reduced to what the computation reads.
     pub pods: Vec<CompactPod>,
 }
@@ -139,9 +141,8 @@ struct IndexedPod {
 pub struct NodeIndex {
     node_name: String,
     config: Option<IndexedConfig>,
-    allocatable: Option<i64>,
-    /// `status.nodeInfo.kubeletVersion`: what a Kubelet-mode drop-in may contain.
-    kubelet_version: Option<String>,
+    /// The Node's memory figures and kubelet version.
+    node: NodeStatusFacts,
     pods: BTreeMap<String, IndexedPod>,
     opted_out_namespaces: BTreeSet<String>,
     /// Pods whose conversion failed, for reporting.
@@ -174,11 +175,18 @@ impl NodeIndex {
     }
 
     pub fn allocatable(&self) -> Option<i64> {
-        self.allocatable
+        self.node.allocatable_memory
     }
 
+    /// `status.nodeInfo.kubeletVersion`: the rules, and what a Kubelet-mode drop-in
+    /// may contain.
     pub fn kubelet_version(&self) -> Option<&str> {
-        self.kubelet_version.as_deref()
+        self.node.kubelet_version.as_deref()
+    }
+
+    /// What the rules read of the Node.
+    pub fn node(&self) -> &NodeStatusFacts {
+        &self.node
     }
 
     /// The config was created or changed; true when its settings or revision changed.
@@ -205,21 +213,14 @@ impl NodeIndex {
         self.config.take().is_some()
     }
 
-    /// The Node changed; true when its allocatable memory or kubelet version did.
+    /// The Node changed; true when its memory figures or kubelet version did.
     pub fn apply_node(&mut self, node: &core::Node) -> bool {
         if node.metadata.name.as_deref() != Some(self.node_name.as_str()) {
             return false;
         }
-        let allocatable = node_allocatable_memory(node).ok().flatten();
-        let kubelet_version = node
-            .status
-            .as_ref()
-            .and_then(|s| s.node_info.as_ref())
-            .map(|i| i.kubelet_version.clone())
-            .filter(|v| !v.is_empty());
-        let changed = allocatable != self.allocatable || kubelet_version != self.kubelet_version;
-        self.allocatable = allocatable;
-        self.kubelet_version = kubelet_version;
+        let facts = NodeStatusFacts::of(node);
+        let changed = facts != self.node;
+        self.node = facts;
         changed
     }
 
@@ -389,7 +390,7 @@ impl NodeIndex {
             generation: config.generation,
             settings: config.spec.clone(),
             health: config.health.clone(),
-            allocatable: self.allocatable,
+            node: self.node.clone(),
             pods: pods.into_iter().map(|p| p.raw.clone()).collect(),
         })
     }
@@ -406,7 +407,7 @@ impl NodeIndex {
             settings: node_settings(&last.settings)
                 .map_err(|ps| ps.iter().map(|p| p.to_string()).collect()),
         });
-        self.allocatable = last.allocatable;
+        self.node = last.node.clone();
         for pod in last.pods.iter().filter_map(|p| p.pod().ok()) {
             self.apply_pod(&pod);
         }

@@ -34,7 +34,8 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "Revision", "type": "string", "priority": 1, "description": "the spec's revision", "jsonPath": ".status.revision"}"#,
     printcolumn = r#"{"name": "Target", "type": "string", "priority": 1, "description": "the revision the pool runs or moves to (the previous one after a rollback, the last accepted one while the spec is invalid)", "jsonPath": ".status.targetRevision"}"#,
-    printcolumn = r#"{"name": "Leaving", "type": "integer", "priority": 1, "description": "nodes that still run this policy's values while they move to their next policy or are released", "jsonPath": ".status.leavingNodes"}"#
+    printcolumn = r#"{"name": "Leaving", "type": "integer", "priority": 1, "description": "nodes that still run this policy's values while they move to their next policy or are released", "jsonPath": ".status.leavingNodes"}"#,
+    printcolumn = r#"{"name": "MemoryHigh", "type": "string", "priority": 1, "description": "Throttle: memory.high from the factor; None: no memory.high (the factor is not used)", "jsonPath": ".spec.memoryQoS.memoryHigh"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMemoryPolicySpec {
@@ -229,10 +230,17 @@ pub struct MemoryQosSpec {
     pub enabled: bool,
 
     /// memory.high = floor((request + factor * (limit or node allocatable - request)) / pageSize) * pageSize.
-    /// Must be in (0, 1]; 1.0 disables early throttling.
+    /// Must be in (0, 1]; 1.0 disables early throttling. Not used with memoryHigh: None.
     #[serde(default = "default_factor")]
     #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true, "maximum" = 1))]
     pub throttling_factor: f64,
+
+    /// Throttle (the default): memory.high from throttlingFactor, as a kubelet with
+    /// memoryThrottlingFactor set. None: no memory.high on any cgroup, as a v1.37
+    /// kubelet whose memoryThrottlingFactor is unset (its default); protection
+    /// (reservationPolicy) is unaffected.
+    #[serde(default, skip_serializing_if = "MemoryHighPolicy::is_throttle")]
+    pub memory_high: MemoryHighPolicy,
 
     /// None: no memory.min or memory.low. TieredReservation: memory.min for Guaranteed
     /// pods, memory.low for Burstable pods (kubelet v1.36). HardReservation: memory.min
@@ -299,9 +307,26 @@ impl Default for MemoryQosSpec {
         MemoryQosSpec {
             enabled: true,
             throttling_factor: default_factor(),
+            memory_high: MemoryHighPolicy::Throttle,
             reservation_policy: ReservationPolicy::None,
             relief: None,
         }
+    }
+}
+
+/// Whether memory.high is written (`memoryQoS.memoryHigh`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum MemoryHighPolicy {
+    #[default]
+    Throttle,
+    None,
+}
+
+impl MemoryHighPolicy {
+    /// The default, left out of serialized specs so that the revision of a policy
+    /// written before the field existed does not change.
+    pub fn is_throttle(&self) -> bool {
+        *self == MemoryHighPolicy::Throttle
     }
 }
 

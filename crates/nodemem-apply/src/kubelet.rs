@@ -8,7 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use nodemem_model::eviction::MemoryEviction;
 use nodemem_model::kubelet_dropin::{KubeletReserved, DROPIN_FILE};
+use nodemem_model::kubelet_writes::{KubeletQosConfig, Named};
 use nodemem_model::quantity::Quantity;
 
 use crate::state::write_atomically;
@@ -23,18 +25,38 @@ pub struct KubeletFiles {
 }
 
 /// What the kubelet's configuration says about memory, after its drop-ins.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct KubeletSettings {
-    /// `featureGates.MemoryQoS: true`: the kubelet writes memory.min/low/high.
-    pub memory_qos: bool,
+    /// The Memory QoS fields (gate, factor, reservation policy) as named: what the
+    /// kubelet writes of its own follows from them and its version
+    /// (`KubeletQosWrites`).
+    pub qos: KubeletQosConfig,
     /// `memoryManagerPolicy` (the kubelet's default is None).
     pub memory_manager_policy: Option<String>,
     /// `reservedMemory` as written: compared, never interpreted.
     pub reserved_memory: Option<serde_json::Value>,
     /// kubeReserved / systemReserved / evictionHard memory, for the sum rule.
     pub reserved: KubeletReserved,
+    /// `evictionHard` `memory.available` as written (its default, 100Mi, when the
+    /// configuration names no evictionHard).
+    pub memory_eviction: MemoryEviction,
     /// The files read, for messages.
     pub sources: Vec<PathBuf>,
+}
+
+impl Default for KubeletSettings {
+    /// A kubelet with no configuration: its defaults.
+    fn default() -> Self {
+        let reserved = KubeletReserved::default();
+        KubeletSettings {
+            qos: KubeletQosConfig::default(),
+            memory_manager_policy: None,
+            reserved_memory: None,
+            memory_eviction: MemoryEviction::Bytes(reserved.eviction_hard.map_or(0, |q| q.value())),
+            reserved,
+            sources: Vec::new(),
+        }
+    }
 }
 
 impl KubeletSettings {
@@ -43,12 +65,12 @@ impl KubeletSettings {
         self.memory_manager_policy.as_deref() == Some("Static")
     }
 
-    /// The `memory.available` hard eviction threshold in bytes (the kubelet's default
-    /// when its configuration does not say; None for a percentage), which the Node's
-    /// allocatable subtracts and the kubelet's memory.high ceiling does not
-    /// (`NodeMemoryFacts::hard_eviction_memory`).
-    pub fn hard_eviction_memory(&self) -> Option<i64> {
-        self.reserved.eviction_hard.as_ref().map(|q| q.value())
+    /// The `memory.available` hard eviction threshold in bytes on a node of
+    /// `capacity` (a percentage is resolved against it as the kubelet does; None when
+    /// it cannot be), which the Node's allocatable subtracts and the kubelet's
+    /// memory.high ceiling does not (`NodeMemoryFacts::hard_eviction_memory`).
+    pub fn hard_eviction_memory(&self, capacity: Option<i64>) -> Option<i64> {
+        self.memory_eviction.bytes(capacity)
     }
 
     /// What the kubelet's Memory Manager state file is checked against when it starts:
@@ -128,7 +150,12 @@ impl KubeletFiles {
                     reason: e.to_string(),
                 })?;
             if let Some(on) = doc.feature_gates.get("MemoryQoS") {
-                out.memory_qos = *on;
+                out.qos.gate = Some(*on);
+            }
+            out.qos.throttling_factor = std::mem::take(&mut out.qos.throttling_factor)
+                .overlaid_by(doc.memory_throttling_factor);
+            if let Some(policy) = doc.memory_reservation_policy {
+                out.qos.reservation_policy = Some(policy);
             }
             if let Some(policy) = doc.memory_manager_policy {
                 out.memory_manager_policy = Some(policy);
@@ -156,12 +183,15 @@ impl KubeletFiles {
             out.sources.push(path);
         }
         // No evictionHard: the kubelet's default (100Mi). A map without
-        // memory.available: no memory threshold. A percentage: unknown here.
+        // memory.available: no memory threshold. A percentage: a fraction of capacity
+        // (not a fixed amount for the sum rule). Unreadable: the kubelet would not
+        // start; nothing is assumed.
         if let Some(map) = eviction {
-            out.reserved.eviction_hard = match map.get("memory.available") {
-                None => Some(Quantity::ZERO),
-                Some(v) => Quantity::parse(v).ok(),
+            out.memory_eviction = match map.get("memory.available") {
+                None => MemoryEviction::None,
+                Some(v) => MemoryEviction::parse(v).unwrap_or(MemoryEviction::None),
             };
+            out.reserved.eviction_hard = out.memory_eviction.quantity();
         }
         Ok(out)
     }
@@ -269,11 +299,27 @@ fn start_ticks(stat: &str) -> Option<u64> {
 #[serde(rename_all = "camelCase", default)]
 struct KubeletDoc {
     feature_gates: BTreeMap<String, bool>,
+    #[serde(deserialize_with = "named")]
+    memory_throttling_factor: Named<f64>,
+    memory_reservation_policy: Option<String>,
     memory_manager_policy: Option<String>,
     reserved_memory: Option<serde_json::Value>,
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     eviction_hard: Option<BTreeMap<String, String>>,
+}
+
+/// A field present (`null` or a value); an absent one is `Named::Absent` by default.
+fn named<'de, D, T>(d: D) -> Result<Named<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    use serde::Deserialize;
+    Ok(match Option::<T>::deserialize(d)? {
+        Some(v) => Named::Value(v),
+        None => Named::Null,
+    })
 }
 
 #[cfg(test)]

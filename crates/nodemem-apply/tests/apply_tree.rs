@@ -126,7 +126,7 @@ fn settings(reservation: ReservationPolicy, factor: f64) -> PolicySettings {
     PolicySettings {
         memory_qos: MemoryQosSettings {
             enabled: true,
-            throttling_factor: ThrottlingFactor::from_f64(factor).unwrap(),
+            throttling_factor: Some(ThrottlingFactor::from_f64(factor).unwrap()),
             reservation_policy: reservation,
         },
         ..PolicySettings::default()
@@ -137,9 +137,9 @@ fn facts(driver: CgroupDriver) -> NodeFacts {
     NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: Some(8 * GI),
-            hard_eviction_memory: None,
             page_size: 4096,
             kernel_version: Some("6.1.0-56-amd64".into()),
+            ..NodeMemoryFacts::default()
         },
         cgroup_driver: driver,
         ..NodeFacts::default()

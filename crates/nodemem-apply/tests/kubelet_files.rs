@@ -7,6 +7,8 @@ use std::path::Path;
 use nodemem_apply::kubelet::{
     kubelet_started_at, remove_memory_manager_state, KubeletFiles, OwnDropIn,
 };
+use nodemem_model::eviction::MemoryEviction;
+use nodemem_model::kubelet_writes::Named;
 use nodemem_model::quantity::Quantity;
 
 fn write(path: &Path, text: &str) {
@@ -37,7 +39,8 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\ncgroupDriver: systemd\nkubeReserved: {cpu: 100m, memory: 1Gi}\nevictionHard: {nodefs.available: 10%}\n",
     );
     let s = files.read(OwnDropIn::OnDisk).unwrap();
-    assert!(s.memory_qos && !s.static_memory_manager());
+    assert!(s.qos.gate == Some(true) && !s.static_memory_manager());
+    assert_eq!(s.qos.throttling_factor, Named::Absent);
     assert_eq!(s.reserved.kube_reserved, q("1Gi"));
     assert_eq!(
         s.reserved.eviction_hard,
@@ -57,12 +60,19 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     );
     write(&dropins.join("README"), "ignored: not a .conf file\n");
     let s = files.read(OwnDropIn::OnDisk).unwrap();
-    assert!(!s.memory_qos && s.static_memory_manager());
+    assert!(s.qos.gate == Some(false) && s.static_memory_manager());
     assert_eq!(s.sources.len(), 2);
     assert_eq!(
         s.reserved.eviction_hard, None,
         "a percentage cannot be summed here"
     );
+    assert_eq!(s.memory_eviction, MemoryEviction::Fraction(0.05));
+    assert_eq!(
+        s.hard_eviction_memory(Some(8 << 30)),
+        Some(429_496_736),
+        "resolved against capacity as the kubelet does"
+    );
+    assert_eq!(s.hard_eviction_memory(None), None);
     let (policy, reserved) = s.memory_manager();
     assert_eq!(policy, "Static");
     assert_eq!(
@@ -80,11 +90,13 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
         files.read(OwnDropIn::Without).unwrap().memory_manager().0,
         "Static"
     );
-    assert!(
+    assert_eq!(
         files
             .read(OwnDropIn::As("featureGates: {MemoryQoS: true}\n"))
             .unwrap()
-            .memory_qos
+            .qos
+            .gate,
+        Some(true)
     );
     assert_eq!(
         files.current_dropin().unwrap().as_deref(),
@@ -151,5 +163,49 @@ fn the_kubelets_start_is_read_from_procfs() {
         kubelet_started_at(proc.path()),
         Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_090)),
         "the newest kubelet, 90 s after boot"
+    );
+}
+
+/// v1.37's fields as the kubelet merges them: a later drop-in's value wins, its
+/// `null` removes what an earlier file named (the kubelet then defaults it again).
+#[test]
+fn memory_qos_fields_merge_as_the_kubelets_drop_ins_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = KubeletFiles {
+        config: dir.path().join("config.yaml"),
+        config_dir: Some(dir.path().join("conf.d")),
+    };
+    write(
+        &files.config,
+        "memoryThrottlingFactor: 0.8\nmemoryReservationPolicy: TieredReservation\n",
+    );
+    let s = files.read(OwnDropIn::OnDisk).unwrap();
+    assert_eq!(s.qos.throttling_factor, Named::Value(0.8));
+    assert_eq!(
+        s.qos.reservation_policy.as_deref(),
+        Some("TieredReservation")
+    );
+    assert_eq!(s.qos.gate, None, "not named: the version's default");
+    write(
+        &dir.path().join("conf.d/10-a.conf"),
+        "memoryThrottlingFactor: 0.7\n",
+    );
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
+        Named::Value(0.7)
+    );
+    write(
+        &dir.path().join("conf.d/20-b.conf"),
+        "memoryThrottlingFactor: null\n",
+    );
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
+        Named::Null
+    );
+    write(&dir.path().join("conf.d/30-c.conf"), "maxPods: 10\n");
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
+        Named::Null,
+        "a drop-in that does not name it leaves it"
     );
 }

@@ -141,6 +141,7 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
             hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
             page_size: 4096,
             kernel_version: Some("6.1.0".into()),
+            ..NodeMemoryFacts::default()
         },
         cgroup_driver: CgroupDriver::Systemd,
         ..NodeFacts::default()

@@ -14,8 +14,9 @@
 //!   (verified against the v1.36.3 kubelet's validation), so `HardReservation` cannot be
 //!   rendered on any version (admission refuses it with `enforcement: Kubelet`).
 
-use std::fmt::{self, Write};
+use std::fmt::Write;
 
+use crate::kubelet_version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
 use crate::memory_qos::ReservationPolicy;
 use crate::policy::{
     sum_rule_problem, MemoryManagerPolicy, MemoryManagerSettings, NodeReserved, PolicySettings,
@@ -26,53 +27,6 @@ use crate::quantity::{format_bytes, Quantity};
 /// The drop-in's file name: `.conf` (the kubelet reads nothing else), sorted after the
 /// usual numbered drop-ins so its fields win.
 pub const DROPIN_FILE: &str = "99-nodemem.conf";
-
-/// A kubelet version as the Node reports it (`status.nodeInfo.kubeletVersion`:
-/// `v1.36.3`, `v1.36.0-rc.1`, `v1.35.2+k3s1`, `v1.34.1-eks-113cf36`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct KubeletVersion {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
-
-impl KubeletVersion {
-    pub fn parse(text: &str) -> Result<Self, KubeletRefusal> {
-        let unknown = || KubeletRefusal::UnknownVersion(text.to_string());
-        let core = text.trim().strip_prefix('v').unwrap_or(text.trim());
-        let core = core.split(['-', '+']).next().unwrap_or("");
-        let mut parts = core.split('.').map(|p| p.parse::<u32>().ok());
-        let (Some(Some(major)), Some(Some(minor)), patch, None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(unknown());
-        };
-        let patch = match patch {
-            None => 0,
-            Some(Some(p)) => p,
-            Some(None) => return Err(unknown()),
-        };
-        Ok(KubeletVersion {
-            major,
-            minor,
-            patch,
-        })
-    }
-
-    const fn v1(minor: u32) -> Self {
-        KubeletVersion {
-            major: 1,
-            minor,
-            patch: 0,
-        }
-    }
-}
-
-impl fmt::Display for KubeletVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
 
 /// The first kubelet with the MemoryQoS gate, memoryThrottlingFactor and a beta Memory
 /// Manager.
@@ -91,6 +45,8 @@ pub enum KubeletRefusal {
     NoReservationPolicy(KubeletVersion, ReservationPolicy),
     #[error("no kubelet accepts memoryReservationPolicy HardReservation (v1.36 accepts None or TieredReservation); use enforcement: Agent")]
     HardReservation,
+    #[error("kubelet {0} cannot leave memory.high unset (memoryHigh: None): before {MEMORY_QOS_ON_BY_DEFAULT} an unset memoryThrottlingFactor means 0.9; upgrade the kubelet to {MEMORY_QOS_ON_BY_DEFAULT} or later, set a throttlingFactor, or use enforcement: Agent")]
+    NoUnsetFactor(KubeletVersion),
     #[error("the kubelet would refuse to start: {0}")]
     SumRule(String),
 }
@@ -101,9 +57,9 @@ impl KubeletRefusal {
         match self {
             KubeletRefusal::UnknownVersion(_) => "KubeletVersionUnknown",
             KubeletRefusal::TooOld(_) => "KubeletTooOld",
-            KubeletRefusal::NoReservationPolicy(..) | KubeletRefusal::HardReservation => {
-                "KubeletCannotExpress"
-            }
+            KubeletRefusal::NoReservationPolicy(..)
+            | KubeletRefusal::HardReservation
+            | KubeletRefusal::NoUnsetFactor(_) => "KubeletCannotExpress",
             KubeletRefusal::SumRule(_) => "ReservedMemorySumRule",
         }
     }
@@ -156,7 +112,8 @@ pub fn render(
     kubelet_reserved: &KubeletReserved,
     owner: DropInOwner<'_>,
 ) -> Result<DropIn, Vec<KubeletRefusal>> {
-    let version = KubeletVersion::parse(version).map_err(|r| vec![r])?;
+    let version =
+        KubeletVersion::parse(version).map_err(|e| vec![KubeletRefusal::UnknownVersion(e.0)])?;
     if version < OLDEST_KUBELET {
         return Err(vec![KubeletRefusal::TooOld(version)]);
     }
@@ -170,6 +127,9 @@ pub fn render(
                 version,
                 qos.reservation_policy,
             ));
+        }
+        if qos.throttling_factor.is_none() && version < MEMORY_QOS_ON_BY_DEFAULT {
+            refusals.push(KubeletRefusal::NoUnsetFactor(version));
         }
     }
     let mm = &settings.memory_manager;
@@ -215,7 +175,14 @@ fn render_text(
     let qos = &settings.memory_qos;
     let _ = writeln!(y, "featureGates:\n  MemoryQoS: {}", qos.enabled);
     if qos.enabled {
-        let _ = writeln!(y, "memoryThrottlingFactor: {}", qos.throttling_factor);
+        match qos.throttling_factor {
+            Some(factor) => {
+                let _ = writeln!(y, "memoryThrottlingFactor: {factor}");
+            }
+            // A JSON merge patch's null removes a factor the kubelet's own file may
+            // set; unset is the v1.37 kubelet's default (older ones are refused above).
+            None => y.push_str("memoryThrottlingFactor: null\n"),
+        }
         let policy = match qos.reservation_policy {
             ReservationPolicy::TieredReservation => "TieredReservation",
             // HardReservation is refused before rendering.
@@ -286,7 +253,7 @@ mod tests {
             ..PolicySettings::default()
         };
         s.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
-        s.memory_qos.throttling_factor = ThrottlingFactor::from_f64(0.8).unwrap();
+        s.memory_qos.throttling_factor = Some(ThrottlingFactor::from_f64(0.8).unwrap());
         s
     }
 
@@ -311,27 +278,6 @@ mod tests {
             system_reserved: Some(q("1Gi")),
             eviction_hard: Some(q("100Mi")),
         });
-    }
-
-    #[test]
-    fn versions_parse_as_nodes_report_them() {
-        for (text, want) in [
-            ("v1.36.3", (1, 36, 3)),
-            ("v1.36.0-rc.1", (1, 36, 0)),
-            ("v1.35.2+k3s1", (1, 35, 2)),
-            ("v1.34.1-eks-113cf36", (1, 34, 1)),
-            ("1.37", (1, 37, 0)),
-        ] {
-            let v = KubeletVersion::parse(text).unwrap();
-            assert_eq!((v.major, v.minor, v.patch), want, "{text}");
-        }
-        for bad in ["", "v", "vx.y.z", "v1", "v1.36.3.4", "v1.x.3", "latest"] {
-            assert_eq!(
-                KubeletVersion::parse(bad),
-                Err(KubeletRefusal::UnknownVersion(bad.to_string())),
-                "{bad:?}"
-            );
-        }
     }
 
     #[test]
@@ -415,6 +361,31 @@ mod tests {
         assert_eq!(old[0].reason(), "KubeletTooOld");
         let garbage = render(&s, "unknown", &KubeletReserved::default(), OWNER).unwrap_err();
         assert_eq!(garbage[0].reason(), "KubeletVersionUnknown");
+    }
+
+    #[test]
+    fn an_unset_factor_is_a_null_from_v1_37_and_refused_before() {
+        let mut s = tiered();
+        s.memory_qos.throttling_factor = None;
+        let d = render(&s, "v1.37.2", &KubeletReserved::default(), OWNER).unwrap();
+        assert!(
+            d.text.contains(
+                "\nmemoryThrottlingFactor: null\nmemoryReservationPolicy: TieredReservation\n"
+            ),
+            "{}",
+            d.text
+        );
+        let refused = render(&s, "v1.36.3", &KubeletReserved::default(), OWNER).unwrap_err();
+        assert_eq!(
+            refused,
+            vec![KubeletRefusal::NoUnsetFactor(
+                KubeletVersion::parse("v1.36.3").unwrap()
+            )]
+        );
+        assert_eq!(refused[0].reason(), "KubeletCannotExpress");
+        // Off, the factor is not rendered at all: nothing to refuse.
+        s.memory_qos.enabled = false;
+        assert!(render(&s, "v1.36.3", &KubeletReserved::default(), OWNER).is_ok());
     }
 
     #[test]

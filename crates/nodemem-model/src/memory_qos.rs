@@ -31,6 +31,14 @@
 //! * **kubepods under TieredReservation** gets memory.min = sum of Guaranteed and
 //!   Burstable pod requests, and (v1.37 fix) memory.low = sum of Burstable pod requests,
 //!   so the burstable cgroup's memory.low is not capped to 0 by its parent.
+//! * **Pod-level memory.high (v1.37 rules only).** From v1.37 the kubelet sets
+//!   memory.high on the pod cgroup of a pod with pod-level resources whose memory
+//!   limits are declared (`ApplyPodLevelMemoryHigh`: the same formula over the pod's
+//!   request and limit), and none on its containers that have no memory limit when the
+//!   pod has a pod-level memory limit (the pod's memory.high throttles them: the
+//!   kernel walks the ancestors). Kubelets up to v1.36 set memory.high on containers
+//!   only; the node's [`QosRules`] say which (`kubelet_version.rs`).
+//! * **No throttling factor** (the v1.37 kubelet's default): no memory.high anywhere.
 //! * **HardReservation** (the KEP's v1.27 behaviour, not in the v1.36 kubelet):
 //!   memory.min = request for every container and pod with a memory request; the
 //!   burstable cgroup's memory.min = sum of Burstable pod requests; kubepods' memory.min
@@ -44,6 +52,7 @@ use crate::cgroup::{
 };
 use crate::factor::ThrottlingFactor;
 use crate::kernel::memory_qos_kernel_warnings;
+use crate::kubelet_version::{KubeletVersion, QosRules};
 use crate::pod::{ordered_containers, ContainerKind, Pod};
 use crate::profile::{ContainerMemory, PodMemoryProfile};
 use crate::qos::{qos_class, QosClass};
@@ -66,7 +75,9 @@ pub enum ReservationPolicy {
 pub struct MemoryQosSettings {
     /// When false, nodemem rolls back what it set: memory.min/low to 0, memory.high to max.
     pub enabled: bool,
-    pub throttling_factor: ThrottlingFactor,
+    /// None: no memory.high anywhere (the v1.37 kubelet's unset
+    /// `memoryThrottlingFactor`).
+    pub throttling_factor: Option<ThrottlingFactor>,
     pub reservation_policy: ReservationPolicy,
 }
 
@@ -74,7 +85,7 @@ impl Default for MemoryQosSettings {
     fn default() -> Self {
         MemoryQosSettings {
             enabled: true,
-            throttling_factor: ThrottlingFactor::DEFAULT,
+            throttling_factor: Some(ThrottlingFactor::DEFAULT),
             reservation_policy: ReservationPolicy::None,
         }
     }
@@ -85,24 +96,41 @@ impl Default for MemoryQosSettings {
 pub struct NodeMemoryFacts {
     /// `status.allocatable.memory` in bytes.
     pub allocatable_memory: Option<i64>,
+    /// `status.capacity.memory` in bytes: no ceiling is above it.
+    pub capacity_memory: Option<i64>,
     /// The kubelet's `memory.available` hard eviction threshold in bytes (its
-    /// `evictionHard`, 100Mi by default), which `status.allocatable` subtracts and the
-    /// kubelet's memory.high ceiling does not; None when unknown (a percentage): the
-    /// ceiling is then `status.allocatable`.
+    /// `evictionHard`, 100Mi by default; a percentage resolved against capacity,
+    /// `MemoryEviction::bytes`), which `status.allocatable` subtracts and the
+    /// kubelet's memory.high ceiling does not; None when unknown: the ceiling is then
+    /// `status.allocatable`.
     pub hard_eviction_memory: Option<i64>,
     /// Base page size in bytes (4096 on x86_64); hugepages play no part.
     pub page_size: i64,
     /// `status.nodeInfo.kernelVersion`.
     pub kernel_version: Option<String>,
+    /// `status.nodeInfo.kubeletVersion`, which decides the [`QosRules`]; None when not
+    /// known (the newest rules).
+    pub kubelet_version: Option<KubeletVersion>,
 }
 
 impl NodeMemoryFacts {
-    /// The kubelet's node allocatable for enforcement (`GetNodeAllocatableAbsolute`):
-    /// `status.allocatable` plus the hard eviction threshold; None without a positive
+    /// The kubelet's node allocatable for enforcement (`GetNodeAllocatableAbsolute`:
+    /// capacity minus kube- and system-reserved): `status.allocatable` plus the hard
+    /// eviction threshold, never above capacity (a threshold assumed where the node
+    /// has none must not lift the ceiling past the machine); None without a positive
     /// allocatable.
     pub fn kubelet_allocatable(&self) -> Option<i64> {
         let allocatable = self.allocatable_memory.filter(|a| *a > 0)?;
-        Some(allocatable.saturating_add(self.hard_eviction_memory.unwrap_or(0).max(0)))
+        let ceiling = allocatable.saturating_add(self.hard_eviction_memory.unwrap_or(0).max(0));
+        Some(match self.capacity_memory.filter(|c| *c > 0) {
+            Some(capacity) => ceiling.min(capacity.max(allocatable)),
+            None => ceiling,
+        })
+    }
+
+    /// The rules of this node's kubelet.
+    pub fn rules(&self) -> QosRules {
+        QosRules::for_kubelet(self.kubelet_version)
     }
 }
 
@@ -110,9 +138,11 @@ impl Default for NodeMemoryFacts {
     fn default() -> Self {
         NodeMemoryFacts {
             allocatable_memory: None,
+            capacity_memory: None,
             hard_eviction_memory: None,
             page_size: 4096,
             kernel_version: None,
+            kubelet_version: None,
         }
     }
 }
@@ -257,7 +287,7 @@ impl<'s> NodeAccumulator<'s> {
             QosClass::Burstable => self.burstable_sum = self.burstable_sum.saturating_add(request),
             QosClass::BestEffort => {}
         }
-        let pod = pod_values(self.settings, qos, profile, request);
+        let pod = pod_values(self.settings, self.node, qos, profile, request);
         self.totals.memory_min_bytes += pod.get(MEMORY_MIN).and_then(|v| v.bytes()).unwrap_or(0);
         self.totals.memory_low_bytes += pod.get(MEMORY_LOW).and_then(|v| v.bytes()).unwrap_or(0);
         pod
@@ -399,9 +429,12 @@ fn pod_plan(pod: &Pod, qos: QosClass, opted_out: bool, values: PodValues) -> Pod
 }
 
 /// Pod cgroup: memory.min / memory.low from the effective pod request
-/// (`ResourceConfigForPod`), memory.max from the effective pod limit for information.
+/// (`ResourceConfigForPod`), memory.high under the v1.37 rules for a pod with
+/// pod-level resources (`ApplyPodLevelMemoryHigh`), memory.max from the effective pod
+/// limit for information.
 fn pod_values(
     settings: &MemoryQosSettings,
+    node: &NodeMemoryFacts,
     qos: QosClass,
     profile: &PodMemoryProfile,
     request: i64,
@@ -419,10 +452,33 @@ fn pod_values(
             _ => {}
         }
     }
+    if let Some(high) = pod_memory_high(settings, node, profile) {
+        set_bytes(&mut values, MEMORY_HIGH, high);
+    }
     if let Some(limit) = profile.memory_max {
         set_bytes(&mut values, MEMORY_MAX, limit);
     }
     values
+}
+
+/// The pod cgroup's memory.high, or None when the kubelet of the node's rules would
+/// not set it: only v1.37 rules, only a pod with pod-level resources whose memory
+/// limits are declared (its memory.max), by `memoryHighForPod`'s guards.
+pub fn pod_memory_high(
+    settings: &MemoryQosSettings,
+    node: &NodeMemoryFacts,
+    profile: &PodMemoryProfile,
+) -> Option<i64> {
+    let factor = settings.throttling_factor?;
+    if !node.rules().pod_level_memory_high() || !profile.pod_level_resources {
+        return None;
+    }
+    let (request, limit) = (profile.request, profile.memory_max?);
+    if request == limit && request != 0 {
+        return None;
+    }
+    let high = factor.memory_high(request, limit, node.page_size);
+    (high > 0 && high > request).then_some(high)
 }
 
 fn container_values(
@@ -446,7 +502,15 @@ fn container_values(
             _ => {}
         }
     }
-    if let Some(high) = container_memory_high(settings.throttling_factor, node, request, limit) {
+    // v1.37: the pod's own memory.high throttles a container without a limit of its
+    // own once the pod has a pod-level memory limit.
+    let throttled_by_pod =
+        node.rules().pod_level_memory_high() && limit == 0 && profile.pod_level_limit > 0;
+    let high = match settings.throttling_factor {
+        Some(factor) if !throttled_by_pod => container_memory_high(factor, node, request, limit),
+        _ => None,
+    };
+    if let Some(high) = high {
         set_bytes(&mut values, MEMORY_HIGH, high);
     }
     // KEP-2837: the pod-level limit stands in for a missing container limit.

@@ -564,7 +564,7 @@ mod tests {
         PolicySettings {
             memory_qos: MemoryQosSettings {
                 enabled: true,
-                throttling_factor: ThrottlingFactor::DEFAULT,
+                throttling_factor: Some(ThrottlingFactor::DEFAULT),
                 reservation_policy: ReservationPolicy::TieredReservation,
             },
             memory_manager: MemoryManagerSettings {
@@ -588,6 +588,7 @@ mod tests {
                 hard_eviction_memory: None,
                 page_size: 4096,
                 kernel_version: Some("6.1.0".into()),
+                ..NodeMemoryFacts::default()
             },
             topology: Some(NumaTopology {
                 nodes: BTreeMap::from([

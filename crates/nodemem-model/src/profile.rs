@@ -26,6 +26,8 @@ pub struct PodMemoryProfile {
     pub memory_max: Option<i64>,
     /// KEP-2837: the pod-level memory limit standing in for a missing container limit.
     pub pod_level_limit: i64,
+    /// `spec.resources` names CPU or memory (`IsPodLevelResourcesSet`).
+    pub pod_level_resources: bool,
     /// In [`ordered_containers`] order: init and sidecars, then app containers.
     pub containers: Vec<ContainerMemory>,
 }
@@ -47,7 +49,8 @@ impl PodMemoryProfile {
         } else {
             None
         };
-        let pod_level_limit = if has_pod_level_resources(spec) {
+        let pod_level_resources = has_pod_level_resources(spec);
+        let pod_level_limit = if pod_level_resources {
             spec.resources
                 .as_ref()
                 .map_or(0, |r| r.limit(MEMORY).value())
@@ -59,6 +62,7 @@ impl PodMemoryProfile {
             request: pod_memory_request(spec),
             memory_max,
             pod_level_limit,
+            pod_level_resources,
             containers: ordered_containers(spec)
                 .map(|c| ContainerMemory {
                     kind: c.kind,

@@ -450,7 +450,7 @@ mod tests {
             allocatable_memory: Some(8 << 30),
             hard_eviction_memory: Some(100 * MI),
             page_size: PAGE,
-            kernel_version: None,
+            ..NodeMemoryFacts::default()
         };
         for (request, limit) in [
             (0, 0),

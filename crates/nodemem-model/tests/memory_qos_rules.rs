@@ -6,6 +6,7 @@ use nodemem_model::cgroup::{
 };
 use nodemem_model::defaulting::apply_defaults;
 use nodemem_model::factor::ThrottlingFactor;
+use nodemem_model::kubelet_version::KubeletVersion;
 use nodemem_model::memory_qos::{
     container_memory_high, plan_node, MemoryQosSettings, NodeMemoryFacts, NodePlan,
     ReservationPolicy,
@@ -74,17 +75,27 @@ fn defaulted(mut p: Pod) -> Pod {
 fn settings(policy: ReservationPolicy, factor: f64) -> MemoryQosSettings {
     MemoryQosSettings {
         enabled: true,
-        throttling_factor: ThrottlingFactor::from_f64(factor).unwrap(),
+        throttling_factor: Some(ThrottlingFactor::from_f64(factor).unwrap()),
         reservation_policy: policy,
     }
 }
 
+/// A node of the v1.36 kubelet, whose rules the seed tables below were written
+/// against (and checked on the real node); the v1.37 rules have their own section.
 fn node(allocatable: i64) -> NodeMemoryFacts {
     NodeMemoryFacts {
         allocatable_memory: Some(allocatable),
-        hard_eviction_memory: None,
         page_size: 4096,
         kernel_version: Some("6.1.0-18-amd64".into()),
+        kubelet_version: Some(KubeletVersion::parse("v1.36.3").unwrap()),
+        ..NodeMemoryFacts::default()
+    }
+}
+
+fn node_v137(allocatable: i64) -> NodeMemoryFacts {
+    NodeMemoryFacts {
+        kubelet_version: Some(KubeletVersion::parse("v1.37.2").unwrap()),
+        ..node(allocatable)
     }
 }
 
@@ -149,9 +160,8 @@ fn kep_v127_table_as_the_kubelet_applies_it() {
     let factor = ThrottlingFactor::from_f64(0.9).unwrap();
     let node = NodeMemoryFacts {
         allocatable_memory: Some(8 * GI),
-        hard_eviction_memory: None,
         page_size: MI,
-        kernel_version: None,
+        ..NodeMemoryFacts::default()
     };
     for request in (100..1000).step_by(100) {
         let want = Some((1000 - (1000 - request) / 10) * MI);
@@ -172,9 +182,8 @@ fn kep_v122_vs_v127_comparison_table() {
     // "Some more examples to compare memory.high using Alpha v1.22 and Alpha v1.27"
     let node = NodeMemoryFacts {
         allocatable_memory: Some(8 * GI),
-        hard_eviction_memory: None,
         page_size: MI,
-        kernel_version: None,
+        ..NodeMemoryFacts::default()
     };
     let table = [
         (500, 0.6, Some(800)),
@@ -291,6 +300,44 @@ fn memory_high_without_a_limit_adds_the_hard_eviction_threshold_back() {
         ..facts.clone()
     };
     assert_eq!(unknown.kubelet_allocatable(), Some(status_allocatable));
+}
+
+/// Where nodemem does not read the kubelet's configuration it assumes its default
+/// threshold (100Mi); on a node that reserves nothing (allocatable == capacity) that
+/// would put the ceiling above the machine. Capacity bounds it.
+#[test]
+fn the_ceiling_never_exceeds_capacity() {
+    let f = ThrottlingFactor::from_f64(0.9).unwrap();
+    let capacity = 4 * GI;
+    let nothing_reserved = NodeMemoryFacts {
+        allocatable_memory: Some(capacity),
+        capacity_memory: Some(capacity),
+        hard_eviction_memory: Some(100 * MI),
+        ..NodeMemoryFacts::default()
+    };
+    assert_eq!(nothing_reserved.kubelet_allocatable(), Some(capacity));
+    assert_eq!(
+        container_memory_high(f, &nothing_reserved, 0, 0),
+        Some(capacity / 10 * 9 / 4096 * 4096)
+    );
+    // 60Mi between allocatable and capacity: at most 60Mi goes back, not 100Mi.
+    let little = NodeMemoryFacts {
+        allocatable_memory: Some(capacity - 60 * MI),
+        ..nothing_reserved.clone()
+    };
+    assert_eq!(little.kubelet_allocatable(), Some(capacity));
+    // Room for the whole threshold: all of it goes back.
+    let room = NodeMemoryFacts {
+        allocatable_memory: Some(capacity - GI),
+        ..nothing_reserved.clone()
+    };
+    assert_eq!(room.kubelet_allocatable(), Some(capacity - GI + 100 * MI));
+    // A hand-written node whose allocatable exceeds its capacity keeps its allocatable.
+    let odd = NodeMemoryFacts {
+        allocatable_memory: Some(capacity + GI),
+        ..nothing_reserved
+    };
+    assert_eq!(odd.kubelet_allocatable(), Some(capacity + GI));
 }
 
 #[test]
@@ -1102,4 +1149,170 @@ fn negative_and_inverted_container_resources_are_invalid() {
             "spec.containers[1].resources.requests.memory"
         ]
     );
+}
+
+// ---------------------------------------------------------------- v1.37 rules
+
+/// A pod with pod-level memory limit 4Gi and request 2Gi, one container with a limit
+/// of its own (1Gi of 2Gi) and one without.
+fn pod_level_burstable() -> Pod {
+    defaulted(pod_level(
+        &[("memory", "4Gi")],
+        &[("memory", "2Gi")],
+        vec![
+            app("limited", &[("memory", "1Gi")], &[("memory", "2Gi")]),
+            app("open", &[("memory", "1Gi")], &[]),
+        ],
+    ))
+}
+
+/// v1.37 `ApplyPodLevelMemoryHigh`: the pod cgroup of a pod with pod-level resources
+/// gets memory.high = floor((request + factor * (limit - request)) / page) * page;
+/// its container without a limit gets none (the pod's throttles it), the one with a
+/// limit keeps its own. The v1.36 rules set nothing on the pod and throttle the open
+/// container against node allocatable.
+#[test]
+fn v1_37_pod_level_memory_high_replaces_the_open_containers() {
+    let settings = settings(ReservationPolicy::TieredReservation, 0.9);
+    let p = pod_level_burstable();
+    assert_eq!(qos_class(&p.spec), QosClass::Burstable);
+
+    let v137 = plan_node(&settings, &node_v137(8 * GI), std::slice::from_ref(&p));
+    let pod_high = (2 * GI + (2 * GI) / 10 * 9) / 4096 * 4096;
+    assert_eq!(get(pod_values(&v137, "p"), MEMORY_HIGH), Some(pod_high));
+    assert_eq!(get(pod_values(&v137, "p"), MEMORY_MAX), Some(4 * GI));
+    assert_eq!(get(container_values(&v137, "p", "open"), MEMORY_HIGH), None);
+    let limited_high = (GI + GI / 10 * 9) / 4096 * 4096;
+    assert_eq!(
+        get(container_values(&v137, "p", "limited"), MEMORY_HIGH),
+        Some(limited_high)
+    );
+
+    let v136 = plan_node(&settings, &node(8 * GI), &[p]);
+    assert_eq!(get(pod_values(&v136, "p"), MEMORY_HIGH), None);
+    assert_eq!(
+        get(container_values(&v136, "p", "open"), MEMORY_HIGH),
+        Some((GI + (8 * GI - GI) / 10 * 9) / 4096 * 4096)
+    );
+    assert_eq!(
+        get(container_values(&v136, "p", "limited"), MEMORY_HIGH),
+        Some(limited_high)
+    );
+}
+
+/// `memoryLimitsDeclared`: pod-level CPU alone makes pod-level resources set, and when
+/// every container has a memory limit the pod's limit is their sum; a pod whose
+/// memory request equals its limit, or that declares no memory limit, gets none.
+#[test]
+fn v1_37_pod_level_memory_high_needs_declared_limits_and_room() {
+    let settings = settings(ReservationPolicy::None, 0.9);
+    let cpu_only = defaulted(pod_level(
+        &[("cpu", "2")],
+        &[("cpu", "1")],
+        vec![
+            app("a", &[("memory", "1Gi")], &[("memory", "2Gi")]),
+            app("b", &[("memory", "1Gi")], &[("memory", "2Gi")]),
+        ],
+    ));
+    let plan = plan_node(&settings, &node_v137(8 * GI), &[cpu_only]);
+    assert_eq!(
+        get(pod_values(&plan, "p"), MEMORY_HIGH),
+        Some((2 * GI + (2 * GI) / 10 * 9) / 4096 * 4096)
+    );
+    assert!(
+        get(container_values(&plan, "p", "a"), MEMORY_HIGH).is_some(),
+        "a container with its own limit keeps its memory.high"
+    );
+
+    let undeclared = defaulted(pod_level(
+        &[("cpu", "2")],
+        &[("cpu", "1")],
+        vec![
+            app("a", &[("memory", "1Gi")], &[("memory", "2Gi")]),
+            app("b", &[("memory", "1Gi")], &[]),
+        ],
+    ));
+    let plan = plan_node(&settings, &node_v137(8 * GI), &[undeclared]);
+    assert_eq!(get(pod_values(&plan, "p"), MEMORY_HIGH), None);
+    assert!(
+        get(container_values(&plan, "p", "b"), MEMORY_HIGH).is_some(),
+        "no pod-level memory limit: the open container is throttled on its own"
+    );
+
+    let guaranteed = defaulted(pod_level(
+        &[("memory", "1Gi"), ("cpu", "1")],
+        &[],
+        vec![app("a", &[], &[])],
+    ));
+    let plan = plan_node(&settings, &node_v137(8 * GI), &[guaranteed]);
+    assert_eq!(
+        get(pod_values(&plan, "p"), MEMORY_HIGH),
+        None,
+        "request == limit"
+    );
+    assert_eq!(get(container_values(&plan, "p", "a"), MEMORY_HIGH), None);
+}
+
+/// A pod without pod-level resources is throttled the same way under both rules.
+#[test]
+fn v1_37_rules_change_nothing_without_pod_level_resources() {
+    let settings = settings(ReservationPolicy::TieredReservation, 0.8);
+    let pods: Vec<Pod> = [
+        pod(
+            "burstable",
+            vec![app("c", &[("memory", "1Gi")], &[("memory", "2Gi")])],
+        ),
+        pod("open", vec![app("c", &[("memory", "1Gi")], &[])]),
+        pod("besteffort", vec![app("c", &[], &[])]),
+        pod(
+            "guaranteed",
+            vec![app(
+                "c",
+                &[("memory", "1Gi"), ("cpu", "1")],
+                &[("memory", "1Gi"), ("cpu", "1")],
+            )],
+        ),
+    ]
+    .into_iter()
+    .map(defaulted)
+    .collect();
+    assert_eq!(
+        plan_node(&settings, &node_v137(8 * GI), &pods),
+        plan_node(&settings, &node(8 * GI), &pods)
+    );
+}
+
+/// No factor (the v1.37 kubelet's default): no memory.high anywhere, protection as
+/// the reservation policy says.
+#[test]
+fn no_factor_sets_no_memory_high_anywhere() {
+    let settings = MemoryQosSettings {
+        throttling_factor: None,
+        ..settings(ReservationPolicy::TieredReservation, 0.9)
+    };
+    let pods: Vec<Pod> = [
+        pod(
+            "burstable",
+            vec![app("c", &[("memory", "1Gi")], &[("memory", "2Gi")])],
+        ),
+        pod("besteffort", vec![app("c", &[], &[])]),
+        pod_level_burstable(),
+    ]
+    .into_iter()
+    .map(defaulted)
+    .collect();
+    for facts in [node(8 * GI), node_v137(8 * GI)] {
+        let plan = plan_node(&settings, &facts, &pods);
+        for p in &plan.pods {
+            assert_eq!(get(&p.cgroup, MEMORY_HIGH), None, "{}", p.name);
+            for c in &p.containers {
+                assert_eq!(get(&c.cgroup, MEMORY_HIGH), None, "{}/{}", p.name, c.name);
+            }
+        }
+        assert_eq!(
+            get(container_values(&plan, "burstable", "c"), MEMORY_LOW),
+            Some(GI)
+        );
+        assert_eq!(get(&plan.kubepods, MEMORY_LOW), Some(GI + 2 * GI));
+    }
 }

@@ -491,8 +491,9 @@ mod tests {
         PolicySettings {
             memory_qos: MemoryQosSettings {
                 enabled: true,
-                throttling_factor: nodemem_model::factor::ThrottlingFactor::from_f64(factor)
-                    .unwrap(),
+                throttling_factor: Some(
+                    nodemem_model::factor::ThrottlingFactor::from_f64(factor).unwrap(),
+                ),
                 ..MemoryQosSettings::default()
             },
             ..PolicySettings::default()

@@ -70,18 +70,22 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
                 })
                 .collect(),
         });
+    let status = nodemem_api::k8s::NodeStatusFacts::of(node);
     NodeFacts {
         memory: NodeMemoryFacts {
-            allocatable_memory: nodemem_api::k8s::node_allocatable_memory(node)
-                .ok()
-                .flatten(),
-            // The node's kubelet configuration is not in the API: its default
-            // evictionHard, as `nodemem simulate` without --kubelet-config.
-            hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
+            allocatable_memory: status.allocatable_memory,
+            capacity_memory: status.capacity_memory,
+            // The threshold the node's agent read from its kubelet's configuration;
+            // until it reports, the kubelet's default evictionHard (as `nodemem
+            // simulate` without --kubelet-config), bounded by capacity.
+            hard_eviction_memory: reported
+                .and_then(|r| r.hard_eviction_memory)
+                .or(Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY)),
             page_size: reported
                 .and_then(|r| r.page_size)
                 .unwrap_or(NodeMemoryFacts::default().page_size),
             kernel_version: kernel,
+            kubelet_version: status.kubelet_version(),
         },
         cgroup_driver: match reported.and_then(|r| r.cgroup_driver.as_deref()) {
             Some("cgroupfs") => CgroupDriver::Cgroupfs,

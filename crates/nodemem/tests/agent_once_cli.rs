@@ -647,7 +647,8 @@ fn the_agent_logs_json_and_keeps_trying_an_unreachable_apiserver() {
 }
 
 /// A kubelet that enforces Memory QoS itself keeps those files: nodemem leaves them
-/// alone (and says so) instead of fighting over them.
+/// alone (and says so) instead of fighting over them. The example Node reports
+/// v1.36.0, whose gate (named on) brings the default factor 0.9.
 #[test]
 fn files_the_kubelet_enforces_are_left_to_it() {
     let node = Node::new(CgroupDriver::Systemd);
@@ -662,7 +663,7 @@ fn files_the_kubelet_enforces_are_left_to_it() {
     assert_eq!(out["writes"], serde_json::json!([]), "{out:#}");
     let warning = out["warnings"][0].as_str().unwrap();
     assert!(
-        warning.starts_with("the kubelet enforces this itself (featureGates.MemoryQoS: true in ")
+        warning.starts_with("the kubelet (v1.36.0) enforces this itself (it writes memory.high (memoryThrottlingFactor 0.9); ")
             && warning.contains("nodemem leaves memory.min, memory.low, memory.high to it"),
         "{warning}"
     );

@@ -131,10 +131,9 @@ impl Passes {
                 "no NodeMemoryConfig: the kubelet drop-in is removed"
             );
         }
-        let allocatable = input.index.allocatable();
         match writers.engine.apply(
             &off(),
-            allocatable,
+            input.index.node(),
             input.pods,
             WriteMode::Write,
             Reach::Node,
@@ -230,6 +229,11 @@ impl Passes {
             round.input.last,
             &round.now,
         );
+        // The threshold the ceilings used, for views that cannot read the kubelet's
+        // configuration.
+        if let Some(node) = &mut s.node {
+            node.hard_eviction_memory = engine.memory_facts().hard_eviction_memory;
+        }
         // Observed under Agent and Observe; under Kubelet the kubelet's memory.high is
         // not nodemem's to report on.
         if settings.enforcement != Enforcement::Kubelet {
@@ -477,11 +481,11 @@ fn apply_cgroups<'p>(
     round: &Round<'p>,
     settings: &PolicySettings,
 ) -> Result<(DesiredNode<'p>, ApplyReport), crate::applier::ApplyError> {
-    let allocatable = round.input.index.allocatable();
+    let node = round.input.index.node();
     let pods = round.input.pods;
     let (desired, report) = engine.apply(
         &cgroup_settings(settings),
-        allocatable,
+        node,
         pods,
         WriteMode::Write,
         round.reach,
@@ -489,7 +493,7 @@ fn apply_cgroups<'p>(
     let desired = if settings.enforcement == Enforcement::Agent {
         desired
     } else {
-        engine.predict(settings, allocatable, pods)?
+        engine.predict(settings, node, pods)?
     };
     Ok((desired, report))
 }

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use nodemem_model::cgroup_layout::ContainerId;
 use nodemem_model::defaulting::apply_defaults;
+use nodemem_model::kubelet_version::KubeletVersion;
 use nodemem_model::node::{NodePod, MEMORY_QOS_OPT_OUT_KEY, MEMORY_QOS_OPT_OUT_VALUE};
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
 use nodemem_model::pod_validation::validate_pod_resources;
@@ -170,17 +171,69 @@ pub fn node_pod_from_k8s(
 
 /// Node allocatable memory in bytes, if reported.
 pub fn node_allocatable_memory(node: &core::Node) -> Result<Option<i64>, Problem> {
+    status_memory(node, "allocatable", |s| s.allocatable.as_ref())
+}
+
+/// Node memory capacity in bytes, if reported.
+pub fn node_capacity_memory(node: &core::Node) -> Result<Option<i64>, Problem> {
+    status_memory(node, "capacity", |s| s.capacity.as_ref())
+}
+
+fn status_memory(
+    node: &core::Node,
+    field: &str,
+    list: impl Fn(&core::NodeStatus) -> Option<&BTreeMap<String, K8sQuantity>>,
+) -> Result<Option<i64>, Problem> {
     let Some(q) = node
         .status
         .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
+        .and_then(list)
         .and_then(|a| a.get("memory"))
     else {
         return Ok(None);
     };
     Quantity::parse(&q.0)
         .map(|v| Some(v.value()))
-        .map_err(|e| Problem::new("status.allocatable.memory", e.to_string()))
+        .map_err(|e| Problem::new(format!("status.{field}.memory"), e.to_string()))
+}
+
+/// What the rules read of a Node's status: its memory figures and its kubelet's
+/// version (which decides the rules, `QosRules`, and what a drop-in may name).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatusFacts {
+    /// `status.allocatable.memory` in bytes.
+    #[serde(rename = "allocatable")]
+    pub allocatable_memory: Option<i64>,
+    /// `status.capacity.memory` in bytes.
+    #[serde(default, rename = "capacity", skip_serializing_if = "Option::is_none")]
+    pub capacity_memory: Option<i64>,
+    /// `status.nodeInfo.kubeletVersion` as reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_version: Option<String>,
+}
+
+impl NodeStatusFacts {
+    /// The facts of a Node; a figure that is not a quantity counts as not reported.
+    pub fn of(node: &core::Node) -> Self {
+        NodeStatusFacts {
+            allocatable_memory: node_allocatable_memory(node).ok().flatten(),
+            capacity_memory: node_capacity_memory(node).ok().flatten(),
+            kubelet_version: node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.kubelet_version.clone())
+                .filter(|v| !v.is_empty()),
+        }
+    }
+
+    /// The kubelet version, when it is one (`vMAJOR.MINOR.PATCH`).
+    pub fn kubelet_version(&self) -> Option<KubeletVersion> {
+        self.kubelet_version
+            .as_deref()
+            .and_then(|v| KubeletVersion::parse(v).ok())
+    }
 }
 
 pub fn node_kernel_version(node: &core::Node) -> Option<String> {

@@ -111,7 +111,7 @@ pub fn run(allocator: &str) {
     let settings = PolicySettings {
         memory_qos: MemoryQosSettings {
             enabled: true,
-            throttling_factor: ThrottlingFactor::from_f64(0.9).unwrap(),
+            throttling_factor: Some(ThrottlingFactor::from_f64(0.9).unwrap()),
             reservation_policy: ReservationPolicy::TieredReservation,
         },
         ..PolicySettings::default()
@@ -119,9 +119,9 @@ pub fn run(allocator: &str) {
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: Some(512 << 30),
-            hard_eviction_memory: None,
             page_size: 4096,
             kernel_version: Some("6.1.0".into()),
+            ..NodeMemoryFacts::default()
         },
         cgroup_driver: CgroupDriver::Systemd,
         ..NodeFacts::default()

@@ -12,7 +12,9 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::Client;
 use nodemem_api::convert::node_settings;
-use nodemem_api::k8s::{node_allocatable_memory, node_pod_from_k8s};
+use nodemem_api::k8s::{
+    node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, NodeStatusFacts,
+};
 use nodemem_api::{NodeMemoryConfig, NodeSettings};
 use nodemem_model::cgroup::CgroupValue;
 use nodemem_model::cgroup_layout::CgroupDriver;
@@ -216,12 +218,15 @@ pub(crate) async fn expected_on(
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: node_allocatable_memory(&node).unwrap(),
+            capacity_memory: node_capacity_memory(&node).unwrap(),
             // No kubelet configuration on this node: the agent takes the kubelet's
             // default hard eviction threshold.
             hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
             // SAFETY: sysconf has no preconditions.
             page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64,
             kernel_version: Some("6.1.0-56-amd64".into()),
+            // The rules of the kubelet version the simulated Node reports.
+            kubelet_version: NodeStatusFacts::of(&node).kubelet_version(),
         },
         cgroup_driver: driver,
         ..NodeFacts::default()

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::governing;
 use nodemem_api::k8s::{
-    node_allocatable_memory, node_kernel_version, node_labels, node_pod_from_k8s,
+    node_allocatable_memory, node_capacity_memory, node_kernel_version, node_labels,
+    node_pod_from_k8s, NodeStatusFacts,
 };
+use nodemem_model::eviction::MemoryEviction;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
@@ -100,10 +102,10 @@ pub struct NumaInput<'a> {
 }
 
 /// The kubelet's `memory.available` hard eviction threshold from its configuration
-/// file, or its default without one; None when it is a percentage.
-fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<Option<i64>, CliError> {
+/// file, or its default without one.
+fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<MemoryEviction, CliError> {
     let Some(config) = config else {
-        return Ok(nodemem_apply::kubelet::KubeletSettings::default().hard_eviction_memory());
+        return Ok(nodemem_apply::kubelet::KubeletSettings::default().memory_eviction);
     };
     let files = nodemem_apply::kubelet::KubeletFiles {
         config: config.to_path_buf(),
@@ -114,7 +116,7 @@ fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<Option<i64>
             "--kubelet-config {}: no such file",
             config.display()
         ))),
-        Ok(k) => Ok(k.hard_eviction_memory()),
+        Ok(k) => Ok(k.memory_eviction),
         Err(e) => Err(CliError::one(format!("--kubelet-config: {e}"))),
     }
 }
@@ -127,7 +129,7 @@ pub fn simulate(
     pod_docs: &[Document],
     page_size: i64,
     numa: Option<NumaInput<'_>>,
-    hard_eviction_memory: Option<i64>,
+    eviction: MemoryEviction,
 ) -> Result<SimulateOutput, CliError> {
     let mut problems = Vec::new();
     if page_size <= 0 || (page_size & (page_size - 1)) != 0 {
@@ -142,7 +144,7 @@ pub fn simulate(
     if !problems.is_empty() {
         return Err(CliError::many(problems));
     }
-    let (node_name, node, allocatable_memory) = node.expect("no problems means the node was read");
+    let (node_name, node, status) = node.expect("no problems means the node was read");
 
     // The node's current policy is not known from files: a tie goes to the oldest.
     let resolution = governing(policies.iter().map(|(p, _)| p), &node_labels(&node), None);
@@ -157,10 +159,13 @@ pub fn simulate(
 
     let facts = NodeFacts {
         memory: NodeMemoryFacts {
-            allocatable_memory,
-            hard_eviction_memory,
+            allocatable_memory: status.allocatable_memory,
+            capacity_memory: status.capacity_memory,
+            // A percentage is a fraction of the node's capacity, as the kubelet counts it.
+            hard_eviction_memory: eviction.bytes(status.capacity_memory),
             page_size,
             kernel_version: node_kernel_version(&node),
+            kubelet_version: status.kubelet_version(),
         },
         topology: numa.as_ref().map(|n| n.topology.clone()),
         topology_scope: numa.as_ref().map(|n| n.scope).unwrap_or_default(),
@@ -209,7 +214,7 @@ pub fn simulate(
 fn read_node(
     docs: &[Document],
     problems: &mut Vec<String>,
-) -> Option<(String, core::Node, Option<i64>)> {
+) -> Option<(String, core::Node, NodeStatusFacts)> {
     let [doc] = docs else {
         problems.push(format!(
             "--node: expected exactly one Node, found {} objects",
@@ -228,13 +233,18 @@ fn read_node(
     match typed::<core::Node>(doc) {
         Ok(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            match node_allocatable_memory(&node) {
-                Ok(allocatable) => Some((name, node, allocatable)),
-                Err(p) => {
-                    problems.push(format!("{}: {}: {p}", doc.origin, doc.describe()));
-                    None
-                }
+            let unreadable: Vec<_> = [node_allocatable_memory(&node), node_capacity_memory(&node)]
+                .into_iter()
+                .filter_map(Result::err)
+                .collect();
+            if unreadable.is_empty() {
+                let status = NodeStatusFacts::of(&node);
+                return Some((name, node, status));
             }
+            for p in unreadable {
+                problems.push(format!("{}: {}: {p}", doc.origin, doc.describe()));
+            }
+            None
         }
         Err(e) => {
             problems.extend(e.problems);
