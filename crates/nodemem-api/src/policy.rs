@@ -240,6 +240,7 @@ pub struct MemoryQosSpec {
     /// kubelet whose memoryThrottlingFactor is unset (its default); protection
     /// (reservationPolicy) is unaffected.
     #[serde(default, skip_serializing_if = "MemoryHighPolicy::is_throttle")]
+    #[schemars(extend("default" = "Throttle"))]
     pub memory_high: MemoryHighPolicy,
 
     /// None: no memory.min or memory.low. TieredReservation: memory.min for Guaranteed

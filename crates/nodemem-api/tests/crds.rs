@@ -128,10 +128,12 @@ fn policy_crd_has_the_promised_shape() {
             "Rollout",
             "Age",
             // -o wide: the spec's revision beside the one the pool runs or moves to,
-            // and the nodes still leaving the policy.
+            // the nodes still leaving the policy, and whether memory.high is written
+            // (with None the Factor column is not used).
             "Revision",
             "Target",
-            "Leaving"
+            "Leaving",
+            "MemoryHigh"
         ]
     );
     let wide: Vec<i32> = crd.spec.versions[0]
@@ -139,10 +141,19 @@ fn policy_crd_has_the_promised_shape() {
         .as_ref()
         .unwrap()
         .iter()
-        .filter(|c| ["Revision", "Target", "Leaving"].contains(&c.name.as_str()))
+        .filter(|c| ["Revision", "Target", "Leaving", "MemoryHigh"].contains(&c.name.as_str()))
         .map(|c| c.priority.unwrap_or(0))
         .collect();
-    assert_eq!(wide, [1, 1, 1], "shown with -o wide only");
+    assert_eq!(wide, [1, 1, 1, 1], "shown with -o wide only");
+    assert_eq!(
+        schema(crd)["properties"]["spec"]["properties"]["memoryQoS"]["properties"]["memoryHigh"],
+        serde_json::json!({
+            "description": "Throttle (the default): memory.high from throttlingFactor, as a kubelet with\nmemoryThrottlingFactor set. None: no memory.high on any cgroup, as a v1.37\nkubelet whose memoryThrottlingFactor is unset (its default); protection\n(reservationPolicy) is unaffected.",
+            "type": "string",
+            "enum": ["Throttle", "None"],
+            "default": "Throttle"
+        })
+    );
     let s = schema(crd);
     let spec = &s["properties"]["spec"]["properties"];
     assert_eq!(
