@@ -32,6 +32,8 @@ pub struct ExplainReport {
     /// Ready, Updating, Failed, Waiting (not yet moved to the policy's revision), or
     /// NoConfig.
     pub rollout_state: String,
+    /// The node's kubelet version and the rules nodemem computes with for it.
+    pub kubelet: String,
     /// The node runs the values of a policy it is leaving: where it goes, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<String>,
@@ -163,6 +165,7 @@ pub fn build(
         config_revision: config.map(|c| c.spec.revision.clone()),
         policy_revision,
         rollout_state,
+        kubelet: kubelet_rules(node),
         handoff: config.and_then(|c| handoff(c, r.winner.as_deref())),
         conditions: config.map(condition_rows).unwrap_or_default(),
         enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
@@ -171,6 +174,26 @@ pub fn build(
             .and_then(|st| st.observation.clone()),
         pods: pods_out,
         problems,
+    }
+}
+
+/// Which version rule applies: the node's kubelet version and what its rules do.
+fn kubelet_rules(node: &core::Node) -> String {
+    use nodemem_model::kubelet_version::QosRules;
+    let status = nodemem_api::k8s::NodeStatusFacts::of(node);
+    let version = status.kubelet_version();
+    let rules = QosRules::for_kubelet(version);
+    let what = match rules {
+        QosRules::V1_37 => "memory.high on the pod cgroup of a pod with pod-level resources",
+        QosRules::UpToV1_36 => "memory.high on containers only",
+    };
+    match (version, status.kubelet_version) {
+        (Some(v), _) => format!("{v} ({} rules: {what})", rules.name()),
+        (None, Some(text)) => format!(
+            "{text:?} is not a version: the newest rules ({}: {what})",
+            rules.name()
+        ),
+        (None, None) => format!("not reported: the newest rules ({}: {what})", rules.name()),
     }
 }
 
@@ -375,6 +398,7 @@ pub fn render_table(r: &ExplainReport) -> String {
         dash(&r.policy_revision)
     );
     let _ = writeln!(out, "Rollout:   {}", r.rollout_state);
+    let _ = writeln!(out, "Kubelet:   {}", r.kubelet);
     if let Some(h) = &r.handoff {
         let _ = writeln!(out, "Handoff:   {h}");
     }
@@ -490,6 +514,32 @@ mod tests {
     use nodemem_api::config::{ObservationSummary, ObservedContainer};
     use nodemem_api::NodeMemoryPolicy;
 
+    #[test]
+    fn the_version_rule_is_named_from_the_nodes_kubelet() {
+        let node = |version: Option<&str>| -> core::Node {
+            let mut info = serde_json::json!({"kernelVersion": "", "architecture": "", "bootID": "",
+                "containerRuntimeVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
+                "machineID": "", "operatingSystem": "", "osImage": "", "systemUUID": ""});
+            if let Some(v) = version {
+                info["kubeletVersion"] = v.into();
+            }
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"},
+                "status": {"nodeInfo": info}}))
+            .unwrap()
+        };
+        assert_eq!(
+            kubelet_rules(&node(Some("v1.37.2"))),
+            "v1.37.2 (v1.37 rules: memory.high on the pod cgroup of a pod with pod-level resources)"
+        );
+        assert_eq!(
+            kubelet_rules(&node(Some("v1.36.3"))),
+            "v1.36.3 (v1.36 rules: memory.high on containers only)"
+        );
+        assert!(kubelet_rules(&node(Some("latest")))
+            .starts_with("\"latest\" is not a version: the newest rules (v1.37"));
+        assert!(kubelet_rules(&node(None)).starts_with("not reported: the newest rules (v1.37"));
+    }
+
     fn report(enforcement: &str, enforced: bool) -> ExplainReport {
         ExplainReport {
             node: "batch-1".into(),
@@ -499,6 +549,7 @@ mod tests {
             config_revision: Some("r1".into()),
             policy_revision: Some("r1".into()),
             rollout_state: "Ready".into(),
+            kubelet: "v1.36.3 (v1.36 rules: memory.high on containers only)".into(),
             handoff: None,
             conditions: Vec::new(),
             enforcement: Some(enforcement.into()),
