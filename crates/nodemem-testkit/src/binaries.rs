@@ -17,6 +17,9 @@ pub struct Binaries {
     pub kube_scheduler: PathBuf,
     /// Its configuration validation checks the kubelet drop-ins nodemem renders.
     pub kubelet: PathBuf,
+    /// Every supported kubelet by version (`v1.37.2`, `v1.36.3`), newest first, each
+    /// built from its own module: the real node boots with any of them.
+    pub kubelets: Vec<(String, PathBuf)>,
     /// What users type; tests run it where a user would.
     pub kubectl: PathBuf,
     /// How users install nodemem (the chart).
@@ -65,9 +68,17 @@ fn locate() -> Result<Binaries, Error> {
         kube_controller_manager: dir.join("kube-controller-manager"),
         kube_scheduler: dir.join("kube-scheduler"),
         kubelet: dir.join("kubelet"),
+        kubelets: kubelets(&dir.join("kubelets")),
         kubectl: dir.join("kubectl"),
         helm: dir.join("helm"),
     };
+    if b.kubelets.len() < 2 {
+        return Err(Error::Setup(format!(
+            "{} holds {} kubelet(s); run tests/scripts/build-control-plane.sh",
+            dir.join("kubelets").display(),
+            b.kubelets.len()
+        )));
+    }
     for p in [
         &b.etcd,
         &b.kube_apiserver,
@@ -76,7 +87,10 @@ fn locate() -> Result<Binaries, Error> {
         &b.kubelet,
         &b.kubectl,
         &b.helm,
-    ] {
+    ]
+    .into_iter()
+    .chain(b.kubelets.iter().map(|(_, p)| p))
+    {
         if !p.is_file() {
             return Err(Error::Setup(format!(
                 "{} is missing; run tests/scripts/build-control-plane.sh",
@@ -85,4 +99,33 @@ fn locate() -> Result<Binaries, Error> {
         }
     }
     Ok(b)
+}
+
+/// The kubelets in `dir`, one per version (the file's name), newest first.
+fn kubelets(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+        .filter(|(name, _)| name.starts_with('v'))
+        .collect();
+    let key = |v: &str| -> Vec<u32> {
+        v.trim_start_matches('v')
+            .split('.')
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    };
+    found.sort_by(|a, b| key(&b.0).cmp(&key(&a.0)));
+    found
+}
+
+impl Binaries {
+    /// The kubelet of `version` (`v1.36.3`).
+    pub fn kubelet_of(&self, version: &str) -> Option<&PathBuf> {
+        self.kubelets
+            .iter()
+            .find(|(v, _)| v == version)
+            .map(|(_, p)| p)
+    }
 }

@@ -39,7 +39,7 @@ fn the_control_plane_build_refuses_an_old_go_with_both_versions() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("error: Go 1.19.8 is too old: k8s.io/kubernetes v1.36.3 needs Go 1.")
+        stderr.contains("error: Go 1.19.8 is too old: k8s.io/kubernetes v1.37.2 needs Go 1.")
             && stderr.contains("put its bin directory first in PATH"),
         "{stderr}"
     );

@@ -600,6 +600,6 @@ fn the_clients_in_the_test_bed_are_the_pinned_versions() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    assert!(run(&bin.kubectl, &["version", "--client"]).contains("Client Version: v1.36.3"));
+    assert!(run(&bin.kubectl, &["version", "--client"]).contains("Client Version: v1.37.2"));
     assert!(run(&bin.helm, &["version", "--short"]).starts_with("v4.3.1"));
 }

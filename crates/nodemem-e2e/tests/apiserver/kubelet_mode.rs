@@ -28,9 +28,13 @@ use crate::common::{admin, cluster};
 
 /// What the kubelet's own validation says about a drop-in directory: Ok when it gets
 /// past configuration validation (it then stops at the missing kubeconfig), the
-/// validation error otherwise.
+/// validation error otherwise. The control plane's kubelet.
 fn kubelet_validates(config_dir: &Path) -> Result<(), String> {
-    let bin = control_plane_binaries().unwrap();
+    kubelet_of_version_validates(&control_plane_binaries().unwrap().kubelet, config_dir)
+}
+
+/// [`kubelet_validates`] with the kubelet binary `kubelet`.
+fn kubelet_of_version_validates(kubelet: &Path, config_dir: &Path) -> Result<(), String> {
     let base = config_dir.parent().unwrap().join("kubelet-base.yaml");
     // These hosts run cgroup v1; the base config says that is fine for a validation run.
     std::fs::write(
@@ -38,7 +42,7 @@ fn kubelet_validates(config_dir: &Path) -> Result<(), String> {
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailCgroupV1: false\n",
     )
     .unwrap();
-    let out = Command::new(&bin.kubelet)
+    let out = Command::new(kubelet)
         .arg(format!("--config={}", base.display()))
         .arg(format!("--config-dir={}", config_dir.display()))
         .arg("--kubeconfig=/nonexistent")
@@ -61,55 +65,105 @@ fn example_policy(name: &str) -> NodeMemoryPolicy {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Every example policy's drop-in, rendered for each supported kubelet version, is
+/// accepted by that version's own kubelet (each built from its own module).
 #[test]
-fn the_example_policies_drop_ins_pass_the_kubelets_own_validation() {
-    let dir = tempfile::tempdir().unwrap();
-    let conf_d = dir.path().join("conf.d");
-    std::fs::create_dir_all(&conf_d).unwrap();
+fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
+    let bin = control_plane_binaries().unwrap();
+    let versions: Vec<&str> = bin.kubelets.iter().map(|(v, _)| v.as_str()).collect();
+    assert!(
+        versions.contains(&"v1.37.2") && versions.contains(&"v1.36.3"),
+        "{versions:?}"
+    );
     let owner = DropInOwner {
         node: "n1",
         revision: "r1",
     };
-    let mut checked = Vec::new();
-    for example in ["general", "batch", "database", "numa-database", "kubelet"] {
-        let policy = example_policy(example);
-        let mut settings = nodemem_api::convert::node_settings(&policy.spec.settings).unwrap();
-        settings.enforcement = Enforcement::Kubelet;
-        match render(&settings, "v1.36.3", &KubeletReserved::default(), owner) {
-            Ok(dropin) => {
-                std::fs::write(conf_d.join("99-nodemem.conf"), &dropin.text).unwrap();
-                assert_eq!(
-                    kubelet_validates(&conf_d),
-                    Ok(()),
-                    "{example}: the kubelet refuses\n{}",
-                    dropin.text
-                );
-                checked.push(example);
-            }
-            Err(refusals) => {
-                // HardReservation has no kubelet field; admission refuses it too.
-                assert_eq!(refusals, vec![KubeletRefusal::HardReservation], "{example}");
-                assert_eq!(
-                    settings.memory_qos.reservation_policy,
-                    nodemem_model::memory_qos::ReservationPolicy::HardReservation
-                );
+    for (version, kubelet) in &bin.kubelets {
+        let dir = tempfile::tempdir().unwrap();
+        let conf_d = dir.path().join("conf.d");
+        std::fs::create_dir_all(&conf_d).unwrap();
+        let mut checked = Vec::new();
+        for example in ["general", "batch", "database", "numa-database", "kubelet"] {
+            let policy = example_policy(example);
+            let mut settings =
+                nodemem_api::convert::node_settings(&policy.spec.settings).unwrap();
+            settings.enforcement = Enforcement::Kubelet;
+            match render(&settings, version, &KubeletReserved::default(), owner) {
+                Ok(dropin) => {
+                    std::fs::write(conf_d.join("99-nodemem.conf"), &dropin.text).unwrap();
+                    assert_eq!(
+                        kubelet_of_version_validates(kubelet, &conf_d),
+                        Ok(()),
+                        "{example} for {version}: the kubelet refuses\n{}",
+                        dropin.text
+                    );
+                    checked.push(example);
+                }
+                Err(refusals) => {
+                    // HardReservation has no kubelet field; admission refuses it too.
+                    assert_eq!(refusals, vec![KubeletRefusal::HardReservation], "{example}");
+                    assert_eq!(
+                        settings.memory_qos.reservation_policy,
+                        nodemem_model::memory_qos::ReservationPolicy::HardReservation
+                    );
+                }
             }
         }
+        assert_eq!(checked, ["general", "batch", "kubelet"], "{version}");
+
+        // No memory.high: a null factor for v1.37, which its kubelet takes; refused
+        // before (an older kubelet's unset factor means 0.9).
+        let mut none = nodemem_api::convert::node_settings(&example_policy("kubelet").spec.settings)
+            .unwrap();
+        none.memory_qos.throttling_factor = None;
+        match render(&none, version, &KubeletReserved::default(), owner) {
+            Ok(dropin) => {
+                assert!(version.as_str() >= "v1.37", "{version}");
+                assert!(dropin.text.contains("memoryThrottlingFactor: null\n"));
+                std::fs::write(conf_d.join("99-nodemem.conf"), &dropin.text).unwrap();
+                assert_eq!(
+                    kubelet_of_version_validates(kubelet, &conf_d),
+                    Ok(()),
+                    "{version}: the kubelet refuses\n{}",
+                    dropin.text
+                );
+            }
+            Err(refusals) => {
+                assert_eq!(version, "v1.36.3");
+                assert_eq!(refusals[0].reason(), "KubeletCannotExpress", "{refusals:?}");
+            }
+        }
+
+        // The check can fail: the value nodemem refuses to render, written by hand.
+        std::fs::write(
+            conf_d.join("99-nodemem.conf"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryReservationPolicy: HardReservation\n",
+        )
+        .unwrap();
+        let refused = kubelet_of_version_validates(kubelet, &conf_d).unwrap_err();
+        assert!(
+            refused.contains("failed to validate kubelet configuration")
+                && refused
+                    .contains("option \\\"HardReservation\\\" specified for memoryReservationPolicy"),
+            "{version}: {refused}"
+        );
+        // A field the kubelet does not know is not refused in a drop-in: it is decoded
+        // leniently and dropped (cmd/kubelet/app/server.go mergeKubeletConfigurations).
+        // A setting a version cannot express would be silently lost, which is why
+        // nodemem refuses to render it (KubeletCannotExpress) rather than trust the
+        // kubelet to refuse it.
+        std::fs::write(
+            conf_d.join("99-nodemem.conf"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryNotAField: 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            kubelet_of_version_validates(kubelet, &conf_d),
+            Ok(()),
+            "{version}: an unknown field in a drop-in is ignored"
+        );
     }
-    assert_eq!(checked, ["general", "batch", "kubelet"]);
-    // The check can fail: the value nodemem refuses to render, written by hand.
-    std::fs::write(
-        conf_d.join("99-nodemem.conf"),
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryReservationPolicy: HardReservation\n",
-    )
-    .unwrap();
-    let refused = kubelet_validates(&conf_d).unwrap_err();
-    assert!(
-        refused.contains("failed to validate kubelet configuration")
-            && refused
-                .contains("option \\\"HardReservation\\\" specified for memoryReservationPolicy"),
-        "{refused}"
-    );
 }
 
 /// A stand-in for the kubelet's healthz: answers 200, counting requests.
