@@ -116,7 +116,7 @@ fn kubelets(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
             .map(|p| p.parse().unwrap_or(0))
             .collect()
     };
-    found.sort_by(|a, b| key(&b.0).cmp(&key(&a.0)));
+    found.sort_by_key(|(v, _)| std::cmp::Reverse(key(v)));
     found
 }
 

@@ -86,8 +86,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
         let mut checked = Vec::new();
         for example in ["general", "batch", "database", "numa-database", "kubelet"] {
             let policy = example_policy(example);
-            let mut settings =
-                nodemem_api::convert::node_settings(&policy.spec.settings).unwrap();
+            let mut settings = nodemem_api::convert::node_settings(&policy.spec.settings).unwrap();
             settings.enforcement = Enforcement::Kubelet;
             match render(&settings, version, &KubeletReserved::default(), owner) {
                 Ok(dropin) => {
@@ -114,8 +113,8 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
 
         // No memory.high: a null factor for v1.37, which its kubelet takes; refused
         // before (an older kubelet's unset factor means 0.9).
-        let mut none = nodemem_api::convert::node_settings(&example_policy("kubelet").spec.settings)
-            .unwrap();
+        let mut none =
+            nodemem_api::convert::node_settings(&example_policy("kubelet").spec.settings).unwrap();
         none.memory_qos.throttling_factor = None;
         match render(&none, version, &KubeletReserved::default(), owner) {
             Ok(dropin) => {
@@ -144,8 +143,9 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
         let refused = kubelet_of_version_validates(kubelet, &conf_d).unwrap_err();
         assert!(
             refused.contains("failed to validate kubelet configuration")
-                && refused
-                    .contains("option \\\"HardReservation\\\" specified for memoryReservationPolicy"),
+                && refused.contains(
+                    "option \\\"HardReservation\\\" specified for memoryReservationPolicy"
+                ),
             "{version}: {refused}"
         );
         // A field the kubelet does not know is not refused in a drop-in: it is decoded

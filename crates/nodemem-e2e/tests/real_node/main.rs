@@ -1,5 +1,6 @@
 //! The real-node tier: a qemu VM with Debian's kernel, systemd as PID 1, containerd,
-//! runc and the kubelet v1.36.3, joined to a test control plane (TESTING.md). nodemem is
+//! runc and a kubelet of each supported version (v1.36.3, v1.37.2), joined to a test
+//! control plane (TESTING.md). nodemem is
 //! installed as users install it (CRDs, `deploy/`, the controller deploying its agent
 //! DaemonSet from the project's image), and the node is the judge of what it does.
 
@@ -77,10 +78,15 @@ mod observation;
 mod owners;
 mod reaction;
 mod relief;
+mod v137;
 
 /// One real node at a time: two VMs under TCG on two cores slow each other past the
 /// timeouts.
 static ONE_NODE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The kubelet every phase but the v1.37 ones runs with.
+const KUBELET_V136: &str = "v1.36.3";
+const KUBELET_V137: &str = "v1.37.2";
 
 #[test]
 fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
@@ -90,6 +96,20 @@ fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
 #[test]
 fn a_real_cgroupfs_driver_node_runs_pods_and_nodemem_as_users_install_it() {
     real_node_runs_pods_and_nodemem(Driver::Cgroupfs, "real-cgroupfs");
+}
+
+#[test]
+fn a_real_v1_37_node_is_the_reference_and_runs_nodemem_beside_its_defaults() {
+    v137::a_v1_37_node(Driver::Systemd, "real-v137");
+}
+
+/// The node image with the kubelet of `version` (cached per kubelet).
+fn node_image(version: &str) -> NodeImage {
+    let bin = control_plane_binaries().expect("control plane binaries");
+    let kubelet = bin
+        .kubelet_of(version)
+        .unwrap_or_else(|| panic!("no kubelet {version} in {:?}", bin.kubelets));
+    NodeImage::build(kubelet, Some(&image_layout())).expect("node image")
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -130,8 +150,7 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
     let _one = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cp = ControlPlane::start().expect("control plane");
     cp.start_scheduler().expect("kube-scheduler");
-    let bin = control_plane_binaries().expect("control plane binaries");
-    let image = NodeImage::build(&bin.kubelet, Some(&image_layout())).expect("node image");
+    let image = node_image(KUBELET_V136);
     let started = Instant::now();
     let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
     spec.kubelet = kubelets_memory_qos(true);
@@ -154,6 +173,11 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                     &mut node,
                     driver,
                     &bed.client,
+                    kubelet_reference::Reference {
+                        policy: POLICY,
+                        tag: "k",
+                        v136_departures: true,
+                    },
                 )
             })
             .await;

@@ -14,15 +14,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1 as core;
 use kube::api::Api;
 use nodemem_model::numa::cpuset_mems;
-use nodemem_testkit::binaries::control_plane_binaries;
 use nodemem_testkit::clients::kubectl;
-use nodemem_testkit::real_node::{Driver, NodeImage, RealNode, RealNodeSpec, KUBELET_CONFIG_DIR};
+use nodemem_testkit::real_node::{Driver, RealNode, RealNodeSpec, KUBELET_CONFIG_DIR};
 use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
 
 use super::{
-    config_applied, container_dir, eventually, image_layout, install_nodemem, node_read_all,
-    node_ready, node_values_become, pod_dir, runtime, simulate_node, start_pods,
+    config_applied, container_dir, eventually, install_nodemem, node_image, node_read_all,
+    node_ready, node_values_become, pod_dir, runtime, simulate_node, start_pods, KUBELET_V136,
     ONE_NODE_AT_A_TIME,
 };
 
@@ -142,8 +141,7 @@ fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_pred
     let name = "real-numa";
     let mut cp = ControlPlane::start().expect("control plane");
     cp.start_scheduler().expect("kube-scheduler");
-    let bin = control_plane_binaries().expect("control plane binaries");
-    let image = NodeImage::build(&bin.kubelet, Some(&image_layout())).expect("node image");
+    let image = node_image(KUBELET_V136);
     let spec = RealNodeSpec::new(name, Driver::Systemd).label("nodemem.io/pool", "numa");
     let mut node = RealNode::boot(&cp, &image, &spec).expect("node boots");
     let rt = runtime();
