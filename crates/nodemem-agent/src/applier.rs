@@ -608,7 +608,13 @@ impl NodeApplier {
             Some((&mut self.backoff, now)),
             scope.as_deref(),
         );
-        if self.units.is_some() && !dry_run {
+        if let Some(units) = self.units.as_mut().filter(|_| !dry_run) {
+            units.rewritten(
+                report
+                    .applied
+                    .iter()
+                    .map(|w| (w.cgroup.as_str(), w.file.as_str())),
+            );
             // The cgroups the pass covered, as apply_scoped limited them.
             cgroups.retain(|c| scope.as_ref().is_none_or(|s| s.contains(c.path)));
             let not_applied = report

@@ -10,6 +10,7 @@
 
 mod announce;
 mod batch;
+mod kubelet_restarts;
 mod pass;
 
 use std::time::Duration;
@@ -242,6 +243,8 @@ impl NodeSync {
             Some(period) => every(period, || Update::Sample).boxed(),
             None => futures::stream::pending().boxed(),
         };
+        let kubelet_restarts =
+            kubelet_restarts::kubelet_restarts(self.kubelet.proc_root.clone(), KUBELET_LOOK_EVERY);
         let pressure = futures::stream::unfold(fired, |mut rx| async {
             let path = rx.recv().await?;
             Some((Ok(Update::Pressure(path)), rx))
@@ -265,6 +268,7 @@ impl NodeSync {
             resync,
             samples,
             pressure.boxed(),
+            kubelet_restarts.boxed(),
         ]))
     }
 
@@ -431,6 +435,9 @@ where
 }
 
 /// `update()` every `period`, the first at once.
+/// How often the kubelet's start time is looked at (a scan of the host's procfs).
+const KUBELET_LOOK_EVERY: Duration = Duration::from_secs(5);
+
 fn every(
     period: Duration,
     update: fn() -> Update,

@@ -65,6 +65,14 @@ impl UnitHolder {
         self.systemd.as_ref()
     }
 
+    /// The files a pass wrote: each may have been changed through systemd, whose
+    /// record of it is then told again (`UnitRecords::rewritten`).
+    pub fn rewritten<'w>(&mut self, written: impl IntoIterator<Item = (&'w str, &'w str)>) {
+        for (cgroup, file) in written {
+            self.records.rewritten(cgroup, file);
+        }
+    }
+
     /// Sends what changed in `held`; with `live` (a whole-node pass), forgets units
     /// whose cgroups are no longer on the node.
     pub async fn hold(

@@ -203,6 +203,19 @@ impl UnitRecords {
             .extend(update.properties.iter().map(|(p, v)| (*p, v.clone())));
     }
 
+    /// A file nodemem had to write again was changed behind its back, perhaps through
+    /// systemd (the kubelet and runc set these properties too, and a v1.37 kubelet
+    /// resets memory.min/low that way): what the unit was told of it is forgotten, so
+    /// the next [`UnitRecords::updates`] tells it again.
+    pub fn rewritten(&mut self, cgroup: &str, file: &str) {
+        let Some(property) = UnitProperty::for_file(file) else {
+            return;
+        };
+        if let Some(sent) = self.sent.get_mut(cgroup) {
+            sent.remove(&property);
+        }
+    }
+
     /// Forgets units outside `live` (their cgroup is gone: pod slices and container
     /// scopes are never reused, a new pod or container has a new name).
     pub fn retain(&mut self, live: &BTreeSet<String>) {
@@ -351,7 +364,8 @@ mod tests {
     }
 
     #[test]
-    fn a_unit_is_told_a_value_once_until_it_changes_and_forgotten_when_gone() {
+    fn a_unit_is_told_a_value_once_until_it_changes_or_its_file_is_rewritten_and_forgotten_when_gone(
+    ) {
         let held = |min: u64| -> BTreeMap<String, BTreeMap<UnitProperty, UnitValue>> {
             [
                 (
@@ -384,6 +398,16 @@ mod tests {
             [(UnitProperty::MemoryMin, UnitValue::Bytes(20))].into()
         );
         // Not sent (the call failed): asked again next pass.
+        assert_eq!(records.updates(&held(20)), changed);
+        // Sent, then its file found changed and written again: told again, that
+        // property only.
+        for u in &changed {
+            records.sent(u);
+        }
+        assert!(records.updates(&held(20)).is_empty());
+        records.rewritten(POD, "memory.min");
+        records.rewritten(POD, "memory.max");
+        records.rewritten("kubepods.slice", "memory.min");
         assert_eq!(records.updates(&held(20)), changed);
         records.retain(&BTreeSet::new());
         assert!(records.is_empty());
