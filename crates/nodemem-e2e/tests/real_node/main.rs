@@ -209,7 +209,7 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         phases
             .run("owners", &["simulate-prediction"], || {
                 let expected = expected.expect("simulate-prediction passed");
-                owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected)
+                owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected, &[])
             })
             .await;
         if driver == Driver::Systemd {

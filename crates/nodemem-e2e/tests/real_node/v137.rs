@@ -23,6 +23,12 @@ spec:
     minReadySeconds: 0
 ";
 
+/// What a v1.37 kubelet at its defaults writes over nodemem's values, and how long
+/// nodemem may take to put them back: a kubelet restart is seen within 5 s (its procfs
+/// start time) and followed by a whole-node pass; a resize is the pod's update, which
+/// brings a pass over the pod.
+const V137_REPAIRED: owners::Repaired = &[("kubelet restart", 10.0), ("pod resize", 5.0)];
+
 /// The kubelet's Memory QoS at v1.37: the gate is not named (on by default); the
 /// reservation policy, and the factor when given.
 fn kubelets_v137_memory_qos(factor: Option<f64>) -> Value {
@@ -155,9 +161,21 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 );
             })
             .await;
-        phases
+        let expected = phases
             .run("simulate-prediction", &["install"], || {
                 install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now())
+            })
+            .await;
+        phases
+            .run("owners", &["simulate-prediction"], || {
+                let expected = expected.expect("simulate-prediction passed");
+                owners::values_survive_their_owners(
+                    &mut node,
+                    &bed,
+                    installed_now(),
+                    expected,
+                    V137_REPAIRED,
+                )
             })
             .await;
         phases.finish();
