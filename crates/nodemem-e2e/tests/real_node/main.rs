@@ -207,6 +207,11 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             })
             .await;
         phases
+            .run("explain", &["install"], || async {
+                explain_names_the_rules(&bed, name, "v1.36.3 (v1.36 rules")
+            })
+            .await;
+        phases
             .run("owners", &["simulate-prediction"], || {
                 let expected = expected.expect("simulate-prediction passed");
                 owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected, &[])
@@ -252,6 +257,43 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             .await;
         phases.finish();
     });
+}
+
+/// `kubectl nodemem explain NODE`, as a user types it (the real kubectl, the plugin
+/// on PATH), names the node's kubelet version and the rules nodemem computes it with.
+fn explain_names_the_rules(bed: &Bed<'_>, node: &str, rules: &str) {
+    let plugin_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        nodemem_e2e::nodemem(),
+        plugin_dir.path().join("kubectl-nodemem"),
+    )
+    .unwrap();
+    let bin = control_plane_binaries().expect("control plane binaries");
+    let out = std::process::Command::new(&bin.kubectl)
+        .args(["nodemem", "explain", node])
+        .env("KUBECONFIG", bed.admin())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                plugin_dir.path().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Kubelet:"))
+        .unwrap_or_else(|| panic!("no Kubelet: line in\n{text}"));
+    assert!(line.contains(rules), "{line}");
+    eprintln!("{node}: {line}");
 }
 
 /// A workload pod runs on the node and its memory is where the kubelet put it.

@@ -167,6 +167,11 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             })
             .await;
         phases
+            .run("explain", &["install"], || async {
+                explain_names_the_rules(&bed, name, "v1.37.2 (v1.37 rules")
+            })
+            .await;
+        phases
             .run("owners", &["simulate-prediction"], || {
                 let expected = expected.expect("simulate-prediction passed");
                 owners::values_survive_their_owners(
