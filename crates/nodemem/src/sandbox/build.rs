@@ -29,6 +29,8 @@ fn run_script(repo: &Path, tick: Duration, line: &dyn Fn(&str)) -> Result<PathBu
     let script = repo.join("tests/scripts/build-control-plane.sh");
     let mut child = Command::new("bash")
         .arg(&script)
+        // The sandbox runs no real node: the older kubelets are the tests' own.
+        .env("NODEMEM_OLDER_KUBELETS", "")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
