@@ -181,6 +181,10 @@ impl ControlPlane {
                 format!("--secure-port={api_port}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
+                // From v1.37 the lease reconciler refuses a loopback address for the
+                // `kubernetes` endpoints; nothing here reads them (a real node reaches
+                // the apiserver through its own NAT of the service address).
+                "--endpoint-reconciler-type=none".into(),
                 format!("--cert-dir={}", dir.display()),
                 format!("--tls-cert-file={}", dir.join("apiserver.crt").display()),
                 format!(
