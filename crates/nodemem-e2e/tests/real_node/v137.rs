@@ -3,6 +3,8 @@
 //! a factor and without one; then nodemem is installed beside it at its defaults, and
 //! its conflict detection does not misfire.
 
+use nodemem_testkit::real_node::KUBELET_CONFIG_DIR;
+
 use super::*;
 
 /// The reference policy without memory.high: the kubelet's unset factor in nodemem's
@@ -133,7 +135,18 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             .await;
         let installed = phases
             .run("install", &["kubelet-at-defaults"], || {
-                install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[])
+                install_nodemem(
+                    bed.cp,
+                    &mut node,
+                    &bed.client,
+                    POLICY,
+                    &[
+                        "--agent-kubelet-config-dir",
+                        KUBELET_CONFIG_DIR,
+                        "--agent-kubelet-restart-unit",
+                        "kubelet.service",
+                    ],
+                )
             })
             .await;
         let installed_now = || installed.as_ref().expect("install passed");
@@ -183,6 +196,124 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 )
             })
             .await;
+        phases
+            .run("kubelet-mode", &["install"], || async {
+                kubelet_mode_on_v1_37(&mut node, &bed, installed_now()).await
+            })
+            .await;
         phases.finish();
     });
+}
+
+/// `enforcement: Kubelet` on the v1.37 node: the agent renders its drop-in for v1.37
+/// (the kubelet's own fields), the kubelet accepts it on a real restart the agent
+/// makes through systemd, and what the kubelet then writes for new pods of every QoS
+/// class (and at the QoS levels) is what `nodemem simulate` predicted.
+async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &Installed) {
+    let name = node.name.clone();
+    delete_default_pods(&bed.client).await;
+    let status = config_applied(
+        &bed.client,
+        bed.admin(),
+        &name,
+        None,
+        Duration::from_secs(60),
+    )
+    .await;
+    let before = status.observed_revision.clone();
+    let policy = installed.work.path().join("policy-kubelet.yaml");
+    std::fs::write(
+        &policy,
+        POLICY.replace("enforcement: Agent", "enforcement: Kubelet"),
+    )
+    .unwrap();
+    kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
+    let status = config_applied(
+        &bed.client,
+        bed.admin(),
+        &name,
+        before.as_deref(),
+        Duration::from_secs(300),
+    )
+    .await;
+    let applied = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Applied")
+        .expect("an Applied condition");
+    assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+    let (dropin, code) = node
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .unwrap();
+    assert_eq!(code, 0, "{dropin}");
+    assert!(dropin.contains("(kubelet v1.37.2)"), "{dropin}");
+    assert!(
+        dropin
+            .contains("memoryThrottlingFactor: 0.9\nmemoryReservationPolicy: TieredReservation\n"),
+        "{dropin}"
+    );
+    let nodes: Api<core::Node> = Api::all(bed.client.clone());
+    eventually(
+        "the node Ready after the kubelet's restart",
+        Duration::from_secs(180),
+        || async {
+            let n = nodes.get(&name).await.ok()?;
+            n.status?
+                .conditions?
+                .into_iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+    start_pods(&bed.client, &qos_pods(&name, "m", false)).await;
+    let expected = expected_files(
+        &bed.client,
+        bed.admin(),
+        &policy,
+        installed.work.path(),
+        bed.driver,
+        &name,
+        &installed.agent_container(),
+    )
+    .await;
+    // The new pods and the QoS levels: the agent's own pod predates the drop-in.
+    let wanted: Vec<(&String, &String)> = expected
+        .iter()
+        .filter(|(_, (owner, _))| {
+            owner.starts_with("default/")
+                || ["kubepods", "burstable", "besteffort"].contains(&owner.as_str())
+        })
+        .map(|(p, (_, v))| (p, v))
+        .collect();
+    assert!(wanted.len() >= 40, "only {} files", wanted.len());
+    node_values_become(
+        node,
+        &wanted,
+        "what the kubelet wrote under the drop-in is not simulate's prediction",
+    );
+    eprintln!(
+        "{name}: under enforcement: Kubelet the v1.37.2 kubelet wrote simulate's prediction in {} files",
+        wanted.len()
+    );
+}
+
+/// Deletes the pods of `default` and waits until they are gone.
+async fn delete_default_pods(client: &kube::Client) {
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    for p in api.list(&ListParams::default()).await.unwrap().items {
+        let name = p.metadata.name.unwrap();
+        let _ = api
+            .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
+            .await;
+    }
+    eventually(
+        "the pods of default gone",
+        Duration::from_secs(120),
+        || async {
+            let left = api.list(&ListParams::default()).await.ok()?.items.len();
+            (left == 0).then_some(())
+        },
+    )
+    .await;
 }
