@@ -12,10 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The repository's root directory.
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+/// The repository's root directory (the test kit's rule).
+pub use nodemem_testkit::binaries::repo_root;
 
 /// The `nodemem` binary, built once per test process from the workspace as it is now
 /// (a no-op when `make` built it already), so a tier never runs a stale binary.

@@ -27,9 +27,16 @@ pub struct Binaries {
     pub helm: PathBuf,
 }
 
-/// The repository root (this crate lives in `crates/nodemem-testkit`).
+/// The repository root: two up from the package cargo runs (`CARGO_MANIFEST_DIR` at run
+/// time, which `cargo test` and `cargo run` set; every workspace crate is
+/// `crates/<name>`), else from where this crate was compiled. Read at run time because a
+/// target directory shared by two checkouts (`~/.cache/nodemem/target`) keeps a library
+/// built in the other one while its sources are unchanged, and with it that checkout's
+/// path.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("../..")
         .canonicalize()
         .expect("the repository root exists")

@@ -7,9 +7,17 @@ pub mod functions;
 
 use std::path::PathBuf;
 
-/// The repository's root directory.
+/// The repository root: two up from the package cargo runs (`CARGO_MANIFEST_DIR` at run
+/// time, which `cargo test` and `cargo run` set; every workspace crate is
+/// `crates/<name>`), else from where this crate was compiled. Read at run time because a
+/// target directory shared by two checkouts (`~/.cache/nodemem/target`) keeps a library
+/// built in the other one while its sources are unchanged, and with it that checkout's
+/// path.
+/// (The same rule as the test kit's, which these checks do not depend on.)
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("../..")
         .canonicalize()
         .expect("the repository root exists")
