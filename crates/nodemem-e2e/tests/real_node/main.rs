@@ -296,6 +296,16 @@ fn explain_names_the_rules(bed: &Bed<'_>, node: &str, rules: &str) {
     eprintln!("{node}: {line}");
 }
 
+/// systemd's invocation ID of `kubelet.service`: a new one each time it starts.
+fn kubelet_invocation(node: &mut RealNode) -> String {
+    let (out, code) = node
+        .run("systemctl show kubelet.service -p InvocationID --value")
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.trim().is_empty(), "no invocation of kubelet.service");
+    out.trim().to_string()
+}
+
 /// A workload pod runs on the node and its memory is where the kubelet put it.
 async fn a_workload_runs(node: &mut RealNode, bed: &Bed<'_>, name: &str) {
     let driver = bed.driver;

@@ -221,6 +221,7 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     )
     .await;
     let before = status.observed_revision.clone();
+    let kubelet_before = kubelet_invocation(node);
     let policy = installed.work.path().join("policy-kubelet.yaml");
     std::fs::write(
         &policy,
@@ -242,6 +243,11 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         .find(|c| c.type_ == "Applied")
         .expect("an Applied condition");
     assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+    assert_ne!(
+        kubelet_invocation(node),
+        kubelet_before,
+        "the agent restarted the kubelet"
+    );
     let (dropin, code) = node
         .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
         .unwrap();
