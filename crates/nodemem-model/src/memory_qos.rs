@@ -1,8 +1,10 @@
 //! Memory QoS on cgroup v2: the values of memory.min, memory.low and memory.high for
 //! every container, pod, QoS-class cgroup and `kubepods` on a node.
 //!
-//! Parity target is the kubelet (v1.36 plus the v1.37 fixes), which wins over KEP prose
-//! where they differ. The places where they differ, and what is done here:
+//! Parity target is the kubelet of the node's version (`QosRules`: v1.36 with the two
+//! v1.37 fixes, or v1.37; checked against the v1.36.3 and v1.37.2 kubelets on the real
+//! node), which wins over KEP prose where they differ. The places where they differ, and
+//! what is done here:
 //!
 //! * **Which containers get memory.high.** `generateLinuxContainerResources` skips it
 //!   only when the container's memory request equals its limit and is non-zero (v1.37
