@@ -80,12 +80,6 @@ fn locate() -> Result<Binaries, Error> {
         kubectl: dir.join("kubectl"),
         helm: dir.join("helm"),
     };
-    if b.kubelets.is_empty() {
-        return Err(Error::Setup(format!(
-            "{} holds no kubelet; run tests/scripts/build-control-plane.sh",
-            dir.join("kubelets").display(),
-        )));
-    }
     for p in [
         &b.etcd,
         &b.kube_apiserver,
@@ -104,6 +98,13 @@ fn locate() -> Result<Binaries, Error> {
                 p.display()
             )));
         }
+    }
+    // After the binaries: a directory without them says which is missing first.
+    if b.kubelets.is_empty() {
+        return Err(Error::Setup(format!(
+            "{} holds no kubelet; run tests/scripts/build-control-plane.sh",
+            dir.join("kubelets").display(),
+        )));
     }
     Ok(b)
 }
