@@ -296,6 +296,17 @@ fn explain_names_the_rules(bed: &Bed<'_>, node: &str, rules: &str) {
     eprintln!("{node}: {line}");
 }
 
+/// The config's `Applied` condition says the kubelet enforces the revision
+/// (`KubeletConfigured`).
+fn assert_kubelet_configured(status: &nodemem_api::config::NodeMemoryConfigStatus) {
+    let applied = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Applied")
+        .expect("an Applied condition");
+    assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+}
+
 /// systemd's invocation ID of `kubelet.service`: a new one each time it starts.
 fn kubelet_invocation(node: &mut RealNode) -> String {
     let (out, code) = node

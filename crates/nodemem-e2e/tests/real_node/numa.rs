@@ -20,9 +20,9 @@ use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
 
 use super::{
-    config_applied, container_dir, eventually, install_nodemem, kubelet_invocation, node_image,
-    node_read_all, node_ready, node_values_become, pod_dir, runtime, simulate_node, start_pods,
-    KUBELET_V136, ONE_NODE_AT_A_TIME,
+    assert_kubelet_configured, config_applied, container_dir, eventually, install_nodemem,
+    kubelet_invocation, node_image, node_read_all, node_ready, node_values_become, pod_dir,
+    runtime, simulate_node, start_pods, KUBELET_V136, ONE_NODE_AT_A_TIME,
 };
 
 /// The pool's policy: the Static Memory Manager with the kubelet's hard eviction
@@ -237,12 +237,7 @@ fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_pred
             Duration::from_secs(300),
         )
         .await;
-        let applied = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Applied")
-            .unwrap();
-        assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+        assert_kubelet_configured(&status);
         // The agent restarted the kubelet (its pass says so; a later pass, such as the
         // one the kubelet's new start brings, says the drop-in is in effect): systemd's
         // record of the unit is a new invocation.

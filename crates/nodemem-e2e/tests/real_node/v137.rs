@@ -237,12 +237,7 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         Duration::from_secs(300),
     )
     .await;
-    let applied = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Applied")
-        .expect("an Applied condition");
-    assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+    assert_kubelet_configured(&status);
     assert_ne!(
         kubelet_invocation(node),
         kubelet_before,
