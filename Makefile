@@ -7,10 +7,10 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test tidy lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: test tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-test: prereqs lint crds-check tidy unit apiserver image-check vm node
+test: prereqs lint crds-check tidy unit nri apiserver image-check vm node
 
 ## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
 prereqs:
@@ -44,6 +44,12 @@ tidy:
 ## unit: pure rules, CLI, CRD generation, harness self-tests (no cluster, no VM)
 unit:
 	$(CARGO) test --workspace --exclude nodemem-tidy --locked
+
+## nri: the NRI plugin protocol against NRI's own runtime side (containerd/nri adaptation)
+nri:
+	NODEMEM_NRI_RUNTIME="$$(bash tests/scripts/build-nri-runtime.sh)" && \
+	  export NODEMEM_NRI_RUNTIME && \
+	  $(CARGO) test -p nodemem-nri --features runtime-peer-tests --test runtime_peer --locked
 
 ## apiserver: tests against a real etcd + kube-apiserver + kube-controller-manager
 apiserver:
