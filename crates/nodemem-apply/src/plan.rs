@@ -71,6 +71,15 @@ impl Ownership {
         }
     }
 
+    /// Claims files the runtime set at creation from nodemem's values (NRI): the cgroup
+    /// held the kernel's defaults before, and giving back restores them, although no
+    /// write of nodemem's ever changed them.
+    pub fn claim_set_at_creation(&mut self, path: &str, files: &[&str]) {
+        for file in files {
+            self.record(path, file, &default_value(file));
+        }
+    }
+
     fn release(&mut self, path: &str, file: &str) {
         if let Some(files) = self.files.get_mut(path) {
             files.remove(file);
@@ -499,6 +508,34 @@ mod tests {
         assert!(
             !holds(MEMORY_MIN, "garbage", "0", 4096),
             "unreadable values are rewritten"
+        );
+    }
+
+    #[test]
+    fn values_set_at_creation_are_given_back_though_never_written() {
+        // The runtime created the container with nodemem's values (NRI): the pass finds
+        // them in place and writes nothing.
+        let desired = [cgroup(
+            "pod/c",
+            &[
+                (MEMORY_HIGH, CgroupValue::Bytes(1 << 20)),
+                (MEMORY_LOW, CgroupValue::Bytes(4096)),
+            ],
+        )];
+        let observed = Observed::from([(
+            "pod/c".to_string(),
+            present(&[(MEMORY_HIGH, "1048576"), (MEMORY_LOW, "4096")]),
+        )]);
+        let mut owned = Ownership::default();
+        assert!(plan(&desired, &observed, &owned, 4096).writes.is_empty());
+        // Unclaimed, leaving would keep them for good; claimed, they go back to the
+        // kernel's defaults.
+        assert!(plan(&[], &observed, &owned, 4096).writes.is_empty());
+        owned.claim_set_at_creation("pod/c", &[MEMORY_HIGH, MEMORY_LOW]);
+        let leaving = plan(&[], &observed, &owned, 4096);
+        assert_eq!(
+            sequence(&leaving),
+            vec!["pod/c memory.low 0", "pod/c memory.high max"]
         );
     }
 

@@ -16,6 +16,7 @@
 pub mod aggregate;
 pub mod cgroup;
 pub mod cgroup_layout;
+pub mod creation;
 pub mod defaulting;
 pub mod eviction;
 pub mod factor;
