@@ -538,6 +538,12 @@ impl NodeApplier {
         self.conflict.as_ref()
     }
 
+    /// Files the runtime set at creation from nodemem's values (NRI) are nodemem's to
+    /// give back, though no write of its own changed them.
+    pub fn claim_set_at_creation(&mut self, path: &str, files: &[&'static str]) {
+        self.owned.claim_set_at_creation(path, files);
+    }
+
     /// The state directory, for the agent's other records (the last known config).
     pub fn state(&self) -> &StateDir {
         &self.state

@@ -140,6 +140,20 @@ pub struct AgentArgs {
     /// /run/containers/storage/overlay-containers, read-only), for the same.
     #[arg(long)]
     pub crio_containers_dir: Option<PathBuf>,
+    /// New containers created with nodemem's values in their spec, through the
+    /// container runtime's NRI socket (containerd 2.x and CRI-O have NRI on by
+    /// default): auto where the socket answers, the reaction elsewhere; on: NRI only
+    /// (the runtime's records above are not read); off: the reaction only.
+    #[arg(long, value_enum, default_value_t = crate::nri::NriMode::Auto)]
+    pub nri: crate::nri::NriMode,
+    /// The runtime's NRI socket.
+    #[arg(long, default_value = nodemem_nri::DEFAULT_SOCKET)]
+    pub nri_socket: PathBuf,
+    /// The plugin index: NRI calls plugins in index order, and of two plugins that set
+    /// the same value the later one is refused. The default runs after resource-policy
+    /// plugins (which place containers on CPUs and NUMA nodes first).
+    #[arg(long, default_value = crate::nri::DEFAULT_INDEX)]
+    pub nri_index: String,
     /// Override the cgroup driver detected from the tree.
     #[arg(long, value_enum)]
     pub cgroup_driver: Option<DriverArg>,

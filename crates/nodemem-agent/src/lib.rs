@@ -16,6 +16,8 @@
 //!   a container that chokes at it, then restored; repeat offenders reported.
 //! * [`cgroup_events`]: new cgroups, and which container each is, as they appear.
 //! * [`runtime_record`]: which container a new cgroup is, from the runtime's own record.
+//! * [`nri`]: the agent as the runtime's NRI plugin: new containers created with
+//!   nodemem's values.
 //! * [`once`] and [`output`]: `--once` from files, and what it prints.
 
 pub mod applier;
@@ -25,6 +27,7 @@ pub mod health;
 pub mod kubelet_mode;
 pub mod metrics;
 pub mod node_sync;
+pub mod nri;
 pub mod observer;
 pub mod once;
 mod output;
@@ -88,9 +91,17 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     agent.observe_every =
         (args.observe_seconds > 0).then(|| std::time::Duration::from_secs(args.observe_seconds));
     agent.status_refresh = std::time::Duration::from_secs(args.status_refresh_seconds);
-    agent.runtime_records = runtime_record::RuntimeRecords {
-        containerd: args.containerd_tasks_dir.clone(),
-        crio: args.crio_containers_dir.clone(),
+    // With --nri=on the runtime names each container itself: its records are not read.
+    if args.nri != nri::NriMode::On {
+        agent.runtime_records = runtime_record::RuntimeRecords {
+            containerd: args.containerd_tasks_dir.clone(),
+            crio: args.crio_containers_dir.clone(),
+        };
+    }
+    agent.nri = nri::NriConfig {
+        mode: args.nri,
+        socket: args.nri_socket.clone(),
+        index: args.nri_index.clone(),
     };
     if args.per_container_metrics {
         agent.metrics = std::sync::Arc::new(metrics::Metrics::with_container_series(

@@ -111,6 +111,10 @@ pub struct Metrics {
     drift_repairs: Counter,
     unit_updates: Family<ResultLabel, Counter>,
     runtime_records: Family<ResultLabel, Counter>,
+    nri_requests: Family<ResultLabel, Counter>,
+    nri_answer_seconds: Histogram,
+    nri_connections: Family<ResultLabel, Counter>,
+    nri_registered: Gauge,
     memory_min: Gauge,
     memory_low: Gauge,
     managed_pods: Gauge,
@@ -155,6 +159,10 @@ impl Metrics {
             drift_repairs: Counter::default(),
             unit_updates: Family::default(),
             runtime_records: Family::default(),
+            nri_requests: Family::default(),
+            nri_answer_seconds: Histogram::new(exponential_buckets(0.00005, 2.0, 16)),
+            nri_connections: Family::default(),
+            nri_registered: Gauge::default(),
             memory_min: Gauge::default(),
             memory_low: Gauge::default(),
             managed_pods: Gauge::default(),
@@ -181,6 +189,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         m.register_passes(&mut registry);
+        m.register_nri(&mut registry);
         m.register_node(&mut registry);
         m.register_signals(&mut registry);
         m.register_observation(&mut registry);
@@ -228,6 +237,30 @@ impl Metrics {
             "runtime_records",
             "New container cgroups looked up in the container runtime's record, by result: named (its pod and container known at once), unusable (the record could not be read or names another pod; the pod status decides)",
             self.runtime_records.clone(),
+        );
+    }
+
+    /// Registers the NRI plugin: its answers and its connection to the runtime.
+    fn register_nri(&self, registry: &mut Registry) {
+        registry.register(
+            "nri_requests",
+            "The container runtime's NRI requests, by result: adjusted (created with nodemem's values), nothing (nothing of nodemem's to set), unknown_pod (the pod was not known in time: created without, written once its cgroup appears), kept (a container update kept nodemem's values), sandbox (a pod cgroup written before its containers), sandbox_late (not written within the wait)",
+            self.nri_requests.clone(),
+        );
+        registry.register(
+            "nri_answer_seconds",
+            "Time the NRI plugin took to answer CreateContainer (the runtime allows 2 s)",
+            self.nri_answer_seconds.clone(),
+        );
+        registry.register(
+            "nri_connections",
+            "Attempts to register with the runtime's NRI socket, by result: registered, closed (the runtime went away), or why it failed (NoSocket, NotListening, Refused, NotConfigured, ConnectFailed)",
+            self.nri_connections.clone(),
+        );
+        registry.register(
+            "nri_registered",
+            "1 while the agent is registered as the runtime's NRI plugin",
+            self.nri_registered.clone(),
         );
     }
 
@@ -491,6 +524,23 @@ impl Metrics {
                     .inc_by(n as u64);
             }
         }
+    }
+
+    pub fn nri_request(&self, result: &'static str) {
+        self.nri_requests
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    pub fn nri_answer(&self, seconds: f64) {
+        self.nri_answer_seconds.observe(seconds);
+    }
+
+    pub fn nri_connection(&self, result: &'static str, registered: bool) {
+        self.nri_connections
+            .get_or_create(&ResultLabel { result })
+            .inc();
+        self.nri_registered.set(i64::from(registered));
     }
 
     pub fn unit_updates(&self, outcome: &crate::units::HoldOutcome) {

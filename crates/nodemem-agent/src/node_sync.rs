@@ -13,6 +13,7 @@ mod batch;
 mod kubelet_restarts;
 mod pass;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -25,8 +26,11 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
+use nodemem_model::creation::CreationTable;
 use nodemem_plumbing::events::Recorder;
 use serde_json::json;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::applier::{
@@ -35,12 +39,14 @@ use crate::applier::{
 use crate::cgroup_events::{watch_cgroups, CgroupWatchError};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig};
 use crate::metrics::{self, Metrics, Trigger};
+use crate::nri::plugin::NodememPlugin;
+use crate::nri::{NriMode, NriNews, NriState};
 use crate::relief::Relief;
 use crate::status::condition;
 use crate::status_writer::StatusWriter;
 use announce::Announcer;
 use batch::{Batch, Update, Watches};
-use pass::{PassInput, Passes, Writers};
+use pass::{NriLink, PassInput, Passes, Writers};
 
 /// The field manager of everything the agent writes.
 pub const FIELD_MANAGER: &str = "nodemem-agent";
@@ -79,6 +85,8 @@ pub struct NodeSync {
     pub observe_every: Option<Duration>,
     /// At most one status write per this when only the observation's figures changed.
     pub status_refresh: Duration,
+    /// The runtime's NRI socket: new containers created with nodemem's values.
+    pub nri: crate::nri::NriConfig,
 }
 
 /// What the loop keeps between batches.
@@ -113,6 +121,7 @@ impl NodeSync {
             runtime_records: Default::default(),
             observe_every: Some(Duration::from_secs(10)),
             status_refresh: Duration::from_secs(30),
+            nri: Default::default(),
         }
     }
 
@@ -133,10 +142,11 @@ impl NodeSync {
         let mut writers = Writers { engine, kubelet };
         let (relief, fired) = Relief::new();
         let announcer = Announcer::new(Some(recorder), self.metrics.clone());
-        let mut passes = Passes::new(self.metrics.clone(), announcer, relief);
+        let (nri, nri_news) = self.start_nri();
+        let mut passes = Passes::new(self.metrics.clone(), announcer, relief, nri);
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let status_out = StatusWriter::start(configs, FIELD_MANAGER, self.status_refresh);
-        let mut updates = self.updates(&client, &writers.engine, fired)?;
+        let mut updates = self.updates(&client, &writers.engine, fired, nri_news)?;
         let mut state = Loop {
             index: NodeIndex::new(&self.node_name),
             watches: Watches::default(),
@@ -159,11 +169,17 @@ impl NodeSync {
             if batch.renamed {
                 state.pods = None;
             }
+            for (path, files) in batch.claims.drain(..) {
+                writers.engine.claim_set_at_creation(&path, &files);
+            }
             passes
                 .sample_and_relieve(&mut writers.engine, &mut batch)
                 .await;
             self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
+            for done in batch.sandboxes_waiting.drain(..) {
+                let _ = done.send(());
+            }
         }
         Err(RunError::WatchesEnded)
     }
@@ -210,13 +226,39 @@ impl NodeSync {
         }
     }
 
+    /// The NRI plugin, registering in the background unless `--nri=off`: what the
+    /// passes publish to it and read from it, and what it tells the loop.
+    fn start_nri(&self) -> (NriLink, UnboundedReceiver<NriNews>) {
+        let (table_out, table) = watch::channel(Arc::new(CreationTable::default()));
+        let (news_out, news) = mpsc::unbounded_channel();
+        let (state_out, state) = watch::channel(NriState::Off);
+        if self.nri.mode != NriMode::Off {
+            state_out.send_replace(NriState::Connecting);
+            let plugin = Arc::new(NodememPlugin::new(
+                table,
+                news_out.clone(),
+                self.metrics.clone(),
+            ));
+            tokio::spawn(crate::nri::link::serve(
+                self.nri.clone(),
+                plugin,
+                news_out,
+                state_out,
+                self.metrics.clone(),
+            ));
+        }
+        (NriLink { table_out, state }, news)
+    }
+
     /// The merged stream of everything the loop waits on: the four watches, new
-    /// cgroups, the resync and sample timers, and relief's PSI triggers.
+    /// cgroups, the resync and sample timers, relief's PSI triggers and the runtime's
+    /// NRI requests.
     fn updates(
         &self,
         client: &Client,
         engine: &NodeApplier,
-        fired: tokio::sync::mpsc::UnboundedReceiver<String>,
+        fired: UnboundedReceiver<String>,
+        nri: UnboundedReceiver<NriNews>,
     ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, CgroupWatchError> {
         let node = &self.node_name;
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
@@ -249,6 +291,10 @@ impl NodeSync {
             let path = rx.recv().await?;
             Some((Ok(Update::Pressure(path)), rx))
         });
+        let nri = futures::stream::unfold(nri, |mut rx| async {
+            let news = rx.recv().await?;
+            Some((Ok(Update::Nri(news)), rx))
+        });
         let driver = engine.discovery().cgroup_driver;
         let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
             .expect("a constant path");
@@ -269,6 +315,7 @@ impl NodeSync {
             samples,
             pressure.boxed(),
             kubelet_restarts.boxed(),
+            nri.boxed(),
         ]))
     }
 

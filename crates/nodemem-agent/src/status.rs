@@ -64,8 +64,9 @@ fn facts(d: &Discovery, desired: Option<&DesiredNode<'_>>) -> NodeFacts {
             .to_string(),
         ),
         page_size: Some(d.page_size),
-        // Known once a pass has computed (the pass fills it in).
+        // Known once a pass has computed (the pass fills these in).
         hard_eviction_memory: None,
+        container_values: None,
         numa_nodes: d
             .topology
             .iter()

@@ -195,6 +195,26 @@ pub struct NodeFacts {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
     pub numa_nodes: Vec<NumaNodeFacts>,
+    /// How a new container gets nodemem's values on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_values: Option<ContainerValuesPath>,
+}
+
+/// How a new container gets nodemem's values: `NRI`, in its spec at creation (the
+/// agent is the runtime's NRI plugin: no moment without them), or `Reaction`, written
+/// once its cgroup appears (milliseconds later).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerValuesPath {
+    /// NRI or Reaction.
+    pub path: String,
+    /// The runtime the NRI plugin is registered with (name and version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Why not NRI: `Off` (--nri=off), or why registering failed (NoSocket,
+    /// NotListening, Refused, NotConfigured, ConnectFailed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One NUMA node.

@@ -23,6 +23,36 @@ pub struct AgentDeploy {
     pub kubelet_restart_unit: Option<String>,
     /// The agents' state directory on the hosts.
     pub state_dir: String,
+    pub nri: AgentNri,
+}
+
+/// The agents' `--nri`: what the DaemonSet mounts follows from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentNri {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl AgentNri {
+    fn flag(self) -> &'static str {
+        match self {
+            AgentNri::Auto => "auto",
+            AgentNri::On => "on",
+            AgentNri::Off => "off",
+        }
+    }
+
+    /// NRI's socket directory is mounted unless off.
+    fn mounts_socket(self) -> bool {
+        self != AgentNri::Off
+    }
+
+    /// The runtimes' container records are mounted unless NRI alone is chosen.
+    fn mounts_records(self) -> bool {
+        self != AgentNri::On
+    }
 }
 
 pub const NAME: &str = "nodemem-agent";
@@ -83,6 +113,8 @@ fn terms(world: &World) -> Vec<Value> {
 const CONTAINERD_TASKS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io";
 /// CRI-O's containers (`<runroot>/overlay-containers`).
 const CRIO_CONTAINERS: &str = "/run/containers/storage/overlay-containers";
+/// Where containerd and CRI-O listen for NRI plugins (`/var/run/nri/nri.sock`).
+const NRI_DIR: &str = "/var/run/nri";
 
 /// The DaemonSet for the current policies and configs.
 pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
@@ -108,8 +140,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         "--kubelet-config=/host/var/lib/kubelet/config.yaml".into(),
         "--kubelet-memory-manager-state=/host/var/lib/kubelet/memory_manager_state".into(),
         "--systemd-run-dir=/host/run".into(),
-        format!("--containerd-tasks-dir=/host{CONTAINERD_TASKS}"),
-        format!("--crio-containers-dir=/host{CRIO_CONTAINERS}"),
+        format!("--nri={}", d.nri.flag()),
     ];
     if let Some(driver) = &d.cgroup_driver {
         args.push(format!("--cgroup-driver={driver}"));
@@ -128,17 +159,6 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         // Read-only still connects (a socket is not written through the mount).
         json!({"name": "dbus", "mountPath": "/host/run/dbus", "readOnly": true}),
         json!({"name": "systemd", "mountPath": "/host/run/systemd", "readOnly": true}),
-        // The container runtime's specs of its containers: a new container's cgroup is
-        // named from its spec's annotations the moment it appears, instead of seconds
-        // later when the kubelet reports the container in the pod status. containerd's
-        // bundles hold each container's root file system mount: HostToContainer lets
-        // the host's unmounts reach the agent's view, so the agent never keeps a
-        // removed container's file system mounted (with no propagation the copies made
-        // when the pod started would stay until it restarts).
-        json!({"name": "containerd-tasks", "mountPath": format!("/host{CONTAINERD_TASKS}"),
-               "readOnly": true, "mountPropagation": "HostToContainer"}),
-        json!({"name": "crio-containers", "mountPath": format!("/host{CRIO_CONTAINERS}"),
-               "readOnly": true, "mountPropagation": "HostToContainer"}),
     ];
     let mut volumes = vec![
         json!({"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}),
@@ -150,11 +170,41 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         // still runs the agent; it then writes the files only.
         json!({"name": "dbus", "hostPath": {"path": "/run/dbus", "type": "DirectoryOrCreate"}}),
         json!({"name": "systemd", "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"}}),
+    ];
+    if d.nri.mounts_socket() {
+        // The runtime's NRI socket: its directory, so that a restarted runtime's new
+        // socket is seen; read-only still connects. OrCreate: a node whose runtime has
+        // NRI off still runs the agent, which reports the reaction as its path.
+        args.push(format!("--nri-socket=/host{NRI_DIR}/nri.sock"));
+        mounts
+            .push(json!({"name": "nri", "mountPath": format!("/host{NRI_DIR}"), "readOnly": true}));
+        volumes.push(
+            json!({"name": "nri", "hostPath": {"path": NRI_DIR, "type": "DirectoryOrCreate"}}),
+        );
+    }
+    if d.nri.mounts_records() {
+        args.push(format!("--containerd-tasks-dir=/host{CONTAINERD_TASKS}"));
+        args.push(format!("--crio-containers-dir=/host{CRIO_CONTAINERS}"));
+        // The container runtime's specs of its containers: a new container's cgroup is
+        // named from its spec's annotations the moment it appears, instead of seconds
+        // later when the kubelet reports the container in the pod status. containerd's
+        // bundles hold each container's root file system mount: HostToContainer lets
+        // the host's unmounts reach the agent's view, so the agent never keeps a
+        // removed container's file system mounted (with no propagation the copies made
+        // when the pod started would stay until it restarts).
+        mounts.push(
+            json!({"name": "containerd-tasks", "mountPath": format!("/host{CONTAINERD_TASKS}"),
+               "readOnly": true, "mountPropagation": "HostToContainer"}),
+        );
+        mounts.push(
+            json!({"name": "crio-containers", "mountPath": format!("/host{CRIO_CONTAINERS}"),
+               "readOnly": true, "mountPropagation": "HostToContainer"}),
+        );
         // OrCreate: a node runs one runtime; the other's directory is made empty on
         // the host's /run (a tmpfs) and never read.
-        json!({"name": "containerd-tasks", "hostPath": {"path": CONTAINERD_TASKS, "type": "DirectoryOrCreate"}}),
-        json!({"name": "crio-containers", "hostPath": {"path": CRIO_CONTAINERS, "type": "DirectoryOrCreate"}}),
-    ];
+        volumes.push(json!({"name": "containerd-tasks", "hostPath": {"path": CONTAINERD_TASKS, "type": "DirectoryOrCreate"}}));
+        volumes.push(json!({"name": "crio-containers", "hostPath": {"path": CRIO_CONTAINERS, "type": "DirectoryOrCreate"}}));
+    }
     if let Some(dir) = &d.kubelet_config_dir {
         args.push("--kubelet-config-dir=/host/kubelet-config-dir".into());
         mounts.push(json!({"name": "kubelet-config-dir", "mountPath": "/host/kubelet-config-dir"}));
@@ -229,7 +279,64 @@ mod tests {
             kubelet_restart_command: None,
             kubelet_restart_unit: None,
             state_dir: "/var/lib/nodemem".into(),
+            nri: AgentNri::Auto,
         }
+    }
+
+    /// The DaemonSet's agent args, mounts (path, read-only) and hostPath volumes.
+    fn pod_of(d: &AgentDeploy) -> (Vec<String>, Vec<(String, bool)>, Vec<String>) {
+        let w = World::default();
+        let spec = agent_daemonset(d, &w).spec.unwrap().template.spec.unwrap();
+        let c = &spec.containers[0];
+        let mounts = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.mount_path.clone(), m.read_only.unwrap_or(false)))
+            .collect();
+        let hosts = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.host_path.as_ref().map(|h| h.path.clone()))
+            .collect();
+        (c.args.clone().unwrap(), mounts, hosts)
+    }
+
+    #[test]
+    fn the_nri_choice_decides_which_host_directories_the_agents_mount() {
+        let records = [CONTAINERD_TASKS, CRIO_CONTAINERS];
+        // auto: the NRI socket (read-only) and the records for the fallback.
+        let (args, mounts, hosts) = pod_of(&deploy());
+        assert!(args.contains(&"--nri=auto".to_string()));
+        assert!(args.contains(&"--nri-socket=/host/var/run/nri/nri.sock".to_string()));
+        assert!(mounts.contains(&("/host/var/run/nri".to_string(), true)));
+        assert!(records.iter().all(|r| hosts.contains(&r.to_string())));
+        // on: NRI only, one privilege fewer: no runtime records (their bundles hold
+        // every container's root file system mount).
+        let (args, mounts, hosts) = pod_of(&AgentDeploy {
+            nri: AgentNri::On,
+            ..deploy()
+        });
+        assert!(args.contains(&"--nri=on".to_string()));
+        assert!(mounts.contains(&("/host/var/run/nri".to_string(), true)));
+        assert!(
+            records.iter().all(|r| !hosts.contains(&r.to_string())),
+            "{hosts:?}"
+        );
+        assert!(!args
+            .iter()
+            .any(|a| a.contains("-tasks-dir") || a.contains("-containers-dir")));
+        // off: the records, no socket.
+        let (args, mounts, hosts) = pod_of(&AgentDeploy {
+            nri: AgentNri::Off,
+            ..deploy()
+        });
+        assert!(args.contains(&"--nri=off".to_string()));
+        assert!(!args.iter().any(|a| a.starts_with("--nri-socket")));
+        assert!(!mounts.iter().any(|(m, _)| m.contains("/nri")));
+        assert!(!hosts.contains(&NRI_DIR.to_string()));
+        assert!(records.iter().all(|r| hosts.contains(&r.to_string())));
     }
 
     fn affinity(ds: &DaemonSet) -> Value {

@@ -82,6 +82,12 @@ pub struct ControllerArgs {
     /// the agent's container with `sh -c`).
     #[arg(long)]
     pub agent_kubelet_restart_command: Option<String>,
+    /// How the agents give new containers their values: through the container
+    /// runtime's NRI socket where it answers, else the reaction (auto); NRI only, without
+    /// mounting the runtimes' container records (on); the reaction only, without
+    /// mounting the NRI socket (off).
+    #[arg(long, value_enum, default_value_t = daemonset::AgentNri::Auto)]
+    pub agent_nri: daemonset::AgentNri,
     /// The agents' state directory on the hosts (a hostPath).
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub agent_state_dir: String,
@@ -174,6 +180,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
                 kubelet_restart_unit: args.agent_kubelet_restart_unit.clone(),
                 state_dir: args.agent_state_dir.clone(),
+                nri: args.agent_nri,
             }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -61,6 +61,8 @@ fn every_registered_metric_is_documented_and_nothing_else() {
         failed: 1,
     });
     agent.runtime_records(1, 1);
+    agent.nri_request("adjusted");
+    agent.nri_connection("registered", true);
     agent.relief("MemoryHighRelieved");
     let controller = ControllerMetrics::new();
     controller.reconciled(0.01);
@@ -201,6 +203,7 @@ fn every_condition_and_event_reason_is_documented_and_exists() {
         "crates/nodemem-api/src",
         "crates/nodemem-apply/src",
         "crates/nodemem-agent/src",
+        "crates/nodemem-nri/src",
         "crates/nodemem-controller/src",
         "crates/nodemem-plugin/src",
     ]

@@ -18,6 +18,7 @@ use nodemem_api::NodeMemoryConfig;
 use crate::applier::Reach;
 use crate::cgroup_events::CgroupChanges;
 use crate::metrics::Trigger;
+use crate::nri::NriNews;
 
 /// Watch events of the four kinds, new cgroups and timers, merged into one stream
 /// (boxed: Kubernetes objects are large and of very different sizes).
@@ -33,6 +34,8 @@ pub enum Update {
     Sample,
     /// A container's PSI trigger fired (its cgroup).
     Pressure(String),
+    /// The runtime's NRI requests.
+    Nri(NriNews),
 }
 
 /// The four watches' progress.
@@ -75,6 +78,11 @@ pub struct Batch {
     /// Containers the runtime's record named, and records that were not usable.
     pub runtime_named: usize,
     pub runtime_unusable: usize,
+    /// Files the runtime set at creation from nodemem's values (NRI): claimed before
+    /// the pass, so that leaving gives them back.
+    pub claims: Vec<(String, Vec<&'static str>)>,
+    /// Pod sandboxes waiting for their cgroup's values (NRI's RunPodSandbox).
+    pub sandboxes_waiting: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Why the next pass runs and what it covers.
@@ -112,6 +120,10 @@ impl Batch {
                 self.fired.push(path);
                 Learned::Nothing
             }
+            Update::Nri(news) => {
+                self.absorb_nri(news, index);
+                Learned::Nothing
+            }
         };
         match learned {
             Learned::Nothing => {}
@@ -141,6 +153,32 @@ impl Batch {
         if !c.appeared.is_empty() {
             self.appeared.extend(c.appeared);
             self.reaction_since.get_or_insert(c.at);
+        }
+    }
+
+    /// What the runtime said through NRI: a container's ID before the kubelet reports
+    /// it (the pod computes again) and the files set at creation; a sandbox whose
+    /// cgroup is written as a new cgroup; a new registration that wants a whole pass.
+    fn absorb_nri(&mut self, news: NriNews, index: &mut NodeIndex) {
+        match news {
+            NriNews::Created {
+                pod_uid,
+                name,
+                id,
+                path,
+                files,
+            } => {
+                self.renamed |= index.learn_container(&pod_uid, &name, &id);
+                if !files.is_empty() {
+                    self.claims.push((path, files));
+                }
+            }
+            NriNews::SandboxRunning { path, done } => {
+                self.appeared.insert(path);
+                self.reaction_since.get_or_insert_with(Instant::now);
+                self.sandboxes_waiting.push(done);
+            }
+            NriNews::Resync => self.resync = true,
         }
     }
 

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::node_index::{IndexedConfig, NodeIndex};
 use nodemem_api::NodeMemoryConfigStatus;
 use nodemem_apply::ApplyReport;
+use nodemem_model::creation::CreationTable;
 use nodemem_model::node::{Admission, DesiredNode, NodePod};
 use nodemem_model::policy::{Enforcement, PolicySettings};
 use tracing::{info, warn};
@@ -19,6 +20,7 @@ use crate::applier::{cgroup_settings, off, NodeApplier, Reach, WriteMode};
 use crate::health::{verdict, Baseline, Verdict};
 use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
 use crate::metrics::{Metrics, PodSignals, Trigger};
+use crate::nri::NriState;
 use crate::observer::Observer;
 use crate::relief::Relief;
 use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
@@ -38,6 +40,13 @@ pub struct PassInput<'a> {
     pub last: Option<&'a NodeMemoryConfigStatus>,
 }
 
+/// What passes share with the NRI plugin: the creation table they publish, the path
+/// new containers take (for the status).
+pub struct NriLink {
+    pub table_out: tokio::sync::watch::Sender<Arc<CreationTable>>,
+    pub state: tokio::sync::watch::Receiver<NriState>,
+}
+
 /// What passes keep from one to the next.
 pub struct Passes {
     pub metrics: Arc<Metrics>,
@@ -48,6 +57,7 @@ pub struct Passes {
     observer: Observer,
     /// Relief for containers memory.high chokes.
     relief: Relief,
+    nri: NriLink,
 }
 
 /// One pass over a config with settings.
@@ -61,14 +71,33 @@ struct Round<'a> {
 }
 
 impl Passes {
-    pub fn new(metrics: Arc<Metrics>, announcer: Announcer, relief: Relief) -> Self {
+    pub fn new(metrics: Arc<Metrics>, announcer: Announcer, relief: Relief, nri: NriLink) -> Self {
         Passes {
             metrics,
             announcer,
             baseline: Baseline::default(),
             observer: Observer::default(),
             relief,
+            nri,
         }
+    }
+
+    /// What new containers are created with: the values just computed, under
+    /// `enforcement: Agent` only (the kubelet's own files left out); nothing otherwise.
+    fn publish_creation(
+        &self,
+        settings: Option<&PolicySettings>,
+        desired: Option<&DesiredNode<'_>>,
+        engine: &NodeApplier,
+    ) {
+        let table = match (settings, desired) {
+            (Some(s), Some(d)) if s.enforcement == Enforcement::Agent => {
+                let leave_alone = engine.conflict().map_or(&[][..], |c| c.files);
+                CreationTable::of(d, leave_alone)
+            }
+            _ => CreationTable::default(),
+        };
+        self.nri.table_out.send_replace(Arc::new(table));
     }
 
     /// One pass and, when it changed, the status (handed to the status writer).
@@ -125,6 +154,7 @@ impl Passes {
     /// No config (never created, or deleted): everything nodemem set is given back,
     /// in the cgroups and in the kubelet's configuration.
     async fn give_back(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
+        self.publish_creation(None, None, &writers.engine);
         if let Some(outcome) = writers.kubelet.leave(writers.engine.state()).await {
             info!(
                 ?outcome,
@@ -206,6 +236,7 @@ impl Passes {
         kubelet: Option<&KubeletOutcome>,
     ) -> NodeMemoryConfigStatus {
         self.record_writes(round, desired, report);
+        self.publish_creation(Some(settings), Some(desired), &writers.engine);
         self.hold_in_systemd(&mut writers.engine).await;
         let engine = &mut writers.engine;
         let conflict = engine.conflict().cloned();
@@ -233,6 +264,7 @@ impl Passes {
         // configuration.
         if let Some(node) = &mut s.node {
             node.hard_eviction_memory = engine.memory_facts().hard_eviction_memory;
+            node.container_values = Some(self.nri.state.borrow().status());
         }
         // Observed under Agent and Observe; under Kubelet the kubelet's memory.high is
         // not nodemem's to report on.
