@@ -4,8 +4,15 @@
 // appears, once its memory.low and memory.high hold values other than the runtime's
 // defaults (0 and max; with the kubelet's Memory QoS off nobody else writes them):
 //
-//	<cgroup directory> <appeared, Unix ns> <values in place, Unix ns>
+//	<cgroup directory> <appeared, Unix ns> <values in place, Unix ns> <first sight>
 //
+// <first sight> is 1 when the values were already in place at the first read, the
+// moment the directory's IN_CREATE arrived (set at creation: NRI), else 0. And one
+// line per pod cgroup that appears (the kubelet makes it before the pod's sandbox):
+//
+//	pod <cgroup directory> <appeared, Unix ns>
+//
+// so a container's start is timed from its pod's cgroup to its own.
 // A cgroup's watch is added the moment its IN_CREATE arrives and its files are read
 // then, so a write that came before the watch still counts (at the time of that
 // read: the figure is an upper bound). It runs until killed.
@@ -30,6 +37,7 @@ const dirMask = syscall.IN_CREATE | syscall.IN_MODIFY | syscall.IN_ONLYDIR
 type container struct {
 	appeared int64
 	done     bool
+	checked  bool
 }
 
 func main() {
@@ -67,11 +75,17 @@ func main() {
 		if errLow != nil || errHigh != nil {
 			return
 		}
+		first := !c.checked
+		c.checked = true
 		if strings.TrimSpace(string(low)) == "0" || strings.TrimSpace(string(high)) == "max" {
 			return
 		}
 		c.done = true
-		fmt.Fprintf(out, "%s %d %d\n", dir, c.appeared, time.Now().UnixNano())
+		sight := 0
+		if first {
+			sight = 1
+		}
+		fmt.Fprintf(out, "%s %d %d %d\n", dir, c.appeared, time.Now().UnixNano(), sight)
 		out.Flush()
 	}
 	filepath.Walk(*root, func(path string, info os.FileInfo, err error) error {
@@ -105,6 +119,10 @@ func main() {
 			switch {
 			case ev.Mask&syscall.IN_CREATE != 0 && ev.Mask&syscall.IN_ISDIR != 0:
 				watch(path)
+				if strings.Contains(name, "-pod") || strings.HasPrefix(name, "pod") {
+					fmt.Fprintf(out, "pod %s %d\n", path, now)
+					out.Flush()
+				}
 				if isContainer(path) {
 					containers[path] = &container{appeared: now}
 					check(path)

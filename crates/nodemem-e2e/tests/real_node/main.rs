@@ -73,6 +73,7 @@ fn container_dir(driver: Driver, pod_dir: &str, id: &str) -> String {
 
 mod install;
 mod kubelet_reference;
+mod nri;
 mod numa;
 mod observation;
 mod owners;
@@ -220,9 +221,19 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         if driver == Driver::Systemd {
             let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
             let agent_ip = || agent_ip.clone().expect("install passed");
+            let nri_start = phases
+                .run("nri", &["install"], || async {
+                    nri::values_before_the_first_instruction(&mut node, &bed, &agent_ip()).await
+                })
+                .await;
+            phases
+                .run("nri-restarts", &["nri"], || async {
+                    nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
+                })
+                .await;
             phases
                 .run("reaction", &["install"], || async {
-                    reaction::reaction_to_real_container_starts(&mut node, &bed.client, &agent_ip())
+                    nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start)
                         .await
                 })
                 .await;

@@ -7,7 +7,11 @@
 // and over: each round is charged anew, so above memory.high the kernel throttles it
 // (and reports the stall as memory pressure) for as long as it runs.
 //
-//	workload [-allocate 64Mi] [-cache 200Mi] [-churn 32Mi] [-exit]
+// With -report-cgroup it first prints its own cgroup's memory.min, memory.low and
+// memory.high (the container's cgroup namespace shows its cgroup at /sys/fs/cgroup):
+// the values it ran its first instructions under.
+//
+//	workload [-report-cgroup] [-allocate 64Mi] [-cache 200Mi] [-churn 32Mi] [-exit]
 package main
 
 import (
@@ -73,12 +77,30 @@ func churnForever(n int) {
 	}
 }
 
+// reportCgroup prints the memory values of the cgroup the process runs in.
+func reportCgroup() {
+	line := "workload: at start"
+	for _, file := range []string{"memory.min", "memory.low", "memory.high"} {
+		value, err := os.ReadFile("/sys/fs/cgroup/" + file)
+		if err != nil {
+			line += " " + file + "=unreadable"
+			continue
+		}
+		line += " " + file + "=" + strings.TrimSpace(string(value))
+	}
+	fmt.Println(line)
+}
+
 func main() {
+	report := flag.Bool("report-cgroup", false, "print the own cgroup's memory.min, memory.low and memory.high first")
 	allocate := flag.String("allocate", "0", "memory to allocate and keep resident (64Mi, 1Gi, bytes)")
 	cache := flag.String("cache", "0", "page cache to fill by writing a file of this size")
 	churn := flag.String("churn", "0", "memory to map, touch and unmap over and over, after -allocate")
 	exit := flag.Bool("exit", false, "exit once the memory is resident (an init container)")
 	flag.Parse()
+	if *report {
+		reportCgroup()
+	}
 	c, err := parseBytes(*cache)
 	if err != nil || c < 0 {
 		fmt.Fprintf(os.Stderr, "workload: -cache %q: not an amount of memory\n", *cache)

@@ -1,0 +1,258 @@
+//! Phases (systemd driver): the agent as containerd's NRI plugin (issue 31). New
+//! containers are created with nodemem's values in their OCI spec: the container's
+//! process reads them from its own cgroup at its start. The plugin survives containerd
+//! restarts and its own death without holding pods up, and without NRI the node reports
+//! the reaction as its path and the reaction holds the values.
+
+use std::collections::BTreeMap;
+
+use nodemem_api::config::ContainerValuesPath;
+
+use super::reaction::{
+    probe_starts, reported, spec_unified, start_line, start_median, starts_to_measure, windows,
+    Start,
+};
+use super::*;
+
+const REGISTERED: &str = "nodemem_agent_nri_registered";
+const ADJUSTED: &str = "nodemem_agent_nri_requests_total{result=\"adjusted\"}";
+const UNKNOWN_POD: &str = "nodemem_agent_nri_requests_total{result=\"unknown_pod\"}";
+const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
+
+/// The node's config reports this path for new containers; returns what it says.
+async fn reported_path(client: &kube::Client, node: &str, path: &str) -> ContainerValuesPath {
+    let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
+    eventually(
+        &format!("{node} reports containerValues.path {path}"),
+        Duration::from_secs(90),
+        async || {
+            let c = configs.get(node).await.ok()?;
+            let said = c.status?.node?.container_values?;
+            (said.path == path).then_some(said)
+        },
+    )
+    .await
+}
+
+/// The values a container started under equal its spec's, and those are nodemem's:
+/// memory.low and memory.high set (what the probe waits for).
+fn started_under_its_spec(s: &Start) {
+    let at_start = reported(&s.at_start);
+    for file in ["memory.min", "memory.low", "memory.high"] {
+        let spec = s.spec_unified.get(file);
+        assert!(
+            spec.is_some() || file == "memory.min",
+            "{}: no {file} in the spec's unified values {:?}",
+            s.pod,
+            s.spec_unified
+        );
+        if let Some(spec) = spec {
+            assert_eq!(
+                at_start.get(file),
+                Some(spec),
+                "{} (container {}): started under {:?}, spec {:?}",
+                s.pod,
+                s.id,
+                s.at_start,
+                s.spec_unified
+            );
+        }
+    }
+}
+
+/// A pod of the phase's kind, started, its container's ID.
+async fn one_pod(client: &kube::Client, node: &str, name: &str) -> String {
+    let pod: core::Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "r", "image": "nodemem.local/workload:1",
+                "imagePullPolicy": "Never", "args": ["-report-cgroup", "-allocate", "1Mi"],
+                "resources": {"requests": {"memory": "16Mi", "cpu": "5m"},
+                              "limits": {"memory": "32Mi"}}}]}
+    }))
+    .unwrap();
+    start_pods(client, std::slice::from_ref(&pod)).await;
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    container_id(&api, name).await
+}
+
+/// A container's memory files on the node, once they stop changing (a pass is due).
+fn container_files(node: &mut RealNode, id: &str) -> BTreeMap<String, String> {
+    let (out, code) = node
+        .run(&format!(
+            "d=$(find /sys/fs/cgroup/kubepods.slice -type d -name 'cri-containerd-{id}.scope' | head -n1) && for f in memory.min memory.low memory.high; do echo $f=$(cat $d/$f); done"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    reported(&out)
+}
+
+/// Upper bounds of a histogram's quantiles, from its cumulative buckets.
+fn histogram_bound(metrics: &str, name: &str, q: f64) -> Option<f64> {
+    let buckets: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&format!("{name}_bucket{{le=\""))?;
+            let (le, count) = rest.split_once("\"} ")?;
+            Some((
+                le.parse().unwrap_or(f64::INFINITY),
+                count.trim().parse().ok()?,
+            ))
+        })
+        .collect();
+    let total = buckets.last()?.1;
+    buckets
+        .iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|(le, _)| *le)
+}
+
+/// NRI on (containerd 2.2.9's default): the node says so, and over N real starts
+/// every container ran its first instructions under nodemem's values, which its OCI
+/// spec carried. Prints the window the probe saw, the plugin's answer time and the
+/// start latency (compared with the reaction's in the reaction phase).
+pub(crate) async fn values_before_the_first_instruction(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    agent_ip: &str,
+) -> f64 {
+    let said = reported_path(&bed.client, &node.name.clone(), "NRI").await;
+    assert_eq!(
+        said.runtime.as_deref(),
+        Some("containerd v2.2.9"),
+        "{said:?}"
+    );
+    let adjusted_before = agent_metric(node, agent_ip, ADJUSTED);
+    let unknown_before = agent_metric(node, agent_ip, UNKNOWN_POD);
+    let total = starts_to_measure();
+    let starts = probe_starts(node, &bed.client, "nri", total).await;
+    for s in &starts {
+        started_under_its_spec(s);
+    }
+    let adjusted = agent_metric(node, agent_ip, ADJUSTED) - adjusted_before;
+    assert!(
+        adjusted >= total as f64,
+        "{adjusted} of {total} creations adjusted"
+    );
+    assert_eq!(
+        agent_metric(node, agent_ip, UNKNOWN_POD) - unknown_before,
+        0.0,
+        "pods unknown at creation"
+    );
+    // What the agent computes for a container equals what its spec carried: a pod kept
+    // running past the agent's passes holds the spec's values, unchanged.
+    let id = one_pod(&bed.client, &node.name.clone(), "nri-held").await;
+    let spec = spec_unified(node, &id);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let files = container_files(node, &id);
+    for (file, value) in &spec {
+        assert_eq!(
+            files.get(file),
+            Some(value),
+            "nri-held: {file} after the passes {files:?}, spec {spec:?}"
+        );
+    }
+    let metrics = agent_metrics(node, agent_ip);
+    let answer = "nodemem_agent_nri_answer_seconds";
+    let (p50, p99) = (
+        histogram_bound(&metrics, answer, 0.5).unwrap(),
+        histogram_bound(&metrics, answer, 0.99).unwrap(),
+    );
+    // Past the runtime's request timeout containerd fails the creation.
+    assert!(p99 < 2.0, "CreateContainer answers: p99 <= {p99} s");
+    let first = starts.iter().filter(|s| s.at_first_sight).count();
+    let median = start_median(&starts);
+    eprintln!(
+        "NRI: {} real container starts, every one started under nodemem's values (its spec's); in place at the probe's first sight: {first} of {}; cgroup created -> values in place: {}; CreateContainer answered in <= {:.2} ms (median), <= {:.2} ms (p99) of 2000 ms; pod start (pod cgroup -> container cgroup) median {median:.1} ms",
+        starts.len(),
+        starts.len(),
+        windows(&starts),
+        p50 * 1e3,
+        p99 * 1e3,
+    );
+    median
+}
+
+/// containerd restarted under the agent: the plugin registers again and the next
+/// container is created with nodemem's values. The agent killed: pods keep starting
+/// (containerd dropped the plugin that is gone), and the restarted agent registers and
+/// repairs the container created meanwhile.
+pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, agent_ip: &str) {
+    let name = node.name.clone();
+    let (out, code) = node.run("systemctl restart containerd").unwrap();
+    assert_eq!(code, 0, "{out}");
+    eventually(
+        "the agent registered again after containerd's restart",
+        Duration::from_secs(60),
+        async || {
+            (agent_metric(
+                node,
+                agent_ip,
+                "nodemem_agent_nri_connections_total{result=\"closed\"}",
+            ) >= 1.0
+                && agent_metric(node, agent_ip, REGISTERED) == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let id = one_pod(&bed.client, &name, "nri-after-restart").await;
+    let spec = spec_unified(node, &id);
+    let at_start = reported(&start_line(node, "nri-after-restart"));
+    assert!(spec.contains_key("memory.high"), "{spec:?}");
+    assert_eq!(
+        at_start.get("memory.high"),
+        spec.get("memory.high"),
+        "after containerd's restart"
+    );
+
+    // The agent's process killed: the kubelet restarts its container after a while.
+    let (out, code) = node.run("pkill -KILL -f '^/nodemem agent'").unwrap();
+    assert_eq!(code, 0, "no agent process to kill: {out}");
+    let away = one_pod(&bed.client, &name, "nri-agent-away").await;
+    eprintln!("NRI: a pod started while the agent was away");
+    eventually(
+        "the restarted agent registered",
+        Duration::from_secs(120),
+        async || { (agent_metric(node, agent_ip, REGISTERED) == 1.0).then_some(()) },
+    )
+    .await;
+    // Same resources as nri-after-restart: the same values, repaired.
+    let wanted = container_files(node, &id);
+    eventually(
+        "the container created while the agent was away holds nodemem's values",
+        Duration::from_secs(60),
+        async || { (container_files(node, &away) == wanted).then_some(()) },
+    )
+    .await;
+    let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
+    for pod in ["nri-held", "nri-after-restart", "nri-agent-away"] {
+        let _ = api.delete(pod, &Default::default()).await;
+    }
+}
+
+/// containerd with NRI off: the agent reports the reaction as the path (and why), and
+/// the reaction writes the values; the reaction's figures are measured here.
+pub(crate) async fn without_nri_the_reaction_holds(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    agent_ip: &str,
+    nri_start_median: Option<f64>,
+) {
+    let (out, code) = node
+        .run(&format!(
+            "mkdir -p /etc/containerd && printf 'version = 3\\n[plugins.\"io.containerd.nri.v1.nri\"]\\n  disable = true\\n' > {CONTAINERD_CONFIG} && systemctl restart containerd"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    let said = reported_path(&bed.client, &node.name.clone(), "Reaction").await;
+    let reason = said.reason.clone().unwrap_or_default();
+    assert!(
+        ["NoSocket", "NotListening"].contains(&reason.as_str()),
+        "{said:?}"
+    );
+    eprintln!("NRI off in containerd: the node reports {said:?}");
+    super::reaction::reaction_to_real_container_starts(node, &bed.client, agent_ip).await;
+    if let Some(with) = nri_start_median {
+        eprintln!("pod start median with the NRI plugin {with:.1} ms (the reaction's is above)");
+    }
+}
