@@ -34,6 +34,9 @@ pub struct ExplainReport {
     pub rollout_state: String,
     /// The node's kubelet version and the rules nodemem computes with for it.
     pub kubelet: String,
+    /// How a new container gets nodemem's values on the node, as its agent reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub creation: Option<String>,
     /// The node runs the values of a policy it is leaving: where it goes, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<String>,
@@ -166,6 +169,7 @@ pub fn build(
         policy_revision,
         rollout_state,
         kubelet: kubelet_rules(node),
+        creation: config.and_then(creation_path),
         handoff: config.and_then(|c| handoff(c, r.winner.as_deref())),
         conditions: config.map(condition_rows).unwrap_or_default(),
         enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
@@ -175,6 +179,27 @@ pub fn build(
         pods: pods_out,
         problems,
     }
+}
+
+/// How new containers get their values, as the node's agent reports it.
+fn creation_path(config: &nodemem_api::NodeMemoryConfig) -> Option<String> {
+    let said = config
+        .status
+        .as_ref()?
+        .node
+        .as_ref()?
+        .container_values
+        .as_ref()?;
+    Some(match said.path.as_str() {
+        "NRI" => format!(
+            "NRI ({}): in each container's spec at creation, before its first instruction",
+            said.runtime.as_deref().unwrap_or("the runtime")
+        ),
+        other => format!(
+            "{other} ({}): written once the container's cgroup appears",
+            said.reason.as_deref().unwrap_or("no NRI")
+        ),
+    })
 }
 
 /// Which version rule applies: the node's kubelet version and what its rules do.
@@ -399,6 +424,9 @@ pub fn render_table(r: &ExplainReport) -> String {
     );
     let _ = writeln!(out, "Rollout:   {}", r.rollout_state);
     let _ = writeln!(out, "Kubelet:   {}", r.kubelet);
+    if let Some(c) = &r.creation {
+        let _ = writeln!(out, "Creation:  {c}");
+    }
     if let Some(h) = &r.handoff {
         let _ = writeln!(out, "Handoff:   {h}");
     }
@@ -550,6 +578,7 @@ mod tests {
             policy_revision: Some("r1".into()),
             rollout_state: "Ready".into(),
             kubelet: "v1.36.3 (v1.36 rules: memory.high on containers only)".into(),
+            creation: Some("NRI (containerd v2.2.9): in each container's spec at creation, before its first instruction".into()),
             handoff: None,
             conditions: Vec::new(),
             enforcement: Some(enforcement.into()),
@@ -692,6 +721,12 @@ mod tests {
     #[test]
     fn an_observed_node_shows_what_enforcement_would_do_and_who_it_would_throttle() {
         let out = render_table(&report("Observe", false));
+        assert!(
+            out.contains(
+                "Creation:  NRI (containerd v2.2.9): in each container's spec at creation"
+            ),
+            "{out}"
+        );
         assert!(
             out.contains("Observation (revision r1, since 2027-01-15T08:00:00Z, 75 s): 1 of 3 container(s) would be throttled (memory.high not set: enforcement: Observe)"),
             "{out}"

@@ -18,6 +18,9 @@ const REGISTERED: &str = "nodemem_agent_nri_registered";
 const ADJUSTED: &str = "nodemem_agent_nri_requests_total{result=\"adjusted\"}";
 const UNKNOWN_POD: &str = "nodemem_agent_nri_requests_total{result=\"unknown_pod\"}";
 const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
+/// nodemem's files among a spec's unified values (the kubelet puts memory.oom.group and
+/// memory.swap.max there too).
+const MEMORY_FILES: [&str; 3] = ["memory.min", "memory.low", "memory.high"];
 
 /// The node's config reports this path for new containers; returns what it says.
 async fn reported_path(client: &kube::Client, node: &str, path: &str) -> ContainerValuesPath {
@@ -38,7 +41,7 @@ async fn reported_path(client: &kube::Client, node: &str, path: &str) -> Contain
 /// memory.low and memory.high set (what the probe waits for).
 fn started_under_its_spec(s: &Start) {
     let at_start = reported(&s.at_start);
-    for file in ["memory.min", "memory.low", "memory.high"] {
+    for file in MEMORY_FILES {
         let spec = s.spec_unified.get(file);
         assert!(
             spec.is_some() || file == "memory.min",
@@ -145,7 +148,10 @@ pub(crate) async fn values_before_the_first_instruction(
     let spec = spec_unified(node, &id);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let files = container_files(node, &id);
-    for (file, value) in &spec {
+    for (file, value) in spec
+        .iter()
+        .filter(|(f, _)| MEMORY_FILES.contains(&f.as_str()))
+    {
         assert_eq!(
             files.get(file),
             Some(value),
@@ -213,7 +219,7 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
     eventually(
         "the restarted agent registered",
         Duration::from_secs(120),
-        async || { (agent_metric(node, agent_ip, REGISTERED) == 1.0).then_some(()) },
+        async || (agent_metric(node, agent_ip, REGISTERED) == 1.0).then_some(()),
     )
     .await;
     // Same resources as nri-after-restart: the same values, repaired.
@@ -221,7 +227,7 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
     eventually(
         "the container created while the agent was away holds nodemem's values",
         Duration::from_secs(60),
-        async || { (container_files(node, &away) == wanted).then_some(()) },
+        async || (container_files(node, &away) == wanted).then_some(()),
     )
     .await;
     let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
@@ -230,7 +236,8 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
     }
 }
 
-/// containerd with NRI off: the agent reports the reaction as the path (and why), and
+/// containerd with NRI off (its configuration file gets the NRI plugin's `disable`;
+/// the rest of it, the node's runtime settings, stays): the agent reports the reaction as the path (and why), and
 /// the reaction writes the values; the reaction's figures are measured here.
 pub(crate) async fn without_nri_the_reaction_holds(
     node: &mut RealNode,
@@ -240,7 +247,7 @@ pub(crate) async fn without_nri_the_reaction_holds(
 ) {
     let (out, code) = node
         .run(&format!(
-            "mkdir -p /etc/containerd && printf 'version = 3\\n[plugins.\"io.containerd.nri.v1.nri\"]\\n  disable = true\\n' > {CONTAINERD_CONFIG} && systemctl restart containerd"
+            "printf '[plugins.\"io.containerd.nri.v1.nri\"]\\n  disable = true\\n' >> {CONTAINERD_CONFIG} && systemctl restart containerd"
         ))
         .unwrap();
     assert_eq!(code, 0, "{out}");
