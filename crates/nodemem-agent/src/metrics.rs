@@ -48,6 +48,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabel {
+    request: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,
 }
@@ -112,7 +117,7 @@ pub struct Metrics {
     unit_updates: Family<ResultLabel, Counter>,
     runtime_records: Family<ResultLabel, Counter>,
     nri_requests: Family<ResultLabel, Counter>,
-    nri_answer_seconds: Histogram,
+    nri_answer_seconds: Family<RequestLabel, Histogram, fn() -> Histogram>,
     nri_connections: Family<ResultLabel, Counter>,
     nri_registered: Gauge,
     memory_min: Gauge,
@@ -160,7 +165,9 @@ impl Metrics {
             unit_updates: Family::default(),
             runtime_records: Family::default(),
             nri_requests: Family::default(),
-            nri_answer_seconds: Histogram::new(exponential_buckets(0.00005, 2.0, 16)),
+            nri_answer_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.00005, 2.0, 16))
+            }),
             nri_connections: Family::default(),
             nri_registered: Gauge::default(),
             memory_min: Gauge::default(),
@@ -249,7 +256,7 @@ impl Metrics {
         );
         registry.register(
             "nri_answer_seconds",
-            "Time the NRI plugin took to answer CreateContainer (the runtime allows 2 s)",
+            "Time the NRI plugin took to answer, by request: CreateContainer, RunPodSandbox (the runtime allows 2 s; both are in every pod's start)",
             self.nri_answer_seconds.clone(),
         );
         registry.register(
@@ -532,8 +539,10 @@ impl Metrics {
             .inc();
     }
 
-    pub fn nri_answer(&self, seconds: f64) {
-        self.nri_answer_seconds.observe(seconds);
+    pub fn nri_answer(&self, request: &'static str, seconds: f64) {
+        self.nri_answer_seconds
+            .get_or_create(&RequestLabel { request })
+            .observe(seconds);
     }
 
     pub fn nri_connection(&self, result: &'static str, registered: bool) {

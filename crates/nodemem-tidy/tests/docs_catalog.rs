@@ -62,6 +62,7 @@ fn every_registered_metric_is_documented_and_nothing_else() {
     });
     agent.runtime_records(1, 1);
     agent.nri_request("adjusted");
+    agent.nri_answer("CreateContainer", 0.001);
     agent.nri_connection("registered", true);
     agent.relief("MemoryHighRelieved");
     let controller = ControllerMetrics::new();

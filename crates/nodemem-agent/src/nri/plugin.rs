@@ -166,7 +166,8 @@ impl Plugin for NodememPlugin {
                 CreateContainerResponse::default()
             }
         };
-        self.metrics.nri_answer(started.elapsed().as_secs_f64());
+        self.metrics
+            .nri_answer("CreateContainer", started.elapsed().as_secs_f64());
         answer
     }
 
@@ -198,7 +199,10 @@ impl Plugin for NodememPlugin {
     async fn state_change(&self, event: StateChangeEvent) {
         if event.event == Event::RunPodSandbox as i32 {
             if let Some(pod) = event.pod {
+                let started = Instant::now();
                 self.sandbox_running(&pod.uid).await;
+                self.metrics
+                    .nri_answer("RunPodSandbox", started.elapsed().as_secs_f64());
             }
         }
     }

@@ -90,13 +90,23 @@ fn container_files(node: &mut RealNode, id: &str) -> BTreeMap<String, String> {
     reported(&out)
 }
 
-/// Upper bounds of a histogram's quantiles, from its cumulative buckets.
-fn histogram_bound(metrics: &str, name: &str, q: f64) -> Option<f64> {
+/// The upper bound of a histogram's quantile (one `request` label), from its
+/// cumulative buckets (labels in any order).
+fn histogram_bound(metrics: &str, name: &str, request: &str, q: f64) -> Option<f64> {
+    let wanted = format!("request=\"{request}\"");
     let buckets: Vec<(f64, f64)> = metrics
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix(&format!("{name}_bucket{{le=\""))?;
-            let (le, count) = rest.split_once("\"} ")?;
+            let rest = l.strip_prefix(&format!("{name}_bucket{{"))?;
+            let (labels, count) = rest.split_once("} ")?;
+            let labels: Vec<&str> = labels.split(',').collect();
+            if !labels.contains(&wanted.as_str()) {
+                return None;
+            }
+            let le = labels
+                .iter()
+                .find_map(|l| l.strip_prefix("le=\""))?
+                .trim_end_matches('"');
             Some((
                 le.parse().unwrap_or(f64::INFINITY),
                 count.trim().parse().ok()?,
@@ -159,22 +169,31 @@ pub(crate) async fn values_before_the_first_instruction(
         );
     }
     let metrics = agent_metrics(node, agent_ip);
-    let answer = "nodemem_agent_nri_answer_seconds";
-    let (p50, p99) = (
-        histogram_bound(&metrics, answer, 0.5).unwrap(),
-        histogram_bound(&metrics, answer, 0.99).unwrap(),
+    let answer = |request: &str, q: f64| {
+        histogram_bound(&metrics, "nodemem_agent_nri_answer_seconds", request, q)
+            .unwrap_or_else(|| panic!("no {request} answers counted:\n{metrics}"))
+    };
+    let (create50, create99) = (
+        answer("CreateContainer", 0.5),
+        answer("CreateContainer", 0.99),
     );
-    // Past the runtime's request timeout containerd fails the creation.
-    assert!(p99 < 2.0, "CreateContainer answers: p99 <= {p99} s");
+    let (sandbox50, sandbox99) = (answer("RunPodSandbox", 0.5), answer("RunPodSandbox", 0.99));
+    // Past the runtime's request timeout containerd fails the request.
+    assert!(
+        create99 < 2.0 && sandbox99 < 2.0,
+        "answers: p99 <= {create99} s, {sandbox99} s"
+    );
     let first = starts.iter().filter(|s| s.at_first_sight).count();
     let median = start_median(&starts);
     eprintln!(
-        "NRI: {} real container starts, every one started under nodemem's values (its spec's); in place at the probe's first sight: {first} of {}; cgroup created -> values in place: {}; CreateContainer answered in <= {:.2} ms (median), <= {:.2} ms (p99) of 2000 ms; pod start (pod cgroup -> container cgroup) median {median:.1} ms",
+        "NRI: {} real container starts, every one started under nodemem's values (its spec's); in place at the probe's first sight: {first} of {}; cgroup created -> values in place: {}; answered CreateContainer in <= {:.2} ms median, <= {:.2} ms p99, RunPodSandbox in <= {:.2} ms median, <= {:.2} ms p99 (of 2000 ms); pod start (pod cgroup -> container cgroup) median {median:.1} ms",
         starts.len(),
         starts.len(),
         windows(&starts),
-        p50 * 1e3,
-        p99 * 1e3,
+        create50 * 1e3,
+        create99 * 1e3,
+        sandbox50 * 1e3,
+        sandbox99 * 1e3,
     );
     median
 }
