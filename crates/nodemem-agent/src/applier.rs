@@ -320,6 +320,11 @@ pub struct NodeApplier {
     /// The record of what nodemem owns was lost at start: the first whole-node pass
     /// claims what the settings manage.
     rederive_ownership: bool,
+    /// Containers created with nodemem's values (NRI) whose cgroup no pass has found
+    /// yet, and the files set: a write to one of them then is someone else's value.
+    created: BTreeMap<String, Vec<&'static str>>,
+    /// Such writes since `take_overridden`.
+    overridden: Vec<Overridden>,
 }
 
 /// The values a pass holds in slices and scopes, and with a whole-node pass the cgroups
@@ -402,6 +407,8 @@ impl NodeApplier {
             owned,
             rederive_ownership: !recoveries.is_empty(),
             recoveries,
+            created: BTreeMap::new(),
+            overridden: Vec::new(),
         })
     }
 
@@ -539,9 +546,17 @@ impl NodeApplier {
     }
 
     /// Files the runtime set at creation from nodemem's values (NRI) are nodemem's to
-    /// give back, though no write of its own changed them.
+    /// give back, though no write of its own changed them. Until a pass finds the
+    /// cgroup, they are watched for someone else's value.
     pub fn claim_set_at_creation(&mut self, path: &str, files: &[&'static str]) {
         self.owned.claim_set_at_creation(path, files);
+        self.created.insert(path.to_string(), files.to_vec());
+    }
+
+    /// Files set at creation that held another value when their cgroup was first found
+    /// (and were written back), since the last call.
+    pub fn take_overridden(&mut self) -> Vec<Overridden> {
+        std::mem::take(&mut self.overridden)
     }
 
     /// The state directory, for the agent's other records (the last known config).
@@ -588,7 +603,7 @@ impl NodeApplier {
             .as_ref()
             .and_then(|k| kubelet_conflict(k, self.facts.memory.kubelet_version, settings));
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
-        let scope = reach.cgroups(&desired);
+        let scope = without_created(reach.cgroups(&desired), reach, &self.created);
         let now = self.started.elapsed();
         let mut cgroups = desired.cgroups();
         if let Some(own) = &self.own_cgroup {
@@ -647,6 +662,8 @@ impl NodeApplier {
             .clone()
             .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
         if !dry_run {
+            let overridden = overridden_at_creation(&mut self.created, &report, scope.as_deref());
+            self.overridden.extend(overridden);
             self.save_state(&desired, static_policy)?;
         }
         nodemem_plumbing::allocator::release_free_memory();
@@ -780,6 +797,70 @@ pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, Policy
     }
 }
 
+/// A file a container was created with (NRI) that held another value when the agent
+/// first found its cgroup: someone changed it after nodemem's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overridden {
+    pub cgroup: String,
+    pub file: String,
+    /// What it held instead of nodemem's value.
+    pub found: Option<String>,
+}
+
+/// A reaction leaves out the containers created with nodemem's values (NRI): their
+/// runtime writes the values while it creates the cgroup, and the reaction would race
+/// it. The next pod or whole-node pass checks them, when a different value is someone
+/// else's.
+fn without_created<'a>(
+    scope: Option<std::borrow::Cow<'a, BTreeSet<String>>>,
+    reach: Reach<'_>,
+    created: &BTreeMap<String, Vec<&'static str>>,
+) -> Option<std::borrow::Cow<'a, BTreeSet<String>>> {
+    match scope {
+        Some(paths)
+            if matches!(reach, Reach::Cgroups(_))
+                && paths.iter().any(|p| created.contains_key(p)) =>
+        {
+            Some(std::borrow::Cow::Owned(
+                paths
+                    .iter()
+                    .filter(|p| !created.contains_key(*p))
+                    .cloned()
+                    .collect(),
+            ))
+        }
+        other => other,
+    }
+}
+
+/// The writes of one apply to files set at creation, in the first pass that found
+/// their cgroup; cgroups found (present and in the pass's scope) stop being watched.
+fn overridden_at_creation(
+    created: &mut BTreeMap<String, Vec<&'static str>>,
+    report: &ApplyReport,
+    scope: Option<&BTreeSet<String>>,
+) -> Vec<Overridden> {
+    let out: Vec<Overridden> = report
+        .applied
+        .iter()
+        .filter(|w| w.kind == nodemem_apply::plan::WriteKind::Set)
+        .filter(|w| {
+            created
+                .get(&w.cgroup)
+                .is_some_and(|files| files.contains(&w.file.as_str()))
+        })
+        .map(|w| Overridden {
+            cgroup: w.cgroup.clone(),
+            file: w.file.clone(),
+            found: w.old.clone(),
+        })
+        .collect();
+    created.retain(|path, _| {
+        report.missing.contains(path) || scope.is_some_and(|s| !s.contains(path))
+    });
+    out
+}
+
 /// Settings that give back everything nodemem set.
 pub fn off() -> PolicySettings {
     PolicySettings {
@@ -861,6 +942,80 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reaction_leaves_containers_created_with_values_to_their_runtime() {
+        use std::borrow::Cow;
+        let created = BTreeMap::from([("pod/nri".to_string(), vec!["memory.high"])]);
+        let appeared = BTreeSet::from(["pod/nri".to_string(), "pod/other".to_string()]);
+        let reaction = without_created(
+            Some(Cow::Borrowed(&appeared)),
+            Reach::Cgroups(&appeared),
+            &created,
+        );
+        assert_eq!(
+            reaction.unwrap().into_owned(),
+            BTreeSet::from(["pod/other".to_string()])
+        );
+        // A pod event's pass and a whole-node pass check them.
+        let pods = without_created(
+            Some(Cow::Borrowed(&appeared)),
+            Reach::Pods(&appeared),
+            &created,
+        );
+        assert_eq!(pods.unwrap().len(), 2);
+        assert!(without_created(None, Reach::Node, &created).is_none());
+    }
+
+    #[test]
+    fn a_file_set_at_creation_and_found_changed_is_named_once() {
+        use nodemem_apply::plan::{Write, WriteKind};
+        let write = |cgroup: &str, file: &str, old: &str| Write {
+            cgroup: cgroup.into(),
+            file: file.into(),
+            old: Some(old.into()),
+            new: "167772160".into(),
+            kind: WriteKind::Set,
+        };
+        let mut created = BTreeMap::from([
+            ("pod/a".to_string(), vec!["memory.high", "memory.low"]),
+            ("pod/b".to_string(), vec!["memory.high"]),
+            ("pod/c".to_string(), vec!["memory.high"]),
+        ]);
+        // a: another plugin left memory.high at max (written back); its memory.min was
+        // not set at creation, so writing it is no override. b: not created yet. c: not
+        // in this pass's scope.
+        let report = ApplyReport {
+            applied: vec![
+                write("pod/a", "memory.high", "max"),
+                write("pod/a", "memory.min", "0"),
+            ],
+            missing: vec!["pod/b".into()],
+            ..ApplyReport::default()
+        };
+        let scope = BTreeSet::from(["pod/a".to_string(), "pod/b".to_string()]);
+        let found = overridden_at_creation(&mut created, &report, Some(&scope));
+        assert_eq!(
+            found,
+            vec![Overridden {
+                cgroup: "pod/a".into(),
+                file: "memory.high".into(),
+                found: Some("max".into()),
+            }]
+        );
+        assert_eq!(created.keys().collect::<Vec<_>>(), ["pod/b", "pod/c"]);
+        // Once found, a later repair of the same file is drift, not an override.
+        let whole_node = ApplyReport {
+            applied: report.applied.clone(),
+            ..ApplyReport::default()
+        };
+        let again = overridden_at_creation(&mut created, &whole_node, None);
+        assert!(again.is_empty());
+        assert!(
+            created.is_empty(),
+            "a whole-node pass found b and c: {created:?}"
+        );
+    }
 
     #[test]
     fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {

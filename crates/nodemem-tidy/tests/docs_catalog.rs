@@ -172,6 +172,7 @@ const NOT_REASONS: &[&str] = &[
     "Recover",
     "Relieve",
     "Pin",
+    "Repair",
     "Rollout",
     "Static",
     "None",

@@ -124,6 +124,24 @@ impl Announcer {
         }
     }
 
+    /// A value of nodemem's that another NRI plugin or the runtime changed after
+    /// nodemem's answer at creation (written back by the pass): a Warning Event on the
+    /// pod, counted and warned.
+    pub async fn overridden_event(&self, pod: (&str, &str, &str), note: &str) {
+        let (namespace, name, uid) = pod;
+        self.metrics.nri_request("overridden");
+        warn!(pod = %format!("{namespace}/{name}"), %note, "NRI: a value set at creation was changed by someone else; written back");
+        let reference = pod_reference(namespace, name, uid);
+        self.publish(
+            EventType::Warning,
+            &reference,
+            "NriValueOverridden",
+            note,
+            "Repair",
+        )
+        .await;
+    }
+
     /// An Event on the pod of each relief decision, and its metric.
     pub async fn relief_events(&self, decisions: &[crate::relief::Decision]) {
         use nodemem_model::relief::Action;

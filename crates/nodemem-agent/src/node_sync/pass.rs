@@ -236,6 +236,7 @@ impl Passes {
         kubelet: Option<&KubeletOutcome>,
     ) -> NodeMemoryConfigStatus {
         self.record_writes(round, desired, report);
+        self.report_overridden(&mut writers.engine, desired).await;
         self.publish_creation(Some(settings), Some(desired), &writers.engine);
         self.hold_in_systemd(&mut writers.engine).await;
         let engine = &mut writers.engine;
@@ -273,6 +274,29 @@ impl Passes {
         }
         s.relief = self.refresh_relief(engine, config, settings, desired);
         s
+    }
+
+    /// Values set at creation (NRI) that someone changed before the agent found the
+    /// container's cgroup: the pass wrote them back; each is named on its pod.
+    async fn report_overridden(&self, engine: &mut NodeApplier, desired: &DesiredNode<'_>) {
+        for o in engine.take_overridden() {
+            let Some(pod) = desired.pods.iter().find(|p| {
+                p.containers
+                    .iter()
+                    .any(|c| c.path.as_deref() == Some(&o.cgroup))
+            }) else {
+                continue;
+            };
+            let note = format!(
+                "{} of {} held {} instead of nodemem's value set at creation (another NRI plugin or the runtime); written back",
+                o.file,
+                o.cgroup,
+                o.found.as_deref().unwrap_or("nothing readable")
+            );
+            self.announcer
+                .overridden_event((pod.namespace, pod.name, pod.uid), &note)
+                .await;
+        }
     }
 
     fn record_writes(&self, round: &Round<'_>, desired: &DesiredNode<'_>, report: &ApplyReport) {

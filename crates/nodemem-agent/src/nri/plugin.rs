@@ -263,7 +263,115 @@ pub fn kept(update: &LinuxResources, ours: &ContainerCreation) -> Option<LinuxRe
 mod tests {
     use std::collections::BTreeMap;
 
+    use nodemem_model::memory_qos::ReservationPolicy;
+    use nodemem_nri::api::{Container, PodSandbox};
+
     use super::*;
+    use crate::test_node::{burstable, desired, facts, settings};
+
+    fn plugin() -> (
+        NodememPlugin,
+        watch::Sender<Arc<CreationTable>>,
+        mpsc::UnboundedReceiver<NriNews>,
+        Arc<Metrics>,
+    ) {
+        let (table_out, table) = watch::channel(Arc::new(CreationTable::default()));
+        let (news_out, news) = mpsc::unbounded_channel();
+        let metrics = Arc::new(Metrics::new());
+        (
+            NodememPlugin::new(table, news_out, metrics.clone()),
+            table_out,
+            news,
+            metrics,
+        )
+    }
+
+    fn request(uid: &str, id: &str) -> CreateContainerRequest {
+        CreateContainerRequest {
+            pod: Some(PodSandbox {
+                uid: uid.into(),
+                name: "web".into(),
+                namespace: "shop".into(),
+                ..Default::default()
+            }),
+            container: Some(Container {
+                id: id.into(),
+                name: "app".into(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// The node's table with one Burstable pod `web` (not started yet).
+    fn table() -> CreationTable {
+        let pods = [burstable("web", "ignored")];
+        let s = settings(0.5, ReservationPolicy::TieredReservation);
+        let f = facts();
+        CreationTable::of(&desired(&s, &f, &pods), &[])
+    }
+
+    #[tokio::test]
+    async fn a_known_pods_container_is_created_with_its_values_and_named_for_its_runtime() {
+        let (plugin, table_out, mut news, metrics) = plugin();
+        table_out.send_replace(Arc::new(table()));
+        // CRI-O's containers are crio-<id> scopes.
+        plugin
+            .configured(RuntimeInfo {
+                name: "cri-o".into(),
+                version: "1.34.0".into(),
+                request_timeout_ms: 2000,
+            })
+            .await;
+        let answer = plugin.create_container(request("uid-web", "abc")).await;
+        let unified = answer
+            .adjust
+            .unwrap()
+            .linux
+            .unwrap()
+            .resources
+            .unwrap()
+            .unified;
+        // 160Mi at factor 0.5 (request 64Mi, limit 256Mi), as the kernel reads it.
+        assert_eq!(unified["memory.high"], (160 << 20).to_string());
+        assert!(unified.contains_key("memory.low"), "{unified:?}");
+        match news.try_recv().unwrap() {
+            NriNews::Created {
+                pod_uid,
+                name,
+                path,
+                files,
+                ..
+            } => {
+                assert_eq!((pod_uid.as_str(), name.as_str()), ("uid-web", "app"));
+                assert!(path.ends_with("/crio-abc.scope"), "{path}");
+                assert!(files.contains(&"memory.high"), "{files:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(metrics
+            .encode()
+            .contains("nodemem_agent_nri_requests_total{result=\"adjusted\"} 1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unknown_pod_waits_for_the_table_then_is_answered_without_values() {
+        let (plugin, table_out, _news, metrics) = plugin();
+        // Published while the request waits: answered with values.
+        let publish = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            table_out.send_replace(Arc::new(table()));
+        };
+        let (answer, ()) = tokio::join!(plugin.create_container(request("uid-web", "a1")), publish);
+        assert!(answer.adjust.is_some());
+        // Never published: no adjustment after the wait, counted, the pod not held up.
+        let started = tokio::time::Instant::now();
+        let answer = plugin.create_container(request("uid-other", "a2")).await;
+        assert!(answer.adjust.is_none());
+        assert_eq!(started.elapsed(), LOOKUP_WAIT);
+        assert!(metrics
+            .encode()
+            .contains("nodemem_agent_nri_requests_total{result=\"unknown_pod\"} 1"));
+    }
 
     fn ours() -> ContainerCreation {
         ContainerCreation {
