@@ -17,6 +17,7 @@ use super::*;
 const REGISTERED: &str = "nodemem_agent_nri_registered";
 const ADJUSTED: &str = "nodemem_agent_nri_requests_total{result=\"adjusted\"}";
 const UNKNOWN_POD: &str = "nodemem_agent_nri_requests_total{result=\"unknown_pod\"}";
+const OVERRIDDEN: &str = "nodemem_agent_nri_requests_total{result=\"overridden\"}";
 const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 /// nodemem's files among a spec's unified values (the kubelet puts memory.oom.group and
 /// memory.swap.max there too).
@@ -151,6 +152,13 @@ pub(crate) async fn values_before_the_first_instruction(
         agent_metric(node, agent_ip, UNKNOWN_POD) - unknown_before,
         0.0,
         "pods unknown at creation"
+    );
+    // Nobody else sets these values here: none is reported as changed after creation
+    // (the reaction does not race runc for them).
+    assert_eq!(
+        agent_metric(node, agent_ip, OVERRIDDEN),
+        0.0,
+        "values reported overridden"
     );
     // What the agent computes for a container equals what its spec carried: a pod kept
     // running past the agent's passes holds the spec's values, unchanged.
