@@ -320,8 +320,11 @@ pub struct NodeApplier {
     /// The record of what nodemem owns was lost at start: the first whole-node pass
     /// claims what the settings manage.
     rederive_ownership: bool,
-    /// Containers created with nodemem's values (NRI) whose cgroup no pass has found
-    /// yet, and the files set: a write to one of them then is someone else's value.
+    /// Containers being created with nodemem's values (NRI), not started yet: the
+    /// files set, and since when (one that never starts is forgotten after a minute).
+    pending: BTreeMap<String, (Vec<&'static str>, std::time::Instant)>,
+    /// Such containers that started, until a pass finds their cgroup: a write to one
+    /// of their files then is over someone else's value.
     created: BTreeMap<String, Vec<&'static str>>,
     /// Such writes since `take_overridden`.
     overridden: Vec<Overridden>,
@@ -407,6 +410,7 @@ impl NodeApplier {
             owned,
             rederive_ownership: !recoveries.is_empty(),
             recoveries,
+            pending: BTreeMap::new(),
             created: BTreeMap::new(),
             overridden: Vec::new(),
         })
@@ -545,12 +549,22 @@ impl NodeApplier {
         self.conflict.as_ref()
     }
 
-    /// Files the runtime set at creation from nodemem's values (NRI) are nodemem's to
-    /// give back, though no write of its own changed them. Until a pass finds the
-    /// cgroup, they are watched for someone else's value.
-    pub fn claim_set_at_creation(&mut self, path: &str, files: &[&'static str]) {
-        self.owned.claim_set_at_creation(path, files);
-        self.created.insert(path.to_string(), files.to_vec());
+    /// A container is being created with nodemem's values in its spec (NRI): the
+    /// runtime writes them while it creates the cgroup, so reactions leave it alone
+    /// until it started (a pass that writes first writes the same values).
+    pub fn created_by_runtime(&mut self, path: &str, files: Vec<&'static str>) {
+        self.pending
+            .insert(path.to_string(), (files, std::time::Instant::now()));
+    }
+
+    /// The container started: the files set at creation are nodemem's to give back,
+    /// though no write of its own changed them, and the next pass over the cgroup
+    /// tells whether someone else changed them since.
+    pub fn started_by_runtime(&mut self, path: &str) {
+        if let Some((files, _)) = self.pending.remove(path) {
+            self.owned.claim_set_at_creation(path, &files);
+            self.created.insert(path.to_string(), files);
+        }
     }
 
     /// Files set at creation that held another value when their cgroup was first found
@@ -603,7 +617,9 @@ impl NodeApplier {
             .as_ref()
             .and_then(|k| kubelet_conflict(k, self.facts.memory.kubelet_version, settings));
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
-        let scope = without_created(reach.cgroups(&desired), reach, &self.created);
+        self.pending
+            .retain(|_, (_, since)| since.elapsed() < PENDING_CREATION);
+        let scope = without_pending(reach.cgroups(&desired), reach, &self.pending);
         let now = self.started.elapsed();
         let mut cgroups = desired.cgroups();
         if let Some(own) = &self.own_cgroup {
@@ -807,14 +823,16 @@ pub struct Overridden {
     pub found: Option<String>,
 }
 
-/// A reaction leaves out the containers created with nodemem's values (NRI): their
-/// runtime writes the values while it creates the cgroup, and the reaction would race
-/// it. The next pod or whole-node pass checks them, when a different value is someone
-/// else's.
-fn without_created<'a>(
+/// How long a container created with nodemem's values is left to its runtime at most.
+const PENDING_CREATION: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A reaction leaves out the containers being created with nodemem's values (NRI):
+/// their runtime writes the values while it creates the cgroup, and the reaction would
+/// race it. Once they started, the pass their start brings checks them.
+fn without_pending<'a, T>(
     scope: Option<std::borrow::Cow<'a, BTreeSet<String>>>,
     reach: Reach<'_>,
-    created: &BTreeMap<String, Vec<&'static str>>,
+    created: &BTreeMap<String, T>,
 ) -> Option<std::borrow::Cow<'a, BTreeSet<String>>> {
     match scope {
         Some(paths)
@@ -948,7 +966,7 @@ mod tests {
         use std::borrow::Cow;
         let created = BTreeMap::from([("pod/nri".to_string(), vec!["memory.high"])]);
         let appeared = BTreeSet::from(["pod/nri".to_string(), "pod/other".to_string()]);
-        let reaction = without_created(
+        let reaction = without_pending(
             Some(Cow::Borrowed(&appeared)),
             Reach::Cgroups(&appeared),
             &created,
@@ -957,14 +975,15 @@ mod tests {
             reaction.unwrap().into_owned(),
             BTreeSet::from(["pod/other".to_string()])
         );
-        // A pod event's pass and a whole-node pass check them.
-        let pods = without_created(
+        // A pod event's pass and a whole-node pass cover them (a write before the
+        // runtime's is of the same values).
+        let pods = without_pending(
             Some(Cow::Borrowed(&appeared)),
             Reach::Pods(&appeared),
             &created,
         );
         assert_eq!(pods.unwrap().len(), 2);
-        assert!(without_created(None, Reach::Node, &created).is_none());
+        assert!(without_pending(None, Reach::Node, &created).is_none());
     }
 
     #[test]

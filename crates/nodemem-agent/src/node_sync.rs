@@ -169,8 +169,11 @@ impl NodeSync {
             if batch.renamed {
                 state.pods = None;
             }
-            for (path, files) in batch.claims.drain(..) {
-                writers.engine.claim_set_at_creation(&path, &files);
+            for (path, files) in batch.created.drain(..) {
+                writers.engine.created_by_runtime(&path, files);
+            }
+            for path in batch.started.drain(..) {
+                writers.engine.started_by_runtime(&path);
             }
             passes
                 .sample_and_relieve(&mut writers.engine, &mut batch)

@@ -69,6 +69,9 @@ pub enum NriNews {
         path: String,
         files: Vec<&'static str>,
     },
+    /// A container created with nodemem's values has started: the runtime has written
+    /// them; from now on a different value is someone else's.
+    Started { path: String },
     /// A pod's sandbox runs: its cgroup is written now; `done` once it was.
     SandboxRunning {
         path: String,

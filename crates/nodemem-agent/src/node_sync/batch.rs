@@ -78,9 +78,12 @@ pub struct Batch {
     /// Containers the runtime's record named, and records that were not usable.
     pub runtime_named: usize,
     pub runtime_unusable: usize,
-    /// Files the runtime set at creation from nodemem's values (NRI): claimed before
-    /// the pass, so that leaving gives them back.
-    pub claims: Vec<(String, Vec<&'static str>)>,
+    /// Containers being created with nodemem's values (NRI) and the files set: the
+    /// runtime writes them; reactions leave them to it until they start.
+    pub created: Vec<(String, Vec<&'static str>)>,
+    /// Such containers that started: their files are nodemem's now (claimed, so that
+    /// leaving gives them back), and checked.
+    pub started: Vec<String>,
     /// Pod sandboxes waiting for their cgroup's values (NRI's RunPodSandbox).
     pub sandboxes_waiting: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -170,13 +173,18 @@ impl Batch {
             } => {
                 self.renamed |= index.learn_container(&pod_uid, &name, &id);
                 if !files.is_empty() {
-                    self.claims.push((path, files));
+                    self.created.push((path, files));
                 }
             }
             NriNews::SandboxRunning { path, done } => {
                 self.appeared.insert(path);
                 self.reaction_since.get_or_insert_with(Instant::now);
                 self.sandboxes_waiting.push(done);
+            }
+            NriNews::Started { path } => {
+                self.appeared.insert(path.clone());
+                self.reaction_since.get_or_insert_with(Instant::now);
+                self.started.push(path);
             }
             NriNews::Resync => self.resync = true,
         }

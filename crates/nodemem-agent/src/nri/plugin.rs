@@ -64,6 +64,20 @@ impl NodememPlugin {
         }
     }
 
+    /// A container has started: the runtime wrote the values of its spec.
+    fn started(&self, pod_uid: &str, id: &str) {
+        let table = self.table.borrow();
+        let Some(pod) = table.pod(pod_uid) else {
+            return;
+        };
+        let id = ContainerId {
+            runtime: self.runtime(),
+            id: id.to_string(),
+        };
+        let path = container_dir_under(&pod.path, table.cgroup_driver, &id);
+        let _ = self.news.send(NriNews::Started { path });
+    }
+
     fn runtime(&self) -> ContainerRuntime {
         *self.runtime.lock().expect("not poisoned")
     }
@@ -98,6 +112,7 @@ impl Plugin for NodememPlugin {
         Events::of(&[
             Event::RunPodSandbox,
             Event::CreateContainer,
+            Event::PostStartContainer,
             Event::UpdateContainer,
         ])
     }
@@ -197,6 +212,12 @@ impl Plugin for NodememPlugin {
     }
 
     async fn state_change(&self, event: StateChangeEvent) {
+        if event.event == Event::PostStartContainer as i32 {
+            if let (Some(pod), Some(container)) = (event.pod, event.container) {
+                self.started(&pod.uid, &container.id);
+            }
+            return;
+        }
         if event.event == Event::RunPodSandbox as i32 {
             if let Some(pod) = event.pod {
                 let started = Instant::now();
