@@ -322,6 +322,7 @@ pub struct NodeApplier {
     rederive_ownership: bool,
     /// Containers being created with nodemem's values (NRI), not started yet: the
     /// files set, and since when (one that never starts is forgotten after a minute).
+    /// Until it started a different value may be the runtime's, not yet written.
     pending: BTreeMap<String, (Vec<&'static str>, std::time::Instant)>,
     /// Such containers that started, until a pass finds their cgroup: a write to one
     /// of their files then is over someone else's value.
@@ -550,8 +551,9 @@ impl NodeApplier {
     }
 
     /// A container is being created with nodemem's values in its spec (NRI): the
-    /// runtime writes them while it creates the cgroup, so reactions leave it alone
-    /// until it started (a pass that writes first writes the same values).
+    /// runtime writes them while it creates the cgroup, before the container's first
+    /// instruction. The reaction still writes them the moment the cgroup appears (under
+    /// emulation the runtime takes half a second; both write the same values).
     pub fn created_by_runtime(&mut self, path: &str, files: Vec<&'static str>) {
         self.pending
             .insert(path.to_string(), (files, std::time::Instant::now()));
@@ -619,7 +621,7 @@ impl NodeApplier {
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
         self.pending
             .retain(|_, (_, since)| since.elapsed() < PENDING_CREATION);
-        let scope = without_pending(reach.cgroups(&desired), reach, &self.pending);
+        let scope = reach.cgroups(&desired);
         let now = self.started.elapsed();
         let mut cgroups = desired.cgroups();
         if let Some(own) = &self.own_cgroup {
@@ -823,33 +825,9 @@ pub struct Overridden {
     pub found: Option<String>,
 }
 
-/// How long a container created with nodemem's values is left to its runtime at most.
+/// How long a container created with nodemem's values may take to start before it
+/// is forgotten (one that never starts is never claimed).
 const PENDING_CREATION: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// A reaction leaves out the containers being created with nodemem's values (NRI):
-/// their runtime writes the values while it creates the cgroup, and the reaction would
-/// race it. Once they started, the pass their start brings checks them.
-fn without_pending<'a, T>(
-    scope: Option<std::borrow::Cow<'a, BTreeSet<String>>>,
-    reach: Reach<'_>,
-    created: &BTreeMap<String, T>,
-) -> Option<std::borrow::Cow<'a, BTreeSet<String>>> {
-    match scope {
-        Some(paths)
-            if matches!(reach, Reach::Cgroups(_))
-                && paths.iter().any(|p| created.contains_key(p)) =>
-        {
-            Some(std::borrow::Cow::Owned(
-                paths
-                    .iter()
-                    .filter(|p| !created.contains_key(*p))
-                    .cloned()
-                    .collect(),
-            ))
-        }
-        other => other,
-    }
-}
 
 /// The writes of one apply to files set at creation, in the first pass that found
 /// their cgroup; cgroups found (present and in the pass's scope) stop being watched.
@@ -960,31 +938,6 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_reaction_leaves_containers_created_with_values_to_their_runtime() {
-        use std::borrow::Cow;
-        let created = BTreeMap::from([("pod/nri".to_string(), vec!["memory.high"])]);
-        let appeared = BTreeSet::from(["pod/nri".to_string(), "pod/other".to_string()]);
-        let reaction = without_pending(
-            Some(Cow::Borrowed(&appeared)),
-            Reach::Cgroups(&appeared),
-            &created,
-        );
-        assert_eq!(
-            reaction.unwrap().into_owned(),
-            BTreeSet::from(["pod/other".to_string()])
-        );
-        // A pod event's pass and a whole-node pass cover them (a write before the
-        // runtime's is of the same values).
-        let pods = without_pending(
-            Some(Cow::Borrowed(&appeared)),
-            Reach::Pods(&appeared),
-            &created,
-        );
-        assert_eq!(pods.unwrap().len(), 2);
-        assert!(without_pending(None, Reach::Node, &created).is_none());
-    }
 
     #[test]
     fn a_file_set_at_creation_and_found_changed_is_named_once() {
