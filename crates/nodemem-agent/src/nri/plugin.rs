@@ -3,6 +3,7 @@
 //! milliseconds away: the kubelet and the agent learn of the pod at the same time),
 //! never longer than [`LOOKUP_WAIT`], well inside the runtime's 2 s.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,14 +25,18 @@ use crate::metrics::Metrics;
 
 /// The longest a request waits for its pod to reach the creation table.
 pub const LOOKUP_WAIT: Duration = Duration::from_secs(1);
-/// The longest RunPodSandbox waits for the pod cgroup's values to be written.
+/// The longest a pod's first container waits for the pod cgroup's values.
 pub const SANDBOX_WAIT: Duration = Duration::from_millis(700);
+/// Sandboxes whose first container has not come yet, at most.
+const MAX_SANDBOXES_WAITING: usize = 4096;
 
 pub struct NodememPlugin {
     table: watch::Receiver<Arc<CreationTable>>,
     news: mpsc::UnboundedSender<NriNews>,
     metrics: Arc<Metrics>,
     runtime: Mutex<ContainerRuntime>,
+    /// Pod cgroups being written since their sandbox ran, by pod UID.
+    sandboxes: Mutex<HashMap<String, oneshot::Receiver<()>>>,
 }
 
 impl NodememPlugin {
@@ -45,6 +50,7 @@ impl NodememPlugin {
             news,
             metrics,
             runtime: Mutex::new(ContainerRuntime::Containerd),
+            sandboxes: Mutex::default(),
         }
     }
 
@@ -82,26 +88,38 @@ impl NodememPlugin {
         *self.runtime.lock().expect("not poisoned")
     }
 
-    /// Writes the pod's cgroup through the loop, waiting a bounded time.
-    async fn sandbox_running(&self, pod_uid: &str) {
-        let Some(path) = self
-            .lookup(|t| t.pod(pod_uid).map(|p| p.path.clone()))
-            .await
-        else {
-            self.metrics.nri_request("unknown_pod");
+    /// Asks the loop to write the pod's cgroup, without holding the sandbox up: the
+    /// pod's first container waits for it instead (its creation comes later).
+    fn sandbox_running(&self, pod_uid: &str) {
+        let path = self.table.borrow().pod(pod_uid).map(|p| p.path.clone());
+        // Not known yet: the pass its watch event brings writes the pod's cgroup.
+        let Some(path) = path else {
             return;
         };
         let (done, written) = oneshot::channel();
         if self
             .news
             .send(NriNews::SandboxRunning { path, done })
-            .is_err()
+            .is_ok()
         {
-            return;
+            let mut waiting = self.sandboxes.lock().expect("not poisoned");
+            // Sandboxes whose containers never came are not kept without end.
+            if waiting.len() >= MAX_SANDBOXES_WAITING {
+                waiting.clear();
+            }
+            waiting.insert(pod_uid.to_string(), written);
         }
-        match tokio::time::timeout(SANDBOX_WAIT, written).await {
-            Ok(Ok(())) => self.metrics.nri_request("sandbox"),
-            _ => self.metrics.nri_request("sandbox_late"),
+    }
+
+    /// Before a pod's first container is created, its cgroup's values are written
+    /// (bounded: never more than [`SANDBOX_WAIT`]).
+    async fn pod_cgroup_written(&self, pod_uid: &str) {
+        let written = self.sandboxes.lock().expect("not poisoned").remove(pod_uid);
+        if let Some(written) = written {
+            match tokio::time::timeout(SANDBOX_WAIT, written).await {
+                Ok(Ok(())) => self.metrics.nri_request("sandbox"),
+                _ => self.metrics.nri_request("sandbox_late"),
+            }
         }
     }
 }
@@ -142,6 +160,7 @@ impl Plugin for NodememPlugin {
         let (Some(pod), Some(container)) = (req.pod, req.container) else {
             return CreateContainerResponse::default();
         };
+        self.pod_cgroup_written(&pod.uid).await;
         let found = self
             .lookup(|t| {
                 let values = t.container(&pod.uid, &container.name)?;
@@ -221,7 +240,7 @@ impl Plugin for NodememPlugin {
         if event.event == Event::RunPodSandbox as i32 {
             if let Some(pod) = event.pod {
                 let started = Instant::now();
-                self.sandbox_running(&pod.uid).await;
+                self.sandbox_running(&pod.uid);
                 self.metrics
                     .nri_answer("RunPodSandbox", started.elapsed().as_secs_f64());
             }
@@ -372,6 +391,47 @@ mod tests {
         assert!(metrics
             .encode()
             .contains("nodemem_agent_nri_requests_total{result=\"adjusted\"} 1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sandbox_is_answered_at_once_and_its_first_container_waits_for_its_cgroup() {
+        let (plugin, table_out, mut news, metrics) = plugin();
+        table_out.send_replace(Arc::new(table()));
+        let sandbox = StateChangeEvent {
+            event: Event::RunPodSandbox as i32,
+            pod: request("uid-web", "x").pod,
+            container: None,
+        };
+        let started = tokio::time::Instant::now();
+        plugin.state_change(sandbox).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "the sandbox is not held up"
+        );
+        let NriNews::SandboxRunning { path, done } = news.try_recv().unwrap() else {
+            panic!("no pod cgroup write asked for");
+        };
+        assert!(
+            path.contains("uid_web") || path.contains("uid-web"),
+            "{path}"
+        );
+        // The loop writes the pod's cgroup 50 ms later: the first container waits that
+        // long, and no longer.
+        let write = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done.send(()).unwrap();
+        };
+        let (answer, ()) = tokio::join!(plugin.create_container(request("uid-web", "c1")), write);
+        assert!(answer.adjust.is_some());
+        assert_eq!(started.elapsed(), Duration::from_millis(50));
+        assert!(metrics
+            .encode()
+            .contains("nodemem_agent_nri_requests_total{result=\"sandbox\"} 1"));
+        // The pod's next container does not wait.
+        let again = tokio::time::Instant::now();
+        plugin.create_container(request("uid-web", "c2")).await;
+        assert_eq!(again.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
