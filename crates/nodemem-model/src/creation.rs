@@ -77,14 +77,6 @@ impl CreationTable {
         let pod = self.pods.get(pod_uid)?;
         Some(pod.containers.get(name).cloned().unwrap_or_default())
     }
-
-    pub fn len(&self) -> usize {
-        self.pods.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pods.is_empty()
-    }
 }
 
 fn pod_creation(pod: &PodOutcome<'_>, leave_alone: &[&str]) -> PodCreation {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemem_nri::{connect, ConnectError, Registration};
+use nodemem_nri::{connect, Registration};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
@@ -62,15 +62,11 @@ pub async fn serve(
                     }
                     last_failure = Some(said);
                 }
-                set(&state, &news, unavailable(&e));
+                set(&state, &news, NriState::Unavailable { reason: e.reason() });
             }
         }
         tokio::time::sleep(RETRY_EVERY).await;
     }
-}
-
-fn unavailable(e: &ConnectError) -> NriState {
-    NriState::Unavailable { reason: e.reason() }
 }
 
 /// A new state, and a pass to report it (and repair, after a gap), when it changed.
