@@ -554,17 +554,26 @@ impl NodeApplier {
     /// runtime writes them while it creates the cgroup, before the container's first
     /// instruction. The reaction still writes them the moment the cgroup appears (under
     /// emulation the runtime takes half a second; both write the same values).
-    pub fn created_by_runtime(&mut self, path: &str, files: Vec<&'static str>) {
+    ///
+    /// The files are nodemem's to give back from now on, though no write of its own
+    /// changes them, and the claim is saved at once: an agent restarted before the
+    /// container starts finds the values already in place, writes nothing and so could
+    /// not claim them later (leaving would then keep them).
+    pub fn created_by_runtime(
+        &mut self,
+        path: &str,
+        files: Vec<&'static str>,
+    ) -> Result<(), ApplyError> {
+        self.owned.claim_set_at_creation(path, &files);
         self.pending
             .insert(path.to_string(), (files, std::time::Instant::now()));
+        self.save_ownership()
     }
 
-    /// The container started: the files set at creation are nodemem's to give back,
-    /// though no write of its own changed them, and the next pass over the cgroup
-    /// tells whether someone else changed them since.
+    /// The container started: the runtime has written its values, and the next pass
+    /// over the cgroup tells whether someone else changed them since.
     pub fn started_by_runtime(&mut self, path: &str) {
         if let Some((files, _)) = self.pending.remove(path) {
-            self.owned.claim_set_at_creation(path, &files);
             self.created.insert(path.to_string(), files);
         }
     }
@@ -739,12 +748,7 @@ impl NodeApplier {
         static_policy: bool,
     ) -> Result<(), ApplyError> {
         let err = ApplyError::State;
-        if self.owned != self.saved_owned {
-            self.state
-                .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
-                .map_err(err)?;
-            self.saved_owned = self.owned.clone();
-        }
+        self.save_ownership()?;
         if desired.memory_manager != self.saved_manager {
             match (&desired.memory_manager, static_policy) {
                 (Some(manager), _) => numa_state::save(&self.state, manager).map_err(err)?,
@@ -752,6 +756,17 @@ impl NodeApplier {
                 (None, true) => {}
             }
             self.saved_manager = desired.memory_manager.clone();
+        }
+        Ok(())
+    }
+
+    /// Saves the record of what nodemem owns when it changed.
+    fn save_ownership(&mut self) -> Result<(), ApplyError> {
+        if self.owned != self.saved_owned {
+            self.state
+                .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
+                .map_err(ApplyError::State)?;
+            self.saved_owned = self.owned.clone();
         }
         Ok(())
     }
@@ -938,6 +953,75 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An agent killed after answering CreateContainer and before the container
+    /// started: the restarted agent finds the runtime's value equal to its own and
+    /// writes nothing, yet leaving the policy gives the value back.
+    #[test]
+    fn values_set_at_creation_are_given_back_after_a_restart_before_the_start() {
+        use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
+        use nodemem_model::qos::QosClass;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cgroup");
+        std::fs::create_dir(&root).unwrap();
+        let driver = CgroupDriver::Cgroupfs;
+        let tree = nodemem_testkit::cgroup_tree::CgroupTree::at(&root, driver, 1).unwrap();
+        let write = |path: std::path::PathBuf, text: &str| {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(dir.path().join("proc/sys/kernel/osrelease"), "6.1.0\n");
+        write(
+            dir.path().join("kubelet/config.yaml"),
+            "kind: KubeletConfiguration\n",
+        );
+        let config = ApplierConfig {
+            roots: Roots {
+                cgroup: root.clone(),
+                sys: dir.path().join("sys"),
+                proc: dir.path().join("proc"),
+            },
+            cgroup_driver: Some(driver),
+            state_dir: dir.path().join("state"),
+            topology_scope: Scope::Container,
+            kubelet: KubeletFiles {
+                config: dir.path().join("kubelet/config.yaml"),
+                config_dir: None,
+            },
+            own_cgroup_mount: dir.path().join("own"),
+            systemd_run: None,
+        };
+        tree.add_pod(QosClass::Burstable, "uid-a", &[]).unwrap();
+        let id = ContainerId {
+            runtime: ContainerRuntime::Containerd,
+            id: "c1".repeat(32),
+        };
+        let container = container_dir(driver, QosClass::Burstable, "uid-a", &id);
+
+        let mut engine = NodeApplier::open(&config).unwrap();
+        engine
+            .created_by_runtime(&container, vec!["memory.high"])
+            .unwrap();
+        drop(engine);
+        // runc creates the cgroup with the value from the container's spec.
+        let cgroup = tree.create_cgroup(&container).unwrap();
+        std::fs::write(cgroup.join("memory.high"), "167772160").unwrap();
+
+        let mut engine = NodeApplier::open(&config).unwrap();
+        let node = NodeStatusFacts {
+            allocatable_memory: Some(8 << 30),
+            capacity_memory: None,
+            kubelet_version: None,
+        };
+        let (_, report) = engine
+            .apply(&off(), &node, &[], WriteMode::Write, Reach::Node)
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cgroup.join("memory.high")).unwrap(),
+            "max",
+            "{report:?}"
+        );
+    }
 
     #[test]
     fn a_file_set_at_creation_and_found_changed_is_named_once() {

@@ -170,7 +170,11 @@ impl NodeSync {
                 state.pods = None;
             }
             for (path, files) in batch.created.drain(..) {
-                writers.engine.created_by_runtime(&path, files);
+                // Not saved now: the next pass saves the claim again and reports a
+                // state directory that keeps failing.
+                if let Err(e) = writers.engine.created_by_runtime(&path, files) {
+                    warn!(error = %e, cgroup = %path, "the claim of values set at creation was not saved");
+                }
             }
             for path in batch.started.drain(..) {
                 writers.engine.started_by_runtime(&path);
