@@ -43,8 +43,9 @@ pub struct AgentArgs {
     /// events are sampled for the observation in status (0: never).
     #[arg(long, default_value_t = 10)]
     pub observe_seconds: u64,
-    /// At most one status write per this many seconds when only the observation's
-    /// figures changed (conditions, revisions, totals and errors are written at once).
+    /// At most one status write per this many seconds when only figures or counters
+    /// changed: the observation's figures, managedPods and the totals (conditions,
+    /// revisions, the signals since a revision and errors are written at once).
     #[arg(long, default_value_t = 30)]
     pub status_refresh_seconds: u64,
     /// Logs on stderr: human text, or one JSON object per line.

@@ -120,6 +120,7 @@ pub struct Metrics {
     nri_answer_seconds: Family<RequestLabel, Histogram, fn() -> Histogram>,
     nri_connections: Family<ResultLabel, Counter>,
     nri_registered: Gauge,
+    status_writes: Family<ResultLabel, Counter>,
     memory_min: Gauge,
     memory_low: Gauge,
     managed_pods: Gauge,
@@ -170,6 +171,7 @@ impl Metrics {
             }),
             nri_connections: Family::default(),
             nri_registered: Gauge::default(),
+            status_writes: Family::default(),
             memory_min: Gauge::default(),
             memory_low: Gauge::default(),
             managed_pods: Gauge::default(),
@@ -197,6 +199,7 @@ impl Metrics {
         };
         m.register_passes(&mut registry);
         m.register_nri(&mut registry);
+        m.register_status(&mut registry);
         m.register_node(&mut registry);
         m.register_signals(&mut registry);
         m.register_observation(&mut registry);
@@ -268,6 +271,15 @@ impl Metrics {
             "nri_registered",
             "1 while the agent is registered as the runtime's NRI plugin",
             self.nri_registered.clone(),
+        );
+    }
+
+    /// Registers the status writes (what the node's config status costs the apiserver).
+    fn register_status(&self, registry: &mut Registry) {
+        registry.register(
+            "status_writes",
+            "Writes of the node's config status, by result: ok, error (tried again), gone (the config it was for is gone); figures and counters alone wait for --status-refresh-seconds",
+            self.status_writes.clone(),
         );
     }
 
@@ -543,6 +555,12 @@ impl Metrics {
         self.nri_answer_seconds
             .get_or_create(&RequestLabel { request })
             .observe(seconds);
+    }
+
+    pub fn status_write(&self, result: &'static str) {
+        self.status_writes
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     pub fn nri_connection(&self, result: &'static str, registered: bool) {

@@ -145,7 +145,12 @@ impl NodeSync {
         let (nri, nri_news) = self.start_nri();
         let mut passes = Passes::new(self.metrics.clone(), announcer, relief, nri);
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
-        let status_out = StatusWriter::start(configs, FIELD_MANAGER, self.status_refresh);
+        let status_out = StatusWriter::start(
+            configs,
+            FIELD_MANAGER,
+            self.status_refresh,
+            self.metrics.clone(),
+        );
         let mut updates = self.updates(&client, &writers.engine, fired, nri_news)?;
         let mut state = Loop {
             index: NodeIndex::new(&self.node_name),

@@ -132,7 +132,6 @@ pub fn status(
             });
             s.managed_pods = desired.managed_pods() as i32;
             let applied = Applied {
-                desired,
                 report,
                 kubelet: kubelet.map(KubeletOutcome::applied),
                 observing,
@@ -183,8 +182,7 @@ impl Stamp<'_> {
 }
 
 /// A pass that applied, as the `Applied` condition reads it.
-struct Applied<'a, 'p> {
-    desired: &'a DesiredNode<'p>,
+struct Applied<'a> {
     report: &'a ApplyReport,
     /// The kubelet's side: (applied, reason, message).
     kubelet: Option<(bool, &'static str, String)>,
@@ -206,13 +204,12 @@ fn conflict_condition(conflict: Option<&KubeletConflict>, stamp: &Stamp<'_>) -> 
 /// `Applied`: by the kubelet, observed, applied, or which writes failed. Sets the
 /// observed revision and the last error as it goes.
 fn applied_condition(
-    applied: &Applied<'_, '_>,
+    applied: &Applied<'_>,
     s: &mut NodeMemoryConfigStatus,
     stamp: &Stamp<'_>,
 ) -> Condition {
     let revision = stamp.revision;
     let report = applied.report;
-    let pods = applied.desired.managed_pods();
     if let Some((false, reason, message)) = &applied.kubelet {
         s.last_error = Some(message.clone());
         return stamp.condition(
@@ -249,16 +246,17 @@ fn applied_condition(
             true,
             "Observing",
             format!(
-                "revision {revision} is observed on {pods} pod(s): enforcement: Observe computes what Agent would write and writes nothing"
+                "revision {revision} is observed on the node's pods (managedPods counts them): enforcement: Observe computes what Agent would write and writes nothing"
             ),
         ),
-        // Stable between passes: a status write per pass would cost the apiserver a
-        // write per new container (what this pass wrote is in the metrics).
+        // Stable between passes, so no pod count in it: a pod that starts or stops
+        // must not make the status news (the count is in managedPods, written with the
+        // next refresh; what this pass wrote is in the metrics).
         _ => stamp.condition(
             "Applied",
             true,
             "Applied",
-            format!("revision {revision} is applied to {pods} pod(s)"),
+            format!("revision {revision} is applied to the node's pods (managedPods counts them)"),
         ),
     }
 }
@@ -398,11 +396,13 @@ pub fn add_state_recovered(
 pub enum StatusWrite {
     /// It says nothing new.
     Nothing,
-    /// Something a reader acts on changed (conditions, the revision, the pods' totals,
-    /// errors, relief): written at once.
+    /// Something a reader acts on changed (conditions, the revision, the signals
+    /// since it, errors, relief): written at once.
     Now,
-    /// Only the observation's figures moved (its seconds, the distribution, the worst
-    /// containers' peaks: they move with every sample): written once the refresh
+    /// Only figures and counters moved: the observation's (its seconds, the
+    /// distribution, the worst containers' peaks: they move with every sample), the
+    /// managed pods and their totals (they move with every pod start or stop: at 1,000
+    /// starts a second across a cluster, a write each): written once the refresh
     /// interval has passed since the last write, with the newest figures, so an observed
     /// node does not rewrite its status at every sample (`kubectl get nmc -w` was 85%
     /// such lines). News (containers first seen, newly throttled, another worst
@@ -421,9 +421,12 @@ pub fn status_write(
         return StatusWrite::Nothing;
     }
     // The observer's own news (containers first seen, newly throttled, another worst
-    // container: `Observer::news`) is kept; figures that only grow are not.
+    // container: `Observer::news`) is kept; figures that only grow are not, nor the
+    // counters every pod start or stop moves (under churn a write per pod start).
     let without_figures = |s: &NodeMemoryConfigStatus| {
         let mut s = s.clone();
+        s.managed_pods = 0;
+        s.totals = None;
         if let Some(o) = &mut s.observation {
             o.observed_seconds = 0;
             o.fitting_by_factor.clear();
@@ -484,6 +487,14 @@ mod tests {
         assert_eq!(status_write(Some(&a), &a), StatusWrite::Nothing);
         let later = observed(15, 0);
         assert_eq!(status_write(Some(&a), &later), StatusWrite::Coalesced);
+        let mut more_pods = later.clone();
+        more_pods.managed_pods += 10;
+        more_pods.totals = Some(Default::default());
+        assert_eq!(
+            status_write(Some(&a), &more_pods),
+            StatusWrite::Coalesced,
+            "pods that start or stop are counters"
+        );
         let throttled = observed(15, 1);
         assert_eq!(
             status_write(Some(&a), &throttled),

@@ -16,6 +16,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::warn;
 
+use crate::metrics::Metrics;
+
 /// The latest status to write: the config's name, its uid, its status, and whether it
 /// may wait for the refresh (its only news is figures).
 type Latest = Option<(String, Option<String>, NodeMemoryConfigStatus, bool)>;
@@ -30,9 +32,10 @@ impl StatusWriter {
         configs: Api<NodeMemoryConfig>,
         field_manager: &'static str,
         refresh: Duration,
+        metrics: std::sync::Arc<Metrics>,
     ) -> Self {
         let (latest, rx) = watch::channel(None);
-        tokio::spawn(write_latest(configs, field_manager, rx, refresh));
+        tokio::spawn(write_latest(configs, field_manager, rx, refresh, metrics));
         StatusWriter { latest }
     }
 
@@ -62,6 +65,7 @@ async fn write_latest(
     field_manager: &'static str,
     mut rx: watch::Receiver<Latest>,
     refresh: Duration,
+    metrics: std::sync::Arc<Metrics>,
 ) {
     let mut last_write: Option<tokio::time::Instant> = None;
     while rx.changed().await.is_ok() {
@@ -92,16 +96,19 @@ async fn write_latest(
                 .await
             {
                 Ok(_) => {
+                    metrics.status_write("ok");
                     last_write = Some(tokio::time::Instant::now());
                     break;
                 }
                 // The config is gone, or is another object now (the uid differs): this
                 // status is for nobody; the pass for the new one sends its own.
                 Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => {
+                    metrics.status_write("gone");
                     warn!(config = %name, code = s.code, message = %s.message, "status not written: the config it was for is gone (or refuses it); the next pass sends its own");
                     break;
                 }
                 Err(e) => {
+                    metrics.status_write("error");
                     warn!(error = %e, "status not written; tried again in a second or with the next status");
                     tokio::select! {
                         changed = rx.changed() => if changed.is_err() { return },

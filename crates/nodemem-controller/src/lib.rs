@@ -24,6 +24,7 @@ pub mod lease;
 pub mod metrics;
 pub mod node_failure;
 mod policy_status;
+pub mod queue;
 mod recommendation;
 pub mod run;
 mod settings;
@@ -34,6 +35,9 @@ use std::path::PathBuf;
 
 use nodemem_plumbing::logs::LogFormat;
 use nodemem_plumbing::{CliError, Outcome};
+
+/// NodeMemoryConfig writes in flight at once by default.
+pub const DEFAULT_WRITE_CONCURRENCY: u16 = 16;
 
 /// Arguments of `nodemem controller`.
 #[derive(Clone, Debug, clap::Args)]
@@ -51,6 +55,15 @@ pub struct ControllerArgs {
     /// Seconds between checks of time-based rollout steps (minReadySeconds, deadlines).
     #[arg(long, default_value_t = 5)]
     pub tick_seconds: u64,
+    /// NodeMemoryConfig writes in flight at once during a fan-out (the apiserver serves
+    /// many at a time: BENCHMARKS.md measures the default against plain clients with
+    /// 1 to 64 writers).
+    #[arg(long, default_value_t = DEFAULT_WRITE_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub write_concurrency: u16,
+    /// Watch events queued for the decisions at most; at the cap the watches are read
+    /// no further until the decisions catch up.
+    #[arg(long, default_value_t = queue::DEFAULT_CAPACITY, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub event_queue: u64,
     /// Elect a leader through the Lease `nodemem-controller` in --namespace: with several
     /// replicas only the holder writes.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -169,6 +182,8 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         metrics: Default::default(),
         draining: Default::default(),
         tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
+        write_concurrency: usize::from(args.write_concurrency),
+        event_queue: usize::try_from(args.event_queue).unwrap_or(usize::MAX),
         agents: args
             .agent_image
             .clone()

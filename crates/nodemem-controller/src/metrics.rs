@@ -55,6 +55,8 @@ pub struct Metrics {
     reconcile_seconds: Histogram,
     writes: Family<WriteLabel, Counter>,
     errors: Family<ErrorLabel, Counter>,
+    watch_events: Counter,
+    queued_events: Gauge,
     ready: AtomicBool,
 }
 
@@ -74,6 +76,8 @@ impl Metrics {
             reconcile_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             writes: Family::default(),
             errors: Family::default(),
+            watch_events: Counter::default(),
+            queued_events: Gauge::default(),
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -95,6 +99,16 @@ impl Metrics {
             m.writes.clone(),
         );
         registry.register("errors", "Errors by category", m.errors.clone());
+        registry.register(
+            "watch_events",
+            "Watch events and ticks taken into the world (everything queued when a decision begins makes that one decision)",
+            m.watch_events.clone(),
+        );
+        registry.register(
+            "queued_events",
+            "Watch events waiting behind the one that began the last decision (capped by --event-queue)",
+            m.queued_events.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -102,6 +116,16 @@ impl Metrics {
         self.reconciles.inc();
         self.reconcile_seconds.observe(seconds);
         self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Events waiting when a decision began.
+    pub fn queued(&self, events: usize) {
+        self.queued_events.set(events as i64);
+    }
+
+    /// Events taken into one decision.
+    pub fn taken(&self, events: usize) {
+        self.watch_events.inc_by(events as u64);
     }
 
     pub fn write(&self, kind: &'static str, ok: bool) {

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::daemonset::{agent_daemonset, AgentDeploy};
 use crate::decide::decide;
-use crate::decision::{Decision, FinalizerOrder};
+use crate::decision::{ConfigWrite, Decision, FinalizerOrder};
 use crate::metrics::{ErrorCategory, Metrics};
 use crate::world::{World, DRAIN_DONE, DRAIN_FOR, DRAIN_STARTED};
 use nodemem_api::report::SPEC_CHANGED_AT;
@@ -80,6 +80,10 @@ pub struct Controller {
     pub tick: Duration,
     /// The agent DaemonSet to maintain, if the controller deploys the agents.
     pub agents: Option<AgentDeploy>,
+    /// NodeMemoryConfig writes (and deletions) in flight at once.
+    pub write_concurrency: usize,
+    /// Watch events queued for the decisions at most (`crate::queue`).
+    pub event_queue: usize,
 }
 
 /// Stops the watch reader when the controller's loop ends.
@@ -126,27 +130,15 @@ impl Controller {
             t.tick().await;
             Some((Ok(Update::Tick), t))
         });
-        let mut updates = futures::stream::select_all(vec![
+        let updates = futures::stream::select_all(vec![
             policy_events.boxed(),
             node_events.boxed(),
             config_events.boxed(),
             ticks.boxed(),
         ]);
-        // The watches are read all the time, also while a decision's writes are in
-        // flight (thousands in a fan-out, one after the other). An unread watch fills
-        // the apiserver's buffer for it: the apiserver's dispatch to every watcher of
-        // the resource then waits on it, and in the end the apiserver closes the watch
-        // (and the controller lists again). At 5,000 nodes the apiserver closed the
-        // config watch during a fan-out before, and does not now (BENCHMARKS.md); the
-        // queued events cost memory while the writes run (managedFields are dropped).
-        let (forward, mut received) = tokio::sync::mpsc::unbounded_channel();
-        let reader = tokio::spawn(async move {
-            while let Some(update) = updates.next().await {
-                if forward.send(update).is_err() {
-                    break;
-                }
-            }
-        });
+        // Read all the time, also while a decision's writes are in flight, into a
+        // queue with a cap (`crate::queue`).
+        let (mut received, reader) = crate::queue::start(updates, self.event_queue);
         let _reader = AbortOnDrop(reader);
         let daemonsets: Option<Api<k8s_openapi::api::apps::v1::DaemonSet>> = self
             .agents
@@ -157,22 +149,21 @@ impl Controller {
         let mut watches = ControllerWatches::default();
         let mut dirty = false;
         info!("watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs");
-        while let Some(update) = received.recv().await {
-            let tick = match update {
+        while let Some(first) = received.recv().await {
+            self.metrics.queued(received.len());
+            // Everything queued makes one decision: events and ticks that arrived
+            // during the last decision's writes do not each decide again.
+            let mut tick = false;
+            let taken = crate::queue::take_queued(first, &mut received, |update| match update {
                 Err(e) => {
                     self.metrics.error(ErrorCategory::Watch);
                     warn!(error = %e, "watch failed; retrying with backoff");
-                    continue;
                 }
-                Ok(Update::Tick) => true,
-                Ok(update) => {
-                    dirty |= watches.learn(&mut world, update);
-                    false
-                }
-            };
-            // Decide on whole lists only, and only after a change or a tick (each
-            // change decides again over the whole world; the fan-out benchmark bounds the
-            // cost: 2,000 nodes in 1.13x the time of a plain client).
+                Ok(Update::Tick) => tick = true,
+                Ok(update) => dirty |= watches.learn(&mut world, update),
+            });
+            self.metrics.taken(taken);
+            // Decide on whole lists only, and only after a change or a tick.
             if !watches.listed() || !(dirty || tick) {
                 continue;
             }
@@ -295,51 +286,9 @@ impl Controller {
         recorder: &Recorder,
         now: i64,
     ) {
+        self.write_configs(&d.writes, world, configs, now).await;
+        self.delete_configs(&d.deletes, world, configs).await;
         let apply = PatchParams::apply(FIELD_MANAGER).force();
-        for w in &d.writes {
-            let existing = world.configs.get(&w.node);
-            // The change time moves only with the revision.
-            let changed_at = match existing {
-                Some(c) if c.spec.revision == w.spec.revision => c.spec_changed_at.unwrap_or(now),
-                _ => now,
-            };
-            let owner = w.policy_uid.as_ref().map(|uid| {
-                json!([{"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                    "name": w.spec.policy, "uid": uid, "controller": true, "blockOwnerDeletion": false}])
-            });
-            let mut metadata =
-                json!({"name": w.node, "annotations": {SPEC_CHANGED_AT: rfc3339(changed_at)}});
-            if let Some(o) = owner {
-                metadata["ownerReferences"] = o;
-            }
-            let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
-                "metadata": metadata, "spec": w.spec});
-            match configs.patch(&w.node, &apply, &Patch::Apply(&patch)).await {
-                Ok(c) => {
-                    self.metrics.write("config", true);
-                    world.apply_config(&c);
-                }
-                Err(e) => {
-                    self.metrics.write("config", false);
-                    warn!(node = %w.node, error = %e, "NodeMemoryConfig not written; retried on the next reconcile");
-                }
-            }
-        }
-        for node in &d.deletes {
-            match configs.delete(node, &DeleteParams::default()).await {
-                Ok(_) => {
-                    self.metrics.write("config_delete", true);
-                    world.delete_config(node, None);
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    world.delete_config(node, None);
-                }
-                Err(e) => {
-                    self.metrics.write("config_delete", false);
-                    warn!(%node, error = %e, "NodeMemoryConfig not deleted; retried on the next reconcile");
-                }
-            }
-        }
         for (name, status) in &d.statuses {
             let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
                 "status": status});
@@ -560,4 +509,93 @@ fn evictable(p: &k8s_openapi::api::core::v1::Pod) -> bool {
         Some("Succeeded") | Some("Failed")
     );
     !(daemon || mirror || finished)
+}
+
+impl Controller {
+    /// The decision's config specs by server-side apply, `write_concurrency` at a
+    /// time; the world learns each from the apiserver's answer as it comes. A write
+    /// that fails is decided again by the next reconcile from the newest world, so no
+    /// retry can write an older revision.
+    async fn write_configs(
+        &self,
+        writes: &[ConfigWrite],
+        world: &mut World,
+        configs: &Api<NodeMemoryConfig>,
+        now: i64,
+    ) {
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        // The change time moves only with the revision.
+        let changed_at: Vec<i64> = writes
+            .iter()
+            .map(|w| match world.configs.get(&w.node) {
+                Some(c) if c.spec.revision == w.spec.revision => c.spec_changed_at.unwrap_or(now),
+                _ => now,
+            })
+            .collect();
+        let apply = &apply;
+        let mut answers = futures::stream::iter(writes.iter().zip(changed_at))
+            .map(|(w, changed_at)| {
+                let patch = config_patch(w, changed_at);
+                async move {
+                    (
+                        w,
+                        configs.patch(&w.node, apply, &Patch::Apply(&patch)).await,
+                    )
+                }
+            })
+            .buffer_unordered(self.write_concurrency.max(1));
+        while let Some((w, answer)) = answers.next().await {
+            match answer {
+                Ok(c) => {
+                    self.metrics.write("config", true);
+                    world.apply_config(&c);
+                }
+                Err(e) => {
+                    self.metrics.write("config", false);
+                    warn!(node = %w.node, error = %e, "NodeMemoryConfig not written; retried on the next reconcile");
+                }
+            }
+        }
+    }
+
+    /// The decision's config deletions, `write_concurrency` at a time.
+    async fn delete_configs(
+        &self,
+        nodes: &[String],
+        world: &mut World,
+        configs: &Api<NodeMemoryConfig>,
+    ) {
+        let mut answers = futures::stream::iter(nodes)
+            .map(|node| async move { (node, configs.delete(node, &DeleteParams::default()).await) })
+            .buffer_unordered(self.write_concurrency.max(1));
+        while let Some((node, answer)) = answers.next().await {
+            match answer {
+                Ok(_) => {
+                    self.metrics.write("config_delete", true);
+                    world.delete_config(node, None);
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    world.delete_config(node, None);
+                }
+                Err(e) => {
+                    self.metrics.write("config_delete", false);
+                    warn!(%node, error = %e, "NodeMemoryConfig not deleted; retried on the next reconcile");
+                }
+            }
+        }
+    }
+}
+
+/// A config's spec as the controller owns it, with the time its revision last changed
+/// and its policy as controlling owner.
+fn config_patch(w: &ConfigWrite, changed_at: i64) -> serde_json::Value {
+    let mut metadata =
+        json!({"name": w.node, "annotations": {SPEC_CHANGED_AT: rfc3339(changed_at)}});
+    if let Some(uid) = &w.policy_uid {
+        metadata["ownerReferences"] = json!([{"apiVersion": "nodemem.io/v1alpha1",
+            "kind": "NodeMemoryPolicy", "name": w.spec.policy, "uid": uid, "controller": true,
+            "blockOwnerDeletion": false}]);
+    }
+    json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
+        "metadata": metadata, "spec": w.spec})
 }

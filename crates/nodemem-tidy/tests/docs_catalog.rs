@@ -64,6 +64,7 @@ fn every_registered_metric_is_documented_and_nothing_else() {
     agent.nri_request("adjusted");
     agent.nri_answer("CreateContainer", 0.001);
     agent.nri_connection("registered", true);
+    agent.status_write("ok");
     agent.relief("MemoryHighRelieved");
     let controller = ControllerMetrics::new();
     controller.reconciled(0.01);

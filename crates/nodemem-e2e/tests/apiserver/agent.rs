@@ -750,17 +750,25 @@ pub(crate) fn agent_command_resync(
     kubeconfig: &std::path::Path,
     resync_seconds: u64,
 ) -> Command {
+    agent_command_from(
+        dir,
+        kubeconfig,
+        nodemem_testkit::bed::agent_args(node, cgroup_root, dir, resync_seconds),
+    )
+}
+
+/// The agent process with these arguments (`bed::agent_args`, perhaps changed).
+pub(crate) fn agent_command_from(
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    args: Vec<String>,
+) -> Command {
     std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
     std::fs::write(dir.join("proc/sys/kernel/osrelease"), "6.1.0-56-amd64\n").unwrap();
     let mut cmd = Command::new(nodemem_e2e::nodemem());
-    cmd.args(nodemem_testkit::bed::agent_args(
-        node,
-        cgroup_root,
-        dir,
-        resync_seconds,
-    ))
-    .env("KUBECONFIG", kubeconfig)
-    .stdout(Stdio::null());
+    cmd.args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::null());
     cmd
 }
 

@@ -5,7 +5,9 @@
 //! container's cgroup against the prediction for the pods on the API, round after
 //! round: no cgroup may stay without its values longer than the goal. After the churn
 //! the whole tree (QoS and node level included) equals the prediction. The agent's
-//! resident memory at the start and the end, and no ERROR line in its log.
+//! resident memory at the start and the end, and no ERROR line in its log. The status
+//! writes the churn cost (the agent's own count, on its default refresh of 30 s): at
+//! most 0.1 per pod start, since pods that start or stop move only counters.
 //!
 //! One minute in `make test`; `NODEMEM_SOAK_SECONDS=600` for the figures in
 //! BENCHMARKS.md (`make soak`).
@@ -22,7 +24,7 @@ use nodemem_testkit::Identity;
 use serde_json::json;
 
 use crate::agent::{
-    agent_command_resync, expected_on, set_config_on, simulated_node, tree_mismatches, AgentProcess,
+    agent_command_from, expected_on, set_config_on, simulated_node, tree_mismatches, AgentProcess,
 };
 use crate::common::{admin, cluster, eventually};
 
@@ -34,6 +36,10 @@ const PER_SECOND: usize = 10;
 /// agent's reaction is milliseconds (BENCHMARKS.md); the rest is the fake kubelet's
 /// status update and the watch, on two shared cores.
 const GOAL: Duration = Duration::from_secs(2);
+/// The agent's default `--status-refresh-seconds`.
+const STATUS_REFRESH: &str = "30";
+/// Status writes per pod start at most (issue 32: the apiserver's cost of churn).
+const WRITES_PER_START: f64 = 0.1;
 
 fn pod(n: usize) -> serde_json::Value {
     // Mostly Burstable, some Guaranteed and BestEffort.
@@ -73,11 +79,23 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
     set_config_on(&client, NODE, "soak-1", qos.clone()).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE.into())).await.unwrap();
-    // The production resync (300 s): every value below comes from a reaction.
+    // The production resync (300 s): every value below comes from a reaction. The
+    // production status refresh, so the writes counted are what a node costs.
+    let mut args = nodemem_testkit::bed::agent_args(NODE, tree.root(), dir.path(), 300);
+    let refresh = args
+        .iter()
+        .position(|a| a == "--status-refresh-seconds")
+        .expect("the bed sets a refresh");
+    args[refresh + 1] = STATUS_REFRESH.to_string();
     let agent = AgentProcess::spawn(
-        &mut agent_command_resync(NODE, tree.root(), dir.path(), &kubeconfig, 300),
+        &mut agent_command_from(dir.path(), &kubeconfig, args),
         dir.path().join("agent.log"),
     );
+    let status_writes = || {
+        agent
+            .metric("nodemem_agent_status_writes_total{result=\"ok\"}")
+            .expect("the agent counts its status writes")
+    };
     let logs = || agent.log();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for n in 0..PRESENT {
@@ -95,6 +113,11 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
     )
     .await;
     let rss_start = rss_kib(&agent);
+    let writes_start = status_writes();
+    assert!(
+        writes_start >= 1.0,
+        "the 250 pods' status was written and counted"
+    );
 
     // The churn: every second 10 new pods, and the 10 oldest deleted (the fake kubelet
     // removes their cgroups and confirms, as a kubelet does).
@@ -166,6 +189,8 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
     stop.store(true, Ordering::SeqCst);
     churn.await.unwrap();
     let churned = created.load(Ordering::SeqCst) - PRESENT;
+    let writes = status_writes() - writes_start;
+    let per_start = writes / churned as f64;
 
     // Quiet: the whole tree, QoS and node level included, as predicted.
     eventually(
@@ -204,7 +229,11 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
         panic!("{late}\n{}", logs());
     }
     eprintln!(
-        "soak {seconds} s: {churned} pods created and as many deleted, {rounds} verifier rounds, {} values seen wrong then right (longest {max:?}, goal {GOAL:?}), agent RSS {rss_start} KiB -> {rss_end} KiB",
+        "soak {seconds} s: {churned} pods created and as many deleted, {rounds} verifier rounds, {} values seen wrong then right (longest {max:?}, goal {GOAL:?}), agent RSS {rss_start} KiB -> {rss_end} KiB, {writes} status writes = {per_start:.3} per pod start (goal <= {WRITES_PER_START})",
         windows.len()
+    );
+    assert!(
+        per_start <= WRITES_PER_START,
+        "{writes} status writes for {churned} pod starts"
     );
 }

@@ -158,6 +158,37 @@ pub fn spawn_controller_with(
     ControllerProcess { child }
 }
 
+/// The controller's /metrics, from the address its log (`log`) says it serves on.
+pub fn controller_metrics(log: &std::path::Path) -> Option<String> {
+    use std::io::{Read, Write};
+    let text = std::fs::read_to_string(log).ok()?;
+    let at = text.find("bound=")? + "bound=".len();
+    let addr: String = text[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let mut s = std::net::TcpStream::connect(addr.trim()).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    s.read_to_string(&mut response).ok()?;
+    Some(response.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// The value of one series (exact name and labels) in a metrics text.
+pub fn metric_in(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// Any cluster-scoped nodemem kind through the dynamic API (status included as JSON).
 pub fn dynamic<K: kube::Resource<DynamicType = ()>>(client: &Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ApiResource::erase::<K>(&()))

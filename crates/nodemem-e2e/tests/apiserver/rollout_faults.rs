@@ -9,6 +9,10 @@
 //! - 100 policy edits in quick succession: every node ends on the last revision, no
 //!   node is ever moved back to an older one, and the controller writes a node's config
 //!   at most twice per revision (counted from a watch).
+//!
+//! The controller runs with a watch-event queue of 16 (`--event-queue`; the default
+//! holds a 20,000-node fan-out's events): the edits and the rollouts fill it, and at
+//! the cap nothing may be lost or reordered.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,11 +33,14 @@ use serde_json::{json, Value};
 
 use crate::agent::{configs, expected_on, spawn_agent, tree_mismatches, AgentProcess};
 use crate::common::{
-    condition, create_namespace, eventually, next_config, node_states, own_control_plane, policies,
-    pool_nodes, reports_good, spawn_controller, watch_configs, ControllerProcess,
+    condition, controller_metrics, create_namespace, eventually, next_config, node_states,
+    own_control_plane, policies, pool_nodes, reports_good, spawn_controller_with, watch_configs,
+    ControllerProcess,
 };
 
 const NS: &str = "rollout-pods";
+/// The controller's cap on queued watch events here: small enough that the tests fill it.
+const EVENT_QUEUE: usize = 16;
 
 /// Simulated nodes, one Burstable pod on each, an agent per node and the controller.
 struct Bed {
@@ -84,11 +91,12 @@ impl Bed {
                 spawn_agent(node, tree.root(), &node_dir, &kubeconfig, "agent.log"),
             );
         }
-        let controller = spawn_controller(
+        let controller = spawn_controller_with(
             &cp.kubeconfig(&Identity::Controller).await.unwrap(),
             "rollout-faults",
             "nodemem:test",
             &dir.path().join("controller.log"),
+            &["--event-queue", &EVENT_QUEUE.to_string()],
         );
         Bed {
             _cp: cp,
@@ -615,8 +623,12 @@ async fn nodes_and_policies_that_change_under_a_rollout_and_100_quick_edits() {
             *m.entry(*n).or_default() += 1;
             m
         });
+    let metrics = controller_metrics(&bed.dir.path().join("controller.log")).unwrap();
+    let series = |name: &str| crate::common::metric_in(&metrics, name).unwrap_or(0.0);
     eprintln!(
-        "100 edits in {editing:?}: {} controller writes to the pool's configs, revisions per node {distinct_per_node:?}",
-        writes.len()
+        "100 edits in {editing:?}: {} controller writes to the pool's configs, revisions per node {distinct_per_node:?}; the controller took {} watch events into {} decisions (queue cap {EVENT_QUEUE})",
+        writes.len(),
+        series("nodemem_controller_watch_events_total"),
+        series("nodemem_controller_reconciles_total"),
     );
 }

@@ -1,0 +1,156 @@
+//! `cargo bench -p nodemem-controller --bench decide`: what one decision costs after
+//! one agent's report, at 500, 5,000 and 20,000 nodes (issue 32, goal 3: a node's event
+//! should cost the same whatever the cluster's size, within 2x).
+//!
+//! The pure decision (`decide`) on a world built as the watches would fill it: one
+//! policy over every node, rolled out and every agent reporting its revision applied
+//! and healthy. Then, sample after sample, one agent's report changes (a memory.high
+//! crossing more since the revision) and the controller decides again. The apiserver is
+//! not involved: this is the controller's own time per event.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::config::{MemoryTotals, RevisionSignals};
+use nodemem_api::report::ConfigEntry;
+use nodemem_api::{NodeMemoryConfigStatus, NodeMemoryPolicy};
+use nodemem_controller::decide::decide;
+use nodemem_controller::world::World;
+use serde_json::json;
+
+const SIZES: [usize; 3] = [500, 5_000, 20_000];
+const SAMPLES: usize = 40;
+const T0: i64 = 1_795_341_600;
+
+fn main() {
+    let mut medians = Vec::new();
+    for nodes in SIZES {
+        let (mut world, now) = rolled_out(nodes);
+        let mut took = Vec::with_capacity(SAMPLES);
+        for sample in 0..SAMPLES {
+            let node = name(sample * 7919 % nodes);
+            let report = &mut world
+                .configs
+                .get_mut(&node)
+                .expect("every node has its config")
+                .status;
+            if let Some(s) = report.since_revision.as_mut() {
+                s.throttle_events += 1;
+            }
+            let started = Instant::now();
+            let d = decide(&world, now);
+            took.push(started.elapsed());
+            for (policy, status) in &d.statuses {
+                if let Some(p) = world.policies.get_mut(policy) {
+                    p.status = status.clone();
+                }
+            }
+            assert!(d.writes.is_empty(), "a report changes no config");
+            std::hint::black_box(d);
+        }
+        took.sort();
+        let median = took[took.len() / 2];
+        let p90 = took[took.len() * 9 / 10];
+        println!(
+            "decide: {nodes} nodes, one agent's report: median {:.2} ms, p90 {:.2} ms over {SAMPLES} decisions",
+            ms(median),
+            ms(p90)
+        );
+        medians.push((nodes, median));
+    }
+    let (small, large) = (medians[0], medians[medians.len() - 1]);
+    println!(
+        "decide: {} nodes against {}: {:.1}x (goal: within 2x)",
+        large.0,
+        small.0,
+        large.1.as_secs_f64() / small.1.as_secs_f64()
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn name(i: usize) -> String {
+    format!("node-{i:05}")
+}
+
+/// A world of `nodes` nodes under one policy, rolled out: every config written with
+/// the policy's revision and its agent reporting it applied and healthy.
+fn rolled_out(nodes: usize) -> (World, i64) {
+    let mut world = World::default();
+    let policy: NodeMemoryPolicy = serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": "general", "uid": "uid-general", "generation": 1,
+            "finalizers": [nodemem_api::HANDOFF_FINALIZER]},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "general"}},
+            "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
+            "rollout": {"maxUnavailable": "100%"}},
+    }))
+    .expect("a valid policy");
+    world.apply_policy(&policy);
+    for i in 0..nodes {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(
+            json!({"metadata": {"name": name(i), "labels": {"pool": "general"}}}),
+        )
+        .expect("a valid node");
+        world.apply_node(&node);
+    }
+    let mut now = T0;
+    for _ in 0..4 {
+        let d = decide(&world, now);
+        for w in &d.writes {
+            let generation = world
+                .configs
+                .get(&w.node)
+                .and_then(|c| c.generation)
+                .unwrap_or(0)
+                + 1;
+            let mut entry = ConfigEntry {
+                generation: Some(generation),
+                spec: w.spec.clone(),
+                status: NodeMemoryConfigStatus::default(),
+                spec_changed_at: Some(now),
+            };
+            entry.status = healthy(&entry, now);
+            world.configs.insert(w.node.clone(), entry);
+        }
+        for (policy, status) in &d.statuses {
+            if let Some(p) = world.policies.get_mut(policy) {
+                p.status = status.clone();
+            }
+        }
+        now += 60;
+    }
+    assert_eq!(world.configs.len(), nodes, "every node got its config");
+    (world, now)
+}
+
+/// The agent's report: its revision applied and healthy.
+fn healthy(c: &ConfigEntry, at: i64) -> NodeMemoryConfigStatus {
+    let condition = |type_: &str| Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: type_.into(),
+        message: String::new(),
+        observed_generation: c.generation,
+        last_transition_time: Time(
+            k8s_openapi::jiff::Timestamp::from_second(at).expect("a valid time"),
+        ),
+    };
+    NodeMemoryConfigStatus {
+        observed_revision: Some(c.spec.revision.clone()),
+        conditions: vec![condition("Applied"), condition("Healthy")],
+        totals: Some(MemoryTotals {
+            memory_min_bytes: 1 << 20,
+            memory_low_bytes: 2 << 20,
+        }),
+        since_revision: Some(RevisionSignals {
+            revision: c.spec.revision.clone(),
+            throttle_events: 0,
+            oom_kills: 0,
+            peak_full_memory_pressure: 0.0,
+        }),
+        ..NodeMemoryConfigStatus::default()
+    }
+}

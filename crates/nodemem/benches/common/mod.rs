@@ -1,0 +1,89 @@
+//! What the controller's benches share: a control plane of their own with nodemem's
+//! CRDs and the controller's RBAC applied by the real `kubectl`, Node objects (no
+//! kubelets), and the release `nodemem controller` as a process with its own identity.
+
+use std::process::{Child, Command, Stdio};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+use kube::Client;
+use nodemem_testkit::binaries::repo_root;
+use nodemem_testkit::clients::kubectl;
+use nodemem_testkit::{ControlPlane, Identity};
+use serde_json::json;
+
+pub struct Cluster {
+    pub cp: ControlPlane,
+    pub runtime: tokio::runtime::Runtime,
+    pub client: Client,
+}
+
+impl Cluster {
+    /// A control plane with the CRDs established and `deploy/controller` applied.
+    pub fn start() -> Self {
+        let repo = repo_root();
+        let cp = ControlPlane::start().expect("control plane");
+        let admin = cp.admin_kubeconfig().to_path_buf();
+        let path = |p: &str| repo.join(p).display().to_string();
+        kubectl(&admin, &["apply", "-f", &path("crds")]).unwrap();
+        kubectl(
+            &admin,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/nodememoryconfigs.nodemem.io",
+                "crd/nodememorypolicies.nodemem.io",
+            ],
+        )
+        .unwrap();
+        kubectl(&admin, &["apply", "-f", &path("deploy/controller")]).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let client = runtime.block_on(cp.client(&Identity::Admin)).unwrap();
+        Cluster {
+            cp,
+            runtime,
+            client,
+        }
+    }
+
+    /// `nodes` Node objects `{prefix}-NNNNN` labelled `nodemem.io/pool: {pool}`, 16
+    /// created at a time.
+    pub fn create_nodes(&self, nodes: usize, prefix: &str, pool: &str) {
+        self.runtime.block_on(async {
+            let api: Api<Node> = Api::all(self.client.clone());
+            futures::stream::iter(0..nodes)
+                .map(|i| {
+                    let api = api.clone();
+                    async move {
+                        let node: Node = serde_json::from_value(json!({"metadata": {
+                            "name": format!("{prefix}-{i:05}"),
+                            "labels": {"nodemem.io/pool": pool}}}))
+                        .unwrap();
+                        api.create(&PostParams::default(), &node).await.map(|_| ())
+                    }
+                })
+                .buffer_unordered(16)
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap();
+        });
+    }
+
+    /// The release controller with the controller's identity, ticking every second,
+    /// no metrics endpoint, and `extra` arguments; its log goes to `log`.
+    pub fn spawn_controller(&self, extra: &[&str], log: &std::fs::File) -> Child {
+        let kubeconfig = self
+            .runtime
+            .block_on(self.cp.kubeconfig(&Identity::Controller))
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_nodemem"))
+            .args(["controller", "--tick-seconds", "1", "--metrics-addr", "off"])
+            .args(extra)
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(log.try_clone().unwrap())
+            .spawn()
+            .unwrap()
+    }
+}
