@@ -7,7 +7,8 @@
 //! the whole tree (QoS and node level included) equals the prediction. The agent's
 //! resident memory at the start and the end, and no ERROR line in its log. The status
 //! writes the churn cost (the agent's own count, on its default refresh of 30 s): at
-//! most 0.1 per pod start, since pods that start or stop move only counters.
+//! most 0.1 per pod start, since pods that start or stop move only counters
+//! (NODEMEM_SOAK_STATUS_REFRESH=0 writes every status at once, for comparison).
 //!
 //! One minute in `make test`; `NODEMEM_SOAK_SECONDS=600` for the figures in
 //! BENCHMARKS.md (`make soak`).
@@ -86,7 +87,11 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
         .iter()
         .position(|a| a == "--status-refresh-seconds")
         .expect("the bed sets a refresh");
-    args[refresh + 1] = STATUS_REFRESH.to_string();
+    // NODEMEM_SOAK_STATUS_REFRESH=0: every status written at once, as before counters
+    // were coalesced (the figure BENCHMARKS.md compares with).
+    let refresh_seconds =
+        std::env::var("NODEMEM_SOAK_STATUS_REFRESH").unwrap_or_else(|_| STATUS_REFRESH.into());
+    args[refresh + 1] = refresh_seconds.clone();
     let agent = AgentProcess::spawn(
         &mut agent_command_from(dir.path(), &kubeconfig, args),
         dir.path().join("agent.log"),
@@ -232,8 +237,10 @@ async fn a_churn_soak_keeps_every_pod_within_the_goal_and_the_agent_flat() {
         "soak {seconds} s: {churned} pods created and as many deleted, {rounds} verifier rounds, {} values seen wrong then right (longest {max:?}, goal {GOAL:?}), agent RSS {rss_start} KiB -> {rss_end} KiB, {writes} status writes = {per_start:.3} per pod start (goal <= {WRITES_PER_START})",
         windows.len()
     );
-    assert!(
-        per_start <= WRITES_PER_START,
-        "{writes} status writes for {churned} pod starts"
-    );
+    if refresh_seconds == STATUS_REFRESH {
+        assert!(
+            per_start <= WRITES_PER_START,
+            "{writes} status writes for {churned} pod starts"
+        );
+    }
 }
