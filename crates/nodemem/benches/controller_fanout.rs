@@ -4,7 +4,9 @@
 //! 2,000 Node objects (no kubelets: Node objects only). First the ceiling: a plain
 //! client writes 2,000 NodeMemoryConfigs with the same spec by server-side apply, with
 //! 1, 4, 16 and 64 writers at once (the apiserver serves many writes at a time); the
-//! fastest is the ceiling. Then the release `nodemem controller` with its own identity
+//! fastest is the ceiling. Its configs are the objects the controller writes (an
+//! ownerReference to a policy too), and a watch of every config reads them as the
+//! fan-out's measuring watch does. Then the release `nodemem controller` with its own identity
 //! and its default `--write-concurrency` (NODEMEM_FANOUT_CONCURRENCY sets another):
 //! from the policy's creation until every node's config carries the policy's revision
 //! (seen through a watch). API writes are counted from the apiserver's own
@@ -13,9 +15,8 @@
 //! controller's resident memory (its peak too: the fan-out's events queue while its
 //! writes run), and the best plain client once more (a run's first bulk write is the
 //! slower one; the ratio is given against both).
-//! NODEMEM_FANOUT_NODES changes the node count; NODEMEM_FANOUT_DIAG=1 adds plain
-//! clients that pay for what the controller's writes carry besides the spec (a watcher
-//! of every config, an ownerReference, the controller's identity).
+//! NODEMEM_FANOUT_NODES changes the node count; NODEMEM_FANOUT_DIAG=1 adds the best
+//! plain client with the controller's identity (RBAC, the admission policy's match).
 
 mod common;
 
@@ -109,13 +110,25 @@ fn main() {
 
     cluster.create_nodes(nodes, "fan", "fan");
 
-    // The ceiling: a plain client, the same specs, 1 to 64 writers at once. Each
+    // The ceiling: a plain client writing the same objects the controller writes (the
+    // spec, the annotation, an ownerReference to a policy) while a watch of every config
+    // reads them, as the fan-out's measuring watch does; 1 to 64 writers at once. The
+    // owner is a policy that selects no node (the controller is not running yet). Each
     // run's configs belong to no node: removed before the next run and before the
     // controller starts, so that each is measured alone.
+    let owner = runtime.block_on(create_policy(&client, "owner", "none"));
     let mut ceilings = Vec::new();
     for writers in WRITERS {
         let prefix = format!("plain{writers}");
-        let took = runtime.block_on(plain_writes(&configs, nodes, &prefix, None, writers));
+        let watching = drain_config_watch(runtime, &configs);
+        let took = runtime.block_on(plain_writes(
+            &configs,
+            nodes,
+            &prefix,
+            Some(("owner", &owner)),
+            writers,
+        ));
+        watching.abort();
         println!(
             "controller_fanout: a plain client with {writers} writer(s): {nodes} configs in {:.2} s",
             took.as_secs_f64()
@@ -128,6 +141,11 @@ fn main() {
         .copied()
         .min_by_key(|(_, took)| *took)
         .expect("at least one run");
+    runtime.block_on(async {
+        let policies: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+        policies.delete("owner", &Default::default()).await.unwrap();
+    });
 
     // The controller.
     let log = tempfile::NamedTempFile::new().unwrap();
@@ -143,7 +161,10 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
     let peak = PeakRss::sample(controller.id());
     let (fanout, revision, before, terminated) = runtime.block_on(async {
-        let mut events = Box::pin(watcher::watcher(configs.clone(), watcher::Config::default()));
+        let mut events = Box::pin(watcher::watcher(
+            configs.clone(),
+            watcher::Config::default(),
+        ));
         // The initial (empty) list first, so no write is missed.
         while let Some(e) = events.next().await {
             if matches!(e, Ok(watcher::Event::InitDone)) {
@@ -151,27 +172,25 @@ fn main() {
             }
         }
         let metrics = apiserver_metrics(&client).await;
-        let (before, terminated_before) = (writes_in(&metrics), terminated_config_watchers(&metrics));
-        let policies: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+        let (before, terminated_before) =
+            (writes_in(&metrics), terminated_config_watchers(&metrics));
         let started = Instant::now();
-        policies
-            .create(&PostParams::default(), &serde_json::from_value(json!({
-                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                "metadata": {"name": "fan"},
-                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "fan"}},
-                    "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
-                    "rollout": {"maxUnavailable": "100%"}}})).unwrap())
-            .await
-            .unwrap();
+        create_policy(&client, "fan", "fan").await;
         let mut written = std::collections::BTreeSet::new();
         let mut revision = String::new();
         while written.len() < nodes {
             let e = tokio::time::timeout(Duration::from_secs(120), events.next()).await;
             let Ok(Some(Ok(watcher::Event::Apply(c)))) = e else {
-                assert!(started.elapsed() < Duration::from_secs(600), "fan-out did not finish");
+                assert!(
+                    started.elapsed() < Duration::from_secs(600),
+                    "fan-out did not finish"
+                );
                 continue;
             };
-            revision = c.data["spec"]["revision"].as_str().unwrap_or("").to_string();
+            revision = c.data["spec"]["revision"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             written.insert(c.metadata.name.clone().unwrap());
         }
         let terminated =
@@ -213,44 +232,35 @@ fn main() {
     let _ = controller.wait();
     // The ceiling again after the fan-out: one run's ceilings differ by up to a quarter
     // on this machine (the first bulk write is the slower), so the ratio is given
-    // against both.
-    let plain_after = runtime.block_on(plain_writes(&configs, nodes, "after", None, best_writers));
-    // NODEMEM_FANOUT_DIAG: what the apiserver charges for what the controller's writes
-    // carry besides the spec: a watcher of every config, an ownerReference to its
-    // policy, the controller's identity (RBAC, the admission policy's match).
+    // against both. Owned by the fan-out's policy, watched as before.
+    let fan_uid = runtime.block_on(async {
+        let policies: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+        policies.get("fan").await.unwrap().metadata.uid.unwrap()
+    });
+    let watching = drain_config_watch(runtime, &configs);
+    let plain_after = runtime.block_on(plain_writes(
+        &configs,
+        nodes,
+        "after",
+        Some(("fan", &fan_uid)),
+        best_writers,
+    ));
+    // NODEMEM_FANOUT_DIAG: the same with the controller's identity (RBAC, the
+    // admission policy's match).
     if std::env::var("NODEMEM_FANOUT_DIAG").is_ok() {
-        let uid = runtime.block_on(async {
-            let policies: Api<DynamicObject> =
-                Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
-            policies.get("fan").await.unwrap().metadata.uid.unwrap()
-        });
-        let watching = runtime.spawn({
-            let configs = configs.clone();
-            async move {
-                let mut events = Box::pin(watcher::watcher(configs, watcher::Config::default()));
-                while events.next().await.is_some() {}
-            }
-        });
-        let owned = runtime.block_on(plain_writes(
-            &configs,
-            nodes,
-            "owned",
-            Some(&uid),
-            best_writers,
-        ));
         let as_controller = runtime.block_on(async {
             let c = cp.client(&Identity::Controller).await.unwrap();
             let api: Api<DynamicObject> =
                 Api::all_with(c, &ApiResource::erase::<NodeMemoryConfig>(&()));
-            plain_writes(&api, nodes, "ident", Some(&uid), best_writers).await
+            plain_writes(&api, nodes, "ident", Some(("fan", &fan_uid)), best_writers).await
         });
-        watching.abort();
         println!(
-            "controller_fanout diag: a plain client with a watcher and an ownerReference: {:.2} s; also with the controller's identity: {:.2} s",
-            owned.as_secs_f64(),
+            "controller_fanout diag: the best plain client with the controller's identity: {:.2} s",
             as_controller.as_secs_f64()
         );
     }
+    watching.abort();
     let (total, detail) = delta(&fanout_writes, &before);
     let (quiet, quiet_detail) = delta(&quiet_writes, &fanout_writes);
     println!(
@@ -275,6 +285,36 @@ fn main() {
     println!("controller_fanout: controller resident memory at {nodes} nodes: {rss_peak:.1} MiB at its peak during the fan-out, {rss_after_fanout:.1} MiB after it, {rss:.1} MiB after the quiet period");
 }
 
+/// A policy `name` over the nodes of `pool` (every node at once); its uid.
+async fn create_policy(client: &Client, name: &str, pool: &str) -> String {
+    let policies: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+    let policy = serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": pool}},
+            "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
+            "rollout": {"maxUnavailable": "100%"}}}))
+    .unwrap();
+    let created = policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    created.metadata.uid.unwrap()
+}
+
+/// A watch of every config that reads and drops its events, until aborted.
+fn drain_config_watch(
+    runtime: &tokio::runtime::Runtime,
+    configs: &Api<DynamicObject>,
+) -> tokio::task::JoinHandle<()> {
+    let configs = configs.clone();
+    runtime.spawn(async move {
+        let mut events = Box::pin(watcher::watcher(configs, watcher::Config::default()));
+        while events.next().await.is_some() {}
+    })
+}
+
 /// Plain clients' writers at once, in each ceiling run.
 const WRITERS: [usize; 4] = [1, 4, 16, 64];
 
@@ -283,7 +323,7 @@ async fn plain_writes(
     configs: &Api<DynamicObject>,
     nodes: usize,
     prefix: &str,
-    owner_uid: Option<&str>,
+    owner: Option<(&str, &str)>,
     writers: usize,
 ) -> Duration {
     let spec = json!({"policy": "fan", "revision": "ceiling",
@@ -295,9 +335,9 @@ async fn plain_writes(
             let name = format!("{prefix}-{i:05}");
             let mut metadata = json!({"name": name,
                 "annotations": {"nodemem.io/spec-changed-at": "2026-11-22T10:00:00Z"}});
-            if let Some(uid) = owner_uid {
+            if let Some((owner, uid)) = owner {
                 metadata["ownerReferences"] = json!([{"apiVersion": "nodemem.io/v1alpha1",
-                    "kind": "NodeMemoryPolicy", "name": "fan", "uid": uid, "controller": true,
+                    "kind": "NodeMemoryPolicy", "name": owner, "uid": uid, "controller": true,
                     "blockOwnerDeletion": false}]);
             }
             let patch = json!({"apiVersion": "nodemem.io/v1alpha1",
@@ -329,7 +369,7 @@ async fn remove_plain(configs: &Api<DynamicObject>, nodes: usize, prefix: &str) 
         .buffer_unordered(16)
         .try_collect::<Vec<_>>()
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("removing the {prefix} configs: {e}"));
 }
 
 /// The controller's highest resident memory, sampled every 100 ms in a thread of
