@@ -275,9 +275,12 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     )
     .await;
     let reconnect = back.elapsed();
+    // The pod is counted from its object; its container's values wait for the kubelet's
+    // container ID, which a pod watch still in its backoff (up to 30 s, jittered: the
+    // known slowness above) delivers only after its next relist.
     eventually(
         "the values after the outage",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         &logs,
         async || trees_match(&client, &trees).await.then_some(()),
     )
