@@ -106,6 +106,11 @@ func main() {
 }
 
 func relay(r *nri.Adaptation, c command) reply {
+	// As containerd does around every request it relays: a plugin still being
+	// synchronized is fully registered before the request reaches the plugins (the
+	// adaptation prints "synchronized" from inside the sync, before it adds the plugin).
+	block := r.BlockPluginSync()
+	defer block.Unblock()
 	ctx := context.Background()
 	out := reply{Op: c.Op}
 	var err error
