@@ -550,24 +550,10 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     );
     assert!(std::fs::read_to_string(&b_log).unwrap().contains("leading"));
     // Its metrics say so too.
-    let text = std::fs::read_to_string(&b_log).unwrap();
-    let at = text.find("bound=").unwrap() + "bound=".len();
-    let addr: String = text[at..]
-        .chars()
-        .take_while(|c| !c.is_whitespace())
-        .collect();
     let metrics = wait("the new leader's metrics", &logs, async || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr.trim()).ok()?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        body.contains("nodemem_controller_nodes{policy=\"ctl-a\",state=\"ready\"} 3")
-            .then_some(body)
+        crate::common::controller_metrics(&b_log).filter(|body| {
+            body.contains("nodemem_controller_nodes{policy=\"ctl-a\",state=\"ready\"} 3")
+        })
     })
     .await;
     assert!(
