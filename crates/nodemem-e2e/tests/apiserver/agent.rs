@@ -71,36 +71,13 @@ impl AgentProcess {
 
     /// GET a path from the agent's metrics endpoint: status code and body.
     fn get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let log = self.log();
-        let at = log.find("bound=")? + "bound=".len();
-        let addr: String = log[at..]
-            .chars()
-            .take_while(|c| !c.is_whitespace())
-            .collect();
-        let mut stream = std::net::TcpStream::connect(addr.trim()).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let code = response.split_whitespace().nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_string();
-        Some((code, body))
+        crate::common::get_logged_endpoint(&self.log(), path)
     }
 
     /// The value of one metric line (exact name and labels).
     pub(crate) fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;
-        body.lines().find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
+        crate::common::metric_in(&body, series)
     }
 }
 

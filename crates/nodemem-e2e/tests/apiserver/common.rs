@@ -158,24 +158,32 @@ pub fn spawn_controller_with(
     ControllerProcess { child }
 }
 
-/// The controller's /metrics, from the address its log (`log`) says it serves on.
-pub fn controller_metrics(log: &std::path::Path) -> Option<String> {
+/// GET `path` from the endpoint a nodemem process's log says it serves on
+/// (`bound=ADDR`): the status code and the body.
+pub fn get_logged_endpoint(log: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let text = std::fs::read_to_string(log).ok()?;
-    let at = text.find("bound=")? + "bound=".len();
-    let addr: String = text[at..]
+    let at = log.find("bound=")? + "bound=".len();
+    let addr: String = log[at..]
         .chars()
         .take_while(|c| !c.is_whitespace())
         .collect();
-    let mut s = std::net::TcpStream::connect(addr.trim()).ok()?;
+    let mut stream = std::net::TcpStream::connect(addr.trim()).ok()?;
     write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n"
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: nodemem\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();
-    s.read_to_string(&mut response).ok()?;
-    Some(response.split_once("\r\n\r\n")?.1.to_string())
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
+}
+
+/// The controller's /metrics, from the address its log (`log`) says it serves on.
+pub fn controller_metrics(log: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    get_logged_endpoint(&text, "/metrics").map(|(_, body)| body)
 }
 
 /// The value of one series (exact name and labels) in a metrics text.
