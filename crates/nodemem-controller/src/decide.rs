@@ -8,15 +8,19 @@
 mod admission;
 mod conditions;
 mod drains;
+#[cfg(test)]
+mod incremental_tests;
+pub(crate) mod index;
+mod rollout_index;
 mod round;
 mod target;
 mod view;
 mod writes;
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 
 use crate::decision::Decision;
 use crate::handoff::{decide_deleted_policy, finalizer_orders, release_unselected, Leaving};
@@ -26,104 +30,76 @@ use crate::world::World;
 use admission::{admission_conditions, never_accepted_status, opening_status};
 use conditions::{announce_updating, record_progress, rollout_conditions};
 use drains::nodes_to_start;
+use index::{rollout_key, Index};
+use rollout_index::RolloutIndex;
 use round::Round;
 use target::{choose_target, kept_revisions, nothing_to_roll_out};
 use view::{policy_views, PolicyView, Pool};
 use writes::{write_health_settings, write_rollback, write_target};
 
-fn candidate<'a>(v: &'a PolicyView<'a>) -> PolicyCandidate<'a> {
-    PolicyCandidate {
-        name: v.name,
-        priority: v.entry.spec.priority,
-        selector: &v.selector,
-        created: v.entry.created,
-    }
-}
-
-/// Which policy governs each node.
-#[derive(Default)]
-struct Assignment<'a> {
-    pools: BTreeMap<&'a str, Vec<&'a str>>,
-    conflicts: BTreeMap<&'a str, Vec<&'a str>>,
-    /// Nodes no policy governs.
-    unselected: Vec<&'a str>,
-    /// The nodes a policy that never had a valid spec would take once valid.
-    would_take: BTreeMap<&'a str, Vec<&'a str>>,
-}
-
-fn assign_nodes<'a>(world: &'a World, views: &'a [PolicyView<'a>]) -> Assignment<'a> {
-    let governing: Vec<PolicyCandidate<'_>> = views
-        .iter()
-        .filter(|v| v.governs())
-        .map(candidate)
-        .collect();
-    let never_accepted: Vec<&PolicyView<'_>> = views
-        .iter()
-        .filter(|v| !v.entry.deleting && !v.governs())
-        .collect();
-    let mut a = Assignment::default();
-    for (node, labels) in &world.nodes {
-        // The policy whose revision the node runs: a tie never moves it.
-        let current = world.configs.get(node).map(|c| c.spec.policy.as_str());
-        if !never_accepted.is_empty() {
-            let mut all = governing.clone();
-            all.extend(never_accepted.iter().map(|v| candidate(v)));
-            if let Some(w) = resolve_policy(&all, labels, current).winner {
-                if let Some(v) = never_accepted.iter().find(|v| v.name == w) {
-                    a.would_take.entry(v.name).or_default().push(node);
-                }
-            }
-        }
-        let r = resolve_policy(&governing, labels, current);
-        let Some(winner) = r.winner else {
-            a.unselected.push(node);
-            continue;
-        };
-        let Some(winner) = views.iter().find(|v| v.name == winner).map(|v| v.name) else {
-            continue;
-        };
-        a.pools.entry(winner).or_default().push(node);
-        if !r.conflicting.is_empty() {
-            for name in std::iter::once(winner).chain(r.conflicting.iter().map(String::as_str)) {
-                if let Some(v) = views.iter().find(|v| v.name == name) {
-                    a.conflicts.entry(v.name).or_default().push(node);
-                }
-            }
-        }
-    }
-    a
-}
-
-/// Everything the controller should do now.
+/// Everything the controller should do now, from the whole world (the model the
+/// [`Decider`] keeps to).
 pub fn decide(world: &World, now: i64) -> Decision {
+    decide_with(world, &Index::build(world, now), now)
+}
+
+/// The controller's decisions one after another: what the decisions read of the nodes
+/// is kept in an index that reads again only what changed since the last decision
+/// (the world's [`crate::world::Changes`]), so one node's event costs the same whatever
+/// the cluster's size. Decides exactly as [`decide`] does.
+#[derive(Default)]
+pub struct Decider {
+    index: Option<Index>,
+}
+
+impl Decider {
+    pub fn decide(&mut self, world: &mut World, now: i64) -> Decision {
+        let changes = world.take_changes();
+        let index = match self.index.take() {
+            Some(mut index) => {
+                index.refresh(world, &changes, now);
+                index
+            }
+            None => Index::build(world, now),
+        };
+        let decision = decide_with(world, &index, now);
+        self.index = Some(index);
+        decision
+    }
+}
+
+fn decide_with(world: &World, index: &Index, now: i64) -> Decision {
     let now_time = Time(k8s_openapi::jiff::Timestamp::from_second(now).unwrap_or_default());
     let views = policy_views(world);
-    let assignment = assign_nodes(world, &views);
     let mut out = Decision::default();
     // Nodes no policy governs leave the policy they run through its rollout settings.
-    let releases = release_unselected(world, &assignment.unselected, now, &mut out);
+    let releases = release_unselected(world, index, &mut out);
+    let no_nodes = BTreeSet::new();
     for v in &views {
-        let leaving = Leaving::of(world, v.name, &assignment.pools, &releases);
+        let leaving = Leaving::of(index, v.name, &releases);
         if v.entry.deleting {
             decide_deleted_policy(v.name, v.entry, &leaving, &now_time, &mut out);
             continue;
         }
-        let pool = assignment.pools.get(v.name).cloned().unwrap_or_default();
         let pool = Pool {
-            nodes: &pool,
-            conflicts: assignment.conflicts.get(v.name),
-            would_take: assignment.would_take.get(v.name),
+            nodes: index.pool(v.name).unwrap_or(&no_nodes),
+            conflicts: index.ties(v.name),
+            would_take: index.would_take(v.name),
             leaving: &leaving,
         };
-        decide_policy(world, v, &pool, now, &now_time, &mut out);
+        decide_policy(
+            world,
+            v,
+            &pool,
+            index.rollout(v.name),
+            now,
+            &now_time,
+            &mut out,
+        );
     }
     // Configs of nodes that are gone.
-    for node in world.configs.keys() {
-        if !world.nodes.contains_key(node) {
-            out.deletes.push(node.clone());
-        }
-    }
-    out.finalizers = finalizer_orders(world);
+    out.deletes.extend(index.orphans().iter().cloned());
+    out.finalizers = finalizer_orders(world, |p| index.in_use(p));
     out
 }
 
@@ -134,6 +110,7 @@ fn decide_policy(
     world: &World,
     v: &PolicyView<'_>,
     pool_of: &Pool<'_>,
+    rollout: Option<&RolloutIndex>,
     now: i64,
     now_time: &Time,
     out: &mut Decision,
@@ -151,7 +128,19 @@ fn decide_policy(
         return;
     };
     status.target_revision = Some(target.revision.clone());
-    let round = Round::plan(world, v, pool_of.nodes, target, &choice, now);
+    // The index keeps the pool's rollout to the target chosen here (the same choice);
+    // should it not, the pool is classified from scratch.
+    let key = rollout_key(v, &target.revision);
+    let rollout = match rollout.filter(|r| *r.key() == key) {
+        Some(r) => Cow::Borrowed(r),
+        None => Cow::Owned(RolloutIndex::build(
+            world,
+            key,
+            pool_of.nodes.iter().map(String::as_str),
+            now,
+        )),
+    };
+    let round = Round::plan(world, v, rollout, target, &choice);
     round.announce_failures(old, out);
     let start = nodes_to_start(&round, out);
     write_target(&round, &start, out);

@@ -17,11 +17,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodemem_api::report::report;
 use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
-use nodemem_model::rollout::{plan, NodeProgress, OnFailure, RolloutState};
+use nodemem_model::rollout::{plan_phases, OnFailure, RolloutState};
 
+use crate::decide::index::Index;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder, PolicyEvent};
 use crate::policy_status::{condition, finish};
 use crate::settings::{released_settings, rollout_params};
@@ -31,7 +31,9 @@ use crate::world::{PolicyEntry, World};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Release {
     /// Nodes being released.
-    pub nodes: Vec<String>,
+    pub count: usize,
+    /// The first five of them, by name.
+    pub shown: Vec<String>,
     /// Of those, released and reported by their agent.
     pub done: u32,
     /// Released at most this many at once.
@@ -49,36 +51,17 @@ pub(crate) struct Leaving {
 }
 
 impl Leaving {
-    /// The nodes leaving `policy`.
-    pub(crate) fn of(
-        world: &World,
-        policy: &str,
-        pools: &BTreeMap<&str, Vec<&str>>,
-        releases: &BTreeMap<String, Release>,
-    ) -> Leaving {
-        let mut moving = BTreeMap::new();
-        for (governor, nodes) in pools {
-            if *governor == policy {
-                continue;
-            }
-            for node in nodes {
-                if world
-                    .configs
-                    .get(*node)
-                    .is_some_and(|c| c.spec.policy == policy)
-                {
-                    moving.insert(node.to_string(), governor.to_string());
-                }
-            }
-        }
+    /// The nodes leaving `policy`: those another policy governs now (from the index),
+    /// and its release.
+    pub(crate) fn of(index: &Index, policy: &str, releases: &BTreeMap<String, Release>) -> Leaving {
         Leaving {
-            moving,
+            moving: index.moving_from(policy).cloned().unwrap_or_default(),
             release: releases.get(policy).cloned().unwrap_or_default(),
         }
     }
 
     pub(crate) fn count(&self) -> usize {
-        self.moving.len() + self.release.nodes.len()
+        self.moving.len() + self.release.count
     }
 
     /// In words, for the policy's conditions and `kubectl nodemem status`.
@@ -92,18 +75,18 @@ impl Leaving {
             parts.push(format!(
                 "{} move to {to} through its rollout ({})",
                 nodes.len(),
-                names(&nodes)
+                names(&nodes, nodes.len())
             ));
         }
         let r = &self.release;
-        if !r.nodes.is_empty() {
-            let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
+        if r.count > 0 {
+            let shown: Vec<&str> = r.shown.iter().map(String::as_str).collect();
             parts.push(format!(
                 "{} no policy selects are released at most {} at once, {} done ({})",
-                nodes.len(),
+                r.count,
                 r.at_once,
                 r.done,
-                names(&nodes)
+                names(&shown, r.count)
             ));
         }
         format!(
@@ -114,10 +97,10 @@ impl Leaving {
     }
 }
 
-/// At most five names, then how many more.
-fn names(nodes: &[&str]) -> String {
+/// At most five names of `count`, then how many more.
+fn names(nodes: &[&str], count: usize) -> String {
     let shown: Vec<&str> = nodes.iter().copied().take(5).collect();
-    match nodes.len().saturating_sub(5) {
+    match count.saturating_sub(shown.len()) {
         0 => shown.join(", "),
         more => format!("{} and {more} more", shown.join(", ")),
     }
@@ -131,43 +114,27 @@ fn names(nodes: &[&str]) -> String {
 /// back to the scheduler.
 pub(crate) fn release_unselected(
     world: &World,
-    unselected: &[&str],
-    now: i64,
+    index: &Index,
     out: &mut Decision,
 ) -> BTreeMap<String, Release> {
-    let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for node in unselected {
-        if world.drains.contains_key(*node) {
-            out.uncordons.push(node.to_string());
-        }
-        if let Some(c) = world.configs.get(*node) {
-            groups.entry(c.spec.policy.as_str()).or_default().push(node);
+    for node in world.drains.keys() {
+        if index.unselected().contains(node) {
+            out.uncordons.push(node.clone());
         }
     }
     let settings = released_settings();
     let released = revision(&settings);
     let mut releases = BTreeMap::new();
-    for (policy, nodes) in groups {
+    for (policy, group) in index.releases() {
         let entry = world.policies.get(policy);
         let rollout = entry.map(|e| e.spec.rollout.clone()).unwrap_or_default();
-        let mut params = rollout_params(&rollout, nodes.len() as u32);
+        let mut params = rollout_params(&rollout, group.len() as u32);
         params.on_failure = OnFailure::Pause;
-        let progress: Vec<NodeProgress<'_>> = nodes
-            .iter()
-            .map(|node| {
-                let c = &world.configs[*node];
-                NodeProgress {
-                    node,
-                    spec_revision: Some(c.spec.revision.as_str()),
-                    report: report(c, now),
-                    since_spec_change: c.spec_changed_at.map_or(0, |t| (now - t).max(0) as u64),
-                    draining_for: None,
-                }
-            })
-            .collect();
-        let step = plan(&progress, &released, &params);
+        let step = plan_phases(group, &params);
         for node in &step.start {
-            let c = &world.configs[node.as_str()];
+            let Some(c) = world.configs.get(node) else {
+                continue;
+            };
             out.writes.push(ConfigWrite {
                 node: node.clone(),
                 policy_uid: entry.and_then(|e| e.uid.clone()),
@@ -191,12 +158,13 @@ pub(crate) fn release_unselected(
             });
         }
         if step.state == RolloutState::Complete {
-            out.deletes.extend(nodes.iter().map(|n| n.to_string()));
+            out.deletes.extend(group.nodes().map(str::to_string));
         }
         releases.insert(
             policy.to_string(),
             Release {
-                nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                count: group.len(),
+                shown: group.nodes().take(5).map(str::to_string).collect(),
                 done: step.counts.ready,
                 at_once: params.max_unavailable,
                 state: Some(step.state),
@@ -278,20 +246,18 @@ pub(crate) fn decide_deleted_policy(
 }
 
 /// Every live policy holds the handoff finalizer; a deleted one loses it once no config
-/// runs its values.
-pub(crate) fn finalizer_orders(world: &World) -> Vec<FinalizerOrder> {
-    let in_use: std::collections::BTreeSet<&str> = world
-        .configs
-        .values()
-        .map(|c| c.spec.policy.as_str())
-        .collect();
+/// runs its values (`in_use`).
+pub(crate) fn finalizer_orders(
+    world: &World,
+    in_use: impl Fn(&str) -> bool,
+) -> Vec<FinalizerOrder> {
     world
         .policies
         .iter()
         .filter_map(|(name, p)| {
             let hold = if !p.deleting && !p.held {
                 true
-            } else if p.deleting && p.held && !in_use.contains(name.as_str()) {
+            } else if p.deleting && p.held && !in_use(name) {
                 false
             } else {
                 return None;

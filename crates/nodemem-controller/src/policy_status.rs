@@ -1,14 +1,11 @@
 //! A policy's status from one decision: conditions that keep their transition time
-//! while their status stays, Events on the transitions worth telling, the pool's
-//! signals summed from its nodes, and whether anything differs from what the policy
-//! shows (only then is it written).
+//! while their status stays, Events on the transitions worth telling, and whether
+//! anything differs from what the policy shows (only then is it written).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use nodemem_api::policy::PoolSignals;
 use nodemem_api::NodeMemoryPolicyStatus;
 
 use crate::decision::{Decision, PolicyEvent};
-use crate::world::World;
 
 pub(super) fn condition(
     type_: &str,
@@ -74,29 +71,4 @@ pub(super) fn finish(
     if strip(&status) != strip(old) {
         out.statuses.push((name.to_string(), status));
     }
-}
-
-/// The pool's signals summed from its nodes' status.
-pub(super) fn pool_signals(world: &World, policy: &str, pool: &[&str]) -> PoolSignals {
-    let mut s = PoolSignals::default();
-    let mut worst: Vec<(i64, i64, &str)> = Vec::new();
-    for node in pool {
-        let Some(c) = world.configs.get(*node).filter(|c| c.spec.policy == policy) else {
-            continue;
-        };
-        if let Some(t) = &c.status.totals {
-            s.memory_min_bytes += t.memory_min_bytes;
-            s.memory_low_bytes += t.memory_low_bytes;
-        }
-        if let Some(r) = &c.status.since_revision {
-            s.throttle_events += r.throttle_events;
-            s.oom_kills += r.oom_kills;
-            if r.oom_kills > 0 || r.throttle_events > 0 {
-                worst.push((r.oom_kills, r.throttle_events, node));
-            }
-        }
-    }
-    worst.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)).then(a.2.cmp(b.2)));
-    s.worst_nodes = worst.into_iter().take(5).map(|w| w.2.to_string()).collect();
-    s
 }

@@ -1,7 +1,8 @@
 //! A pool's throttling-factor recommendation (issue 19) from its nodes' observation:
 //! the tallies of the nodes on the policy's current revision are summed (they add up
 //! exactly to what one list of every container would give) and handed to
-//! [`nodemem_model::recommend`]. Pure: the world in, the status field out.
+//! [`nodemem_model::recommend`]. Pure: each node's share in, the status field out (the
+//! sum is kept by `decide::rollout_index`).
 
 use nodemem_api::policy::{
     Enforcement, FactorShare, NodeMemoryPolicySpec, RecommendationReason, RecommendationStatus,
@@ -9,45 +10,40 @@ use nodemem_api::policy::{
 use nodemem_model::factor::ThrottlingFactor;
 use nodemem_model::recommend::{recommend_tally, RecommendParams, Recommendation, Tally, STEPS};
 
-use crate::world::World;
+use nodemem_api::report::ConfigEntry;
 
-/// The recommendation for `policy` at `revision` over the nodes of `pool`; None under
-/// `enforcement: Kubelet` (the kubelet's memory.high is not observed).
+/// What one node's observation adds to the tally of `revision` (its config on that
+/// revision, observed on it), and how long it has observed.
+pub(crate) fn observed_tally(c: &ConfigEntry, revision: &str) -> Option<(Tally, u64)> {
+    let o = c
+        .status
+        .observation
+        .as_ref()
+        .filter(|o| c.spec.revision == revision && o.revision == revision)?;
+    let count = |n: i32| u64::try_from(n).unwrap_or(0);
+    let mut fitting = [0u64; STEPS];
+    for (f, n) in fitting.iter_mut().zip(&o.fitting_by_factor) {
+        *f = count(*n);
+    }
+    let tally = Tally {
+        containers: count(o.containers),
+        fitting,
+        throttled: count(o.throttled_containers),
+    };
+    Some((tally, u64::try_from(o.observed_seconds).unwrap_or(0)))
+}
+
+/// The recommendation from the pool's summed tally (`nodes` observed, the longest for
+/// `observed_seconds`); None under `enforcement: Kubelet` (the kubelet's memory.high
+/// is not observed).
 pub(super) fn recommendation(
-    world: &World,
-    policy: &str,
-    revision: &str,
     spec: &NodeMemoryPolicySpec,
-    pool: &[&str],
+    tally: &Tally,
+    nodes: usize,
+    observed_seconds: u64,
 ) -> Option<RecommendationStatus> {
     if spec.settings.enforcement == Enforcement::Kubelet {
         return None;
-    }
-    let mut tally = Tally::default();
-    let mut nodes = 0;
-    let mut observed_seconds = 0u64;
-    for node in pool {
-        let Some(o) = world
-            .configs
-            .get(*node)
-            .filter(|c| c.spec.policy == policy && c.spec.revision == revision)
-            .and_then(|c| c.status.observation.as_ref())
-            .filter(|o| o.revision == revision)
-        else {
-            continue;
-        };
-        let count = |n: i32| u64::try_from(n).unwrap_or(0);
-        let mut fitting = [0u64; STEPS];
-        for (f, n) in fitting.iter_mut().zip(&o.fitting_by_factor) {
-            *f = count(*n);
-        }
-        tally.add(&Tally {
-            containers: count(o.containers),
-            fitting,
-            throttled: count(o.throttled_containers),
-        });
-        nodes += 1;
-        observed_seconds = observed_seconds.max(u64::try_from(o.observed_seconds).unwrap_or(0));
     }
     let r = &spec.recommendation;
     let params = RecommendParams {
@@ -57,10 +53,10 @@ pub(super) fn recommendation(
     };
     let current = spec.settings.memory_qos.throttling_factor;
     Some(status(
-        recommend_tally(&tally, nodes, observed_seconds, &params),
+        recommend_tally(tally, nodes, observed_seconds, &params),
         r.target_percent,
         current,
-        &tally,
+        tally,
     ))
 }
 

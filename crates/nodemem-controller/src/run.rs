@@ -1,4 +1,4 @@
-//! The controller's I/O, a thin layer around [`decide`]: watches feed the [`World`];
+//! The controller's I/O, a thin layer around the [`Decider`]: watches feed the [`World`];
 //! after a change (and every tick, since rollout steps depend on time) the decision is
 //! computed and carried out: NodeMemoryConfig specs by server-side apply (field manager
 //! `nodemem-controller`, owned by their policy), deletions, policy status, Events. The
@@ -20,7 +20,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::daemonset::{agent_daemonset, AgentDeploy};
-use crate::decide::decide;
+use crate::decide::Decider;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder};
 use crate::metrics::{ErrorCategory, Metrics};
 use crate::world::{World, DRAIN_DONE, DRAIN_FOR, DRAIN_STARTED};
@@ -146,6 +146,7 @@ impl Controller {
             .map(|a| Api::namespaced(client.clone(), &a.namespace));
         let mut applied_daemonset = None;
         let mut world = World::default();
+        let mut decider = Decider::default();
         let mut watches = ControllerWatches::default();
         let mut dirty = false;
         info!("watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs");
@@ -169,7 +170,7 @@ impl Controller {
             }
             let started = std::time::Instant::now();
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
-            let decision = decide(&world, now);
+            let decision = decider.decide(&mut world, now);
             self.carry_out(&decision, &mut world, &policies, &configs, &recorder, now)
                 .await;
             self.drain_and_uncordon(&client, &decision, &mut world, now)

@@ -85,6 +85,11 @@ pub(crate) fn apply(w: &mut World, d: &Decision, now: i64) {
     for node in &d.deletes {
         w.configs.remove(node);
     }
+    // The changes above bypass `apply_*`: the incremental decision is told of them.
+    for node in d.writes.iter().map(|wr| &wr.node).chain(&d.deletes) {
+        w.touch_node(node);
+    }
+    w.touch_policies();
     for (name, status) in &d.statuses {
         w.policies.get_mut(name).unwrap().status = status.clone();
     }
@@ -117,6 +122,7 @@ fn cond(type_: &str, ok: bool, reason: &str, generation: Option<i64>, at: i64) -
 
 /// The agent on `node` reports its config's revision applied and healthy (or not).
 pub(crate) fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
+    w.touch_node(node);
     let c = w.configs.get_mut(node).unwrap();
     c.status = NodeMemoryConfigStatus {
         observed_revision: Some(c.spec.revision.clone()),
@@ -637,6 +643,7 @@ fn a_failing_first_revision_is_rolled_back_to_no_config_and_stays_there() {
 }
 
 pub(crate) fn mark(w: &mut World, node: &str, revision: &str, started_at: i64, done: bool) {
+    w.touch_node(node);
     w.drains.insert(
         node.to_string(),
         crate::world::DrainMark {
@@ -876,7 +883,7 @@ pub(crate) fn edit(w: &mut World, mut p: NodeMemoryPolicy) {
 }
 
 /// The same policy, deleted (the finalizer holds it).
-fn deleted(mut p: NodeMemoryPolicy) -> NodeMemoryPolicy {
+pub(crate) fn deleted(mut p: NodeMemoryPolicy) -> NodeMemoryPolicy {
     p.metadata.deletion_timestamp =
         Some(Time(k8s_openapi::jiff::Timestamp::from_second(T0).unwrap()));
     p

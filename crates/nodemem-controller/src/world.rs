@@ -70,9 +70,48 @@ pub struct World {
     /// spec, the policy watch then delivered each older edit, and the controller moved
     /// nodes back and forth between the newest and older revisions).
     versions: BTreeMap<(Kind, String), String>,
+    /// What changed since the decisions last looked ([`World::take_changes`]).
+    changes: Changes,
+}
+
+/// What changed in the world since the decisions last looked: the nodes whose labels,
+/// drain mark or config changed (or went), and whether any policy did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub nodes: BTreeSet<String>,
+    pub policies: bool,
 }
 
 impl World {
+    /// What changed since the last call: an incremental decision reads only those
+    /// nodes again (`crate::decide::Decider`).
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Records a change made to the public fields directly (tests, benches) rather
+    /// than through `apply_*` and `delete_*`, which record their own.
+    pub fn touch_node(&mut self, name: &str) {
+        self.changes.nodes.insert(name.to_string());
+    }
+
+    /// The same for a policy changed directly.
+    pub fn touch_policies(&mut self) {
+        self.changes.policies = true;
+    }
+
+    fn noted_node(&mut self, name: &str, changed: bool) -> bool {
+        if changed {
+            self.touch_node(name);
+        }
+        changed
+    }
+
+    fn noted_policy(&mut self, changed: bool) -> bool {
+        self.changes.policies |= changed;
+        changed
+    }
+
     /// Whether a version of an object is newer than every one seen (recording it when
     /// it is). A version that cannot be compared, or none, counts as newer: the last
     /// one wins, as in an informer's cache.
@@ -128,13 +167,16 @@ impl World {
                 .flatten()
                 .any(|f| f == nodemem_api::HANDOFF_FINALIZER),
         };
-        self.policies.insert(name, entry.clone()) != Some(entry)
+        let changed = self.policies.insert(name, entry.clone()) != Some(entry);
+        self.noted_policy(changed)
     }
 
     /// Forgets a policy; `version` is the deleted object's (from a watch), None after
     /// the controller's own delete.
     pub fn delete_policy(&mut self, name: &str, version: Option<&str>) -> bool {
-        self.newer(Kind::Policy, name, version) && self.policies.remove(name).is_some()
+        let changed =
+            self.newer(Kind::Policy, name, version) && self.policies.remove(name).is_some();
+        self.noted_policy(changed)
     }
 
     /// A node's labels are all the controller reads of it.
@@ -163,16 +205,17 @@ impl World {
             Some(m) => self.drains.insert(name.clone(), m.clone()) != Some(m),
             None => self.drains.remove(&name).is_some(),
         };
-        let labels_changed = self.nodes.insert(name, labels.clone()) != Some(labels);
-        labels_changed || drain_changed
+        let labels_changed = self.nodes.insert(name.clone(), labels.clone()) != Some(labels);
+        self.noted_node(&name, labels_changed || drain_changed)
     }
 
     pub fn delete_node(&mut self, name: &str, version: Option<&str>) -> bool {
         if !self.newer(Kind::Node, name, version) {
             return false;
         }
-        self.drains.remove(name);
-        self.nodes.remove(name).is_some()
+        let drained = self.drains.remove(name).is_some();
+        let changed = self.nodes.remove(name).is_some() || drained;
+        self.noted_node(name, changed)
     }
 
     pub fn apply_config(&mut self, c: &NodeMemoryConfig) -> bool {
@@ -183,11 +226,14 @@ impl World {
             return false;
         }
         let entry = ConfigEntry::from(c);
-        self.configs.insert(name, entry.clone()) != Some(entry)
+        let changed = self.configs.insert(name.clone(), entry.clone()) != Some(entry);
+        self.noted_node(&name, changed)
     }
 
     pub fn delete_config(&mut self, name: &str, version: Option<&str>) -> bool {
-        self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some()
+        let changed =
+            self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some();
+        self.noted_node(name, changed)
     }
 }
 

@@ -70,6 +70,20 @@ pub enum NodePhase {
     Failed,
 }
 
+impl NodePhase {
+    pub const ALL: [NodePhase; 4] = [
+        NodePhase::Waiting,
+        NodePhase::Updating,
+        NodePhase::Ready,
+        NodePhase::Failed,
+    ];
+
+    /// Its place in [`NodePhase::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// The rollout's state and its next step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RolloutPlan {
@@ -125,44 +139,68 @@ pub fn phase(node: &NodeProgress<'_>, target: &str, params: &RolloutParams) -> N
     }
 }
 
+/// A pool's nodes by phase, each in name order: all the planner reads. The controller
+/// keeps them as agents report ([`plan`] classifies a list from scratch).
+pub trait PhaseSets {
+    fn count(&self, phase: NodePhase) -> u32;
+    /// The nodes in `phase`, by name.
+    fn in_phase(&self, phase: NodePhase) -> Box<dyn Iterator<Item = &str> + '_>;
+}
+
+/// A pool classified from scratch: a list per phase.
+#[derive(Default)]
+struct PhaseLists<'a>([Vec<&'a str>; 4]);
+
+impl PhaseSets for PhaseLists<'_> {
+    fn count(&self, phase: NodePhase) -> u32 {
+        self.0[phase.index()].len() as u32
+    }
+    fn in_phase(&self, phase: NodePhase) -> Box<dyn Iterator<Item = &str> + '_> {
+        Box::new(self.0[phase.index()].iter().copied())
+    }
+}
+
 /// The next step of a rollout to `target` over `nodes` (the whole pool).
 pub fn plan(nodes: &[NodeProgress<'_>], target: &str, params: &RolloutParams) -> RolloutPlan {
     let mut sorted: Vec<&NodeProgress<'_>> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.node.cmp(b.node));
-    let phases: Vec<(&NodeProgress<'_>, NodePhase)> = sorted
-        .iter()
-        .map(|n| (*n, phase(n, target, params)))
-        .collect();
-    let count = |p: NodePhase| phases.iter().filter(|(_, q)| *q == p).count() as u32;
+    let mut lists = PhaseLists::default();
+    for n in sorted {
+        lists.0[phase(n, target, params).index()].push(n.node);
+    }
+    plan_phases(&lists, params)
+}
+
+/// The next step of a rollout over a pool already classified by phase.
+pub fn plan_phases(pool: &impl PhaseSets, params: &RolloutParams) -> RolloutPlan {
+    let count = |p: NodePhase| pool.count(p);
+    let matched = NodePhase::ALL.into_iter().map(count).sum::<u32>();
     let counts = Counts {
-        matched: nodes.len() as u32,
+        matched,
         updating: count(NodePhase::Updating),
         ready: count(NodePhase::Ready),
         failed: count(NodePhase::Failed),
-        updated: nodes.len() as u32 - count(NodePhase::Waiting),
+        updated: matched - count(NodePhase::Waiting),
     };
-    let failed: Vec<String> = phases
-        .iter()
-        .filter(|(_, p)| *p == NodePhase::Failed)
-        .map(|(n, _)| n.node.to_string())
-        .collect();
+    let names = |p: NodePhase| pool.in_phase(p).map(str::to_string);
     let mut out = RolloutPlan {
         state: RolloutState::Progressing,
         start: Vec::new(),
         revert: Vec::new(),
         counts,
-        failed,
+        failed: names(NodePhase::Failed).collect(),
     };
     if counts.failed >= params.max_failures.max(1) {
         match params.on_failure {
             OnFailure::Pause => out.state = RolloutState::Degraded,
             OnFailure::Rollback => {
                 out.state = RolloutState::RollingBack;
-                out.revert = phases
-                    .iter()
-                    .filter(|(_, p)| *p != NodePhase::Waiting)
-                    .map(|(n, _)| n.node.to_string())
+                let mut revert: Vec<String> = names(NodePhase::Updating)
+                    .chain(names(NodePhase::Ready))
+                    .chain(names(NodePhase::Failed))
                     .collect();
+                revert.sort();
+                out.revert = revert;
             }
         }
         return out;
@@ -192,12 +230,7 @@ pub fn plan(nodes: &[NodeProgress<'_>], target: &str, params: &RolloutParams) ->
         .max(1)
         .saturating_sub(busy)
         .min(limit);
-    out.start = phases
-        .iter()
-        .filter(|(_, p)| *p == NodePhase::Waiting)
-        .take(slots as usize)
-        .map(|(n, _)| n.node.to_string())
-        .collect();
+    out.start = names(NodePhase::Waiting).take(slots as usize).collect();
     out.state = state;
     out
 }

@@ -3,15 +3,16 @@
 //! `NodesUpdating` Event.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::policy::PoolSignals;
 use nodemem_api::NodeMemoryPolicyStatus;
-use nodemem_model::rollout::{phase, NodePhase, RolloutState};
+use nodemem_model::rollout::{NodePhase, RolloutState};
 
 use super::round::{Round, NAMED_FAILURES};
 use super::target::rollback_cause;
 use crate::decision::{Decision, PolicyEvent};
 use crate::handoff::Leaving;
 use crate::node_failure::failed_text;
-use crate::policy_status::{condition, pool_signals};
+use crate::policy_status::condition;
 use crate::recommendation::recommendation;
 
 /// After a rollback the pool is back on a revision it runs well (or on its way there
@@ -39,15 +40,17 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
                 .cloned()
                 .collect()
         };
-    let policy = round.policy;
-    status.pool = Some(pool_signals(round.world, policy.name, round.pool));
-    status.recommendation = recommendation(
-        round.world,
-        policy.name,
-        &policy.revision,
-        &policy.entry.spec,
-        round.pool,
-    );
+    let (sums, worst_nodes) = round.pool.signals();
+    status.pool = Some(PoolSignals {
+        memory_min_bytes: sums.memory_min_bytes,
+        memory_low_bytes: sums.memory_low_bytes,
+        throttle_events: sums.throttle_events,
+        oom_kills: sums.oom_kills,
+        worst_nodes,
+    });
+    let (tally, nodes, observed_seconds) = round.pool.observed();
+    status.recommendation =
+        recommendation(&round.policy.entry.spec, tally, nodes, observed_seconds);
 }
 
 /// `Progressing`, `Ready` and `Degraded` from the planner's state and what it does not
@@ -197,17 +200,18 @@ fn planner_reason(round: &Round<'_>, summary: &str) -> (bool, &'static str, Stri
 
 /// The current batch: nodes updating now (after this round), by name, five at most.
 fn batch_text(round: &Round<'_>) -> String {
-    let mut batch: Vec<&str> = round
-        .progress
+    let updating = round.pool.phase_set(NodePhase::Updating);
+    let starting = round.step.start.iter().filter(|s| !updating.contains(*s));
+    let count = updating.len() + starting.clone().count();
+    let mut shown: Vec<&str> = updating
         .iter()
-        .filter(|p| phase(p, &round.target.revision, &round.params) == NodePhase::Updating)
-        .map(|p| p.node)
-        .chain(round.step.start.iter().map(String::as_str))
+        .take(5)
+        .chain(starting)
+        .map(String::as_str)
         .collect();
-    batch.sort();
-    batch.dedup();
-    let shown: Vec<&str> = batch.iter().copied().take(5).collect();
-    let more = batch.len().saturating_sub(5);
+    shown.sort();
+    shown.truncate(5);
+    let more = count.saturating_sub(5);
     if more > 0 {
         format!("{} and {more} more", shown.join(", "))
     } else {

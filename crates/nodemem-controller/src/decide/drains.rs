@@ -5,8 +5,6 @@
 //! settings moving from Agent to Kubelet restarted the kubelet with the Static Memory
 //! Manager under pods it had never admitted).
 
-use nodemem_model::rollout::{phase, NodePhase};
-
 use super::round::Round;
 use crate::decision::{Decision, DrainOrder};
 
@@ -56,14 +54,15 @@ fn gate_planned_starts(round: &Round<'_>, out: &mut Decision) -> Vec<String> {
 fn follow_drain_marks(round: &Round<'_>, out: &mut Decision) -> Vec<String> {
     let target = &round.target;
     let mut start = Vec::new();
-    for node in round.pool {
-        let Some(mark) = round.world.drains.get(*node) else {
+    for node in round.pool.drain_marked() {
+        let node = node.as_str();
+        let Some(mark) = round.world.drains.get(node) else {
             continue;
         };
         let on_target = round
             .config_of(node)
             .is_some_and(|spec| spec.revision == target.revision);
-        let ordered = |out: &Decision| out.drains.iter().any(|d| d.node == *node);
+        let ordered = |out: &Decision| out.drains.iter().any(|d| d.node == node);
         if mark.revision != target.revision {
             // A drain for a revision that is no longer wanted (unless the node is drained
             // again, for the target, right now).
@@ -77,17 +76,11 @@ fn follow_drain_marks(round: &Round<'_>, out: &mut Decision) -> Vec<String> {
             }
         } else if !on_target {
             start.push(node.to_string());
-        } else if round.step.counts.ready > 0 && ready_on_target(round, node) {
+        } else if round.step.counts.ready > 0 && round.is_ready(node) {
             out.uncordons.push(node.to_string());
         }
     }
     start
-}
-
-fn ready_on_target(round: &Round<'_>, node: &str) -> bool {
-    round.progress.iter().any(|p| {
-        p.node == node && phase(p, &round.target.revision, &round.params) == NodePhase::Ready
-    })
 }
 
 fn drain_order(round: &Round<'_>, node: &str) -> DrainOrder {

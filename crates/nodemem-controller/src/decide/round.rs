@@ -2,12 +2,12 @@
 //! each node of the pool stands, the planner's step and why nodes failed. The stages
 //! after it (drains, writes, status) read it and change nothing in it.
 
-use nodemem_api::policy::RevisionRecord;
-use nodemem_api::report::report;
-use nodemem_model::rollout::{
-    plan, AgentReport, NodeProgress, OnFailure, RolloutParams, RolloutPlan,
-};
+use std::borrow::Cow;
 
+use nodemem_api::policy::RevisionRecord;
+use nodemem_model::rollout::{plan_phases, NodePhase, OnFailure, RolloutParams, RolloutPlan};
+
+use super::rollout_index::RolloutIndex;
 use super::target::TargetChoice;
 use super::view::PolicyView;
 use crate::decision::{Decision, PolicyEvent};
@@ -23,29 +23,27 @@ pub(super) const NAMED_FAILURES: usize = 20;
 pub(super) struct Round<'a> {
     pub(super) world: &'a World,
     pub(super) policy: &'a PolicyView<'a>,
-    pub(super) pool: &'a [&'a str],
+    /// The pool's nodes by phase against the target, and its figures.
+    pub(super) pool: Cow<'a, RolloutIndex>,
     pub(super) target: RevisionRecord,
     /// The revision before the spec's (a rollback's destination).
     pub(super) previous: Option<RevisionRecord>,
     pub(super) params: RolloutParams,
-    pub(super) progress: Vec<NodeProgress<'a>>,
     pub(super) step: RolloutPlan,
     pub(super) failures: Vec<(String, NodeFailure)>,
 }
 
 impl<'a> Round<'a> {
-    /// Where the pool stands against `target` and what the planner does next.
+    /// What the planner does next with the pool (classified against `target`).
     pub(super) fn plan(
         world: &'a World,
         policy: &'a PolicyView<'a>,
-        pool: &'a [&'a str],
+        pool: Cow<'a, RolloutIndex>,
         target: RevisionRecord,
         choice: &TargetChoice,
-        now: i64,
     ) -> Round<'a> {
         let params = target_params(policy, choice, pool.len());
-        let progress = node_progress(world, policy.name, pool, &target.revision, now);
-        let step = plan(&progress, &target.revision, &params);
+        let step = plan_phases(&*pool, &params);
         let failures = step
             .failed
             .iter()
@@ -64,10 +62,14 @@ impl<'a> Round<'a> {
             target,
             previous: choice.previous.clone(),
             params,
-            progress,
             step,
             failures,
         }
+    }
+
+    /// Whether `node` is ready on the target.
+    pub(super) fn is_ready(&self, node: &str) -> bool {
+        self.pool.phase_of(node) == Some(NodePhase::Ready)
     }
 
     /// One `NodeFailed` Event per node as it fails, while the status still names every
@@ -105,16 +107,31 @@ impl<'a> Round<'a> {
 
 #[cfg(test)]
 impl<'a> Round<'a> {
-    /// The round against the spec's own revision, no rollback.
+    /// The round of `pool` against the spec's own revision, no rollback.
     pub(super) fn against_spec(
         world: &'a World,
         policy: &'a PolicyView<'a>,
-        pool: &'a [&'a str],
+        pool: &[&str],
         now: i64,
     ) -> Round<'a> {
         let choice = TargetChoice::spec_only();
-        Round::plan(world, policy, pool, policy.spec_record(), &choice, now)
+        let target = policy.spec_record();
+        let index = classify(world, policy, pool, &target, now);
+        Round::plan(world, policy, Cow::Owned(index), target, &choice)
     }
+}
+
+/// `pool` classified against `target` from scratch.
+#[cfg(test)]
+fn classify(
+    world: &World,
+    policy: &PolicyView<'_>,
+    pool: &[&str],
+    target: &RevisionRecord,
+    now: i64,
+) -> RolloutIndex {
+    let key = super::index::rollout_key(policy, &target.revision);
+    RolloutIndex::build(world, key, pool.iter().copied(), now)
 }
 
 /// The spec's rollout settings, with two exceptions: while the spec is invalid there is
@@ -133,35 +150,6 @@ fn target_params(
         params.canary = 0;
     }
     params
-}
-
-/// Each node of the pool against the target: the revision it has from this policy,
-/// what its agent reports, how long since its spec changed, how long it has drained.
-fn node_progress<'a>(
-    world: &'a World,
-    policy: &str,
-    pool: &'a [&'a str],
-    target: &str,
-    now: i64,
-) -> Vec<NodeProgress<'a>> {
-    pool.iter()
-        .map(|node| {
-            let c = world.configs.get(*node).filter(|c| c.spec.policy == policy);
-            NodeProgress {
-                node,
-                spec_revision: c.map(|c| c.spec.revision.as_str()),
-                report: c.map_or(AgentReport::Pending, |c| report(c, now)),
-                since_spec_change: c
-                    .and_then(|c| c.spec_changed_at)
-                    .map_or(0, |t| (now - t).max(0) as u64),
-                draining_for: world
-                    .drains
-                    .get(*node)
-                    .filter(|d| d.revision == target)
-                    .map(|d| (now - d.started_at).max(0) as u64),
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -219,19 +207,30 @@ mod tests {
         let round = Round::plan(
             &w,
             p,
-            &pool,
+            Cow::Owned(classify(&w, p, &pool, &target, now)),
             target.clone(),
             &TargetChoice::spec_only(),
-            now,
         );
-        let n1 = &round.progress[0];
-        let n2 = &round.progress[1];
-        assert_eq!(n1.spec_revision, Some(p.revision.as_str()));
-        assert_eq!((n2.spec_revision, n2.report), (None, AgentReport::Pending));
-        assert_eq!(n2.draining_for, None, "a drain for another revision");
+        assert_eq!(round.pool.phase_of("n1"), Some(NodePhase::Ready));
+        assert_eq!(
+            round.pool.phase_of("n2"),
+            Some(NodePhase::Waiting),
+            "q's config, and a drain for another revision, do not count"
+        );
         mark(&mut drained, "n2", &target.revision, now - 30, false);
-        let round = Round::plan(&drained, p, &pool, target, &TargetChoice::spec_only(), now);
-        assert_eq!(round.progress[1].draining_for, Some(30));
+        let index = classify(&drained, p, &pool, &target, now);
+        assert_eq!(
+            index.phase_of("n2"),
+            Some(NodePhase::Updating),
+            "a drain for the target is the update under way"
+        );
+        let round = Round::plan(
+            &drained,
+            p,
+            Cow::Owned(index),
+            target,
+            &TargetChoice::spec_only(),
+        );
         assert!(round.config_of("n2").is_none(), "n2 runs q's config");
     }
 }

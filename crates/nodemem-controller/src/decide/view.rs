@@ -1,6 +1,8 @@
 //! A policy as the decision sees it (its selector, what is wrong with its spec, its
 //! revision, the revision it holds while invalid) and the pool it governs.
 
+use std::collections::BTreeSet;
+
 use nodemem_api::convert::{last_accepted, node_settings, takes_nodes, to_selector};
 use nodemem_api::policy::RevisionRecord;
 use nodemem_api::revision::revision;
@@ -69,9 +71,9 @@ pub(super) fn policy_views(world: &World) -> Vec<PolicyView<'_>> {
 
 /// The nodes a policy governs, and what else the decision found about it.
 pub(super) struct Pool<'a> {
-    pub(super) nodes: &'a [&'a str],
-    pub(super) conflicts: Option<&'a Vec<&'a str>>,
+    pub(super) nodes: &'a BTreeSet<String>,
+    pub(super) conflicts: Option<&'a BTreeSet<String>>,
     /// Never accepted: the nodes it would take once valid.
-    pub(super) would_take: Option<&'a Vec<&'a str>>,
+    pub(super) would_take: Option<&'a BTreeSet<String>>,
     pub(super) leaving: &'a Leaving,
 }

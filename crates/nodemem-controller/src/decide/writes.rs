@@ -42,13 +42,13 @@ pub(super) fn write_rollback(
 /// (unless their config is written this round anyway).
 pub(super) fn write_health_settings(round: &Round<'_>, out: &mut Decision) {
     let health = &round.policy.entry.spec.rollout.health;
-    for node in round.pool {
+    for node in round.pool.stale_health() {
         let Some(spec) = round.config_of(node) else {
             continue;
         };
         if spec.revision == round.target.revision
             && spec.health != *health
-            && !round.step.start.iter().any(|s| s == node)
+            && !round.step.start.contains(node)
         {
             let spec = NodeMemoryConfigSpec {
                 health: health.clone(),

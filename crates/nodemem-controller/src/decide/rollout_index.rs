@@ -1,0 +1,428 @@
+//! One rollout's nodes, kept by phase as their agents report (issue 32: a node's
+//! report costs the same whatever the pool's size). A rollout is a policy's pool moving
+//! to its target revision, or the nodes no policy governs any more being released from
+//! the policy they ran. For each node the index keeps its phase, the next time that
+//! phase can change by time alone, and what the node adds to the pool's figures
+//! (signals, the recommendation's tally, health settings to follow); the sets and sums
+//! are updated by taking a node's old share out and putting its new one in.
+//!
+//! [`RolloutIndex::build`] from a list of nodes is the model; the controller keeps one
+//! index per rollout current with [`RolloutIndex::update`] and [`RolloutIndex::tick`],
+//! and `index::tests` holds the two to the same result.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use nodemem_api::policy::HealthSpec;
+use nodemem_api::report::{report, ConfigEntry};
+use nodemem_model::recommend::Tally;
+use nodemem_model::rollout::{phase, AgentReport, NodePhase, NodeProgress, PhaseSets};
+
+use crate::recommendation::observed_tally;
+use crate::world::World;
+
+/// What a rollout's phases and figures depend on besides its nodes: when it changes,
+/// the index is built again.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RolloutKey {
+    /// Only configs of this policy count (a node may still run another's).
+    pub(crate) policy: String,
+    pub(crate) target: String,
+    pub(crate) min_ready_seconds: u64,
+    pub(crate) progress_deadline_seconds: u64,
+    /// A drain for the target counts as the node's update under way (a policy's pool;
+    /// a release drains nothing).
+    pub(crate) drains: bool,
+    /// The spec's revision, whose observations the recommendation sums (None: none).
+    pub(crate) spec_revision: Option<String>,
+    /// The health settings the nodes on the target follow (None: a release keeps each
+    /// node's own).
+    pub(crate) health: Option<HealthSpec>,
+}
+
+/// One node's place in the rollout and its share of the pool's figures.
+#[derive(Clone, Debug)]
+struct Member {
+    phase: NodePhase,
+    /// No later than the first time its phase can change by time alone.
+    next_check: Option<i64>,
+    drain_marked: bool,
+    stale_health: bool,
+    signals: Signals,
+    observed: Option<(Tally, u64)>,
+}
+
+/// Two members are the same when everything but the time of their next check is
+/// (that is only ever early, never late: see [`next_check`]).
+impl PartialEq for Member {
+    fn eq(&self, other: &Self) -> bool {
+        self.phase == other.phase
+            && self.drain_marked == other.drain_marked
+            && self.stale_health == other.stale_health
+            && self.signals == other.signals
+            && self.observed == other.observed
+    }
+}
+
+/// A node's signals since its revision, as the pool sums them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Signals {
+    pub(crate) memory_min_bytes: i64,
+    pub(crate) memory_low_bytes: i64,
+    pub(crate) throttle_events: i64,
+    pub(crate) oom_kills: i64,
+}
+
+impl Signals {
+    fn of(c: Option<&ConfigEntry>) -> Signals {
+        let mut s = Signals::default();
+        let Some(c) = c else { return s };
+        if let Some(t) = &c.status.totals {
+            s.memory_min_bytes = t.memory_min_bytes;
+            s.memory_low_bytes = t.memory_low_bytes;
+        }
+        if let Some(r) = &c.status.since_revision {
+            s.throttle_events = r.throttle_events;
+            s.oom_kills = r.oom_kills;
+        }
+        s
+    }
+
+    fn add(&mut self, o: &Signals, sign: i64) {
+        self.memory_min_bytes += sign * o.memory_min_bytes;
+        self.memory_low_bytes += sign * o.memory_low_bytes;
+        self.throttle_events += sign * o.throttle_events;
+        self.oom_kills += sign * o.oom_kills;
+    }
+
+    /// Its place among the worst nodes: most OOM kills, then throttle events.
+    fn worst_key(&self, node: &str) -> Option<(Reverse<i64>, Reverse<i64>, String)> {
+        (self.oom_kills > 0 || self.throttle_events > 0).then(|| {
+            (
+                Reverse(self.oom_kills),
+                Reverse(self.throttle_events),
+                node.to_string(),
+            )
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct RolloutIndex {
+    key: RolloutKey,
+    members: BTreeMap<String, Member>,
+    phases: [BTreeSet<String>; 4],
+    /// (next check, node): the nodes whose phase may change by then.
+    checks: BTreeSet<(i64, String)>,
+    drain_marked: BTreeSet<String>,
+    stale_health: BTreeSet<String>,
+    signals: Signals,
+    worst: BTreeSet<(Reverse<i64>, Reverse<i64>, String)>,
+    tally: Tally,
+    observed_nodes: usize,
+    /// Observed seconds -> how many nodes report that many (the pool's is the most).
+    observed_seconds: BTreeMap<u64, usize>,
+}
+
+/// The same nodes in the same places with the same figures; the times of the next
+/// checks may differ (see [`Member`]).
+impl PartialEq for RolloutIndex {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+            && self.members == other.members
+            && self.phases == other.phases
+            && self.drain_marked == other.drain_marked
+            && self.stale_health == other.stale_health
+            && self.signals == other.signals
+            && self.worst == other.worst
+            && self.tally == other.tally
+            && self.observed_nodes == other.observed_nodes
+            && self.observed_seconds == other.observed_seconds
+    }
+}
+
+impl RolloutIndex {
+    pub(crate) fn empty(key: RolloutKey) -> RolloutIndex {
+        RolloutIndex {
+            key,
+            members: BTreeMap::new(),
+            phases: Default::default(),
+            checks: BTreeSet::new(),
+            drain_marked: BTreeSet::new(),
+            stale_health: BTreeSet::new(),
+            signals: Signals::default(),
+            worst: BTreeSet::new(),
+            tally: Tally::default(),
+            observed_nodes: 0,
+            observed_seconds: BTreeMap::new(),
+        }
+    }
+
+    /// The rollout of `nodes` from scratch.
+    pub(crate) fn build<'n>(
+        world: &World,
+        key: RolloutKey,
+        nodes: impl IntoIterator<Item = &'n str>,
+        now: i64,
+    ) -> RolloutIndex {
+        let mut index = RolloutIndex::empty(key);
+        for node in nodes {
+            index.update(world, node, now);
+        }
+        index
+    }
+
+    pub(crate) fn key(&self) -> &RolloutKey {
+        &self.key
+    }
+
+    /// Puts `node` in (again) as the world has it at `now`.
+    pub(crate) fn update(&mut self, world: &World, node: &str, now: i64) {
+        let new = member_of(world, &self.key, node, now);
+        let old = match self.members.get_mut(node) {
+            Some(held) => Some(std::mem::replace(held, new.clone())),
+            None => self.members.insert(node.to_string(), new.clone()),
+        };
+        self.shift(node, old.as_ref(), Some(&new));
+    }
+
+    /// Takes `node` and its share out.
+    pub(crate) fn remove(&mut self, node: &str) {
+        if let Some(old) = self.members.remove(node) {
+            self.shift(node, Some(&old), None);
+        }
+    }
+
+    /// Checks again the nodes whose phase may have changed by `now`.
+    pub(crate) fn tick(&mut self, world: &World, now: i64) {
+        while let Some((at, node)) = self.checks.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.update(world, &node, now);
+        }
+    }
+
+    /// Moves `node`'s share from `old` to `new` (None: not a member), touching only the
+    /// sets and sums where they differ: a report that changes one figure costs one
+    /// change.
+    fn shift(&mut self, node: &str, old: Option<&Member>, new: Option<&Member>) {
+        let phase = |m: Option<&Member>| m.map(|m| m.phase.index());
+        if phase(old) != phase(new) {
+            move_between(&mut self.phases, node, phase(old), phase(new));
+        }
+        let check = |m: Option<&Member>| m.and_then(|m| m.next_check);
+        if check(old) != check(new) {
+            if let Some(at) = check(old) {
+                self.checks.remove(&(at, node.to_string()));
+            }
+            if let Some(at) = check(new) {
+                self.checks.insert((at, node.to_string()));
+            }
+        }
+        let flag = |m: Option<&Member>, f: fn(&Member) -> bool| m.is_some_and(f);
+        set_flag(
+            &mut self.drain_marked,
+            node,
+            flag(old, |m| m.drain_marked),
+            flag(new, |m| m.drain_marked),
+        );
+        set_flag(
+            &mut self.stale_health,
+            node,
+            flag(old, |m| m.stale_health),
+            flag(new, |m| m.stale_health),
+        );
+        let signals = |m: Option<&Member>| m.map(|m| m.signals).unwrap_or_default();
+        let (was, is) = (signals(old), signals(new));
+        if was != is {
+            self.signals.add(&was, -1);
+            self.signals.add(&is, 1);
+            if let Some(k) = was.worst_key(node) {
+                self.worst.remove(&k);
+            }
+            if let Some(k) = is.worst_key(node) {
+                self.worst.insert(k);
+            }
+        }
+        let observed = |m: Option<&Member>| m.and_then(|m| m.observed);
+        if observed(old) != observed(new) {
+            if let Some((tally, seconds)) = observed(old) {
+                subtract(&mut self.tally, &tally);
+                self.observed_nodes -= 1;
+                if let Some(n) = self.observed_seconds.get_mut(&seconds) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.observed_seconds.remove(&seconds);
+                    }
+                }
+            }
+            if let Some((tally, seconds)) = observed(new) {
+                self.tally.add(&tally);
+                self.observed_nodes += 1;
+                *self.observed_seconds.entry(seconds).or_default() += 1;
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.members.keys().map(String::as_str)
+    }
+
+    pub(crate) fn phase_of(&self, node: &str) -> Option<NodePhase> {
+        self.members.get(node).map(|m| m.phase)
+    }
+
+    /// The nodes in `phase`, by name.
+    pub(crate) fn phase_set(&self, phase: NodePhase) -> &BTreeSet<String> {
+        &self.phases[phase.index()]
+    }
+
+    /// Members with a drain mark (for any revision).
+    pub(crate) fn drain_marked(&self) -> &BTreeSet<String> {
+        &self.drain_marked
+    }
+
+    /// Members on the target whose config's health settings differ from the policy's.
+    pub(crate) fn stale_health(&self) -> &BTreeSet<String> {
+        &self.stale_health
+    }
+
+    /// The pool's signals: the sums, and the five worst nodes.
+    pub(crate) fn signals(&self) -> (Signals, Vec<String>) {
+        let worst = self.worst.iter().take(5).map(|k| k.2.clone()).collect();
+        (self.signals, worst)
+    }
+
+    /// The observations on the spec's revision: their tally, how many nodes, and the
+    /// longest observation.
+    pub(crate) fn observed(&self) -> (&Tally, usize, u64) {
+        let longest = self
+            .observed_seconds
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0);
+        (&self.tally, self.observed_nodes, longest)
+    }
+}
+
+impl PhaseSets for RolloutIndex {
+    fn count(&self, phase: NodePhase) -> u32 {
+        self.phases[phase.index()].len() as u32
+    }
+    fn in_phase(&self, phase: NodePhase) -> Box<dyn Iterator<Item = &str> + '_> {
+        Box::new(self.phases[phase.index()].iter().map(String::as_str))
+    }
+}
+
+fn move_between(sets: &mut [BTreeSet<String>], node: &str, from: Option<usize>, to: Option<usize>) {
+    if let Some(i) = from {
+        sets[i].remove(node);
+    }
+    if let Some(i) = to {
+        sets[i].insert(node.to_string());
+    }
+}
+
+fn set_flag(set: &mut BTreeSet<String>, node: &str, was: bool, is: bool) {
+    match (was, is) {
+        (true, false) => {
+            set.remove(node);
+        }
+        (false, true) => {
+            set.insert(node.to_string());
+        }
+        _ => {}
+    }
+}
+
+fn subtract(total: &mut Tally, part: &Tally) {
+    total.containers -= part.containers;
+    for (a, b) in total.fitting.iter_mut().zip(part.fitting) {
+        *a -= b;
+    }
+    total.throttled -= part.throttled;
+}
+
+/// Where `node` stands in the rollout `key` describes, as the world has it at `now`.
+fn member_of(world: &World, key: &RolloutKey, node: &str, now: i64) -> Member {
+    let config = world
+        .configs
+        .get(node)
+        .filter(|c| c.spec.policy == key.policy);
+    let progress = NodeProgress {
+        node,
+        spec_revision: config.map(|c| c.spec.revision.as_str()),
+        report: config.map_or(AgentReport::Pending, |c| report(c, now)),
+        since_spec_change: config
+            .and_then(|c| c.spec_changed_at)
+            .map_or(0, |t| (now - t).max(0) as u64),
+        draining_for: world
+            .drains
+            .get(node)
+            .filter(|d| key.drains && d.revision == key.target)
+            .map(|d| (now - d.started_at).max(0) as u64),
+    };
+    let params = phase_params(key);
+    let on_target = config.filter(|c| c.spec.revision == key.target);
+    Member {
+        phase: phase(&progress, &key.target, &params),
+        next_check: next_check(&progress, key, now),
+        drain_marked: key.drains && world.drains.contains_key(node),
+        stale_health: key
+            .health
+            .as_ref()
+            .is_some_and(|h| on_target.is_some_and(|c| c.spec.health != *h)),
+        signals: Signals::of(config),
+        observed: key
+            .spec_revision
+            .as_deref()
+            .and_then(|r| config.and_then(|c| observed_tally(c, r))),
+    }
+}
+
+/// The parameters [`phase`] reads; the others do not classify a node.
+fn phase_params(key: &RolloutKey) -> nodemem_model::rollout::RolloutParams {
+    nodemem_model::rollout::RolloutParams {
+        max_unavailable: 1,
+        canary: 0,
+        min_ready_seconds: key.min_ready_seconds,
+        progress_deadline_seconds: key.progress_deadline_seconds,
+        max_failures: 1,
+        on_failure: nodemem_model::rollout::OnFailure::Pause,
+        paused: false,
+    }
+}
+
+/// No later than the first time after `now` at which [`phase`] can give another answer
+/// for this node with nothing but the time changed: when a report turns ready
+/// (minReadySeconds), when an update or a drain runs out of time (the deadline). Each
+/// is reckoned from the seconds the progress counts, so a time it cannot know (a spec
+/// change never recorded) comes early, never late: an early check finds the same
+/// phase and sets the next one.
+fn next_check(p: &NodeProgress<'_>, key: &RolloutKey, now: i64) -> Option<i64> {
+    let after = |seconds: u64, limit: u64| now - seconds as i64 + limit as i64;
+    let mut times = Vec::new();
+    if p.spec_revision == Some(key.target.as_str()) {
+        match p.report {
+            AgentReport::Bad => {}
+            // Ready stays ready: only time passes.
+            AgentReport::Good { for_seconds } if for_seconds >= key.min_ready_seconds => {}
+            AgentReport::Good { for_seconds } => {
+                times.push(after(for_seconds, key.min_ready_seconds));
+                times.push(after(p.since_spec_change, key.progress_deadline_seconds) + 1);
+            }
+            AgentReport::Pending => {
+                times.push(after(p.since_spec_change, key.progress_deadline_seconds) + 1)
+            }
+        }
+    } else if let Some(drained) = p.draining_for {
+        times.push(after(drained, key.progress_deadline_seconds) + 1);
+    }
+    times.into_iter().filter(|t| *t > now).min()
+}
