@@ -21,7 +21,7 @@ use nodemem_controller::world::World;
 use serde_json::json;
 
 const SIZES: [usize; 3] = [500, 5_000, 20_000];
-const SAMPLES: usize = 40;
+const SAMPLES: usize = 200;
 const T0: i64 = 1_795_341_600;
 
 fn main() {

@@ -426,3 +426,109 @@ fn next_check(p: &NodeProgress<'_>, key: &RolloutKey, now: i64) -> Option<i64> {
     }
     times.into_iter().filter(|t| *t > now).min()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tests::{agent_reports, apply, policy, world, T0};
+
+    fn key(policy: &str, target: &str) -> RolloutKey {
+        RolloutKey {
+            policy: policy.to_string(),
+            target: target.to_string(),
+            min_ready_seconds: 30,
+            progress_deadline_seconds: 600,
+            drains: true,
+            spec_revision: Some(target.to_string()),
+            health: Some(HealthSpec::default()),
+        }
+    }
+
+    fn signals(w: &mut World, node: &str, throttle: i64, oom: i64) {
+        w.touch_node(node);
+        let r = w
+            .configs
+            .get_mut(node)
+            .unwrap()
+            .status
+            .since_revision
+            .as_mut();
+        let r = r.unwrap();
+        r.throttle_events = throttle;
+        r.oom_kills = oom;
+    }
+
+    fn observe(w: &mut World, node: &str, containers: i32, seconds: i64) {
+        let c = w.configs.get_mut(node).unwrap();
+        c.status.observation = Some(
+            serde_json::from_value(json!({
+                "revision": c.spec.revision, "enforced": true,
+                "since": "2026-11-22T10:00:00Z", "observedSeconds": seconds,
+                "containers": containers, "throttledContainers": 1,
+                "fittingByFactor": vec![containers; 12],
+            }))
+            .unwrap(),
+        );
+    }
+
+    /// The sums, the worst nodes and the observations, hand-counted; then one node's
+    /// figures change and another leaves, and only their share moves.
+    #[test]
+    fn the_pools_figures_are_the_sum_of_its_nodes_shares() {
+        let nodes = [("n1", "a"), ("n2", "a"), ("n3", "a"), ("n4", "a")];
+        let rollout = json!({"maxUnavailable": "100%"});
+        let mut w = world(&[policy("p", "a", 0, 0.8, rollout)], &nodes);
+        let d = crate::decide::decide(&w, T0);
+        apply(&mut w, &d, T0);
+        let target = w.configs["n1"].spec.revision.clone();
+        for (n, _) in nodes {
+            agent_reports(&mut w, n, true, T0);
+        }
+        signals(&mut w, "n1", 5, 0);
+        signals(&mut w, "n2", 9, 1);
+        signals(&mut w, "n3", 2, 1);
+        signals(&mut w, "n4", 0, 0);
+        observe(&mut w, "n1", 4, 100);
+        observe(&mut w, "n3", 6, 300);
+        let names = nodes.map(|(n, _)| n);
+        let mut index = RolloutIndex::build(&w, key("p", &target), names, T0 + 10);
+
+        let (sums, worst) = index.signals();
+        assert_eq!((sums.throttle_events, sums.oom_kills), (16, 2));
+        assert_eq!(sums.memory_min_bytes, 4 << 20, "four nodes' totals");
+        assert_eq!(worst, ["n2", "n3", "n1"], "OOM kills first, then throttles");
+        let (tally, observed, longest) = index.observed();
+        assert_eq!(
+            (tally.containers, tally.fitting[0], tally.throttled),
+            (10, 10, 2)
+        );
+        assert_eq!((observed, longest), (2, 300));
+        assert_eq!(
+            index.phase_set(NodePhase::Updating).len(),
+            4,
+            "not ready for 30 s"
+        );
+        assert_eq!(index.checks.len(), 4, "each checked when it turns ready");
+
+        // n3 observes no longer and its OOM kill is gone; n2 leaves the pool.
+        signals(&mut w, "n3", 2, 0);
+        w.configs.get_mut("n3").unwrap().status.observation = None;
+        index.update(&w, "n3", T0 + 40);
+        index.remove("n2");
+        let (sums, worst) = index.signals();
+        assert_eq!((sums.throttle_events, sums.oom_kills), (7, 0));
+        assert_eq!(worst, ["n1", "n3"]);
+        let (tally, observed, longest) = index.observed();
+        assert_eq!((tally.containers, observed, longest), (4, 1, 100));
+        assert_eq!(
+            index.phase_of("n3"),
+            Some(NodePhase::Ready),
+            "read at T0 + 40"
+        );
+        index.tick(&w, T0 + 40);
+        assert_eq!(index.phase_set(NodePhase::Ready).len(), 3);
+        assert!(index.checks.is_empty());
+    }
+}
