@@ -145,6 +145,8 @@ impl Controller {
             .as_ref()
             .map(|a| Api::namespaced(client.clone(), &a.namespace));
         let mut applied_daemonset = None;
+        // The world's placement count the DaemonSet was last built for.
+        let mut placed = None;
         let mut world = World::default();
         let mut decider = Decider::default();
         let mut watches = ControllerWatches::default();
@@ -175,7 +177,10 @@ impl Controller {
                 .await;
             self.drain_and_uncordon(&client, &decision, &mut world, now)
                 .await;
-            if let (Some(deploy), Some(api)) = (&self.agents, &daemonsets) {
+            // Built again only when what it reads changed: it reads every config.
+            let placement_changed = placed != Some(world.placement());
+            if let (Some(deploy), Some(api), true) = (&self.agents, &daemonsets, placement_changed)
+            {
                 let wanted = agent_daemonset(deploy, &world);
                 if applied_daemonset.as_ref() != Some(&wanted) {
                     let apply = PatchParams::apply(FIELD_MANAGER).force();
@@ -187,12 +192,15 @@ impl Controller {
                             self.metrics.write("daemonset", true);
                             info!("agent DaemonSet updated");
                             applied_daemonset = Some(wanted);
+                            placed = Some(world.placement());
                         }
                         Err(e) => {
                             self.metrics.write("daemonset", false);
                             warn!(error = %e, "agent DaemonSet not written; retried on the next reconcile");
                         }
                     }
+                } else {
+                    placed = Some(world.placement());
                 }
             }
             self.metrics.policies(

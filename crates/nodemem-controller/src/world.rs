@@ -72,6 +72,9 @@ pub struct World {
     versions: BTreeMap<(Kind, String), String>,
     /// What changed since the decisions last looked ([`World::take_changes`]).
     changes: Changes,
+    /// Counts changes to what the agent DaemonSet's placement reads (policies, node
+    /// labels, which nodes have a config), so that it is built again only after one.
+    placement: u64,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -109,7 +112,14 @@ impl World {
 
     fn noted_policy(&mut self, changed: bool) -> bool {
         self.changes.policies |= changed;
+        self.placement += u64::from(changed);
         changed
+    }
+
+    /// Changes with every change to the policies, a node's labels, or which nodes
+    /// have a config (`crate::daemonset` reads nothing else of the world).
+    pub fn placement(&self) -> u64 {
+        self.placement
     }
 
     /// Whether a version of an object is newer than every one seen (recording it when
@@ -206,6 +216,7 @@ impl World {
             None => self.drains.remove(&name).is_some(),
         };
         let labels_changed = self.nodes.insert(name.clone(), labels.clone()) != Some(labels);
+        self.placement += u64::from(labels_changed);
         self.noted_node(&name, labels_changed || drain_changed)
     }
 
@@ -214,7 +225,9 @@ impl World {
             return false;
         }
         let drained = self.drains.remove(name).is_some();
-        let changed = self.nodes.remove(name).is_some() || drained;
+        let removed = self.nodes.remove(name).is_some();
+        self.placement += u64::from(removed);
+        let changed = removed || drained;
         self.noted_node(name, changed)
     }
 
@@ -226,13 +239,16 @@ impl World {
             return false;
         }
         let entry = ConfigEntry::from(c);
-        let changed = self.configs.insert(name.clone(), entry.clone()) != Some(entry);
+        let held = self.configs.insert(name.clone(), entry.clone());
+        self.placement += u64::from(held.is_none());
+        let changed = held != Some(entry);
         self.noted_node(&name, changed)
     }
 
     pub fn delete_config(&mut self, name: &str, version: Option<&str>) -> bool {
         let changed =
             self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some();
+        self.placement += u64::from(changed);
         self.noted_node(name, changed)
     }
 }
@@ -346,6 +362,43 @@ mod tests {
             Some(1_795_341_600),
             "2026-11-22T10:00:00Z"
         );
+    }
+
+    #[test]
+    fn the_journal_names_what_changed_and_placement_moves_only_with_what_the_daemonset_reads() {
+        let mut w = World::default();
+        let config = |status: serde_json::Value| -> NodeMemoryConfig {
+            serde_json::from_value(json!({"metadata": {"name": "n1"},
+                "spec": {"policy": "p", "revision": "r1"}, "status": status}))
+            .unwrap()
+        };
+        let node = |pool: &str| ObjectMeta {
+            name: Some("n1".into()),
+            labels: Some([("pool".to_string(), pool.to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        w.apply_node_meta(&node("a"));
+        w.apply_config(&config(json!({})));
+        let placed = w.placement();
+        assert_eq!(
+            w.take_changes(),
+            Changes {
+                nodes: ["n1".to_string()].into(),
+                policies: false
+            }
+        );
+        assert_eq!(w.take_changes(), Changes::default(), "taken");
+        // An agent's report: a change for the decisions, not for the placement.
+        w.apply_config(&config(json!({"observedRevision": "r1"})));
+        assert_eq!(w.placement(), placed);
+        assert_eq!(w.take_changes().nodes.len(), 1);
+        w.apply_node_meta(&node("b"));
+        assert_eq!(w.placement(), placed + 1, "a label");
+        w.delete_config("n1", None);
+        assert_eq!(w.placement(), placed + 2, "a config gone");
+        assert!(w.apply_policy(&policy("7", 0.8)));
+        assert!(w.take_changes().policies);
+        assert_eq!(w.placement(), placed + 3, "a policy");
     }
 
     #[test]
