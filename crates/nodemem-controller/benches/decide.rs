@@ -17,6 +17,7 @@ use nodemem_api::config::{MemoryTotals, RevisionSignals};
 use nodemem_api::report::ConfigEntry;
 use nodemem_api::{NodeMemoryConfigStatus, NodeMemoryPolicy};
 use nodemem_controller::decide::{decide, Decider};
+use nodemem_controller::decision::Decision;
 use nodemem_controller::world::World;
 use serde_json::json;
 
@@ -24,50 +25,86 @@ const SIZES: [usize; 3] = [500, 5_000, 20_000];
 const SAMPLES: usize = 200;
 const T0: i64 = 1_795_341_600;
 
-fn main() {
-    let mut medians = Vec::new();
-    for nodes in SIZES {
+/// One cluster of the bench: its world, the decider that follows it, the time.
+struct Cluster {
+    nodes: usize,
+    world: World,
+    decider: Decider,
+    now: i64,
+    took: Vec<Duration>,
+}
+
+impl Cluster {
+    fn new(nodes: usize) -> Cluster {
         let (mut world, now) = rolled_out(nodes);
         // The controller's decider, having decided once on the whole world.
         let mut decider = Decider::default();
         decider.decide(&mut world, now);
-        let mut incremental = Vec::with_capacity(SAMPLES);
-        let mut whole = Vec::with_capacity(SAMPLES);
-        for sample in 0..SAMPLES {
-            let node = name(sample * 7919 % nodes);
-            one_report(&mut world, &node);
-            let started = Instant::now();
-            let d = decider.decide(&mut world, now);
-            incremental.push(started.elapsed());
-            assert!(d.writes.is_empty(), "a report changes no config");
-            // The status it writes comes back through the policy watch.
-            for (policy, status) in &d.statuses {
-                if let Some(p) = world.policies.get_mut(policy) {
-                    p.status = status.clone();
-                }
-            }
-            world.touch_policies();
+        Cluster {
+            nodes,
+            world,
+            decider,
+            now,
+            took: Vec::with_capacity(SAMPLES),
         }
-        // The model, reading the whole world, for comparison (after the samples: it
-        // reads everything, and the cache it leaves behind would slow the next sample).
-        for sample in 0..4 {
-            let node = name(sample * 7919 % nodes);
-            one_report(&mut world, &node);
-            let d = decider.decide(&mut world, now);
+    }
+
+    /// One agent's report, and the decision after it (timed).
+    fn sample(&mut self, sample: usize) -> Decision {
+        let node = name(sample * 7919 % self.nodes);
+        one_report(&mut self.world, &node);
+        let started = Instant::now();
+        let d = self.decider.decide(&mut self.world, self.now);
+        self.took.push(started.elapsed());
+        assert!(d.writes.is_empty(), "a report changes no config");
+        d
+    }
+
+    /// The status a decision writes comes back through the policy watch.
+    fn written(&mut self, d: &Decision) {
+        for (policy, status) in &d.statuses {
+            if let Some(p) = self.world.policies.get_mut(policy) {
+                p.status = status.clone();
+            }
+        }
+        self.world.touch_policies();
+    }
+}
+
+fn main() {
+    let mut clusters: Vec<Cluster> = SIZES.into_iter().map(Cluster::new).collect();
+    // The sizes take turns, so that whatever else the machine does meanwhile falls on
+    // all of them alike; each sample finds the caches as another cluster left them, as
+    // a controller's decision finds them after its writes.
+    for sample in 0..SAMPLES {
+        for c in &mut clusters {
+            let d = c.sample(sample);
+            c.written(&d);
+        }
+    }
+    let mut medians = Vec::new();
+    for c in &mut clusters {
+        // The model, reading the whole world, for comparison; it decides the same.
+        let mut whole = Vec::new();
+        for sample in SAMPLES..SAMPLES + 4 {
+            let d = c.sample(sample);
             let started = Instant::now();
-            let model = decide(&world, now);
+            let model = decide(&c.world, c.now);
             whole.push(started.elapsed());
             assert_eq!(d, model, "the decider decides as the model");
+            c.written(&d);
         }
-        let (median, p90) = spread(&mut incremental);
+        c.took.truncate(SAMPLES);
+        let (median, p90) = spread(&mut c.took);
         let (whole_median, _) = spread(&mut whole);
         println!(
-            "decide: {nodes} nodes, one agent's report: median {:.3} ms, p90 {:.3} ms over {SAMPLES} decisions (the whole world read again: {:.2} ms)",
+            "decide: {} nodes, one agent's report: median {:.3} ms, p90 {:.3} ms over {SAMPLES} decisions (the whole world read again: {:.2} ms)",
+            c.nodes,
             ms(median),
             ms(p90),
             ms(whole_median)
         );
-        medians.push((nodes, median));
+        medians.push((c.nodes, median));
     }
     let (small, large) = (medians[0], medians[medians.len() - 1]);
     println!(
