@@ -121,7 +121,7 @@ fn main() {
     for writers in WRITERS {
         let prefix = format!("plain{writers}");
         let watching = drain_config_watch(runtime, &configs);
-        let took = runtime.block_on(plain_writes(
+        let took = runtime.block_on(common::plain_writes(
             &configs,
             nodes,
             &prefix,
@@ -133,7 +133,7 @@ fn main() {
             "controller_fanout: a plain client with {writers} writer(s): {nodes} configs in {:.2} s",
             took.as_secs_f64()
         );
-        runtime.block_on(remove_plain(&configs, nodes, &prefix));
+        runtime.block_on(common::remove_plain(&configs, nodes, &prefix));
         ceilings.push((writers, took));
     }
     let (best_writers, plain) = ceilings
@@ -239,7 +239,7 @@ fn main() {
         policies.get("fan").await.unwrap().metadata.uid.unwrap()
     });
     let watching = drain_config_watch(runtime, &configs);
-    let plain_after = runtime.block_on(plain_writes(
+    let plain_after = runtime.block_on(common::plain_writes(
         &configs,
         nodes,
         "after",
@@ -253,7 +253,7 @@ fn main() {
             let c = cp.client(&Identity::Controller).await.unwrap();
             let api: Api<DynamicObject> =
                 Api::all_with(c, &ApiResource::erase::<NodeMemoryConfig>(&()));
-            plain_writes(&api, nodes, "ident", Some(("fan", &fan_uid)), best_writers).await
+            common::plain_writes(&api, nodes, "ident", Some(("fan", &fan_uid)), best_writers).await
         });
         println!(
             "controller_fanout diag: the best plain client with the controller's identity: {:.2} s",
@@ -317,60 +317,6 @@ fn drain_config_watch(
 
 /// Plain clients' writers at once, in each ceiling run.
 const WRITERS: [usize; 4] = [1, 4, 16, 64];
-
-/// `nodes` configs named `{prefix}-NNNNN`, `writers` server-side applies at a time.
-async fn plain_writes(
-    configs: &Api<DynamicObject>,
-    nodes: usize,
-    prefix: &str,
-    owner: Option<(&str, &str)>,
-    writers: usize,
-) -> Duration {
-    let spec = json!({"policy": "fan", "revision": "ceiling",
-        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"}});
-    let started = Instant::now();
-    let apply = PatchParams::apply("plain-client").force();
-    futures::stream::iter(0..nodes)
-        .map(|i| {
-            let name = format!("{prefix}-{i:05}");
-            let mut metadata = json!({"name": name,
-                "annotations": {"nodemem.io/spec-changed-at": "2026-11-22T10:00:00Z"}});
-            if let Some((owner, uid)) = owner {
-                metadata["ownerReferences"] = json!([{"apiVersion": "nodemem.io/v1alpha1",
-                    "kind": "NodeMemoryPolicy", "name": owner, "uid": uid, "controller": true,
-                    "blockOwnerDeletion": false}]);
-            }
-            let patch = json!({"apiVersion": "nodemem.io/v1alpha1",
-                "kind": "NodeMemoryConfig", "metadata": metadata, "spec": spec});
-            let apply = &apply;
-            async move {
-                configs
-                    .patch(&name, apply, &Patch::Apply(patch))
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(writers)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
-    started.elapsed()
-}
-
-/// Removes a plain run's configs (16 at a time).
-async fn remove_plain(configs: &Api<DynamicObject>, nodes: usize, prefix: &str) {
-    futures::stream::iter(0..nodes)
-        .map(|i| async move {
-            configs
-                .delete(&format!("{prefix}-{i:05}"), &Default::default())
-                .await
-                .map(|_| ())
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap_or_else(|e| panic!("removing the {prefix} configs: {e}"));
-}
 
 /// The controller's highest resident memory, sampled every 100 ms in a thread of
 /// its own.

@@ -6,7 +6,9 @@ use std::process::{Child, Command, Stdio};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use nodemem_testkit::binaries::repo_root;
 use nodemem_testkit::clients::kubectl;
@@ -86,4 +88,58 @@ impl Cluster {
             .spawn()
             .unwrap()
     }
+}
+
+/// `nodes` configs named `{prefix}-NNNNN`, `writers` server-side applies at a time.
+pub async fn plain_writes(
+    configs: &Api<DynamicObject>,
+    nodes: usize,
+    prefix: &str,
+    owner: Option<(&str, &str)>,
+    writers: usize,
+) -> Duration {
+    let spec = json!({"policy": "fan", "revision": "ceiling",
+        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"}});
+    let started = Instant::now();
+    let apply = PatchParams::apply("plain-client").force();
+    futures::stream::iter(0..nodes)
+        .map(|i| {
+            let name = format!("{prefix}-{i:05}");
+            let mut metadata = json!({"name": name,
+                "annotations": {"nodemem.io/spec-changed-at": "2026-11-22T10:00:00Z"}});
+            if let Some((owner, uid)) = owner {
+                metadata["ownerReferences"] = json!([{"apiVersion": "nodemem.io/v1alpha1",
+                    "kind": "NodeMemoryPolicy", "name": owner, "uid": uid, "controller": true,
+                    "blockOwnerDeletion": false}]);
+            }
+            let patch = json!({"apiVersion": "nodemem.io/v1alpha1",
+                "kind": "NodeMemoryConfig", "metadata": metadata, "spec": spec});
+            let apply = &apply;
+            async move {
+                configs
+                    .patch(&name, apply, &Patch::Apply(patch))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(writers)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    started.elapsed()
+}
+
+/// Removes a plain run's configs (16 at a time).
+pub async fn remove_plain(configs: &Api<DynamicObject>, nodes: usize, prefix: &str) {
+    futures::stream::iter(0..nodes)
+        .map(|i| async move {
+            configs
+                .delete(&format!("{prefix}-{i:05}"), &Default::default())
+                .await
+                .map(|_| ())
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap_or_else(|e| panic!("removing the {prefix} configs: {e}"));
 }
