@@ -23,8 +23,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::watcher;
 use kube::Client;
