@@ -1,6 +1,8 @@
 //! What the controller's benches share: a control plane of their own with nodemem's
 //! CRDs and the controller's RBAC applied by the real `kubectl`, Node objects (no
 //! kubelets), and the release `nodemem controller` as a process with its own identity.
+// Each bench uses part of it.
+#![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
 
