@@ -11,7 +11,7 @@ mod drains;
 #[cfg(test)]
 mod incremental_tests;
 pub(crate) mod index;
-mod rollout_index;
+pub(crate) mod rollout_index;
 mod round;
 mod target;
 mod view;
@@ -73,10 +73,10 @@ fn decide_with(world: &World, index: &Index, now: i64) -> Decision {
     let views = policy_views(world);
     let mut out = Decision::default();
     // Nodes no policy governs leave the policy they run through its rollout settings.
-    let releases = release_unselected(world, index, &mut out);
+    let releases = release_unselected(world, index.unselected(), index.releases(), &mut out);
     let no_nodes = BTreeSet::new();
     for v in &views {
-        let leaving = Leaving::of(index, v.name, &releases);
+        let leaving = Leaving::of(v.name, index.moving_from(v.name), &releases);
         if v.entry.deleting {
             decide_deleted_policy(v.name, v.entry, &leaving, &now_time, &mut out);
             continue;

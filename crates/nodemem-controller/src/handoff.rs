@@ -14,14 +14,14 @@
 //! its values ([`finalizer_orders`]); its status says who is still leaving
 //! ([`decide_deleted_policy`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
 use nodemem_model::rollout::{plan_phases, OnFailure, RolloutState};
 
-use crate::decide::index::Index;
+use crate::decide::rollout_index::RolloutIndex;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder, PolicyEvent};
 use crate::policy_status::{condition, finish};
 use crate::settings::{released_settings, rollout_params};
@@ -51,11 +51,15 @@ pub(crate) struct Leaving {
 }
 
 impl Leaving {
-    /// The nodes leaving `policy`: those another policy governs now (from the index),
-    /// and its release.
-    pub(crate) fn of(index: &Index, policy: &str, releases: &BTreeMap<String, Release>) -> Leaving {
+    /// The nodes leaving `policy`: those another policy governs now (`moving`, node ->
+    /// that policy), and its release.
+    pub(crate) fn of(
+        policy: &str,
+        moving: Option<&BTreeMap<String, String>>,
+        releases: &BTreeMap<String, Release>,
+    ) -> Leaving {
         Leaving {
-            moving: index.moving_from(policy).cloned().unwrap_or_default(),
+            moving: moving.cloned().unwrap_or_default(),
             release: releases.get(policy).cloned().unwrap_or_default(),
         }
     }
@@ -114,18 +118,19 @@ fn names(nodes: &[&str], count: usize) -> String {
 /// back to the scheduler.
 pub(crate) fn release_unselected(
     world: &World,
-    index: &Index,
+    unselected: &BTreeSet<String>,
+    groups: &BTreeMap<String, RolloutIndex>,
     out: &mut Decision,
 ) -> BTreeMap<String, Release> {
     for node in world.drains.keys() {
-        if index.unselected().contains(node) {
+        if unselected.contains(node) {
             out.uncordons.push(node.clone());
         }
     }
     let settings = released_settings();
     let released = revision(&settings);
     let mut releases = BTreeMap::new();
-    for (policy, group) in index.releases() {
+    for (policy, group) in groups {
         let entry = world.policies.get(policy);
         let rollout = entry.map(|e| e.spec.rollout.clone()).unwrap_or_default();
         let mut params = rollout_params(&rollout, group.len() as u32);

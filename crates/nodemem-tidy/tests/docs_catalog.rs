@@ -123,6 +123,11 @@ fn source_files(source: &str) -> Vec<std::path::PathBuf> {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .map(|e| e.expect("a directory entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        // A module of tests of its own (`mod x_tests;` under `#[cfg(test)]`) is test code.
+        .filter(|p| {
+            !p.file_stem()
+                .is_some_and(|s| s.to_string_lossy().ends_with("tests"))
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "{source} holds no source file");

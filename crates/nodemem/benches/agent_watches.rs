@@ -47,7 +47,11 @@ fn main() {
     let repo = nodemem_testkit::binaries::repo_root();
     nodemem_testkit::clients::kubectl(
         &admin,
-        &["apply", "-f", &repo.join("deploy/agent").display().to_string()],
+        &[
+            "apply",
+            "-f",
+            &repo.join("deploy/agent").display().to_string(),
+        ],
     )
     .unwrap();
     cluster.create_nodes(agents, "agent", "watched");
@@ -103,7 +107,11 @@ fn main() {
                     Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))
                         if !c.spec.revision.is_empty() =>
                     {
-                        arrivals.lock().unwrap().entry(i).or_insert_with(Instant::now);
+                        arrivals
+                            .lock()
+                            .unwrap()
+                            .entry(i)
+                            .or_insert_with(Instant::now);
                     }
                     Err(_) => {
                         failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -114,7 +122,11 @@ fn main() {
         }));
         let nodes: Api<Node> = Api::all(client.clone());
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
-        tasks.push(cluster.runtime.spawn(drain(watcher::watcher(nodes, by_name))));
+        tasks.push(
+            cluster
+                .runtime
+                .spawn(drain(watcher::watcher(nodes, by_name))),
+        );
         let pods: Api<Pod> = Api::all(client);
         let bound = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         tasks.push(cluster.runtime.spawn(drain(watcher::watcher(pods, bound))));
