@@ -19,6 +19,7 @@ mod outage;
 mod parallel;
 mod recommend;
 mod relief;
+mod restart_mid_fanout;
 mod rollout_faults;
 mod runtime_record;
 mod sandbox;

@@ -1,0 +1,229 @@
+//! The controller killed (SIGKILL) in the middle of a fan-out, on a control plane of its
+//! own with 1,000 nodes (issue 32): the controller started again finishes the fan-out
+//! without writing a config a second time, and when the policy changed while it was
+//! down, it moves every node to the newest revision and none back to an older one.
+//! Every config change is seen by a watch; the writes are the apiserver's own count.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use nodemem_api::NodeMemoryPolicy;
+use nodemem_testkit::Identity;
+use serde_json::json;
+
+use crate::common::{
+    next_config, own_control_plane, policies, spawn_controller_with, watch_configs, ConfigWatch,
+    ControllerProcess,
+};
+
+const NODES: usize = 1000;
+/// Where the first controller is killed: this many configs written.
+const KILL_AT: usize = 300;
+
+fn policy_spec(factor: f64) -> serde_json::Value {
+    json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "fan"}},
+        "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
+        "rollout": {"maxUnavailable": "100%"}})
+}
+
+/// The revision the policy's settings at `factor` roll out.
+fn revision_of(factor: f64) -> String {
+    let p: NodeMemoryPolicy = serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": "fan"}, "spec": policy_spec(factor)}))
+    .unwrap();
+    nodemem_api::revision::revision(&p.spec.settings)
+}
+
+/// The apiserver's count of applies to configs (spec writes; not status).
+async fn config_applies(client: &Client) -> f64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            l.contains("resource=\"nodememoryconfigs\"")
+                && l.contains("subresource=\"\"")
+                && l.contains("verb=\"APPLY\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Every node's revisions in the order the watch saw its config change.
+#[derive(Default)]
+struct Seen(BTreeMap<String, Vec<String>>);
+
+impl Seen {
+    fn record(&mut self, c: &kube::api::DynamicObject) {
+        let node = c.metadata.name.clone().unwrap();
+        let revision = c.data["spec"]["revision"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let seen = self.0.entry(node).or_default();
+        if seen.last() != Some(&revision) {
+            seen.push(revision);
+        }
+    }
+
+    fn on(&self, revision: &str) -> usize {
+        self.0
+            .values()
+            .filter(|r| r.last().map(String::as_str) == Some(revision))
+            .count()
+    }
+
+    /// Reads the watch until `done` holds (or `wait` passes).
+    async fn until(
+        &mut self,
+        watch: &mut ConfigWatch,
+        wait: Duration,
+        done: impl Fn(&Seen) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + wait;
+        while !done(self) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if let Some(c) = next_config(watch, left.min(Duration::from_secs(1))).await {
+                self.record(&c);
+            }
+        }
+        true
+    }
+}
+
+#[tokio::test]
+async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_nothing_older() {
+    let cp = own_control_plane().await;
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    futures::stream::iter(0..NODES)
+        .map(|i| {
+            let nodes = nodes.clone();
+            async move {
+                let node: Node = serde_json::from_value(json!({"metadata": {
+                    "name": format!("fan-{i:04}"), "labels": {"nodemem.io/pool": "fan"}}}))
+                .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let (mut watch, _) = watch_configs(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
+    let log = dir.path().join("controller.log");
+    // The first controller writes one config at a time, so that it is surely killed in
+    // the middle; the one started again writes as it does by default.
+    let spawn = |extra: &[&str]| -> ControllerProcess {
+        spawn_controller_with(&kubeconfig, "restart-fan", "nodemem:test", &log, extra)
+    };
+    let wait = Duration::from_secs(180);
+    let policies = policies(client.clone());
+    let mut seen = Seen::default();
+
+    // 1. Killed in the first fan-out: started again, it writes only what is missing.
+    let r1 = revision_of(0.9);
+    let before = config_applies(&client).await;
+    policies
+        .create(
+            &PostParams::default(),
+            &crate::common::object(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+                "metadata": {"name": "fan"}, "spec": policy_spec(0.9)})),
+        )
+        .await
+        .unwrap();
+    let mut controller = spawn(&["--write-concurrency", "1"]);
+    assert!(seen.until(&mut watch, wait, |s| s.on(&r1) >= KILL_AT).await);
+    controller.child.kill().unwrap();
+    controller.child.wait().unwrap();
+    // What was in flight lands (or not) before the count.
+    seen.until(&mut watch, Duration::from_secs(2), |_| false)
+        .await;
+    let at_kill = seen.on(&r1);
+    assert!(
+        at_kill < NODES,
+        "the fan-out had finished before the kill ({at_kill} configs)"
+    );
+    let _controller = spawn(&[]);
+    assert!(
+        seen.until(&mut watch, wait, |s| s.on(&r1) == NODES).await,
+        "the fan-out did not finish after the restart: {} of {NODES}",
+        seen.on(&r1)
+    );
+    let applies = config_applies(&client).await - before;
+    eprintln!("first fan-out: killed at {at_kill} configs; {applies} applies for {NODES} nodes");
+    assert!(
+        seen.0.values().all(|r| r.len() == 1),
+        "a config was written more than once"
+    );
+    assert!(
+        applies <= (NODES + 1) as f64,
+        "{applies} applies for {NODES} nodes: the restarted controller wrote again what was written"
+    );
+    drop(_controller);
+
+    // 2. Killed in the second fan-out, the policy edited again while it is down.
+    let (r2, r3) = (revision_of(0.8), revision_of(0.7));
+    let set_factor = |factor: f64| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    "fan",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"memoryQoS": {"throttlingFactor": factor}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let before = config_applies(&client).await;
+    set_factor(0.8).await;
+    let mut controller = spawn(&["--write-concurrency", "1"]);
+    assert!(seen.until(&mut watch, wait, |s| s.on(&r2) >= KILL_AT).await);
+    controller.child.kill().unwrap();
+    controller.child.wait().unwrap();
+    seen.until(&mut watch, Duration::from_secs(2), |_| false)
+        .await;
+    let at_kill = seen.on(&r2);
+    assert!(
+        at_kill < NODES,
+        "the second fan-out had finished before the kill"
+    );
+    set_factor(0.7).await;
+    let _controller = spawn(&[]);
+    assert!(
+        seen.until(&mut watch, wait, |s| s.on(&r3) == NODES).await,
+        "not every node reached the newest revision: {} of {NODES}",
+        seen.on(&r3)
+    );
+    let applies = config_applies(&client).await - before;
+    eprintln!(
+        "second fan-out: killed at {at_kill} configs on {r2}; {applies} applies to reach {r3}"
+    );
+    // Each node: r1, then r2 or not, then r3; never back.
+    for (node, revisions) in &seen.0 {
+        let order: Vec<usize> = revisions
+            .iter()
+            .map(|r| [&r1, &r2, &r3].iter().position(|x| *x == r).unwrap())
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]) && order.last() == Some(&2),
+            "{node} moved {revisions:?} (r1 {r1}, r2 {r2}, r3 {r3})"
+        );
+    }
+    assert!(
+        applies <= (at_kill + NODES + 1) as f64,
+        "{applies} applies: more than the second fan-out's {at_kill} and one each to the newest"
+    );
+}
