@@ -110,6 +110,8 @@ fn main() {
 
     cluster.create_nodes(nodes, "fan", "fan");
 
+    // What the controller writes for the fan-out's policy: every field of it.
+    let spec = common::config_spec("fan", &policy_spec("fan"));
     // The ceiling: a plain client writing the same objects the controller writes (the
     // spec, the annotation, an ownerReference to a policy) while a watch of every config
     // reads them, as the fan-out's measuring watch does; 1 to 64 writers at once. The
@@ -123,6 +125,7 @@ fn main() {
         let watching = drain_config_watch(runtime, &configs);
         let took = runtime.block_on(common::plain_writes(
             &configs,
+            &spec,
             nodes,
             &prefix,
             Some(("owner", &owner)),
@@ -253,6 +256,7 @@ fn main() {
     let watching = drain_config_watch(runtime, &configs);
     let plain_after = runtime.block_on(common::plain_writes(
         &configs,
+        &spec,
         nodes,
         "after",
         Some(("fan", &fan_uid)),
@@ -265,11 +269,34 @@ fn main() {
             let c = cp.client(&Identity::Controller).await.unwrap();
             let api: Api<DynamicObject> =
                 Api::all_with(c, &ApiResource::erase::<NodeMemoryConfig>(&()));
-            common::plain_writes(&api, nodes, "ident", Some(("fan", &fan_uid)), best_writers).await
+            common::plain_writes(
+                &api,
+                &spec,
+                nodes,
+                "ident",
+                Some(("fan", &fan_uid)),
+                best_writers,
+            )
+            .await
         });
         println!(
             "controller_fanout diag: the best plain client with the controller's identity: {:.2} s",
             as_controller.as_secs_f64()
+        );
+        // And with a second watch of every config, as the controller's own.
+        let second_watch = drain_config_watch(runtime, &configs);
+        let two_watches = runtime.block_on(common::plain_writes(
+            &configs,
+            &spec,
+            nodes,
+            "twowatch",
+            Some(("fan", &fan_uid)),
+            best_writers,
+        ));
+        second_watch.abort();
+        println!(
+            "controller_fanout diag: the best plain client with a second watch of every config: {:.2} s",
+            two_watches.as_secs_f64()
         );
     }
     watching.abort();
@@ -303,15 +330,19 @@ fn main() {
 }
 
 /// A policy `name` over the nodes of `pool` (every node at once); its uid.
+/// The fan-out's policy: every node of `pool`, all at once.
+fn policy_spec(pool: &str) -> serde_json::Value {
+    json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": pool}},
+        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
+        "rollout": {"maxUnavailable": "100%"}})
+}
+
 async fn create_policy(client: &Client, name: &str, pool: &str) -> String {
     let policies: Api<DynamicObject> =
         Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
     let policy = serde_json::from_value(json!({
         "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-        "metadata": {"name": name},
-        "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": pool}},
-            "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
-            "rollout": {"maxUnavailable": "100%"}}}))
+        "metadata": {"name": name}, "spec": policy_spec(pool)}))
     .unwrap();
     let created = policies
         .create(&PostParams::default(), &policy)

@@ -54,7 +54,10 @@ fn main() {
 
     let timeline = Arc::new(Mutex::new(Timeline::default()));
     let (started, finished, config_writes) = cluster.runtime.block_on(async {
-        let mut events = Box::pin(watcher::watcher(configs.clone(), watcher::Config::default()));
+        let mut events = Box::pin(watcher::watcher(
+            configs.clone(),
+            watcher::Config::default(),
+        ));
         while let Some(e) = events.next().await {
             if matches!(e, Ok(watcher::Event::InitDone)) {
                 break;
@@ -65,19 +68,23 @@ fn main() {
             Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
         let started = Instant::now();
         policies
-            .create(&PostParams::default(), &serde_json::from_value(json!({
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
                 "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                "metadata": {"name": "roll"},
-                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "roll"}},
-                    "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
-                    "rollout": {"maxUnavailable": "25%", "minReadySeconds": 0}}})).unwrap())
+                "metadata": {"name": "roll"}, "spec": policy_spec()}))
+                .unwrap(),
+            )
             .await
             .unwrap();
         // The simulated agents: each config acknowledged as soon as it is seen.
         let mut acks = futures::stream::FuturesUnordered::new();
         let mut seen = BTreeSet::new();
         while timeline.lock().unwrap().acked.len() < nodes {
-            assert!(started.elapsed() < Duration::from_secs(600), "the rollout did not finish");
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "the rollout did not finish"
+            );
             tokio::select! {
                 Some(e) = events.next() => {
                     let Ok(watcher::Event::Apply(c)) = e else { continue };
@@ -103,7 +110,8 @@ fn main() {
     // below): a plain client writes as many configs as the batch has, with the
     // controller's 16 writers, with the controller stopped.
     let batch_write = cluster.runtime.block_on(async {
-        let took = common::plain_writes(&configs, max_unavailable, "bound", None, 16).await;
+        let spec = common::config_spec("roll", &policy_spec());
+        let took = common::plain_writes(&configs, &spec, max_unavailable, "bound", None, 16).await;
         common::remove_plain(&configs, max_unavailable, "bound").await;
         took
     });
@@ -181,6 +189,13 @@ fn main() {
         "controller_rollout: config spec writes {config_writes} = {:.2} per node (goal 1.00)",
         config_writes / nodes as f64
     );
+}
+
+/// The rollout's policy: 25 % of the pool at a time, ready once acknowledged.
+fn policy_spec() -> serde_json::Value {
+    json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "roll"}},
+        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
+        "rollout": {"maxUnavailable": "25%", "minReadySeconds": 0}})
 }
 
 /// What an agent writes once it applied its config's revision.

@@ -92,16 +92,34 @@ impl Cluster {
     }
 }
 
-/// `nodes` configs named `{prefix}-NNNNN`, `writers` server-side applies at a time.
+/// The spec of the config the controller writes for policy `name` with `spec`: every
+/// field it writes, so that a plain client writing it costs the apiserver what the
+/// controller's writes cost (server-side apply's work grows with the fields).
+pub fn config_spec(name: &str, spec: &serde_json::Value) -> serde_json::Value {
+    let policy: nodemem_api::NodeMemoryPolicy = serde_json::from_value(json!({
+        "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        "metadata": {"name": name}, "spec": spec}))
+    .expect("a valid policy");
+    let settings = policy.spec.settings;
+    serde_json::to_value(nodemem_api::NodeMemoryConfigSpec {
+        policy: name.to_string(),
+        revision: nodemem_api::revision::revision(&settings),
+        settings,
+        health: policy.spec.rollout.health,
+    })
+    .expect("a config spec")
+}
+
+/// `nodes` configs named `{prefix}-NNNNN` with `spec`, `writers` server-side applies at
+/// a time.
 pub async fn plain_writes(
     configs: &Api<DynamicObject>,
+    spec: &serde_json::Value,
     nodes: usize,
     prefix: &str,
     owner: Option<(&str, &str)>,
     writers: usize,
 ) -> Duration {
-    let spec = json!({"policy": "fan", "revision": "ceiling",
-        "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"}});
     let started = Instant::now();
     let apply = PatchParams::apply("plain-client").force();
     futures::stream::iter(0..nodes)
