@@ -72,6 +72,109 @@ impl ControllerWatches {
     }
 }
 
+/// Events queued beyond this many are learned while a decision's writes run: a
+/// fan-out's own events (one per config written) then hold at most this many in memory
+/// (about 20 MiB; 20,000 queued made the controller's peak 156 MiB at 20,000 nodes,
+/// learning them all during the writes 104 MiB). Below it the writes have the cores to
+/// themselves (the apiserver shares them): learning during the writes made a 20,000-node
+/// fan-out 5 to 10 % slower.
+const LEARN_DURING_WRITES_ABOVE: usize = 8_192;
+
+/// The watch events the decisions learn from, taken from the queue (`crate::queue`)
+/// into the world: before a decision, and while its writes run once many are queued.
+struct Inbox {
+    received: tokio::sync::mpsc::Receiver<Result<Update, watcher::Error>>,
+    learned: Lessons,
+}
+
+/// What the events taught since the last decision.
+struct Lessons {
+    watches: ControllerWatches,
+    metrics: std::sync::Arc<Metrics>,
+    /// The world changed.
+    dirty: bool,
+    /// A tick came (time-based rollout steps).
+    tick: bool,
+    /// Events learned.
+    taken: usize,
+}
+
+impl Lessons {
+    fn learn(&mut self, world: &mut World, update: Result<Update, watcher::Error>) {
+        self.taken += 1;
+        match update {
+            Err(e) => {
+                self.metrics.error(ErrorCategory::Watch);
+                warn!(error = %e, "watch failed; retrying with backoff");
+            }
+            Ok(Update::Tick) => self.tick = true,
+            Ok(update) => self.dirty |= self.watches.learn(world, update),
+        }
+    }
+}
+
+impl Inbox {
+    fn new(
+        received: tokio::sync::mpsc::Receiver<Result<Update, watcher::Error>>,
+        metrics: std::sync::Arc<Metrics>,
+    ) -> Self {
+        Inbox {
+            received,
+            learned: Lessons {
+                watches: ControllerWatches::default(),
+                metrics,
+                dirty: false,
+                tick: false,
+                taken: 0,
+            },
+        }
+    }
+
+    /// Something learned waits for a decision, and the watches have listed.
+    fn pending(&self) -> bool {
+        self.learned.watches.listed() && (self.learned.dirty || self.learned.tick)
+    }
+
+    /// Waits for the next event and learns it with everything queued behind it;
+    /// false when the watches ended.
+    async fn wait(&mut self, world: &mut World) -> bool {
+        let Some(first) = self.received.recv().await else {
+            return false;
+        };
+        self.learned.metrics.queued(self.received.len());
+        crate::queue::take_queued(first, &mut self.received, |u| self.learned.learn(world, u));
+        true
+    }
+
+    /// Learns everything queued now, and nothing that comes later.
+    fn take_queued(&mut self, world: &mut World) {
+        self.learned.metrics.queued(self.received.len());
+        if let Ok(first) = self.received.try_recv() {
+            crate::queue::take_queued(first, &mut self.received, |u| self.learned.learn(world, u));
+        }
+    }
+
+    /// Awaits `answer`; while more than [`LEARN_DURING_WRITES_ABOVE`] events are
+    /// queued, learns them meanwhile.
+    async fn beside<T>(
+        &mut self,
+        world: &mut World,
+        answer: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(answer);
+        loop {
+            let crowded = self.received.len() > LEARN_DURING_WRITES_ABOVE;
+            tokio::select! {
+                biased;
+                out = &mut answer => return out,
+                Some(update) = self.received.recv(), if crowded => {
+                    self.learned.learn(world, update)
+                }
+            }
+        }
+    }
+}
+
 pub struct Controller {
     pub metrics: std::sync::Arc<Metrics>,
     /// Drains running in the background (node, revision).
@@ -138,7 +241,7 @@ impl Controller {
         ]);
         // Read all the time, also while a decision's writes are in flight, into a
         // queue with a cap (`crate::queue`).
-        let (mut received, reader) = crate::queue::start(updates, self.event_queue);
+        let (received, reader) = crate::queue::start(updates, self.event_queue);
         let _reader = AbortOnDrop(reader);
         let daemonsets: Option<Api<k8s_openapi::api::apps::v1::DaemonSet>> = self
             .agents
@@ -149,32 +252,34 @@ impl Controller {
         let mut placed = None;
         let mut world = World::default();
         let mut decider = Decider::default();
-        let mut watches = ControllerWatches::default();
-        let mut dirty = false;
+        let mut inbox = Inbox::new(received, self.metrics.clone());
         info!("watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs");
-        while let Some(first) = received.recv().await {
-            self.metrics.queued(received.len());
+        loop {
             // Everything queued makes one decision: events and ticks that arrived
-            // during the last decision's writes do not each decide again.
-            let mut tick = false;
-            let taken = crate::queue::take_queued(first, &mut received, |update| match update {
-                Err(e) => {
-                    self.metrics.error(ErrorCategory::Watch);
-                    warn!(error = %e, "watch failed; retrying with backoff");
-                }
-                Ok(Update::Tick) => tick = true,
-                Ok(update) => dirty |= watches.learn(&mut world, update),
-            });
-            self.metrics.taken(taken);
-            // Decide on whole lists only, and only after a change or a tick.
-            if !watches.listed() || !(dirty || tick) {
+            // during the last decision's writes do not each decide again. Waits only
+            // when nothing learned is pending (events learned during the writes are).
+            if inbox.pending() {
+                inbox.take_queued(&mut world);
+            } else if !inbox.wait(&mut world).await {
+                break;
+            }
+            let learned = &mut inbox.learned;
+            self.metrics.taken(std::mem::take(&mut learned.taken));
+            // Decide on whole lists only, and only after a change or a tick (a change
+            // learned before the lists are whole waits for them; a tick does not).
+            if !inbox.pending() {
+                inbox.learned.tick = false;
                 continue;
             }
+            inbox.learned.dirty = false;
+            inbox.learned.tick = false;
             let started = std::time::Instant::now();
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
             let decision = decider.decide(&mut world, now);
-            self.carry_out(&decision, &mut world, &policies, &configs, &recorder, now)
-                .await;
+            self.carry_out(
+                &decision, &mut world, &mut inbox, &policies, &configs, &recorder, now,
+            )
+            .await;
             self.drain_and_uncordon(&client, &decision, &mut world, now)
                 .await;
             // Built again only when what it reads changed: it reads every config.
@@ -210,7 +315,6 @@ impl Controller {
                     .map(|(name, p)| (name.as_str(), &p.status)),
             );
             self.metrics.reconciled(started.elapsed().as_secs_f64());
-            dirty = false;
         }
         Err(RunError::WatchesEnded)
     }
@@ -286,17 +390,20 @@ impl Controller {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn carry_out(
         &self,
         d: &Decision,
         world: &mut World,
+        inbox: &mut Inbox,
         policies: &Api<NodeMemoryPolicy>,
         configs: &Api<NodeMemoryConfig>,
         recorder: &Recorder,
         now: i64,
     ) {
-        self.write_configs(&d.writes, world, configs, now).await;
-        self.delete_configs(&d.deletes, world, configs).await;
+        self.write_configs(&d.writes, world, inbox, configs, now)
+            .await;
+        self.delete_configs(&d.deletes, world, inbox, configs).await;
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         for (name, status) in &d.statuses {
             let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
@@ -529,6 +636,7 @@ impl Controller {
         &self,
         writes: &[ConfigWrite],
         world: &mut World,
+        inbox: &mut Inbox,
         configs: &Api<NodeMemoryConfig>,
         now: i64,
     ) {
@@ -553,7 +661,9 @@ impl Controller {
                 }
             })
             .buffer_unordered(self.write_concurrency.max(1));
-        while let Some((w, answer)) = answers.next().await {
+        // A fan-out's own events are learned while its writes run once many are
+        // queued (20,000 of them at 20,000 nodes).
+        while let Some((w, answer)) = inbox.beside(world, answers.next()).await {
             match answer {
                 Ok(c) => {
                     self.metrics.write("config", true);
@@ -572,12 +682,13 @@ impl Controller {
         &self,
         nodes: &[String],
         world: &mut World,
+        inbox: &mut Inbox,
         configs: &Api<NodeMemoryConfig>,
     ) {
         let mut answers = futures::stream::iter(nodes)
             .map(|node| async move { (node, configs.delete(node, &DeleteParams::default()).await) })
             .buffer_unordered(self.write_concurrency.max(1));
-        while let Some((node, answer)) = answers.next().await {
+        while let Some((node, answer)) = inbox.beside(world, answers.next()).await {
             match answer {
                 Ok(_) => {
                     self.metrics.write("config_delete", true);
