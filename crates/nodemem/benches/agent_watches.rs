@@ -154,12 +154,7 @@ fn main() {
             cluster.client.clone(),
             &ApiResource::erase::<NodeMemoryConfig>(&()),
         );
-        let mut all = Box::pin(watcher::watcher(configs, watcher::Config::default()));
-        while let Some(e) = all.next().await {
-            if matches!(e, Ok(watcher::Event::InitDone)) {
-                break;
-            }
-        }
+        let mut all = common::listed_config_watch(&configs).await;
         let policies: Api<DynamicObject> = Api::all_with(
             cluster.client.clone(),
             &ApiResource::erase::<NodeMemoryPolicy>(&()),

@@ -164,16 +164,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
     let peak = PeakRss::sample(controller.id());
     let (fanout, first_seen, revision, before, terminated) = runtime.block_on(async {
-        let mut events = Box::pin(watcher::watcher(
-            configs.clone(),
-            watcher::Config::default(),
-        ));
-        // The initial (empty) list first, so no write is missed.
-        while let Some(e) = events.next().await {
-            if matches!(e, Ok(watcher::Event::InitDone)) {
-                break;
-            }
-        }
+        let mut events = common::listed_config_watch(&configs).await;
         let metrics = apiserver_metrics(&client).await;
         let (before, terminated_before) =
             (writes_in(&metrics), terminated_config_watchers(&metrics));
@@ -354,15 +345,7 @@ async fn create_policy(client: &Client, name: &str, pool: &str) -> String {
 /// Edits the fan-out's policy (a new revision) and waits until every config carries
 /// it: the time it took.
 async fn second_fanout(client: &Client, configs: &Api<DynamicObject>, nodes: usize) -> Duration {
-    let mut events = Box::pin(watcher::watcher(
-        configs.clone(),
-        watcher::Config::default(),
-    ));
-    while let Some(e) = events.next().await {
-        if matches!(e, Ok(watcher::Event::InitDone)) {
-            break;
-        }
-    }
+    let mut events = common::listed_config_watch(configs).await;
     let policies: Api<DynamicObject> =
         Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
     let started = Instant::now();

@@ -54,15 +54,7 @@ fn main() {
 
     let timeline = Arc::new(Mutex::new(Timeline::default()));
     let (started, finished, config_writes) = cluster.runtime.block_on(async {
-        let mut events = Box::pin(watcher::watcher(
-            configs.clone(),
-            watcher::Config::default(),
-        ));
-        while let Some(e) = events.next().await {
-            if matches!(e, Ok(watcher::Event::InitDone)) {
-                break;
-            }
-        }
+        let mut events = common::listed_config_watch(&configs).await;
         let writes_before = config_spec_writes(&client).await;
         let policies: Api<DynamicObject> =
             Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));

@@ -99,6 +99,14 @@ impl Seen {
     }
 }
 
+/// SIGKILL, as a node's failure or the OOM killer stops it; what it had in flight lands
+/// (or not) before anything is counted.
+async fn kill(mut controller: ControllerProcess, seen: &mut Seen, watch: &mut ConfigWatch) {
+    controller.child.kill().unwrap();
+    controller.child.wait().unwrap();
+    seen.until(watch, Duration::from_secs(2), |_| false).await;
+}
+
 #[tokio::test]
 async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_nothing_older() {
     let cp = own_control_plane().await;
@@ -142,13 +150,9 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         )
         .await
         .unwrap();
-    let mut controller = spawn(&["--write-concurrency", "1"]);
+    let controller = spawn(&["--write-concurrency", "1"]);
     assert!(seen.until(&mut watch, wait, |s| s.on(&r1) >= KILL_AT).await);
-    controller.child.kill().unwrap();
-    controller.child.wait().unwrap();
-    // What was in flight lands (or not) before the count.
-    seen.until(&mut watch, Duration::from_secs(2), |_| false)
-        .await;
+    kill(controller, &mut seen, &mut watch).await;
     let at_kill = seen.on(&r1);
     assert!(
         at_kill < NODES,
@@ -189,12 +193,9 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
     };
     let before = config_applies(&client).await;
     set_factor(0.8).await;
-    let mut controller = spawn(&["--write-concurrency", "1"]);
+    let controller = spawn(&["--write-concurrency", "1"]);
     assert!(seen.until(&mut watch, wait, |s| s.on(&r2) >= KILL_AT).await);
-    controller.child.kill().unwrap();
-    controller.child.wait().unwrap();
-    seen.until(&mut watch, Duration::from_secs(2), |_| false)
-        .await;
+    kill(controller, &mut seen, &mut watch).await;
     let at_kill = seen.on(&r2);
     assert!(
         at_kill < NODES,

@@ -163,3 +163,27 @@ pub async fn remove_plain(configs: &Api<DynamicObject>, nodes: usize, prefix: &s
         .await
         .unwrap_or_else(|e| panic!("removing the {prefix} configs: {e}"));
 }
+
+/// A watch of every config, returned once its initial list is done (so that no write
+/// after this is missed).
+pub async fn listed_config_watch(
+    configs: &Api<DynamicObject>,
+) -> std::pin::Pin<
+    Box<
+        dyn futures::Stream<
+                Item = kube::runtime::watcher::Result<kube::runtime::watcher::Event<DynamicObject>>,
+            > + Send,
+    >,
+> {
+    use kube::runtime::watcher;
+    let mut events = Box::pin(watcher::watcher(
+        configs.clone(),
+        watcher::Config::default(),
+    ));
+    while let Some(e) = events.next().await {
+        if matches!(e, Ok(watcher::Event::InitDone)) {
+            break;
+        }
+    }
+    events
+}
