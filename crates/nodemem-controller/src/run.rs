@@ -175,6 +175,14 @@ impl Inbox {
     }
 }
 
+/// What a decision is carried out through: the policies, the configs, the Events.
+#[derive(Clone, Copy)]
+struct Apis<'a> {
+    policies: &'a Api<NodeMemoryPolicy>,
+    configs: &'a Api<NodeMemoryConfig>,
+    recorder: &'a Recorder,
+}
+
 pub struct Controller {
     pub metrics: std::sync::Arc<Metrics>,
     /// Drains running in the background (node, revision).
@@ -276,10 +284,13 @@ impl Controller {
             let started = std::time::Instant::now();
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
             let decision = decider.decide(&mut world, now);
-            self.carry_out(
-                &decision, &mut world, &mut inbox, &policies, &configs, &recorder, now,
-            )
-            .await;
+            let apis = Apis {
+                policies: &policies,
+                configs: &configs,
+                recorder: &recorder,
+            };
+            self.carry_out(&decision, &mut world, &mut inbox, &apis, now)
+                .await;
             self.drain_and_uncordon(&client, &decision, &mut world, now)
                 .await;
             // Built again only when what it reads changed: it reads every config.
@@ -390,17 +401,20 @@ impl Controller {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn carry_out(
         &self,
         d: &Decision,
         world: &mut World,
         inbox: &mut Inbox,
-        policies: &Api<NodeMemoryPolicy>,
-        configs: &Api<NodeMemoryConfig>,
-        recorder: &Recorder,
+        apis: &Apis<'_>,
         now: i64,
     ) {
+        let Apis {
+            policies,
+            configs,
+            recorder,
+        } = *apis;
+
         self.write_configs(&d.writes, world, inbox, configs, now)
             .await;
         self.delete_configs(&d.deletes, world, inbox, configs).await;
