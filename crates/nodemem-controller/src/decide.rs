@@ -40,7 +40,8 @@ use writes::{write_health_settings, write_rollback, write_target};
 /// Everything the controller should do now, from the whole world (the model the
 /// [`Decider`] keeps to).
 pub fn decide(world: &World, now: i64) -> Decision {
-    decide_with(world, &Index::build(world, now), now)
+    let views = policy_views(world);
+    decide_with(world, &views, &Index::build_with(world, &views, now), now)
 }
 
 /// The controller's decisions one after another: what the decisions read of the nodes
@@ -55,27 +56,28 @@ pub struct Decider {
 impl Decider {
     pub fn decide(&mut self, world: &mut World, now: i64) -> Decision {
         let changes = world.take_changes();
+        let world = &*world;
+        let views = policy_views(world);
         let index = match self.index.take() {
             Some(mut index) => {
-                index.refresh(world, &changes, now);
+                index.refresh(world, &views, &changes, now);
                 index
             }
-            None => Index::build(world, now),
+            None => Index::build_with(world, &views, now),
         };
-        let decision = decide_with(world, &index, now);
+        let decision = decide_with(world, &views, &index, now);
         self.index = Some(index);
         decision
     }
 }
 
-fn decide_with(world: &World, index: &Index, now: i64) -> Decision {
+fn decide_with(world: &World, views: &[PolicyView<'_>], index: &Index, now: i64) -> Decision {
     let now_time = Time(k8s_openapi::jiff::Timestamp::from_second(now).unwrap_or_default());
-    let views = policy_views(world);
     let mut out = Decision::default();
     // Nodes no policy governs leave the policy they run through its rollout settings.
     let releases = release_unselected(world, index.unselected(), index.releases(), &mut out);
     let no_nodes = BTreeSet::new();
-    for v in &views {
+    for v in views {
         let leaving = Leaving::of(v.name, index.moving_from(v.name), &releases);
         if v.entry.deleting {
             decide_deleted_policy(v.name, v.entry, &leaving, &now_time, &mut out);

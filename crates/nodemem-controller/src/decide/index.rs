@@ -5,7 +5,7 @@
 //! policy governs, the nodes leaving a policy, configs whose node is gone, and each
 //! rollout's nodes by phase ([`RolloutIndex`]).
 //!
-//! [`Index::build`] reads the whole world and is the model; [`Index::refresh`] reads
+//! [`Index::build_with`] reads the whole world and is the model; [`Index::refresh`] reads
 //! again only the nodes the world says changed (and everything, when the policies'
 //! selectors, priorities or validity change), and the tests hold it to the model.
 
@@ -16,7 +16,7 @@ use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
 
 use super::rollout_index::{RolloutIndex, RolloutKey};
 use super::target::choose_target;
-use super::view::{policy_views, PolicyView};
+use super::view::PolicyView;
 use crate::decision::Decision;
 use crate::settings::{released_settings, rollout_params};
 use crate::world::{Changes, World};
@@ -206,14 +206,20 @@ fn release_key(world: &World, policy: &str) -> RolloutKey {
 }
 
 impl Index {
-    /// The index of the whole world at `now`.
+    /// The index of the whole world at `now`, reading the policies itself (the tests'
+    /// model; the decisions read the policies once and use [`Index::build_with`]).
+    #[cfg(test)]
     pub(crate) fn build(world: &World, now: i64) -> Index {
-        let views = policy_views(world);
-        let resolver = Resolver::new(&views);
+        Index::build_with(world, &super::view::policy_views(world), now)
+    }
+
+    /// [`Index::build`] with the policies already read.
+    pub(super) fn build_with(world: &World, views: &[PolicyView<'_>], now: i64) -> Index {
+        let resolver = Resolver::new(views);
         let mut index = Index {
             at: now,
             resolution: resolver.key(),
-            rollouts: rollout_keys(&views)
+            rollouts: rollout_keys(views)
                 .into_iter()
                 .map(|(p, key)| (p, RolloutIndex::empty(key)))
                 .collect(),
@@ -232,21 +238,27 @@ impl Index {
     }
 
     /// Brings the index to the world at `now`, reading again what `changes` names.
-    pub(crate) fn refresh(&mut self, world: &World, changes: &Changes, now: i64) {
-        let views = policy_views(world);
-        let resolver = Resolver::new(&views);
+    /// `views` are the world's policies (read once per decision).
+    pub(super) fn refresh(
+        &mut self,
+        world: &World,
+        views: &[PolicyView<'_>],
+        changes: &Changes,
+        now: i64,
+    ) {
+        let resolver = Resolver::new(views);
         // A clock that went back: phases reckoned later may not hold earlier.
         if now < self.at {
-            *self = Index::build(world, now);
+            *self = Index::build_with(world, views, now);
             return;
         }
         self.at = now;
         if changes.policies {
             if resolver.key() != self.resolution {
-                *self = Index::build(world, now);
+                *self = Index::build_with(world, views, now);
                 return;
             }
-            self.rekey_rollouts(world, &views, now);
+            self.rekey_rollouts(world, views, now);
         }
         for node in &changes.nodes {
             self.read_node(world, &resolver, node, now);
