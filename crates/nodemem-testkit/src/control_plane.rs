@@ -207,7 +207,9 @@ impl ControlPlane {
                 // ValidatingAdmissionPolicy is on by default since v1.30; named here so
                 // a change of defaults cannot turn it off unnoticed.
                 "--enable-admission-plugins=NodeRestriction,ValidatingAdmissionPolicy".into(),
-                "--profiling=false".into(),
+                // The profiling endpoints (/debug/pprof) only when a benchmark asks
+                // for the apiserver's profile (NODEMEM_APISERVER_PROFILING=1).
+                format!("--profiling={}", apiserver_profiling()),
                 "--v=1".into(),
             ],
             &dir.join("kube-apiserver.log"),
@@ -693,4 +695,9 @@ fn wait_port(process: &mut Process, port: u16) -> Result<(), Error> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// NODEMEM_APISERVER_PROFILING=1: the apiserver serves /debug/pprof (to its admin).
+fn apiserver_profiling() -> bool {
+    std::env::var("NODEMEM_APISERVER_PROFILING").is_ok_and(|v| v == "1")
 }

@@ -1,29 +1,36 @@
 //! `cargo bench -p nodemem --bench controller_fanout`: the controller's fan-out on the
 //! real control plane.
 //!
-//! 2,000 Node objects (no kubelets: Node objects only). First the ceiling: a plain
-//! client writes 2,000 NodeMemoryConfigs with the same spec by server-side apply, with
-//! 1, 4, 16 and 64 writers at once (the apiserver serves many writes at a time); the
-//! fastest is the ceiling. Its configs are the objects the controller writes (an
-//! ownerReference to a policy too), and a watch of every config reads them as the
-//! fan-out's measuring watch does. Then the release `nodemem controller` with its own identity
-//! and its default `--write-concurrency` (NODEMEM_FANOUT_CONCURRENCY sets another):
-//! from the policy's creation until every node's config carries the policy's revision
-//! (seen through a watch). API writes are counted from the apiserver's own
+//! 2,000 Node objects (no kubelets: Node objects only). First the sweep: a plain client
+//! writes 2,000 NodeMemoryConfigs by server-side apply with 1, 4, 16 and 64 writers at
+//! once (the apiserver serves many writes at a time); the fastest writer count is the
+//! ceiling's. Its configs are the objects the controller writes (every spec field, the
+//! annotation, an ownerReference to a policy), and a watch of every config reads them as
+//! the fan-out's measuring watch does. Then rounds (NODEMEM_FANOUT_ROUNDS, 3): the
+//! ceiling, then the release `nodemem controller` with its own identity and its default
+//! `--write-concurrency` (NODEMEM_FANOUT_CONCURRENCY sets another), from a new policy's
+//! creation until every node's config carries the policy's revision (seen through a
+//! watch); a last ceiling closes them. Each fan-out is given against the mean of the two
+//! ceilings beside it: this machine's speed drifts by a quarter within one run, so a
+//! ceiling measured minutes away says little.
+//!
+//! In the first round, API writes are counted from the apiserver's own
 //! `apiserver_request_total`: during the fan-out, and during a quiet period in which the
-//! controller keeps reconciling (every second) with nothing to change. Then the
+//! controller keeps reconciling (every second) with nothing to change; and the
 //! controller's resident memory (its peak too: the fan-out's events queue while its
-//! writes run), and the best plain client once more (a run's first bulk write is the
-//! slower one; the ratio is given against both).
-//! NODEMEM_FANOUT_NODES changes the node count; NODEMEM_FANOUT_DIAG=1 adds the best
-//! plain client with the controller's identity (RBAC, the admission policy's match).
+//! writes run).
+//! NODEMEM_FANOUT_NODES changes the node count; NODEMEM_FANOUT_DIAG=1 adds a second
+//! fan-out by a warm controller and the best plain client with the controller's identity
+//! and with a second watch; NODEMEM_FANOUT_PROFILE=dir with NODEMEM_APISERVER_PROFILING=1
+//! saves the apiserver's CPU profile during the first round's ceiling and fan-out.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::watcher;
@@ -103,221 +110,482 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
+    let rounds: usize = std::env::var("NODEMEM_FANOUT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    let profiles = Profiles::from_env();
     let cluster = common::Cluster::start();
-    let (cp, runtime, client) = (&cluster.cp, &cluster.runtime, cluster.client.clone());
-    let configs: Api<DynamicObject> =
-        Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryConfig>(&()));
-
+    let configs: Api<DynamicObject> = Api::all_with(
+        cluster.client.clone(),
+        &ApiResource::erase::<NodeMemoryConfig>(&()),
+    );
     cluster.create_nodes(nodes, "fan", "fan");
+    let bench = Bench {
+        cluster: &cluster,
+        configs,
+        // What the controller writes for the fan-out's policy: every field of it.
+        spec: common::config_spec("fan", &policy_spec("fan")),
+        nodes,
+    };
 
-    // What the controller writes for the fan-out's policy: every field of it.
-    let spec = common::config_spec("fan", &policy_spec("fan"));
-    // The ceiling: a plain client writing the same objects the controller writes (the
-    // spec, the annotation, an ownerReference to a policy) while a watch of every config
-    // reads them, as the fan-out's measuring watch does; 1 to 64 writers at once. The
-    // owner is a policy that selects no node (the controller is not running yet). Each
-    // run's configs belong to no node: removed before the next run and before the
-    // controller starts, so that each is measured alone.
-    let owner = runtime.block_on(create_policy(&client, "owner", "none"));
-    let mut ceilings = Vec::new();
-    for writers in WRITERS {
-        let prefix = format!("plain{writers}");
-        let watching = drain_config_watch(runtime, &configs);
-        let took = runtime.block_on(common::plain_writes(
-            &configs,
-            &spec,
-            nodes,
-            &prefix,
-            Some(("owner", &owner)),
-            writers,
-        ));
-        watching.abort();
+    // The sweep: 1 to 64 writers; the fastest writer count is the ceiling's.
+    let sweep: Vec<(usize, Duration)> = WRITERS
+        .into_iter()
+        .map(|writers| {
+            (
+                writers,
+                bench.plain(&format!("plain{writers}"), writers, None),
+            )
+        })
+        .collect();
+    for (writers, took) in &sweep {
         println!(
             "controller_fanout: a plain client with {writers} writer(s): {nodes} configs in {:.2} s",
             took.as_secs_f64()
         );
-        runtime.block_on(common::remove_plain(&configs, nodes, &prefix));
-        ceilings.push((writers, took));
     }
-    let (best_writers, plain) = ceilings
+    let (best_writers, _) = sweep
         .iter()
         .copied()
         .min_by_key(|(_, took)| *took)
         .expect("at least one run");
-    runtime.block_on(async {
-        let policies: Api<DynamicObject> =
-            Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
-        policies.delete("owner", &Default::default()).await.unwrap();
-    });
 
-    // The controller.
-    let log = tempfile::NamedTempFile::new().unwrap();
+    // The rounds: the ceiling (the best writer count) and the controller take turns,
+    // and a last ceiling closes them, so that each fan-out stands between two ceilings
+    // measured just before and just after it on the same apiserver.
     let chosen = std::env::var("NODEMEM_FANOUT_CONCURRENCY").ok();
     let concurrency = chosen
         .clone()
         .unwrap_or_else(|| nodemem_controller::DEFAULT_WRITE_CONCURRENCY.to_string());
-    let args: Vec<&str> = match &chosen {
-        Some(c) => vec!["--write-concurrency", c.as_str()],
-        None => Vec::new(),
-    };
-    let mut controller = cluster.spawn_controller(&args, log.as_file());
-    std::thread::sleep(Duration::from_secs(3));
-    let peak = PeakRss::sample(controller.id());
-    let (fanout, first_seen, revision, before, terminated) = runtime.block_on(async {
-        let mut events = common::listed_config_watch(&configs).await;
-        let metrics = apiserver_metrics(&client).await;
-        let (before, terminated_before) =
-            (writes_in(&metrics), terminated_config_watchers(&metrics));
-        let started = Instant::now();
-        create_policy(&client, "fan", "fan").await;
-        let mut written = std::collections::BTreeSet::new();
-        let mut revision = String::new();
-        let mut first_seen = None;
-        while written.len() < nodes {
-            let e = tokio::time::timeout(Duration::from_secs(120), events.next()).await;
-            let Ok(Some(Ok(watcher::Event::Apply(c)))) = e else {
-                assert!(
-                    started.elapsed() < Duration::from_secs(600),
-                    "fan-out did not finish"
-                );
-                continue;
-            };
-            revision = c.data["spec"]["revision"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            written.insert(c.metadata.name.clone().unwrap());
-            first_seen.get_or_insert_with(|| started.elapsed());
-        }
-        let terminated =
-            terminated_config_watchers(&apiserver_metrics(&client).await) - terminated_before;
-        let first_seen = first_seen.unwrap_or_default();
-        (started.elapsed(), first_seen, revision, before, terminated)
-    });
-    // The policy's status catches up (updated nodes): part of the fan-out's writes.
-    let fanout_writes = runtime.block_on(async {
-        let policies: Api<DynamicObject> =
-            Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let p = policies.get_status("fan").await.unwrap();
-            if p.data["status"]["updatedNodes"].as_u64() == Some(nodes as u64) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the policy status did not catch up"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        // A moment for a write in flight to be counted.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        writes(&client).await
-    });
-    let rss_after_fanout = nodemem_testkit::clients::cpu_ticks_and_rss_kib(controller.id())
-        .unwrap()
-        .1 as f64
-        / 1024.0;
-    let rss_peak = peak.stop();
-    std::thread::sleep(QUIET);
-    let quiet_writes = runtime.block_on(writes(&client));
-    let rss = nodemem_testkit::clients::cpu_ticks_and_rss_kib(controller.id())
-        .unwrap()
-        .1 as f64
-        / 1024.0;
-    // NODEMEM_FANOUT_DIAG: a second fan-out by the same controller (the policy edited),
-    // its connections and caches warm from the first.
-    if std::env::var("NODEMEM_FANOUT_DIAG").is_ok() {
-        let second = runtime.block_on(second_fanout(&client, &configs, nodes));
-        println!(
-            "controller_fanout diag: a second fan-out (the policy edited) by the same controller: {:.2} s",
-            second.as_secs_f64()
-        );
+    let mut args = vec!["--identity", "fanout-bench"];
+    if let Some(c) = &chosen {
+        args.extend(["--write-concurrency", c.as_str()]);
     }
-    let _ = controller.kill();
-    let _ = controller.wait();
-    // The ceiling again after the fan-out: one run's ceilings differ by up to a quarter
-    // on this machine (the first bulk write is the slower), so the ratio is given
-    // against both. Owned by the fan-out's policy, watched as before.
-    let fan_uid = runtime.block_on(async {
-        let policies: Api<DynamicObject> =
-            Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
-        policies.get("fan").await.unwrap().metadata.uid.unwrap()
-    });
-    let watching = drain_config_watch(runtime, &configs);
-    let plain_after = runtime.block_on(common::plain_writes(
-        &configs,
-        &spec,
-        nodes,
-        "after",
-        Some(("fan", &fan_uid)),
-        best_writers,
-    ));
-    // NODEMEM_FANOUT_DIAG: the same with the controller's identity (RBAC, the
-    // admission policy's match).
-    if std::env::var("NODEMEM_FANOUT_DIAG").is_ok() {
-        let as_controller = runtime.block_on(async {
-            let c = cp.client(&Identity::Controller).await.unwrap();
-            let api: Api<DynamicObject> =
-                Api::all_with(c, &ApiResource::erase::<NodeMemoryConfig>(&()));
-            common::plain_writes(
-                &api,
-                &spec,
-                nodes,
-                "ident",
-                Some(("fan", &fan_uid)),
-                best_writers,
-            )
-            .await
+    let mut ceilings = Vec::new();
+    let mut fanouts = Vec::new();
+    let mut first = None;
+    for round in 0..rounds {
+        let profile = profiles.as_ref().filter(|_| round == 0);
+        ceilings.push(bench.plain(
+            &format!("round{round}"),
+            best_writers,
+            profile.map(|p| p.at("plain")),
+        ));
+        let run = bench.controller(
+            &format!("fan{round}"),
+            &args,
+            round == 0,
+            profile.map(|p| p.at("controller")),
+        );
+        fanouts.push(run.took);
+        if round == 0 {
+            first = Some(run);
+        }
+        bench.remove_fanout(&format!("fan{round}"));
+    }
+    ceilings.push(bench.plain(&format!("round{rounds}"), best_writers, None));
+    if diag() {
+        bench.diagnose(best_writers);
+    }
+    report_rounds(nodes, best_writers, &concurrency, &ceilings, &fanouts);
+    first.expect("one round at least").report(nodes);
+    if let Some(p) = &profiles {
+        p.report();
+    }
+}
+
+/// The fan-out bench's cluster, the configs' API, the spec every config carries, and
+/// the node count.
+struct Bench<'a> {
+    cluster: &'a common::Cluster,
+    configs: Api<DynamicObject>,
+    spec: serde_json::Value,
+    nodes: usize,
+}
+
+impl Bench<'_> {
+    /// The ceiling: a plain client writing the objects the controller writes (the spec,
+    /// the annotation, an ownerReference to a policy) with `writers` applies at once,
+    /// while a watch of every config reads them as the fan-out's measuring watch does.
+    /// The owner is a policy of its own that selects no node, created for the run (the
+    /// controller is not running); the configs are removed after it, so that each run
+    /// is measured alone. The time the writes took.
+    fn plain(&self, prefix: &str, writers: usize, profile: Option<PathBuf>) -> Duration {
+        let runtime = &self.cluster.runtime;
+        let owner = format!("{prefix}-owner");
+        let uid = runtime.block_on(create_policy(&self.cluster.client, &owner, "none"));
+        let watching = drain_config_watch(runtime, &self.configs);
+        let profiling = profile.map(|to| self.profile_apiserver(to, self.profile_seconds()));
+        let took = runtime.block_on(common::plain_writes(
+            &self.configs,
+            &self.spec,
+            self.nodes,
+            prefix,
+            Some((&owner, &uid)),
+            writers,
+        ));
+        if let Some(p) = profiling {
+            runtime.block_on(p).unwrap();
+        }
+        watching.abort();
+        runtime.block_on(common::remove_plain(&self.configs, self.nodes, prefix));
+        runtime.block_on(delete_policy(&self.cluster.client, &owner));
+        took
+    }
+
+    /// The release controller's fan-out of a new policy `name` over every node: from the
+    /// policy's creation until every node's config carries its revision (seen through a
+    /// watch). With `measure`, also the API writes (the fan-out's and a quiet period's)
+    /// and the controller's memory. The controller is stopped after it.
+    fn controller(
+        &self,
+        name: &str,
+        args: &[&str],
+        measure: bool,
+        profile: Option<PathBuf>,
+    ) -> FanoutRun {
+        let (cluster, runtime, client) =
+            (self.cluster, &self.cluster.runtime, &self.cluster.client);
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut controller = cluster.spawn_controller(args, log.as_file());
+        std::thread::sleep(Duration::from_secs(3));
+        let peak = PeakRss::sample(controller.id());
+        let profiling = profile.map(|to| self.profile_apiserver(to, self.profile_seconds()));
+        let (took, first_seen, revision, before, terminated) = runtime.block_on(async {
+            let mut events = common::listed_config_watch(&self.configs).await;
+            let metrics = apiserver_metrics(client).await;
+            let (before, terminated_before) =
+                (writes_in(&metrics), terminated_config_watchers(&metrics));
+            let started = Instant::now();
+            create_policy(client, name, "fan").await;
+            let mut written = std::collections::BTreeSet::new();
+            let mut revision = String::new();
+            let mut first_seen = None;
+            while written.len() < self.nodes {
+                let e = tokio::time::timeout(Duration::from_secs(120), events.next()).await;
+                let Ok(Some(Ok(watcher::Event::Apply(c)))) = e else {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(600),
+                        "fan-out did not finish"
+                    );
+                    continue;
+                };
+                if c.data["spec"]["policy"].as_str() != Some(name) {
+                    continue;
+                }
+                revision = c.data["spec"]["revision"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                written.insert(c.metadata.name.clone().unwrap());
+                first_seen.get_or_insert_with(|| started.elapsed());
+            }
+            let terminated =
+                terminated_config_watchers(&apiserver_metrics(client).await) - terminated_before;
+            let first_seen = first_seen.unwrap_or_default();
+            (started.elapsed(), first_seen, revision, before, terminated)
         });
+        if let Some(p) = profiling {
+            runtime.block_on(p).unwrap();
+        }
+        let measured = measure.then(|| self.measure(&mut controller, name, before, peak));
+        // NODEMEM_FANOUT_DIAG: a second fan-out by the same controller (the policy
+        // edited), its connections and caches warm from the first.
+        if measure && diag() {
+            let second = runtime.block_on(second_fanout(client, &self.configs, name, self.nodes));
+            println!(
+                "controller_fanout diag: a second fan-out (the policy edited) by the same controller: {:.2} s",
+                second.as_secs_f64()
+            );
+        }
+        let _ = controller.kill();
+        let _ = controller.wait();
+        FanoutRun {
+            took,
+            first_seen,
+            revision,
+            terminated,
+            measured,
+        }
+    }
+
+    /// The API writes of the fan-out (until the policy's status counts every node) and
+    /// of a quiet period after it, and the controller's memory.
+    fn measure(
+        &self,
+        controller: &mut std::process::Child,
+        name: &str,
+        before: BTreeMap<String, f64>,
+        peak: PeakRss,
+    ) -> Measured {
+        let (runtime, client) = (&self.cluster.runtime, &self.cluster.client);
+        // The policy's status catches up (updated nodes): part of the fan-out's writes.
+        let fanout_writes = runtime.block_on(async {
+            let policies: Api<DynamicObject> =
+                Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let p = policies.get_status(name).await.unwrap();
+                if p.data["status"]["updatedNodes"].as_u64() == Some(self.nodes as u64) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the policy status did not catch up"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            // A moment for a write in flight to be counted.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            writes(client).await
+        });
+        let rss_after_fanout = rss_mib(controller.id());
+        let rss_peak = peak.stop();
+        std::thread::sleep(QUIET);
+        let quiet_writes = runtime.block_on(writes(client));
+        let rss_quiet = rss_mib(controller.id());
+        Measured {
+            fanout_writes: delta(&fanout_writes, &before),
+            quiet_writes: delta(&quiet_writes, &fanout_writes),
+            rss_peak,
+            rss_after_fanout,
+            rss_quiet,
+        }
+    }
+
+    /// Removes a round's policy and its configs with the controller stopped: the
+    /// policy's finalizer is taken off by hand, the configs deleted (those the garbage
+    /// collector deletes first are skipped), until none is left.
+    fn remove_fanout(&self, name: &str) {
+        let (runtime, client) = (&self.cluster.runtime, &self.cluster.client);
+        runtime.block_on(async {
+            delete_policy(client, name).await;
+            let names: Vec<String> = self
+                .configs
+                .list_metadata(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|c| c.metadata.name)
+                .collect();
+            futures::stream::iter(names)
+                .map(|n| async move {
+                    match self.configs.delete(&n, &Default::default()).await {
+                        Ok(_) => Ok(()),
+                        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                })
+                .buffer_unordered(16)
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !self
+                .configs
+                .list_metadata(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "the {name} configs were not removed"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
+
+    /// NODEMEM_FANOUT_DIAG: the best plain client with the controller's identity (RBAC,
+    /// the admission policy's match), and with a second watch of every config (as the
+    /// controller's own).
+    fn diagnose(&self, writers: usize) {
+        let runtime = &self.cluster.runtime;
+        let as_controller = runtime
+            .block_on(self.cluster.cp.client(&Identity::Controller))
+            .unwrap();
+        let plain = Bench {
+            cluster: self.cluster,
+            configs: Api::all_with(as_controller, &ApiResource::erase::<NodeMemoryConfig>(&())),
+            spec: self.spec.clone(),
+            nodes: self.nodes,
+        };
+        let took = plain.plain("ident", writers, None);
         println!(
             "controller_fanout diag: the best plain client with the controller's identity: {:.2} s",
-            as_controller.as_secs_f64()
+            took.as_secs_f64()
         );
-        // And with a second watch of every config, as the controller's own.
-        let second_watch = drain_config_watch(runtime, &configs);
-        let two_watches = runtime.block_on(common::plain_writes(
-            &configs,
-            &spec,
-            nodes,
-            "twowatch",
-            Some(("fan", &fan_uid)),
-            best_writers,
-        ));
+        let second_watch = drain_config_watch(runtime, &self.configs);
+        let took = self.plain("twowatch", writers, None);
         second_watch.abort();
         println!(
             "controller_fanout diag: the best plain client with a second watch of every config: {:.2} s",
-            two_watches.as_secs_f64()
+            took.as_secs_f64()
         );
     }
-    watching.abort();
-    let (total, detail) = delta(&fanout_writes, &before);
-    let (quiet, quiet_detail) = delta(&quiet_writes, &fanout_writes);
+
+    /// A profile's length: the sweep's runs are at least this long (1 s per 1,000
+    /// nodes, at least 1 s).
+    fn profile_seconds(&self) -> u64 {
+        (self.nodes as u64 / 1000).max(1)
+    }
+
+    /// The apiserver's CPU profile for `seconds` from now, saved to `to`.
+    fn profile_apiserver(&self, to: PathBuf, seconds: u64) -> tokio::task::JoinHandle<()> {
+        let client = self.cluster.client.clone();
+        self.cluster.runtime.spawn(async move {
+            let req = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let res = client.send(req).await.expect("the apiserver's profile");
+            assert!(
+                res.status().is_success(),
+                "the apiserver's profile: {} (NODEMEM_APISERVER_PROFILING=1 turns it on)",
+                res.status()
+            );
+            let bytes = res.into_body().collect_bytes().await.unwrap();
+            std::fs::write(&to, &bytes).unwrap();
+        })
+    }
+}
+
+/// Where the apiserver's profiles go (NODEMEM_FANOUT_PROFILE=dir): one during the first
+/// round's ceiling, one during its fan-out.
+struct Profiles(PathBuf);
+
+impl Profiles {
+    fn from_env() -> Option<Self> {
+        let dir = PathBuf::from(std::env::var("NODEMEM_FANOUT_PROFILE").ok()?);
+        assert!(
+            std::env::var("NODEMEM_APISERVER_PROFILING").is_ok_and(|v| v == "1"),
+            "NODEMEM_FANOUT_PROFILE needs NODEMEM_APISERVER_PROFILING=1 (the apiserver's /debug/pprof)"
+        );
+        std::fs::create_dir_all(&dir).unwrap();
+        Some(Profiles(dir))
+    }
+
+    fn at(&self, run: &str) -> PathBuf {
+        self.0.join(format!("apiserver-{run}.pprof"))
+    }
+
+    fn report(&self) {
+        println!(
+            "controller_fanout: the apiserver's CPU profiles: {} and {} (go tool pprof -top)",
+            self.at("plain").display(),
+            self.at("controller").display()
+        );
+    }
+}
+
+/// One fan-out by the controller.
+struct FanoutRun {
+    took: Duration,
+    first_seen: Duration,
+    revision: String,
+    terminated: f64,
+    measured: Option<Measured>,
+}
+
+/// The first round's writes and memory.
+struct Measured {
+    fanout_writes: (f64, String),
+    quiet_writes: (f64, String),
+    rss_peak: f64,
+    rss_after_fanout: f64,
+    rss_quiet: f64,
+}
+
+impl FanoutRun {
+    fn report(&self, nodes: usize) {
+        println!(
+            "controller_fanout: the first round (revision {}): the first config seen {:.0} ms after the policy's creation (the policy's way to the controller and its first decision), the rest in {:.2} s",
+            self.revision,
+            self.first_seen.as_secs_f64() * 1000.0,
+            (self.took - self.first_seen).as_secs_f64()
+        );
+        println!(
+            "controller_fanout: config watches the apiserver closed during the fan-out for falling behind: {} (goal: 0)",
+            self.terminated
+        );
+        let Some(m) = &self.measured else { return };
+        let (total, detail) = &m.fanout_writes;
+        let (quiet, quiet_detail) = &m.quiet_writes;
+        println!(
+            "controller_fanout: API writes during the fan-out: {total} = {:.2} per node ({detail}) (goal <= 2 per node per revision)",
+            total / nodes as f64
+        );
+        println!(
+            "controller_fanout: API writes in {} s of reconciling with nothing to change: {quiet} ({quiet_detail}) (goal: 0)",
+            QUIET.as_secs()
+        );
+        println!(
+            "controller_fanout: controller resident memory at {nodes} nodes: {:.1} MiB at its peak during the fan-out, {:.1} MiB after it, {:.1} MiB after the quiet period",
+            m.rss_peak, m.rss_after_fanout, m.rss_quiet
+        );
+    }
+}
+
+/// Each fan-out against the mean of the ceilings just before and after it, and the
+/// medians against each other.
+fn report_rounds(
+    nodes: usize,
+    writers: usize,
+    concurrency: &str,
+    ceilings: &[Duration],
+    fanouts: &[Duration],
+) {
+    let secs = |d: &Duration| d.as_secs_f64();
+    let ratios: Vec<f64> = fanouts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| secs(f) / ((secs(&ceilings[i]) + secs(&ceilings[i + 1])) / 2.0))
+        .collect();
+    let list = |v: &[f64], unit: &str| {
+        v.iter()
+            .map(|x| format!("{x:.2}{unit}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let ceilings: Vec<f64> = ceilings.iter().map(secs).collect();
+    let fanouts: Vec<f64> = fanouts.iter().map(secs).collect();
     println!(
-        "controller_fanout: {nodes} nodes, one policy (revision {revision}): every config written {:.2} s after the policy's creation (--write-concurrency {concurrency}); the best plain client ({best_writers} writers): {:.2} s before, {:.2} s after; ratio {:.2}x and {:.2}x (goal <= 1.2x)",
-        fanout.as_secs_f64(),
-        plain.as_secs_f64(),
-        plain_after.as_secs_f64(),
-        fanout.as_secs_f64() / plain.as_secs_f64(),
-        fanout.as_secs_f64() / plain_after.as_secs_f64()
+        "controller_fanout: {nodes} nodes, rounds in turn: the ceiling ({writers} writers) {}; the controller (--write-concurrency {concurrency}) {}",
+        list(&ceilings, " s"),
+        list(&fanouts, " s")
     );
     println!(
-        "controller_fanout: the first config seen {:.0} ms after the policy's creation (the policy's way to the controller and its first decision), the rest in {:.2} s",
-        first_seen.as_secs_f64() * 1000.0,
-        (fanout - first_seen).as_secs_f64()
+        "controller_fanout: each fan-out against the mean of the ceilings beside it: {}; median {:.2}x; the medians' ratio {:.2}x (goal <= 1.2x)",
+        list(&ratios, "x"),
+        median(&ratios),
+        median(&fanouts) / median(&ceilings)
     );
-    println!(
-        "controller_fanout: config watches the apiserver closed during the fan-out for falling behind: {terminated} (goal: 0)"
-    );
-    println!(
-        "controller_fanout: API writes during the fan-out: {total} = {:.2} per node ({detail}) (goal <= 2 per node per revision)",
-        total / nodes as f64
-    );
-    println!(
-        "controller_fanout: API writes in {} s of reconciling with nothing to change: {quiet} ({quiet_detail}) (goal: 0)",
-        QUIET.as_secs()
-    );
-    println!("controller_fanout: controller resident memory at {nodes} nodes: {rss_peak:.1} MiB at its peak during the fan-out, {rss_after_fanout:.1} MiB after it, {rss:.1} MiB after the quiet period");
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn diag() -> bool {
+    std::env::var("NODEMEM_FANOUT_DIAG").is_ok()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    nodemem_testkit::clients::cpu_ticks_and_rss_kib(pid)
+        .unwrap()
+        .1 as f64
+        / 1024.0
 }
 
 /// A policy `name` over the nodes of `pool` (every node at once); its uid.
@@ -342,16 +610,42 @@ async fn create_policy(client: &Client, name: &str, pool: &str) -> String {
     created.metadata.uid.unwrap()
 }
 
+/// Deletes policy `name`, its finalizer taken off first (no controller runs to take
+/// it off), and waits until it is gone.
+async fn delete_policy(client: &Client, name: &str) {
+    let policies: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
+    policies
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    policies.delete(name, &Default::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while policies.get_opt(name).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "policy {name} was not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Edits the fan-out's policy (a new revision) and waits until every config carries
 /// it: the time it took.
-async fn second_fanout(client: &Client, configs: &Api<DynamicObject>, nodes: usize) -> Duration {
+async fn second_fanout(
+    client: &Client,
+    configs: &Api<DynamicObject>,
+    name: &str,
+    nodes: usize,
+) -> Duration {
     let mut events = common::listed_config_watch(configs).await;
     let policies: Api<DynamicObject> =
         Api::all_with(client.clone(), &ApiResource::erase::<NodeMemoryPolicy>(&()));
     let started = Instant::now();
     policies
         .patch(
-            "fan",
+            name,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(json!({"spec": {"memoryQoS": {"throttlingFactor": 0.8}}})),
         )
