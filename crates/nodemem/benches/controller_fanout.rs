@@ -218,6 +218,7 @@ impl Bench<'_> {
         let uid = runtime.block_on(create_policy(&self.cluster.client, &owner, "none"));
         let watching = drain_config_watch(runtime, &self.configs);
         let profiling = profile.map(|to| self.profile_apiserver(to, self.profile_seconds()));
+        let cpu = CpuUse::start(self.cluster, None);
         let took = runtime.block_on(common::plain_writes(
             &self.configs,
             &self.spec,
@@ -226,10 +227,12 @@ impl Bench<'_> {
             Some((&owner, &uid)),
             writers,
         ));
+        let cpu = cpu.stop();
         if let Some(p) = profiling {
             runtime.block_on(p).unwrap();
         }
         watching.abort();
+        println!("controller_fanout: CPU during the ceiling {prefix}: {cpu}");
         runtime.block_on(common::remove_plain(&self.configs, self.nodes, prefix));
         runtime.block_on(delete_policy(&self.cluster.client, &owner));
         took
@@ -259,6 +262,7 @@ impl Bench<'_> {
             let (before, terminated_before) =
                 (writes_in(&metrics), terminated_config_watchers(&metrics));
             let started = Instant::now();
+            let cpu = CpuUse::start(cluster, Some(controller.id()));
             create_policy(client, name, "fan").await;
             let mut written = std::collections::BTreeSet::new();
             let mut revision = String::new();
@@ -284,8 +288,13 @@ impl Bench<'_> {
             }
             let terminated =
                 terminated_config_watchers(&apiserver_metrics(client).await) - terminated_before;
+            let took = started.elapsed();
+            println!(
+                "controller_fanout: CPU during the fan-out {name}: {}",
+                cpu.stop()
+            );
             let first_seen = first_seen.unwrap_or_default();
-            (started.elapsed(), first_seen, revision, before, terminated)
+            (took, first_seen, revision, before, terminated)
         });
         if let Some(p) = profiling {
             runtime.block_on(p).unwrap();
@@ -452,6 +461,80 @@ impl Bench<'_> {
             std::fs::write(&to, &bytes).unwrap();
         })
     }
+}
+
+/// The CPU the control plane's processes, the controller (if running) and the bench
+/// itself use during a run, and how busy the machine is: where a run's time goes.
+struct CpuUse {
+    started: Instant,
+    processes: Vec<(&'static str, u32, u64)>,
+    machine: (u64, u64),
+}
+
+impl CpuUse {
+    fn start(cluster: &common::Cluster, controller: Option<u32>) -> Self {
+        let pids = cluster.cp.pids();
+        let mut named = vec![
+            ("etcd", pids[0]),
+            ("apiserver", pids[1]),
+            ("controller-manager", pids[2]),
+            ("bench", std::process::id()),
+        ];
+        named.extend(controller.map(|pid| ("controller", pid)));
+        let processes = named
+            .into_iter()
+            .map(|(name, pid)| (name, pid, ticks(pid)))
+            .collect();
+        CpuUse {
+            started: Instant::now(),
+            processes,
+            machine: machine_ticks(),
+        }
+    }
+
+    /// CPU seconds per process, and the machine's busy share of all its cores.
+    fn stop(self) -> String {
+        let wall = self.started.elapsed().as_secs_f64();
+        let (busy, total) = machine_ticks();
+        let share = (busy - self.machine.0) as f64 / (total - self.machine.1).max(1) as f64;
+        let per_process: Vec<String> = self
+            .processes
+            .iter()
+            .map(|(name, pid, before)| {
+                let secs = (ticks(*pid) - before) as f64 / CLOCK_TICKS;
+                format!("{name} {secs:.2} s")
+            })
+            .collect();
+        format!(
+            "{} in {wall:.2} s; the machine {:.0} % busy",
+            per_process.join(", "),
+            share * 100.0
+        )
+    }
+}
+
+/// Linux's USER_HZ: /proc counts CPU time in hundredths of a second.
+const CLOCK_TICKS: f64 = 100.0;
+
+fn ticks(pid: u32) -> u64 {
+    nodemem_testkit::clients::cpu_ticks_and_rss_kib(pid).map_or(0, |(t, _)| t)
+}
+
+/// The machine's busy and total ticks over all cores (/proc/stat's `cpu` line; idle and
+/// iowait are not busy).
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields[3] + fields[4];
+    (total - idle, total)
 }
 
 /// Where the apiserver's profiles go (NODEMEM_FANOUT_PROFILE=dir): one during the first
