@@ -415,9 +415,10 @@ impl Controller {
             recorder,
         } = *apis;
 
-        self.write_configs(&d.writes, world, inbox, configs, now)
-            .await;
-        self.delete_configs(&d.deletes, world, inbox, configs).await;
+        // The policies' status first: it says what this decision starts (the nodes it
+        // updates now), which the views should show while a long fan-out's writes run
+        // (20 s and more at 20,000 nodes), not after them. Its counts are the world's
+        // before the writes either way; the next decision counts the writes.
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         for (name, status) in &d.statuses {
             let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
@@ -436,6 +437,9 @@ impl Controller {
                 }
             }
         }
+        self.write_configs(&d.writes, world, inbox, configs, now)
+            .await;
+        self.delete_configs(&d.deletes, world, inbox, configs).await;
         for order in &d.finalizers {
             self.set_finalizer(policies, order, world).await;
         }

@@ -6,10 +6,13 @@
 //! account's token bound to a pod on its node, as a DaemonSet pod's is (the apiserver
 //! adds the node's name to the user). Each agent watches what the real one watches by a
 //! selector: its NodeMemoryConfig by name, its Node by name, the pods bound to it
-//! (`spec.nodeName`). The real agent also watches namespaces (cluster-wide, no
-//! selector); a fourth connection per agent does not fit here: kube-rs speaks HTTP/1.1,
-//! one connection per watch, and this machine allows 20,000 open files per process, the
-//! apiserver's included (15,000 watches and their connections fit).
+//! (`spec.nodeName`). The real agent also watches the namespaces' metadata
+//! (cluster-wide, no selector); a fourth connection per agent does not fit beside the
+//! other three here: kube-rs speaks HTTP/1.1, one connection per watch, and this machine
+//! allows 20,000 open files per process (a hard limit root may not raise here: no
+//! CAP_SYS_RESOURCE), the apiserver's included (15,000 watches and their connections
+//! fit). NODEMEM_WATCH_OTHERS=namespaces measures that watch at 5,000 agents beside the
+//! config's instead (`node,pods` is the default; any of node, pods, namespaces).
 //!
 //! From the apiserver's own metrics, before and after the watches open and across the
 //! policy change: the watches it holds (`apiserver_longrunning_requests`), the lists
@@ -25,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::watcher;
@@ -42,6 +45,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5000);
+    let others = OtherWatch::from_env();
     let cluster = common::Cluster::start();
     let admin = cluster.cp.admin_kubeconfig().to_path_buf();
     let repo = nodemem_testkit::binaries::repo_root();
@@ -120,16 +124,9 @@ fn main() {
                 }
             }
         }));
-        let nodes: Api<Node> = Api::all(client.clone());
-        let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
-        tasks.push(
-            cluster
-                .runtime
-                .spawn(drain(watcher::watcher(nodes, by_name))),
-        );
-        let pods: Api<Pod> = Api::all(client);
-        let bound = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-        tasks.push(cluster.runtime.spawn(drain(watcher::watcher(pods, bound))));
+        for watch in &others {
+            tasks.push(cluster.runtime.spawn(watch.open(client.clone(), &node)));
+        }
     }
     while listed.load(std::sync::atomic::Ordering::Relaxed) < agents {
         assert!(
@@ -143,9 +140,14 @@ fn main() {
     let opened = cluster.runtime.block_on(metrics(&cluster.client));
     let memory_opened = control_plane_memory(&cluster.cp);
     println!(
-        "agent_watches: {} watches opened in {:.1} s",
-        agents * 3,
-        started.elapsed().as_secs_f64()
+        "agent_watches: {} watches opened in {:.1} s (each agent's config, {})",
+        agents * (1 + others.len()),
+        started.elapsed().as_secs_f64(),
+        others
+            .iter()
+            .map(|w| w.resource())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 
     // A policy over every node: the time until each agent's watch brings its config.
@@ -223,7 +225,10 @@ fn main() {
             .join(", ")
     );
     report("the policy change", &opened, &changed);
-    for resource in ["nodememoryconfigs", "nodes", "pods"] {
+    let resources = ["nodememoryconfigs"]
+        .into_iter()
+        .chain(others.iter().map(|w| w.resource()));
+    for resource in resources {
         println!(
             "agent_watches: open watches of {resource} now: {}",
             selected(
@@ -238,6 +243,67 @@ fn main() {
     }
     let _ = controller.kill();
     let _ = controller.wait();
+}
+
+/// The watches an agent opens besides its config's: its Node by name, the pods bound to
+/// it, and the namespaces' metadata (cluster-wide). NODEMEM_WATCH_OTHERS chooses them
+/// (default `node,pods`: with the config's, 15,000 watches at 5,000 agents; the real
+/// agent's fourth, `namespaces`, does not fit beside them, see the top of this file).
+#[derive(Clone, Copy)]
+enum OtherWatch {
+    Node,
+    Pods,
+    Namespaces,
+}
+
+impl OtherWatch {
+    fn from_env() -> Vec<Self> {
+        let chosen = std::env::var("NODEMEM_WATCH_OTHERS").unwrap_or_else(|_| "node,pods".into());
+        chosen
+            .split(',')
+            .filter(|w| !w.is_empty())
+            .map(|w| match w {
+                "node" => OtherWatch::Node,
+                "pods" => OtherWatch::Pods,
+                "namespaces" => OtherWatch::Namespaces,
+                other => {
+                    panic!("NODEMEM_WATCH_OTHERS: {other:?} is not one of node, pods, namespaces")
+                }
+            })
+            .collect()
+    }
+
+    /// The resource as the apiserver's metrics name it.
+    fn resource(&self) -> &'static str {
+        match self {
+            OtherWatch::Node => "nodes",
+            OtherWatch::Pods => "pods",
+            OtherWatch::Namespaces => "namespaces",
+        }
+    }
+
+    /// The watch as agent `node` opens it, its events read and dropped.
+    fn open(
+        self,
+        client: Client,
+        node: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        match self {
+            OtherWatch::Node => {
+                let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+                Box::pin(drain(watcher::watcher(Api::<Node>::all(client), by_name)))
+            }
+            OtherWatch::Pods => {
+                let bound = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+                Box::pin(drain(watcher::watcher(Api::<Pod>::all(client), bound)))
+            }
+            // Metadata only, as the agent reads them (their labels).
+            OtherWatch::Namespaces => Box::pin(drain(watcher::watcher(
+                Api::<kube::core::PartialObjectMeta<Namespace>>::all(client),
+                watcher::Config::default(),
+            ))),
+        }
+    }
 }
 
 /// The control plane's processes (name, resident MiB).

@@ -22,7 +22,9 @@
 //! NODEMEM_FANOUT_NODES changes the node count; NODEMEM_FANOUT_DIAG=1 adds a second
 //! fan-out by a warm controller and the best plain client with the controller's identity
 //! and with a second watch; NODEMEM_FANOUT_PROFILE=dir with NODEMEM_APISERVER_PROFILING=1
-//! saves the apiserver's CPU profile during the first round's ceiling and fan-out.
+//! saves the apiserver's CPU profile during the first round's ceiling and fan-out;
+//! NODEMEM_FANOUT_VIEWS=1 adds a fan-out with `kubectl nodemem status` and `explain`
+//! read in its middle and after it.
 
 mod common;
 
@@ -178,6 +180,7 @@ fn main() {
             &args,
             round == 0,
             profile.map(|p| p.at("controller")),
+            &|| {},
         );
         fanouts.push(run.took);
         if round == 0 {
@@ -188,6 +191,17 @@ fn main() {
     ceilings.push(bench.plain(&format!("round{rounds}"), best_writers, None));
     if diag() {
         bench.diagnose(best_writers);
+    }
+    if std::env::var("NODEMEM_FANOUT_VIEWS").is_ok() {
+        bench.views(
+            &args,
+            median(
+                &ceilings
+                    .iter()
+                    .map(Duration::as_secs_f64)
+                    .collect::<Vec<_>>(),
+            ),
+        );
     }
     report_rounds(nodes, best_writers, &concurrency, &ceilings, &fanouts);
     first.expect("one round at least").report(nodes);
@@ -248,6 +262,7 @@ impl Bench<'_> {
         args: &[&str],
         measure: bool,
         profile: Option<PathBuf>,
+        before_stop: &dyn Fn(),
     ) -> FanoutRun {
         let (cluster, runtime, client) =
             (self.cluster, &self.cluster.runtime, &self.cluster.client);
@@ -309,6 +324,7 @@ impl Bench<'_> {
                 second.as_secs_f64()
             );
         }
+        before_stop();
         let _ = controller.kill();
         let _ = controller.wait();
         FanoutRun {
@@ -436,6 +452,62 @@ impl Bench<'_> {
             "controller_fanout diag: the best plain client with a second watch of every config: {:.2} s",
             took.as_secs_f64()
         );
+    }
+
+    /// NODEMEM_FANOUT_VIEWS: what an on-call engineer sees with `kubectl nodemem status`
+    /// and `explain` in the middle of a fan-out at this size and after it, and how long
+    /// each takes (a fan-out of its own, after the rounds, so that the views' load falls
+    /// on no measured round). No agent runs: every config is written and none applied,
+    /// and the views must say so.
+    fn views(&self, args: &[&str], ceiling_secs: f64) {
+        let plugin_dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_nodemem"),
+            plugin_dir.path().join("kubectl-nodemem"),
+        )
+        .unwrap();
+        let admin = self.cluster.cp.admin_kubeconfig().to_path_buf();
+        let view = |what: &[&str]| {
+            let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+            let started = Instant::now();
+            let out = std::process::Command::new(&bin.kubectl)
+                .args(what)
+                .env("KUBECONFIG", &admin)
+                .env(
+                    "PATH",
+                    format!(
+                        "{}:{}",
+                        plugin_dir.path().display(),
+                        std::env::var("PATH").unwrap()
+                    ),
+                )
+                .output()
+                .unwrap();
+            println!(
+                "controller_fanout views: `kubectl {}` in {:.2} s, exit {}:\n{}{}",
+                what.join(" "),
+                started.elapsed().as_secs_f64(),
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let midway = Duration::from_secs_f64(ceiling_secs / 2.0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_secs(3) + midway);
+                view(&["nodemem", "status"]);
+                view(&["nodemem", "explain", "fan-00000"]);
+            });
+            // After the fan-out, the controller still running: the policy's status
+            // caught up first (as `measure` waits for it).
+            self.controller("views", args, true, None, &|| {
+                println!("controller_fanout views: after the fan-out:");
+                view(&["nodemem", "status"]);
+                view(&["nodemem", "explain", "fan-00000"]);
+                view(&["get", "nmp"]);
+            });
+        });
     }
 
     /// A profile's length: the sweep's runs are at least this long (1 s per 1,000

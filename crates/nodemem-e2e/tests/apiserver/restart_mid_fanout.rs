@@ -1,7 +1,9 @@
 //! The controller killed (SIGKILL) in the middle of a fan-out, on a control plane of its
 //! own with 1,000 nodes (issue 32): the controller started again finishes the fan-out
 //! without writing a config a second time, and when the policy changed while it was
-//! down, it moves every node to the newest revision and none back to an older one.
+//! down, it moves every node to the newest revision and none back to an older one;
+//! when the policy is edited back to the revision the nodes ran before, only the nodes
+//! the interrupted fan-out reached are written (back).
 //! Every config change is seen by a watch; the writes are the apiserver's own count.
 
 use std::collections::BTreeMap;
@@ -226,5 +228,48 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
     assert!(
         applies <= (at_kill + NODES + 1) as f64,
         "{applies} applies: more than the second fan-out's {at_kill} and one each to the newest"
+    );
+    drop(_controller);
+
+    // 3. Killed in a third fan-out, the policy edited back to the revision every node
+    // ran before it while the controller is down: the nodes the third fan-out reached
+    // go back to it, the others are not written at all.
+    let r4 = revision_of(0.6);
+    let seen_before: BTreeMap<String, usize> =
+        seen.0.iter().map(|(n, r)| (n.clone(), r.len())).collect();
+    let before = config_applies(&client).await;
+    set_factor(0.6).await;
+    let controller = spawn(&["--write-concurrency", "1"]);
+    assert!(seen.until(&mut watch, wait, |s| s.on(&r4) >= KILL_AT).await);
+    kill(controller, &mut seen, &mut watch).await;
+    let at_kill = seen.on(&r4);
+    assert!(
+        at_kill < NODES,
+        "the third fan-out had finished before the kill"
+    );
+    set_factor(0.7).await;
+    let _controller = spawn(&[]);
+    assert!(
+        seen.until(&mut watch, wait, |s| s.on(&r3) == NODES).await,
+        "not every node went back to {r3}: {} of {NODES}",
+        seen.on(&r3)
+    );
+    // A moment for a stray write to show.
+    seen.until(&mut watch, Duration::from_secs(3), |_| false)
+        .await;
+    let applies = config_applies(&client).await - before;
+    eprintln!(
+        "third fan-out: killed at {at_kill} configs on {r4}; {applies} applies to go back to {r3}"
+    );
+    for (node, revisions) in &seen.0 {
+        let new = &revisions[seen_before[node]..];
+        assert!(
+            new.is_empty() || new == [r4.clone(), r3.clone()],
+            "{node} moved {new:?} after the edit back (r3 {r3}, r4 {r4})"
+        );
+    }
+    assert!(
+        applies <= (2 * at_kill + 1) as f64,
+        "{applies} applies: more than the {at_kill} configs written on {r4} and each of them back"
     );
 }
