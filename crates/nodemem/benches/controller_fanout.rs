@@ -165,30 +165,7 @@ fn main() {
     if let Some(c) = &chosen {
         args.extend(["--write-concurrency", c.as_str()]);
     }
-    let mut ceilings = Vec::new();
-    let mut fanouts = Vec::new();
-    let mut first = None;
-    for round in 0..rounds {
-        let profile = profiles.as_ref().filter(|_| round == 0);
-        ceilings.push(bench.plain(
-            &format!("round{round}"),
-            best_writers,
-            profile.map(|p| p.at("plain")),
-        ));
-        let run = bench.controller(
-            &format!("fan{round}"),
-            &args,
-            round == 0,
-            profile.map(|p| p.at("controller")),
-            &|| {},
-        );
-        fanouts.push(run.took);
-        if round == 0 {
-            first = Some(run);
-        }
-        bench.remove_fanout(&format!("fan{round}"));
-    }
-    ceilings.push(bench.plain(&format!("round{rounds}"), best_writers, None));
+    let (ceilings, fanouts, first) = bench.rounds(rounds, best_writers, &args, profiles.as_ref());
     if diag() {
         bench.diagnose(best_writers);
     }
@@ -204,7 +181,7 @@ fn main() {
         );
     }
     report_rounds(nodes, best_writers, &concurrency, &ceilings, &fanouts);
-    first.expect("one round at least").report(nodes);
+    first.report(nodes);
     if let Some(p) = &profiles {
         p.report();
     }
@@ -220,6 +197,32 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
+    /// `rounds` rounds of the ceiling (with `writers`) and the controller's fan-out of a
+    /// new policy in turn, and a last ceiling: the ceilings' times, the fan-outs' times,
+    /// and the first fan-out (the one measured in full, and profiled on request).
+    fn rounds(
+        &self,
+        rounds: usize,
+        writers: usize,
+        args: &[&str],
+        profiles: Option<&Profiles>,
+    ) -> (Vec<Duration>, Vec<Duration>, FanoutRun) {
+        let mut ceilings = Vec::new();
+        let mut fanouts = Vec::new();
+        let mut first = None;
+        for round in 0..rounds {
+            let profile = profiles.filter(|_| round == 0);
+            let plain = profile.map(|p| p.at("plain"));
+            ceilings.push(self.plain(&format!("round{round}"), writers, plain));
+            let at = profile.map(|p| p.at("controller"));
+            let run = self.controller(&format!("fan{round}"), args, round == 0, at, &|| {});
+            fanouts.push(run.took);
+            first.get_or_insert(run);
+            self.remove_fanout(&format!("fan{round}"));
+        }
+        ceilings.push(self.plain(&format!("round{rounds}"), writers, None));
+        (ceilings, fanouts, first.expect("one round at least"))
+    }
     /// The ceiling: a plain client writing the objects the controller writes (the spec,
     /// the annotation, an ownerReference to a policy) with `writers` applies at once,
     /// while a watch of every config reads them as the fan-out's measuring watch does.
