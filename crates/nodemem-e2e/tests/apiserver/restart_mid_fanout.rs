@@ -3,7 +3,10 @@
 //! without writing a config a second time, and when the policy changed while it was
 //! down, it moves every node to the newest revision and none back to an older one;
 //! when the policy is edited back to the revision the nodes ran before, only the nodes
-//! the interrupted fan-out reached are written (back).
+//! the interrupted fan-out reached are written (back). And an edit that the apiserver
+//! accepts but nodemem cannot run, made in the middle of a fan-out: the fan-out goes on
+//! to the last accepted revision, the status says why (Accepted: Invalid, naming the
+//! problem and the revision kept), and undoing the edit writes nothing.
 //! Every config change is seen by a watch; the writes are the apiserver's own count.
 
 use std::collections::BTreeMap;
@@ -101,18 +104,8 @@ impl Seen {
     }
 }
 
-/// SIGKILL, as a node's failure or the OOM killer stops it; what it had in flight lands
-/// (or not) before anything is counted.
-async fn kill(mut controller: ControllerProcess, seen: &mut Seen, watch: &mut ConfigWatch) {
-    controller.child.kill().unwrap();
-    controller.child.wait().unwrap();
-    seen.until(watch, Duration::from_secs(2), |_| false).await;
-}
-
-#[tokio::test]
-async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_nothing_older() {
-    let cp = own_control_plane().await;
-    let client = cp.client(&Identity::Admin).await.unwrap();
+/// NODES Node objects `fan-NNNN` in pool `fan`, 16 created at a time.
+async fn create_nodes(client: &Client) {
     let nodes: Api<Node> = Api::all(client.clone());
     futures::stream::iter(0..NODES)
         .map(|i| {
@@ -127,6 +120,21 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
+}
+
+/// SIGKILL, as a node's failure or the OOM killer stops it; what it had in flight lands
+/// (or not) before anything is counted.
+async fn kill(mut controller: ControllerProcess, seen: &mut Seen, watch: &mut ConfigWatch) {
+    controller.child.kill().unwrap();
+    controller.child.wait().unwrap();
+    seen.until(watch, Duration::from_secs(2), |_| false).await;
+}
+
+#[tokio::test]
+async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_nothing_older() {
+    let cp = own_control_plane().await;
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    create_nodes(&client).await;
     let (mut watch, _) = watch_configs(&client).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
@@ -271,5 +279,115 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
     assert!(
         applies <= (2 * at_kill + 1) as f64,
         "{applies} applies: more than the {at_kill} configs written on {r4} and each of them back"
+    );
+}
+
+/// Policy `fan`'s `Accepted` condition: its reason and message.
+async fn accepted(policies: &Api<kube::api::DynamicObject>) -> Option<(String, String)> {
+    let p = policies.get_status("fan").await.unwrap();
+    let conditions = p.data["status"]["conditions"].as_array()?.clone();
+    let c = conditions.iter().find(|c| c["type"] == "Accepted")?;
+    Some((
+        c["reason"].as_str()?.to_string(),
+        c["message"].as_str()?.to_string(),
+    ))
+}
+
+#[tokio::test]
+async fn an_edit_the_apiserver_accepts_but_nodemem_cannot_run_holds_a_fan_out_on_its_revision() {
+    let cp = own_control_plane().await;
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    create_nodes(&client).await;
+    let (mut watch, _) = watch_configs(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.kubeconfig(&Identity::Controller).await.unwrap();
+    let log = dir.path().join("controller.log");
+    let policies = policies(client.clone());
+    let mut seen = Seen::default();
+    let wait = Duration::from_secs(180);
+
+    let r1 = revision_of(0.9);
+    let before = config_applies(&client).await;
+    policies
+        .create(
+            &PostParams::default(),
+            &crate::common::object(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+                "metadata": {"name": "fan"}, "spec": policy_spec(0.9)})),
+        )
+        .await
+        .unwrap();
+    // One config at a time, so that the edit surely lands in the middle.
+    let _controller = spawn_controller_with(
+        &kubeconfig,
+        "invalid-fan",
+        "nodemem:test",
+        &log,
+        &["--write-concurrency", "1"],
+    );
+    assert!(seen.until(&mut watch, wait, |s| s.on(&r1) >= KILL_AT).await);
+    // The schema accepts it; the kubelet's sum rule does not (reservedMemory must add up
+    // to kubeReserved + systemReserved + evictionHard: 300Mi, not 200Mi).
+    let broken = json!({"spec": {
+        "memoryManager": {"policy": "Static",
+            "reservedMemory": [{"numaNode": 0, "limits": {"memory": "200Mi"}}]},
+        "nodeReserved": {"kubeReserved": "100Mi", "systemReserved": "100Mi", "evictionHard": "100Mi"}}});
+    policies
+        .patch("fan", &PatchParams::default(), &Patch::Merge(broken))
+        .await
+        .expect("the apiserver accepts the edit");
+    let at_edit = seen.on(&r1);
+    assert!(at_edit < NODES, "the fan-out had finished before the edit");
+    // The fan-out goes on to the last accepted revision, and the status says why the
+    // edit does not roll out.
+    assert!(
+        seen.until(&mut watch, wait, |s| s.on(&r1) == NODES).await,
+        "the fan-out stopped at {} of {NODES} after the invalid edit",
+        seen.on(&r1)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let a = accepted(&policies).await;
+        if let Some((_, message)) = a.clone().filter(|(r, _)| r == "Invalid") {
+            break message;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the policy is not Invalid: {a:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        message.contains("reservedMemory") && message.contains(&r1),
+        "Accepted Invalid: {message:?} (the problem and the revision kept)"
+    );
+    // The edit undone: the spec is r1's again, so nothing is written.
+    policies
+        .patch(
+            "fan",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"memoryManager": null, "nodeReserved": null}})),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while accepted(&policies)
+        .await
+        .is_some_and(|(r, _)| r == "Invalid")
+    {
+        assert!(Instant::now() < deadline, "the policy stayed Invalid");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen.until(&mut watch, Duration::from_secs(3), |_| false)
+        .await;
+    let applies = config_applies(&client).await - before;
+    eprintln!("invalid edit at {at_edit} configs; {applies} applies for {NODES} nodes; Accepted Invalid: {message}");
+    assert!(
+        seen.0.values().all(|r| r == std::slice::from_ref(&r1)),
+        "a config carried another revision than {r1}"
+    );
+    assert!(
+        applies <= (NODES + 1) as f64,
+        "{applies} applies for {NODES} nodes: the invalid edit or its undoing wrote configs"
     );
 }
