@@ -41,45 +41,53 @@ pub(crate) struct Release {
     pub state: Option<RolloutState>,
 }
 
+/// The nodes on one policy's config that other policies govern now: the policy that
+/// governs them -> those nodes (each moves through that policy's rollout).
+pub(crate) type Moving = BTreeMap<String, BTreeSet<String>>;
+
 /// The nodes that still run a policy's values but are leaving it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Leaving {
-    /// Node -> the policy that governs it now (it moves through that policy's rollout).
-    pub moving: BTreeMap<String, String>,
+pub(crate) struct Leaving<'a> {
+    /// Those another policy governs now, by that policy: the index's own sets, read in
+    /// place (they can be every node of a pool, and a decision is made per event).
+    pub moving: Option<&'a Moving>,
     /// Nodes no policy governs: released with this policy's rollout settings.
     pub release: Release,
 }
 
-impl Leaving {
-    /// The nodes leaving `policy`: those another policy governs now (`moving`, node ->
-    /// that policy), and its release.
+impl<'a> Leaving<'a> {
+    /// The nodes leaving `policy`: those another policy governs now (`moving`), and its
+    /// release.
     pub(crate) fn of(
         policy: &str,
-        moving: Option<&BTreeMap<String, String>>,
+        moving: Option<&'a Moving>,
         releases: &BTreeMap<String, Release>,
-    ) -> Leaving {
+    ) -> Leaving<'a> {
         Leaving {
-            moving: moving.cloned().unwrap_or_default(),
+            moving,
             release: releases.get(policy).cloned().unwrap_or_default(),
         }
     }
 
     pub(crate) fn count(&self) -> usize {
-        self.moving.len() + self.release.count
+        let moving: usize = self
+            .moving
+            .iter()
+            .flat_map(|m| m.values())
+            .map(BTreeSet::len)
+            .sum();
+        moving + self.release.count
     }
 
     /// In words, for the policy's conditions and `kubectl nodemem status`.
     pub(crate) fn text(&self) -> String {
         let mut parts = Vec::new();
-        let mut by_policy: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (node, to) in &self.moving {
-            by_policy.entry(to).or_default().push(node);
-        }
-        for (to, nodes) in by_policy {
+        for (to, nodes) in self.moving.into_iter().flatten() {
+            let shown: Vec<&str> = nodes.iter().map(String::as_str).take(5).collect();
             parts.push(format!(
                 "{} move to {to} through its rollout ({})",
                 nodes.len(),
-                names(&nodes, nodes.len())
+                names(&shown, nodes.len())
             ));
         }
         let r = &self.release;
@@ -183,7 +191,7 @@ pub(crate) fn release_unselected(
 pub(crate) fn decide_deleted_policy(
     name: &str,
     entry: &PolicyEntry,
-    leaving: &Leaving,
+    leaving: &Leaving<'_>,
     now_time: &Time,
     out: &mut Decision,
 ) {

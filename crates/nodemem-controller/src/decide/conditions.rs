@@ -58,7 +58,7 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
 pub(super) fn rollout_conditions(
     round: &Round<'_>,
     status: &NodeMemoryPolicyStatus,
-    leaving: &Leaving,
+    leaving: &Leaving<'_>,
     now_time: &Time,
 ) -> Vec<Condition> {
     let g = round.policy.entry.generation;
@@ -225,7 +225,7 @@ struct SettledFacts<'a> {
     rolled_back: Option<&'a str>,
     /// The spec is invalid; the pool keeps this revision.
     held: Option<&'a str>,
-    leaving: &'a Leaving,
+    leaving: &'a Leaving<'a>,
 }
 
 /// The Progressing condition once the planner's word is in: a pool going back after a
@@ -280,7 +280,7 @@ mod tests {
         (true, reason, "2/3 nodes updated".to_string())
     }
 
-    fn facts<'a>(leaving: &'a Leaving) -> SettledFacts<'a> {
+    fn facts<'a>(leaving: &'a Leaving<'a>) -> SettledFacts<'a> {
         SettledFacts {
             rolled_back: None,
             held: None,
@@ -329,8 +329,11 @@ mod tests {
         assert_eq!((progressing, reason), (false, "InvalidSpec"));
         assert!(message.ends_with("the pool keeps revision r1, the last accepted"));
 
-        let mut leaving = Leaving::default();
-        leaving.moving.insert("n9".into(), "other".into());
+        let moving = crate::handoff::Moving::from([("other".into(), ["n9".into()].into())]);
+        let leaving = Leaving {
+            moving: Some(&moving),
+            ..Leaving::default()
+        };
         let (progressing, reason, _) = settled_reason(
             planner("Complete"),
             &RolloutState::Complete,

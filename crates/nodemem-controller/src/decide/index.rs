@@ -18,6 +18,7 @@ use super::rollout_index::{RolloutIndex, RolloutKey};
 use super::target::choose_target;
 use super::view::PolicyView;
 use crate::decision::Decision;
+use crate::handoff::Moving;
 use crate::settings::{released_settings, rollout_params};
 use crate::world::{Changes, World};
 
@@ -57,8 +58,9 @@ pub(crate) struct Index {
     ties: BTreeMap<String, BTreeSet<String>>,
     would_take: BTreeMap<String, BTreeSet<String>>,
     unselected: BTreeSet<String>,
-    /// Policy -> the nodes still on its config that another policy governs -> that one.
-    moving: BTreeMap<String, BTreeMap<String, String>>,
+    /// Policy -> the policy that governs now some nodes still on its config -> those
+    /// nodes (grouped by where they go, as the status tells them).
+    moving: BTreeMap<String, Moving>,
     /// Configs whose Node is gone.
     orphans: BTreeSet<String>,
     /// Policy -> how many configs name it.
@@ -348,7 +350,7 @@ impl Index {
             match &f.governor {
                 Some(g) if g != c => {
                     if let Some(m) = self.moving.get_mut(c) {
-                        m.remove(node);
+                        remove_from(m, g, node);
                         if m.is_empty() {
                             self.moving.remove(c);
                         }
@@ -391,10 +393,7 @@ impl Index {
             }
             match &f.governor {
                 Some(g) if g != c => {
-                    self.moving
-                        .entry(c.clone())
-                        .or_default()
-                        .insert(node.to_string(), g.clone());
+                    insert_into(self.moving.entry(c.clone()).or_default(), g, node);
                 }
                 Some(_) => {}
                 None if f.exists => self
@@ -425,8 +424,8 @@ impl Index {
         &self.unselected
     }
 
-    /// The nodes on `policy`'s config that another policy governs, and that one.
-    pub(crate) fn moving_from(&self, policy: &str) -> Option<&BTreeMap<String, String>> {
+    /// The nodes on `policy`'s config that another policy governs, by that policy.
+    pub(crate) fn moving_from(&self, policy: &str) -> Option<&Moving> {
         self.moving.get(policy)
     }
 

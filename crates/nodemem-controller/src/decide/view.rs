@@ -75,5 +75,5 @@ pub(super) struct Pool<'a> {
     pub(super) conflicts: Option<&'a BTreeSet<String>>,
     /// Never accepted: the nodes it would take once valid.
     pub(super) would_take: Option<&'a BTreeSet<String>>,
-    pub(super) leaving: &'a Leaving,
+    pub(super) leaving: &'a Leaving<'a>,
 }
