@@ -19,6 +19,7 @@
 pub mod daemonset;
 pub mod decide;
 pub mod decision;
+mod drain;
 mod handoff;
 pub mod lease;
 pub mod metrics;
