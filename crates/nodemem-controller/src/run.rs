@@ -14,7 +14,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
-use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
+use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy, NodeMemoryPolicyStatus};
 use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
@@ -343,30 +343,19 @@ impl Controller {
             recorder,
         } = *apis;
 
-        // The policies' status first: it says what this decision starts (the nodes it
-        // updates now), which the views should show while a long fan-out's writes run
-        // (20 s and more at 20,000 nodes), not after them. Its counts are the world's
-        // before the writes either way; the next decision counts the writes.
-        let apply = PatchParams::apply(FIELD_MANAGER).force();
-        for (name, status) in &d.statuses {
-            let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                "status": status});
-            match policies
-                .patch_status(name, &apply, &Patch::Apply(&patch))
-                .await
-            {
-                Ok(p) => {
-                    self.metrics.write("policy_status", true);
-                    world.apply_policy(&p);
-                }
-                Err(e) => {
-                    self.metrics.write("policy_status", false);
-                    warn!(policy = %name, error = %e, "status not written; retried on the next reconcile");
-                }
-            }
+        // The policies' status is written beside the config writes, not after them: it
+        // says what this decision starts (the nodes it updates now), which the views
+        // should show while a long fan-out's writes run (20 s and more at 20,000
+        // nodes); and not before them, which would hold every write back by one round
+        // trip. Its counts are the world's before the writes either way; the next
+        // decision counts the writes. The world learns the answers after the writes
+        // (an answer older than what the watches taught meanwhile is left out).
+        let statuses = write_statuses(&d.statuses, policies, &self.metrics);
+        let writes = self.write_configs(&d.writes, world, inbox, configs, now);
+        let (answers, ()) = futures::join!(statuses, writes);
+        for p in &answers {
+            world.apply_policy(p);
         }
-        self.write_configs(&d.writes, world, inbox, configs, now)
-            .await;
         self.delete_configs(&d.deletes, world, inbox, configs).await;
         for order in &d.finalizers {
             self.set_finalizer(policies, order, world).await;
@@ -446,6 +435,35 @@ impl Controller {
             }
         }
     }
+}
+
+/// The policies' statuses by server-side apply, one after the other: the answers of
+/// those written.
+async fn write_statuses(
+    statuses: &[(String, NodeMemoryPolicyStatus)],
+    policies: &Api<NodeMemoryPolicy>,
+    metrics: &Metrics,
+) -> Vec<NodeMemoryPolicy> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let mut answers = Vec::new();
+    for (name, status) in statuses {
+        let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "status": status});
+        match policies
+            .patch_status(name, &apply, &Patch::Apply(&patch))
+            .await
+        {
+            Ok(p) => {
+                metrics.write("policy_status", true);
+                answers.push(p);
+            }
+            Err(e) => {
+                metrics.write("policy_status", false);
+                warn!(policy = %name, error = %e, "status not written; retried on the next reconcile");
+            }
+        }
+    }
+    answers
 }
 
 /// Removes a rollback request the spec has moved on from. The resourceVersion the
