@@ -37,8 +37,11 @@ use std::path::PathBuf;
 use nodemem_plumbing::logs::LogFormat;
 use nodemem_plumbing::{CliError, Outcome};
 
-/// NodeMemoryConfig writes in flight at once by default.
-pub const DEFAULT_WRITE_CONCURRENCY: u16 = 16;
+/// NodeMemoryConfig writes in flight at once by default: the fastest plain client's
+/// writer count at 500 to 20,000 nodes on the test bed (BENCHMARKS.md, section 1); 16
+/// left the apiserver's cores partly idle at 500 nodes (1.24x to 1.26x of the ceiling
+/// against 1.09x with 64).
+pub const DEFAULT_WRITE_CONCURRENCY: u16 = 64;
 
 /// Arguments of `nodemem controller`.
 #[derive(Clone, Debug, clap::Args)]

@@ -96,7 +96,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "--agent-image=ghcr.io/nodemem/nodemem:1.2.3",
         "--agent-kubelet-config-dir=/etc/kubernetes/kubelet.conf.d",
         "--agent-state-dir=/var/lib/nodemem",
-        "--write-concurrency=16",
+        "--write-concurrency=64",
         "--event-queue=60000",
     ] {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
