@@ -383,6 +383,17 @@ impl Bench<'_> {
         }
     }
 
+    /// The names of every config there is now.
+    async fn config_names(&self) -> Vec<String> {
+        let listed = self.configs.list_metadata(&Default::default()).await;
+        listed
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    }
+
     /// Removes a round's policy and its configs with the controller stopped: the
     /// policy's finalizer is taken off by hand, the configs deleted (those the garbage
     /// collector deletes first are skipped), until none is left.
@@ -390,15 +401,7 @@ impl Bench<'_> {
         let (runtime, client) = (&self.cluster.runtime, &self.cluster.client);
         runtime.block_on(async {
             delete_policy(client, name).await;
-            let names: Vec<String> = self
-                .configs
-                .list_metadata(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter_map(|c| c.metadata.name)
-                .collect();
+            let names = self.config_names().await;
             futures::stream::iter(names)
                 .map(|n| async move {
                     match self.configs.delete(&n, &Default::default()).await {
@@ -412,14 +415,7 @@ impl Bench<'_> {
                 .await
                 .unwrap();
             let deadline = Instant::now() + Duration::from_secs(120);
-            while !self
-                .configs
-                .list_metadata(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-            {
+            while !self.config_names().await.is_empty() {
                 assert!(
                     Instant::now() < deadline,
                     "the {name} configs were not removed"

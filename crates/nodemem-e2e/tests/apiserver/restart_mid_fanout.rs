@@ -104,6 +104,25 @@ impl Seen {
     }
 }
 
+/// Lets a slow controller write KILL_AT configs on `revision`, then kills it: how many
+/// nodes it had moved there (fewer than all, or the test could not interrupt it).
+async fn interrupt(
+    controller: ControllerProcess,
+    revision: &str,
+    seen: &mut Seen,
+    watch: &mut ConfigWatch,
+) -> usize {
+    let wait = Duration::from_secs(180);
+    assert!(seen.until(watch, wait, |s| s.on(revision) >= KILL_AT).await);
+    kill(controller, seen, watch).await;
+    let at_kill = seen.on(revision);
+    assert!(
+        at_kill < NODES,
+        "the fan-out to {revision} had finished before the kill"
+    );
+    at_kill
+}
+
 /// NODES Node objects `fan-NNNN` in pool `fan`, 16 created at a time.
 async fn create_nodes(client: &Client) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -203,14 +222,13 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
     };
     let before = config_applies(&client).await;
     set_factor(0.8).await;
-    let controller = spawn(&["--write-concurrency", "1"]);
-    assert!(seen.until(&mut watch, wait, |s| s.on(&r2) >= KILL_AT).await);
-    kill(controller, &mut seen, &mut watch).await;
-    let at_kill = seen.on(&r2);
-    assert!(
-        at_kill < NODES,
-        "the second fan-out had finished before the kill"
-    );
+    let at_kill = interrupt(
+        spawn(&["--write-concurrency", "1"]),
+        &r2,
+        &mut seen,
+        &mut watch,
+    )
+    .await;
     set_factor(0.7).await;
     let _controller = spawn(&[]);
     assert!(
@@ -247,14 +265,13 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         seen.0.iter().map(|(n, r)| (n.clone(), r.len())).collect();
     let before = config_applies(&client).await;
     set_factor(0.6).await;
-    let controller = spawn(&["--write-concurrency", "1"]);
-    assert!(seen.until(&mut watch, wait, |s| s.on(&r4) >= KILL_AT).await);
-    kill(controller, &mut seen, &mut watch).await;
-    let at_kill = seen.on(&r4);
-    assert!(
-        at_kill < NODES,
-        "the third fan-out had finished before the kill"
-    );
+    let at_kill = interrupt(
+        spawn(&["--write-concurrency", "1"]),
+        &r4,
+        &mut seen,
+        &mut watch,
+    )
+    .await;
     set_factor(0.7).await;
     let _controller = spawn(&[]);
     assert!(
