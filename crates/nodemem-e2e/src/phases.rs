@@ -34,6 +34,11 @@ impl Phases {
             .any(|(n, r)| n == name && matches!(r, PhaseResult::Passed(_)))
     }
 
+    /// Whether the phase run last failed (a skipped one did not run, so did not fail).
+    pub fn last_failed(&self) -> bool {
+        matches!(self.results.last(), Some((_, PhaseResult::Failed(_))))
+    }
+
     /// Runs `phase` unless a phase it `needs` did not pass; a panic fails this phase
     /// only. Returns what the phase gave, None when it failed or was skipped.
     pub async fn run<T, F: Future<Output = T>>(
@@ -108,12 +113,14 @@ mod tests {
     async fn a_failed_phase_is_reported_and_skips_only_what_needs_it() {
         let mut phases = Phases::new("n1");
         assert_eq!(phases.run("boot", &[], || async { 7 }).await, Some(7));
+        assert!(!phases.last_failed());
         let failed = phases
             .run("install", &["boot"], || async {
                 panic!("the agent is not Ready");
             })
             .await;
         assert_eq!(failed, None::<()>);
+        assert!(phases.last_failed());
         let mut ran = false;
         let skipped = phases
             .run("reports", &["install"], || async {
@@ -124,6 +131,7 @@ mod tests {
             skipped.is_none() && !ran,
             "a phase whose need failed does not run"
         );
+        assert!(!phases.last_failed(), "skipped is not failed");
         assert_eq!(
             phases.run("token", &["boot"], || async { 1 }).await,
             Some(1)

@@ -164,3 +164,76 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// The processes below `root` (its children, theirs, and so on) with their command
+/// lines, arguments joined by spaces. Tests find what they started this way, never by
+/// matching command lines across the machine, where a user's own sandbox or another
+/// test run has processes with the same arguments.
+pub fn descendants(root: u32) -> Vec<(u32, String)> {
+    let mut parent_of = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(ppid) = parent_pid(pid) {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, _) in parent_of.iter().filter(|(_, ppid)| *ppid == parent) {
+            frontier.push(pid);
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            found.push((pid, cmd.trim_end().to_string()));
+        }
+    }
+    found
+}
+
+/// A process's parent, from `/proc/PID/stat` (None once it is gone).
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The field after the state, counted from the command's closing parenthesis (the
+    // command may hold spaces and parentheses).
+    stat.get(stat.rfind(')')? + 2..)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grandchild is found under its grandparent with its arguments; the same command
+    /// started outside the tree is not.
+    #[test]
+    fn descendants_are_the_tree_below_a_process_only() {
+        let marker = format!("{}", 4_000_000 + std::process::id());
+        let mut outside = Command::new("sleep").arg(&marker).spawn().unwrap();
+        let mut tree = Command::new("sh")
+            .args(["-c", &format!("sleep {marker} & wait")])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let below = loop {
+            let below = descendants(tree.id());
+            if below.iter().any(|(_, c)| c.starts_with("sleep")) || Instant::now() > deadline {
+                break below;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for (pid, _) in &below {
+            // SAFETY: a process this test started (the shell's sleep).
+            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+        }
+        let _ = (tree.kill(), outside.kill(), tree.wait(), outside.wait());
+        let sleeps: Vec<_> = below.iter().filter(|(_, c)| c.contains(&marker)).collect();
+        assert_eq!(sleeps.len(), 1, "{below:?}");
+        assert_eq!(sleeps[0].1, format!("sleep {marker}"));
+        assert_ne!(sleeps[0].0, outside.id(), "the sleep outside the tree");
+    }
+}

@@ -497,14 +497,15 @@ fn delete_an_override(shell: &Shell, roots: &BTreeMap<String, PathBuf>) {
 /// An agent killed (SIGKILL) is started again as its DaemonSet would, with a line
 /// saying so; the sandbox goes on.
 fn an_agent_killed_comes_back(sandbox: &mut NoUi, shell: &Shell) {
+    // Among this sandbox's own processes: another sandbox on the machine (a user's
+    // `make sandbox`) runs agents with the same arguments.
+    let sandbox_pid = sandbox.child.id();
     let pid = |name: &str| -> Option<i32> {
-        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            (cmd.contains(" agent ") && cmd.contains(&format!("--node-name {name} ")))
-                .then(|| e.file_name().to_str()?.parse().ok())
-                .flatten()
-        })
+        let wanted = format!("--node-name {name} ");
+        nodemem_testkit::process::descendants(sandbox_pid)
+            .into_iter()
+            .find(|(_, cmd)| cmd.contains(" agent ") && format!("{cmd} ").contains(&wanted))
+            .map(|(pid, _)| pid as i32)
     };
     let before = pid("general-3").expect("the agent of general-3 runs");
     // SAFETY: a process of this test's sandbox.

@@ -17,6 +17,7 @@ use nodemem_testkit::clients::kubectl;
 use nodemem_testkit::process::Process;
 use nodemem_testkit::real_node::{Driver, NodeImage, RealNode, RealNodeSpec};
 use nodemem_testkit::{ControlPlane, Identity};
+use pace::paced;
 use serde_json::{json, Value};
 
 /// The project's image as `image/build-oci.sh` wrote it (`make node` builds it first).
@@ -71,19 +72,27 @@ fn container_dir(driver: Driver, pod_dir: &str, id: &str) -> String {
     }
 }
 
+/// Runs a phase (`Phases::run`), then what follows every phase ([`after_phase`]): when
+/// it failed, the node's logs in the output; its own pods removed.
+macro_rules! phase {
+    ($phases:ident, $node:ident, $bed:ident: $name:expr, $needs:expr, $body:expr) => {{
+        let value = $phases.run($name, $needs, $body).await;
+        after_phase(&$phases, &mut $node, &$bed).await;
+        value
+    }};
+}
+
 mod install;
 mod kubelet_reference;
 mod nri;
 mod numa;
 mod observation;
 mod owners;
+mod pace;
 mod reaction;
 mod relief;
+mod side_by_side;
 mod v137;
-
-/// One real node at a time: two VMs under TCG on two cores slow each other past the
-/// timeouts.
-static ONE_NODE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The kubelet every phase but the v1.37 ones runs with.
 const KUBELET_V136: &str = "v1.36.3";
@@ -106,6 +115,9 @@ fn a_real_v1_37_node_is_the_reference_and_runs_nodemem_beside_its_defaults() {
 
 /// The node image with the kubelet of `version` (cached per kubelet).
 fn node_image(version: &str) -> NodeImage {
+    // One build at a time: nodes side by side share the cache the scripts write.
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let bin = control_plane_binaries().expect("control plane binaries");
     let kubelet = bin
         .kubelet_of(version)
@@ -122,15 +134,17 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Polls `check` every second (the node's checks read the VM) until it returns Some,
 /// or None once `timeout` passed.
+/// `timeout` is a base budget, taken at the node's pace (`pace::paced`).
 async fn within<T>(timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
-    nodemem_e2e::within(timeout, Duration::from_secs(1), check).await
+    nodemem_e2e::within(paced(timeout), Duration::from_secs(1), check).await
 }
 
-/// Polls `check` until it returns Some; fails the test once `timeout` passed.
+/// Polls `check` until it returns Some; fails the test once `timeout` (a base budget,
+/// at the node's pace) passed.
 async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> T {
     within(timeout, check)
         .await
-        .unwrap_or_else(|| panic!("{what}: not within {timeout:?}"))
+        .unwrap_or_else(|| panic!("{what}: not within {:?}", paced(timeout)))
 }
 
 /// What the phases read of the test bed.
@@ -148,7 +162,7 @@ impl Bed<'_> {
 
 /// A node boots and joins; then each phase is reported on its own (`Phases`).
 fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
-    let _one = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _slot = side_by_side::slot();
     let mut cp = ControlPlane::start().expect("control plane");
     cp.start_scheduler().expect("kube-scheduler");
     let image = node_image(KUBELET_V136);
@@ -160,15 +174,14 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
     rt.block_on(async {
         let client = cp.client(&Identity::Admin).await.unwrap();
         node_ready(&client, name).await;
-        eprintln!("{name} Ready {:?} after qemu started", started.elapsed());
+        pace::measure(&mut node, started.elapsed());
         let bed = Bed {
             cp: &cp,
             driver,
             client,
         };
         let mut phases = Phases::new(name);
-        phases
-            .run("kubelet-reference", &[], || {
+        phase!(phases, node, bed: "kubelet-reference", &[], || {
                 kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
                     bed.cp,
                     &mut node,
@@ -180,75 +193,53 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                         v136_departures: true,
                     },
                 )
-            })
-            .await;
+            });
         // From here on nodemem enforces: the kubelet's own Memory QoS goes off (with it
         // on, nodemem would leave those files to the kubelet: KubeletConflict).
         spec.kubelet = kubelets_memory_qos(false);
-        phases
-            .run("kubelet-without-memory-qos", &[], || async {
+        phase!(phases, node, bed: "kubelet-without-memory-qos", &[], || async {
                 restart_kubelet_with(&mut node, &spec, &bed.client).await;
                 a_workload_runs(&mut node, &bed, name).await;
-            })
-            .await;
-        let mut installed = phases
-            .run("install", &["kubelet-without-memory-qos"], || {
+            });
+        let mut installed = phase!(phases, node, bed: "install", &["kubelet-without-memory-qos"], || {
                 install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[])
-            })
-            .await;
+            });
         let installed_now = || installed.as_ref().expect("install passed");
-        phases
-            .run("reports", &["install"], || {
+        phase!(phases, node, bed: "reports", &["install"], || {
                 install::it_reports_through_its_config(&mut node, &bed, installed_now())
-            })
-            .await;
-        let expected = phases
-            .run("simulate-prediction", &["install"], || {
+            });
+        let expected = phase!(phases, node, bed: "simulate-prediction", &["install"], || {
                 install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now())
-            })
-            .await;
-        phases
-            .run("explain", &["install"], || async {
+            });
+        phase!(phases, node, bed: "explain", &["install"], || async {
                 explain_names_the_rules(&bed, name, "v1.36.3 (v1.36 rules")
-            })
-            .await;
-        phases
-            .run("owners", &["simulate-prediction"], || {
+            });
+        phase!(phases, node, bed: "owners", &["simulate-prediction"], || {
                 let expected = expected.expect("simulate-prediction passed");
                 owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected, &[])
-            })
-            .await;
+            });
         if driver == Driver::Systemd {
             let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
             let agent_ip = || agent_ip.clone().expect("install passed");
-            let nri_start = phases
-                .run("nri", &["install"], || async {
+            let nri_start = phase!(phases, node, bed: "nri", &["install"], || async {
                     nri::values_before_the_first_instruction(&mut node, &bed, &agent_ip()).await
-                })
-                .await;
-            phases
-                .run("nri-restarts", &["nri"], || async {
+                });
+            phase!(phases, node, bed: "nri-restarts", &["nri"], || async {
                     nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
-                })
-                .await;
-            phases
-                .run("reaction", &["install"], || async {
+                });
+            phase!(phases, node, bed: "reaction", &["install"], || async {
                     nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start)
                         .await
-                })
-                .await;
-            phases
-                .run("observation", &["install"], || {
+                });
+            phase!(phases, node, bed: "observation", &["install"], || {
                     observation::observation_on_a_real_kernel(
                         &mut node,
                         driver,
                         &bed.client,
                         bed.admin(),
                     )
-                })
-                .await;
-            phases
-                .run("relief", &["install"], || async {
+                });
+            phase!(phases, node, bed: "relief", &["install"], || async {
                     relief::relief_on_a_real_kernel(
                         &mut node,
                         driver,
@@ -257,15 +248,12 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                         &agent_ip(),
                     )
                     .await
-                })
-                .await;
+                });
         }
-        phases
-            .run("token", &["install"], || {
+        phase!(phases, node, bed: "token", &["install"], || {
                 let installed = installed.as_mut().expect("install passed");
                 install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
-            })
-            .await;
+            });
         phases.finish();
     });
 }
@@ -367,7 +355,10 @@ async fn a_workload_runs(node: &mut RealNode, bed: &Bed<'_>, name: &str) {
         let (journal, _) = node
             .run("journalctl -u kubelet -u containerd --no-pager | grep -iE 'error|fail|warn' | tail -40")
             .unwrap_or_default();
-        panic!("pod workload not Running within 180s: {status:?}\nnode journal:\n{journal}");
+        panic!(
+            "pod workload not Running within {:?}: {status:?}\nnode journal:\n{journal}",
+            paced(Duration::from_secs(180))
+        );
     };
     let id = container_id
         .strip_prefix("containerd://")
@@ -502,8 +493,9 @@ async fn install_nodemem(
             .run("tail -n 30 /var/log/pods/nodemem-system_nodemem-agent-*/agent/*.log; journalctl -u kubelet --no-pager | grep -i nodemem-agent | tail -15")
             .unwrap_or_default();
         panic!(
-            "the agent DaemonSet's pod is not Ready on {} within 240s: {list:?}\nnode:\n{log}\ncontroller:\n{}",
+            "the agent DaemonSet's pod is not Ready on {} within {:?}: {list:?}\nnode:\n{log}\ncontroller:\n{}",
             node.name,
+            paced(Duration::from_secs(240)),
             controller.log_tail(20)
         );
     };
@@ -750,7 +742,7 @@ fn node_values_become(node: &mut RealNode, wanted: &[(&String, &String)], what: 
             return;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < paced(Duration::from_secs(60)),
             "{what} (path: read, predicted):\n{}",
             wrong.join("\n")
         );
@@ -834,6 +826,95 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
     .await;
 }
 
+/// The label of the pods a phase starts for itself (workloads, probes): they are removed
+/// after the phase, whatever its outcome, so that a failed phase's pods never run into
+/// the next one's (a `grows` pod left by a failed observation phase, still holding
+/// 200Mi, was relieved in the relief phase and counted there).
+pub(crate) const PHASE_POD: &str = "nodemem.test/phase-pod";
+
+/// After a phase: when it failed, the node's side of the story in the test's output;
+/// then the phase's own pods removed (and gone from the node) before the next begins.
+async fn after_phase(phases: &Phases, node: &mut RealNode, bed: &Bed<'_>) {
+    if phases.last_failed() {
+        eprintln!("{}", diagnosis(node, bed));
+    }
+    remove_phase_pods(bed).await;
+}
+
+/// What explains a failed phase: the pods that do not run and their events, the
+/// kubelet's and containerd's journal, the agent's log and the node's memory.
+fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
+    let mut out = format!("==== {}: the node after the failed phase\n", node.name);
+    let admin = bed.admin();
+    let pods =
+        kubectl(admin, &["get", "pods", "-A", "-o", "wide"]).unwrap_or_else(|e| e.to_string());
+    out.push_str(&format!("---- pods\n{pods}\n"));
+    let not_running = kubectl(
+        admin,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "--field-selector",
+            "status.phase!=Running",
+            "-o",
+            "name",
+        ],
+    )
+    .unwrap_or_default();
+    for pod in not_running.lines().filter(|l| !l.is_empty()) {
+        let described =
+            kubectl(admin, &["describe", "-n", "default", pod]).unwrap_or_else(|e| e.to_string());
+        out.push_str(&format!("---- {pod} (not Running)\n{described}\n"));
+    }
+    for (what, script) in [
+        (
+            "kubelet and containerd: errors and warnings of the last 15 minutes",
+            "journalctl -u kubelet -u containerd --no-pager --since -15min | grep -E ' [EW][0-9]{4} |level=(error|warning)' | tail -n 80",
+        ),
+        ("kubelet: last lines", "journalctl -u kubelet --no-pager -n 40"),
+        ("containerd: last lines", "journalctl -u containerd --no-pager -n 40"),
+        ("the agent: last lines", "tail -n 40 /var/log/pods/nodemem-system_*/agent/*.log"),
+        ("memory and the kernel", "free -m; cat /proc/pressure/memory /proc/pressure/cpu; dmesg | tail -n 20"),
+    ] {
+        let said = match node.run(script) {
+            Ok((text, _)) => text,
+            Err(e) => format!("(the node did not answer: {e})"),
+        };
+        out.push_str(&format!("---- {what}\n{said}\n"));
+    }
+    out
+}
+
+/// Deletes the pods labelled [`PHASE_POD`] and waits until the kubelet has finished
+/// them (a short grace, not a forced deletion: the object goes only once the node let
+/// the pod go).
+async fn remove_phase_pods(bed: &Bed<'_>) {
+    let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
+    let listed = ListParams::default().labels(PHASE_POD);
+    let delete = kube::api::DeleteParams {
+        grace_period_seconds: Some(1),
+        ..Default::default()
+    };
+    if let Err(e) = api.delete_collection(&delete, &listed).await {
+        eprintln!("the phase's pods not deleted: {e}");
+    }
+    let gone = within(Duration::from_secs(180), || async {
+        api.list(&listed).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+    if gone.is_none() {
+        let left = api.list(&listed).await.map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect::<Vec<_>>()
+        });
+        eprintln!("the phase's pods are not gone within 180 s: {left:?}");
+    }
+}
+
 /// Pods of every QoS class for a node, named with `tag`: Guaranteed; Burstable with an
 /// init container, a restartable sidecar and a container without a limit; BestEffort;
 /// pod-level resources; and, with `opted_out`, a Burstable pod annotated
@@ -894,7 +975,10 @@ async fn start_pods(client: &kube::Client, pods: &[core::Pod]) {
         .await;
         if ready.is_none() {
             let status = api.get(&name).await.map(|p| p.status);
-            panic!("pod {name} not Running with all its containers within 240s: {status:?}");
+            panic!(
+                "pod {name} not Running with all its containers within {:?}: {status:?}",
+                paced(Duration::from_secs(240))
+            );
         }
     }
 }
@@ -942,7 +1026,7 @@ async fn start_workloads(
         .map(|(pod, args, request, limit)| {
             let resources = json!({"requests": {"memory": request, "cpu": "10m"},
                 "limits": {"memory": limit}});
-            serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"nodeName": node,
+            serde_json::from_value(json!({"metadata": {"name": pod, "labels": {PHASE_POD: "true"}}, "spec": {"nodeName": node,
                 "containers": [{"name": "w", "image": "nodemem.local/workload:1",
                     "imagePullPolicy": "Never", "args": args, "resources": resources}]}}))
             .unwrap()

@@ -67,7 +67,7 @@ fn started_under_its_spec(s: &Start) {
 /// A pod of the phase's kind, started, its container's ID.
 async fn one_pod(client: &kube::Client, node: &str, name: &str) -> String {
     let pod: core::Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {PHASE_POD: "true"}},
         "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "r", "image": "nodemem.local/workload:1",
                 "imagePullPolicy": "Never", "args": ["-report-cgroup", "-allocate", "1Mi"],

@@ -51,7 +51,7 @@ pub(crate) async fn observation_on_a_real_kernel(
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
     // The page cache is real and charged to the container (as the file is written):
     // memory.current past the would-be memory.high, the working set well under it.
-    let deadline = Instant::now() + Duration::from_secs(180);
+    let deadline = Instant::now() + paced(Duration::from_secs(180));
     let current = loop {
         let (stat, _) = node
             .run(&format!(
@@ -75,7 +75,8 @@ pub(crate) async fn observation_on_a_real_kernel(
         }
         assert!(
             Instant::now() < deadline,
-            "the cache is not charged past the would-be memory.high (or the working set is not under it) within 180 s: {stat}"
+            "the cache is not charged past the would-be memory.high (or the working set is not under it) within {:?}: {stat}",
+            paced(Duration::from_secs(180))
         );
         std::thread::sleep(Duration::from_secs(1));
     };

@@ -44,7 +44,7 @@ pub(crate) async fn probe_starts(
         let batch: Vec<core::Pod> = (started..total.min(started + 10))
             .map(|i| {
                 serde_json::from_value(json!({
-                    "metadata": {"name": format!("{tag}-{i}")},
+                    "metadata": {"name": format!("{tag}-{i}"), "labels": {PHASE_POD: "true"}},
                     "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 0,
                         "containers": [{"name": "r", "image": "nodemem.local/workload:1",
                             "imagePullPolicy": "Never", "args": ["-report-cgroup", "-allocate", "1Mi"],
@@ -117,7 +117,7 @@ pub(crate) async fn probe_starts(
 /// The line `workload -report-cgroup` printed first, from the container's log on the
 /// node (the CRI log format: time, stream, tag, text).
 pub(crate) fn start_line(node: &mut RealNode, pod: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + paced(Duration::from_secs(60));
     loop {
         let (log, _) = node
             .run(&format!(

@@ -63,8 +63,9 @@ pub(crate) async fn relief_on_a_real_kernel(
             break started.elapsed();
         }
         assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "thrash not relieved within 120 s: memory.high {}, pressure {}",
+            started.elapsed() < paced(Duration::from_secs(120)),
+            "thrash not relieved within {:?}: memory.high {}, pressure {}",
+            paced(Duration::from_secs(120)),
             read(node, &format!("{thrash}/memory.high")),
             read(node, &format!("{thrash}/memory.pressure"))
         );
@@ -140,7 +141,17 @@ pub(crate) async fn relief_on_a_real_kernel(
     eprintln!("relief: {watched} containers watched, each with a PSI trigger; {fired} firings");
     let status = configs.get(&name).await.unwrap().status.unwrap();
     let relief = status.relief.expect("relief in status");
-    assert_eq!((relief.reliefs, relief.refused), (1, 1), "{relief:?}");
+    // One relief per repeat window is the promise; each later choke is reported, once
+    // per episode (a container quiet for a while and choking again is reported again),
+    // so how many depends on how long the kernel keeps it choking, not on nodemem.
+    assert_eq!(
+        relief.reliefs, 1,
+        "one relief in the repeat window: {relief:?}"
+    );
+    assert!(
+        relief.refused >= 1,
+        "the choke after it reported: {relief:?}"
+    );
     eprintln!(
         "relief on the real kernel: relieved {relieved_after:?} after start, restored at {restored_at:?}; {relieved}"
     );
