@@ -27,6 +27,10 @@ use crate::common::{
     spawn_controller,
 };
 
+/// The longest wait of a watch retrying at kube-runtime's `DefaultBackoff` cap: 30 s,
+/// with jitter of up to as much again.
+const WATCH_RETRY_AT_CAP: Duration = Duration::from_secs(60);
+
 const POOL: &str = "outage";
 const NODES: [&str; 2] = ["outage-1", "outage-2"];
 const NS: &str = "outage-pods";
@@ -276,11 +280,15 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
     .await;
     let reconnect = back.elapsed();
     // The pod is counted from its object; its container's values wait for the kubelet's
-    // container ID, which a pod watch still in its backoff (up to 30 s, jittered: the
-    // known slowness above) delivers only after its next relist.
+    // container ID, which a pod watch still in its backoff (the known slowness above)
+    // delivers only after its next relist. kube-runtime's backoff (client-go's): 30 s at
+    // its cap after a minute of failures, plus up to as much again of jitter (backon adds
+    // delay x rand[0, 1)), so up to 60 s to the first retry after the outage, which gets
+    // 410 Expired and waits up to 60 s more before it lists: the budget is those two
+    // retries. (60 s in all once failed here with the watch's retries at 19 and 32 s.)
     eventually(
         "the values after the outage",
-        Duration::from_secs(60),
+        2 * WATCH_RETRY_AT_CAP,
         &logs,
         async || trees_match(&client, &trees).await.then_some(()),
     )
