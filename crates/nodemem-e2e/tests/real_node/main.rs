@@ -75,7 +75,7 @@ fn container_dir(driver: Driver, pod_dir: &str, id: &str) -> String {
 /// Runs a phase (`Phases::run`), then what follows every phase ([`after_phase`]): when
 /// it failed, the node's logs in the output; its own pods removed.
 macro_rules! phase {
-    ($phases:ident, $node:ident, $bed:ident: $name:expr, $needs:expr, $body:expr) => {{
+    ($phases:ident, $node:ident, $bed:ident, $name:expr, $needs:expr, $body:expr) => {{
         let value = $phases.run($name, $needs, $body).await;
         after_phase(&$phases, &mut $node, &$bed).await;
         value
@@ -181,79 +181,105 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             client,
         };
         let mut phases = Phases::new(name);
-        phase!(phases, node, bed: "kubelet-reference", &[], || {
-                kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
-                    bed.cp,
-                    &mut node,
-                    driver,
-                    &bed.client,
-                    kubelet_reference::Reference {
-                        policy: POLICY,
-                        tag: "k",
-                        v136_departures: true,
-                    },
-                )
-            });
+        phase!(phases, node, bed, "kubelet-reference", &[], || {
+            kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
+                bed.cp,
+                &mut node,
+                driver,
+                &bed.client,
+                kubelet_reference::Reference {
+                    policy: POLICY,
+                    tag: "k",
+                    v136_departures: true,
+                },
+            )
+        });
         // From here on nodemem enforces: the kubelet's own Memory QoS goes off (with it
         // on, nodemem would leave those files to the kubelet: KubeletConflict).
         spec.kubelet = kubelets_memory_qos(false);
-        phase!(phases, node, bed: "kubelet-without-memory-qos", &[], || async {
+        phase!(
+            phases,
+            node,
+            bed,
+            "kubelet-without-memory-qos",
+            &[],
+            || async {
                 restart_kubelet_with(&mut node, &spec, &bed.client).await;
                 a_workload_runs(&mut node, &bed, name).await;
-            });
-        let mut installed = phase!(phases, node, bed: "install", &["kubelet-without-memory-qos"], || {
-                install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[])
-            });
+            }
+        );
+        let mut installed = phase!(
+            phases,
+            node,
+            bed,
+            "install",
+            &["kubelet-without-memory-qos"],
+            || { install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[]) }
+        );
         let installed_now = || installed.as_ref().expect("install passed");
-        phase!(phases, node, bed: "reports", &["install"], || {
-                install::it_reports_through_its_config(&mut node, &bed, installed_now())
-            });
-        let expected = phase!(phases, node, bed: "simulate-prediction", &["install"], || {
-                install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now())
-            });
-        phase!(phases, node, bed: "explain", &["install"], || async {
-                explain_names_the_rules(&bed, name, "v1.36.3 (v1.36 rules")
-            });
-        phase!(phases, node, bed: "owners", &["simulate-prediction"], || {
+        phase!(phases, node, bed, "reports", &["install"], || {
+            install::it_reports_through_its_config(&mut node, &bed, installed_now())
+        });
+        let expected = phase!(
+            phases,
+            node,
+            bed,
+            "simulate-prediction",
+            &["install"],
+            || { install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now()) }
+        );
+        phase!(phases, node, bed, "explain", &["install"], || async {
+            explain_names_the_rules(&bed, name, "v1.36.3 (v1.36 rules")
+        });
+        phase!(
+            phases,
+            node,
+            bed,
+            "owners",
+            &["simulate-prediction"],
+            || {
                 let expected = expected.expect("simulate-prediction passed");
                 owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected, &[])
-            });
+            }
+        );
+        // The owners' pods (every QoS class, the resized workload) are no later phase's:
+        // gone, the node starts the next phases' pods without them.
+        remove_pods(&bed, &ListParams::default()).await;
         if driver == Driver::Systemd {
             let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
             let agent_ip = || agent_ip.clone().expect("install passed");
-            let nri_start = phase!(phases, node, bed: "nri", &["install"], || async {
-                    nri::values_before_the_first_instruction(&mut node, &bed, &agent_ip()).await
-                });
-            phase!(phases, node, bed: "nri-restarts", &["nri"], || async {
-                    nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
-                });
-            phase!(phases, node, bed: "reaction", &["install"], || async {
-                    nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start)
-                        .await
-                });
-            phase!(phases, node, bed: "observation", &["install"], || {
-                    observation::observation_on_a_real_kernel(
-                        &mut node,
-                        driver,
-                        &bed.client,
-                        bed.admin(),
-                    )
-                });
-            phase!(phases, node, bed: "relief", &["install"], || async {
-                    relief::relief_on_a_real_kernel(
-                        &mut node,
-                        driver,
-                        &bed.client,
-                        bed.admin(),
-                        &agent_ip(),
-                    )
-                    .await
-                });
-        }
-        phase!(phases, node, bed: "token", &["install"], || {
-                let installed = installed.as_mut().expect("install passed");
-                install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
+            let nri_start = phase!(phases, node, bed, "nri", &["install"], || async {
+                nri::values_before_the_first_instruction(&mut node, &bed, &agent_ip()).await
             });
+            phase!(phases, node, bed, "nri-restarts", &["nri"], || async {
+                nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
+            });
+            phase!(phases, node, bed, "reaction", &["install"], || async {
+                nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start).await
+            });
+            phase!(phases, node, bed, "observation", &["install"], || {
+                observation::observation_on_a_real_kernel(
+                    &mut node,
+                    driver,
+                    &bed.client,
+                    bed.admin(),
+                )
+            });
+            phase!(phases, node, bed, "relief", &["install"], || async {
+                relief::relief_on_a_real_kernel(
+                    &mut node,
+                    driver,
+                    &bed.client,
+                    bed.admin(),
+                    &agent_ip(),
+                )
+                .await
+            });
+        }
+        phase!(phases, node, bed, "token", &["install"], || {
+            let installed = installed.as_mut().expect("install passed");
+            install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
+        });
         phases.finish();
     });
 }
@@ -838,7 +864,7 @@ async fn after_phase(phases: &Phases, node: &mut RealNode, bed: &Bed<'_>) {
     if phases.last_failed() {
         eprintln!("{}", diagnosis(node, bed));
     }
-    remove_phase_pods(bed).await;
+    remove_pods(bed, &ListParams::default().labels(PHASE_POD)).await;
 }
 
 /// What explains a failed phase: the pods that do not run and their events, the
@@ -887,31 +913,33 @@ fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
     out
 }
 
-/// Deletes the pods labelled [`PHASE_POD`] and waits until the kubelet has finished
-/// them (a short grace, not a forced deletion: the object goes only once the node let
-/// the pod go).
-async fn remove_phase_pods(bed: &Bed<'_>) {
+/// Deletes the pods of `default` that `listed` selects and waits until the kubelet has
+/// finished them (a short grace, not a forced deletion: the object goes only once the
+/// node let the pod go).
+async fn remove_pods(bed: &Bed<'_>, listed: &ListParams) {
     let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
-    let listed = ListParams::default().labels(PHASE_POD);
     let delete = kube::api::DeleteParams {
         grace_period_seconds: Some(1),
         ..Default::default()
     };
-    if let Err(e) = api.delete_collection(&delete, &listed).await {
-        eprintln!("the phase's pods not deleted: {e}");
+    if let Err(e) = api.delete_collection(&delete, listed).await {
+        eprintln!("pods not deleted: {e}");
     }
     let gone = within(Duration::from_secs(180), || async {
-        api.list(&listed).await.ok()?.items.is_empty().then_some(())
+        api.list(listed).await.ok()?.items.is_empty().then_some(())
     })
     .await;
     if gone.is_none() {
-        let left = api.list(&listed).await.map(|l| {
+        let left = api.list(listed).await.map(|l| {
             l.items
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
                 .collect::<Vec<_>>()
         });
-        eprintln!("the phase's pods are not gone within 180 s: {left:?}");
+        eprintln!(
+            "pods not gone within {:?}: {left:?}",
+            paced(Duration::from_secs(180))
+        );
     }
 }
 

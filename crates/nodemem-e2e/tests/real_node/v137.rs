@@ -61,7 +61,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             client,
         };
         let mut phases = Phases::new(name);
-        phase!(phases, node, bed: "kubelet-version", &[], || async {
+        phase!(phases, node, bed, "kubelet-version", &[], || async {
             let nodes: Api<core::Node> = Api::all(bed.client.clone());
             let reported = nodes
                 .get(name)
@@ -73,7 +73,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 .unwrap();
             assert_eq!(reported.kubelet_version, KUBELET_V137);
         });
-        let with_factor = phase!(phases, node, bed: "kubelet-reference", &[], || {
+        let with_factor = phase!(phases, node, bed, "kubelet-reference", &[], || {
             kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
                 bed.cp,
                 &mut node,
@@ -86,97 +86,137 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 },
             )
         });
-        phase!(phases, node, bed: "pod-level-memory-high", &["kubelet-reference"], || async {
-            // The v1.37 rule shows on this pod set: the pod-level pod's own cgroup
-            // carries memory.high, its containers without a limit none.
-            let throttled = with_factor.as_ref().expect("kubelet-reference passed");
-            let pod_level: Vec<&String> = throttled
-                .keys()
-                .filter(|p| p.contains("-pod") && p.ends_with(".slice/memory.high"))
-                .collect();
-            assert_eq!(pod_level.len(), 1, "{throttled:#?}");
-        });
+        phase!(
+            phases,
+            node,
+            bed,
+            "pod-level-memory-high",
+            &["kubelet-reference"],
+            || async {
+                // The v1.37 rule shows on this pod set: the pod-level pod's own cgroup
+                // carries memory.high, its containers without a limit none.
+                let throttled = with_factor.as_ref().expect("kubelet-reference passed");
+                let pod_level: Vec<&String> = throttled
+                    .keys()
+                    .filter(|p| p.contains("-pod") && p.ends_with(".slice/memory.high"))
+                    .collect();
+                assert_eq!(pod_level.len(), 1, "{throttled:#?}");
+            }
+        );
         // The v1.37 default: no factor, no memory.high; a policy says the same.
         spec.kubelet = kubelets_v137_memory_qos(None);
-        phase!(phases, node, bed: "kubelet-reference-without-factor", &[], || async {
-            restart_kubelet_with(&mut node, &spec, &bed.client).await;
-            let throttled = kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
-                bed.cp,
-                &mut node,
-                driver,
-                &bed.client,
-                kubelet_reference::Reference {
-                    policy: POLICY_NO_HIGH,
-                    tag: "u",
-                    v136_departures: false,
-                },
-            )
-            .await;
-            assert!(
-                throttled.is_empty(),
-                "memory.high without a factor: {throttled:#?}"
-            );
-        });
+        phase!(
+            phases,
+            node,
+            bed,
+            "kubelet-reference-without-factor",
+            &[],
+            || async {
+                restart_kubelet_with(&mut node, &spec, &bed.client).await;
+                let throttled = kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
+                    bed.cp,
+                    &mut node,
+                    driver,
+                    &bed.client,
+                    kubelet_reference::Reference {
+                        policy: POLICY_NO_HIGH,
+                        tag: "u",
+                        v136_departures: false,
+                    },
+                )
+                .await;
+                assert!(
+                    throttled.is_empty(),
+                    "memory.high without a factor: {throttled:#?}"
+                );
+            }
+        );
         // The kubelet at its defaults: nothing of Memory QoS in its configuration.
         spec.kubelet = json!({});
-        phase!(phases, node, bed: "kubelet-at-defaults", &[], || async {
+        phase!(phases, node, bed, "kubelet-at-defaults", &[], || async {
             restart_kubelet_with(&mut node, &spec, &bed.client).await;
             a_workload_runs(&mut node, &bed, name).await;
         });
-        let installed = phase!(phases, node, bed: "install", &["kubelet-at-defaults"], || {
-            install_nodemem(
-                bed.cp,
-                &mut node,
-                &bed.client,
-                POLICY,
-                &[
-                    "--agent-kubelet-config-dir",
-                    KUBELET_CONFIG_DIR,
-                    "--agent-kubelet-restart-unit",
-                    "kubelet.service",
-                ],
-            )
-        });
+        let installed = phase!(
+            phases,
+            node,
+            bed,
+            "install",
+            &["kubelet-at-defaults"],
+            || {
+                install_nodemem(
+                    bed.cp,
+                    &mut node,
+                    &bed.client,
+                    POLICY,
+                    &[
+                        "--agent-kubelet-config-dir",
+                        KUBELET_CONFIG_DIR,
+                        "--agent-kubelet-restart-unit",
+                        "kubelet.service",
+                    ],
+                )
+            }
+        );
         let installed_now = || installed.as_ref().expect("install passed");
-        phase!(phases, node, bed: "no-conflict-at-defaults", &["install"], || async {
-            // The gate is on (v1.37's default) but the kubelet writes no values: not
-            // a conflict, and nodemem writes.
-            let status = config_applied(
-                &bed.client,
-                bed.admin(),
-                name,
-                None,
-                Duration::from_secs(120),
-            )
-            .await;
-            let conflict = status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "KubeletConflict")
-                .expect("a KubeletConflict condition");
-            assert_eq!(
-                (conflict.status.as_str(), conflict.reason.as_str()),
-                ("False", "NoConflict"),
-                "{conflict:?}"
-            );
-        });
-        let expected = phase!(phases, node, bed: "simulate-prediction", &["install"], || {
-            install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now())
-        });
-        phase!(phases, node, bed: "explain", &["install"], || async {
+        phase!(
+            phases,
+            node,
+            bed,
+            "no-conflict-at-defaults",
+            &["install"],
+            || async {
+                // The gate is on (v1.37's default) but the kubelet writes no values: not
+                // a conflict, and nodemem writes.
+                let status = config_applied(
+                    &bed.client,
+                    bed.admin(),
+                    name,
+                    None,
+                    Duration::from_secs(120),
+                )
+                .await;
+                let conflict = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "KubeletConflict")
+                    .expect("a KubeletConflict condition");
+                assert_eq!(
+                    (conflict.status.as_str(), conflict.reason.as_str()),
+                    ("False", "NoConflict"),
+                    "{conflict:?}"
+                );
+            }
+        );
+        let expected = phase!(
+            phases,
+            node,
+            bed,
+            "simulate-prediction",
+            &["install"],
+            || { install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now()) }
+        );
+        phase!(phases, node, bed, "explain", &["install"], || async {
             explain_names_the_rules(&bed, name, "v1.37.2 (v1.37 rules")
         });
-        phase!(phases, node, bed: "owners", &["simulate-prediction"], || {
-            let expected = expected.expect("simulate-prediction passed");
-            owners::values_survive_their_owners(
-                &mut node,
-                &bed,
-                installed_now(),
-                expected,
-                V137_REPAIRED,
-            )
-        });
-        phase!(phases, node, bed: "kubelet-mode", &["install"], || async {
+        phase!(
+            phases,
+            node,
+            bed,
+            "owners",
+            &["simulate-prediction"],
+            || {
+                let expected = expected.expect("simulate-prediction passed");
+                owners::values_survive_their_owners(
+                    &mut node,
+                    &bed,
+                    installed_now(),
+                    expected,
+                    V137_REPAIRED,
+                )
+            }
+        );
+        phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
             kubelet_mode_on_v1_37(&mut node, &bed, installed_now()).await
         });
         phases.finish();
