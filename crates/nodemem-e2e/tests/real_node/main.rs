@@ -216,35 +216,22 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             &["kubelet-without-memory-qos"],
             || { install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[]) }
         );
-        let installed_now = || installed.as_ref().expect("install passed");
         phase!(phases, node, bed, "reports", &["install"], || {
-            install::it_reports_through_its_config(&mut node, &bed, installed_now())
+            let installed = installed.as_ref().expect("install passed");
+            install::it_reports_through_its_config(&mut node, &bed, installed)
         });
-        let expected = phase!(
-            phases,
-            node,
-            bed,
-            "simulate-prediction",
-            &["install"],
-            || { install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now()) }
-        );
-        phase!(phases, node, bed, "explain", &["install"], || async {
-            explain_names_the_rules(&bed, name, "v1.36.3 (v1.36 rules")
-        });
-        phase!(
-            phases,
-            node,
-            bed,
-            "owners",
-            &["simulate-prediction"],
-            || {
-                let expected = expected.expect("simulate-prediction passed");
-                owners::values_survive_their_owners(&mut node, &bed, installed_now(), expected, &[])
-            }
-        );
+        nodemem_as_predicted(
+            &mut phases,
+            &mut node,
+            &bed,
+            installed.as_ref(),
+            "v1.36.3 (v1.36 rules",
+            &[],
+        )
+        .await;
         // The owners' pods (every QoS class, the resized workload) are no later phase's:
         // gone, the node starts the next phases' pods without them.
-        remove_pods(&bed, &ListParams::default()).await;
+        remove_pods_or_say(&bed, &ListParams::default()).await;
         if driver == Driver::Systemd {
             let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
             let agent_ip = || agent_ip.clone().expect("install passed");
@@ -282,6 +269,43 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         });
         phases.finish();
     });
+}
+
+/// The phases every kubelet version shares once nodemem is installed: the values are
+/// simulate's prediction, `explain` names the kubelet's `rules`, and the values survive
+/// their owners (`repaired`: the windows that version's kubelet may open).
+async fn nodemem_as_predicted(
+    phases: &mut Phases,
+    // `mut`: the phase macro takes `&mut node`, a reborrow here.
+    mut node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: Option<&Installed>,
+    rules: &str,
+    repaired: owners::Repaired,
+) {
+    let installed = || installed.expect("install passed");
+    let expected = phase!(
+        phases,
+        node,
+        bed,
+        "simulate-prediction",
+        &["install"],
+        || { install::it_writes_what_simulate_predicts(&mut *node, bed, installed()) }
+    );
+    phase!(phases, node, bed, "explain", &["install"], || async {
+        explain_names_the_rules(bed, &node.name.clone(), rules)
+    });
+    phase!(
+        phases,
+        node,
+        bed,
+        "owners",
+        &["simulate-prediction"],
+        || {
+            let expected = expected.expect("simulate-prediction passed");
+            owners::values_survive_their_owners(&mut *node, bed, installed(), expected, repaired)
+        }
+    );
 }
 
 /// `kubectl nodemem explain NODE`, as a user types it (the real kubectl, the plugin
@@ -864,7 +888,7 @@ async fn after_phase(phases: &Phases, node: &mut RealNode, bed: &Bed<'_>) {
     if phases.last_failed() {
         eprintln!("{}", diagnosis(node, bed));
     }
-    remove_pods(bed, &ListParams::default().labels(PHASE_POD)).await;
+    remove_pods_or_say(bed, &ListParams::default().labels(PHASE_POD)).await;
 }
 
 /// What explains a failed phase: the pods that do not run and their events, the
@@ -915,8 +939,8 @@ fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
 
 /// Deletes the pods of `default` that `listed` selects and waits until the kubelet has
 /// finished them (a short grace, not a forced deletion: the object goes only once the
-/// node let the pod go).
-async fn remove_pods(bed: &Bed<'_>, listed: &ListParams) {
+/// node let the pod go). The names of those still there after the budget, if any.
+async fn remove_pods(bed: &Bed<'_>, listed: &ListParams) -> Result<(), Vec<String>> {
     let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
     let delete = kube::api::DeleteParams {
         grace_period_seconds: Some(1),
@@ -929,13 +953,25 @@ async fn remove_pods(bed: &Bed<'_>, listed: &ListParams) {
         api.list(listed).await.ok()?.items.is_empty().then_some(())
     })
     .await;
-    if gone.is_none() {
-        let left = api.list(listed).await.map(|l| {
-            l.items
-                .into_iter()
-                .filter_map(|p| p.metadata.name)
-                .collect::<Vec<_>>()
-        });
+    match gone {
+        Some(()) => Ok(()),
+        None => Err(api
+            .list(listed)
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter_map(|p| p.metadata.name)
+                    .collect()
+            })
+            .unwrap_or_else(|e| vec![e.to_string()])),
+    }
+}
+
+/// [`remove_pods`] where what is left is only reported: the next phase goes on, and
+/// fails with this line above it if the pods are in its way.
+async fn remove_pods_or_say(bed: &Bed<'_>, listed: &ListParams) {
+    if let Err(left) = remove_pods(bed, listed).await {
         eprintln!(
             "pods not gone within {:?}: {left:?}",
             paced(Duration::from_secs(180))

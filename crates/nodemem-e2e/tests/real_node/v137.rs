@@ -188,34 +188,15 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 );
             }
         );
-        let expected = phase!(
-            phases,
-            node,
-            bed,
-            "simulate-prediction",
-            &["install"],
-            || { install::it_writes_what_simulate_predicts(&mut node, &bed, installed_now()) }
-        );
-        phase!(phases, node, bed, "explain", &["install"], || async {
-            explain_names_the_rules(&bed, name, "v1.37.2 (v1.37 rules")
-        });
-        phase!(
-            phases,
-            node,
-            bed,
-            "owners",
-            &["simulate-prediction"],
-            || {
-                let expected = expected.expect("simulate-prediction passed");
-                owners::values_survive_their_owners(
-                    &mut node,
-                    &bed,
-                    installed_now(),
-                    expected,
-                    V137_REPAIRED,
-                )
-            }
-        );
+        nodemem_as_predicted(
+            &mut phases,
+            &mut node,
+            &bed,
+            installed.as_ref(),
+            "v1.37.2 (v1.37 rules",
+            V137_REPAIRED,
+        )
+        .await;
         phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
             kubelet_mode_on_v1_37(&mut node, &bed, installed_now()).await
         });
@@ -229,7 +210,9 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
 /// class (and at the QoS levels) is what `nodemem simulate` predicted.
 async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &Installed) {
     let name = node.name.clone();
-    delete_default_pods(&bed.client).await;
+    super::remove_pods(bed, &ListParams::default())
+        .await
+        .unwrap_or_else(|left| panic!("the pods of default not gone: {left:?}"));
     let status = config_applied(
         &bed.client,
         bed.admin(),
@@ -315,24 +298,4 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         "{name}: under enforcement: Kubelet the v1.37.2 kubelet wrote simulate's prediction in {} files",
         wanted.len()
     );
-}
-
-/// Deletes the pods of `default` and waits until they are gone.
-async fn delete_default_pods(client: &kube::Client) {
-    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-    for p in api.list(&ListParams::default()).await.unwrap().items {
-        let name = p.metadata.name.unwrap();
-        let _ = api
-            .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
-            .await;
-    }
-    eventually(
-        "the pods of default gone",
-        Duration::from_secs(120),
-        || async {
-            let left = api.list(&ListParams::default()).await.ok()?.items.len();
-            (left == 0).then_some(())
-        },
-    )
-    .await;
 }
