@@ -83,9 +83,10 @@ fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::Setup(format!("{what}: {e}"))
 }
 
-/// Removes directories of control planes whose test process is gone (a run killed
-/// with SIGKILL cannot clean up; its processes died with it through PDEATHSIG).
-fn remove_stale_dirs(root: &Path) {
+/// Removes the harness's directories (`<kind>-<pid>-...`: control planes, real nodes'
+/// shares) whose test process is gone (a run killed with SIGKILL cannot clean up; its
+/// processes died with it through PDEATHSIG).
+pub(crate) fn remove_stale_dirs(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
@@ -98,6 +99,15 @@ fn remove_stale_dirs(root: &Path) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// The directory under which the harness keeps what it runs (`nodemem-testkit` in the
+/// temporary directory), cleared of what killed runs left.
+pub(crate) fn harness_dir() -> Result<std::path::PathBuf, Error> {
+    let root = std::env::temp_dir().join("nodemem-testkit");
+    std::fs::create_dir_all(&root).map_err(io_err("create the harness directory"))?;
+    remove_stale_dirs(&root);
+    Ok(root)
 }
 
 impl ControlPlane {
@@ -132,9 +142,7 @@ impl ControlPlane {
     }
 
     fn start_once(bin: &Binaries) -> Result<Self, Error> {
-        let root = std::env::temp_dir().join("nodemem-testkit");
-        std::fs::create_dir_all(&root).map_err(io_err("create the harness directory"))?;
-        remove_stale_dirs(&root);
+        let root = harness_dir()?;
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = root.join(format!("cp-{}-{seq}", std::process::id()));
@@ -700,4 +708,32 @@ fn wait_port(process: &mut Process, port: u16) -> Result<(), Error> {
 /// NODEMEM_APISERVER_PROFILING=1: the apiserver serves /debug/pprof (to its admin).
 fn apiserver_profiling() -> bool {
     std::env::var("NODEMEM_APISERVER_PROFILING").is_ok_and(|v| v == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of a process that is gone is removed; one of a live process (this
+    /// one) and one not named for a process stay.
+    #[test]
+    fn only_the_directories_of_gone_processes_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let names = [
+            format!("node-{}-a", gone.id()),
+            format!("node-{}-b", std::process::id()),
+            "kept".to_string(),
+        ];
+        for n in &names {
+            std::fs::create_dir(root.path().join(n)).unwrap();
+        }
+        remove_stale_dirs(root.path());
+        let left: std::collections::BTreeSet<String> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, names[1..].iter().cloned().collect());
+    }
 }

@@ -266,9 +266,10 @@ impl RealNode {
     /// Boots a node and returns once the runner answers (the node's Ready condition is
     /// the apiserver's to tell; see [`RealNode::wait_ready`]).
     pub fn boot(cp: &ControlPlane, image: &NodeImage, spec: &RealNodeSpec) -> Result<Self, Error> {
+        // Named for this process, so that the next run removes it if this one is killed.
         let share = tempfile::Builder::new()
-            .prefix("nodemem-node-")
-            .tempdir()
+            .prefix(&format!("node-{}-", std::process::id()))
+            .tempdir_in(crate::control_plane::harness_dir()?)
             .map_err(|e| node_err(format!("temporary directory: {e}")))?;
         let dir = share.path();
         let root = dir.join("root");

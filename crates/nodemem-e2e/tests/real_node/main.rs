@@ -940,8 +940,11 @@ fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
 /// Deletes the pods of `default` that `listed` selects and waits until the kubelet has
 /// finished them (a short grace, not a forced deletion: the object goes only once the
 /// node let the pod go). The names of those still there after the budget, if any.
-async fn remove_pods(bed: &Bed<'_>, listed: &ListParams) -> Result<(), Vec<String>> {
-    let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
+pub(crate) async fn remove_pods(
+    client: &kube::Client,
+    listed: &ListParams,
+) -> Result<(), Vec<String>> {
+    let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");
     let delete = kube::api::DeleteParams {
         grace_period_seconds: Some(1),
         ..Default::default()
@@ -971,7 +974,7 @@ async fn remove_pods(bed: &Bed<'_>, listed: &ListParams) -> Result<(), Vec<Strin
 /// [`remove_pods`] where what is left is only reported: the next phase goes on, and
 /// fails with this line above it if the pods are in its way.
 async fn remove_pods_or_say(bed: &Bed<'_>, listed: &ListParams) {
-    if let Err(left) = remove_pods(bed, listed).await {
+    if let Err(left) = remove_pods(&bed.client, listed).await {
         eprintln!(
             "pods not gone within {:?}: {left:?}",
             paced(Duration::from_secs(180))

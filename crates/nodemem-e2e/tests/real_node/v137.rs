@@ -210,7 +210,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
 /// class (and at the QoS levels) is what `nodemem simulate` predicted.
 async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &Installed) {
     let name = node.name.clone();
-    super::remove_pods(bed, &ListParams::default())
+    super::remove_pods(&bed.client, &ListParams::default())
         .await
         .unwrap_or_else(|left| panic!("the pods of default not gone: {left:?}"));
     let status = config_applied(
