@@ -3,7 +3,7 @@
 # it with `sandbox` (Go, to build the control plane); `make test` and .ci/run without an
 # argument (everything the test tiers need: qemu for the VM tiers, tmux for the sandbox
 # test, busybox-static for the VMs' first userland, mmdebstrap and gcc for the real
-# node's root file system and runc). Rust is expected on the machine. Installing needs
+# node's root file system and runc, Lua 5.1 for the Argo CD health check). Rust is expected on the machine. Installing needs
 # root or passwordless sudo; without them it names the packages and stops.
 set -euo pipefail
 
@@ -17,6 +17,7 @@ if [[ "$what" != sandbox ]]; then
   command -v mmdebstrap >/dev/null || need+=(mmdebstrap)   # the real node's root file system
   command -v gcc >/dev/null || need+=(gcc libc6-dev)   # runc (cgo) for the real node
   pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)   # runc with seccomp
+  command -v lua5.1 >/dev/null || need+=(lua5.1)   # runs the Argo CD health check as Argo CD does (Lua 5.1)
 fi
 ((${#need[@]})) || exit 0
 

@@ -587,7 +587,9 @@ pub struct NodeMemoryPolicyStatus {
     /// Selected nodes where another policy has the same top priority.
     #[serde(default)]
     pub conflicting_nodes: i32,
-    /// Accepted, Progressing, Ready and Degraded.
+    /// Accepted, Conflicting (a tie), Progressing (the rollout's state) and Degraded;
+    /// Ready, Reconciling and Stalled as GitOps tools read them (kstatus): Ready only
+    /// when the spec's revision runs on every node the policy governs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

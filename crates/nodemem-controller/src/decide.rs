@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::decision::Decision;
 use crate::handoff::{decide_deleted_policy, finalizer_orders, release_unselected, Leaving};
+use crate::health::health_conditions;
 use crate::policy_status::finish;
 pub use crate::settings::released_settings;
 use crate::world::World;
@@ -155,6 +156,7 @@ fn decide_policy(
         pool_of.leaving,
         now_time,
     ));
+    conditions.extend(health_conditions(&conditions, v.entry.generation, now_time));
     announce_updating(&round, out);
     finish(v.name, old, status, conditions, out);
 }

@@ -23,6 +23,7 @@ use nodemem_model::rollout::{plan_phases, OnFailure, RolloutState};
 
 use crate::decide::rollout_index::RolloutIndex;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder, PolicyEvent};
+use crate::health::deleted_conditions;
 use crate::policy_status::{condition, finish};
 use crate::settings::{released_settings, rollout_params};
 use crate::world::{PolicyEntry, World};
@@ -246,7 +247,6 @@ pub(crate) fn decide_deleted_policy(
         g,
         now_time,
     ));
-    conditions.push(condition("Ready", false, "Deleted", message, g, now_time));
     conditions.push(condition(
         "Degraded",
         false,
@@ -255,6 +255,7 @@ pub(crate) fn decide_deleted_policy(
         g,
         now_time,
     ));
+    conditions.extend(deleted_conditions(reason, message, g, now_time));
     finish(name, old, status, conditions, out);
 }
 

@@ -3,7 +3,8 @@
 //!
 //! * [`world`]: what the watches said (pure index).
 //! * [`decide`]: resolution, rollout steps and config writes (pure), into a
-//!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it;
+//!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it,
+//!   `health` its `Ready`, `Reconciling` and `Stalled` (what GitOps tools read);
 //!   `handoff`: nodes leaving a policy (deleted, no longer selecting them) and its
 //!   finalizer; `settings`: rollout parameters and the released settings.
 //! * `stand_down`: a controller stopped for good lets go of every policy.
@@ -21,6 +22,7 @@ pub mod decide;
 pub mod decision;
 mod drain;
 mod handoff;
+mod health;
 pub mod lease;
 pub mod metrics;
 pub mod node_failure;

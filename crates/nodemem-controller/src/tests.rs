@@ -836,9 +836,16 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
         "{}",
         degraded.message
     );
+    // The pool runs the revision before the spec's: the spec does not run, and
+    // nothing moves until a person changes it.
+    let (ready, stalled) = (condition(&w, "p", "Ready"), condition(&w, "p", "Stalled"));
     assert_eq!(
-        condition(&w, "p", "Ready").status,
-        "True",
+        (
+            ready.status.as_str(),
+            stalled.status.as_str(),
+            stalled.reason.as_str()
+        ),
+        ("False", "True", "RolledBack"),
         "{:?}",
         w.policies["p"].status.conditions
     );
@@ -858,6 +865,8 @@ fn a_requested_rollback_returns_the_pool_to_the_previous_revision_until_the_spec
     settle(&mut w, &mut now, 4);
     let third = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == third));
+    assert_eq!(condition(&w, "p", "Ready").status, "True");
+    assert_eq!(condition(&w, "p", "Stalled").status, "False");
     assert_eq!(w.policies["p"].status.rolled_back_revision, None);
     assert_eq!(w.policies["p"].rollback_request, None);
 

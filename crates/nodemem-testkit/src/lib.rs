@@ -21,6 +21,7 @@ pub mod control_plane;
 pub mod cpio;
 pub mod crds;
 pub mod error;
+pub mod gitops;
 pub mod kubelet;
 pub mod nodes;
 pub mod pki;

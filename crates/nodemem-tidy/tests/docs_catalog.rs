@@ -108,6 +108,8 @@ const SOURCES: &[&str] = &[
     "crates/nodemem-controller/src/decide.rs",
     "crates/nodemem-controller/src/decide/",
     "crates/nodemem-controller/src/policy_status.rs",
+    "crates/nodemem-controller/src/health.rs",
+    "crates/nodemem-controller/src/handoff.rs",
     "crates/nodemem-controller/src/run.rs",
     // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
     "crates/nodemem-model/src/warning.rs",

@@ -9,6 +9,7 @@ use nodemem_api::NodeMemoryPolicyStatus;
 
 use super::view::{PolicyView, Pool};
 use crate::decision::Decision;
+use crate::health::health_conditions;
 use crate::policy_status::{condition, finish};
 
 /// The figures every status has, whatever the rollout does.
@@ -111,7 +112,7 @@ pub(super) fn never_accepted_status(
         shown.join(", ")
     );
     status.revisions = v.entry.status.revisions.clone();
-    for (type_, ok) in [("Progressing", false), ("Ready", false), ("Degraded", true)] {
+    for (type_, ok) in [("Progressing", false), ("Degraded", true)] {
         conditions.push(condition(
             type_,
             ok,
@@ -121,6 +122,7 @@ pub(super) fn never_accepted_status(
             now_time,
         ));
     }
+    conditions.extend(health_conditions(&conditions, g, now_time));
     finish(v.name, &v.entry.status, status, conditions, out);
 }
 

@@ -1,5 +1,5 @@
 //! What the status says of a round: the counts, the nodes named as failed, the pool's
-//! signals and recommendation, `Progressing`, `Ready` and `Degraded`, and the
+//! signals and recommendation, `Progressing` and `Degraded`, and the
 //! `NodesUpdating` Event.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -53,8 +53,9 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
         recommendation(&round.policy.entry.spec, tally, nodes, observed_seconds);
 }
 
-/// `Progressing`, `Ready` and `Degraded` from the planner's state and what it does not
-/// know (a rollback, an invalid spec, nodes still leaving).
+/// `Progressing` and `Degraded` from the planner's state and what it does not know (a
+/// rollback, an invalid spec, nodes still leaving); `Ready` and the kstatus conditions
+/// follow from them (`crate::health`).
 pub(super) fn rollout_conditions(
     round: &Round<'_>,
     status: &NodeMemoryPolicyStatus,
@@ -93,14 +94,6 @@ pub(super) fn rollout_conditions(
     };
     vec![
         condition("Progressing", progressing, reason, message, g, now_time),
-        condition(
-            "Ready",
-            ready,
-            if ready { "AllNodesReady" } else { reason },
-            summary,
-            g,
-            now_time,
-        ),
         condition(
             "Degraded",
             degraded,

@@ -8,6 +8,7 @@ use nodemem_api::NodeMemoryPolicyStatus;
 
 use super::view::PolicyView;
 use crate::decision::{Decision, PolicyEvent};
+use crate::health::health_conditions;
 use crate::policy_status::{condition, finish};
 
 /// The revisions the status records: while the spec is invalid, the ones it had (the
@@ -146,7 +147,7 @@ pub(super) fn nothing_to_roll_out(
         "revision {bad} was rolled back {}; its nodes have no config: change the spec to roll out again",
         rollback_cause(&status.failed_node_names)
     );
-    for (type_, ok) in [("Progressing", false), ("Ready", false), ("Degraded", true)] {
+    for (type_, ok) in [("Progressing", false), ("Degraded", true)] {
         conditions.push(condition(
             type_,
             ok,
@@ -156,6 +157,7 @@ pub(super) fn nothing_to_roll_out(
             now_time,
         ));
     }
+    conditions.extend(health_conditions(&conditions, v.entry.generation, now_time));
     finish(v.name, old, status, conditions, out);
 }
 

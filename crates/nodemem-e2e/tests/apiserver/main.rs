@@ -10,6 +10,7 @@ mod common;
 mod controller;
 mod crds;
 mod faults;
+mod gitops_health;
 mod handoff;
 mod identities;
 mod kubelet_mode;

@@ -959,20 +959,22 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     assert!(shell
         .kubectl(&["nodemem", "resume", "general"])
         .contains("general resumed"));
-    let complete = |revision: &str| {
+    // Every node runs `revision` and the policy's `condition` is True: Ready once the
+    // spec runs, Stalled once it is rolled back (the pool runs the revision before).
+    let settled = |revision: &str, condition: &str| {
         let s = shell.json(&["get", "nmp", "general", "-o", "json"]);
-        let ready = s["status"]["conditions"]
+        let said = s["status"]["conditions"]
             .as_array()?
             .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            .any(|c| c["type"] == condition && c["status"] == "True");
         let configs = general_revisions(&shell);
-        (ready && configs.lines().count() == 3 && configs.lines().all(|r| r == revision))
+        (said && configs.lines().count() == 3 && configs.lines().all(|r| r == revision))
             .then_some(())
     };
     wait_until(
         "the new revision everywhere",
         Duration::from_secs(120),
-        || complete(&new_revision),
+        || settled(&new_revision, "Ready"),
     );
 
     // What the agents wrote is what diff said, file by file.
@@ -988,21 +990,34 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         "{out}"
     );
     wait_until("the rollback", Duration::from_secs(120), || {
-        complete(&first_revision)
+        settled(&first_revision, "Stalled")
     });
     let policy = shell.json(&["get", "nmp", "general", "-o", "json"]);
     assert_eq!(
         policy["status"]["rolledBackRevision"],
         new_revision.as_str()
     );
-    let degraded = policy["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Degraded")
-        .unwrap()
-        .clone();
-    assert_eq!(degraded["reason"], "RolledBack", "{degraded}");
+    let said = |type_: &str| {
+        policy["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == type_)
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+            .unwrap_or_else(|| panic!("no {type_} in {policy}"))
+    };
+    // The spec does not run: Ready stays False, and nothing moves without a person.
+    for (type_, status) in [
+        ("Degraded", "True"),
+        ("Stalled", "True"),
+        ("Ready", "False"),
+    ] {
+        assert_eq!(
+            said(type_),
+            (Value::from(status), Value::from("RolledBack")),
+            "{type_}"
+        );
+    }
     files_hold(tree, rows, "from");
     let again = shell.run("kubectl", &["nodemem", "rollback", "general"]);
     assert_eq!(again.code, 1);
