@@ -959,14 +959,15 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     assert!(shell
         .kubectl(&["nodemem", "resume", "general"])
         .contains("general resumed"));
-    // Every node runs `revision` and the policy's `condition` is True: Ready once the
-    // spec runs, Stalled once it is rolled back (the pool runs the revision before).
-    let settled = |revision: &str, condition: &str| {
+    // Every node runs `revision` and the policy's `condition` is True with `reason`:
+    // Ready once the spec runs, Stalled RolledBack once it is rolled back and the pool
+    // is back on the revision before (RollingBack on the way).
+    let settled = |revision: &str, condition: &str, reason: &str| {
         let s = shell.json(&["get", "nmp", "general", "-o", "json"]);
         let said = s["status"]["conditions"]
             .as_array()?
             .iter()
-            .any(|c| c["type"] == condition && c["status"] == "True");
+            .any(|c| c["type"] == condition && c["status"] == "True" && c["reason"] == reason);
         let configs = general_revisions(&shell);
         (said && configs.lines().count() == 3 && configs.lines().all(|r| r == revision))
             .then_some(())
@@ -974,7 +975,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     wait_until(
         "the new revision everywhere",
         Duration::from_secs(120),
-        || settled(&new_revision, "Ready"),
+        || settled(&new_revision, "Ready", "AllNodesReady"),
     );
 
     // What the agents wrote is what diff said, file by file.
@@ -990,7 +991,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         "{out}"
     );
     wait_until("the rollback", Duration::from_secs(120), || {
-        settled(&first_revision, "Stalled")
+        settled(&first_revision, "Stalled", "RolledBack")
     });
     let policy = shell.json(&["get", "nmp", "general", "-o", "json"]);
     assert_eq!(
