@@ -15,6 +15,8 @@ use crate::world::World;
 pub struct AgentDeploy {
     pub namespace: String,
     pub image: String,
+    /// Secrets in `namespace` the agents' pods pull `image` with.
+    pub image_pull_secrets: Vec<String>,
     pub cgroup_driver: Option<String>,
     /// The kubelet's --config-dir on the hosts, for `enforcement: Kubelet`.
     pub kubelet_config_dir: Option<String>,
@@ -233,6 +235,8 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": NAME,
+                    "imagePullSecrets": d.image_pull_secrets.iter()
+                        .map(|name| json!({"name": name})).collect::<Vec<_>>(),
                     // The kubelet process is found in the host's PID namespace
                     // (enforcement: Kubelet notices a restart it did not run).
                     "hostPID": true,
@@ -274,6 +278,7 @@ mod tests {
         AgentDeploy {
             namespace: "nodemem-system".into(),
             image: "nodemem:test".into(),
+            image_pull_secrets: Vec::new(),
             cgroup_driver: None,
             kubelet_config_dir: Some("/etc/kubernetes/kubelet.conf.d".into()),
             kubelet_restart_command: None,
@@ -474,5 +479,30 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "all"}, "spec": {}})).unwrap();
         w.apply_policy(&all);
         assert_eq!(affinity(&agent_daemonset(&deploy(), &w)), json!({}));
+    }
+
+    /// The agents pull with the Secrets the controller is given, in order; without
+    /// any, the pod names none.
+    #[test]
+    fn the_agents_pull_with_the_given_secrets() {
+        let secrets = |d: &AgentDeploy| -> Vec<String> {
+            let spec = agent_daemonset(d, &World::default())
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            spec.image_pull_secrets
+                .into_iter()
+                .flatten()
+                .map(|r| r.name)
+                .collect()
+        };
+        assert!(secrets(&deploy()).is_empty());
+        let private = AgentDeploy {
+            image_pull_secrets: vec!["registry-a".into(), "registry-b".into()],
+            ..deploy()
+        };
+        assert_eq!(secrets(&private), ["registry-a", "registry-b"]);
     }
 }

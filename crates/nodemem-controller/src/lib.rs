@@ -87,6 +87,11 @@ pub struct ControllerArgs {
     /// it the agents are deployed some other way.
     #[arg(long)]
     pub agent_image: Option<String>,
+    /// A Secret in --namespace the agents' pods pull their image with (repeatable; the
+    /// chart passes its imagePullSecrets): without it a private registry refuses every
+    /// node's agent.
+    #[arg(long = "agent-image-pull-secret", value_name = "SECRET")]
+    pub agent_image_pull_secrets: Vec<String>,
     /// The agents' cgroup driver (default: detected on each node).
     #[arg(long)]
     pub agent_cgroup_driver: Option<String>,
@@ -196,6 +201,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             .map(|image| daemonset::AgentDeploy {
                 namespace: args.namespace.clone(),
                 image,
+                image_pull_secrets: args.agent_image_pull_secrets.clone(),
                 cgroup_driver: args.agent_cgroup_driver.clone(),
                 kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
                 kubelet_restart_command: args.agent_kubelet_restart_command.clone(),

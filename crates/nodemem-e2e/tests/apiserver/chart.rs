@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nodemem_testkit::bed::{Bed, BedSpec, Install, PoolSpec};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::repo;
 
@@ -73,6 +73,8 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "agent.kubeletConfigDir=/etc/kubernetes/kubelet.conf.d",
         "--set",
         "image.tag=1.2.3",
+        "--set",
+        "imagePullSecrets[0].name=regcred",
     ]);
     let docs = documents(&rendered);
     let deployment = find(&docs, "Deployment", "nodemem-controller");
@@ -98,9 +100,12 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "--agent-state-dir=/var/lib/nodemem",
         "--write-concurrency=64",
         "--event-queue=60000",
+        // A private registry: the agents pull with the chart's secrets too.
+        "--agent-image-pull-secret=regcred",
     ] {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
     // Every flag the chart passes is one the controller has.
     let help = Command::new(nodemem_e2e::nodemem())
         .args(["controller", "--help"])
@@ -126,6 +131,10 @@ fn the_chart_lints_and_renders_what_production_needs() {
     );
     assert_eq!(hook["spec"]["serviceAccountName"], "nodemem-controller");
     assert_eq!(hook["spec"]["restartPolicy"], "Never");
+    assert_eq!(
+        hook["spec"]["imagePullSecrets"],
+        json!([{"name": "regcred"}])
+    );
     let hook_args: Vec<&str> = hook["spec"]["containers"][0]["args"]
         .as_array()
         .unwrap()
@@ -258,6 +267,7 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             "--namespace=nodemem-system".into(),
             "--deployment=nodemem-controller".into(),
             "--agent-image=nodemem:chart-test".into(),
+            "--agent-image-pull-secret=regcred".into(),
         ],
     };
     let mut bed = Bed::start(&spec, &|_| {})
@@ -320,6 +330,18 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         ])
         .unwrap();
     assert_eq!(ds, "nodemem:chart-test");
+    let pull = bed
+        .kubectl(&[
+            "get",
+            "daemonset",
+            "nodemem-agent",
+            "-n",
+            "nodemem-system",
+            "-o",
+            "jsonpath={.spec.template.spec.imagePullSecrets[*].name}",
+        ])
+        .unwrap();
+    assert_eq!(pull, "regcred", "the agents pull with the chart's secrets");
     bed.kubectl(&["get", "lease", "nodemem-controller", "-n", "nodemem-system"])
         .unwrap();
     let nmc = bed
