@@ -17,6 +17,8 @@ pub struct AgentDeploy {
     pub image: String,
     /// Secrets in `namespace` the agents' pods pull `image` with.
     pub image_pull_secrets: Vec<String>,
+    /// Label `namespace` privileged for PodSecurity ([`pod_security_labels`]).
+    pub pod_security_labels: bool,
     pub cgroup_driver: Option<String>,
     /// The kubelet's --config-dir on the hosts, for `enforcement: Kubelet`.
     pub kubelet_config_dir: Option<String>,
@@ -117,6 +119,23 @@ const CONTAINERD_TASKS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8
 const CRIO_CONTAINERS: &str = "/run/containers/storage/overlay-containers";
 /// Where containerd and CRI-O listen for NRI plugins (`/var/run/nri/nri.sock`).
 const NRI_DIR: &str = "/var/run/nri";
+
+/// The PodSecurity labels the agents' namespace needs: the agents mount host paths and
+/// share the host's PID namespace, which only the privileged level admits. An apply
+/// patch (a label another manager set is a conflict, not overwritten).
+pub fn pod_security_labels(namespace: &str) -> Value {
+    let labels: serde_json::Map<String, Value> = ["enforce", "audit", "warn"]
+        .iter()
+        .map(|mode| {
+            (
+                format!("pod-security.kubernetes.io/{mode}"),
+                Value::from("privileged"),
+            )
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": labels}})
+}
 
 /// The DaemonSet for the current policies and configs.
 pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
@@ -279,6 +298,7 @@ mod tests {
             namespace: "nodemem-system".into(),
             image: "nodemem:test".into(),
             image_pull_secrets: Vec::new(),
+            pod_security_labels: false,
             cgroup_driver: None,
             kubelet_config_dir: Some("/etc/kubernetes/kubelet.conf.d".into()),
             kubelet_restart_command: None,

@@ -92,6 +92,13 @@ pub struct ControllerArgs {
     /// node's agent.
     #[arg(long = "agent-image-pull-secret", value_name = "SECRET")]
     pub agent_image_pull_secrets: Vec<String>,
+    /// Label --namespace `pod-security.kubernetes.io/enforce=privileged` (and audit,
+    /// warn) before deploying the agents: they need host paths and the host's PID
+    /// namespace, which a cluster whose PodSecurity default is baseline or restricted
+    /// refuses in an unlabelled namespace. A label someone else set is left alone (and
+    /// reported).
+    #[arg(long)]
+    pub agent_pod_security_labels: bool,
     /// The agents' cgroup driver (default: detected on each node).
     #[arg(long)]
     pub agent_cgroup_driver: Option<String>,
@@ -202,6 +209,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 namespace: args.namespace.clone(),
                 image,
                 image_pull_secrets: args.agent_image_pull_secrets.clone(),
+                pod_security_labels: args.agent_pod_security_labels,
                 cgroup_driver: args.agent_cgroup_driver.clone(),
                 kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
                 kubelet_restart_command: args.agent_kubelet_restart_command.clone(),

@@ -251,6 +251,8 @@ impl Controller {
             .as_ref()
             .map(|a| Api::namespaced(client.clone(), &a.namespace));
         let mut applied_daemonset = None;
+        // The namespace's PodSecurity labels, once applied (or not asked for).
+        let mut labelled = !self.agents.as_ref().is_some_and(|a| a.pod_security_labels);
         // The world's placement count the DaemonSet was last built for.
         let mut placed = None;
         let mut world = World::default();
@@ -296,6 +298,9 @@ impl Controller {
             let placement_changed = placed != Some(world.placement());
             if let (Some(deploy), Some(api), true) = (&self.agents, &daemonsets, placement_changed)
             {
+                if !labelled {
+                    labelled = self.label_namespace(&client, &deploy.namespace).await;
+                }
                 let wanted = agent_daemonset(deploy, &world);
                 if applied_daemonset.as_ref() != Some(&wanted) {
                     let apply = PatchParams::apply(FIELD_MANAGER).force();
@@ -327,6 +332,32 @@ impl Controller {
             self.metrics.reconciled(started.elapsed().as_secs_f64());
         }
         Err(RunError::WatchesEnded)
+    }
+
+    /// Applies the PodSecurity labels the agents need to their namespace; whether it is
+    /// done (a failure is logged and tried again with the next DaemonSet write).
+    async fn label_namespace(&self, client: &Client, namespace: &str) -> bool {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let labels = crate::daemonset::pod_security_labels(namespace);
+        match namespaces
+            .patch(
+                namespace,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&labels),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.metrics.write("namespace", true);
+                info!(%namespace, "the agents' namespace is labelled privileged for PodSecurity");
+                true
+            }
+            Err(e) => {
+                self.metrics.write("namespace", false);
+                warn!(%namespace, error = %e, "the agents' namespace is not labelled privileged for PodSecurity (a label someone else set stays); where the cluster's default level is baseline or restricted the agents' pods are refused");
+                false
+            }
+        }
     }
 
     async fn carry_out(

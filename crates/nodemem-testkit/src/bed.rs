@@ -85,6 +85,9 @@ pub struct BedSpec {
     pub install: Install,
     /// More flags for the controller (e.g. `--agent-image`).
     pub controller_args: Vec<String>,
+    /// The cluster's PodSecurity default for unlabelled namespaces (a hardened
+    /// cluster's `baseline`); None: the apiserver's own (privileged).
+    pub pod_security_default: Option<String>,
 }
 
 /// A node of the bed.
@@ -194,7 +197,10 @@ impl Bed {
     /// hears each stage as it begins.
     pub async fn start(spec: &BedSpec, step: &dyn Fn(&str)) -> Result<Bed, Error> {
         step("starting etcd, kube-apiserver and kube-controller-manager");
-        let cp = tokio::task::spawn_blocking(ControlPlane::start)
+        let options = crate::control_plane::Options {
+            pod_security_default: spec.pod_security_default.clone(),
+        };
+        let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&options))
             .await
             .map_err(|e| Error::Setup(format!("control plane start: {e}")))??;
         let dir = tempfile::Builder::new()

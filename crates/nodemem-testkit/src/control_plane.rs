@@ -110,6 +110,23 @@ pub(crate) fn harness_dir() -> Result<std::path::PathBuf, Error> {
     Ok(root)
 }
 
+/// How a control plane differs from the apiserver's defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The PodSecurity level (`baseline`, `restricted`) the apiserver enforces, audits
+    /// and warns about in namespaces without `pod-security.kubernetes.io` labels, as a
+    /// hardened cluster's admission configuration sets it. None: the apiserver's own
+    /// default (privileged).
+    pub pod_security_default: Option<String>,
+}
+
+/// The admission configuration that makes `level` PodSecurity's default.
+fn pod_security_admission(level: &str) -> String {
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: PodSecurity\n  configuration:\n    apiVersion: pod-security.admission.config.k8s.io/v1\n    kind: PodSecurityConfiguration\n    defaults:\n      enforce: {level}\n      enforce-version: latest\n      audit: {level}\n      audit-version: latest\n      warn: {level}\n      warn-version: latest\n    exemptions: {{usernames: [], runtimeClasses: [], namespaces: []}}\n"
+    )
+}
+
 impl ControlPlane {
     /// The control plane shared by every test in this process, started on first use.
     pub fn shared() -> Result<&'static ControlPlane, Error> {
@@ -124,12 +141,17 @@ impl ControlPlane {
     /// starts etcd, the apiserver and the controller-manager, and waits until the
     /// apiserver is ready and the controller-manager has done work. Blocking.
     pub fn start() -> Result<Self, Error> {
+        Self::start_with(&Options::default())
+    }
+
+    /// [`ControlPlane::start`] with `options`.
+    pub fn start_with(options: &Options) -> Result<Self, Error> {
         let bin = control_plane_binaries()?;
         // Ports are probed free and then handed over, so another run may take one in
         // between; a start that fails for that reason is retried.
         let mut last = None;
         for _ in 0..3 {
-            match Self::start_once(&bin) {
+            match Self::start_once(&bin, options) {
                 Ok(cp) => return Ok(cp),
                 Err(Error::PortTaken(msg)) => last = Some(msg),
                 Err(e) => return Err(e),
@@ -141,7 +163,7 @@ impl ControlPlane {
         )))
     }
 
-    fn start_once(bin: &Binaries) -> Result<Self, Error> {
+    fn start_once(bin: &Binaries, options: &Options) -> Result<Self, Error> {
         let root = harness_dir()?;
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -181,6 +203,15 @@ impl ControlPlane {
         )?;
         wait_port(&mut etcd, etcd_port)?;
 
+        let mut admission = Vec::new();
+        if let Some(level) = &options.pod_security_default {
+            let file = dir.join("admission.yaml");
+            write(&file, &pod_security_admission(level))?;
+            admission.push(format!(
+                "--admission-control-config-file={}",
+                file.display()
+            ));
+        }
         let mut apiserver = Process::spawn(
             "kube-apiserver",
             &bin.kube_apiserver,
@@ -219,7 +250,10 @@ impl ControlPlane {
                 // for the apiserver's profile (NODEMEM_APISERVER_PROFILING=1).
                 format!("--profiling={}", apiserver_profiling()),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(admission)
+            .collect::<Vec<String>>(),
             &dir.join("kube-apiserver.log"),
         )?;
         wait_port(&mut apiserver, api_port)?;

@@ -102,6 +102,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "--event-queue=60000",
         // A private registry: the agents pull with the chart's secrets too.
         "--agent-image-pull-secret=regcred",
+        "--agent-pod-security-labels",
     ] {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
@@ -268,7 +269,12 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             "--deployment=nodemem-controller".into(),
             "--agent-image=nodemem:chart-test".into(),
             "--agent-image-pull-secret=regcred".into(),
+            "--agent-pod-security-labels".into(),
         ],
+        // A hardened cluster: namespaces without labels get baseline, which refuses
+        // the agents (host paths, the host's PID namespace) unless the chart labels
+        // its namespace.
+        pod_security_default: Some("baseline".into()),
     };
     let mut bed = Bed::start(&spec, &|_| {})
         .await
@@ -342,6 +348,54 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         ])
         .unwrap();
     assert_eq!(pull, "regcred", "the agents pull with the chart's secrets");
+    // The cluster defaults to baseline: the controller labelled its namespace, and the
+    // DaemonSet controller's pods for both nodes were admitted.
+    let labels = bed
+        .kubectl(&["get", "namespace", "nodemem-system", "-o", "json"])
+        .unwrap();
+    let labels: Value = serde_json::from_str(&labels).unwrap();
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(
+            labels["metadata"]["labels"][format!("pod-security.kubernetes.io/{mode}")],
+            "privileged",
+            "{labels}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pods = bed
+            .kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                "nodemem-system",
+                "-l",
+                "app.kubernetes.io/name=nodemem-agent",
+                "-o",
+                "name",
+            ])
+            .unwrap();
+        if pods.lines().count() == 2 {
+            break;
+        }
+        let refused = bed
+            .kubectl(&[
+                "get",
+                "events",
+                "-n",
+                "nodemem-system",
+                "--field-selector",
+                "reason=FailedCreate",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])
+            .unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "the agents' pods were not created: {pods}; refused: {refused}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     bed.kubectl(&["get", "lease", "nodemem-controller", "-n", "nodemem-system"])
         .unwrap();
     let nmc = bed
@@ -387,6 +441,16 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             vec!["create", "leases", "-n", "default"],
         ),
         (
+            "controller",
+            &controller,
+            vec!["patch", "namespaces/nodemem-system"],
+        ),
+        (
+            "controller",
+            &controller,
+            vec!["patch", "namespaces/default"],
+        ),
+        (
             "agent",
             &agent,
             vec!["patch", "nodememoryconfigs", "--subresource=status"],
@@ -412,6 +476,9 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         // The handoff finalizer and a spent rollback request (metadata only).
         ("controller patch nodememorypolicies", true),
         ("controller create leases -n default", false),
+        // Its own namespace's PodSecurity labels, no other namespace.
+        ("controller patch namespaces/nodemem-system", true),
+        ("controller patch namespaces/default", false),
         ("agent patch nodememoryconfigs --subresource=status", true),
         ("agent create nodememoryconfigs", false),
         ("agent patch nodes", false),

@@ -146,6 +146,7 @@ async fn sandbox(
         agent_resync_seconds: 5,
         install: nodemem_testkit::bed::Install::Manifests,
         controller_args: Vec::new(),
+        pod_security_default: None,
     };
     let setup = async {
         let bed = Bed::start(&spec, &|s| out.status(&format!("{s}...")))
