@@ -6,6 +6,7 @@
 //! objects.
 
 mod admission;
+mod agent_blocks;
 mod conditions;
 mod drains;
 #[cfg(test)]
@@ -121,6 +122,13 @@ fn decide_policy(
     let old = &v.entry.status;
     let mut status = opening_status(v, pool_of);
     let mut conditions = admission_conditions(v, pool_of, now_time);
+    conditions.extend(agent_blocks::agents_blocked(
+        world,
+        pool_of.nodes,
+        now,
+        v.entry.generation,
+        now_time,
+    ));
     let Some(choice) = choose_target(v, old, out) else {
         never_accepted_status(v, pool_of, status, conditions, now_time, out);
         return;

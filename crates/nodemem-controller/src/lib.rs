@@ -17,6 +17,7 @@
 //! An agent's report on its config is read with `nodemem_api::report`, the rule
 //! `kubectl nodemem` shows too.
 
+pub mod agents;
 pub mod daemonset;
 pub mod decide;
 pub mod decision;

@@ -42,7 +42,10 @@ pub(super) fn finish(
             previous => {
                 let notable = matches!(
                     (c.type_.as_str(), c.status.as_str()),
-                    ("Ready", "True") | ("Degraded", "True") | ("Accepted", "False")
+                    ("Ready", "True")
+                        | ("Degraded", "True")
+                        | ("Accepted", "False")
+                        | ("AgentsBlocked", "True")
                 );
                 if notable && (previous.is_some() || c.type_ != "Ready") {
                     out.events.push(PolicyEvent {
@@ -52,6 +55,7 @@ pub(super) fn finish(
                             "Ready" => "RolloutComplete",
                             "Degraded" if c.reason == "RollingBack" => "RollingBack",
                             "Degraded" => "RolloutStopped",
+                            "AgentsBlocked" => "AgentsBlocked",
                             _ => "PolicyInvalid",
                         },
                         message: c.message.clone(),

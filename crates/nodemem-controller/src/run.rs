@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Reporter};
 use kube::runtime::watcher::{self, Event};
@@ -38,6 +38,9 @@ enum Update {
     Policy(Box<Event<NodeMemoryPolicy>>),
     Node(Box<Event<kube::core::PartialObjectMeta<Node>>>),
     Config(Box<Event<NodeMemoryConfig>>),
+    /// The agent DaemonSet's pods and Events (when the controller deploys the agents).
+    AgentPod(Box<Event<Pod>>),
+    AgentEvent(Box<Event<CoreEvent>>),
     Tick,
 }
 
@@ -48,26 +51,34 @@ pub enum RunError {
     WatchesEnded,
 }
 
-/// The three watches' progress: decisions wait until all three have listed.
+/// The watches' progress: decisions wait until all of them have listed.
 #[derive(Default)]
 struct ControllerWatches {
     policies: Watched<NodeMemoryPolicy>,
     nodes: Watched<kube::core::PartialObjectMeta<Node>>,
     configs: Watched<NodeMemoryConfig>,
+    /// Watched when the controller deploys the agents.
+    agents: Option<(Watched<Pod>, Watched<CoreEvent>)>,
 }
 
 impl ControllerWatches {
     fn listed(&self) -> bool {
-        self.policies.listed() && self.nodes.listed() && self.configs.listed()
+        let agents = self
+            .agents
+            .as_ref()
+            .is_none_or(|(pods, events)| pods.listed() && events.listed());
+        self.policies.listed() && self.nodes.listed() && self.configs.listed() && agents
     }
 
     /// Feeds one watch event to the world; true when it changed anything.
     fn learn(&mut self, world: &mut World, update: Update) -> bool {
-        let learned = match update {
-            Update::Policy(e) => self.policies.learn(world, *e),
-            Update::Node(e) => self.nodes.learn(world, *e),
-            Update::Config(e) => self.configs.learn(world, *e),
-            Update::Tick => Learned::Nothing,
+        let learned = match (update, self.agents.as_mut()) {
+            (Update::Policy(e), _) => self.policies.learn(world, *e),
+            (Update::Node(e), _) => self.nodes.learn(world, *e),
+            (Update::Config(e), _) => self.configs.learn(world, *e),
+            (Update::AgentPod(e), Some((pods, _))) => pods.learn(world, *e),
+            (Update::AgentEvent(e), Some((_, events))) => events.learn(world, *e),
+            (Update::AgentPod(_) | Update::AgentEvent(_) | Update::Tick, _) => Learned::Nothing,
         };
         learned != Learned::Nothing
     }
@@ -118,11 +129,15 @@ impl Inbox {
     fn new(
         received: tokio::sync::mpsc::Receiver<Result<Update, watcher::Error>>,
         metrics: std::sync::Arc<Metrics>,
+        agents: bool,
     ) -> Self {
         Inbox {
             received,
             learned: Lessons {
-                watches: ControllerWatches::default(),
+                watches: ControllerWatches {
+                    agents: agents.then(Default::default),
+                    ..ControllerWatches::default()
+                },
                 metrics,
                 dirty: false,
                 tick: false,
@@ -198,6 +213,35 @@ pub struct Controller {
     pub event_queue: usize,
 }
 
+type UpdateStream = futures::stream::BoxStream<'static, Result<Update, watcher::Error>>;
+
+/// The agent DaemonSet's pods and its Events in `namespace`: what keeps an agent from
+/// starting (`crate::agents`).
+fn agent_watches(client: &Client, namespace: &str) -> Vec<UpdateStream> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let events: Api<CoreEvent> = Api::namespaced(client.clone(), namespace);
+    let pod_events = watcher::watcher(
+        pods,
+        watcher::Config::default().labels(&format!(
+            "app.kubernetes.io/name={}",
+            crate::daemonset::NAME
+        )),
+    )
+    .default_backoff()
+    .modify(|p| p.metadata.managed_fields = None)
+    .map(|e| e.map(|e| Update::AgentPod(Box::new(e))));
+    let daemonset_events = watcher::watcher(
+        events,
+        watcher::Config::default().fields(&format!(
+            "involvedObject.kind=DaemonSet,involvedObject.name={}",
+            crate::daemonset::NAME
+        )),
+    )
+    .default_backoff()
+    .map(|e| e.map(|e| Update::AgentEvent(Box::new(e))));
+    vec![pod_events.boxed(), daemonset_events.boxed()]
+}
+
 /// Stops the watch reader when the controller's loop ends.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -236,12 +280,16 @@ impl Controller {
             t.tick().await;
             Some((Ok(Update::Tick), t))
         });
-        let updates = futures::stream::select_all(vec![
+        let mut streams = vec![
             policy_events.boxed(),
             node_events.boxed(),
             config_events.boxed(),
             ticks.boxed(),
-        ]);
+        ];
+        if let Some(deploy) = &self.agents {
+            streams.extend(agent_watches(&client, &deploy.namespace));
+        }
+        let updates = futures::stream::select_all(streams);
         // Read all the time, also while a decision's writes are in flight, into a
         // queue with a cap (`crate::queue`).
         let (received, reader) = crate::queue::start(updates, self.event_queue);
@@ -256,9 +304,13 @@ impl Controller {
         // The world's placement count the DaemonSet was last built for.
         let mut placed = None;
         let mut world = World::default();
+        world.agents = self.agents.as_ref().map(|_| Default::default());
         let mut decider = Decider::default();
-        let mut inbox = Inbox::new(received, self.metrics.clone());
-        info!("watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs");
+        let mut inbox = Inbox::new(received, self.metrics.clone(), self.agents.is_some());
+        info!(
+            agents = self.agents.is_some(),
+            "watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs (and the agents' pods and DaemonSet Events when it deploys them)"
+        );
         loop {
             // Everything queued makes one decision: events and ticks that arrived
             // during the last decision's writes do not each decide again. Waits only

@@ -75,6 +75,9 @@ pub struct World {
     /// Counts changes to what the agent DaemonSet's placement reads (policies, node
     /// labels, which nodes have a config), so that it is built again only after one.
     placement: u64,
+    /// What keeps agents from starting, when this controller deploys them (None: the
+    /// agents are deployed some other way, and nothing is known of their pods).
+    pub agents: Option<crate::agents::AgentPods>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -326,6 +329,50 @@ impl WatchIndex<NodeMemoryConfig> for World {
 
 fn unlisted<'a>(held: impl Iterator<Item = &'a String>, listed: &BTreeSet<String>) -> Vec<String> {
     held.filter(|k| !listed.contains(*k)).cloned().collect()
+}
+
+/// The agent DaemonSet's pods (watched in its namespace when the controller deploys
+/// the agents), keyed by name.
+impl WatchIndex<k8s_openapi::api::core::v1::Pod> for World {
+    fn key(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+        p.metadata.name.clone()
+    }
+    fn apply(&mut self, p: &k8s_openapi::api::core::v1::Pod) -> bool {
+        self.agents.as_mut().is_some_and(|a| a.apply_pod(p))
+    }
+    fn delete(&mut self, p: &k8s_openapi::api::core::v1::Pod) -> bool {
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        self.agents.as_mut().is_some_and(|a| a.delete_pod(name))
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        let Some(agents) = self.agents.as_mut() else {
+            return false;
+        };
+        let mut forgot = false;
+        for name in unlisted(agents.pod_names(), listed) {
+            forgot |= agents.delete_pod(&name);
+        }
+        forgot
+    }
+}
+
+/// The agent DaemonSet's Events: its newest `FailedCreate` is kept (a deleted Event
+/// changes nothing: the refusal ages out of its window).
+impl WatchIndex<k8s_openapi::api::core::v1::Event> for World {
+    fn key(e: &k8s_openapi::api::core::v1::Event) -> Option<String> {
+        e.metadata.name.clone()
+    }
+    fn apply(&mut self, e: &k8s_openapi::api::core::v1::Event) -> bool {
+        self.agents
+            .as_mut()
+            .is_some_and(|a| a.apply_event(e, crate::daemonset::NAME))
+    }
+    fn delete(&mut self, _: &k8s_openapi::api::core::v1::Event) -> bool {
+        false
+    }
+    fn relisted(&mut self, _: &BTreeSet<String>) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

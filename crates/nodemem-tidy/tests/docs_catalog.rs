@@ -109,6 +109,7 @@ const SOURCES: &[&str] = &[
     "crates/nodemem-controller/src/decide/",
     "crates/nodemem-controller/src/policy_status.rs",
     "crates/nodemem-controller/src/health.rs",
+    "crates/nodemem-controller/src/agents.rs",
     "crates/nodemem-controller/src/handoff.rs",
     "crates/nodemem-controller/src/run.rs",
     // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
@@ -175,6 +176,8 @@ const NOT_REASONS: &[&str] = &[
     "Unknown",
     "Running",
     "Succeeded",
+    // A pod condition type the controller reads (agents.rs), not one it writes.
+    "PodScheduled",
     "Failed",
     "Apply",
     "Recover",

@@ -74,7 +74,14 @@ pub use nodemem_e2e::eventually;
 /// A control plane of the test's own (for tests that govern every node, or stop the
 /// apiserver), with nodemem's CRDs and the agent's and controller's RBAC installed.
 pub async fn own_control_plane() -> ControlPlane {
-    let cp = tokio::task::spawn_blocking(ControlPlane::start)
+    own_control_plane_with(nodemem_testkit::control_plane::Options::default()).await
+}
+
+/// [`own_control_plane`] with `options` (a PodSecurity default, say).
+pub async fn own_control_plane_with(
+    options: nodemem_testkit::control_plane::Options,
+) -> ControlPlane {
+    let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&options))
         .await
         .unwrap()
         .expect("control plane");

@@ -3,6 +3,7 @@
 //! test uses its own namespace and names (see TESTING.md).
 
 mod agent;
+mod agents_blocked;
 mod authority;
 mod chart;
 mod churn_soak;

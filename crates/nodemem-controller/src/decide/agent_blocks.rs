@@ -1,0 +1,65 @@
+//! `AgentsBlocked`: the pool's nodes whose agent cannot start, and why, in the words of
+//! the agents' pods and the DaemonSet's Events (`crate::agents`), so that an install
+//! that cannot work says so within a minute rather than at the progress deadline.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::policy_status::condition;
+use crate::world::World;
+
+/// Nodes named in the message at most.
+const NAMED: usize = 10;
+
+/// The condition, when the controller deploys the agents (otherwise nothing is known
+/// of their pods, and no condition claims anything).
+pub(super) fn agents_blocked(
+    world: &World,
+    pool: &BTreeSet<String>,
+    now: i64,
+    g: Option<i64>,
+    now_time: &Time,
+) -> Option<Condition> {
+    let agents = world.agents.as_ref()?;
+    let blocked = agents.blocked_in(pool, now);
+    let Some(((reason, _), _)) = blocked.iter().max_by_key(|(_, nodes)| nodes.len()) else {
+        return Some(condition(
+            "AgentsBlocked",
+            false,
+            "AsExpected",
+            "nothing keeps an agent of the pool from starting".to_string(),
+            g,
+            now_time,
+        ));
+    };
+    let reason = reason.clone();
+    let count: usize = blocked.values().map(BTreeSet::len).sum();
+    let causes: Vec<String> = blocked
+        .iter()
+        .map(|((why, message), nodes)| {
+            let names: Vec<&str> = nodes.iter().map(String::as_str).take(NAMED).collect();
+            let more = nodes.len().saturating_sub(NAMED);
+            format!(
+                "{why} on {}{}: {message}",
+                names.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect();
+    Some(condition(
+        "AgentsBlocked",
+        true,
+        &reason,
+        format!(
+            "the agent cannot start on {count} node(s) of the pool: {}",
+            causes.join("; ")
+        ),
+        g,
+        now_time,
+    ))
+}

@@ -1,0 +1,143 @@
+//! An install whose agents cannot start says so at once (issue 41, item 3): on a control
+//! plane whose PodSecurity default is baseline, the agents' namespace without labels
+//! (as `helm install --create-namespace` makes it, with the chart's
+//! `agent.podSecurityLabels=false`) refuses every agent pod. The policy names the cause
+//! in Kubernetes' words on each of its nodes within a minute (`AgentsBlocked`, and a
+//! Warning Event), not at the progress deadline; once the namespace is labelled and
+//! the pods exist, it says nothing keeps them.
+
+use std::time::Duration;
+
+use kube::api::{Api, PostParams};
+use nodemem_testkit::control_plane::Options;
+use nodemem_testkit::Identity;
+use serde_json::{json, Value};
+
+use crate::common::{condition, eventually, own_control_plane_with, policies, pool_nodes};
+
+const NODES: [(&str, &str); 2] = [("blk-1", "blk"), ("blk-2", "blk")];
+
+#[tokio::test]
+async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute() {
+    let cp = own_control_plane_with(Options {
+        pod_security_default: Some("baseline".into()),
+    })
+    .await;
+    let admin = cp.admin_kubeconfig().to_path_buf();
+    let kubectl = |args: &[&str]| {
+        nodemem_testkit::clients::kubectl(&admin, args).unwrap_or_else(|e| panic!("{e}"))
+    };
+    // The namespace as `helm install --create-namespace` leaves it: no labels.
+    kubectl(&[
+        "label",
+        "namespace",
+        "nodemem-system",
+        "pod-security.kubernetes.io/enforce-",
+        "pod-security.kubernetes.io/audit-",
+        "pod-security.kubernetes.io/warn-",
+    ]);
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    let _trees = pool_nodes(&client, &NODES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("controller.log");
+    let _controller = crate::common::spawn_controller_with(
+        &cp.kubeconfig(&Identity::Controller).await.unwrap(),
+        "agents-blocked",
+        "nodemem:test",
+        &log,
+        &["--namespace=nodemem-system"],
+    );
+    let policies = policies(client.clone());
+    policies
+        .create(
+            &PostParams::default(),
+            &crate::common::object(json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+                "metadata": {"name": "blk"},
+                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "blk"}},
+                    "memoryQoS": {"throttlingFactor": 0.8}}})),
+        )
+        .await
+        .unwrap();
+    let created = std::time::Instant::now();
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let blocked = |status: &Value, truth: &str| {
+        condition(status, "AgentsBlocked")
+            .filter(|c| c["status"] == truth)
+            .cloned()
+    };
+    let status_of = async || -> Option<Value> {
+        policies
+            .get_status("blk")
+            .await
+            .ok()?
+            .data
+            .get("status")
+            .cloned()
+    };
+    let said = eventually(
+        "AgentsBlocked=True on the policy",
+        Duration::from_secs(60),
+        &logs,
+        async || blocked(&status_of().await?, "True"),
+    )
+    .await;
+    let message = said["message"].as_str().unwrap();
+    assert_eq!(said["reason"], "FailedCreate", "{said}");
+    assert!(
+        message.contains("violates PodSecurity \"baseline:latest\"")
+            && message.contains("on 2 node(s)")
+            && message.contains("blk-1, blk-2"),
+        "{message}"
+    );
+    eprintln!("AgentsBlocked after {:?}: {message}", created.elapsed());
+    // The rollout has not given up on them: no deadline passed.
+    let status = status_of().await.unwrap();
+    assert_eq!(
+        condition(&status, "Progressing").unwrap()["reason"],
+        "Updating",
+        "{status}"
+    );
+    let events = kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "reason=AgentsBlocked",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("violates PodSecurity"), "{events:?}");
+
+    // Labelled, and the DaemonSet synced again (an edit; its controller's backoff after
+    // a minute of refusals is minutes): the pods exist, nothing keeps them.
+    kubectl(&[
+        "label",
+        "namespace",
+        "nodemem-system",
+        "pod-security.kubernetes.io/enforce=privileged",
+    ]);
+    kubectl(&[
+        "annotate",
+        "daemonset",
+        "nodemem-agent",
+        "-n",
+        "nodemem-system",
+        "nodemem.test/nudge=1",
+    ]);
+    let cleared = eventually(
+        "AgentsBlocked=False once the pods exist",
+        Duration::from_secs(60),
+        &logs,
+        async || blocked(&status_of().await?, "False"),
+    )
+    .await;
+    assert_eq!(cleared["reason"], "AsExpected", "{cleared}");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), "nodemem-system");
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=nodemem-agent"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 2, "an agent pod per node");
+}
