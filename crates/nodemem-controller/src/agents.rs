@@ -51,6 +51,8 @@ pub struct AgentPods {
     /// Node -> its agent pods.
     by_node: BTreeMap<String, BTreeSet<String>>,
     refusal: Option<Refusal>,
+    /// Both watches have listed: until then nothing is known (no pod is not "no pod").
+    listed: bool,
 }
 
 /// The node a DaemonSet pod is for: where it is bound, else the node its affinity
@@ -142,6 +144,18 @@ pub fn refusal_of(event: &Event, daemonset: &str) -> Option<Refusal> {
 }
 
 impl AgentPods {
+    /// Records whether the watches have listed; true when that changed.
+    pub fn set_listed(&mut self, listed: bool) -> bool {
+        let changed = self.listed != listed;
+        self.listed = listed;
+        changed
+    }
+
+    /// Whether the pods and Events are known (both watches listed).
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
     /// A pod was created or changed; true when what the decisions read changed.
     pub fn apply_pod(&mut self, pod: &Pod) -> bool {
         let Some(name) = pod.metadata.name.clone() else {

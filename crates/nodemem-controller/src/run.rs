@@ -57,17 +57,15 @@ struct ControllerWatches {
     policies: Watched<NodeMemoryPolicy>,
     nodes: Watched<kube::core::PartialObjectMeta<Node>>,
     configs: Watched<NodeMemoryConfig>,
-    /// Watched when the controller deploys the agents.
+    /// Watched when the controller deploys the agents. Decisions do not wait for
+    /// these: a controller whose RBAC lacks them (an older install's) still rolls out;
+    /// what they tell is unknown until both have listed.
     agents: Option<(Watched<Pod>, Watched<CoreEvent>)>,
 }
 
 impl ControllerWatches {
     fn listed(&self) -> bool {
-        let agents = self
-            .agents
-            .as_ref()
-            .is_none_or(|(pods, events)| pods.listed() && events.listed());
-        self.policies.listed() && self.nodes.listed() && self.configs.listed() && agents
+        self.policies.listed() && self.nodes.listed() && self.configs.listed()
     }
 
     /// Feeds one watch event to the world; true when it changed anything.
@@ -80,7 +78,15 @@ impl ControllerWatches {
             (Update::AgentEvent(e), Some((_, events))) => events.learn(world, *e),
             (Update::AgentPod(_) | Update::AgentEvent(_) | Update::Tick, _) => Learned::Nothing,
         };
-        learned != Learned::Nothing
+        let agents_listed = self
+            .agents
+            .as_ref()
+            .is_some_and(|(pods, events)| pods.listed() && events.listed());
+        let known = world
+            .agents
+            .as_mut()
+            .is_some_and(|a| a.set_listed(agents_listed));
+        learned != Learned::Nothing || known
     }
 }
 

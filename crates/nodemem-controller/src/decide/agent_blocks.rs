@@ -12,8 +12,9 @@ use crate::world::World;
 /// Nodes named in the message at most.
 const NAMED: usize = 10;
 
-/// The condition, when the controller deploys the agents (otherwise nothing is known
-/// of their pods, and no condition claims anything).
+/// The condition, when the controller deploys the agents and its watches of their pods
+/// and Events have listed (otherwise nothing is known of them, and no condition claims
+/// anything).
 pub(super) fn agents_blocked(
     world: &World,
     pool: &BTreeSet<String>,
@@ -21,7 +22,7 @@ pub(super) fn agents_blocked(
     g: Option<i64>,
     now_time: &Time,
 ) -> Option<Condition> {
-    let agents = world.agents.as_ref()?;
+    let agents = world.agents.as_ref().filter(|a| a.listed())?;
     let blocked = agents.blocked_in(pool, now);
     let Some(((reason, _), _)) = blocked.iter().max_by_key(|(_, nodes)| nodes.len()) else {
         return Some(condition(
@@ -62,4 +63,33 @@ pub(super) fn agents_blocked(
         g,
         now_time,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_claimed_until_the_agents_watches_have_listed() {
+        let pool: BTreeSet<String> = ["n1".to_string()].into();
+        let now = Time(Default::default());
+        let mut world = World::default();
+        assert_eq!(
+            agents_blocked(&world, &pool, 0, None, &now),
+            None,
+            "not deployed"
+        );
+        world.agents = Some(Default::default());
+        assert_eq!(
+            agents_blocked(&world, &pool, 0, None, &now),
+            None,
+            "not listed"
+        );
+        world.agents.as_mut().unwrap().set_listed(true);
+        let c = agents_blocked(&world, &pool, 0, None, &now).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "AsExpected")
+        );
+    }
 }
