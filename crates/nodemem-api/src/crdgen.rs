@@ -84,3 +84,103 @@ pub fn render_all() -> String {
         .collect::<Vec<_>>()
         .join("---\n")
 }
+
+/// The fields of this build's CRD `name` that the installed `installed` lacks, as dotted
+/// paths (`spec.rollout.health.maxReliefs`), outermost only: the apiserver prunes them
+/// from every object it stores, so a controller or agent newer than the CRDs it finds
+/// would lose them silently. Empty when `name` is not one of this build's CRDs.
+pub fn missing_fields(name: &str, installed: &CustomResourceDefinition) -> Vec<String> {
+    let Some((_, ours)) = crds()
+        .into_iter()
+        .find(|(_, c)| c.metadata.name.as_deref() == Some(name))
+    else {
+        return Vec::new();
+    };
+    let schema = |crd: &CustomResourceDefinition, version: &str| {
+        crd.spec
+            .versions
+            .iter()
+            .find(|v| v.name == version)
+            .and_then(|v| {
+                serde_json::to_value(v.schema.as_ref()?.open_api_v3_schema.as_ref()?).ok()
+            })
+    };
+    let mut missing = Vec::new();
+    for version in &ours.spec.versions {
+        let Some(wanted) = schema(&ours, &version.name) else {
+            continue;
+        };
+        match schema(installed, &version.name) {
+            Some(have) => absent(&wanted, &have, "", &mut missing),
+            None => missing.push(format!("version {}", version.name)),
+        }
+    }
+    missing
+}
+
+/// Walks `wanted`'s properties (and array items), naming those `have` does not have.
+fn absent(wanted: &serde_json::Value, have: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    if have.get("x-kubernetes-preserve-unknown-fields") == Some(&serde_json::Value::Bool(true)) {
+        return;
+    }
+    if let Some(props) = wanted.get("properties").and_then(|p| p.as_object()) {
+        for (name, schema) in props {
+            let here = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            match have.get("properties").and_then(|p| p.get(name)) {
+                Some(theirs) => absent(schema, theirs, &here, out),
+                None => out.push(here),
+            }
+        }
+    }
+    if let (Some(items), Some(theirs)) = (wanted.get("items"), have.get("items")) {
+        absent(items, theirs, &format!("{path}[]"), out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The installed CRD with `pointer` (a JSON pointer into the policy's schema)
+    /// removed.
+    fn without(pointer: &str) -> CustomResourceDefinition {
+        let (_, crd) = crds().remove(0);
+        let mut value = serde_json::to_value(&crd).unwrap();
+        let schema = value
+            .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
+            .unwrap();
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        schema
+            .pointer_mut(parent)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove(key)
+            .unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn an_older_crd_lacks_the_fields_it_prunes_named_outermost() {
+        let name = "nodememorypolicies.nodemem.io";
+        let (_, current) = crds().remove(0);
+        assert!(missing_fields(name, &current).is_empty());
+        let older =
+            without("/properties/spec/properties/rollout/properties/health/properties/maxReliefs");
+        assert_eq!(
+            missing_fields(name, &older),
+            ["spec.rollout.health.maxReliefs"]
+        );
+        let older = without("/properties/spec/properties/rollout/properties/health");
+        assert_eq!(
+            missing_fields(name, &older),
+            ["spec.rollout.health"],
+            "not its fields too"
+        );
+        assert!(missing_fields("other.example.com", &older).is_empty());
+    }
+}

@@ -8,6 +8,7 @@
 mod admission;
 mod agent_blocks;
 mod conditions;
+mod crd_outdated;
 mod drains;
 #[cfg(test)]
 mod incremental_tests;
@@ -126,6 +127,11 @@ fn decide_policy(
         world,
         pool_of.nodes,
         now,
+        v.entry.generation,
+        now_time,
+    ));
+    conditions.extend(crd_outdated::crd_outdated(
+        world,
         v.entry.generation,
         now_time,
     ));

@@ -18,6 +18,7 @@
 //! `kubectl nodemem` shows too.
 
 pub mod agents;
+mod crd_check;
 pub mod daemonset;
 pub mod decide;
 pub mod decision;

@@ -46,6 +46,7 @@ pub(super) fn finish(
                         | ("Degraded", "True")
                         | ("Accepted", "False")
                         | ("AgentsBlocked", "True")
+                        | ("CRDOutdated", "True")
                 );
                 if notable && (previous.is_some() || c.type_ != "Ready") {
                     out.events.push(PolicyEvent {
@@ -56,6 +57,7 @@ pub(super) fn finish(
                             "Degraded" if c.reason == "RollingBack" => "RollingBack",
                             "Degraded" => "RolloutStopped",
                             "AgentsBlocked" => "AgentsBlocked",
+                            "CRDOutdated" => "CRDOutdated",
                             _ => "PolicyInvalid",
                         },
                         message: c.message.clone(),

@@ -313,6 +313,7 @@ impl Controller {
         world.agents = self.agents.as_ref().map(|_| Default::default());
         let mut decider = Decider::default();
         let mut inbox = Inbox::new(received, self.metrics.clone(), self.agents.is_some());
+        let mut crds = crate::crd_check::CrdCheck::new();
         info!(
             agents = self.agents.is_some(),
             "watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs (and the agents' pods and DaemonSet Events when it deploys them)"
@@ -336,6 +337,10 @@ impl Controller {
             }
             inbox.learned.dirty = false;
             inbox.learned.tick = false;
+            if let Some(gaps) = crds.due(&client).await {
+                crate::crd_check::report(&world.crd_gaps, &gaps);
+                world.crd_gaps = gaps;
+            }
             let started = std::time::Instant::now();
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
             let decision = decider.decide(&mut world, now);

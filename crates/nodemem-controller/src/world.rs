@@ -78,6 +78,9 @@ pub struct World {
     /// What keeps agents from starting, when this controller deploys them (None: the
     /// agents are deployed some other way, and nothing is known of their pods).
     pub agents: Option<crate::agents::AgentPods>,
+    /// The fields the installed CRDs lack against this build's (`crate::crd_check`);
+    /// None: not read (yet).
+    pub crd_gaps: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,

@@ -9,6 +9,7 @@ mod chart;
 mod churn_soak;
 mod common;
 mod controller;
+mod crd_skew;
 mod crds;
 mod faults;
 mod gitops_health;
