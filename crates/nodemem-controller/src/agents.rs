@@ -46,6 +46,8 @@ pub struct Refusal {
 /// The agents' pods by node, and the DaemonSet's newest refusal.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AgentPods {
+    /// The agent DaemonSet's name (its Events are the ones read).
+    daemonset: String,
     /// Pod name -> its node and what blocks it.
     pods: BTreeMap<String, (String, Option<Block>)>,
     /// Node -> its agent pods.
@@ -144,6 +146,14 @@ pub fn refusal_of(event: &Event, daemonset: &str) -> Option<Refusal> {
 }
 
 impl AgentPods {
+    /// Nothing known yet of the pods and Events of DaemonSet `daemonset`.
+    pub fn of(daemonset: &str) -> Self {
+        AgentPods {
+            daemonset: daemonset.to_string(),
+            ..AgentPods::default()
+        }
+    }
+
     /// Records whether the watches have listed; true when that changed.
     pub fn set_listed(&mut self, listed: bool) -> bool {
         let changed = self.listed != listed;
@@ -194,8 +204,8 @@ impl AgentPods {
     }
 
     /// An Event was reported; true when it is a newer refusal than the one held.
-    pub fn apply_event(&mut self, event: &Event, daemonset: &str) -> bool {
-        let Some(refusal) = refusal_of(event, daemonset) else {
+    pub fn apply_event(&mut self, event: &Event) -> bool {
+        let Some(refusal) = refusal_of(event, &self.daemonset) else {
             return false;
         };
         if self.refusal.as_ref().is_some_and(|r| r.at > refusal.at)
@@ -318,16 +328,13 @@ mod tests {
 
     #[test]
     fn a_recent_refusal_blocks_the_pool_nodes_without_a_pod_only() {
-        let mut agents = AgentPods::default();
+        let mut agents = AgentPods::of("nodemem-agent");
         assert!(agents.apply_pod(&pod("a1", pinned("n1"))));
         assert!(!agents.apply_pod(&pod("a1", pinned("n1"))), "unchanged");
-        assert!(!agents.apply_event(&failed_create(&at(T), "other"), "nodemem-agent"));
-        assert!(agents.apply_event(&failed_create(&at(T), "nodemem-agent"), "nodemem-agent"));
+        assert!(!agents.apply_event(&failed_create(&at(T), "other")));
+        assert!(agents.apply_event(&failed_create(&at(T), "nodemem-agent")));
         assert!(
-            !agents.apply_event(
-                &failed_create(&at(T - 60), "nodemem-agent"),
-                "nodemem-agent"
-            ),
+            !agents.apply_event(&failed_create(&at(T - 60), "nodemem-agent")),
             "an older refusal changes nothing"
         );
         let blocked = agents.blocked_in(&set(&["n1", "n2", "n3"]), T + 30);
@@ -346,9 +353,9 @@ mod tests {
 
     #[test]
     fn a_deleted_pod_leaves_its_node_without_a_pod() {
-        let mut agents = AgentPods::default();
+        let mut agents = AgentPods::of("nodemem-agent");
         agents.apply_pod(&pod("a1", pinned("n1")));
-        agents.apply_event(&failed_create(&at(T), "nodemem-agent"), "nodemem-agent");
+        agents.apply_event(&failed_create(&at(T), "nodemem-agent"));
         assert!(agents.blocked_in(&set(&["n1"]), T).is_empty());
         assert!(agents.delete_pod("a1"));
         assert!(!agents.delete_pod("a1"));

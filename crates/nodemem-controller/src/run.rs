@@ -310,7 +310,10 @@ impl Controller {
         // The world's placement count the DaemonSet was last built for.
         let mut placed = None;
         let mut world = World::default();
-        world.agents = self.agents.as_ref().map(|_| Default::default());
+        world.agents = self
+            .agents
+            .as_ref()
+            .map(|_| crate::agents::AgentPods::of(crate::daemonset::NAME));
         let mut decider = Decider::default();
         let mut inbox = Inbox::new(received, self.metrics.clone(), self.agents.is_some());
         let mut crds = crate::crd_check::CrdCheck::new();

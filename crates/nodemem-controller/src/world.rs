@@ -366,9 +366,7 @@ impl WatchIndex<k8s_openapi::api::core::v1::Event> for World {
         e.metadata.name.clone()
     }
     fn apply(&mut self, e: &k8s_openapi::api::core::v1::Event) -> bool {
-        self.agents
-            .as_mut()
-            .is_some_and(|a| a.apply_event(e, crate::daemonset::NAME))
+        self.agents.as_mut().is_some_and(|a| a.apply_event(e))
     }
     fn delete(&mut self, _: &k8s_openapi::api::core::v1::Event) -> bool {
         false
