@@ -76,7 +76,7 @@ pub fn report(before: &Gaps, now: &Gaps) {
         if missing.is_empty() {
             info!(%crd, "the installed CRD has every field this build uses");
         } else {
-            warn!(%crd, missing = %missing.join(", "), "the installed CRD is older than this build: the apiserver prunes these fields from every object it stores; apply this release's CRDs (kubectl apply --server-side -f crds/)");
+            warn!(%crd, missing = %missing.join(", "), "the installed CRD is older than this build: the apiserver prunes these fields from every object it stores; apply this release's CRDs (kubectl apply --server-side --force-conflicts -f crds/)");
         }
     }
 }

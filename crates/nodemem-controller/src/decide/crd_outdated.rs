@@ -30,7 +30,7 @@ pub(super) fn crd_outdated(world: &World, g: Option<i64>, now_time: &Time) -> Op
             true,
             "FieldsMissing",
             format!(
-                "the installed CRDs are older than the controller ({}): {}; the apiserver prunes these fields from every object it stores: apply this release's CRDs (kubectl apply --server-side -f crds/; Helm never upgrades them)",
+                "the installed CRDs are older than the controller ({}): {}; the apiserver prunes these fields from every object it stores: apply this release's CRDs (kubectl apply --server-side --force-conflicts -f crds/; Helm never upgrades them)",
                 env!("CARGO_PKG_VERSION"),
                 lacking.join("; ")
             ),

@@ -2,8 +2,8 @@
 //! `crds/`): the installed policy CRD lacks a field this build uses, so the apiserver
 //! prunes it. The controller names the field, in its log and as `CRDOutdated` on the
 //! policy, instead of losing it silently; once this release's CRDs are applied
-//! (`kubectl apply --server-side -f crds/`, the documented upgrade step) it says the
-//! CRDs are current.
+//! (`kubectl apply --server-side --force-conflicts -f crds/`, the documented upgrade
+//! step) it says the CRDs are current.
 
 use std::time::Duration;
 
