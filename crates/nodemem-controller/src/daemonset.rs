@@ -19,6 +19,9 @@ pub struct AgentDeploy {
     pub image_pull_secrets: Vec<String>,
     /// Label `namespace` privileged for PodSecurity ([`pod_security_labels`]).
     pub pod_security_labels: bool,
+    /// The controller's Deployment (name, uid), the DaemonSet's owner: Argo CD shows
+    /// the agents under it, and they go with it.
+    pub owner: Option<(String, String)>,
     pub cgroup_driver: Option<String>,
     /// The kubelet's --config-dir on the hosts, for `enforcement: Kubelet`.
     pub kubelet_config_dir: Option<String>,
@@ -244,9 +247,18 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
     }
     let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
     let probe = |path: &str| json!({"httpGet": {"path": path, "port": 9180}, "periodSeconds": 10});
+    let owners: Vec<Value> = d
+        .owner
+        .iter()
+        .map(|(name, uid)| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid,
+                "controller": false, "blockOwnerDeletion": false})
+        })
+        .collect();
     serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": NAME, "namespace": d.namespace, "labels": labels},
+        "metadata": {"name": NAME, "namespace": d.namespace, "labels": labels,
+            "ownerReferences": owners},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
@@ -299,6 +311,7 @@ mod tests {
             image: "nodemem:test".into(),
             image_pull_secrets: Vec::new(),
             pod_security_labels: false,
+            owner: None,
             cgroup_driver: None,
             kubelet_config_dir: Some("/etc/kubernetes/kubelet.conf.d".into()),
             kubelet_restart_command: None,

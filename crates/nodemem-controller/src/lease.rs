@@ -12,6 +12,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::Client;
 
+/// The Lease the replicas elect their leader with, in their namespace.
+pub const LEASE: &str = "nodemem-controller";
+
 /// Whether `me` may take or keep a Lease held by `holder`, last renewed at `renewed`
 /// (seconds since the epoch) for `duration` seconds (pure).
 pub fn may_hold(

@@ -23,6 +23,7 @@ pub mod daemonset;
 pub mod decide;
 pub mod decision;
 mod drain;
+pub mod give_back;
 mod handoff;
 mod health;
 pub mod lease;
@@ -148,6 +149,15 @@ pub struct StandDownArgs {
     /// Seconds to wait for the controller's replicas to stop.
     #[arg(long, default_value_t = 120)]
     pub timeout_seconds: u64,
+    /// Then give every node back to its kubelet (each config gets the released
+    /// settings and its agent's report is awaited) and delete every NodeMemoryConfig,
+    /// the controller's Lease and the agent DaemonSet: an uninstall leaves nothing but
+    /// Events and the policies.
+    #[arg(long)]
+    pub give_back: bool,
+    /// Seconds to wait for the agents' reports with --give-back.
+    #[arg(long, default_value_t = 300)]
+    pub give_back_seconds: u64,
 }
 
 /// Runs `nodemem stand-down`: the controller scaled to zero and every policy let go of
@@ -158,20 +168,52 @@ pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
-    let released = runtime.block_on(async {
+    let (released, given) = runtime.block_on(async {
         let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
-        stand_down::before_uninstall(
+        let released = stand_down::before_uninstall(
             &client,
             &args.namespace,
             &args.deployment,
             std::time::Duration::from_secs(args.timeout_seconds),
         )
         .await
-        .map_err(CliError::one)
+        .map_err(CliError::one)?;
+        let given = if args.give_back {
+            Some(
+                give_back::give_back(
+                    &client,
+                    &args.namespace,
+                    lease::LEASE,
+                    daemonset::NAME,
+                    std::time::Duration::from_secs(args.give_back_seconds),
+                )
+                .await
+                .map_err(CliError::one)?,
+            )
+        } else {
+            None
+        };
+        Ok::<_, CliError>((released, given))
     })?;
-    Ok(Outcome::ok(format!(
+    let mut said = format!(
         "the controller is scaled to zero; {released} polic(y/ies) let go of the handoff finalizer: nothing is left Terminating\n"
-    )))
+    );
+    if let Some(g) = given {
+        said += &format!(
+            "{} node(s) gave back what nodemem set{}; every NodeMemoryConfig, the controller's Lease and the agent DaemonSet are deleted\n",
+            g.reported,
+            if g.unreported.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} did not report in time and keep their values: {})",
+                    g.unreported.len(),
+                    g.unreported.join(", ")
+                )
+            }
+        );
+    }
+    Ok(Outcome::ok(said))
 }
 
 fn identity(args: &ControllerArgs) -> String {
@@ -204,6 +246,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
         write_concurrency: usize::from(args.write_concurrency),
         event_queue: usize::try_from(args.event_queue).unwrap_or(usize::MAX),
+        deployment: args.deployment.clone(),
         agents: args
             .agent_image
             .clone()
@@ -212,6 +255,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 image,
                 image_pull_secrets: args.agent_image_pull_secrets.clone(),
                 pod_security_labels: args.agent_pod_security_labels,
+                owner: None,
                 cgroup_driver: args.agent_cgroup_driver.clone(),
                 kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
                 kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
@@ -245,7 +289,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         let lock = lease::LeaseLock::new(
             client.clone(),
             &args.namespace,
-            "nodemem-controller",
+            lease::LEASE,
             identity(args),
             std::time::Duration::from_secs(args.lease_seconds.max(3)),
         );

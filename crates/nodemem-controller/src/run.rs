@@ -213,6 +213,8 @@ pub struct Controller {
     pub tick: Duration,
     /// The agent DaemonSet to maintain, if the controller deploys the agents.
     pub agents: Option<AgentDeploy>,
+    /// The controller's own Deployment (in the agents' namespace): the DaemonSet's owner.
+    pub deployment: Option<String>,
     /// NodeMemoryConfig writes (and deletions) in flight at once.
     pub write_concurrency: usize,
     /// Watch events queued for the decisions at most (`crate::queue`).
@@ -305,6 +307,7 @@ impl Controller {
             .as_ref()
             .map(|a| Api::namespaced(client.clone(), &a.namespace));
         let mut applied_daemonset = None;
+        let mut agents = self.agents.clone();
         // The namespace's PodSecurity labels, once applied (or not asked for).
         let mut labelled = !self.agents.as_ref().is_some_and(|a| a.pod_security_labels);
         // The world's placement count the DaemonSet was last built for.
@@ -362,8 +365,10 @@ impl Controller {
             drains.carry_out(&decision, &mut world, now).await;
             // Built again only when what it reads changed: it reads every config.
             let placement_changed = placed != Some(world.placement());
-            if let (Some(deploy), Some(api), true) = (&self.agents, &daemonsets, placement_changed)
-            {
+            if let (Some(deploy), Some(api), true) = (&mut agents, &daemonsets, placement_changed) {
+                if deploy.owner.is_none() {
+                    deploy.owner = self.owner(&client, &deploy.namespace).await;
+                }
                 if !labelled {
                     labelled = self.label_namespace(&client, &deploy.namespace).await;
                 }
@@ -398,6 +403,23 @@ impl Controller {
             self.metrics.reconciled(started.elapsed().as_secs_f64());
         }
         Err(RunError::WatchesEnded)
+    }
+
+    /// The controller's Deployment as the DaemonSet's owner (name, uid), when it has one
+    /// and it can be read (otherwise the DaemonSet has no owner).
+    async fn owner(&self, client: &Client, namespace: &str) -> Option<(String, String)> {
+        let name = self.deployment.as_ref()?;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), namespace);
+        match deployments.get_opt(name).await {
+            Ok(d) => d
+                .and_then(|d| d.metadata.uid)
+                .map(|uid| (name.clone(), uid)),
+            Err(e) => {
+                warn!(deployment = %name, error = %e, "cannot read the controller's Deployment: the agent DaemonSet gets no owner");
+                None
+            }
+        }
     }
 
     /// Applies the PodSecurity labels the agents need to their namespace; whether it is

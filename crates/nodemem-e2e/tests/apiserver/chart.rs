@@ -147,7 +147,9 @@ fn the_chart_lints_and_renders_what_production_needs() {
         [
             "stand-down",
             "--namespace=nodemem-system",
-            "--deployment=nodemem-controller"
+            "--deployment=nodemem-controller",
+            "--give-back",
+            "--give-back-seconds=180"
         ]
     );
     let help = Command::new(nodemem_e2e::nodemem())
@@ -155,7 +157,12 @@ fn the_chart_lints_and_renders_what_production_needs() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--namespace", "--deployment"] {
+    for flag in [
+        "--namespace",
+        "--deployment",
+        "--give-back",
+        "--give-back-seconds",
+    ] {
         assert!(help.contains(flag), "nodemem stand-down has no {flag}");
     }
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
@@ -279,6 +286,9 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     let mut bed = Bed::start(&spec, &|_| {})
         .await
         .expect("the bed starts with the chart");
+    // What the nodes' memory files read before nodemem governs them: an uninstall gives
+    // them back.
+    let before = memory_files(&bed);
     let admin = bed.admin_kubeconfig().to_path_buf();
     let releases =
         nodemem_testkit::clients::helm(&admin, &["list", "-n", "nodemem-system", "-o", "json"])
@@ -348,6 +358,20 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         ])
         .unwrap();
     assert_eq!(pull, "regcred", "the agents pull with the chart's secrets");
+    // Owned by the controller's Deployment: Argo CD shows the agents under the
+    // release's Deployment, and they go with it.
+    let owner = bed
+        .kubectl(&[
+            "get",
+            "daemonset",
+            "nodemem-agent",
+            "-n",
+            "nodemem-system",
+            "-o",
+            "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+        ])
+        .unwrap();
+    assert_eq!(owner, "Deployment/nodemem-controller");
     // The cluster defaults to baseline: the controller labelled its namespace, and the
     // DaemonSet controller's pods for both nodes were admitted.
     let labels = bed
@@ -542,6 +566,7 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     // pod's service account, stops the controller process once its Deployment is at
     // zero, and reports the hook pod Succeeded.
     uninstall_leaves_no_policy_terminating(&mut bed, &controller).await;
+    uninstall_leaves_nothing_and_gives_every_value_back(&bed, &before);
 }
 
 async fn uninstall_leaves_no_policy_terminating(bed: &mut Bed, controller_kubeconfig: &Path) {
@@ -636,7 +661,9 @@ async fn uninstall_leaves_no_policy_terminating(bed: &mut Bed, controller_kubeco
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("let go of the handoff finalizer"),
+        stdout.contains("let go of the handoff finalizer")
+            && stdout.contains("node(s) gave back what nodemem set;")
+            && !stdout.contains("did not report in time"),
         "{stdout}"
     );
     pods.patch_status(
@@ -662,5 +689,78 @@ async fn uninstall_leaves_no_policy_terminating(bed: &mut Bed, controller_kubeco
     eprintln!(
         "after helm uninstall every policy deleted in {:.2} s",
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// Every memory.min, memory.low and memory.high of every node's cgroup tree (path ->
+/// value).
+fn memory_files(bed: &Bed) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (node, n) in &bed.nodes {
+        let root = n.tree.root().to_path_buf();
+        let mut dirs = vec![root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = e.path();
+                let name = e.file_name().to_string_lossy().to_string();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if ["memory.min", "memory.low", "memory.high"].contains(&name.as_str()) {
+                    let key = format!("{node}:{}", path.strip_prefix(&root).unwrap().display());
+                    out.insert(
+                        key,
+                        std::fs::read_to_string(&path).unwrap().trim().to_string(),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// After `helm uninstall` (its hook run with --give-back): no NodeMemoryConfig, Lease
+/// or agent DaemonSet is left, and every memory file reads what it read before nodemem.
+fn uninstall_leaves_nothing_and_gives_every_value_back(
+    bed: &Bed,
+    before: &BTreeMap<String, String>,
+) {
+    let left = |args: &[&str]| bed.kubectl(args).unwrap_or_default().trim().to_string();
+    assert_eq!(
+        left(&["get", "nmc", "-o", "name"]),
+        "",
+        "NodeMemoryConfigs left"
+    );
+    // nodemem's own (the harness keeps a DaemonSet of its own for the agents'
+    // identities).
+    for (kind, name) in [
+        ("lease", "nodemem-controller"),
+        ("daemonset", "nodemem-agent"),
+    ] {
+        assert_eq!(
+            left(&[
+                "get",
+                kind,
+                name,
+                "-n",
+                "nodemem-system",
+                "--ignore-not-found",
+                "-o",
+                "name"
+            ]),
+            "",
+            "{kind} {name} left"
+        );
+    }
+    let after = memory_files(bed);
+    assert!(before.len() >= 10, "only {} files read", before.len());
+    let changed: Vec<String> = before
+        .iter()
+        .filter(|(path, value)| after.get(*path) != Some(*value))
+        .map(|(path, value)| format!("{path}: {value} before, {:?} after", after.get(path)))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "values not given back:\n{}",
+        changed.join("\n")
     );
 }
