@@ -82,6 +82,7 @@ macro_rules! phase {
     }};
 }
 
+mod give_back;
 mod install;
 mod kubelet_reference;
 mod nri;
@@ -266,6 +267,11 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         phase!(phases, node, bed, "token", &["install"], || {
             let installed = installed.as_mut().expect("install passed");
             install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
+        });
+        // Last: nothing of nodemem's is left on the node after it.
+        phase!(phases, node, bed, "give-back", &["install"], || {
+            let installed = installed.as_mut().expect("install passed");
+            give_back::an_uninstall_gives_the_node_back(&mut node, &bed, installed)
         });
         phases.finish();
     });
