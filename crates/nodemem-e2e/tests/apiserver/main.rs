@@ -27,3 +27,4 @@ mod rollout_faults;
 mod runtime_record;
 mod sandbox;
 mod state_records;
+mod upgrade;

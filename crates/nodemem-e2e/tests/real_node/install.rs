@@ -160,4 +160,17 @@ pub(crate) async fn its_token_reaches_only_its_own_config(
         )),
         "{denied}"
     );
+    // The test's own config for a node that does not exist goes with the phase (the
+    // controller would delete it as a gone node's; the give-back would wait for its
+    // agent).
+    kubectl(
+        bed.admin(),
+        &[
+            "delete",
+            "nodememoryconfig",
+            "another-node",
+            "--ignore-not-found",
+        ],
+    )
+    .unwrap();
 }
