@@ -141,10 +141,11 @@ pub fn pod_security_labels(namespace: &str) -> Value {
 }
 
 /// The DaemonSet for the current policies and configs.
-pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
+/// Where the agents run: the nodes the policies select and those still holding a config.
+fn node_affinity(world: &World) -> Value {
     let terms = terms(world);
     let no_policy = world.policies.is_empty() && world.configs.is_empty();
-    let affinity = if no_policy {
+    if no_policy {
         // No policy selects any node: a term no node satisfies.
         json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "nodemem.io/no-policy-selects-this", "operator": "Exists"}]}]}}})
@@ -152,7 +153,22 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         json!({})
     } else {
         json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}})
-    };
+    }
+}
+
+/// The controller's Deployment as the DaemonSet's owner, when known.
+fn owner_references(d: &AgentDeploy) -> Vec<Value> {
+    d.owner
+        .iter()
+        .map(|(name, uid)| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid,
+                "controller": false, "blockOwnerDeletion": false})
+        })
+        .collect()
+}
+
+pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
+    let affinity = node_affinity(world);
     let mut args = vec![
         "agent".to_string(),
         "--log-format=json".into(),
@@ -247,14 +263,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
     }
     let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
     let probe = |path: &str| json!({"httpGet": {"path": path, "port": 9180}, "periodSeconds": 10});
-    let owners: Vec<Value> = d
-        .owner
-        .iter()
-        .map(|(name, uid)| {
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid,
-                "controller": false, "blockOwnerDeletion": false})
-        })
-        .collect();
+    let owners = owner_references(d);
     serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": NAME, "namespace": d.namespace, "labels": labels,
