@@ -82,6 +82,7 @@ macro_rules! phase {
     }};
 }
 
+mod agents_blocked;
 mod give_back;
 mod install;
 mod kubelet_reference;
@@ -262,6 +263,16 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                     &agent_ip(),
                 )
                 .await
+            });
+        }
+        // Before the token phase, which stops the controller (AgentsBlocked is its
+        // word); the agent's pod is another one after it.
+        if driver == Driver::Systemd {
+            phase!(phases, node, bed, "agents-blocked", &["install"], || {
+                let installed = installed.as_mut().expect("install passed");
+                agents_blocked::an_agent_that_cannot_pull_is_named_on_its_policy(
+                    &mut node, &bed, installed,
+                )
             });
         }
         phase!(phases, node, bed, "token", &["install"], || {

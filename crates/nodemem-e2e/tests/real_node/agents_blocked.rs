@@ -1,0 +1,93 @@
+//! Phase: an agent whose image the kubelet cannot pull is named on its policy (issue
+//! 41, item 3), in the real kubelet's words. The DaemonSet's image is set to one no
+//! registry serves (as a typo in `image.tag` would): the kubelet's pod for the node
+//! waits in ErrImagePull/ImagePullBackOff and the policy says `AgentsBlocked=True`
+//! with that reason and the node, long before any progress deadline; the image set
+//! back, the agent runs again and the policy says nothing keeps it.
+
+use super::*;
+
+pub(crate) async fn an_agent_that_cannot_pull_is_named_on_its_policy(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &mut Installed,
+) {
+    let set_image = |image: &str| {
+        kubectl(
+            bed.admin(),
+            &[
+                "set",
+                "image",
+                "daemonset/nodemem-agent",
+                &format!("agent={image}"),
+                "-n",
+                "nodemem-system",
+            ],
+        )
+        .unwrap();
+    };
+    let policies: Api<nodemem_api::NodeMemoryPolicy> = Api::all(bed.client.clone());
+    let blocked = async |truth: &str| {
+        let p = policies.get("real").await.ok()?;
+        p.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "AgentsBlocked" && c.status == truth)
+    };
+    let started = Instant::now();
+    set_image("nodemem.local/nodemem:no-such-tag");
+    let said = within(paced(Duration::from_secs(120)), || blocked("True")).await;
+    let said = said.unwrap_or_else(|| {
+        panic!(
+            "no AgentsBlocked=True on the policy; pods:\n{}",
+            kubectl(bed.admin(), &["get", "pods", "-A", "-o", "wide"]).unwrap_or_default()
+        )
+    });
+    assert!(
+        ["ErrImagePull", "ImagePullBackOff"].contains(&said.reason.as_str()),
+        "{said:?}"
+    );
+    assert!(said.message.contains(&node.name), "{said:?}");
+    eprintln!(
+        "{}: AgentsBlocked {} after {:.1} s: {}",
+        node.name,
+        said.reason,
+        started.elapsed().as_secs_f64(),
+        said.message
+    );
+    set_image(&installed.image);
+    let cleared = within(paced(Duration::from_secs(180)), || blocked("False")).await;
+    assert!(
+        cleared.is_some(),
+        "AgentsBlocked did not clear with the image set back"
+    );
+    // The agent runs again before the next phase needs it.
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "nodemem-system");
+    let agents = ListParams::default().labels("app.kubernetes.io/name=nodemem-agent");
+    let image = installed.image.clone();
+    let ready = within(paced(Duration::from_secs(180)), || async {
+        let list = pods.list(&agents).await.ok()?;
+        list.items.into_iter().find_map(|p| {
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let own = p
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.containers[0].image.as_deref() == Some(image.as_str()));
+            (ready && own && p.metadata.deletion_timestamp.is_none()).then(|| {
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.status.and_then(|s| s.pod_ip).unwrap_or_default(),
+                )
+            })
+        })
+    })
+    .await;
+    let (pod, ip) = ready.expect("the agent did not run again with its image");
+    // The next phases find the agent's new pod.
+    installed.agent_pod = pod;
+    installed.agent_ip = ip;
+}
