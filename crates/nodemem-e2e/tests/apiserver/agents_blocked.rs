@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use nodemem_testkit::control_plane::Options;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
@@ -48,17 +48,13 @@ async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute()
         &["--namespace=nodemem-system"],
     );
     let policies = policies(client.clone());
-    policies
-        .create(
-            &PostParams::default(),
-            &crate::common::object(json!({
-                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                "metadata": {"name": "blk"},
-                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "blk"}},
-                    "memoryQoS": {"throttlingFactor": 0.8}}})),
-        )
-        .await
-        .unwrap();
+    crate::common::create_policy(
+        &policies,
+        "blk",
+        json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "blk"}},
+                    "memoryQoS": {"throttlingFactor": 0.8}}),
+    )
+    .await;
     let created = std::time::Instant::now();
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let blocked = |status: &Value, truth: &str| {

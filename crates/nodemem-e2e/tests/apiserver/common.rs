@@ -49,6 +49,19 @@ pub fn object(value: serde_json::Value) -> DynamicObject {
     serde_json::from_value(value).expect("a Kubernetes object")
 }
 
+/// Creates NodeMemoryPolicy `name` with `spec`; a refusal fails the test.
+pub async fn create_policy(policies: &Api<DynamicObject>, name: &str, spec: serde_json::Value) {
+    policies
+        .create(
+            &kube::api::PostParams::default(),
+            &object(serde_json::json!({
+                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+                "metadata": {"name": name}, "spec": spec})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("policy {name}: {e}"));
+}
+
 /// Creates a pod (see `nodemem_testkit::clients::create_pod`); a failure fails the test.
 pub async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
     let pod: Pod = serde_json::from_value(pod).unwrap();

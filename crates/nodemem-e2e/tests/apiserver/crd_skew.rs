@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use kube::api::PostParams;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
@@ -44,18 +43,14 @@ async fn a_controller_newer_than_its_crds_names_the_fields_they_prune() {
 
     let client = cp.client(&Identity::Admin).await.unwrap();
     let policies = policies(client.clone());
-    policies
-        .create(
-            &PostParams::default(),
-            &crate::common::object(json!({
-                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                "metadata": {"name": "skew"},
-                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "skew"}},
+    crate::common::create_policy(
+        &policies,
+        "skew",
+        json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "skew"}},
                     "memoryQoS": {"throttlingFactor": 0.8},
-                    "rollout": {"health": {"maxReliefs": 3}}}})),
-        )
-        .await
-        .unwrap();
+                    "rollout": {"health": {"maxReliefs": 3}}}),
+    )
+    .await;
     let stored = kubectl(&[
         "get",
         "nmp",

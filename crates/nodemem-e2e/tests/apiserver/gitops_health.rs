@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use nodemem_testkit::gitops;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::Identity;
@@ -171,16 +171,7 @@ async fn gitops_tools_read_every_policy_state_as_what_its_nodes_run() {
         log: dir.path().join("controller.log"),
     };
     let create = async |name: &str, spec: Value| {
-        judge
-            .policies
-            .create(
-                &PostParams::default(),
-                &crate::common::object(json!({
-                    "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                    "metadata": {"name": name}, "spec": spec})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        crate::common::create_policy(&judge.policies, name, spec).await;
     };
     let patch = async |name: &str, patch: Value| {
         judge
@@ -283,54 +274,27 @@ async fn gitops_tools_read_every_policy_state_as_what_its_nodes_run() {
         verdict("Failed", false, "Degraded"),
         short,
     );
-    judge
-        .settled("never", "never accepted", |s| {
-            is(s, "Stalled", "True", "InvalidSpec")
-        })
-        .await;
-    record(
-        "never accepted",
-        "never",
-        verdict("Failed", false, "Degraded"),
-        short,
-    );
-
-    for name in ["tie-a", "tie-b"] {
-        judge
-            .settled(name, &format!("{name} tied"), |s| {
-                is(s, "Stalled", "True", "EqualPriority")
-            })
-            .await;
-        record(
+    // Each waits for a person: Stalled with its reason, failed to every tool.
+    for (state, name, reason) in [
+        ("never accepted", "never", "InvalidSpec"),
+        (
             "conflicting with an equal priority",
-            name,
-            verdict("Failed", false, "Degraded"),
-            short,
-        );
+            "tie-a",
+            "EqualPriority",
+        ),
+        (
+            "conflicting with an equal priority",
+            "tie-b",
+            "EqualPriority",
+        ),
+        ("rolled back automatically", "rollback", "RolledBack"),
+        ("paused by maxFailures", "maxfail", "MaxFailures"),
+    ] {
+        judge
+            .settled(name, state, |s| is(s, "Stalled", "True", reason))
+            .await;
+        record(state, name, verdict("Failed", false, "Degraded"), short);
     }
-
-    judge
-        .settled("rollback", "rolled back at the deadline", |s| {
-            is(s, "Stalled", "True", "RolledBack")
-        })
-        .await;
-    record(
-        "rolled back automatically",
-        "rollback",
-        verdict("Failed", false, "Degraded"),
-        short,
-    );
-    judge
-        .settled("maxfail", "stopped at maxFailures", |s| {
-            is(s, "Stalled", "True", "MaxFailures")
-        })
-        .await;
-    record(
-        "paused by maxFailures",
-        "maxfail",
-        verdict("Failed", false, "Degraded"),
-        short,
-    );
 
     // A requested rollback after a complete rollout: the pool runs the revision
     // before the spec's.

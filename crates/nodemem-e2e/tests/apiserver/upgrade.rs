@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::{json, Value};
@@ -81,18 +81,14 @@ async fn a_helm_upgrade_mid_rollout_keeps_every_value_and_every_revision() {
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let policies = policies(client.clone());
-    policies
-        .create(
-            &PostParams::default(),
-            &crate::common::object(json!({
-                "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
-                "metadata": {"name": "up"},
-                "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "up"}},
+    crate::common::create_policy(
+        &policies,
+        "up",
+        json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "up"}},
                     "memoryQoS": {"throttlingFactor": 0.8},
-                    "rollout": {"maxUnavailable": 1, "minReadySeconds": 8}}})),
-        )
-        .await
-        .unwrap();
+                    "rollout": {"maxUnavailable": 1, "minReadySeconds": 8}}),
+    )
+    .await;
     let status = async || -> Option<Value> {
         policies
             .get_status("up")
