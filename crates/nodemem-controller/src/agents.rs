@@ -55,6 +55,25 @@ pub struct AgentPods {
     refusal: Option<Refusal>,
     /// Both watches have listed: until then nothing is known (no pod is not "no pod").
     listed: bool,
+    /// The DaemonSet as its own watch saw it, or `Some(None)` when there is none;
+    /// `None` until that watch listed.
+    daemonset_seen: Option<Option<SeenDaemonSet>>,
+}
+
+/// The agent DaemonSet as written: its uid and generation (the controller's apply
+/// answers with them, its watch sees them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonSetVersion {
+    pub uid: String,
+    pub generation: i64,
+}
+
+/// The agent DaemonSet as its watch saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenDaemonSet {
+    pub version: DaemonSetVersion,
+    /// Being deleted (it is created again once gone, not applied to while it goes).
+    pub deleting: bool,
 }
 
 /// The node a DaemonSet pod is for: where it is bound, else the node its affinity
@@ -166,6 +185,46 @@ impl AgentPods {
         self.listed
     }
 
+    /// The DaemonSet was seen as `seen`; true when that changed.
+    pub fn see_daemonset(&mut self, seen: SeenDaemonSet) -> bool {
+        let seen = Some(Some(seen));
+        let changed = self.daemonset_seen != seen;
+        self.daemonset_seen = seen;
+        changed
+    }
+
+    /// The DaemonSet with `uid` is gone (a relist without any: `None`); true when that
+    /// changed. The deletion of another one (an older DaemonSet's, reported late) is
+    /// not this one's.
+    pub fn daemonset_gone(&mut self, uid: Option<&str>) -> bool {
+        if let (Some(Some(seen)), Some(uid)) = (&self.daemonset_seen, uid) {
+            if seen.version.uid != uid {
+                return false;
+            }
+        }
+        let changed = self.daemonset_seen != Some(None);
+        self.daemonset_seen = Some(None);
+        changed
+    }
+
+    /// Someone else deleted the DaemonSet (or deleted and created it), or changed its
+    /// spec, since the controller's last apply (which answered `applied`): it must be
+    /// applied again. Unknown (false) until the DaemonSet's watch listed, and while it
+    /// is being deleted (created again once gone). An older generation is a late event
+    /// of the controller's own earlier writes; the DaemonSet controller's status writes
+    /// do not change the generation.
+    pub fn daemonset_drifted(&self, applied: Option<&DaemonSetVersion>) -> bool {
+        match (&self.daemonset_seen, applied) {
+            (None, _) => false,
+            (Some(None), _) => true,
+            (Some(Some(seen)), _) if seen.deleting => false,
+            (Some(Some(_)), None) => true,
+            (Some(Some(seen)), Some(applied)) => {
+                seen.version.uid != applied.uid || seen.version.generation > applied.generation
+            }
+        }
+    }
+
     /// A pod was created or changed; true when what the decisions read changed.
     pub fn apply_pod(&mut self, pod: &Pod) -> bool {
         let Some(name) = pod.metadata.name.clone() else {
@@ -269,6 +328,57 @@ mod tests {
 
     fn set(nodes: &[&str]) -> BTreeSet<String> {
         nodes.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn version(uid: &str, generation: i64) -> DaemonSetVersion {
+        DaemonSetVersion {
+            uid: uid.into(),
+            generation,
+        }
+    }
+
+    fn seen(uid: &str, generation: i64, deleting: bool) -> SeenDaemonSet {
+        SeenDaemonSet {
+            version: version(uid, generation),
+            deleting,
+        }
+    }
+
+    #[test]
+    fn a_daemonset_deleted_or_changed_by_someone_else_has_drifted() {
+        let mut agents = AgentPods::of("nodemem-agent");
+        let applied = version("u1", 3);
+        // Nothing known before its watch listed.
+        assert!(!agents.daemonset_drifted(None));
+        assert!(!agents.daemonset_drifted(Some(&applied)));
+        assert!(agents.see_daemonset(seen("u1", 3, false)));
+        assert!(!agents.see_daemonset(seen("u1", 3, false)), "seen again");
+        assert!(!agents.daemonset_drifted(Some(&applied)), "as applied");
+        assert!(
+            agents.daemonset_drifted(None),
+            "never applied by this controller"
+        );
+        // A late event of the controller's own earlier write.
+        agents.see_daemonset(seen("u1", 2, false));
+        assert!(!agents.daemonset_drifted(Some(&applied)));
+        // An edit after the apply.
+        agents.see_daemonset(seen("u1", 4, false));
+        assert!(agents.daemonset_drifted(Some(&applied)));
+        // Being deleted: nothing until it is gone.
+        agents.see_daemonset(seen("u1", 5, true));
+        assert!(!agents.daemonset_drifted(Some(&applied)));
+        assert!(
+            !agents.daemonset_gone(Some("u0")),
+            "an older one's deletion"
+        );
+        assert!(agents.daemonset_gone(Some("u1")));
+        assert!(agents.daemonset_drifted(Some(&applied)), "gone");
+        // Created again by someone else: another uid.
+        agents.see_daemonset(seen("u2", 1, false));
+        assert!(agents.daemonset_drifted(Some(&applied)));
+        assert!(!agents.daemonset_drifted(Some(&version("u2", 1))));
+        assert!(agents.daemonset_gone(None), "a relist without it");
+        assert!(agents.daemonset_drifted(Some(&version("u2", 1))));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigSpec};
 use tracing::{info, warn};
 
-use crate::run::FIELD_MANAGER;
+use crate::field_managers::FIELD_MANAGER;
 use crate::settings::released_settings;
 
 /// What the give-back did.

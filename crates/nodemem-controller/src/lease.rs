@@ -112,7 +112,9 @@ impl LeaseLock {
     }
 
     /// Waits until this replica holds the Lease.
-    pub async fn acquire(&self) {
+    /// `standing_by` is called each time the Lease is read held by another replica (the
+    /// apiserver answers; this replica is ready to take over).
+    pub async fn acquire(&self, standing_by: &dyn Fn()) {
         let retry = self.duration / 3;
         let mut said = false;
         loop {
@@ -121,8 +123,9 @@ impl LeaseLock {
                 Ok(false) if !said => {
                     tracing::info!(identity = %self.identity, "another replica leads; waiting for the Lease");
                     said = true;
+                    standing_by();
                 }
-                Ok(false) => {}
+                Ok(false) => standing_by(),
                 Err(e) => {
                     tracing::warn!(error = %e, "the Lease could not be read or written; retrying")
                 }

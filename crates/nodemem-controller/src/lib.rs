@@ -17,12 +17,14 @@
 //! An agent's report on its config is read with `nodemem_api::report`, the rule
 //! `kubectl nodemem` shows too.
 
+mod agent_upkeep;
 pub mod agents;
 mod crd_check;
 pub mod daemonset;
 pub mod decide;
 pub mod decision;
 mod drain;
+mod field_managers;
 pub mod give_back;
 mod handoff;
 mod health;
@@ -270,6 +272,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
+        let stop = stand_down::Stop::listen();
         if let Some(addr) = metrics_addr {
             let bound = nodemem_plumbing::endpoints::serve(addr, controller.metrics.clone())
                 .await
@@ -280,7 +283,12 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         if !args.leader_elect {
             return tokio::select! {
                 r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
-                () = stand_down::stopped() => {
+                () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
+                    stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
+                    stop.requested().await;
+                    Ok(())
+                }
+                () = stop.requested() => {
                     stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                     Ok(())
                 }
@@ -293,14 +301,22 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             identity(args),
             std::time::Duration::from_secs(args.lease_seconds.max(3)),
         );
+        let standing_by = || controller.metrics.standing_by();
         // A follower stopped while it waits for the Lease simply ends: the leader
         // decides whether to stand down.
         tokio::select! {
-            () = lock.acquire() => {}
-            () = stand_down::stopped() => {
+            // A replica standing by is ready (its Deployment rolls out, `helm install
+            // --wait` and Argo CD see it available) while another leads.
+            () = lock.acquire(&standing_by) => {}
+            () = stop.requested() => {
                 tracing::info!("stopped before leading");
                 return Ok(());
             }
+        }
+        if stand_down::none_follows_now(&client, &args.namespace, args.deployment.as_deref()).await {
+            tracing::info!("took the Lease, but the controller's Deployment is gone, being deleted or at zero: not deciding");
+            stop.requested().await;
+            return Ok(());
         }
         tracing::info!(identity = %lock.identity, "leading");
         // Whichever ends first: losing the Lease stops this replica (its pod restarts
@@ -308,7 +324,14 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         tokio::select! {
             r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
             () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
-            () = stand_down::stopped() => {
+            // Stops deciding before its SIGTERM: an uninstall's hook is about to give
+            // the nodes back and delete what this controller would put back.
+            () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
+                stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
+                stop.requested().await;
+                Ok(())
+            }
+            () = stop.requested() => {
                 stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                 Ok(())
             }

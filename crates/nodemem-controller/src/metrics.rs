@@ -118,6 +118,12 @@ impl Metrics {
         self.ready.store(true, Ordering::Relaxed);
     }
 
+    /// Another replica leads and this one stands by to take over: ready too (the
+    /// Deployment counts it available).
+    pub fn standing_by(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
     /// Events waiting when a decision began.
     pub fn queued(&self, events: usize) {
         self.queued_events.set(events as i64);
@@ -225,6 +231,14 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+        assert_eq!(m.ready(), Ok(()));
+    }
+
+    #[test]
+    fn ready_once_reconciled_or_standing_by() {
+        let m = Metrics::default();
+        assert_eq!(m.ready(), Err("no reconcile has completed yet"));
+        m.standing_by();
         assert_eq!(m.ready(), Ok(()));
     }
 }

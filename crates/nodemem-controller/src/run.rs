@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Reporter};
@@ -19,7 +20,7 @@ use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::daemonset::{agent_daemonset, AgentDeploy};
+use crate::daemonset::AgentDeploy;
 use crate::decide::Decider;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder};
 use crate::drain::rfc3339;
@@ -28,11 +29,7 @@ use crate::world::World;
 use nodemem_api::report::SPEC_CHANGED_AT;
 use nodemem_api::watch_index::{Learned, Watched};
 
-/// The field manager of everything the controller writes.
-pub const FIELD_MANAGER: &str = "nodemem-controller";
-/// The field manager of the handoff finalizer on a policy (a manager of its own, so
-/// that applying the finalizer never touches what `FIELD_MANAGER` owns).
-pub const FINALIZER_MANAGER: &str = "nodemem-controller-handoff";
+pub use crate::field_managers::{FIELD_MANAGER, FINALIZER_MANAGER};
 
 enum Update {
     Policy(Box<Event<NodeMemoryPolicy>>),
@@ -41,6 +38,8 @@ enum Update {
     /// The agent DaemonSet's pods and Events (when the controller deploys the agents).
     AgentPod(Box<Event<Pod>>),
     AgentEvent(Box<Event<CoreEvent>>),
+    /// The agent DaemonSet itself: applied again when someone else deletes or edits it.
+    AgentDaemonSet(Box<Event<DaemonSet>>),
     Tick,
 }
 
@@ -61,6 +60,9 @@ struct ControllerWatches {
     /// these: a controller whose RBAC lacks them (an older install's) still rolls out;
     /// what they tell is unknown until both have listed.
     agents: Option<(Watched<Pod>, Watched<CoreEvent>)>,
+    /// The agent DaemonSet (when the controller deploys the agents): until it listed,
+    /// no drift is known (`crate::agents::AgentPods::daemonset_drifted`).
+    daemonset: Watched<DaemonSet>,
 }
 
 impl ControllerWatches {
@@ -76,7 +78,14 @@ impl ControllerWatches {
             (Update::Config(e), _) => self.configs.learn(world, *e),
             (Update::AgentPod(e), Some((pods, _))) => pods.learn(world, *e),
             (Update::AgentEvent(e), Some((_, events))) => events.learn(world, *e),
-            (Update::AgentPod(_) | Update::AgentEvent(_) | Update::Tick, _) => Learned::Nothing,
+            (Update::AgentDaemonSet(e), Some(_)) => self.daemonset.learn(world, *e),
+            (
+                Update::AgentPod(_)
+                | Update::AgentEvent(_)
+                | Update::AgentDaemonSet(_)
+                | Update::Tick,
+                _,
+            ) => Learned::Nothing,
         };
         let agents_listed = self
             .agents
@@ -224,8 +233,17 @@ pub struct Controller {
 type UpdateStream = futures::stream::BoxStream<'static, Result<Update, watcher::Error>>;
 
 /// The agent DaemonSet's pods and its Events in `namespace`: what keeps an agent from
-/// starting (`crate::agents`).
+/// starting (`crate::agents`); and the DaemonSet itself, which someone may delete or
+/// edit.
 fn agent_watches(client: &Client, namespace: &str) -> Vec<UpdateStream> {
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    let daemonset = watcher::watcher(
+        daemonsets,
+        watcher::Config::default().fields(&format!("metadata.name={}", crate::daemonset::NAME)),
+    )
+    .default_backoff()
+    .modify(|d| d.metadata.managed_fields = None)
+    .map(|e| e.map(|e| Update::AgentDaemonSet(Box::new(e))));
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let events: Api<CoreEvent> = Api::namespaced(client.clone(), namespace);
     let pod_events = watcher::watcher(
@@ -247,7 +265,11 @@ fn agent_watches(client: &Client, namespace: &str) -> Vec<UpdateStream> {
     )
     .default_backoff()
     .map(|e| e.map(|e| Update::AgentEvent(Box::new(e))));
-    vec![pod_events.boxed(), daemonset_events.boxed()]
+    vec![
+        pod_events.boxed(),
+        daemonset_events.boxed(),
+        daemonset.boxed(),
+    ]
 }
 
 /// Stops the watch reader when the controller's loop ends.
@@ -302,16 +324,9 @@ impl Controller {
         // queue with a cap (`crate::queue`).
         let (received, reader) = crate::queue::start(updates, self.event_queue);
         let _reader = AbortOnDrop(reader);
-        let daemonsets: Option<Api<k8s_openapi::api::apps::v1::DaemonSet>> = self
-            .agents
-            .as_ref()
-            .map(|a| Api::namespaced(client.clone(), &a.namespace));
-        let mut applied_daemonset = None;
-        let mut agents = self.agents.clone();
-        // The namespace's PodSecurity labels, once applied (or not asked for).
-        let mut labelled = !self.agents.as_ref().is_some_and(|a| a.pod_security_labels);
-        // The world's placement count the DaemonSet was last built for.
-        let mut placed = None;
+        let mut upkeep = self.agents.clone().map(|deploy| {
+            crate::agent_upkeep::AgentUpkeep::new(&client, deploy, self.deployment.clone())
+        });
         let mut world = World::default();
         world.agents = self
             .agents
@@ -363,36 +378,8 @@ impl Controller {
                 running: &self.draining,
             };
             drains.carry_out(&decision, &mut world, now).await;
-            // Built again only when what it reads changed: it reads every config.
-            let placement_changed = placed != Some(world.placement());
-            if let (Some(deploy), Some(api), true) = (&mut agents, &daemonsets, placement_changed) {
-                if deploy.owner.is_none() {
-                    deploy.owner = self.owner(&client, &deploy.namespace).await;
-                }
-                if !labelled {
-                    labelled = self.label_namespace(&client, &deploy.namespace).await;
-                }
-                let wanted = agent_daemonset(deploy, &world);
-                if applied_daemonset.as_ref() != Some(&wanted) {
-                    let apply = PatchParams::apply(FIELD_MANAGER).force();
-                    match api
-                        .patch(crate::daemonset::NAME, &apply, &Patch::Apply(&wanted))
-                        .await
-                    {
-                        Ok(_) => {
-                            self.metrics.write("daemonset", true);
-                            info!("agent DaemonSet updated");
-                            applied_daemonset = Some(wanted);
-                            placed = Some(world.placement());
-                        }
-                        Err(e) => {
-                            self.metrics.write("daemonset", false);
-                            warn!(error = %e, "agent DaemonSet not written; retried on the next reconcile");
-                        }
-                    }
-                } else {
-                    placed = Some(world.placement());
-                }
+            if let Some(upkeep) = upkeep.as_mut() {
+                upkeep.keep(&client, &self.metrics, &world).await;
             }
             self.metrics.policies(
                 world
@@ -403,49 +390,6 @@ impl Controller {
             self.metrics.reconciled(started.elapsed().as_secs_f64());
         }
         Err(RunError::WatchesEnded)
-    }
-
-    /// The controller's Deployment as the DaemonSet's owner (name, uid), when it has one
-    /// and it can be read (otherwise the DaemonSet has no owner).
-    async fn owner(&self, client: &Client, namespace: &str) -> Option<(String, String)> {
-        let name = self.deployment.as_ref()?;
-        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-            Api::namespaced(client.clone(), namespace);
-        match deployments.get_opt(name).await {
-            Ok(d) => d
-                .and_then(|d| d.metadata.uid)
-                .map(|uid| (name.clone(), uid)),
-            Err(e) => {
-                warn!(deployment = %name, error = %e, "cannot read the controller's Deployment: the agent DaemonSet gets no owner");
-                None
-            }
-        }
-    }
-
-    /// Applies the PodSecurity labels the agents need to their namespace; whether it is
-    /// done (a failure is logged and tried again with the next DaemonSet write).
-    async fn label_namespace(&self, client: &Client, namespace: &str) -> bool {
-        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        let labels = crate::daemonset::pod_security_labels(namespace);
-        match namespaces
-            .patch(
-                namespace,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&labels),
-            )
-            .await
-        {
-            Ok(_) => {
-                self.metrics.write("namespace", true);
-                info!(%namespace, "the agents' namespace is labelled privileged for PodSecurity");
-                true
-            }
-            Err(e) => {
-                self.metrics.write("namespace", false);
-                warn!(%namespace, error = %e, "the agents' namespace is not labelled privileged for PodSecurity (a label someone else set stays); where the cluster's default level is baseline or restricted the agents' pods are refused");
-                false
-            }
-        }
     }
 
     async fn carry_out(

@@ -2,7 +2,10 @@
 //! while its Deployment is gone, being deleted or scaled to zero removes its handoff
 //! finalizer from every policy, so that no policy is left Terminating without a
 //! controller to finish its handoff. A restart or an upgrade (the Deployment stays,
-//! with replicas) keeps them: the next leader carries on.
+//! with replicas) keeps them: the next leader carries on. A controller also stops
+//! deciding the moment its Deployment says so (`no_controller_follows`), before its
+//! SIGTERM: an uninstall's hook gives the nodes back and deletes what nodemem created,
+//! which a controller still deciding would put back.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams};
@@ -10,8 +13,36 @@ use kube::Client;
 use nodemem_api::NodeMemoryPolicy;
 use tracing::{info, warn};
 
-/// Resolves when the process is asked to stop.
-pub(crate) async fn stopped() {
+/// The process was asked to stop (SIGTERM, SIGINT), listened for from its start: a
+/// signal that arrives while nobody awaits it (between one wait and the next) is not
+/// lost. (A listener made only when awaited missed a SIGTERM sent while the controller
+/// stood down, and the process never ended.)
+#[derive(Clone)]
+pub(crate) struct Stop(tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    /// Listens from now on; call inside the runtime.
+    pub(crate) fn listen() -> Stop {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            signalled().await;
+            let _ = tx.send(true);
+        });
+        Stop(rx)
+    }
+
+    /// Resolves once the process was asked to stop (at once if it was before).
+    pub(crate) async fn requested(&self) {
+        let mut rx = self.0.clone();
+        if rx.wait_for(|stop| *stop).await.is_err() {
+            // The listener is gone (it cannot watch signals): never.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Resolves at the next SIGTERM or SIGINT.
+async fn signalled() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -26,6 +57,79 @@ pub(crate) async fn stopped() {
     tokio::select! {
         () = terminate => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Resolves when the controller's Deployment (`deployment` in `namespace`) is gone,
+/// being deleted or scaled to zero, seen through a watch of it by name; never without
+/// a Deployment. A watch that fails (an install whose RBAC cannot watch it) is retried
+/// with backoff and said once: the controller then stops at its SIGTERM only.
+pub(crate) async fn no_controller_follows(
+    client: &Client,
+    namespace: &str,
+    deployment: Option<&str>,
+) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::WatchStreamExt;
+    let Some(name) = deployment else {
+        return std::future::pending().await;
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let events = watcher::watcher(
+        deployments,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff();
+    futures::pin_mut!(events);
+    let mut seen = false;
+    let mut warned = false;
+    while let Some(event) = events.next().await {
+        let last = match event {
+            Ok(Event::Apply(d) | Event::InitApply(d)) => {
+                seen = true;
+                last_one(Some(&d))
+            }
+            Ok(Event::Delete(_)) => true,
+            // A list without it: the Deployment is gone.
+            Ok(Event::InitDone) => !seen,
+            Ok(Event::Init) => {
+                seen = false;
+                false
+            }
+            Err(e) => {
+                if !warned {
+                    warn!(deployment = %name, error = %e, "cannot watch the controller's Deployment; it stops deciding at its SIGTERM only");
+                    warned = true;
+                }
+                false
+            }
+        };
+        if last {
+            info!(deployment = %name, "the controller's Deployment is gone, being deleted or scaled to zero: stopped deciding");
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+/// Whether the controller's Deployment says now that no controller follows (a replica
+/// that takes the Lease then does not start deciding); false when it cannot be read.
+pub(crate) async fn none_follows_now(
+    client: &Client,
+    namespace: &str,
+    deployment: Option<&str>,
+) -> bool {
+    let Some(name) = deployment else {
+        return false;
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    match deployments.get_opt(name).await {
+        Ok(d) => last_one(d.as_ref()),
+        Err(e) => {
+            warn!(deployment = %name, error = %e, "cannot read the controller's Deployment");
+            false
+        }
     }
 }
 
@@ -91,9 +195,41 @@ async fn let_go_of_every_policy(client: &Client) -> usize {
     released
 }
 
+/// The controller pods `deployment` still has, terminating ones included (its status
+/// counts no terminating pod, whose process may still run for its grace period).
+async fn pods_left(
+    client: &Client,
+    namespace: &str,
+    deployment: Option<&Deployment>,
+) -> Result<usize, kube::Error> {
+    let Some(d) = deployment else {
+        return Ok(0);
+    };
+    let replicas = d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+    let labels = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .filter(|l| !l.is_empty());
+    let Some(labels) = labels else {
+        return Ok(usize::try_from(replicas).unwrap_or(0));
+    };
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(listed.items.len())
+}
+
 /// `nodemem stand-down`, the chart's pre-delete hook: before an uninstall takes the
-/// controller's RBAC away, scale the controller to zero, wait until no replica runs
-/// (each stops standing down itself), and let go of every policy. Ok: how many
+/// controller's RBAC away, scale the controller to zero, wait until no pod of it is
+/// left (terminating ones included; each replica stops deciding when it sees the scale
+/// and stands down itself), and let go of every policy. Ok: how many
 /// policies it let go of.
 pub async fn before_uninstall(
     client: &Client,
@@ -118,10 +254,9 @@ pub async fn before_uninstall(
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let running = match deployments.get_opt(deployment).await {
-            Ok(d) => d
-                .and_then(|d| d.status)
-                .and_then(|s| s.replicas)
-                .unwrap_or(0),
+            Ok(d) => pods_left(client, namespace, d.as_ref())
+                .await
+                .map_err(|e| format!("pods of deployment {namespace}/{deployment}: {e}"))?,
             Err(e) => return Err(format!("deployment {namespace}/{deployment}: {e}")),
         };
         if running == 0 {

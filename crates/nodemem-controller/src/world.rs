@@ -359,6 +359,34 @@ impl WatchIndex<k8s_openapi::api::core::v1::Pod> for World {
     }
 }
 
+/// The agent DaemonSet itself (watched by name): its uid and generation, whether it is
+/// being deleted, or that it is gone.
+impl WatchIndex<k8s_openapi::api::apps::v1::DaemonSet> for World {
+    fn key(d: &k8s_openapi::api::apps::v1::DaemonSet) -> Option<String> {
+        d.metadata.name.clone()
+    }
+    fn apply(&mut self, d: &k8s_openapi::api::apps::v1::DaemonSet) -> bool {
+        let seen = crate::agents::SeenDaemonSet {
+            version: crate::agents::DaemonSetVersion {
+                uid: d.metadata.uid.clone().unwrap_or_default(),
+                generation: d.metadata.generation.unwrap_or(0),
+            },
+            deleting: d.metadata.deletion_timestamp.is_some(),
+        };
+        self.agents.as_mut().is_some_and(|a| a.see_daemonset(seen))
+    }
+    fn delete(&mut self, d: &k8s_openapi::api::apps::v1::DaemonSet) -> bool {
+        let uid = d.metadata.uid.as_deref();
+        self.agents.as_mut().is_some_and(|a| a.daemonset_gone(uid))
+    }
+    fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
+        match self.agents.as_mut() {
+            Some(a) if listed.is_empty() => a.daemonset_gone(None),
+            _ => false,
+        }
+    }
+}
+
 /// The agent DaemonSet's Events: its newest `FailedCreate` is kept (a deleted Event
 /// changes nothing: the refusal ages out of its window).
 impl WatchIndex<k8s_openapi::api::core::v1::Event> for World {

@@ -4,7 +4,8 @@
 //! `agent.podSecurityLabels=false`) refuses every agent pod. The policy names the cause
 //! in Kubernetes' words on each of its nodes within a minute (`AgentsBlocked`, and a
 //! Warning Event), not at the progress deadline; once the namespace is labelled and
-//! the pods exist, it says nothing keeps them.
+//! the pods exist, it says nothing keeps them. The agent DaemonSet, edited or deleted
+//! by hand, comes back as the controller builds it.
 
 use std::time::Duration;
 
@@ -136,4 +137,66 @@ async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute()
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 2, "an agent pod per node");
+
+    the_daemonset_comes_back_when_deleted_or_edited(&kubectl, &client, &logs).await;
+}
+
+/// Someone edits the agent DaemonSet's spec (another image) or deletes it: the
+/// controller applies its own again (its watch sees a generation it did not write, or
+/// none), without waiting for a policy or node change.
+async fn the_daemonset_comes_back_when_deleted_or_edited(
+    kubectl: &dyn Fn(&[&str]) -> String,
+    client: &kube::Client,
+    logs: &dyn Fn() -> String,
+) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "nodemem-system");
+    let image_and_uid = async || {
+        let ds = daemonsets.get_opt("nodemem-agent").await.ok()??;
+        let image = ds.spec?.template.spec?.containers.first()?.image.clone()?;
+        Some((image, ds.metadata.uid?))
+    };
+    let (image, uid) = image_and_uid().await.expect("the agent DaemonSet");
+    assert_eq!(image, "nodemem:test");
+    kubectl(&[
+        "set",
+        "image",
+        "daemonset/nodemem-agent",
+        "-n",
+        "nodemem-system",
+        "agent=someone/else:1",
+    ]);
+    eventually(
+        "the edited DaemonSet's image set back",
+        Duration::from_secs(30),
+        logs,
+        async || (image_and_uid().await?.0 == "nodemem:test").then_some(()),
+    )
+    .await;
+    kubectl(&[
+        "delete",
+        "daemonset",
+        "nodemem-agent",
+        "-n",
+        "nodemem-system",
+        "--wait=true",
+    ]);
+    let started = std::time::Instant::now();
+    let (image, new_uid) = eventually(
+        "the deleted DaemonSet created again",
+        Duration::from_secs(30),
+        logs,
+        async || image_and_uid().await.filter(|(_, u)| *u != uid),
+    )
+    .await;
+    assert_eq!(image, "nodemem:test");
+    assert_ne!(new_uid, uid);
+    assert!(
+        logs().contains("deleted or changed by someone else"),
+        "the controller says why it applied the DaemonSet again"
+    );
+    eprintln!(
+        "the deleted agent DaemonSet back after {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
 }

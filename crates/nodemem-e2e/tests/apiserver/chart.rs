@@ -748,7 +748,16 @@ fn uninstall_leaves_nothing_and_gives_every_value_back(
                 "name"
             ]),
             "",
-            "{kind} {name} left"
+            "{kind} {name} left: {}\ncontroller's log on the DaemonSet:\n{}",
+            left(&["get", kind, name, "-n", "nodemem-system", "-o", "yaml"]),
+            std::fs::read_to_string(bed.controller_log())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("DaemonSet")
+                    || l.contains("stood down")
+                    || l.contains("stopping"))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     let after = memory_files(bed);

@@ -503,6 +503,16 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
         )
         .await
         .unwrap();
+    // It sees the scale through its watch of the Deployment and stops deciding before
+    // any SIGTERM (an uninstall's hook removes next what it would put back).
+    eventually(
+        "stood down before its SIGTERM",
+        Duration::from_secs(10),
+        &logs,
+        async || held().await.filter(|h| !*h),
+    )
+    .await;
+    assert!(logs().contains("stopped deciding"), "{}", logs());
     assert!(controller.terminate().success());
     assert_eq!(held().await, Some(false), "stood down:\n{}", logs());
     let started = Instant::now();

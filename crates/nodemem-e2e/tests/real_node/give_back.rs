@@ -59,7 +59,7 @@ pub(crate) async fn an_uninstall_gives_the_node_back(
     );
     let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "nodemem-system");
     let agents = ListParams::default().labels("app.kubernetes.io/name=nodemem-agent");
-    let gone = within(paced(Duration::from_secs(120)), || async {
+    let gone = within(Duration::from_secs(120), || async {
         pods.list(&agents)
             .await
             .ok()?
@@ -92,7 +92,7 @@ pub(crate) async fn an_uninstall_gives_the_node_back(
 /// How many memory.min, memory.low and memory.high files there are under kubepods, and
 /// those that do not read what this kubelet (Memory QoS off) leaves there (0, 0, max),
 /// as `path: value`.
-fn nodemem_values(node: &mut RealNode) -> (usize, Vec<String>) {
+pub(crate) fn nodemem_values(node: &mut RealNode) -> (usize, Vec<String>) {
     let (listing, _) = node
         .run("find /sys/fs/cgroup/kubepods* -name memory.min -o -name memory.low -o -name memory.high | while read f; do echo \"$f=$(cat $f)\"; done")
         .unwrap();

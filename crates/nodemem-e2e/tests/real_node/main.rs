@@ -84,6 +84,7 @@ macro_rules! phase {
 
 mod agents_blocked;
 mod give_back;
+mod helm;
 mod install;
 mod kubelet_reference;
 mod nri;
@@ -279,11 +280,20 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             let installed = installed.as_mut().expect("install passed");
             install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
         });
-        // Last: nothing of nodemem's is left on the node after it.
+        // Nothing of nodemem's is left on the node after it.
         phase!(phases, node, bed, "give-back", &["install"], || {
             let installed = installed.as_mut().expect("install passed");
             give_back::an_uninstall_gives_the_node_back(&mut node, &bed, installed)
         });
+        // After the give-back, with nothing of nodemem's on the node: the chart's own
+        // life, the controller and the hook as pods on the node (the systemd node only:
+        // the chart is the same for both drivers).
+        if driver == Driver::Systemd {
+            phase!(phases, node, bed, "helm", &["give-back"], || {
+                let installed = installed.as_ref().expect("install passed");
+                helm::helm_install_and_uninstall_leave_nothing_behind(&mut node, &bed, installed)
+            });
+        }
         phases.finish();
     });
 }
