@@ -7,10 +7,10 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-test: prereqs lint crds-check tidy unit nri apiserver image-check vm node
+test: prereqs lint crds-check tidy unit kubelet-float nri apiserver image-check vm node
 
 ## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
 prereqs:
@@ -44,6 +44,13 @@ tidy:
 ## unit: pure rules, CLI, CRD generation, harness self-tests (no cluster, no VM)
 unit:
 	$(CARGO) test --workspace --exclude nodemem-tidy --locked
+
+## kubelet-float: memory.high against the kubelet's float64 expressions compiled by Go,
+## for amd64 and for arm64 (under qemu-user), over random quantities and factors
+kubelet-float:
+	NODEMEM_KUBELET_FLOAT="$$(bash tests/scripts/build-kubelet-float.sh)" && \
+	  export NODEMEM_KUBELET_FLOAT && \
+	  $(CARGO) test -p nodemem-e2e --features float-tests --test kubelet_float --locked -- --nocapture
 
 ## nri: the NRI plugin protocol against NRI's own runtime side (containerd/nri adaptation)
 nri:

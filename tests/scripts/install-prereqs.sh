@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nodemem's commands need, if missing. `make sandbox` calls
 # it with `sandbox` (Go, to build the control plane); `make test` and .ci/run without an
-# argument (everything the test tiers need: qemu for the VM tiers, tmux for the sandbox
+# argument (everything the test tiers need: qemu for the VM tiers and qemu-user for arm64, tmux for the sandbox
 # test, busybox-static for the VMs' first userland, mmdebstrap and gcc for the real
 # node's root file system and runc, Lua 5.1 for the Argo CD health check). Rust is expected on the machine. Installing needs
 # root or passwordless sudo; without them it names the packages and stops.
@@ -18,6 +18,7 @@ if [[ "$what" != sandbox ]]; then
   command -v gcc >/dev/null || need+=(gcc libc6-dev)   # runc (cgo) for the real node
   pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)   # runc with seccomp
   command -v lua5.1 >/dev/null || need+=(lua5.1)   # runs the Argo CD health check as Argo CD does (Lua 5.1)
+  command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)   # runs the kubelet's arithmetic as Go compiles it for arm64
 fi
 ((${#need[@]})) || exit 0
 

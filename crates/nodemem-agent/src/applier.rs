@@ -735,6 +735,7 @@ impl NodeApplier {
         memory.allocatable_memory = node.allocatable_memory;
         memory.capacity_memory = node.capacity_memory;
         memory.kubelet_version = node.kubelet_version();
+        memory.kubelet_float = node.kubelet_float();
         memory.hard_eviction_memory = match &self.kubelet {
             Some(k) => k.hard_eviction_memory(node.capacity_memory),
             None => KubeletSettings::default().hard_eviction_memory(node.capacity_memory),
@@ -1012,6 +1013,7 @@ mod tests {
             allocatable_memory: Some(8 << 30),
             capacity_memory: None,
             kubelet_version: None,
+            architecture: None,
         };
         let (_, report) = engine
             .apply(&off(), &node, &[], WriteMode::Write, Reach::Node)

@@ -1,11 +1,11 @@
 //! The CRDs the controller finds against the ones it was built with: Helm never
 //! upgrades `crds/`, so a controller upgraded alone meets older CRDs, and the apiserver
 //! prunes the fields they lack from every policy and config it stores. The controller
-//! reads both CRDs now and then and says which fields are missing (a log line on each
+//! reads both CRDs every 30 s, beside its decisions, and says which fields are missing (a log line on each
 //! change, `CRDOutdated` on every policy) instead of losing them silently.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
@@ -19,30 +19,18 @@ pub const EVERY: Duration = Duration::from_secs(30);
 /// the CRDs cannot be read (unknown, never "current").
 pub type Gaps = Option<BTreeMap<String, Vec<String>>>;
 
-/// Reads the CRDs when [`EVERY`] has passed since `last`.
-pub struct CrdCheck {
-    last: Option<Instant>,
-}
-
-impl CrdCheck {
-    pub fn new() -> Self {
-        CrdCheck { last: None }
-    }
-
-    /// The gaps when it is time to look again (None: not yet time).
-    pub async fn due(&mut self, client: &Client) -> Option<Gaps> {
-        if self.last.is_some_and(|l| l.elapsed() < EVERY) {
-            return None;
-        }
-        self.last = Some(Instant::now());
-        Some(read(client).await)
-    }
-}
-
-impl Default for CrdCheck {
-    fn default() -> Self {
-        Self::new()
-    }
+/// The gaps every [`EVERY`] (the first at once), read beside the decisions: the
+/// controller's loop learns them from its queue like a watch event and never waits for
+/// these reads.
+pub fn readings(client: Client) -> impl futures::Stream<Item = Gaps> {
+    futures::stream::unfold(
+        (client, tokio::time::interval(EVERY)),
+        |(client, mut every)| async move {
+            every.tick().await;
+            let gaps = read(&client).await;
+            Some((gaps, (client, every)))
+        },
+    )
 }
 
 async fn read(client: &Client) -> Gaps {

@@ -11,7 +11,9 @@
 //!   a handoff progresses).
 //! * `Stalled=True` when the spec will not run without a person: rolled back (on the
 //!   way back or there), stopped at `maxFailures`, an invalid spec (held on the last
-//!   accepted revision, or never accepted), a tie with a policy of equal priority.
+//!   accepted revision, or never accepted), a tie with a policy of equal priority, a
+//!   rollout whose agents cannot start on some of its nodes (`AgentsBlocked`: an image
+//!   that cannot be pulled, an admission refusal, a crash loop, no room).
 //! * A pause the user asked for is neither: `Ready=False` with reason `Paused`, which
 //!   kstatus reads as in progress and Argo CD's health check as suspended.
 //!
@@ -75,6 +77,17 @@ pub(crate) fn judge(conditions: &[Condition]) -> (Health, String, String) {
         return (Health::Stalled, tie.reason.clone(), tie.message.clone());
     }
     let health = of_progressing(&reason);
+    // A rollout cannot reach nodes whose agent cannot start: a person must act (Flux
+    // fails the commit now instead of at its timeout); it clears when the pods run.
+    if let Some(blocked) = is_true(conditions, "AgentsBlocked") {
+        if health == Health::Reconciling {
+            return (
+                Health::Stalled,
+                "AgentsBlocked".to_string(),
+                blocked.message.clone(),
+            );
+        }
+    }
     // A rollback's Degraded message says which revision failed where and what to do.
     let message = match is_true(conditions, "Degraded") {
         Some(d) if health == Health::Stalled => d.message.clone(),
@@ -257,6 +270,41 @@ mod tests {
             "{}",
             out[2].message
         );
+    }
+
+    #[test]
+    fn agents_that_cannot_start_stall_a_rollout_in_progress_only() {
+        let blocked = c(
+            "AgentsBlocked",
+            true,
+            "ImagePullBackOff",
+            "the agent cannot start on 1 node(s) of the pool: ImagePullBackOff on n1: back-off",
+        );
+        let mut updating = rollout("Updating", true);
+        updating.push(blocked.clone());
+        assert_eq!(
+            three(&updating),
+            pairs([
+                ("False", "AgentsBlocked"),
+                ("False", "AsExpected"),
+                ("True", "AgentsBlocked")
+            ])
+        );
+        assert!(judge(&updating).2.contains("ImagePullBackOff on n1"));
+        // Not a pause, a rollback or a complete rollout: those say what they are.
+        for (reason, health) in [
+            ("Paused", Health::Suspended),
+            ("RolledBack", Health::Stalled),
+            ("Complete", Health::Ready),
+        ] {
+            let mut conditions = rollout(reason, false);
+            conditions.push(blocked.clone());
+            assert_eq!(judge(&conditions).0, health, "{reason}");
+            assert_eq!(judge(&conditions).1, reason);
+        }
+        let mut cleared = rollout("Updating", true);
+        cleared.push(c("AgentsBlocked", false, "AsExpected", ""));
+        assert_eq!(judge(&cleared).0, Health::Reconciling);
     }
 
     #[test]

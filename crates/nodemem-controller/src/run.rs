@@ -40,6 +40,8 @@ enum Update {
     AgentEvent(Box<Event<CoreEvent>>),
     /// The agent DaemonSet itself: applied again when someone else deletes or edits it.
     AgentDaemonSet(Box<Event<DaemonSet>>),
+    /// A reading of the installed CRDs (`crate::crd_check`).
+    Crds(crate::crd_check::Gaps),
     Tick,
 }
 
@@ -79,6 +81,7 @@ impl ControllerWatches {
             (Update::AgentPod(e), Some((pods, _))) => pods.learn(world, *e),
             (Update::AgentEvent(e), Some((_, events))) => events.learn(world, *e),
             (Update::AgentDaemonSet(e), Some(_)) => self.daemonset.learn(world, *e),
+            (Update::Crds(gaps), _) => learn_crd_gaps(world, gaps),
             (
                 Update::AgentPod(_)
                 | Update::AgentEvent(_)
@@ -97,6 +100,16 @@ impl ControllerWatches {
             .is_some_and(|a| a.set_listed(agents_listed));
         learned != Learned::Nothing || known
     }
+}
+
+/// A reading of the CRDs, logged when it differs from the last.
+fn learn_crd_gaps(world: &mut World, gaps: crate::crd_check::Gaps) -> Learned {
+    if world.crd_gaps == gaps {
+        return Learned::Nothing;
+    }
+    crate::crd_check::report(&world.crd_gaps, &gaps);
+    world.crd_gaps = gaps;
+    Learned::Whole
 }
 
 /// Events queued beyond this many are learned while a decision's writes run: a
@@ -310,11 +323,13 @@ impl Controller {
             t.tick().await;
             Some((Ok(Update::Tick), t))
         });
+        let crds = crate::crd_check::readings(client.clone()).map(|g| Ok(Update::Crds(g)));
         let mut streams = vec![
             policy_events.boxed(),
             node_events.boxed(),
             config_events.boxed(),
             ticks.boxed(),
+            crds.boxed(),
         ];
         if let Some(deploy) = &self.agents {
             streams.extend(agent_watches(&client, &deploy.namespace));
@@ -334,7 +349,6 @@ impl Controller {
             .map(|_| crate::agents::AgentPods::of(crate::daemonset::NAME));
         let mut decider = Decider::default();
         let mut inbox = Inbox::new(received, self.metrics.clone(), self.agents.is_some());
-        let mut crds = crate::crd_check::CrdCheck::new();
         info!(
             agents = self.agents.is_some(),
             "watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs (and the agents' pods and DaemonSet Events when it deploys them)"
@@ -358,10 +372,6 @@ impl Controller {
             }
             inbox.learned.dirty = false;
             inbox.learned.tick = false;
-            if let Some(gaps) = crds.due(&client).await {
-                crate::crd_check::report(&world.crd_gaps, &gaps);
-                world.crd_gaps = gaps;
-            }
             let started = std::time::Instant::now();
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
             let decision = decider.decide(&mut world, now);

@@ -52,7 +52,7 @@
 use crate::cgroup::{
     memory_qos_reset, set_bytes, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
-use crate::factor::ThrottlingFactor;
+use crate::factor::{KubeletFloat, ThrottlingFactor};
 use crate::kernel::memory_qos_kernel_warnings;
 use crate::kubelet_version::{KubeletVersion, QosRules};
 use crate::pod::{ordered_containers, ContainerKind, Pod};
@@ -113,6 +113,9 @@ pub struct NodeMemoryFacts {
     /// `status.nodeInfo.kubeletVersion`, which decides the [`QosRules`]; None when not
     /// known (the newest rules).
     pub kubelet_version: Option<KubeletVersion>,
+    /// How this node's kubelet rounds memory.high's float64 expression (by
+    /// `status.nodeInfo.architecture`).
+    pub kubelet_float: KubeletFloat,
 }
 
 impl NodeMemoryFacts {
@@ -145,6 +148,7 @@ impl Default for NodeMemoryFacts {
             page_size: 4096,
             kernel_version: None,
             kubelet_version: None,
+            kubelet_float: KubeletFloat::Separate,
         }
     }
 }
@@ -479,7 +483,7 @@ pub fn pod_memory_high(
     if request == limit && request != 0 {
         return None;
     }
-    let high = factor.memory_high(request, limit, node.page_size);
+    let high = factor.memory_high(request, limit, node.page_size, node.kubelet_float);
     (high > 0 && high > request).then_some(high)
 }
 
@@ -542,6 +546,6 @@ pub fn container_memory_high(
     } else {
         node.kubelet_allocatable()?
     };
-    let high = factor.memory_high(request, ceiling, node.page_size);
+    let high = factor.memory_high(request, ceiling, node.page_size, node.kubelet_float);
     (high != 0 && high > request).then_some(high)
 }

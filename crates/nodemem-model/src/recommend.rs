@@ -8,7 +8,7 @@
 //! least the target share of containers fits; too little evidence gives none, and
 //! says how much is missing.
 
-use crate::factor::ThrottlingFactor;
+use crate::factor::{KubeletFloat, ThrottlingFactor};
 use crate::memory_qos::NodeMemoryFacts;
 use crate::profile::ContainerMemory;
 
@@ -21,6 +21,8 @@ pub struct ContainerEvidence {
     /// allocatable memory for a container without one.
     pub ceiling: i64,
     pub page_size: i64,
+    /// How the node's kubelet rounds memory.high (`NodeMemoryFacts::kubelet_float`).
+    pub float: KubeletFloat,
     /// The highest working set seen (memory.current minus inactive file pages, or the
     /// kernel's memory.peak where that is the better bound).
     pub peak_working_set: i64,
@@ -45,6 +47,7 @@ impl ContainerEvidence {
             request: memory.request,
             ceiling,
             page_size: node.page_size,
+            float: node.kubelet_float,
             peak_working_set,
         })
     }
@@ -55,7 +58,7 @@ impl ContainerEvidence {
         if self.ceiling <= self.request {
             return None;
         }
-        let high = factor.memory_high(self.request, self.ceiling, self.page_size);
+        let high = factor.memory_high(self.request, self.ceiling, self.page_size, self.float);
         (high != 0 && high > self.request).then_some(high)
     }
 
@@ -269,6 +272,7 @@ mod tests {
             request: 100 * MI,
             ceiling: 200 * MI,
             page_size: PAGE,
+            float: KubeletFloat::Separate,
             peak_working_set: peak_mi * MI,
         }
     }

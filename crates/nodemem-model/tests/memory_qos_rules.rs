@@ -5,7 +5,7 @@ use nodemem_model::cgroup::{
     CgroupValue, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
 use nodemem_model::defaulting::apply_defaults;
-use nodemem_model::factor::ThrottlingFactor;
+use nodemem_model::factor::{KubeletFloat, ThrottlingFactor};
 use nodemem_model::kubelet_version::KubeletVersion;
 use nodemem_model::memory_qos::{
     container_memory_high, plan_node, MemoryQosSettings, NodeMemoryFacts, NodePlan,
@@ -146,7 +146,7 @@ fn kep_v127_table_limit_1000_factor_09_page_1mi() {
     ];
     for (request, want) in table {
         assert_eq!(
-            factor.memory_high(request * MI, 1000 * MI, MI),
+            factor.memory_high(request * MI, 1000 * MI, MI, KubeletFloat::Separate),
             want * MI,
             "request {request}Mi"
         );
@@ -216,7 +216,10 @@ fn kep_burstable_cases_and_besteffort() {
     let want = (GI as i128 * 10 + 9 * (10 * GI as i128 - GI as i128)) / 10 / 4096 * 4096;
     assert_eq!(container_memory_high(f, &facts, GI, 0), Some(want as i64));
     // Case III in the formula: request 0 -> factor * limit, floored to the page.
-    assert_eq!(f.memory_high(0, 1000 * MI, 4096), 900 * MI);
+    assert_eq!(
+        f.memory_high(0, 1000 * MI, 4096, KubeletFloat::Separate),
+        900 * MI
+    );
     // ...but the apiserver defaults the request to the limit, so the kubelet sees
     // request == limit and sets no memory.high.
     let p = plan(

@@ -86,6 +86,7 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
                 .unwrap_or(NodeMemoryFacts::default().page_size),
             kernel_version: kernel,
             kubelet_version: status.kubelet_version(),
+            kubelet_float: status.kubelet_float(),
         },
         cgroup_driver: match reported.and_then(|r| r.cgroup_driver.as_deref()) {
             Some("cgroupfs") => CgroupDriver::Cgroupfs,

@@ -41,6 +41,22 @@ impl Process {
         Ok(())
     }
 
+    /// Starts the command again with `args` instead once it has ended (a component
+    /// restarted with other settings, as a new Deployment revision would), its output
+    /// appended to the same log.
+    pub fn start_again_with(&mut self, args: Vec<String>) -> Result<(), Error> {
+        if self.exited().is_none() {
+            return Err(Error::Setup(format!("{} is still running", self.name)));
+        }
+        self.args = args;
+        self.start_again()
+    }
+
+    /// The arguments it runs with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

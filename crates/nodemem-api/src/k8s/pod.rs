@@ -211,6 +211,10 @@ pub struct NodeStatusFacts {
     /// `status.nodeInfo.kubeletVersion` as reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet_version: Option<String>,
+    /// `status.nodeInfo.architecture` as reported (Go's GOARCH: how its kubelet rounds
+    /// memory.high, `KubeletFloat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
 }
 
 impl NodeStatusFacts {
@@ -225,7 +229,18 @@ impl NodeStatusFacts {
                 .and_then(|s| s.node_info.as_ref())
                 .map(|i| i.kubelet_version.clone())
                 .filter(|v| !v.is_empty()),
+            architecture: node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.architecture.clone())
+                .filter(|a| !a.is_empty()),
         }
+    }
+
+    /// How the node's kubelet rounds memory.high, by its architecture.
+    pub fn kubelet_float(&self) -> nodemem_model::factor::KubeletFloat {
+        nodemem_model::factor::KubeletFloat::of_architecture(self.architecture.as_deref())
     }
 
     /// The kubelet version, when it is one (`vMAJOR.MINOR.PATCH`).

@@ -204,6 +204,7 @@ pub(crate) async fn expected_on(
             kernel_version: Some("6.1.0-56-amd64".into()),
             // The rules of the kubelet version the simulated Node reports.
             kubelet_version: NodeStatusFacts::of(&node).kubelet_version(),
+            kubelet_float: NodeStatusFacts::of(&node).kubelet_float(),
         },
         cgroup_driver: driver,
         ..NodeFacts::default()

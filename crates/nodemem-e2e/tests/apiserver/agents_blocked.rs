@@ -88,13 +88,31 @@ async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute()
         "{message}"
     );
     eprintln!("AgentsBlocked after {:?}: {message}", created.elapsed());
-    // The rollout has not given up on them: no deadline passed.
-    let status = status_of().await.unwrap();
+    // The rollout has not given up on them: no deadline passed. But nothing reaches
+    // those nodes without a person: GitOps tools read it as failed now, not at their
+    // timeout.
+    let status = eventually(
+        "Stalled=True AgentsBlocked",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let status = status_of().await?;
+            let stalled = condition(&status, "Stalled")?;
+            (stalled["status"] == "True" && stalled["reason"] == "AgentsBlocked").then_some(status)
+        },
+    )
+    .await;
     assert_eq!(
         condition(&status, "Progressing").unwrap()["reason"],
         "Updating",
         "{status}"
     );
+    let object = serde_json::to_value(policies.get("blk").await.unwrap()).unwrap();
+    let (kstatus, message) = nodemem_testkit::gitops::kstatus(&object).unwrap();
+    assert_eq!(kstatus, "Failed", "{message}");
+    assert!(message.contains("violates PodSecurity"), "{message}");
+    let (argocd, message) = nodemem_testkit::gitops::argocd_health(&object).unwrap();
+    assert_eq!(argocd, "Degraded", "{message}");
     let events = kubectl(&[
         "get",
         "events",
@@ -130,6 +148,12 @@ async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute()
     )
     .await;
     assert_eq!(cleared["reason"], "AsExpected", "{cleared}");
+    let status = status_of().await.unwrap();
+    assert_eq!(
+        condition(&status, "Stalled").unwrap()["status"],
+        "False",
+        "{status}"
+    );
     let pods: Api<k8s_openapi::api::core::v1::Pod> =
         Api::namespaced(client.clone(), "nodemem-system");
     let listed = pods

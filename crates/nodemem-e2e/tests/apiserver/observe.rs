@@ -142,7 +142,12 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     tree.set_usage(&be, 10 * MI, 0).unwrap();
     let would_be_high = nodemem_model::factor::ThrottlingFactor::from_f64(0.8)
         .unwrap()
-        .memory_high(64 * MI, 256 * MI, 4096);
+        .memory_high(
+            64 * MI,
+            256 * MI,
+            4096,
+            nodemem_model::factor::KubeletFloat::Separate,
+        );
     let observation = eventually(
         "the observation in status",
         Duration::from_secs(60),

@@ -86,6 +86,7 @@ mod agents_blocked;
 mod give_back;
 mod helm;
 mod install;
+mod kubelet_float;
 mod kubelet_reference;
 mod nri;
 mod numa;
@@ -197,6 +198,13 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                 },
             )
         });
+        // The kubelet's float64 at factors 0.7 and 0.35 (the cgroupfs node: the systemd
+        // node has more phases; beside each other both end sooner).
+        if driver == Driver::Cgroupfs {
+            phase!(phases, node, bed, "kubelet-float", &[], || {
+                kubelet_float::the_kubelet_writes_nodemems_pages(&mut node, &bed, &mut spec)
+            });
+        }
         // From here on nodemem enforces: the kubelet's own Memory QoS goes off (with it
         // on, nodemem would leave those files to the kubelet: KubeletConflict).
         spec.kubelet = kubelets_memory_qos(false);

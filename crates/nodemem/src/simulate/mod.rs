@@ -166,6 +166,7 @@ pub fn simulate(
             page_size,
             kernel_version: node_kernel_version(&node),
             kubelet_version: status.kubelet_version(),
+            kubelet_float: status.kubelet_float(),
         },
         topology: numa.as_ref().map(|n| n.topology.clone()),
         topology_scope: numa.as_ref().map(|n| n.scope).unwrap_or_default(),
