@@ -19,12 +19,8 @@ if [[ -x "$out" ]]; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "error: go is not installed; it is needed to build kstatus (tests/scripts/install-prereqs.sh installs Debian's golang-go)" >&2; exit 1; }
-export GOTOOLCHAIN=local
-mkdir -p "$CACHE"
-work="$(mktemp -d "$CACHE/build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/go-modules.sh"
+go_work kstatus
 
 echo ">> building kstatus (sigs.k8s.io/cli-utils $CLI_UTILS_VERSION, github.com/fluxcd/pkg/runtime $FLUX_RUNTIME_VERSION)" >&2
 new_module kstatus

@@ -18,12 +18,8 @@ if [[ -x "$out/kubelet-float-amd64" && -x "$out/kubelet-float-arm64" ]]; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "error: go is not installed; it is needed to build kubelet-float (tests/scripts/install-prereqs.sh installs Debian's golang-go)" >&2; exit 1; }
-export GOTOOLCHAIN=local
-mkdir -p "$CACHE"
-work="$(mktemp -d "$CACHE/build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/go-modules.sh"
+go_work kubelet-float
 
 echo ">> building kubelet-float (k8s.io/apimachinery $APIMACHINERY_VERSION) for amd64 and arm64" >&2
 new_module kubelet-float

@@ -1,6 +1,21 @@
 # Sourced by the scripts that build test dependencies from Go modules
-# (build-control-plane.sh, build-node-runtime.sh). The caller sets `work` (a scratch
-# directory) and `JOBS` (go build -p).
+# (build-control-plane.sh, build-node-runtime.sh, build-kstatus.sh,
+# build-kubelet-float.sh). The caller sets `work` (a scratch directory; `go_work` makes
+# one) and `JOBS` (go build -p).
+
+# go_work WHAT: the machine's Go, never a toolchain fetched at run time, and a scratch
+# directory `work` under $CACHE, removed when the script exits. WHAT names the build
+# when Go is missing.
+go_work() {
+  command -v go >/dev/null || {
+    echo "error: go is not installed; it is needed to build $1 (tests/scripts/install-prereqs.sh installs Debian's golang-go)" >&2
+    exit 1
+  }
+  export GOTOOLCHAIN=local
+  mkdir -p "$CACHE"
+  work="$(mktemp -d "$CACHE/build.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+}
 
 # new_module NAME PACKAGE...: a fresh module in $work/NAME importing the given main
 # packages (so `go mod tidy` resolves them); the caller appends its require/replace

@@ -81,19 +81,28 @@ pub(crate) async fn observation_on_a_real_kernel(
         std::thread::sleep(Duration::from_secs(1));
     };
 
-    let observed = eventually(
-        "grows reported as throttled",
-        Duration::from_secs(180),
-        || async {
-            let o = configs.get(&name).await.ok()?.status?.observation?;
-            // Once it holds all it allocates (a sample may catch it on the way).
-            o.worst
-                .iter()
-                .any(|w| w.pod == "default/grows" && w.peak_working_set >= 200 * MI)
-                .then_some(o)
-        },
-    )
+    // The last observation seen, for the failure message.
+    let last = std::cell::RefCell::new(None);
+    let observed = within(Duration::from_secs(180), || async {
+        let o = configs.get(&name).await.ok()?.status?.observation?;
+        *last.borrow_mut() = Some(o.clone());
+        // Once it holds all it allocates (a sample may catch it on the way).
+        o.worst
+            .iter()
+            .any(|w| w.pod == "default/grows" && w.peak_working_set >= 200 * MI)
+            .then_some(o)
+    })
     .await;
+    let observed = observed.unwrap_or_else(|| {
+        let (current, _) = node
+            .run(&format!("cat {grows}/memory.current {grows}/memory.peak; grep -E '^(anon|inactive_file|active_file) ' {grows}/memory.stat"))
+            .unwrap_or_default();
+        panic!(
+            "grows reported as throttled: not within {:?}; the last observation: {:?}; grows's memory.current, memory.peak and memory.stat: {current}",
+            paced(Duration::from_secs(180)),
+            last.borrow()
+        )
+    });
     assert!(!observed.enforced, "{observed:?}");
     let w = observed
         .worst
