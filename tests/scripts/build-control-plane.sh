@@ -19,7 +19,7 @@ K8S_VERSION="${NODEMEM_K8S_VERSION:-v1.37.2}"
 HELM_VERSION="${NODEMEM_HELM_VERSION:-v4.3.1}"
 ETCD_VERSION="${NODEMEM_ETCD_VERSION:-v3.7.0}"   # the etcd client version k8s v1.37.2 pins
 # The real node runs each of these kubelets too (supported skew: up to three minors older).
-OLDER_KUBELETS="${NODEMEM_OLDER_KUBELETS:-v1.36.3}"
+OLDER_KUBELETS="${NODEMEM_OLDER_KUBELETS:-v1.36.3 v1.35.4}"
 CACHE="${NODEMEM_CACHE:-$HOME/.cache/nodemem}"
 BIN="$CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION"
 JOBS="${NODEMEM_GO_JOBS:-2}"

@@ -45,8 +45,8 @@ pub enum KubeletRefusal {
     TooOld(KubeletVersion),
     #[error("kubelet {0} cannot express memoryQoS with reservationPolicy {1:?}: before {RESERVATION_POLICY_KUBELET} its MemoryQoS gate sets memory.min for every container with a memory request and has no memoryReservationPolicy; upgrade the kubelet to {RESERVATION_POLICY_KUBELET} or later, or use enforcement: Agent")]
     NoReservationPolicy(KubeletVersion, ReservationPolicy),
-    #[error("no kubelet accepts memoryReservationPolicy HardReservation (v1.36 accepts None or TieredReservation); use enforcement: Agent")]
-    HardReservation,
+    #[error("kubelet {0} cannot express memoryQoS with reservationPolicy HardReservation: from {RESERVATION_POLICY_KUBELET} its memoryReservationPolicy takes None or TieredReservation only (before {RESERVATION_POLICY_KUBELET} the MemoryQoS gate is HardReservation); use enforcement: Agent")]
+    HardReservation(KubeletVersion),
     #[error("kubelet {0} cannot leave memory.high unset (memoryHigh: None): before {MEMORY_QOS_ON_BY_DEFAULT} an unset memoryThrottlingFactor means 0.9; upgrade the kubelet to {MEMORY_QOS_ON_BY_DEFAULT} or later, set a throttlingFactor, or use enforcement: Agent")]
     NoUnsetFactor(KubeletVersion),
     #[error("the kubelet would refuse to start: {0}")]
@@ -60,7 +60,7 @@ impl KubeletRefusal {
             KubeletRefusal::UnknownVersion(_) => "KubeletVersionUnknown",
             KubeletRefusal::TooOld(_) => "KubeletTooOld",
             KubeletRefusal::NoReservationPolicy(..)
-            | KubeletRefusal::HardReservation
+            | KubeletRefusal::HardReservation(_)
             | KubeletRefusal::NoUnsetFactor(_) => "KubeletCannotExpress",
             KubeletRefusal::SumRule(_) => "ReservedMemorySumRule",
         }
@@ -122,13 +122,20 @@ pub fn render(
     let mut refusals = Vec::new();
     let qos = &settings.memory_qos;
     if qos.enabled {
-        if qos.reservation_policy == ReservationPolicy::HardReservation {
-            refusals.push(KubeletRefusal::HardReservation);
-        } else if version < RESERVATION_POLICY_KUBELET {
-            refusals.push(KubeletRefusal::NoReservationPolicy(
-                version,
-                qos.reservation_policy,
-            ));
+        // Before v1.36 the MemoryQoS gate has one behaviour, HardReservation's (memory.min
+        // for every memory request, v1.35.4 kuberuntime_container_linux.go 158-160) and
+        // no field to choose another; from v1.36 the field takes None or
+        // TieredReservation only.
+        let no_policy_field = version < RESERVATION_POLICY_KUBELET;
+        match qos.reservation_policy {
+            ReservationPolicy::HardReservation if no_policy_field => {}
+            ReservationPolicy::HardReservation => {
+                refusals.push(KubeletRefusal::HardReservation(version))
+            }
+            other if no_policy_field => {
+                refusals.push(KubeletRefusal::NoReservationPolicy(version, other))
+            }
+            _ => {}
         }
         if qos.throttling_factor.is_none() && version < MEMORY_QOS_ON_BY_DEFAULT {
             refusals.push(KubeletRefusal::NoUnsetFactor(version));
@@ -185,12 +192,15 @@ fn render_text(
             // set; unset is the v1.37 kubelet's default (older ones are refused above).
             None => y.push_str("memoryThrottlingFactor: null\n"),
         }
-        let policy = match qos.reservation_policy {
-            ReservationPolicy::TieredReservation => "TieredReservation",
-            // HardReservation is refused before rendering.
-            ReservationPolicy::None | ReservationPolicy::HardReservation => "None",
-        };
-        let _ = writeln!(y, "memoryReservationPolicy: {policy}");
+        // Before v1.36 there is no such field: the gate is HardReservation (any other
+        // policy is refused above). From v1.36 HardReservation is refused above.
+        if version >= RESERVATION_POLICY_KUBELET {
+            let policy = match qos.reservation_policy {
+                ReservationPolicy::TieredReservation => "TieredReservation",
+                ReservationPolicy::None | ReservationPolicy::HardReservation => "None",
+            };
+            let _ = writeln!(y, "memoryReservationPolicy: {policy}");
+        }
     }
     let mm = &settings.memory_manager;
     match mm.policy {
@@ -356,7 +366,22 @@ mod tests {
         hard.memory_qos.reservation_policy = ReservationPolicy::HardReservation;
         assert_eq!(
             render(&hard, "v1.36.3", &KubeletReserved::default(), OWNER),
-            Err(vec![KubeletRefusal::HardReservation])
+            Err(vec![KubeletRefusal::HardReservation(
+                KubeletVersion::parse("v1.36.3").unwrap()
+            )])
+        );
+        // Before v1.36 the gate is HardReservation: rendered, without the field the
+        // kubelet does not have.
+        let v135 = render(&hard, "v1.35.4", &KubeletReserved::default(), OWNER).unwrap();
+        assert!(
+            v135.text.contains("featureGates:\n  MemoryQoS: true\n"),
+            "{}",
+            v135.text
+        );
+        assert!(
+            !v135.text.contains("memoryReservationPolicy"),
+            "{}",
+            v135.text
         );
 
         let old = render(&s, "v1.21.14", &KubeletReserved::default(), OWNER).unwrap_err();

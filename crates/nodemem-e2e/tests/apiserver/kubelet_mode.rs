@@ -84,6 +84,9 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
         let conf_d = dir.path().join("conf.d");
         std::fs::create_dir_all(&conf_d).unwrap();
         let mut checked = Vec::new();
+        // Before v1.36 the MemoryQoS gate is HardReservation and has no policy field.
+        let v135 = version.as_str() < "v1.36";
+        let parsed = nodemem_model::kubelet_version::KubeletVersion::parse(version).unwrap();
         for example in ["general", "batch", "database", "numa-database", "kubelet"] {
             let policy = example_policy(example);
             let mut settings = nodemem_api::convert::node_settings(&policy.spec.settings).unwrap();
@@ -100,16 +103,22 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
                     checked.push(example);
                 }
                 Err(refusals) => {
-                    // HardReservation has no kubelet field; admission refuses it too.
-                    assert_eq!(refusals, vec![KubeletRefusal::HardReservation], "{example}");
-                    assert_eq!(
-                        settings.memory_qos.reservation_policy,
-                        nodemem_model::memory_qos::ReservationPolicy::HardReservation
-                    );
+                    let reservation = settings.memory_qos.reservation_policy;
+                    let want = if v135 {
+                        KubeletRefusal::NoReservationPolicy(parsed, reservation)
+                    } else {
+                        KubeletRefusal::HardReservation(parsed)
+                    };
+                    assert_eq!(refusals, vec![want], "{example} for {version}");
                 }
             }
         }
-        assert_eq!(checked, ["general", "batch", "kubelet"], "{version}");
+        let expressible: &[&str] = if v135 {
+            &["database", "numa-database"]
+        } else {
+            &["general", "batch", "kubelet"]
+        };
+        assert_eq!(checked, expressible, "{version}");
 
         // No memory.high: a null factor for v1.37, which its kubelet takes; refused
         // before (an older kubelet's unset factor means 0.9).
@@ -129,7 +138,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
                 );
             }
             Err(refusals) => {
-                assert_eq!(version, "v1.36.3");
+                assert!(version.as_str() < "v1.37", "{version}");
                 assert_eq!(refusals[0].reason(), "KubeletCannotExpress", "{refusals:?}");
             }
         }
@@ -140,14 +149,23 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryReservationPolicy: HardReservation\n",
         )
         .unwrap();
-        let refused = kubelet_of_version_validates(kubelet, &conf_d).unwrap_err();
-        assert!(
-            refused.contains("failed to validate kubelet configuration")
-                && refused.contains(
-                    "option \\\"HardReservation\\\" specified for memoryReservationPolicy"
-                ),
-            "{version}: {refused}"
-        );
+        if v135 {
+            // No such field before v1.36: dropped, as any unknown field (below).
+            assert_eq!(
+                kubelet_of_version_validates(kubelet, &conf_d),
+                Ok(()),
+                "{version}"
+            );
+        } else {
+            let refused = kubelet_of_version_validates(kubelet, &conf_d).unwrap_err();
+            assert!(
+                refused.contains("failed to validate kubelet configuration")
+                    && refused.contains(
+                        "option \\\"HardReservation\\\" specified for memoryReservationPolicy"
+                    ),
+                "{version}: {refused}"
+            );
+        }
         // A field the kubelet does not know is not refused in a drop-in: it is decoded
         // leniently and dropped (cmd/kubelet/app/server.go mergeKubeletConfigurations).
         // A setting a version cannot express would be silently lost, which is why

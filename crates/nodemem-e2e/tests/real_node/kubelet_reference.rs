@@ -4,9 +4,13 @@
 
 use super::*;
 
-const V137_BESTEFFORT_HIGH: &str = "memory.high for containers with neither request nor limit";
+pub(crate) const V137_BESTEFFORT_HIGH: &str =
+    "memory.high for containers with neither request nor limit";
 
-const V137_KUBEPODS_LOW: &str = "kubepods memory.low";
+pub(crate) const V137_KUBEPODS_LOW: &str = "kubepods memory.low";
+
+/// Both of nodemem's v1.37 fixes, where the v1.36.3 kubelet departs.
+pub(crate) const V136_DEPARTURES: &[&str] = &[V137_BESTEFFORT_HIGH, V137_KUBEPODS_LOW];
 
 /// Which kubelet is the reference, and what it is expected to differ in.
 pub(crate) struct Reference<'a> {
@@ -14,9 +18,11 @@ pub(crate) struct Reference<'a> {
     pub policy: &'a str,
     /// Pods named with this tag (a second reference on the same node needs new names).
     pub tag: &'a str,
-    /// The v1.36.3 kubelet: both of nodemem's v1.37 fixes must show as differences.
-    /// A v1.37 kubelet: no difference at all.
-    pub v136_departures: bool,
+    /// Where this kubelet departs from nodemem, which follows the v1.37 fixes: each
+    /// must show as a difference, and nothing else may differ. The v1.36.3 kubelet:
+    /// both ([`V136_DEPARTURES`]); v1.35 under HardReservation: the BestEffort
+    /// memory.high only; a v1.37 kubelet: none.
+    pub departures: &'a [&'static str],
 }
 
 /// Item 3 of issue 17: the same pods on the same node with the kubelet's own Memory
@@ -69,7 +75,9 @@ pub(crate) async fn the_kubelets_memory_qos_is_nodemems_prediction(
         if kubelet == *predicted {
             continue;
         }
-        match v137_fix(owner, path, &kubelet, &unrequested).filter(|_| reference.v136_departures) {
+        match v137_fix(owner, path, &kubelet, &unrequested)
+            .filter(|fix| reference.departures.contains(fix))
+        {
             Some(fix) => *v137.entry(fix).or_insert(0) += 1,
             None => differences.push(format!(
                 "{owner}: {path}: the kubelet wrote {kubelet}, nodemem predicts {predicted}"
@@ -78,11 +86,7 @@ pub(crate) async fn the_kubelets_memory_qos_is_nodemems_prediction(
     }
     // On v1.36.3 both fixes show on this pod set; a kubelet that has them fails here,
     // and the list below goes. A v1.37 kubelet has them: any difference is one.
-    let departures: std::collections::BTreeSet<_> = if reference.v136_departures {
-        [V137_BESTEFFORT_HIGH, V137_KUBEPODS_LOW].into()
-    } else {
-        Default::default()
-    };
+    let departures: std::collections::BTreeSet<_> = reference.departures.iter().copied().collect();
     assert_eq!(
         v137.keys()
             .copied()

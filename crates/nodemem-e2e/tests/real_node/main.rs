@@ -96,11 +96,13 @@ mod pace;
 mod reaction;
 mod relief;
 mod side_by_side;
+mod v135;
 mod v137;
 
 /// The kubelet every phase but the v1.37 ones runs with.
 const KUBELET_V136: &str = "v1.36.3";
 const KUBELET_V137: &str = "v1.37.2";
+const KUBELET_V135: &str = "v1.35.4";
 
 #[test]
 fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
@@ -110,6 +112,11 @@ fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
 #[test]
 fn a_real_cgroupfs_driver_node_runs_pods_and_nodemem_as_users_install_it() {
     real_node_runs_pods_and_nodemem(Driver::Cgroupfs, "real-cgroupfs");
+}
+
+#[test]
+fn a_real_v1_35_node_is_the_reference_and_runs_nodemem_as_predicted() {
+    v135::a_v1_35_node(Driver::Systemd, "real-v135");
 }
 
 #[test]
@@ -194,7 +201,7 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                 kubelet_reference::Reference {
                     policy: POLICY,
                     tag: "k",
-                    v136_departures: true,
+                    departures: kubelet_reference::V136_DEPARTURES,
                 },
             )
         });

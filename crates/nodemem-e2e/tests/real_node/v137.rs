@@ -82,7 +82,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 kubelet_reference::Reference {
                     policy: POLICY,
                     tag: "k",
-                    v136_departures: false,
+                    departures: &[],
                 },
             )
         });
@@ -121,7 +121,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                     kubelet_reference::Reference {
                         policy: POLICY_NO_HIGH,
                         tag: "u",
-                        v136_departures: false,
+                        departures: &[],
                     },
                 )
                 .await;
