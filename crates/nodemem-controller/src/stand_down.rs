@@ -70,7 +70,7 @@ pub(crate) async fn no_controller_follows(
     deployment: Option<&str>,
 ) {
     use futures::StreamExt;
-    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::watcher;
     use kube::runtime::WatchStreamExt;
     let Some(name) = deployment else {
         return std::future::pending().await;
@@ -82,35 +82,52 @@ pub(crate) async fn no_controller_follows(
     )
     .default_backoff();
     futures::pin_mut!(events);
-    let mut seen = false;
+    let mut seen = DeploymentSeen::default();
     let mut warned = false;
     while let Some(event) = events.next().await {
-        let last = match event {
-            Ok(Event::Apply(d) | Event::InitApply(d)) => {
-                seen = true;
-                last_one(Some(&d))
-            }
-            Ok(Event::Delete(_)) => true,
-            // A list without it: the Deployment is gone.
-            Ok(Event::InitDone) => !seen,
-            Ok(Event::Init) => {
-                seen = false;
-                false
-            }
+        let event = match event {
+            Ok(e) => e,
             Err(e) => {
                 if !warned {
                     warn!(deployment = %name, error = %e, "cannot watch the controller's Deployment; it stops deciding at its SIGTERM only");
                     warned = true;
                 }
-                false
+                continue;
             }
         };
-        if last {
+        if seen.says_last(event) {
             info!(deployment = %name, "the controller's Deployment is gone, being deleted or scaled to zero: stopped deciding");
             return;
         }
     }
     std::future::pending().await
+}
+
+/// The controller's Deployment as its watch (by name) told it: whether a list under
+/// way has named it.
+#[derive(Default)]
+struct DeploymentSeen {
+    listed: bool,
+}
+
+impl DeploymentSeen {
+    /// Whether `event` says no controller follows: the Deployment deleted, being
+    /// deleted or at zero replicas, or a list that did not name it.
+    fn says_last(&mut self, event: kube::runtime::watcher::Event<Deployment>) -> bool {
+        use kube::runtime::watcher::Event;
+        match event {
+            Event::Apply(d) | Event::InitApply(d) => {
+                self.listed = true;
+                last_one(Some(&d))
+            }
+            Event::Delete(_) => true,
+            Event::Init => {
+                self.listed = false;
+                false
+            }
+            Event::InitDone => !self.listed,
+        }
+    }
 }
 
 /// Whether the controller's Deployment says now that no controller follows (a replica
@@ -277,6 +294,26 @@ pub async fn before_uninstall(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_deployments_watch_says_last_when_it_goes_to_zero_is_deleted_or_is_not_listed() {
+        use kube::runtime::watcher::Event;
+        let d = |replicas: i32| -> Deployment {
+            serde_json::from_value(json!({"metadata": {"name": "c"},
+                "spec": {"replicas": replicas, "selector": {}, "template": {}}}))
+            .unwrap()
+        };
+        let mut seen = DeploymentSeen::default();
+        assert!(!seen.says_last(Event::Init));
+        assert!(!seen.says_last(Event::InitApply(d(2))));
+        assert!(!seen.says_last(Event::InitDone), "listed with replicas");
+        assert!(!seen.says_last(Event::Apply(d(1))));
+        assert!(seen.says_last(Event::Apply(d(0))), "scaled to zero");
+        assert!(seen.says_last(Event::Delete(d(1))), "deleted");
+        // A relist that does not name it: gone while the watch was away.
+        assert!(!seen.says_last(Event::Init));
+        assert!(seen.says_last(Event::InitDone));
+    }
 
     #[test]
     fn only_a_deployment_that_is_gone_deleting_or_at_zero_means_the_last_controller() {
