@@ -83,7 +83,8 @@ pub(crate) async fn observation_on_a_real_kernel(
 
     // The last observation seen, for the failure message.
     let last = std::cell::RefCell::new(None);
-    let observed = within(Duration::from_secs(180), || async {
+    // 13 s alone, 54 s beside three other nodes; once not within 180 s beside them.
+    let observed = within(Duration::from_secs(300), || async {
         let o = configs.get(&name).await.ok()?.status?.observation?;
         *last.borrow_mut() = Some(o.clone());
         // Once it holds all it allocates (a sample may catch it on the way).
@@ -99,7 +100,7 @@ pub(crate) async fn observation_on_a_real_kernel(
             .unwrap_or_default();
         panic!(
             "grows reported as throttled: not within {:?}; the last observation: {:?}; grows's memory.current, memory.peak and memory.stat: {current}",
-            paced(Duration::from_secs(180)),
+            paced(Duration::from_secs(300)),
             last.borrow()
         )
     });
