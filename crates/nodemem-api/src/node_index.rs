@@ -600,6 +600,29 @@ mod tests {
             "a kubelet upgrade changes what may be rendered"
         );
         assert_eq!(index.kubelet_version(), Some("v1.36.3"));
+        // An empty architecture is none reported: rounded as amd64 does.
+        assert_eq!(index.node().architecture, None);
+        assert_eq!(
+            index.node().kubelet_float(),
+            nodemem_model::factor::KubeletFloat::Separate
+        );
+        let mut arm = upgraded.clone();
+        arm.status
+            .as_mut()
+            .unwrap()
+            .node_info
+            .as_mut()
+            .unwrap()
+            .architecture = "arm64".into();
+        assert!(
+            index.apply_node(&arm),
+            "the architecture is a fact the rules read"
+        );
+        assert_eq!(
+            index.node().kubelet_float(),
+            nodemem_model::factor::KubeletFloat::Fused
+        );
+        assert!(index.apply_node(&upgraded));
 
         index.apply_pod(&pod("a", "uid-1", "n1", "64Mi", None));
         let labels =

@@ -220,21 +220,20 @@ pub struct NodeStatusFacts {
 impl NodeStatusFacts {
     /// The facts of a Node; a figure that is not a quantity counts as not reported.
     pub fn of(node: &core::Node) -> Self {
+        // A field of `status.nodeInfo`, when reported (an empty text is not).
+        let info = |field: fn(&core::NodeSystemInfo) -> &String| {
+            node.status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(field)
+                .filter(|v| !v.is_empty())
+                .cloned()
+        };
         NodeStatusFacts {
             allocatable_memory: node_allocatable_memory(node).ok().flatten(),
             capacity_memory: node_capacity_memory(node).ok().flatten(),
-            kubelet_version: node
-                .status
-                .as_ref()
-                .and_then(|s| s.node_info.as_ref())
-                .map(|i| i.kubelet_version.clone())
-                .filter(|v| !v.is_empty()),
-            architecture: node
-                .status
-                .as_ref()
-                .and_then(|s| s.node_info.as_ref())
-                .map(|i| i.architecture.clone())
-                .filter(|a| !a.is_empty()),
+            kubelet_version: info(|i| &i.kubelet_version),
+            architecture: info(|i| &i.architecture),
         }
     }
 

@@ -76,17 +76,24 @@ pub(crate) async fn an_uninstall_gives_the_node_back(
         .unwrap()
         .items
         .is_empty());
-    let (files, kept) = nodemem_values(node);
-    assert!(files >= 12, "only {files} memory files read");
-    assert!(
-        kept.is_empty(),
-        "values nodemem set are still there after the give-back:\n{}",
-        kept.join("\n")
-    );
+    let files = all_given_back(node, "the give-back");
     eprintln!(
         "{}: the uninstall's give-back: {} memory files read what the kubelet leaves",
         node.name, files
     );
+}
+
+/// Every memory file under kubepods reads what this kubelet leaves there after `when`;
+/// how many were read (at least 12, or the check would say little).
+pub(crate) fn all_given_back(node: &mut RealNode, when: &str) -> usize {
+    let (files, kept) = nodemem_values(node);
+    assert!(files >= 12, "only {files} memory files read");
+    assert!(
+        kept.is_empty(),
+        "values nodemem set are still there after {when}:\n{}",
+        kept.join("\n")
+    );
+    files
 }
 
 /// How many memory.min, memory.low and memory.high files there are under kubepods, and

@@ -158,6 +158,39 @@ async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -
         .unwrap_or_else(|| panic!("{what}: not within {:?}", paced(timeout)))
 }
 
+/// A control plane with its kube-scheduler, and a node of kubelet `version` booted from
+/// `spec` (the start every real-node test shares); with when the node began to boot.
+fn boot(spec: &RealNodeSpec, version: &str) -> (ControlPlane, RealNode, Instant) {
+    let mut cp = ControlPlane::start().expect("control plane");
+    cp.start_scheduler().expect("kube-scheduler");
+    let image = node_image(version);
+    let started = Instant::now();
+    let node = RealNode::boot(&cp, &image, spec).expect("node boots");
+    (cp, node, started)
+}
+
+/// The admin client once the node is Ready; the node's pace measured from `started`.
+async fn joined(cp: &ControlPlane, node: &mut RealNode, started: Instant) -> kube::Client {
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    node_ready(&client, &node.name.clone()).await;
+    pace::measure(node, started.elapsed());
+    client
+}
+
+/// The Node reports the kubelet version `want`.
+async fn reports_kubelet_version(bed: &Bed<'_>, name: &str, want: &str) {
+    let nodes: Api<core::Node> = Api::all(bed.client.clone());
+    let reported = nodes
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .node_info
+        .unwrap();
+    assert_eq!(reported.kubelet_version, want);
+}
+
 /// What the phases read of the test bed.
 struct Bed<'a> {
     cp: &'a ControlPlane,
@@ -174,18 +207,12 @@ impl Bed<'_> {
 /// A node boots and joins; then each phase is reported on its own (`Phases`).
 fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
     let _slot = side_by_side::slot();
-    let mut cp = ControlPlane::start().expect("control plane");
-    cp.start_scheduler().expect("kube-scheduler");
-    let image = node_image(KUBELET_V136);
-    let started = Instant::now();
     let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
     spec.kubelet = kubelets_memory_qos(true);
-    let mut node = RealNode::boot(&cp, &image, &spec).expect("node boots");
+    let (cp, mut node, started) = boot(&spec, KUBELET_V136);
     let rt = runtime();
     rt.block_on(async {
-        let client = cp.client(&Identity::Admin).await.unwrap();
-        node_ready(&client, name).await;
-        pace::measure(&mut node, started.elapsed());
+        let client = joined(&cp, &mut node, started).await;
         let bed = Bed {
             cp: &cp,
             driver,

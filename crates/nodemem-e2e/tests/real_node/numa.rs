@@ -15,14 +15,13 @@ use k8s_openapi::api::core::v1 as core;
 use kube::api::Api;
 use nodemem_model::numa::cpuset_mems;
 use nodemem_testkit::clients::kubectl;
-use nodemem_testkit::real_node::{Driver, RealNode, RealNodeSpec, KUBELET_CONFIG_DIR};
-use nodemem_testkit::{ControlPlane, Identity};
+use nodemem_testkit::real_node::{Driver, RealNodeSpec, KUBELET_CONFIG_DIR};
 use serde_json::{json, Value};
 
 use super::{
-    assert_kubelet_configured, config_applied, container_dir, eventually, install_nodemem,
-    kubelet_invocation, node_image, node_read_all, node_ready, node_values_become, pod_dir,
-    runtime, simulate_node, start_pods, KUBELET_V136,
+    assert_kubelet_configured, boot, config_applied, container_dir, eventually, install_nodemem,
+    joined, kubelet_invocation, node_read_all, node_values_become, pod_dir, runtime, simulate_node,
+    start_pods, KUBELET_V136,
 };
 
 /// The pool's policy: the Static Memory Manager with the kubelet's hard eviction
@@ -139,17 +138,11 @@ async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pi
 fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_predicts() {
     let _slot = super::side_by_side::slot();
     let name = "real-numa";
-    let mut cp = ControlPlane::start().expect("control plane");
-    cp.start_scheduler().expect("kube-scheduler");
-    let image = node_image(KUBELET_V136);
     let spec = RealNodeSpec::new(name, Driver::Systemd).label("nodemem.io/pool", "numa");
-    let started = Instant::now();
-    let mut node = RealNode::boot(&cp, &image, &spec).expect("node boots");
+    let (cp, mut node, started) = boot(&spec, KUBELET_V136);
     let rt = runtime();
     rt.block_on(async {
-        let client = cp.client(&Identity::Admin).await.unwrap();
-        node_ready(&client, name).await;
-        super::pace::measure(&mut node, started.elapsed());
+        let client = joined(&cp, &mut node, started).await;
         let admin = cp.admin_kubeconfig();
         let installed = install_nodemem(
             &cp,

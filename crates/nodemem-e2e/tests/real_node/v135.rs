@@ -31,35 +31,20 @@ fn kubelets_v135_memory_qos(on: bool) -> Value {
 
 pub(crate) fn a_v1_35_node(driver: Driver, name: &str) {
     let _slot = super::side_by_side::slot();
-    let mut cp = ControlPlane::start().expect("control plane");
-    cp.start_scheduler().expect("kube-scheduler");
-    let image = node_image(KUBELET_V135);
-    let started = Instant::now();
     let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
     spec.kubelet = kubelets_v135_memory_qos(true);
-    let mut node = RealNode::boot(&cp, &image, &spec).expect("node boots");
+    let (cp, mut node, started) = boot(&spec, KUBELET_V135);
     let rt = runtime();
     rt.block_on(async {
-        let client = cp.client(&Identity::Admin).await.unwrap();
-        node_ready(&client, name).await;
-        super::pace::measure(&mut node, started.elapsed());
+        let client = joined(&cp, &mut node, started).await;
         let bed = Bed {
             cp: &cp,
             driver,
             client,
         };
         let mut phases = Phases::new(name);
-        phase!(phases, node, bed, "kubelet-version", &[], || async {
-            let nodes: Api<core::Node> = Api::all(bed.client.clone());
-            let reported = nodes
-                .get(name)
-                .await
-                .unwrap()
-                .status
-                .unwrap()
-                .node_info
-                .unwrap();
-            assert_eq!(reported.kubelet_version, KUBELET_V135);
+        phase!(phases, node, bed, "kubelet-version", &[], || {
+            reports_kubelet_version(&bed, name, KUBELET_V135)
         });
         phase!(phases, node, bed, "kubelet-reference", &[], || {
             kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
