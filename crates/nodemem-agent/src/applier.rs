@@ -253,11 +253,7 @@ pub fn kubelet_conflict(
     let qos = KubeletQosWrites::of(version, &kubelet.qos).filter(|_| settings.memory_qos.enabled);
     let mm = kubelet.static_memory_manager()
         && settings.memory_manager.policy == MemoryManagerPolicy::Static;
-    let sources: Vec<String> = kubelet
-        .sources
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
+    let sources = kubelet.origin.sources();
     let writes = |w: &KubeletQosWrites| format!("it writes {w}");
     let (reason, what, files) = match (&qos, mm) {
         (None, false) => return None,
@@ -289,8 +285,11 @@ pub struct NodeApplier {
     /// The agent's own container cgroup (relative), never written.
     own_cgroup: Option<String>,
     kubelet_files: KubeletFiles,
-    /// The kubelet's settings, read on whole-node passes only (not on reactions).
+    /// The kubelet's settings, read on whole-node passes only (not on reactions);
+    /// what is assumed when they cannot be read.
     kubelet: Option<KubeletSettings>,
+    /// Why the kubelet's settings could not be read (condition reason, message).
+    kubelet_unread: Option<(&'static str, String)>,
     /// What the last pass left to the kubelet.
     conflict: Option<KubeletConflict>,
     /// memory.high of containers relief raised (cgroup -> bytes, None: `max`): kept
@@ -397,6 +396,7 @@ impl NodeApplier {
             own_cgroup,
             kubelet_files: config.kubelet.clone(),
             kubelet: None,
+            kubelet_unread: None,
             conflict: None,
             relief: Default::default(),
             facts,
@@ -545,6 +545,37 @@ impl NodeApplier {
         &self.facts.memory
     }
 
+    /// Reads the kubelet's configuration. One that cannot be read is assumed to name
+    /// nothing, and the `KubeletConfigRead` condition says why (enforcement: Kubelet
+    /// refuses on its own read).
+    fn read_kubelet(&mut self) {
+        match self.kubelet_files.read(OwnDropIn::OnDisk) {
+            Ok(k) => {
+                if self.kubelet_unread.take().is_some() {
+                    tracing::info!(from = ?k.origin.sources(), "read the kubelet's configuration");
+                }
+                self.kubelet = Some(k);
+            }
+            Err(e) => {
+                if self
+                    .kubelet_unread
+                    .as_ref()
+                    .is_none_or(|(_, m)| *m != e.to_string())
+                {
+                    tracing::warn!(error = %e, "the kubelet's configuration cannot be read; assuming one that names nothing");
+                }
+                self.kubelet_unread = Some((e.reason(), e.to_string()));
+                self.kubelet = Some(KubeletSettings::default());
+            }
+        }
+    }
+
+    /// The kubelet as last read, for the status: where from, and why not when it could
+    /// not be (reason, message).
+    pub fn kubelet_read(&self) -> (Option<&KubeletSettings>, Option<&(&'static str, String)>) {
+        (self.kubelet.as_ref(), self.kubelet_unread.as_ref())
+    }
+
     /// What the last pass left to the kubelet, if anything.
     pub fn conflict(&self) -> Option<&KubeletConflict> {
         self.conflict.as_ref()
@@ -602,11 +633,7 @@ impl NodeApplier {
     ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
         check_node_can_satisfy(settings, &self.discovery)?;
         if self.kubelet.is_none() || matches!(reach, Reach::Node) {
-            self.kubelet = Some(
-                self.kubelet_files
-                    .read(OwnDropIn::OnDisk)
-                    .map_err(ApplyError::KubeletFiles)?,
-            );
+            self.read_kubelet();
         }
         self.set_node(node);
         let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
@@ -985,10 +1012,7 @@ mod tests {
             cgroup_driver: Some(driver),
             state_dir: dir.path().join("state"),
             topology_scope: Scope::Container,
-            kubelet: KubeletFiles {
-                config: dir.path().join("kubelet/config.yaml"),
-                config_dir: None,
-            },
+            kubelet: KubeletFiles::given(dir.path().join("kubelet/config.yaml"), None),
             own_cgroup_mount: dir.path().join("own"),
             systemd_run: None,
         };
@@ -1132,7 +1156,10 @@ mod tests {
     fn only_what_both_enforce_is_left_to_the_kubelet() {
         let v136 = KubeletVersion::parse("v1.36.3").ok();
         let mut kubelet = KubeletSettings {
-            sources: vec!["/var/lib/kubelet/config.yaml".into()],
+            origin: nodemem_apply::kubelet::KubeletOrigin {
+                config: Some("/var/lib/kubelet/config.yaml".into()),
+                ..Default::default()
+            },
             ..KubeletSettings::default()
         };
         kubelet.qos.gate = Some(true);
@@ -1173,7 +1200,10 @@ mod tests {
         let v137 = KubeletVersion::parse("v1.37.2").ok();
         let settings = PolicySettings::default();
         let mut kubelet = KubeletSettings {
-            sources: vec!["/var/lib/kubelet/config.yaml".into()],
+            origin: nodemem_apply::kubelet::KubeletOrigin {
+                config: Some("/var/lib/kubelet/config.yaml".into()),
+                ..Default::default()
+            },
             ..KubeletSettings::default()
         };
         assert_eq!(

@@ -88,19 +88,26 @@ pub struct AgentArgs {
     /// The agent's state: what nodemem set and what it held before, NUMA assignments.
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub state_dir: PathBuf,
-    /// The kubelet's configuration file (a read-only host mount): files it enforces
-    /// itself are left to it.
-    #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
-    pub kubelet_config: PathBuf,
-    /// The kubelet's --config-dir, whose *.conf drop-ins override the file. Under
-    /// enforcement: Kubelet the agent writes its drop-in (99-nodemem.conf) here, so
-    /// this mount must be writable then.
+    /// The kubelet's configuration file, for a node whose kubelet process the agent
+    /// cannot see. Without it the agent finds the running kubelet under --proc-root
+    /// (it needs the host's PID namespace) and reads what its command line names
+    /// (--config, --config-dir, the flags over them; k3s's --kubelet-arg) through the
+    /// kubelet's own root.
+    #[arg(long)]
+    pub kubelet_config: Option<PathBuf>,
+    /// With --kubelet-config: the kubelet's --config-dir, whose *.conf drop-ins
+    /// override the file. Without it: a mount of the kubelet's --config-dir (checked to
+    /// be that directory) for the drop-in; by default the drop-in is written through
+    /// the kubelet's root. Under enforcement: Kubelet the agent writes its drop-in
+    /// (99-nodemem.conf) there, so it must be writable then.
     #[arg(long)]
     pub kubelet_config_dir: Option<PathBuf>,
     /// The kubelet's Memory Manager state file, removed before a change of its
-    /// memoryManagerPolicy or reservedMemory (the kubelet refuses to start on it).
-    #[arg(long, default_value = "/var/lib/kubelet/memory_manager_state")]
-    pub kubelet_memory_manager_state: PathBuf,
+    /// memoryManagerPolicy or reservedMemory (the kubelet refuses to start on it). By
+    /// default memory_manager_state under the kubelet's --root-dir
+    /// (/var/lib/kubelet with --kubelet-config).
+    #[arg(long)]
+    pub kubelet_memory_manager_state: Option<PathBuf>,
     /// Restarts the kubelet's systemd unit (for example kubelet.service) after its
     /// drop-in changed, through systemd's D-Bus API at --systemd-run-dir (as `systemctl
     /// restart` does); the kubelet is back once a new kubelet process has stayed up for

@@ -70,9 +70,8 @@ impl Default for KubeletRestart {
 /// Where Kubelet mode reads and writes.
 #[derive(Clone, Debug)]
 pub struct KubeletModeConfig {
+    /// The kubelet's configuration, drop-in directory and Memory Manager state file.
     pub files: KubeletFiles,
-    /// The kubelet's `memory_manager_state` (under its root directory).
-    pub memory_manager_state: PathBuf,
     /// procfs of the host's PID namespace, to see when the kubelet started.
     pub proc_root: PathBuf,
     pub restart: KubeletRestart,
@@ -222,11 +221,11 @@ impl KubeletMode {
         let files = self.config.files.clone();
         let path = match files.dropin_path() {
             Ok(p) => p,
-            Err(e) => return failed("KubeletConfigUnwritable", e),
+            Err(e) => return failed(e.reason(), e),
         };
         let own = match files.read(OwnDropIn::Without) {
             Ok(s) => s,
-            Err(e) => return failed("KubeletConfigUnreadable", e),
+            Err(e) => return failed(e.reason(), e),
         };
         let dropin = match render(settings, version.unwrap_or(""), &own.reserved, owner) {
             Ok(d) => d,
@@ -243,7 +242,7 @@ impl KubeletMode {
                 }
                 info!(path = %path.display(), "wrote the kubelet drop-in");
             }
-            Err(e) => return failed("KubeletConfigUnreadable", e),
+            Err(e) => return failed(e.reason(), e),
         }
         self.settle(&format!("{} is in effect", path.display()), state)
             .await
@@ -253,7 +252,8 @@ impl KubeletMode {
     /// kubelet so it stops enforcing it. None when there is nothing to undo.
     pub async fn leave(&mut self, state: &StateDir) -> Option<KubeletOutcome> {
         let files = self.config.files.clone();
-        files.config_dir.as_ref()?;
+        // A kubelet without a drop-in directory has no drop-in of nodemem's.
+        files.dropin_path().ok()?;
         match files.current_dropin() {
             Ok(None) if !self.record.restart_pending => return None,
             Ok(None) => {}
@@ -266,7 +266,7 @@ impl KubeletMode {
                 }
                 info!("removed the kubelet drop-in (the node left enforcement: Kubelet)");
             }
-            Err(e) => return Some(failed("KubeletConfigUnreadable", e)),
+            Err(e) => return Some(failed(e.reason(), e)),
         }
         Some(
             self.settle(
@@ -284,10 +284,8 @@ impl KubeletMode {
         let files = &self.config.files;
         let before = files
             .read(OwnDropIn::OnDisk)
-            .map_err(|e| failed("KubeletConfigUnreadable", e))?;
-        let after = files
-            .read(after)
-            .map_err(|e| failed("KubeletConfigUnreadable", e))?;
+            .map_err(|e| failed(e.reason(), e))?;
+        let after = files.read(after).map_err(|e| failed(e.reason(), e))?;
         if before.memory_manager() != after.memory_manager() {
             self.record.remove_memory_manager_state = true;
             self.remove_memory_manager_state()?;
@@ -301,7 +299,11 @@ impl KubeletMode {
     }
 
     fn remove_memory_manager_state(&self) -> Result<(), KubeletOutcome> {
-        let path = &self.config.memory_manager_state;
+        let path = &self
+            .config
+            .files
+            .memory_manager_state()
+            .map_err(|e| failed("MemoryManagerStateNotRemoved", e))?;
         match remove_memory_manager_state(path) {
             Ok(true) => {
                 info!(path = %path.display(), "removed the kubelet's Memory Manager state (its policy or reservedMemory changes)");
@@ -334,7 +336,10 @@ impl KubeletMode {
                     if self.record.remove_memory_manager_state {
                         format!(
                             ", after making sure {} is gone (its Memory Manager settings change)",
-                            self.config.memory_manager_state.display()
+                            self.config
+                                .files
+                                .memory_manager_state()
+                                .map_or_else(|e| e.to_string(), |p| p.display().to_string())
                         )
                     } else {
                         String::new()
@@ -648,10 +653,12 @@ mod mode_tests {
             KubeletMode::new(
                 KubeletModeConfig {
                     files: KubeletFiles {
-                        config: self.root.join("config.yaml"),
-                        config_dir: Some(self.root.join("conf.d")),
+                        memory_manager_state: Some(self.root.join("memory_manager_state")),
+                        ..KubeletFiles::given(
+                            self.root.join("config.yaml"),
+                            Some(self.root.join("conf.d")),
+                        )
                     },
-                    memory_manager_state: self.root.join("memory_manager_state"),
                     proc_root: self.root.join("proc"),
                     restart: KubeletRestart {
                         by: command.map(RestartBy::Command),
@@ -1008,11 +1015,11 @@ mod mode_tests {
         assert_eq!(reason(&o), "KubeletVersionUnknown");
         // Without a config dir there is nowhere to write.
         let mut nowhere = bed.mode(None);
-        nowhere.config.files.config_dir = None;
+        nowhere.config.files = KubeletFiles::given(bed.root.join("config.yaml"), None);
         let o = nowhere
             .configure(&s, Some("v1.36.3"), OWNER, &bed.state)
             .await;
-        assert_eq!(reason(&o), "KubeletConfigUnwritable");
+        assert_eq!(reason(&o), "KubeletWithoutConfigDir");
         assert!(Path::new(&bed.root)
             .join("conf.d")
             .read_dir()

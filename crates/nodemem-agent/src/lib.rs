@@ -25,6 +25,7 @@ pub mod args;
 pub mod cgroup_events;
 pub mod health;
 pub mod kubelet_mode;
+pub mod kubelet_status;
 pub mod metrics;
 pub mod node_sync;
 pub mod nri;
@@ -73,7 +74,6 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let engine = once::applier_config(args);
     let kubelet = kubelet_mode::KubeletModeConfig {
         files: engine.kubelet.clone(),
-        memory_manager_state: args.kubelet_memory_manager_state.clone(),
         proc_root: args.proc_root.clone(),
         restart: kubelet_mode::KubeletRestart {
             by: restart_by(args),

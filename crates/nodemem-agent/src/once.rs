@@ -178,12 +178,23 @@ pub fn applier_config(args: &AgentArgs) -> ApplierConfig {
         cgroup_driver: args.cgroup_driver.map(DriverArg::into),
         state_dir: args.state_dir.clone(),
         topology_scope: args.topology_manager_scope.into(),
-        kubelet: nodemem_apply::kubelet::KubeletFiles {
-            config: args.kubelet_config.clone(),
-            config_dir: args.kubelet_config_dir.clone(),
-        },
+        kubelet: kubelet_files(args),
         own_cgroup_mount: std::path::PathBuf::from("/sys/fs/cgroup"),
         systemd_run: args.systemd_run_dir.clone(),
+    }
+}
+
+/// The kubelet's files as given to the agent, or else those of the kubelet process
+/// it finds.
+fn kubelet_files(args: &AgentArgs) -> nodemem_apply::kubelet::KubeletFiles {
+    use nodemem_apply::kubelet::KubeletFiles;
+    let files = match &args.kubelet_config {
+        Some(config) => KubeletFiles::given(config.clone(), args.kubelet_config_dir.clone()),
+        None => KubeletFiles::process(args.proc_root.clone(), args.kubelet_config_dir.clone()),
+    };
+    KubeletFiles {
+        memory_manager_state: args.kubelet_memory_manager_state.clone(),
+        ..files
     }
 }
 

@@ -15,6 +15,7 @@ use nodemem_model::Warning;
 use crate::applier::{ApplyError, KubeletConflict, Recovery};
 use crate::health::Verdict;
 use crate::kubelet_mode::KubeletOutcome;
+use crate::kubelet_status::KubeletRead;
 
 /// What a pass ended with.
 pub enum PassOutcome<'a, 'p> {
@@ -27,6 +28,8 @@ pub enum PassOutcome<'a, 'p> {
         kubelet: Option<&'a KubeletOutcome>,
         /// Under `enforcement: Observe`: `desired` is what would be written; nothing was.
         observing: bool,
+        /// The kubelet's configuration as read (or why not).
+        kubelet_read: KubeletRead<'a>,
     },
     /// The config's settings do not validate (admission normally prevents it).
     InvalidConfig(&'a [String]),
@@ -67,6 +70,7 @@ fn facts(d: &Discovery, desired: Option<&DesiredNode<'_>>) -> NodeFacts {
         // Known once a pass has computed (the pass fills these in).
         hard_eviction_memory: None,
         container_values: None,
+        kubelet: None,
         numa_nodes: d
             .topology
             .iter()
@@ -123,9 +127,18 @@ pub fn status(
             conflict,
             kubelet,
             observing,
+            kubelet_read,
         } => {
             conditions.push(conflict_condition(conflict, &stamp));
-            s.node = Some(facts(discovery, Some(desired)));
+            let (ok, reason, message) = kubelet_read.read_condition();
+            conditions.push(stamp.condition("KubeletConfigRead", ok, reason, message));
+            if let Some((ok, reason, message)) = kubelet_read.support_condition() {
+                conditions.push(stamp.condition("KubeletSupported", ok, reason, message));
+            }
+            s.node = Some(NodeFacts {
+                kubelet: kubelet_read.facts(),
+                ..facts(discovery, Some(desired))
+            });
             s.totals = Some(MemoryTotals {
                 memory_min_bytes: desired.totals.memory_min_bytes,
                 memory_low_bytes: desired.totals.memory_low_bytes,
@@ -554,6 +567,7 @@ mod tests {
                 conflict: None,
                 kubelet: None,
                 observing: false,
+                kubelet_read: Default::default(),
             },
             None,
             &discovery,

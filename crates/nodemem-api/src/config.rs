@@ -198,6 +198,34 @@ pub struct NodeFacts {
     /// How a new container gets nodemem's values on this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_values: Option<ContainerValuesPath>,
+    /// Where the agent read the kubelet's configuration, as the kubelet names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<KubeletFacts>,
+}
+
+/// The kubelet the agent read: its process, and the files and flags that decide what
+/// nodemem computes, in the kubelet's order (the file, its drop-ins, then the flags).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletFacts {
+    /// The Node's kubelet version (status.nodeInfo.kubeletVersion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The process read (`kubelet (pid 812)`, `k3s agent (pid 90)`); absent when the
+    /// files were given to the agent instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
+    /// `--config`; absent when the kubelet runs without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// The `--config-dir` drop-ins read, in the kubelet's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub drop_ins: Vec<String>,
+    /// The command-line flags that set what nodemem reads, as given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub flags: Vec<String>,
 }
 
 /// How a new container gets nodemem's values: `NRI`, in its spec at creation (the

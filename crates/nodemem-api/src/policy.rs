@@ -110,14 +110,11 @@ impl Default for RecommendationSpec {
 /// top of `spec`). The revision hashes exactly this.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-// The kubelet's KubeletConfiguration accepts memoryReservationPolicy None or
-// TieredReservation only (verified with v1.36.3), so a drop-in cannot express it.
+// Whether a kubelet can express the reservation policy depends on its version (before
+// v1.36 its MemoryQoS gate is HardReservation and nothing else; from v1.36 its field
+// takes None or TieredReservation only), so that is refused per node by the agent
+// (`KubeletCannotExpress`), not here: one pool may run both.
 #[schemars(extend("x-kubernetes-validations" = [
-    {
-        "rule": "!(has(self.enforcement) && self.enforcement == 'Kubelet' && has(self.memoryQoS) && has(self.memoryQoS.reservationPolicy) && self.memoryQoS.reservationPolicy == 'HardReservation')",
-        "message": "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
-        "fieldPath": ".enforcement"
-    },
     {
         "rule": "!(has(self.memoryQoS) && has(self.memoryQoS.relief)) || !has(self.enforcement) || self.enforcement == 'Agent'",
         "message": "memoryQoS.relief raises memory.high that the agent set: it needs enforcement: Agent",

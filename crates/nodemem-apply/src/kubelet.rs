@@ -1,30 +1,94 @@
-//! The node's kubelet as files: its configuration (the file and its `--config-dir`
-//! drop-ins, read from a read-only host mount), nodemem's own drop-in (written
-//! atomically), the Memory Manager's state file, and when the kubelet process started
-//! (from procfs, to notice a restart nodemem did not run).
+//! The node's kubelet as files: its configuration (the `--config` file, its
+//! `--config-dir` drop-ins and the command-line flags over them, read as the kubelet
+//! reads them), nodemem's own drop-in (written atomically), the Memory Manager's state
+//! file, and the kubelet's process.
+//!
+//! Where the files are: found from the running kubelet's command line and read through
+//! its own root ([`KubeletSource::Process`], the agent on a node), or given to the agent
+//! ([`KubeletSource::Given`], a node whose kubelet process it cannot see, and tests).
+
+pub mod command_line;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
 
 use nodemem_model::eviction::MemoryEviction;
 use nodemem_model::kubelet_dropin::{KubeletReserved, DROPIN_FILE};
 use nodemem_model::kubelet_writes::{KubeletQosConfig, Named};
 use nodemem_model::quantity::Quantity;
+use serde_json::Value;
 
 use crate::state::write_atomically;
+use command_line::{flag_settings, FlagError, K3sFiles, KubeletCommandLine, KubeletHost};
+pub use process::{find_kubelet, kubelet_started_at, KubeletProcess};
 
-/// Where the kubelet keeps its configuration.
+/// Where the kubelet's configuration is read.
 #[derive(Clone, Debug)]
-pub struct KubeletFiles {
-    /// `--config`.
-    pub config: PathBuf,
-    /// `--config-dir`: `*.conf` drop-ins, applied in name order over the file.
-    pub config_dir: Option<PathBuf>,
+pub enum KubeletSource {
+    /// Files given to the agent (`--kubelet-config`, `--kubelet-config-dir`).
+    Given {
+        config: PathBuf,
+        config_dir: Option<PathBuf>,
+    },
+    /// The running kubelet, found under this procfs: its command line names the files,
+    /// read through its root.
+    Process { proc_root: PathBuf },
 }
 
-/// What the kubelet's configuration says about memory, after its drop-ins.
+/// The kubelet's configuration, and where nodemem's drop-in and the Memory Manager's
+/// state file are.
+#[derive(Clone, Debug)]
+pub struct KubeletFiles {
+    pub source: KubeletSource,
+    /// Under [`KubeletSource::Process`]: a mount of the kubelet's `--config-dir` given
+    /// to the agent for its drop-in, checked to be that same directory. Without it the
+    /// drop-in is written through the kubelet's root.
+    pub dropin_dir: Option<PathBuf>,
+    /// The Memory Manager's state file when given; otherwise `memory_manager_state`
+    /// under the kubelet's `--root-dir`.
+    pub memory_manager_state: Option<PathBuf>,
+}
+
+/// Where the kubelet's settings were read from, as the kubelet names them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KubeletOrigin {
+    /// The process found in procfs (pid, command), None when the files were given.
+    pub process: Option<(u32, String)>,
+    /// `--config` (None: the kubelet runs without one).
+    pub config: Option<String>,
+    /// `--config-dir`.
+    pub config_dir: Option<String>,
+    /// The drop-ins read, in the kubelet's order.
+    pub drop_ins: Vec<String>,
+    /// The command-line flags that set what nodemem reads, as given.
+    pub flags: Vec<String>,
+    /// The Memory Manager's state file.
+    pub memory_manager_state: Option<String>,
+}
+
+impl KubeletOrigin {
+    /// Every file and flag read, for messages.
+    pub fn sources(&self) -> Vec<String> {
+        self.config
+            .iter()
+            .chain(&self.drop_ins)
+            .chain(&self.flags)
+            .cloned()
+            .collect()
+    }
+
+    /// `kubelet (pid 812)`, or `the files given to the agent`.
+    pub fn who(&self) -> String {
+        match &self.process {
+            Some((pid, command)) => format!("{command} (pid {pid})"),
+            None => "the kubelet (its files given to the agent)".to_string(),
+        }
+    }
+}
+
+/// What the kubelet's configuration says about memory, after its drop-ins and flags.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubeletSettings {
     /// The Memory QoS fields (gate, factor, reservation policy) as named: what the
@@ -37,15 +101,17 @@ pub struct KubeletSettings {
     pub reserved_memory: Option<serde_json::Value>,
     /// kubeReserved / systemReserved / evictionHard memory, for the sum rule.
     pub reserved: KubeletReserved,
-    /// `evictionHard` `memory.available` as written (its default, 100Mi, when the
-    /// configuration names no evictionHard).
+    /// `evictionHard` `memory.available` as the kubelet runs it.
     pub memory_eviction: MemoryEviction,
-    /// The files read, for messages.
-    pub sources: Vec<PathBuf>,
+    /// `cgroupDriver`, when named.
+    pub cgroup_driver: Option<String>,
+    /// Where it was read from.
+    pub origin: KubeletOrigin,
 }
 
 impl Default for KubeletSettings {
-    /// A kubelet with no configuration: its defaults.
+    /// What nodemem assumes of a kubelet it could not read: a configuration file that
+    /// names nothing (its default hard eviction threshold, 100Mi).
     fn default() -> Self {
         let reserved = KubeletReserved::default();
         KubeletSettings {
@@ -54,7 +120,8 @@ impl Default for KubeletSettings {
             reserved_memory: None,
             memory_eviction: MemoryEviction::Bytes(reserved.eviction_hard.map_or(0, |q| q.value())),
             reserved,
-            sources: Vec::new(),
+            cgroup_driver: None,
+            origin: KubeletOrigin::default(),
         }
     }
 }
@@ -85,124 +152,231 @@ impl KubeletSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletFileError {
-    #[error("{}: not a KubeletConfiguration: {reason}", .path.display())]
-    NotAConfiguration { path: PathBuf, reason: String },
-    #[error("{}: {source}", .path.display())]
+    #[error("no kubelet process under {}: the agent finds the kubelet in the host's PID namespace (hostPID) and reads its files through its root", .proc_root.display())]
+    NoKubeletProcess { proc_root: PathBuf },
+    #[error("{named}: not a KubeletConfiguration: {reason}")]
+    NotAConfiguration { named: String, reason: String },
+    #[error("{named}: {source}")]
     Io {
-        path: PathBuf,
+        named: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("enforcement: Kubelet needs the kubelet's --config-dir (give the agent --kubelet-config-dir, mounted read-write)")]
-    NoConfigDir,
+    #[error("{who}: {source}")]
+    FlagNotUnderstood {
+        who: String,
+        #[source]
+        source: FlagError,
+    },
+    #[error("{config}: k3s's configuration: {reason}")]
+    K3sConfig { config: String, reason: String },
+    #[error("enforcement: Kubelet needs the kubelet's --config-dir: {who} runs without one, so a drop-in would not be read")]
+    NoConfigDir { who: String },
+    #[error("the agent's --kubelet-config-dir ({}) is not the directory {who} reads drop-ins from ({kubelet})", .given.display())]
+    ConfigDirMismatch {
+        given: PathBuf,
+        who: String,
+        kubelet: String,
+    },
+}
+
+impl KubeletFileError {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            KubeletFileError::NoKubeletProcess { .. } => "NoKubeletProcess",
+            KubeletFileError::NotAConfiguration { .. } => "NotAKubeletConfiguration",
+            KubeletFileError::Io { .. } | KubeletFileError::K3sConfig { .. } => {
+                "KubeletConfigUnreadable"
+            }
+            KubeletFileError::FlagNotUnderstood { .. } => "KubeletFlagNotUnderstood",
+            KubeletFileError::NoConfigDir { .. } => "KubeletWithoutConfigDir",
+            KubeletFileError::ConfigDirMismatch { .. } => "KubeletConfigDirMismatch",
+        }
+    }
+}
+
+/// The files of one kubelet as the agent reaches them.
+struct Located {
+    origin: KubeletOrigin,
+    config: Option<PathBuf>,
+    /// The kubelet's drop-in directory (nodemem's drop-in is in it).
+    config_dir: Option<PathBuf>,
+    flags: Vec<command_line::KubeletFlag>,
+    memory_manager_state: PathBuf,
 }
 
 impl KubeletFiles {
+    /// Files given to the agent.
+    pub fn given(config: PathBuf, config_dir: Option<PathBuf>) -> KubeletFiles {
+        KubeletFiles {
+            source: KubeletSource::Given { config, config_dir },
+            dropin_dir: None,
+            memory_manager_state: None,
+        }
+    }
+
+    /// The running kubelet under `proc_root`.
+    pub fn process(proc_root: PathBuf, dropin_dir: Option<PathBuf>) -> KubeletFiles {
+        KubeletFiles {
+            source: KubeletSource::Process { proc_root },
+            dropin_dir,
+            memory_manager_state: None,
+        }
+    }
+
+    fn locate(&self) -> Result<Located, KubeletFileError> {
+        match &self.source {
+            KubeletSource::Given { config, config_dir } => {
+                let state = self.memory_manager_state.clone().unwrap_or_else(|| {
+                    Path::new(command_line::DEFAULT_ROOT_DIR).join("memory_manager_state")
+                });
+                Ok(Located {
+                    origin: KubeletOrigin {
+                        process: None,
+                        config: Some(config.display().to_string()),
+                        config_dir: config_dir.as_ref().map(|d| d.display().to_string()),
+                        memory_manager_state: Some(state.display().to_string()),
+                        ..KubeletOrigin::default()
+                    },
+                    config: Some(config.clone()),
+                    config_dir: config_dir.clone(),
+                    flags: Vec::new(),
+                    memory_manager_state: state,
+                })
+            }
+            KubeletSource::Process { proc_root } => self.locate_process(proc_root),
+        }
+    }
+
+    fn locate_process(&self, proc_root: &Path) -> Result<Located, KubeletFileError> {
+        let process =
+            find_kubelet(proc_root).ok_or_else(|| KubeletFileError::NoKubeletProcess {
+                proc_root: proc_root.to_path_buf(),
+            })?;
+        let mut line = KubeletCommandLine::parse(&process.argv, &K3sFiles::default());
+        if let KubeletHost::K3s { config, .. } = &line.host {
+            let files = k3s_files(&process, config)?;
+            line = KubeletCommandLine::parse(&process.argv, &files);
+        }
+        let who = format!("{} (pid {})", process.command(), process.pid);
+        let state_named = format!(
+            "{}/memory_manager_state",
+            line.root_dir.trim_end_matches('/')
+        );
+        let config_dir = match (&line.config_dir, &self.dropin_dir) {
+            (Some(named), Some(given)) => {
+                if !same_directory(&process.path(named), given) {
+                    return Err(KubeletFileError::ConfigDirMismatch {
+                        given: given.clone(),
+                        who,
+                        kubelet: named.clone(),
+                    });
+                }
+                Some(given.clone())
+            }
+            (Some(named), None) => Some(process.path(named)),
+            (None, _) => None,
+        };
+        Ok(Located {
+            origin: KubeletOrigin {
+                process: Some((process.pid, process.command())),
+                config: line.config.clone(),
+                config_dir: line.config_dir.clone(),
+                drop_ins: Vec::new(),
+                flags: line.flags.iter().map(ToString::to_string).collect(),
+                memory_manager_state: Some(state_named.clone()),
+            },
+            config: line.config.as_deref().map(|c| process.path(c)),
+            config_dir,
+            memory_manager_state: self
+                .memory_manager_state
+                .clone()
+                .unwrap_or_else(|| process.path(&state_named)),
+            flags: line.flags,
+        })
+    }
+
     /// nodemem's drop-in.
     pub fn dropin_path(&self) -> Result<PathBuf, KubeletFileError> {
-        self.config_dir
-            .as_ref()
+        let located = self.locate()?;
+        located
+            .config_dir
             .map(|d| d.join(DROPIN_FILE))
-            .ok_or(KubeletFileError::NoConfigDir)
+            .ok_or_else(|| KubeletFileError::NoConfigDir {
+                who: located.origin.who(),
+            })
     }
 
-    /// The configuration as the kubelet reads it. `dropin` decides nodemem's own
-    /// drop-in: as on disk (`OnDisk`), left out (`Without`: what the kubelet says on its
-    /// own), or replaced by this text (`As`: what it would say once written). A missing
-    /// file means nothing is known (the agent may run without the host mount).
+    /// The kubelet's Memory Manager state file.
+    pub fn memory_manager_state(&self) -> Result<PathBuf, KubeletFileError> {
+        Ok(self.locate()?.memory_manager_state)
+    }
+
+    /// The configuration as the kubelet reads it: the `--config` file (the kubelet's
+    /// default eviction thresholds when it names none), its `--config-dir` drop-ins in
+    /// the kubelet's order (`*.conf`, subdirectories included, each a JSON merge patch
+    /// over what came before, v1.37.2 `cmd/kubelet/app/server.go`
+    /// `mergeKubeletConfigurations`), then the command-line flags. `dropin` decides
+    /// nodemem's own drop-in: as on disk (`OnDisk`), left out (`Without`: what the
+    /// kubelet says on its own), or replaced by this text (`As`: what it would say
+    /// once written). A file the kubelet names that cannot be read is an error.
     pub fn read(&self, dropin: OwnDropIn<'_>) -> Result<KubeletSettings, KubeletFileError> {
-        let mut files: Vec<(PathBuf, Option<String>)> = vec![(self.config.clone(), None)];
-        if let Some(dir) = &self.config_dir {
-            let mut dropins: Vec<PathBuf> = fs::read_dir(dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "conf"))
-                .filter(|p| p.file_name().is_none_or(|n| n != DROPIN_FILE))
-                .collect();
+        let located = self.locate()?;
+        let mut origin = located.origin.clone();
+        let mut merged = Value::Object(serde_json::Map::new());
+        if let (Some(path), Some(named)) = (&located.config, &origin.config) {
+            let text = fs::read_to_string(path).map_err(|source| KubeletFileError::Io {
+                named: named.clone(),
+                source,
+            })?;
+            merged = parse_config(&text, named, false)?;
+            default_eviction(&mut merged);
+        }
+        if let Some(dir) = &located.config_dir {
             let own = dir.join(DROPIN_FILE);
+            let mut dropins: Vec<(PathBuf, Option<String>)> = Vec::new();
+            walk_dropins(dir, &mut dropins);
+            dropins.retain(|(p, _)| *p != own);
             match dropin {
-                OwnDropIn::OnDisk => dropins.push(own.clone()),
-                OwnDropIn::Without => {}
-                OwnDropIn::As(_) => {}
+                OwnDropIn::OnDisk if own.exists() => dropins.push((own.clone(), None)),
+                OwnDropIn::As(text) => dropins.push((own.clone(), Some(text.to_string()))),
+                _ => {}
             }
-            dropins.sort();
-            files.extend(dropins.into_iter().map(|p| (p, None)));
-            if let OwnDropIn::As(text) = dropin {
-                // Sorted last by name among the usual numbered drop-ins.
-                files.push((own, Some(text.to_string())));
+            dropins.sort_by(|a, b| a.0.cmp(&b.0));
+            let named_dir = origin.config_dir.clone().unwrap_or_default();
+            for (path, text) in dropins {
+                let relative = path.strip_prefix(dir).unwrap_or(&path);
+                let named = format!("{}/{}", named_dir.trim_end_matches('/'), relative.display());
+                let text = match text {
+                    Some(t) => t,
+                    None => fs::read_to_string(&path).map_err(|source| KubeletFileError::Io {
+                        named: named.clone(),
+                        source,
+                    })?,
+                };
+                merge_patch(&mut merged, parse_config(&text, &named, true)?);
+                origin.drop_ins.push(named);
             }
         }
-        let mut out = KubeletSettings::default();
-        let mut eviction: Option<BTreeMap<String, String>> = None;
-        for (path, text) in files {
-            let text = match text {
-                Some(t) => t,
-                None => match fs::read_to_string(&path) {
-                    Ok(t) => t,
-                    Err(_) => continue,
-                },
-            };
-            let doc: KubeletDoc =
-                serde_yaml::from_str(&text).map_err(|e| KubeletFileError::NotAConfiguration {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
-            if let Some(on) = doc.feature_gates.get("MemoryQoS") {
-                out.qos.gate = Some(*on);
+        let flags = flag_settings(&located.flags).map_err(|source| {
+            KubeletFileError::FlagNotUnderstood {
+                who: origin.who(),
+                source,
             }
-            out.qos.throttling_factor = std::mem::take(&mut out.qos.throttling_factor)
-                .overlaid_by(doc.memory_throttling_factor);
-            if let Some(policy) = doc.memory_reservation_policy {
-                out.qos.reservation_policy = Some(policy);
-            }
-            if let Some(policy) = doc.memory_manager_policy {
-                out.memory_manager_policy = Some(policy);
-            }
-            if let Some(r) = doc.reserved_memory {
-                out.reserved_memory = Some(r);
-            }
-            let memory = |map: &BTreeMap<String, String>, key: &str| {
-                map.get(key).and_then(|v| Quantity::parse(v).ok())
-            };
-            if let Some(q) = doc.kube_reserved.as_ref().and_then(|m| memory(m, "memory")) {
-                out.reserved.kube_reserved = Some(q);
-            }
-            if let Some(q) = doc
-                .system_reserved
-                .as_ref()
-                .and_then(|m| memory(m, "memory"))
-            {
-                out.reserved.system_reserved = Some(q);
-            }
-            // Maps merge across drop-ins, as the kubelet merges them.
-            if let Some(m) = doc.eviction_hard {
-                eviction.get_or_insert_with(BTreeMap::new).extend(m);
-            }
-            out.sources.push(path);
-        }
-        // No evictionHard: the kubelet's default (100Mi). A map without
-        // memory.available: no memory threshold. A percentage: a fraction of capacity
-        // (not a fixed amount for the sum rule). Unreadable: the kubelet would not
-        // start; nothing is assumed.
-        if let Some(map) = eviction {
-            out.memory_eviction = match map.get("memory.available") {
-                None => MemoryEviction::None,
-                Some(v) => MemoryEviction::parse(v).unwrap_or(MemoryEviction::None),
-            };
-            out.reserved.eviction_hard = out.memory_eviction.quantity();
-        }
-        Ok(out)
+        })?;
+        Ok(settings_of(&merged, flags, origin))
     }
-
     /// nodemem's drop-in as on disk, if any.
     pub fn current_dropin(&self) -> Result<Option<String>, KubeletFileError> {
         let path = self.dropin_path()?;
         match fs::read_to_string(&path) {
             Ok(t) => Ok(Some(t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(KubeletFileError::Io { path, source }),
+            Err(source) => Err(KubeletFileError::Io {
+                named: path.display().to_string(),
+                source,
+            }),
         }
     }
 
@@ -210,8 +384,10 @@ impl KubeletFiles {
     /// the whole new one, whenever it starts).
     pub fn write_dropin(&self, text: &str) -> Result<(), KubeletFileError> {
         let path = self.dropin_path()?;
-        write_atomically(&path, text.as_bytes(), 0o644)
-            .map_err(|source| KubeletFileError::Io { path, source })
+        write_atomically(&path, text.as_bytes(), 0o644).map_err(|source| KubeletFileError::Io {
+            named: path.display().to_string(),
+            source,
+        })
     }
 
     /// Removes nodemem's drop-in; true when there was one.
@@ -241,95 +417,207 @@ fn remove_if_present(path: &Path) -> Result<bool, KubeletFileError> {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(source) => Err(KubeletFileError::Io {
-            path: path.to_path_buf(),
+            named: path.display().to_string(),
             source,
         }),
     }
 }
 
-/// When the newest process named `kubelet` started, from procfs (`<pid>/stat` field 22
-/// in clock ticks since boot, `stat`'s `btime`). None when no kubelet is visible (the
-/// agent needs the host's PID namespace to see it).
-pub fn kubelet_started_at(proc_root: &Path) -> Option<SystemTime> {
-    let stat = fs::read_to_string(proc_root.join("stat")).ok()?;
-    let btime: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
-        t if t > 0 => t as u64,
-        _ => 100,
-    };
-    let mut newest: Option<u64> = None;
-    for entry in fs::read_dir(proc_root).ok()?.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else {
-            continue;
+/// k3s's configuration files through its root: `config.yaml`, then `config.yaml.d/*.yaml`
+/// in name order. A missing `config.yaml` is k3s's default (none).
+fn k3s_files(process: &KubeletProcess, config: &str) -> Result<K3sFiles, KubeletFileError> {
+    let mut files = K3sFiles::default();
+    let path = process.path(config);
+    let mut paths = vec![(path.clone(), config.to_string())];
+    let dir = PathBuf::from(format!("{}.d", path.display()));
+    let mut extra: Vec<PathBuf> = fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    extra.sort();
+    paths.extend(extra.into_iter().map(|p| {
+        let named = format!(
+            "{config}.d/{}",
+            p.file_name().unwrap_or_default().to_string_lossy()
+        );
+        (p, named)
+    }));
+    for (path, named) in paths {
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(KubeletFileError::Io { named, source }),
         };
-        if comm.trim_end() != "kubelet" {
-            continue;
-        }
-        let Some(start) = fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| start_ticks(&s))
-        else {
-            continue;
-        };
-        newest = Some(newest.map_or(start, |n| n.max(start)));
+        files
+            .add(&text)
+            .map_err(|reason| KubeletFileError::K3sConfig {
+                config: named,
+                reason,
+            })?;
     }
-    let since_boot = Duration::from_millis(newest? * 1000 / ticks);
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(btime) + since_boot)
+    Ok(files)
 }
 
-/// Field 22 of `/proc/<pid>/stat`; the command (field 2) may hold spaces and
-/// parentheses, so fields are counted after its last `)`.
-fn start_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // Field 3 is the first after the command; 22 is the 20th from there.
-    rest.split_whitespace().nth(19)?.parse().ok()
+/// The two paths name one directory (the same device and inode).
+fn same_directory(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// `*.conf` files under `dir`, subdirectories included, as filepath.WalkDir visits
+/// them (lexical order within each directory). A missing directory holds none.
+fn walk_dropins(dir: &Path, out: &mut Vec<(PathBuf, Option<String>)>) {
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            walk_dropins(&path, out);
+        } else if path.extension().is_some_and(|e| e == "conf") {
+            out.push((path, None));
+        }
+    }
+}
+
+/// One configuration file as a JSON document, its fields checked for type. Drop-ins
+/// must name their apiVersion and kind (the kubelet refuses to start otherwise).
+fn parse_config(text: &str, named: &str, dropin: bool) -> Result<Value, KubeletFileError> {
+    let bad = |reason: String| KubeletFileError::NotAConfiguration {
+        named: named.to_string(),
+        reason,
+    };
+    let doc: Value = serde_yaml::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let doc = match doc {
+        Value::Null => Value::Object(serde_json::Map::new()),
+        Value::Object(_) => doc,
+        _ => return Err(bad("not a map".to_string())),
+    };
+    serde_json::from_value::<KubeletDoc>(doc.clone()).map_err(|e| bad(e.to_string()))?;
+    if dropin && (doc.get("apiVersion").is_none() || doc.get("kind").is_none()) {
+        return Err(bad(
+            "no apiVersion/kind (the kubelet refuses to start with it)".to_string(),
+        ));
+    }
+    Ok(doc)
+}
+
+/// The kubelet's Linux `DefaultEvictionHard` (v1.37.2 pkg/kubelet/eviction/defaults_linux.go).
+const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
+    ("memory.available", "100Mi"),
+    ("nodefs.available", "10%"),
+    ("nodefs.inodesFree", "5%"),
+    ("imagefs.available", "15%"),
+    ("imagefs.inodesFree", "5%"),
+];
+
+/// `loadConfigFile`: a file without evictionHard gets the defaults; with
+/// `mergeDefaultEvictionSettings: true` the defaults fill what it leaves out.
+fn default_eviction(config: &mut Value) {
+    let merge = config
+        .get("mergeDefaultEvictionSettings")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let Value::Object(map) = config else { return };
+    let eviction = map.entry("evictionHard").or_insert(Value::Null);
+    if eviction.is_null() {
+        *eviction = Value::Object(serde_json::Map::new());
+    } else if !merge {
+        return;
+    }
+    if let Value::Object(m) = eviction {
+        for (k, v) in DEFAULT_EVICTION_HARD {
+            m.entry(*k).or_insert_with(|| Value::String(v.to_string()));
+        }
+    }
+}
+
+/// RFC 7386 JSON merge patch (`jsonpatch.MergePatch`): maps merge, `null` removes,
+/// anything else replaces.
+fn merge_patch(target: &mut Value, patch: Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch;
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    let Value::Object(t) = target else { return };
+    for (k, v) in patch {
+        if v.is_null() {
+            t.remove(&k);
+        } else {
+            merge_patch(t.entry(k).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// The fields nodemem reads, from the merged configuration and the flags over it.
+fn settings_of(
+    merged: &Value,
+    flags: command_line::FlagSettings,
+    origin: KubeletOrigin,
+) -> KubeletSettings {
+    // Checked file by file; the merge of valid files is valid.
+    let doc: KubeletDoc = serde_json::from_value(merged.clone()).unwrap_or_default();
+    let mut gates = doc.feature_gates;
+    gates.extend(flags.feature_gates);
+    let throttling_factor = match merged.get("memoryThrottlingFactor") {
+        None => Named::Absent,
+        Some(Value::Null) => Named::Null,
+        Some(v) => v.as_f64().map_or(Named::Null, Named::Value),
+    };
+    let memory = |map: &Option<BTreeMap<String, String>>| {
+        map.as_ref()
+            .and_then(|m| m.get("memory"))
+            .and_then(|v| Quantity::parse(v).ok())
+    };
+    let kube_reserved = flags.kube_reserved.or(doc.kube_reserved);
+    let system_reserved = flags.system_reserved.or(doc.system_reserved);
+    // No evictionHard (a kubelet without --config): no threshold at all.
+    let eviction = flags.eviction_hard.or(doc.eviction_hard);
+    let memory_eviction = match eviction.as_ref().and_then(|m| m.get("memory.available")) {
+        None => MemoryEviction::None,
+        Some(v) => MemoryEviction::parse(v).unwrap_or(MemoryEviction::None),
+    };
+    KubeletSettings {
+        qos: KubeletQosConfig {
+            gate: gates.get("MemoryQoS").copied(),
+            throttling_factor,
+            reservation_policy: doc.memory_reservation_policy,
+        },
+        memory_manager_policy: flags.memory_manager_policy.or(doc.memory_manager_policy),
+        reserved_memory: flags.reserved_memory.or(doc.reserved_memory),
+        reserved: KubeletReserved {
+            kube_reserved: memory(&kube_reserved),
+            system_reserved: memory(&system_reserved),
+            eviction_hard: memory_eviction.quantity(),
+        },
+        memory_eviction,
+        cgroup_driver: flags.cgroup_driver.or(doc.cgroup_driver),
+        origin,
+    }
 }
 
 #[derive(Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct KubeletDoc {
     feature_gates: BTreeMap<String, bool>,
-    #[serde(deserialize_with = "named")]
-    memory_throttling_factor: Named<f64>,
+    memory_throttling_factor: Option<f64>,
     memory_reservation_policy: Option<String>,
     memory_manager_policy: Option<String>,
     reserved_memory: Option<serde_json::Value>,
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     eviction_hard: Option<BTreeMap<String, String>>,
-}
-
-/// A field present (`null` or a value); an absent one is `Named::Absent` by default.
-fn named<'de, D, T>(d: D) -> Result<Named<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de>,
-{
-    use serde::Deserialize;
-    Ok(match Option::<T>::deserialize(d)? {
-        Some(v) => Named::Value(v),
-        None => Named::Null,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_start_time_field_is_counted_after_the_command() {
-        let stat = "4242 (kube let) (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 12 0 987654 1000000 500 18446744073709551615";
-        assert_eq!(start_ticks(stat), Some(987654));
-        assert_eq!(start_ticks("garbage"), None);
-    }
+    cgroup_driver: Option<String>,
 }

@@ -23,19 +23,25 @@ fn q(s: &str) -> Option<Quantity> {
 #[test]
 fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     let dir = tempfile::tempdir().unwrap();
-    let files = KubeletFiles {
-        config: dir.path().join("config.yaml"),
-        config_dir: None,
-    };
-    let none = files.read(OwnDropIn::OnDisk).unwrap();
-    assert_eq!(none, Default::default(), "no file: nothing known");
+    let config = dir.path().join("config.yaml");
+    let files = KubeletFiles::given(config.clone(), None);
+    let err = files.read(OwnDropIn::OnDisk).unwrap_err();
     assert_eq!(
-        none.reserved.eviction_hard,
-        q("100Mi"),
-        "the kubelet's default"
+        err.reason(),
+        "KubeletConfigUnreadable",
+        "a missing file is said, not assumed: {err}"
     );
+    assert!(err.to_string().contains("config.yaml"), "{err}");
+    write(&config, "{}\n");
+    let bare = files.read(OwnDropIn::OnDisk).unwrap();
+    assert_eq!(
+        bare.reserved.eviction_hard,
+        q("100Mi"),
+        "a file without evictionHard gets the kubelet's default"
+    );
+    assert_eq!(bare.origin.sources(), [config.display().to_string()]);
     write(
-        &files.config,
+        &config,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\ncgroupDriver: systemd\nkubeReserved: {cpu: 100m, memory: 1Gi}\nevictionHard: {nodefs.available: 10%}\n",
     );
     let s = files.read(OwnDropIn::OnDisk).unwrap();
@@ -49,19 +55,16 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     );
     // A drop-in turns the gate off again, sets the Static memory manager and merges
     // into evictionHard.
-    let files = KubeletFiles {
-        config_dir: Some(dir.path().join("conf.d")),
-        ..files
-    };
-    let dropins = files.config_dir.clone().unwrap();
+    let dropins = dir.path().join("conf.d");
+    let files = KubeletFiles::given(config.clone(), Some(dropins.clone()));
     write(
         &dropins.join("50-memory.conf"),
-        "memoryManagerPolicy: Static\nfeatureGates: {MemoryQoS: false}\nreservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\nevictionHard: {memory.available: 5%}\n",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryManagerPolicy: Static\nfeatureGates: {MemoryQoS: false}\nreservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\nevictionHard: {memory.available: 5%}\n",
     );
     write(&dropins.join("README"), "ignored: not a .conf file\n");
     let s = files.read(OwnDropIn::OnDisk).unwrap();
     assert!(s.qos.gate == Some(false) && s.static_memory_manager());
-    assert_eq!(s.sources.len(), 2);
+    assert_eq!(s.origin.sources().len(), 2);
     assert_eq!(
         s.reserved.eviction_hard, None,
         "a percentage cannot be summed here"
@@ -81,7 +84,9 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     );
 
     // nodemem's own drop-in: on disk, left out, or as it would be written.
-    files.write_dropin("memoryManagerPolicy: None\n").unwrap();
+    files
+        .write_dropin("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryManagerPolicy: None\n")
+        .unwrap();
     assert_eq!(
         files.read(OwnDropIn::OnDisk).unwrap().memory_manager().0,
         "None"
@@ -92,7 +97,7 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     );
     assert_eq!(
         files
-            .read(OwnDropIn::As("featureGates: {MemoryQoS: true}\n"))
+            .read(OwnDropIn::As("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: {MemoryQoS: true}\n"))
             .unwrap()
             .qos
             .gate,
@@ -100,7 +105,7 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     );
     assert_eq!(
         files.current_dropin().unwrap().as_deref(),
-        Some("memoryManagerPolicy: None\n")
+        Some("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryManagerPolicy: None\n")
     );
     assert!(
         !dropins.join(".99-nodemem.conf.tmp").exists(),
@@ -110,23 +115,29 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
     assert!(!files.remove_dropin().unwrap(), "already gone");
     assert_eq!(files.current_dropin().unwrap(), None);
 
-    write(&dropins.join("60-bad.conf"), "featureGates: [MemoryQoS]\n");
+    write(
+        &dropins.join("60-bad.conf"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: [MemoryQoS]\n",
+    );
     let err = files.read(OwnDropIn::OnDisk).unwrap_err().to_string();
     assert!(
-        err.contains("60-bad.conf: not a KubeletConfiguration: featureGates: invalid type"),
+        err.contains("60-bad.conf: not a KubeletConfiguration: invalid type"),
         "{err}"
+    );
+    write(&dropins.join("60-bad.conf"), "maxPods: 10\n");
+    let err = files.read(OwnDropIn::OnDisk).unwrap_err().to_string();
+    assert!(
+        err.contains("60-bad.conf: not a KubeletConfiguration: no apiVersion/kind"),
+        "a drop-in the kubelet would refuse to start with: {err}"
     );
 }
 
 #[test]
 fn without_a_config_dir_there_is_nowhere_to_write() {
-    let files = KubeletFiles {
-        config: "/nonexistent/config.yaml".into(),
-        config_dir: None,
-    };
+    let files = KubeletFiles::given("/nonexistent/config.yaml".into(), None);
     assert_eq!(
         files.write_dropin("x").unwrap_err().to_string(),
-        "enforcement: Kubelet needs the kubelet's --config-dir (give the agent --kubelet-config-dir, mounted read-write)"
+        "enforcement: Kubelet needs the kubelet's --config-dir: the kubelet (its files given to the agent) runs without one, so a drop-in would not be read"
     );
 }
 
@@ -171,12 +182,10 @@ fn the_kubelets_start_is_read_from_procfs() {
 #[test]
 fn memory_qos_fields_merge_as_the_kubelets_drop_ins_do() {
     let dir = tempfile::tempdir().unwrap();
-    let files = KubeletFiles {
-        config: dir.path().join("config.yaml"),
-        config_dir: Some(dir.path().join("conf.d")),
-    };
+    let config = dir.path().join("config.yaml");
+    let files = KubeletFiles::given(config.clone(), Some(dir.path().join("conf.d")));
     write(
-        &files.config,
+        &config,
         "memoryThrottlingFactor: 0.8\nmemoryReservationPolicy: TieredReservation\n",
     );
     let s = files.read(OwnDropIn::OnDisk).unwrap();
@@ -188,7 +197,7 @@ fn memory_qos_fields_merge_as_the_kubelets_drop_ins_do() {
     assert_eq!(s.qos.gate, None, "not named: the version's default");
     write(
         &dir.path().join("conf.d/10-a.conf"),
-        "memoryThrottlingFactor: 0.7\n",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryThrottlingFactor: 0.7\n",
     );
     assert_eq!(
         files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
@@ -196,16 +205,24 @@ fn memory_qos_fields_merge_as_the_kubelets_drop_ins_do() {
     );
     write(
         &dir.path().join("conf.d/20-b.conf"),
-        "memoryThrottlingFactor: null\n",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryThrottlingFactor: null\n",
     );
     assert_eq!(
         files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
-        Named::Null
+        Named::Absent,
+        "the merge patch removes it: defaulted again"
     );
-    write(&dir.path().join("conf.d/30-c.conf"), "maxPods: 10\n");
+    write(
+        &dir.path().join("conf.d/30-c.conf"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryThrottlingFactor: 0.6\n",
+    );
+    write(
+        &dir.path().join("conf.d/40-d.conf"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 10\n",
+    );
     assert_eq!(
         files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
-        Named::Null,
+        Named::Value(0.6),
         "a drop-in that does not name it leaves it"
     );
 }

@@ -177,8 +177,6 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         "--sys-root=/host/sys".into(),
         "--proc-root=/host/proc".into(),
         "--state-dir=/var/lib/nodemem".into(),
-        "--kubelet-config=/host/var/lib/kubelet/config.yaml".into(),
-        "--kubelet-memory-manager-state=/host/var/lib/kubelet/memory_manager_state".into(),
         "--systemd-run-dir=/host/run".into(),
         format!("--nri={}", d.nri.flag()),
     ];
@@ -190,7 +188,6 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         json!({"name": "sys", "mountPath": "/host/sys", "readOnly": true}),
         json!({"name": "proc", "mountPath": "/host/proc", "readOnly": true}),
         json!({"name": "state", "mountPath": "/var/lib/nodemem"}),
-        json!({"name": "kubelet", "mountPath": "/host/var/lib/kubelet"}),
         // systemd's sockets (the system bus's, systemd's own): on a systemd-driver node
         // systemd re-applies every memory setting of a slice or scope from its own
         // record on reload or on any property change (the kubelet changes the QoS
@@ -205,7 +202,6 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         json!({"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}),
         json!({"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}),
         json!({"name": "state", "hostPath": {"path": d.state_dir, "type": "DirectoryOrCreate"}}),
-        json!({"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet", "type": "DirectoryOrCreate"}}),
         // OrCreate: a node without a bus daemon, or without systemd (cgroupfs driver),
         // still runs the agent; it then writes the files only.
         json!({"name": "dbus", "hostPath": {"path": "/run/dbus", "type": "DirectoryOrCreate"}}),
@@ -277,8 +273,10 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                     "serviceAccountName": NAME,
                     "imagePullSecrets": d.image_pull_secrets.iter()
                         .map(|name| json!({"name": name})).collect::<Vec<_>>(),
-                    // The kubelet process is found in the host's PID namespace
-                    // (enforcement: Kubelet notices a restart it did not run).
+                    // The kubelet process is found in the host's PID namespace: its
+                    // command line names its configuration, read through its root
+                    // (no mount per layout), and enforcement: Kubelet notices a restart
+                    // it did not run.
                     "hostPID": true,
                     "priorityClassName": "system-node-critical",
                     "affinity": affinity,
@@ -297,8 +295,15 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                         "readinessProbe": probe("/readyz"),
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
                         // Root writes root-owned cgroup files without any capability.
+                        // SYS_PTRACE: the kernel lets a process read another's root
+                        // (/proc/<pid>/root) only with it, as the kubelet holds every
+                        // capability (ptrace_may_access, read mode). Unconfined
+                        // AppArmor: the runtime's default profile allows ptrace reads
+                        // of its own containers only, not of the kubelet.
                         "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": true,
-                            "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                            "allowPrivilegeEscalation": false,
+                            "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]},
+                            "appArmorProfile": {"type": "Unconfined"}},
                         "volumeMounts": mounts,
                     }],
                     "volumes": volumes,

@@ -29,6 +29,24 @@ pub struct KubeletVersion {
     pub patch: u32,
 }
 
+/// The oldest kubelet minor version in upstream support (patched upstream), against
+/// whose code nodemem's rules are checked on the real node.
+pub const OLDEST_SUPPORTED: KubeletVersion = KubeletVersion::v1(35);
+/// The newest kubelet minor version nodemem's rules are checked against. A newer one
+/// gets these rules, and a condition that says so.
+pub const NEWEST_TESTED: KubeletVersion = KubeletVersion::v1(37);
+
+/// Where a kubelet stands against the versions nodemem is tested with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeletSupport {
+    Tested,
+    /// Older than [`OLDEST_SUPPORTED`]: nodemem applies the rules it has for it (the
+    /// oldest it knows), unchecked.
+    OlderThanSupported,
+    /// Newer than [`NEWEST_TESTED`]: nodemem applies the newest rules, unchecked.
+    NewerThanTested,
+}
+
 /// A version text that is not `vMAJOR.MINOR[.PATCH]` with an optional suffix.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("kubelet version {0:?} is not vMAJOR.MINOR.PATCH")]
@@ -63,6 +81,22 @@ impl KubeletVersion {
             minor,
             patch: 0,
         }
+    }
+
+    /// Whether nodemem's rules were checked against this kubelet's minor version.
+    pub fn support(self) -> KubeletSupport {
+        if self < OLDEST_SUPPORTED {
+            KubeletSupport::OlderThanSupported
+        } else if self.minor_of() > NEWEST_TESTED {
+            KubeletSupport::NewerThanTested
+        } else {
+            KubeletSupport::Tested
+        }
+    }
+
+    /// This version's minor release (`v1.37.2` -> `v1.37.0`).
+    fn minor_of(self) -> Self {
+        KubeletVersion { patch: 0, ..self }
     }
 
     /// Whether the `MemoryQoS` gate is on when the kubelet's configuration does not
@@ -130,6 +164,17 @@ impl QosRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn support_is_by_minor_version_within_the_tested_range() {
+        let v = |t: &str| KubeletVersion::parse(t).unwrap().support();
+        assert_eq!(v("v1.34.9"), KubeletSupport::OlderThanSupported);
+        assert_eq!(v("v1.35.0"), KubeletSupport::Tested);
+        assert_eq!(v("v1.35.4+k3s1"), KubeletSupport::Tested);
+        assert_eq!(v("v1.37.99"), KubeletSupport::Tested);
+        assert_eq!(v("v1.38.0-rc.0"), KubeletSupport::NewerThanTested);
+        assert_eq!(v("v2.0.0"), KubeletSupport::NewerThanTested);
+    }
 
     #[test]
     fn versions_parse_as_nodes_report_them() {

@@ -60,16 +60,10 @@ pub struct PolicySettings {
 
 /// Every semantic problem with the settings, with paths under `spec`.
 pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
+    // Whether the kubelet can express the reservation policy depends on its version
+    // (HardReservation only before v1.36, never from v1.36): refused per node when the
+    // drop-in is rendered (`kubelet_dropin::render`), not for the whole policy.
     let mut problems = Vec::new();
-    if settings.enforcement == Enforcement::Kubelet
-        && settings.memory_qos.reservation_policy
-            == crate::memory_qos::ReservationPolicy::HardReservation
-    {
-        problems.push(Problem::new(
-            "spec.enforcement",
-            "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
-        ));
-    }
     if settings.relief.is_some() && settings.enforcement != Enforcement::Agent {
         problems.push(Problem::new(
             "spec.memoryQoS.relief",
@@ -366,17 +360,17 @@ mod tests {
         );
     }
 
+    /// One pool may run kubelets of both kinds: each node refuses what its own kubelet
+    /// cannot express.
     #[test]
-    fn hard_reservation_cannot_be_rendered_for_the_kubelet() {
+    fn hard_reservation_under_the_kubelet_is_left_to_each_node() {
         let mut settings = PolicySettings {
             enforcement: Enforcement::Kubelet,
             ..PolicySettings::default()
         };
         settings.memory_qos.reservation_policy =
             crate::memory_qos::ReservationPolicy::HardReservation;
-        let problems = validate_policy_settings(&settings);
-        assert_eq!(problems.len(), 1);
-        assert!(problems[0].to_string().starts_with("spec.enforcement: enforcement: Kubelet cannot express reservationPolicy HardReservation"));
+        assert!(validate_policy_settings(&settings).is_empty());
         settings.memory_qos.reservation_policy =
             crate::memory_qos::ReservationPolicy::TieredReservation;
         assert!(validate_policy_settings(&settings).is_empty());

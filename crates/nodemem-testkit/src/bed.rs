@@ -146,6 +146,7 @@ fn write_node_files(dir: &Path, node: &SimNode) -> Result<(), Error> {
                 .map_err(io(&h))?;
         }
     }
+    write_kubelet_process(dir)?;
     let kernel = dir.join("proc/sys/kernel");
     std::fs::create_dir_all(&kernel).map_err(io(&kernel))?;
     std::fs::write(
@@ -153,6 +154,44 @@ fn write_node_files(dir: &Path, node: &SimNode) -> Result<(), Error> {
         format!("{}\n", node.kernel_version),
     )
     .map_err(io(&kernel))?;
+    Ok(())
+}
+
+/// The simulated node's kubelet as the agent finds it: a process in its procfs
+/// (`proc/4242`: comm, stat, cmdline, and its root at `kubelet-root`) whose command
+/// line names its configuration file, which names nothing but what it is (the
+/// kubelet's defaults, as the fake kubelet runs).
+fn write_kubelet_process(dir: &Path) -> Result<(), Error> {
+    let process = dir.join("proc/4242");
+    let root = dir.join("kubelet-root");
+    let config = root.join("var/lib/kubelet");
+    for d in [&process, &config] {
+        std::fs::create_dir_all(d).map_err(io(d))?;
+    }
+    let files = [
+        (process.join("comm"), "kubelet\n".to_string()),
+        (
+            process.join("stat"),
+            "4242 (kubelet) S 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0\n".to_string(),
+        ),
+        (
+            process.join("cmdline"),
+            "/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--kubeconfig=/etc/kubernetes/kubelet.conf\0".to_string(),
+        ),
+        (
+            config.join("config.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n".to_string(),
+        ),
+    ];
+    for (path, text) in files {
+        std::fs::write(&path, text).map_err(io(&path))?;
+    }
+    for link in ["root", "cwd"] {
+        let at = process.join(link);
+        if !at.exists() {
+            std::os::unix::fs::symlink(&root, &at).map_err(io(&at))?;
+        }
+    }
     Ok(())
 }
 

@@ -477,7 +477,7 @@ fn the_kubelet_config_gives_the_hard_eviction_threshold_for_memory_high() {
     assert!(
         stderr.contains("--kubelet-config")
             && stderr.contains("absent.yaml")
-            && stderr.contains("no such file"),
+            && stderr.to_lowercase().contains("no such file"),
         "{stderr}"
     );
 }

@@ -241,6 +241,12 @@ impl Passes {
         self.hold_in_systemd(&mut writers.engine).await;
         let engine = &mut writers.engine;
         let conflict = engine.conflict().cloned();
+        let (kubelet_settings, kubelet_unread) = engine.kubelet_read();
+        let kubelet_read = crate::kubelet_status::KubeletRead {
+            settings: kubelet_settings,
+            unread: kubelet_unread,
+            version: engine.memory_facts().kubelet_version,
+        };
         // Health reads every managed pod's signals: on whole-node passes only
         // (resyncs, config changes), not on reactions.
         let health = matches!(round.reach, Reach::Node)
@@ -255,6 +261,7 @@ impl Passes {
                 conflict: conflict.as_ref(),
                 kubelet,
                 observing: settings.enforcement == Enforcement::Observe,
+                kubelet_read,
             },
             health.as_ref(),
             engine.discovery(),

@@ -242,11 +242,6 @@ async fn invalid_policies_are_rejected_at_admission() {
             "Unsupported value: \"Like\"",
         ),
         (
-            "kubelet-hard-reservation",
-            json!({"nodeSelector": sel, "enforcement": "Kubelet", "memoryQoS": {"reservationPolicy": "HardReservation"}}),
-            "enforcement: Kubelet cannot express reservationPolicy HardReservation (the kubelet accepts None or TieredReservation); use enforcement: Agent",
-        ),
-        (
             "relief-observe",
             json!({"nodeSelector": sel, "enforcement": "Observe", "memoryQoS": {"relief": {}}}),
             "memoryQoS.relief raises memory.high that the agent set: it needs enforcement: Agent",

@@ -107,17 +107,10 @@ fn kubelet_hard_eviction(config: Option<&std::path::Path>) -> Result<MemoryEvict
     let Some(config) = config else {
         return Ok(nodemem_apply::kubelet::KubeletSettings::default().memory_eviction);
     };
-    let files = nodemem_apply::kubelet::KubeletFiles {
-        config: config.to_path_buf(),
-        config_dir: None,
-    };
+    let files = nodemem_apply::kubelet::KubeletFiles::given(config.to_path_buf(), None);
     match files.read(nodemem_apply::kubelet::OwnDropIn::Without) {
-        Ok(k) if k.sources.is_empty() => Err(CliError::one(format!(
-            "--kubelet-config {}: no such file",
-            config.display()
-        ))),
         Ok(k) => Ok(k.memory_eviction),
-        Err(e) => Err(CliError::one(format!("--kubelet-config: {e}"))),
+        Err(e) => Err(CliError::one(format!("--kubelet-config {e}"))),
     }
 }
 

@@ -1,0 +1,182 @@
+//! What the status says of the node's kubelet: where its configuration was read
+//! (`status.node.kubelet`), whether it could be (`KubeletConfigRead`), and whether its
+//! version is one nodemem's rules were checked against (`KubeletSupported`). Pure.
+
+use nodemem_api::config::KubeletFacts;
+use nodemem_apply::kubelet::KubeletSettings;
+use nodemem_model::kubelet_version::{
+    KubeletSupport, KubeletVersion, NEWEST_TESTED, OLDEST_SUPPORTED,
+};
+
+/// The kubelet as a pass read it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KubeletRead<'a> {
+    /// What was read (or assumed, when `unread`).
+    pub settings: Option<&'a KubeletSettings>,
+    /// Why it could not be read: (condition reason, message).
+    pub unread: Option<&'a (&'static str, String)>,
+    /// The Node's kubelet version.
+    pub version: Option<KubeletVersion>,
+}
+
+impl KubeletRead<'_> {
+    /// `status.node.kubelet`.
+    pub fn facts(&self) -> Option<KubeletFacts> {
+        let version = self.version.map(|v| v.to_string());
+        let Some(k) = self.settings.filter(|_| self.unread.is_none()) else {
+            return version.map(|v| KubeletFacts {
+                version: Some(v),
+                ..KubeletFacts::default()
+            });
+        };
+        let o = &k.origin;
+        Some(KubeletFacts {
+            version,
+            process: o
+                .process
+                .as_ref()
+                .map(|(pid, cmd)| format!("{cmd} (pid {pid})")),
+            config: o.config.clone(),
+            drop_ins: o.drop_ins.iter().take(64).cloned().collect(),
+            flags: o.flags.iter().take(64).cloned().collect(),
+        })
+    }
+
+    /// `KubeletConfigRead`: (ok, reason, message).
+    pub fn read_condition(&self) -> (bool, &'static str, String) {
+        if let Some((reason, message)) = self.unread {
+            return (
+                false,
+                reason,
+                format!("{message}; nodemem assumes a kubelet configuration that names nothing (evictionHard memory.available 100Mi, no reservations, the MemoryQoS gate at its default for the version) and enforcement: Kubelet refuses"),
+            );
+        }
+        let Some(k) = self.settings else {
+            return (
+                false,
+                "NotReadYet",
+                "the kubelet's configuration is read on the first whole-node pass".to_string(),
+            );
+        };
+        let o = &k.origin;
+        let mut parts = vec![match &o.config {
+            Some(c) => c.clone(),
+            None => "no --config file (the kubelet's built-in defaults)".to_string(),
+        }];
+        if let Some(dir) = &o.config_dir {
+            parts.push(format!("{} drop-in(s) from {dir}", o.drop_ins.len()));
+        }
+        if !o.flags.is_empty() {
+            parts.push(format!("flags {}", o.flags.join(" ")));
+        }
+        (true, "Read", format!("{}: {}", o.who(), parts.join("; ")))
+    }
+
+    /// `KubeletSupported`: (ok, reason, message); None while the version is unknown.
+    pub fn support_condition(&self) -> Option<(bool, &'static str, String)> {
+        let v = self.version?;
+        let range = format!("{OLDEST_SUPPORTED} to {NEWEST_TESTED}");
+        Some(match v.support() {
+            KubeletSupport::Tested => (
+                true,
+                "Tested",
+                format!("kubelet {v} is within the versions nodemem's rules are checked against ({range})"),
+            ),
+            KubeletSupport::OlderThanSupported => (
+                false,
+                "OlderThanSupported",
+                format!("kubelet {v} is older than {OLDEST_SUPPORTED}, the oldest version in upstream support and nodemem's tests ({range}); nodemem applies the rules it has for it unchecked: upgrade the kubelet"),
+            ),
+            KubeletSupport::NewerThanTested => (
+                false,
+                "NewerThanTested",
+                format!("kubelet {v} is newer than {NEWEST_TESTED}, the newest nodemem's rules are checked against ({range}); nodemem applies {NEWEST_TESTED}'s rules unchecked: upgrade nodemem"),
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemem_apply::kubelet::KubeletOrigin;
+
+    fn v(t: &str) -> Option<KubeletVersion> {
+        Some(KubeletVersion::parse(t).unwrap())
+    }
+
+    #[test]
+    fn a_kubelet_read_from_its_process_names_its_files_and_flags() {
+        let settings = KubeletSettings {
+            origin: KubeletOrigin {
+                process: Some((812, "kubelet".into())),
+                config: Some("/etc/kubernetes/kubelet/config.json".into()),
+                config_dir: Some("/etc/kubernetes/kubelet/config.json.d".into()),
+                drop_ins: vec!["/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf".into()],
+                flags: vec!["--feature-gates=MemoryQoS=true".into()],
+                memory_manager_state: None,
+            },
+            ..KubeletSettings::default()
+        };
+        let read = KubeletRead {
+            settings: Some(&settings),
+            unread: None,
+            version: v("v1.35.4"),
+        };
+        let (ok, reason, message) = read.read_condition();
+        assert!(ok && reason == "Read");
+        assert_eq!(message, "kubelet (pid 812): /etc/kubernetes/kubelet/config.json; 1 drop-in(s) from /etc/kubernetes/kubelet/config.json.d; flags --feature-gates=MemoryQoS=true");
+        let facts = read.facts().unwrap();
+        assert_eq!(facts.process.as_deref(), Some("kubelet (pid 812)"));
+        assert_eq!(facts.version.as_deref(), Some("v1.35.4"));
+        assert_eq!(facts.drop_ins.len(), 1);
+        assert_eq!(facts.flags, ["--feature-gates=MemoryQoS=true"]);
+    }
+
+    #[test]
+    fn a_kubelet_that_cannot_be_read_says_why_and_what_is_assumed() {
+        let assumed = KubeletSettings::default();
+        let why = (
+            "NoKubeletProcess",
+            "no kubelet process under /host/proc".to_string(),
+        );
+        let read = KubeletRead {
+            settings: Some(&assumed),
+            unread: Some(&why),
+            version: v("v1.37.2"),
+        };
+        let (ok, reason, message) = read.read_condition();
+        assert!(!ok);
+        assert_eq!(reason, "NoKubeletProcess");
+        assert!(message.starts_with("no kubelet process under /host/proc; nodemem assumes"));
+        assert!(message.ends_with("enforcement: Kubelet refuses"));
+        let facts = read.facts().unwrap();
+        assert_eq!(
+            (facts.process, facts.config, facts.version.as_deref()),
+            (None, None, Some("v1.37.2")),
+            "nothing read is shown as read"
+        );
+    }
+
+    #[test]
+    fn versions_outside_the_tested_range_are_named() {
+        let cond = |t: &str| {
+            KubeletRead {
+                version: v(t),
+                ..Default::default()
+            }
+            .support_condition()
+            .unwrap()
+        };
+        assert_eq!(cond("v1.36.3").1, "Tested");
+        let (ok, reason, message) = cond("v1.33.1");
+        assert!(!ok && reason == "OlderThanSupported");
+        assert!(
+            message.contains("v1.33.1 is older than v1.35.0"),
+            "{message}"
+        );
+        let (ok, reason, _) = cond("v1.38.0");
+        assert!(!ok && reason == "NewerThanTested");
+        assert_eq!(KubeletRead::default().support_condition(), None);
+    }
+}

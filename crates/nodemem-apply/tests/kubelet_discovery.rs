@@ -1,0 +1,445 @@
+//! The kubelet found where each distribution runs it: a procfs holding its process
+//! (comm, stat, cmdline, and its root and working directory), and its files under that
+//! root, as each distribution's documentation describes them. The agent reads exactly
+//! what that kubelet reads: its --config, its --config-dir drop-ins, the flags over
+//! them, and for k3s the kubelet-args of its own configuration.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use nodemem_apply::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
+use nodemem_model::eviction::MemoryEviction;
+use nodemem_model::kubelet_dropin::DROPIN_FILE;
+use nodemem_model::kubelet_writes::Named;
+use nodemem_model::quantity::Quantity;
+
+const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+/// A node: its root file system, and a procfs whose process `pid` runs `argv` as
+/// `comm` with that root.
+struct Node {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    proc: PathBuf,
+}
+
+impl Node {
+    fn new() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("host");
+        let proc = dir.path().join("proc");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&proc).unwrap();
+        // Another process that is no kubelet.
+        write(&proc.join("1/comm"), "systemd\n");
+        write(&proc.join("1/stat"), &stat(1, "systemd", 1));
+        Node {
+            _dir: dir,
+            root,
+            proc,
+        }
+    }
+
+    fn run(&self, pid: u32, comm: &str, argv: &[&str]) {
+        let d = self.proc.join(pid.to_string());
+        write(&d.join("comm"), &format!("{comm}\n"));
+        write(&d.join("stat"), &stat(pid, comm, 1000 + u64::from(pid)));
+        let mut cmdline = argv.join("\0");
+        cmdline.push('\0');
+        write(&d.join("cmdline"), &cmdline);
+        std::os::unix::fs::symlink(&self.root, d.join("root")).unwrap();
+        std::os::unix::fs::symlink(&self.root, d.join("cwd")).unwrap();
+    }
+
+    fn file(&self, path: &str, text: &str) {
+        write(&self.root.join(path.trim_start_matches('/')), text);
+    }
+
+    fn files(&self) -> KubeletFiles {
+        KubeletFiles::process(self.proc.clone(), None)
+    }
+
+    fn read(&self) -> KubeletSettings {
+        self.files().read(OwnDropIn::OnDisk).unwrap()
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+fn stat(pid: u32, comm: &str, start: u64) -> String {
+    format!("{pid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n")
+}
+
+fn q(s: &str) -> Option<Quantity> {
+    Some(Quantity::parse(s).unwrap())
+}
+
+/// kubeadm: the kubelet unit's drop-in (10-kubeadm.conf) runs
+/// `kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS
+/// $KUBELET_EXTRA_ARGS`, with --config=/var/lib/kubelet/config.yaml and the flags of
+/// /var/lib/kubelet/kubeadm-flags.env
+/// (kubernetes.io/docs/setup/production-environment/tools/kubeadm/kubelet-integration/).
+/// A flag from KUBELET_EXTRA_ARGS (/etc/default/kubelet) wins over the file.
+#[test]
+fn kubeadm_config_file_with_extra_args() {
+    let node = Node::new();
+    node.run(
+        4312,
+        "kubelet",
+        &[
+            "/usr/bin/kubelet",
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--config=/var/lib/kubelet/config.yaml",
+            "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+            "--eviction-hard=memory.available<300Mi,nodefs.available<10%",
+        ],
+    );
+    node.file(
+        "/var/lib/kubelet/config.yaml",
+        &format!("{HEADER}cgroupDriver: systemd\nfeatureGates:\n  MemoryQoS: true\nmemoryThrottlingFactor: 0.8\nkubeReserved:\n  memory: 256Mi\n"),
+    );
+    let s = node.read();
+    assert_eq!(s.qos.gate, Some(true));
+    assert_eq!(s.qos.throttling_factor, Named::Value(0.8));
+    assert_eq!(s.reserved.kube_reserved, q("256Mi"));
+    assert_eq!(
+        s.memory_eviction,
+        MemoryEviction::Bytes(300 << 20),
+        "the flag wins over the file's default"
+    );
+    assert_eq!(s.cgroup_driver.as_deref(), Some("systemd"));
+    assert_eq!(s.origin.process, Some((4312, "kubelet".to_string())));
+    assert_eq!(
+        s.origin.config.as_deref(),
+        Some("/var/lib/kubelet/config.yaml")
+    );
+    assert_eq!(
+        s.origin.flags,
+        ["--eviction-hard=memory.available<300Mi,nodefs.available<10%"],
+        "only the flags that set what nodemem reads"
+    );
+    assert_eq!(
+        s.origin.memory_manager_state.as_deref(),
+        Some("/var/lib/kubelet/memory_manager_state")
+    );
+    assert!(
+        node.files()
+            .dropin_path()
+            .unwrap_err()
+            .to_string()
+            .contains("kubelet (pid 4312) runs without one, so a drop-in would not be read"),
+        "no --config-dir: nowhere to put a drop-in"
+    );
+}
+
+/// EKS on AL2023: nodeadm writes /etc/kubernetes/kubelet/config.json and puts the
+/// NodeConfig's kubelet.config in the drop-in directory config.json.d
+/// (40-nodeadm.conf), and runs `kubelet --config=... --config-dir=...`
+/// (awslabs.github.io/amazon-eks-ami/nodeadm/doc/examples, "Modifying kubelet
+/// configuration"). JSON files are read as YAML, as the kubelet reads them.
+#[test]
+fn eks_al2023_json_config_and_nodeadm_drop_in() {
+    let node = Node::new();
+    node.run(
+        2210,
+        "kubelet",
+        &[
+            "/usr/bin/kubelet",
+            "--config=/etc/kubernetes/kubelet/config.json",
+            "--config-dir=/etc/kubernetes/kubelet/config.json.d",
+            "--kubeconfig=/var/lib/kubelet/kubeconfig",
+            "--image-credential-provider-bin-dir=/etc/eks/image-credential-provider",
+            "--image-credential-provider-config=/etc/eks/image-credential-provider/config.json",
+            "--node-ip=10.0.1.23",
+            "--cloud-provider=external",
+            "--hostname-override=ip-10-0-1-23.ec2.internal",
+        ],
+    );
+    node.file(
+        "/etc/kubernetes/kubelet/config.json",
+        r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","cgroupDriver":"systemd","evictionHard":{"memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"},"kubeReserved":{"cpu":"70m","ephemeral-storage":"1Gi","memory":"442Mi"}}"#,
+    );
+    node.file(
+        "/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf",
+        r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","featureGates":{"MemoryQoS":true},"memoryThrottlingFactor":0.7,"evictionHard":{"memory.available":"500Mi"}}"#,
+    );
+    let s = node.read();
+    assert_eq!(s.qos.gate, Some(true));
+    assert_eq!(s.qos.throttling_factor, Named::Value(0.7));
+    assert_eq!(s.reserved.kube_reserved, q("442Mi"));
+    assert_eq!(
+        s.memory_eviction,
+        MemoryEviction::Bytes(500 << 20),
+        "the drop-in's threshold merges into the file's map"
+    );
+    assert_eq!(
+        s.origin.drop_ins,
+        ["/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf"]
+    );
+    // nodemem's drop-in goes where this kubelet reads drop-ins, through its root.
+    let path = node.files().dropin_path().unwrap();
+    assert_eq!(
+        path,
+        node.proc
+            .join("2210/root/etc/kubernetes/kubelet/config.json.d")
+            .join(DROPIN_FILE)
+    );
+    node.files()
+        .write_dropin(&format!("{HEADER}memoryThrottlingFactor: 0.9\n"))
+        .unwrap();
+    assert!(node
+        .root
+        .join("etc/kubernetes/kubelet/config.json.d")
+        .join(DROPIN_FILE)
+        .exists());
+    assert_eq!(node.read().qos.throttling_factor, Named::Value(0.9));
+    assert_eq!(
+        node.files()
+            .read(OwnDropIn::Without)
+            .unwrap()
+            .qos
+            .throttling_factor,
+        Named::Value(0.7)
+    );
+}
+
+/// GKE: the node's configure-helper.sh writes /home/kubernetes/kubelet-config.yaml and
+/// starts `/home/kubernetes/bin/kubelet ... --config /home/kubernetes/kubelet-config.yaml`
+/// (kubernetes/kubernetes cluster/gce/gci/configure-helper.sh, `start-kubelet`), with
+/// the value as the next argument.
+#[test]
+fn gke_config_in_home_kubernetes() {
+    let node = Node::new();
+    node.run(
+        987,
+        "kubelet",
+        &[
+            "/home/kubernetes/bin/kubelet",
+            "--v=2",
+            "--cloud-provider=external",
+            "--experimental-mounter-path=/home/kubernetes/containerized_mounter/mounter",
+            "--cert-dir=/var/lib/kubelet/pki/",
+            "--kubeconfig=/var/lib/kubelet/kubeconfig",
+            "--max-pods=110",
+            "--volume-plugin-dir=/home/kubernetes/flexvolume",
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+            "--runtime-cgroups=/system.slice/containerd.service",
+            "--config",
+            "/home/kubernetes/kubelet-config.yaml",
+        ],
+    );
+    node.file(
+        "/home/kubernetes/kubelet-config.yaml",
+        &format!("{HEADER}cgroupDriver: systemd\nevictionHard:\n  memory.available: 100Mi\n  nodefs.available: 10%\n  nodefs.inodesFree: 5%\n  pid.available: 10%\nkubeReserved:\n  cpu: 1060m\n  ephemeral-storage: 41Gi\n  memory: 1019Mi\n"),
+    );
+    let s = node.read();
+    assert_eq!(s.reserved.kube_reserved, q("1019Mi"));
+    assert_eq!(s.memory_eviction, MemoryEviction::Bytes(100 << 20));
+    assert_eq!(s.qos.gate, None, "not named: the version's default");
+    assert_eq!(
+        s.origin.config.as_deref(),
+        Some("/home/kubernetes/kubelet-config.yaml")
+    );
+}
+
+/// AKS: the kubelet unit runs `/usr/local/bin/kubelet ... $KUBELET_CONFIG_FILE_FLAGS
+/// ... $KUBELET_FLAGS` with /etc/default/kubelet's flags (AgentBaker's kubelet.service),
+/// and its memory reservations as flags (learn.microsoft.com/azure/aks/
+/// node-resource-reservations: kube-reserved memory, eviction-hard
+/// memory.available<100Mi): flags after the file win.
+#[test]
+fn aks_flags_over_a_config_file() {
+    let node = Node::new();
+    node.run(
+        1502,
+        "kubelet",
+        &[
+            "/usr/local/bin/kubelet",
+            "--enable-server",
+            "--node-labels=kubernetes.azure.com/role=agent,agentpool=nodepool1",
+            "--v=2",
+            "--volume-plugin-dir=/etc/kubernetes/volumeplugins",
+            "--config",
+            "/etc/default/kubeletconfig.json",
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+            "--kube-reserved=cpu=100m,memory=1638Mi",
+            "--eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+            "--feature-gates=MemoryQoS=true,RotateKubeletServerCertificate=true",
+        ],
+    );
+    node.file(
+        "/etc/default/kubeletconfig.json",
+        r#"{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","kubeReserved":{"cpu":"100m","memory":"1Gi"},"evictionHard":{"memory.available":"750Mi"},"featureGates":{"MemoryQoS":false,"KubeletPodResources":true},"memoryManagerPolicy":"None"}"#,
+    );
+    let s = node.read();
+    assert_eq!(s.reserved.kube_reserved, q("1638Mi"), "the flag wins");
+    assert_eq!(s.memory_eviction, MemoryEviction::Bytes(100 << 20));
+    assert_eq!(
+        s.qos.gate,
+        Some(true),
+        "gates merge by name, the flag's wins"
+    );
+    assert_eq!(s.memory_manager().0, "None");
+    assert_eq!(s.origin.flags.len(), 3);
+}
+
+/// k3s: the kubelet runs inside `k3s server`, configured by k3s's defaults drop-in
+/// (/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf, k3s v1.32+,
+/// whose evictionHard names no memory threshold) and by `kubelet-arg`s from
+/// /etc/rancher/k3s/config.yaml and the command line (docs.k3s.io/advanced,
+/// "Kubelet Configuration Files"; docs.k3s.io/installation/configuration).
+#[test]
+fn k3s_kubelet_args_from_its_config_and_command_line() {
+    let node = Node::new();
+    node.run(
+        640,
+        "k3s-server",
+        &[
+            "/usr/local/bin/k3s",
+            "server",
+            "--kubelet-arg=feature-gates=MemoryQoS=true",
+        ],
+    );
+    node.file(
+        "/etc/rancher/k3s/config.yaml",
+        "write-kubeconfig-mode: \"0644\"\nkubelet-arg:\n  - \"kube-reserved=memory=512Mi\"\n",
+    );
+    node.file(
+        "/etc/rancher/k3s/config.yaml.d/50-memory.yaml",
+        "kubelet-arg+:\n  - \"system-reserved=memory=256Mi\"\n",
+    );
+    node.file(
+        "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf",
+        &format!("{HEADER}cgroupDriver: cgroupfs\nevictionHard:\n  imagefs.available: 5%\n  nodefs.available: 5%\nevictionMinimumReclaim:\n  imagefs.available: 10%\n  nodefs.available: 10%\nfailSwapOn: false\n"),
+    );
+    let s = node.read();
+    assert_eq!(s.qos.gate, Some(true));
+    assert_eq!(s.reserved.kube_reserved, q("512Mi"));
+    assert_eq!(s.reserved.system_reserved, q("256Mi"));
+    assert_eq!(
+        s.memory_eviction,
+        MemoryEviction::None,
+        "k3s's kubelet has no --config file, so no default threshold, and its drop-in names none"
+    );
+    assert_eq!(s.origin.process, Some((640, "k3s server".to_string())));
+    assert_eq!(s.origin.config, None);
+    assert_eq!(
+        s.origin.drop_ins,
+        ["/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf"]
+    );
+    assert_eq!(
+        s.origin.flags,
+        [
+            "--kube-reserved=memory=512Mi",
+            "--system-reserved=memory=256Mi",
+            "--feature-gates=MemoryQoS=true"
+        ]
+    );
+}
+
+/// RKE2 runs the kubelet binary with its drop-in directory under its data directory
+/// (docs.rke2.io: /var/lib/rancher/rke2/agent/etc/kubelet.conf.d); drop-ins in
+/// subdirectories are read too, in the kubelet's walk order.
+#[test]
+fn rke2_drop_ins_in_walk_order() {
+    let node = Node::new();
+    node.run(
+        733,
+        "kubelet",
+        &[
+            "kubelet",
+            "--config-dir=/var/lib/rancher/rke2/agent/etc/kubelet.conf.d",
+            "--root-dir=/var/lib/kubelet",
+        ],
+    );
+    let dir = "/var/lib/rancher/rke2/agent/etc/kubelet.conf.d";
+    node.file(
+        &format!("{dir}/00-rke2-defaults.conf"),
+        &format!("{HEADER}memoryThrottlingFactor: 0.9\n"),
+    );
+    node.file(
+        &format!("{dir}/50-site/10-qos.conf"),
+        &format!("{HEADER}memoryThrottlingFactor: 0.6\n"),
+    );
+    node.file(
+        &format!("{dir}/60-late.conf"),
+        &format!("{HEADER}memoryThrottlingFactor: 0.5\n"),
+    );
+    node.file(&format!("{dir}/README.md"), "not a drop-in\n");
+    let s = node.read();
+    assert_eq!(s.qos.throttling_factor, Named::Value(0.5));
+    assert_eq!(
+        s.origin.drop_ins,
+        [
+            format!("{dir}/00-rke2-defaults.conf"),
+            format!("{dir}/50-site/10-qos.conf"),
+            format!("{dir}/60-late.conf"),
+        ]
+    );
+}
+
+/// What cannot be read is said: no kubelet visible, a file the command line names
+/// that is not there, a flag value the kubelet would refuse, and a drop-in directory
+/// given to the agent that is not the kubelet's.
+#[test]
+fn what_cannot_be_read_is_named() {
+    let node = Node::new();
+    let err = node.files().read(OwnDropIn::OnDisk).unwrap_err();
+    assert_eq!(err.reason(), "NoKubeletProcess", "{err}");
+    node.run(
+        55,
+        "kubelet",
+        &[
+            "/usr/bin/kubelet",
+            "--config=/etc/kubelet/config.yaml",
+            "--config-dir=/etc/kubelet/conf.d",
+            "--kube-reserved=memory",
+        ],
+    );
+    let err = node.files().read(OwnDropIn::OnDisk).unwrap_err();
+    assert_eq!(err.reason(), "KubeletConfigUnreadable");
+    assert!(
+        err.to_string().starts_with("/etc/kubelet/config.yaml: "),
+        "named as the kubelet names it: {err}"
+    );
+    node.file("/etc/kubelet/config.yaml", HEADER);
+    let err = node.files().read(OwnDropIn::OnDisk).unwrap_err();
+    assert_eq!(err.reason(), "KubeletFlagNotUnderstood");
+    assert_eq!(
+        err.to_string(),
+        "kubelet (pid 55): kubelet flag --kube-reserved=memory: malformed pair \"memory\", expect string=string"
+    );
+    // A newer kubelet process (a restart) with good flags is the one read.
+    node.run(
+        56,
+        "kubelet",
+        &[
+            "/usr/bin/kubelet",
+            "--config=/etc/kubelet/config.yaml",
+            "--config-dir=/etc/kubelet/conf.d",
+        ],
+    );
+    assert_eq!(node.read().origin.process, Some((56, "kubelet".into())));
+    // The agent's drop-in mount must be the kubelet's drop-in directory.
+    fs::create_dir_all(node.root.join("etc/kubelet/conf.d")).unwrap();
+    let elsewhere = node.root.join("etc/other.d");
+    fs::create_dir_all(&elsewhere).unwrap();
+    let err = KubeletFiles::process(node.proc.clone(), Some(elsewhere))
+        .dropin_path()
+        .unwrap_err();
+    assert_eq!(err.reason(), "KubeletConfigDirMismatch", "{err}");
+    let same = KubeletFiles::process(
+        node.proc.clone(),
+        Some(node.root.join("etc/kubelet/conf.d")),
+    );
+    assert_eq!(
+        same.dropin_path().unwrap(),
+        node.root.join("etc/kubelet/conf.d").join(DROPIN_FILE),
+        "the same directory: written through the agent's mount"
+    );
+}
