@@ -34,6 +34,10 @@ pub struct ExplainReport {
     pub rollout_state: String,
     /// The node's kubelet version and the rules nodemem computes with for it.
     pub kubelet: String,
+    /// Where the agent read the kubelet's configuration (its process, file, drop-ins,
+    /// flags), or why it could not, as the agent reports it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_read: Vec<String>,
     /// How a new container gets nodemem's values on the node, as its agent reports it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub creation: Option<String>,
@@ -169,6 +173,7 @@ pub fn build(
         policy_revision,
         rollout_state,
         kubelet: kubelet_rules(node),
+        kubelet_read: config.map(kubelet_read).unwrap_or_default(),
         creation: config.and_then(creation_path),
         handoff: config.and_then(|c| handoff(c, r.winner.as_deref())),
         conditions: config.map(condition_rows).unwrap_or_default(),
@@ -179,6 +184,34 @@ pub fn build(
         pods: pods_out,
         problems,
     }
+}
+
+/// Where the node's agent read the kubelet's configuration, one line per source in
+/// the kubelet's order; or why it could not (the `KubeletConfigRead` condition).
+fn kubelet_read(config: &nodemem_api::NodeMemoryConfig) -> Vec<String> {
+    let Some(status) = config.status.as_ref() else {
+        return Vec::new();
+    };
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "KubeletConfigRead");
+    if let Some(c) = condition.filter(|c| c.status != "True") {
+        return vec![format!("not read ({}): {}", c.reason, c.message)];
+    }
+    let Some(k) = status.node.as_ref().and_then(|n| n.kubelet.as_ref()) else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!(
+        "{}: {}",
+        k.process.as_deref().unwrap_or("files given to the agent"),
+        k.config
+            .as_deref()
+            .unwrap_or("no --config file (the kubelet's built-in defaults)")
+    )];
+    lines.extend(k.drop_ins.iter().map(|d| format!("drop-in {d}")));
+    lines.extend(k.flags.iter().map(|f| format!("flag {f}")));
+    lines
 }
 
 /// How new containers get their values, as the node's agent reports it.
@@ -424,6 +457,9 @@ pub fn render_table(r: &ExplainReport) -> String {
     );
     let _ = writeln!(out, "Rollout:   {}", r.rollout_state);
     let _ = writeln!(out, "Kubelet:   {}", r.kubelet);
+    for line in &r.kubelet_read {
+        let _ = writeln!(out, "  read:    {line}");
+    }
     if let Some(c) = &r.creation {
         let _ = writeln!(out, "Creation:  {c}");
     }
@@ -568,6 +604,39 @@ mod tests {
         assert!(kubelet_rules(&node(None)).starts_with("not reported: the newest rules (v1.37"));
     }
 
+    /// Where the agent read the kubelet, in the kubelet's order; or the condition's
+    /// reason and message when it could not.
+    #[test]
+    fn the_kubelets_sources_are_listed_or_why_not() {
+        let mut c = on("general", "r1");
+        assert!(kubelet_read(&c).is_empty(), "no status yet");
+        c.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "conditions": [{"type": "KubeletConfigRead", "status": "True", "reason": "Read",
+                    "message": "m", "lastTransitionTime": "2026-11-26T00:00:00Z"}],
+                "node": {"kubelet": {"process": "k3s agent (pid 90)",
+                    "dropIns": ["/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf"],
+                    "flags": ["--kube-reserved=memory=512Mi"]}}}))
+            .unwrap(),
+        );
+        assert_eq!(
+            kubelet_read(&c),
+            [
+                "k3s agent (pid 90): no --config file (the kubelet's built-in defaults)",
+                "drop-in /var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf",
+                "flag --kube-reserved=memory=512Mi",
+            ]
+        );
+        let status = c.status.as_mut().unwrap();
+        status.conditions[0].status = "False".into();
+        status.conditions[0].reason = "NoKubeletProcess".into();
+        status.conditions[0].message = "no kubelet process under /host/proc".into();
+        assert_eq!(
+            kubelet_read(&c),
+            ["not read (NoKubeletProcess): no kubelet process under /host/proc"]
+        );
+    }
+
     fn report(enforcement: &str, enforced: bool) -> ExplainReport {
         ExplainReport {
             node: "batch-1".into(),
@@ -578,6 +647,10 @@ mod tests {
             policy_revision: Some("r1".into()),
             rollout_state: "Ready".into(),
             kubelet: "v1.36.3 (v1.36 rules: memory.high on containers only)".into(),
+            kubelet_read: vec![
+                "kubelet (pid 812): /etc/kubernetes/kubelet/config.json".into(),
+                "flag --feature-gates=MemoryQoS=true".into(),
+            ],
             creation: Some("NRI (containerd v2.2.9): in each container's spec at creation, before its first instruction".into()),
             handoff: None,
             conditions: Vec::new(),

@@ -86,6 +86,7 @@ mod agents_blocked;
 mod give_back;
 mod helm;
 mod install;
+mod kubelet_discovery;
 mod kubelet_float;
 mod kubelet_reference;
 mod nri;
@@ -265,6 +266,12 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             let installed = installed.as_ref().expect("install passed");
             install::it_reports_through_its_config(&mut node, &bed, installed)
         });
+        // The systemd node: the cgroupfs node reads its kubelet the same way.
+        if driver == Driver::Systemd {
+            phase!(phases, node, bed, "kubelet-discovery", &["install"], || {
+                kubelet_discovery::the_kubelet_is_read_where_it_runs_from(&mut node, &bed)
+            });
+        }
         nodemem_as_predicted(
             &mut phases,
             &mut node,
@@ -922,9 +929,13 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
         )
         .unwrap();
     assert_eq!(code, 0, "{out}");
+    node_ready_after_restart(client, &node.name).await;
+}
+
+/// The restarted kubelet posts a new heartbeat: waits for Ready after it.
+async fn node_ready_after_restart(client: &kube::Client, name: &str) {
     let nodes: Api<core::Node> = Api::all(client.clone());
-    let name = node.name.clone();
-    // The restarted kubelet posts a new heartbeat; wait for Ready after it.
+    let name = name.to_string();
     let restarted = k8s_openapi::jiff::Timestamp::now();
     eventually(
         "the kubelet back and the node Ready",
