@@ -4,6 +4,7 @@
 //! values are `nodemem simulate`'s and survive their owners (issue 42, item 2).
 
 use super::*;
+use nodemem_testkit::real_node::KUBELET_CONFIG_DIR;
 
 /// The reference policy in nodemem's words for what the v1.35 kubelet does: memory.min
 /// for every request (HardReservation), memory.high at factor 0.9.
@@ -80,7 +81,16 @@ pub(crate) fn a_v1_35_node(driver: Driver, name: &str) {
             bed,
             "install",
             &["kubelet-without-memory-qos"],
-            || { install_nodemem(bed.cp, &mut node, &bed.client, POLICY_V135, &[]) }
+            || {
+                // No drop-in directory given: the agent finds the kubelet's own.
+                install_nodemem(
+                    bed.cp,
+                    &mut node,
+                    &bed.client,
+                    POLICY_V135,
+                    &["--agent-kubelet-restart-unit", "kubelet.service"],
+                )
+            }
         );
         nodemem_as_predicted(
             &mut phases,
@@ -91,6 +101,142 @@ pub(crate) fn a_v1_35_node(driver: Driver, name: &str) {
             &[],
         )
         .await;
+        phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
+            kubelet_mode_on_v1_35(&mut node, &bed, installed.as_ref().expect("install passed"))
+                .await
+        });
         phases.finish();
     });
+}
+
+/// `enforcement: Kubelet` on the v1.35 node: HardReservation is what its gate does, so
+/// the agent renders the gate and the factor (no memoryReservationPolicy, a field v1.35
+/// does not have) into the kubelet's own --config-dir, found from its process, and
+/// restarts it through systemd; the kubelet accepts it and writes memory.min for the
+/// request and memory.high at the factor. TieredReservation, which v1.35 cannot express,
+/// is refused with its message and the drop-in stays as it was.
+async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &Installed) {
+    let name = node.name.clone();
+    super::remove_pods(&bed.client, &ListParams::default())
+        .await
+        .unwrap_or_else(|left| panic!("the pods of default not gone: {left:?}"));
+    let before = config_applied(
+        &bed.client,
+        bed.admin(),
+        &name,
+        None,
+        Duration::from_secs(60),
+    )
+    .await
+    .observed_revision;
+    let kubelet_before = kubelet_invocation(node);
+    let policy = installed.work.path().join("policy-kubelet.yaml");
+    let kubelet_policy = POLICY_V135.replace("enforcement: Agent", "enforcement: Kubelet");
+    std::fs::write(&policy, &kubelet_policy).unwrap();
+    kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
+    let status = config_applied(
+        &bed.client,
+        bed.admin(),
+        &name,
+        before.as_deref(),
+        Duration::from_secs(300),
+    )
+    .await;
+    assert_kubelet_configured(&status);
+    assert_ne!(
+        kubelet_invocation(node),
+        kubelet_before,
+        "the agent restarted the kubelet"
+    );
+    let (dropin, code) = node
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .unwrap();
+    assert_eq!(code, 0, "{dropin}");
+    assert!(dropin.contains("(kubelet v1.35.4)"), "{dropin}");
+    assert!(dropin.contains("MemoryQoS: true"), "{dropin}");
+    assert!(dropin.contains("memoryThrottlingFactor: 0.9"), "{dropin}");
+    assert!(!dropin.contains("memoryReservationPolicy"), "{dropin}");
+    node_ready_after_restart(&bed.client, &name).await;
+
+    // What the kubelet writes under it: memory.min = the request, memory.high at 0.9.
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
+    let pod: core::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "kubelet-made", "labels": {PHASE_POD: "true"}},
+        "spec": {"nodeName": name, "containers": [{
+            "name": "w", "image": "nodemem.local/workload:1", "imagePullPolicy": "Never",
+            "args": ["-allocate", "16Mi"],
+            "resources": {"requests": {"memory": "96Mi"}, "limits": {"memory": "192Mi"}}}]}}))
+    .unwrap();
+    nodemem_testkit::clients::create_pod(&pods, &pod)
+        .await
+        .unwrap();
+    let id = eventually(
+        "pod kubelet-made running",
+        Duration::from_secs(180),
+        || async { Some(container_id(&pods, "kubelet-made").await).filter(|id| !id.is_empty()) },
+    )
+    .await;
+    let uid = pods
+        .get("kubelet-made")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let dir = container_dir(bed.driver, &pod_dir(bed.driver, "Burstable", &uid), &id);
+    let high = nodemem_model::factor::ThrottlingFactor::from_f64(0.9)
+        .unwrap()
+        .memory_high(
+            96 << 20,
+            192 << 20,
+            4096,
+            nodemem_model::factor::KubeletFloat::Separate,
+        );
+    let wanted = [
+        (format!("{dir}/memory.min"), (96i64 << 20).to_string()),
+        (format!("{dir}/memory.high"), high.to_string()),
+    ];
+    let wanted: Vec<(&String, &String)> = wanted.iter().map(|(p, v)| (p, v)).collect();
+    node_values_become(
+        node,
+        &wanted,
+        "the v1.35 kubelet under nodemem's drop-in does not write HardReservation's values",
+    );
+
+    // What v1.35 cannot express: refused on the node, nothing rewritten.
+    let revision = status.observed_revision.clone();
+    std::fs::write(
+        &policy,
+        kubelet_policy.replace("HardReservation", "TieredReservation"),
+    )
+    .unwrap();
+    kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
+    let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
+    let refused = eventually(
+        "TieredReservation refused on v1.35",
+        Duration::from_secs(180),
+        || async {
+            let c = configs.get(&name).await.ok()?;
+            let applied = c
+                .status?
+                .conditions
+                .into_iter()
+                .find(|x| x.type_ == "Applied")?;
+            (c.spec.revision.as_str() != revision.as_deref().unwrap_or("")
+                && applied.reason == "KubeletCannotExpress")
+                .then_some(applied)
+        },
+    )
+    .await;
+    assert_eq!(refused.status, "False");
+    assert!(
+        refused.message.contains(
+            "kubelet v1.35.4 cannot express memoryQoS with reservationPolicy TieredReservation"
+        ),
+        "{refused:?}"
+    );
+    let (after, _) = node
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .unwrap();
+    assert_eq!(after, dropin, "the drop-in stays as it was");
 }
