@@ -15,6 +15,29 @@ const ELSEWHERE: &str = "/etc/kubelet-elsewhere";
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
 pub(crate) async fn the_kubelet_is_read_where_it_runs_from(node: &mut RealNode, bed: &Bed<'_>) {
+    use futures::FutureExt;
+    let original = node_file(node, "/etc/default/kubelet");
+    let outcome = std::panic::AssertUnwindSafe(read_where_it_runs_from(node, bed, &original))
+        .catch_unwind()
+        .await;
+    // Back as it was, whatever happened: the later phases need the kubelet as installed.
+    run_ok(
+        node,
+        &format!("if [ -f {ELSEWHERE}/config.yaml ]; then mv {ELSEWHERE}/config.yaml /var/lib/kubelet/config.yaml; fi; rm -rf {ELSEWHERE}"),
+    );
+    restart_with_args(node, bed, &original).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    let s = kubelet_read(bed, &node.name, "the kubelet restored", |k| {
+        k.config.as_deref() == Some("/var/lib/kubelet/config.yaml") && k.flags.is_empty()
+    })
+    .await;
+    let conflict = condition(&s, "KubeletConflict");
+    assert_eq!(conflict.reason, "NoConflict", "{conflict:?}");
+}
+
+async fn read_where_it_runs_from(node: &mut RealNode, bed: &Bed<'_>, original: &str) {
     let name = node.name.clone();
     // As installed: the kubelet's own process and file.
     let s = kubelet_read(bed, &name, "the kubelet as the node starts it", |k| {
@@ -30,7 +53,6 @@ pub(crate) async fn the_kubelet_is_read_where_it_runs_from(node: &mut RealNode, 
     );
     assert_eq!(k.version.as_deref(), Some(KUBELET_V136));
     assert_eq!(condition(&s, "KubeletSupported").reason, "Tested");
-    let original = node_file(node, "/etc/default/kubelet");
 
     // Elsewhere, with a drop-in directory of its own that sets the eviction threshold;
     // the default path is gone, so nothing can be read from there by assumption.
@@ -87,19 +109,6 @@ pub(crate) async fn the_kubelet_is_read_where_it_runs_from(node: &mut RealNode, 
         "{conflict:?}"
     );
     the_kubelets_memory_high_is_nodemems(node, bed, &s).await;
-
-    // Back as it was.
-    run_ok(
-        node,
-        &format!("mv {ELSEWHERE}/config.yaml /var/lib/kubelet/config.yaml && rm -rf {ELSEWHERE}"),
-    );
-    restart_with_args(node, bed, &original).await;
-    let s = kubelet_read(bed, &name, "the kubelet restored", |k| {
-        k.config.as_deref() == Some("/var/lib/kubelet/config.yaml") && k.flags.is_empty()
-    })
-    .await;
-    let conflict = condition(&s, "KubeletConflict");
-    assert_eq!(conflict.reason, "NoConflict", "{conflict:?}");
 }
 
 /// The config's status once the agent read the kubelet and `read` holds; its
@@ -235,6 +244,7 @@ fn run_ok(node: &mut RealNode, command: &str) {
 /// waits for the Node to be Ready after it.
 async fn restart_with_args(node: &mut RealNode, bed: &Bed<'_>, default_kubelet: &str) {
     std::fs::write(node.share().join("kubelet.default"), default_kubelet).unwrap();
+    let before = k8s_openapi::jiff::Timestamp::now();
     let (out, code) = node
         .run_within(
             "cp /mnt/nodemem/kubelet.default /etc/default/kubelet && systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done",
@@ -242,5 +252,5 @@ async fn restart_with_args(node: &mut RealNode, bed: &Bed<'_>, default_kubelet: 
         )
         .unwrap();
     assert_eq!(code, 0, "{out}");
-    node_ready_after_restart(&bed.client, &node.name).await;
+    node_ready_after_restart(&bed.client, &node.name, before).await;
 }

@@ -922,6 +922,7 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
         serde_json::to_string_pretty(&nodemem_testkit::real_node::kubelet_configuration(spec))
             .unwrap();
     std::fs::write(node.share().join("kubelet-config.yaml"), config).unwrap();
+    let before = k8s_openapi::jiff::Timestamp::now();
     let (out, code) = node
         .run_within(
             "cp /mnt/nodemem/kubelet-config.yaml /var/lib/kubelet/config.yaml && systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done",
@@ -929,14 +930,19 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
         )
         .unwrap();
     assert_eq!(code, 0, "{out}");
-    node_ready_after_restart(client, &node.name).await;
+    node_ready_after_restart(client, &node.name, before).await;
 }
 
-/// The restarted kubelet posts a new heartbeat: waits for Ready after it.
-async fn node_ready_after_restart(client: &kube::Client, name: &str) {
+/// The kubelet restarted after `before` posts a new heartbeat: waits for Ready after
+/// it. `before` is taken before the restart: a kubelet that starts quickly has posted
+/// its first status by the time the restart command returns.
+async fn node_ready_after_restart(
+    client: &kube::Client,
+    name: &str,
+    restarted: k8s_openapi::jiff::Timestamp,
+) {
     let nodes: Api<core::Node> = Api::all(client.clone());
     let name = name.to_string();
-    let restarted = k8s_openapi::jiff::Timestamp::now();
     eventually(
         "the kubelet back and the node Ready",
         Duration::from_secs(180),
