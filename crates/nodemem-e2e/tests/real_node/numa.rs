@@ -21,13 +21,15 @@ use serde_json::{json, Value};
 use super::{
     assert_kubelet_configured, boot, config_applied, container_dir, eventually, install_nodemem,
     joined, kubelet_invocation, node_read_all, node_values_become, pod_dir, runtime, simulate_node,
-    start_pods, KUBELET_V136,
+    start_pods, KUBELET_V135, KUBELET_V136,
 };
 
 /// The pool's policy: the Static Memory Manager with the kubelet's hard eviction
 /// threshold (50Mi, the node's evictionHard) reserved on NUMA node 0, which is the
 /// kubelet's sum rule (reservedMemory = kubeReserved + systemReserved + evictionHard).
-fn numa_policy(enforcement: &str) -> String {
+/// `memory_qos`: the policy's memoryQoS block, if any (a v1.35 kubelet can express
+/// Memory QoS only as HardReservation, so its pool leaves Memory QoS off).
+fn numa_policy(enforcement: &str, memory_qos: &str) -> String {
     format!(
         "apiVersion: nodemem.io/v1alpha1
 kind: NodeMemoryPolicy
@@ -37,7 +39,7 @@ spec:
   nodeSelector:
     matchLabels:
       nodemem.io/pool: numa
-  memoryManager:
+{memory_qos}  memoryManager:
     policy: Static
     reservedMemory:
     - numaNode: 0
@@ -136,10 +138,24 @@ async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pi
 
 #[test]
 fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_predicts() {
+    numa_on("real-numa", KUBELET_V136, "");
+}
+
+/// The same on kubelet v1.35 (its Memory Manager is GA as in v1.36; Memory QoS off in
+/// the policy, which v1.35 could express only as HardReservation).
+#[test]
+fn a_real_v1_35_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_predicts() {
+    numa_on(
+        "real-numa-v135",
+        KUBELET_V135,
+        "  memoryQoS:\n    enabled: false\n",
+    );
+}
+
+fn numa_on(name: &str, version: &str, memory_qos: &str) {
     let _slot = super::side_by_side::slot();
-    let name = "real-numa";
     let spec = RealNodeSpec::new(name, Driver::Systemd).label("nodemem.io/pool", "numa");
-    let (cp, mut node, started) = boot(&spec, KUBELET_V136);
+    let (cp, mut node, started) = boot(&spec, version);
     let rt = runtime();
     rt.block_on(async {
         let client = joined(&cp, &mut node, started).await;
@@ -148,7 +164,7 @@ fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_pred
             &cp,
             &mut node,
             &client,
-            &numa_policy("Agent"),
+            &numa_policy("Agent", memory_qos),
             &[
                 "--agent-kubelet-config-dir",
                 KUBELET_CONFIG_DIR,
@@ -202,7 +218,7 @@ fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_pred
         // drop-in, removes the kubelet's Memory Manager state and restarts the kubelet
         // through systemd; the node comes back uncordoned.
         let kubelet_policy = work.join("policy-kubelet.yaml");
-        std::fs::write(&kubelet_policy, numa_policy("Kubelet")).unwrap();
+        std::fs::write(&kubelet_policy, numa_policy("Kubelet", memory_qos)).unwrap();
         let kubelet_before = kubelet_invocation(&mut node);
         let switched = Instant::now();
         kubectl(admin, &["apply", "-f", kubelet_policy.to_str().unwrap()]).unwrap();
