@@ -289,7 +289,7 @@ pub struct NodeApplier {
     /// what is assumed when they cannot be read.
     kubelet: Option<KubeletSettings>,
     /// Why the kubelet's settings could not be read (condition reason, message).
-    kubelet_unread: Option<(&'static str, String)>,
+    kubelet_unread: Option<crate::kubelet_status::KubeletUnread>,
     /// What the last pass left to the kubelet.
     conflict: Option<KubeletConflict>,
     /// memory.high of containers relief raised (cgroup -> bytes, None: `max`): kept
@@ -545,9 +545,10 @@ impl NodeApplier {
         &self.facts.memory
     }
 
-    /// Reads the kubelet's configuration. One that cannot be read is assumed to name
-    /// nothing, and the `KubeletConfigRead` condition says why (enforcement: Kubelet
-    /// refuses on its own read).
+    /// Reads the kubelet's configuration. When it cannot be read, the last reading
+    /// stays (or, with none, a configuration that names nothing is assumed) and the
+    /// `KubeletConfigRead` condition says why (enforcement: Kubelet refuses on its own
+    /// read).
     fn read_kubelet(&mut self) {
         match self.kubelet_files.read(OwnDropIn::OnDisk) {
             Ok(k) => {
@@ -557,22 +558,38 @@ impl NodeApplier {
                 self.kubelet = Some(k);
             }
             Err(e) => {
+                let message = e.to_string();
                 if self
                     .kubelet_unread
                     .as_ref()
-                    .is_none_or(|(_, m)| *m != e.to_string())
+                    .is_none_or(|u| u.message != message)
                 {
-                    tracing::warn!(error = %e, "the kubelet's configuration cannot be read; assuming one that names nothing");
+                    tracing::warn!(error = %message, "the kubelet's configuration cannot be read");
                 }
-                self.kubelet_unread = Some((e.reason(), e.to_string()));
-                self.kubelet = Some(KubeletSettings::default());
+                let kept_last = match &self.kubelet_unread {
+                    Some(u) => u.kept_last,
+                    None => self.kubelet.is_some(),
+                };
+                if self.kubelet.is_none() {
+                    self.kubelet = Some(KubeletSettings::default());
+                }
+                self.kubelet_unread = Some(crate::kubelet_status::KubeletUnread {
+                    reason: e.reason(),
+                    message,
+                    kept_last,
+                });
             }
         }
     }
 
     /// The kubelet as last read, for the status: where from, and why not when it could
-    /// not be (reason, message).
-    pub fn kubelet_read(&self) -> (Option<&KubeletSettings>, Option<&(&'static str, String)>) {
+    /// not be.
+    pub fn kubelet_read(
+        &self,
+    ) -> (
+        Option<&KubeletSettings>,
+        Option<&crate::kubelet_status::KubeletUnread>,
+    ) {
         (self.kubelet.as_ref(), self.kubelet_unread.as_ref())
     }
 

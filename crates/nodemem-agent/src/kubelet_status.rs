@@ -8,13 +8,25 @@ use nodemem_model::kubelet_version::{
     KubeletSupport, KubeletVersion, NEWEST_TESTED, OLDEST_SUPPORTED,
 };
 
+/// Why the kubelet's configuration could not be read, and what stands in for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletUnread {
+    /// The condition reason.
+    pub reason: &'static str,
+    pub message: String,
+    /// What the agent read last is kept (a file changed since the kubelet started may
+    /// be unreadable while the kubelet still runs what it read); otherwise nothing was
+    /// ever read and a configuration that names nothing is assumed.
+    pub kept_last: bool,
+}
+
 /// The kubelet as a pass read it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct KubeletRead<'a> {
     /// What was read (or assumed, when `unread`).
     pub settings: Option<&'a KubeletSettings>,
-    /// Why it could not be read: (condition reason, message).
-    pub unread: Option<&'a (&'static str, String)>,
+    /// Why it could not be read.
+    pub unread: Option<&'a KubeletUnread>,
     /// The Node's kubelet version.
     pub version: Option<KubeletVersion>,
 }
@@ -23,7 +35,8 @@ impl KubeletRead<'_> {
     /// `status.node.kubelet`.
     pub fn facts(&self) -> Option<KubeletFacts> {
         let version = self.version.map(|v| v.to_string());
-        let Some(k) = self.settings.filter(|_| self.unread.is_none()) else {
+        let read = self.unread.is_none_or(|u| u.kept_last);
+        let Some(k) = self.settings.filter(|_| read) else {
             return version.map(|v| KubeletFacts {
                 version: Some(v),
                 ..KubeletFacts::default()
@@ -44,11 +57,21 @@ impl KubeletRead<'_> {
 
     /// `KubeletConfigRead`: (ok, reason, message).
     pub fn read_condition(&self) -> (bool, &'static str, String) {
-        if let Some((reason, message)) = self.unread {
+        if let Some(u) = self.unread {
+            let stands_in = match (u.kept_last, self.settings) {
+                (true, Some(k)) => format!(
+                    "nodemem keeps what it last read ({})",
+                    k.origin.sources().join(", ")
+                ),
+                _ => "nodemem assumes a kubelet configuration that names nothing (evictionHard memory.available 100Mi, no reservations, the MemoryQoS gate at its default for the version)".to_string(),
+            };
             return (
                 false,
-                reason,
-                format!("{message}; nodemem assumes a kubelet configuration that names nothing (evictionHard memory.available 100Mi, no reservations, the MemoryQoS gate at its default for the version) and enforcement: Kubelet refuses"),
+                u.reason,
+                format!(
+                    "{}; {stands_in}, and enforcement: Kubelet refuses",
+                    u.message
+                ),
             );
         }
         let Some(k) = self.settings else {
@@ -136,10 +159,11 @@ mod tests {
     #[test]
     fn a_kubelet_that_cannot_be_read_says_why_and_what_is_assumed() {
         let assumed = KubeletSettings::default();
-        let why = (
-            "NoKubeletProcess",
-            "no kubelet process under /host/proc".to_string(),
-        );
+        let why = KubeletUnread {
+            reason: "NoKubeletProcess",
+            message: "no kubelet process under /host/proc".to_string(),
+            kept_last: false,
+        };
         let read = KubeletRead {
             settings: Some(&assumed),
             unread: Some(&why),
@@ -150,11 +174,47 @@ mod tests {
         assert_eq!(reason, "NoKubeletProcess");
         assert!(message.starts_with("no kubelet process under /host/proc; nodemem assumes"));
         assert!(message.ends_with("enforcement: Kubelet refuses"));
+        assert!(message.contains("names nothing"), "{message}");
         let facts = read.facts().unwrap();
         assert_eq!(
             (facts.process, facts.config, facts.version.as_deref()),
             (None, None, Some("v1.37.2")),
             "nothing read is shown as read"
+        );
+    }
+
+    /// A drop-in added since the kubelet started that it would refuse: what was read
+    /// before stays (nodemem does not forget a kubelet that writes values itself).
+    #[test]
+    fn a_reading_that_fails_later_keeps_the_last_one_and_says_so() {
+        let last = KubeletSettings {
+            origin: KubeletOrigin {
+                process: Some((9, "kubelet".into())),
+                config: Some("/var/lib/kubelet/config.yaml".into()),
+                ..Default::default()
+            },
+            ..KubeletSettings::default()
+        };
+        let why = KubeletUnread {
+            reason: "NotAKubeletConfiguration",
+            message: "/etc/kubernetes/kubelet.conf.d/50-x.conf: not a KubeletConfiguration: no apiVersion/kind".into(),
+            kept_last: true,
+        };
+        let read = KubeletRead {
+            settings: Some(&last),
+            unread: Some(&why),
+            version: v("v1.36.3"),
+        };
+        let (ok, reason, message) = read.read_condition();
+        assert!(!ok && reason == "NotAKubeletConfiguration");
+        assert!(
+            message.contains("nodemem keeps what it last read (/var/lib/kubelet/config.yaml)"),
+            "{message}"
+        );
+        assert_eq!(
+            read.facts().unwrap().config.as_deref(),
+            Some("/var/lib/kubelet/config.yaml"),
+            "what is kept is shown"
         );
     }
 
