@@ -79,6 +79,13 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
             std::fs::create_dir_all(&numa).unwrap();
             std::fs::write(numa.join("meminfo"), "Node 0 MemTotal:       8388608 kB\n").unwrap();
             std::fs::create_dir_all(node_dir.join("kubelet/conf.d")).unwrap();
+            // The agent reads the configuration it is given; one it cannot read
+            // refuses Kubelet enforcement (KubeletConfigRead).
+            std::fs::write(
+                node_dir.join("kubelet/config.yaml"),
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+            )
+            .unwrap();
             let args: Vec<std::ffi::OsString> = vec![
                 "--kubelet-config".into(),
                 node_dir.join("kubelet/config.yaml").into(),
