@@ -23,6 +23,7 @@
 pub mod applier;
 pub mod args;
 pub mod cgroup_events;
+mod crd_skew;
 pub mod health;
 pub mod kubelet_mode;
 pub mod kubelet_status;

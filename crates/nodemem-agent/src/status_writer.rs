@@ -24,6 +24,7 @@ type Latest = Option<(String, Option<String>, NodeMemoryConfigStatus, bool)>;
 
 pub struct StatusWriter {
     latest: watch::Sender<Latest>,
+    metrics: std::sync::Arc<Metrics>,
 }
 
 impl StatusWriter {
@@ -35,8 +36,14 @@ impl StatusWriter {
         metrics: std::sync::Arc<Metrics>,
     ) -> Self {
         let (latest, rx) = watch::channel(None);
-        tokio::spawn(write_latest(configs, field_manager, rx, refresh, metrics));
-        StatusWriter { latest }
+        tokio::spawn(write_latest(
+            configs,
+            field_manager,
+            rx,
+            refresh,
+            metrics.clone(),
+        ));
+        StatusWriter { latest, metrics }
     }
 
     /// Hands a status over; a newer one replaces it if it is not written yet. The uid
@@ -51,6 +58,8 @@ impl StatusWriter {
         status: NodeMemoryConfigStatus,
         may_wait: bool,
     ) {
+        // What the node runs, whether or not the write gets through.
+        self.metrics.conditions(&status.conditions);
         self.latest.send_replace(Some((
             config.to_string(),
             uid.map(str::to_string),
@@ -68,6 +77,9 @@ async fn write_latest(
     metrics: std::sync::Arc<Metrics>,
 ) {
     let mut last_write: Option<tokio::time::Instant> = None;
+    // Status fields the installed CRD does not declare (an agent newer than its CRDs):
+    // left out of every write, so the rest of the status still lands.
+    let mut undeclared: Vec<Vec<String>> = Vec::new();
     while rx.changed().await.is_ok() {
         loop {
             let Some((name, uid, status, may_wait)) = rx.borrow_and_update().clone() else {
@@ -90,6 +102,7 @@ async fn write_latest(
             if let Some(uid) = &uid {
                 patch["metadata"] = json!({"uid": uid});
             }
+            crate::crd_skew::strip(&mut patch, &undeclared);
             let params = PatchParams::apply(field_manager).force();
             match configs
                 .patch_status(&name, &params, &Patch::Apply(&patch))
@@ -99,6 +112,15 @@ async fn write_latest(
                     metrics.status_write("ok");
                     last_write = Some(tokio::time::Instant::now());
                     break;
+                }
+                // Fields the installed CRD does not declare (the apiserver answers
+                // 500, the field manager's error): written again without them at once
+                // (new fields each time, so this ends).
+                Err(kube::Error::Api(s))
+                    if newly_undeclared(&s.message, &patch, &mut undeclared) =>
+                {
+                    warn!(config = %name, message = %s.message, "the installed NodeMemoryConfig CRD is older than this agent: its status is written without the fields it lacks; apply this release's CRDs (kubectl apply --server-side -f crds/)");
+                    continue;
                 }
                 // The config is gone, or is another object now (the uid differs): this
                 // status is for nobody; the pass for the new one sends its own.
@@ -118,4 +140,21 @@ async fn write_latest(
             }
         }
     }
+}
+
+/// Whether `message` refuses fields of `patch` the CRD does not declare that are not left
+/// out yet; they are added to `undeclared`.
+fn newly_undeclared(
+    message: &str,
+    patch: &serde_json::Value,
+    undeclared: &mut Vec<Vec<String>>,
+) -> bool {
+    let new: Vec<Vec<String>> = crate::crd_skew::undeclared_fields(message)
+        .into_iter()
+        .filter(|p| !undeclared.contains(p))
+        .filter(|p| crate::crd_skew::strip(&mut patch.clone(), std::slice::from_ref(p)))
+        .collect();
+    let any = !new.is_empty();
+    undeclared.extend(new);
+    any
 }
