@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR CARGO_BUILD_JOBS
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: plugin test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
 test: prereqs lint crds-check tidy unit kubelet-float nri apiserver image-check vm node
@@ -27,15 +27,17 @@ clippy:
 build:
 	$(CARGO) build --workspace --locked
 
-## crds-check: fail if crds/ or the chart's copy drifted from the Rust types
+## crds-check: fail if crds/ or its copies (the chart's, deploy/'s) drifted from the Rust types
 crds-check: build
 	$(NODEMEM) crds --check crds
 	$(NODEMEM) crds --check charts/nodemem/crds
+	$(NODEMEM) crds --check deploy/crds
 
 ## crds: regenerate crds/ from the Rust types
 crds: build
 	$(NODEMEM) crds --output-dir crds
 	$(NODEMEM) crds --output-dir charts/nodemem/crds
+	$(NODEMEM) crds --output-dir deploy/crds
 
 ## tidy: repository-wide checks (module graph, docs catalog, set-up scripts, function length)
 tidy:
@@ -65,6 +67,7 @@ APISERVER_TEST_THREADS ?= 4
 apiserver:
 	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  bash tests/scripts/build-promtool.sh >/dev/null && \
 	  $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked \
 	    -- --test-threads $(APISERVER_TEST_THREADS)
 
@@ -75,14 +78,22 @@ soak:
 	  NODEMEM_SOAK_SECONDS=600 $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked \
 	    -- --nocapture churn_soak
 
-## image: the container image as an OCI layout (static binary, no container engine)
+## image: the container image as an OCI layout (static binaries for amd64 and arm64, one
+## multi-architecture index, no container engine)
 image:
 	bash image/build-oci.sh
 
-## image-check: build the image and inspect it (layout, digests, entrypoint, user, runs)
+## plugin: the kubectl plugin's release archives (amd64, arm64) and krew manifest
+plugin:
+	bash image/plugin-archives.sh
+
+## image-check: build the image and inspect it (layout, digests, entrypoint, user; each
+## architecture runs, arm64 under qemu-user, and computes what amd64 does); the plugin's
+## release archives installed with krew
 image-check:
 	NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
 	  export NODEMEM_IMAGE_LAYOUT && \
+	  bash tests/scripts/build-krew.sh >/dev/null && \
 	  $(CARGO) test -p nodemem-e2e --features image-tests --test image --locked
 
 ## vm: tests inside a real Linux kernel (qemu, two NUMA nodes, cgroup v2)

@@ -55,12 +55,16 @@ JSON
   tar "${tar_flags[@]}" -C "$dir/layout" -cf "$archive" .
 }
 
-# index LAYOUT NAME DIGEST SIZE: the layout's index.json naming one manifest NAME.
+# index LAYOUT NAME DIGEST SIZE [MEDIATYPE]: the layout's index.json naming one image
+# NAME: an amd64 manifest, or (MEDIATYPE an image index) a multi-architecture image,
+# from which containerd unpacks its node's architecture.
 index() {
   local layout="$1" name="$2" digest="$3" bytes="$4"
+  local media="${5:-application/vnd.oci.image.manifest.v1+json}" platform=""
+  [[ "$media" == *manifest* ]] && platform=',"platform":{"architecture":"amd64","os":"linux"}'
   echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
   cat >"$layout/index.json" <<JSON
-{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"$digest","size":$bytes,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$name","org.opencontainers.image.ref.name":"${name##*:}"}}]}
+{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"$media","digest":"$digest","size":$bytes$platform,"annotations":{"io.containerd.image.name":"$name","org.opencontainers.image.ref.name":"${name##*:}"}}]}
 JSON
 }
 
@@ -68,14 +72,16 @@ single_binary_image registry.k8s.io/pause:3.10 "$runtime/images/pause" '["/pause
 single_binary_image nodemem.local/workload:1 "$runtime/images/workload" '["/workload"]' "$out/workload.tar"
 
 if [[ -n "$nodemem_layout" ]]; then
-  # The project's layout as built, renamed for the node: same blobs, same manifest.
+  # The project's layout as built, renamed for the node: same blobs, the same
+  # (multi-architecture) image.
   version="$(sed -n 's/.*"org.opencontainers.image.ref.name":"\([^"]*\)".*/\1/p' "$nodemem_layout/index.json")"
   digest="$(sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p' "$nodemem_layout/index.json" | head -1)"
   bytes="$(sed -n 's/.*"size":\([0-9]*\).*/\1/p' "$nodemem_layout/index.json" | head -1)"
+  media="$(sed -n 's/.*"manifests":\[{"mediaType":"\([^"]*\)".*/\1/p' "$nodemem_layout/index.json")"
   [[ -n "$version" && -n "$digest" && -n "$bytes" ]] || { echo "error: $nodemem_layout/index.json: no manifest with a ref.name" >&2; exit 1; }
   rm -rf "$work/nodemem"
   cp -a "$nodemem_layout" "$work/nodemem"
-  index "$work/nodemem" "nodemem.local/nodemem:$version" "$digest" "$bytes"
+  index "$work/nodemem" "nodemem.local/nodemem:$version" "$digest" "$bytes" "$media"
   tar "${tar_flags[@]}" -C "$work/nodemem" -cf "$out/nodemem.tar" .
 fi
 echo "$out"

@@ -18,7 +18,8 @@ if [[ "$what" != sandbox ]]; then
   command -v gcc >/dev/null || need+=(gcc libc6-dev)   # runc (cgo) for the real node
   pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev pkg-config)   # runc with seccomp
   command -v lua5.1 >/dev/null || need+=(lua5.1)   # runs the Argo CD health check as Argo CD does (Lua 5.1)
-  command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)   # runs the kubelet's arithmetic as Go compiles it for arm64
+  command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)   # runs the kubelet's arithmetic as Go compiles it for arm64, and nodemem's arm64 build
+  command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)   # links the arm64 image's static nodemem
 fi
 ((${#need[@]})) || exit 0
 

@@ -86,6 +86,21 @@ pub struct PodSignals<'a> {
     pub containers: Vec<(&'a str, crate::health::Reading)>,
 }
 
+/// The config the agent enforces: its policy (the node's pool) and revision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConfigLabel {
+    policy: String,
+    revision: String,
+}
+
+/// One condition of the node's config as the agent last computed it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabel {
+    condition: String,
+    status: String,
+    reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrnoLabel {
     errno: &'static str,
@@ -126,13 +141,17 @@ pub struct Metrics {
     managed_pods: Gauge,
     pinning_requests: Gauge,
     pinning_errors: Gauge,
-    high_events: Family<QosLabel, Gauge>,
-    oom_kills: Family<QosLabel, Gauge>,
+    high_events: Family<QosLabel, Counter>,
+    oom_kills: Family<QosLabel, Counter>,
+    /// Each managed pod's memory.events (high, oom_kill) when last read: the QoS
+    /// classes' counters grow by what each pod's grew since (a pod that is gone leaves
+    /// them as they are, as a counter must).
+    last_pod_events: std::sync::Mutex<std::collections::HashMap<(String, String), (u64, u64)>>,
     full_pressure: Family<QosLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pod_high_events: Family<PodLabel, Gauge>,
-    pod_oom_kills: Family<PodLabel, Gauge>,
-    container_high_events: Family<ContainerLabel, Gauge>,
-    container_oom_kills: Family<ContainerLabel, Gauge>,
+    pod_high_events: Family<PodLabel, Counter>,
+    pod_oom_kills: Family<PodLabel, Counter>,
+    container_high_events: Family<ContainerLabel, Counter>,
+    container_oom_kills: Family<ContainerLabel, Counter>,
     containers_not_exported: Gauge,
     observed_containers: Gauge,
     throttled_containers: Gauge,
@@ -142,6 +161,8 @@ pub struct Metrics {
     relief_polled: Gauge,
     relief_triggers_fired: Counter,
     relieved: Gauge,
+    conditions: Family<ConditionLabel, Gauge>,
+    config: Family<ConfigLabel, Gauge>,
     /// At most this many containers get series of their own (0: none).
     container_series_cap: usize,
     ready: AtomicBool,
@@ -155,7 +176,8 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("nodemem_agent");
+        let mut root = Registry::default();
+        nodemem_plumbing::build_info::register(&mut root, "agent");
         let m = Metrics {
             passes: Family::default(),
             pass_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
@@ -179,6 +201,7 @@ impl Metrics {
             pinning_errors: Gauge::default(),
             high_events: Family::default(),
             oom_kills: Family::default(),
+            last_pod_events: Default::default(),
             full_pressure: Family::default(),
             pod_high_events: Family::default(),
             pod_oom_kills: Family::default(),
@@ -193,17 +216,23 @@ impl Metrics {
             relief_polled: Gauge::default(),
             relief_triggers_fired: Counter::default(),
             relieved: Gauge::default(),
+            conditions: Family::default(),
+            config: Family::default(),
             container_series_cap: 0,
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
-        m.register_passes(&mut registry);
-        m.register_nri(&mut registry);
-        m.register_status(&mut registry);
-        m.register_node(&mut registry);
-        m.register_signals(&mut registry);
-        m.register_observation(&mut registry);
-        Metrics { registry, ..m }
+        let registry = root.sub_registry_with_prefix("nodemem_agent");
+        m.register_passes(registry);
+        m.register_nri(registry);
+        m.register_status(registry);
+        m.register_node(registry);
+        m.register_signals(registry);
+        m.register_observation(registry);
+        Metrics {
+            registry: root,
+            ..m
+        }
     }
 
     /// Registers passes and writes: what the agent did.
@@ -281,6 +310,16 @@ impl Metrics {
             "Writes of the node's config status, by result: ok, error (tried again), gone (the config it was for is gone); figures and counters alone wait for --status-refresh-seconds",
             self.status_writes.clone(),
         );
+        registry.register(
+            "condition",
+            "The node's config conditions as the agent last computed them (value 1), by condition, status and reason",
+            self.conditions.clone(),
+        );
+        registry.register(
+            "config_info",
+            "The config the agent enforces (value 1): its policy, the node's pool, and revision; alerts join the node's series to its pool by it",
+            self.config.clone(),
+        );
     }
 
     /// Registers the node: totals, managed pods, NUMA pinning.
@@ -316,17 +355,17 @@ impl Metrics {
     fn register_signals(&self, registry: &mut Registry) {
         registry.register(
             "memory_high_events",
-            "memory.high crossings (memory.events high) summed over the managed pods of a QoS class",
+            "memory.high crossings (memory.events high) of the managed pods of a QoS class since the agent started",
             self.high_events.clone(),
         );
         registry.register(
             "oom_kills",
-            "OOM kills (memory.events oom_kill) summed over the managed pods of a QoS class",
+            "OOM kills (memory.events oom_kill) in the managed pods of a QoS class since the agent started",
             self.oom_kills.clone(),
         );
         registry.register(
-            "memory_pressure_full_avg60",
-            "The highest full memory pressure (PSI avg60, percent) among the managed pods of a QoS class",
+            "memory_pressure_full_avg60_ratio",
+            "The highest full memory pressure (PSI avg60, a ratio: 0.05 is 5%) among the managed pods of a QoS class",
             self.full_pressure.clone(),
         );
         registry.register(
@@ -442,20 +481,9 @@ impl Metrics {
     /// series per metric), per managed pod, and per container up to the cap. Series of
     /// pods and containers that are gone are dropped.
     pub fn signals(&self, pods: &[PodSignals<'_>]) {
-        for qos in ["guaranteed", "burstable", "besteffort"] {
-            let of_class = pods.iter().filter(|p| p.qos == qos);
-            let (high, oom, full) = of_class.fold((0u64, 0u64, 0.0f64), |acc, p| {
-                (
-                    acc.0 + p.reading.high,
-                    acc.1 + p.reading.oom_kill,
-                    acc.2.max(p.reading.full_avg60),
-                )
-            });
-            let label = QosLabel { qos };
-            self.high_events.get_or_create(&label).set(high as i64);
-            self.oom_kills.get_or_create(&label).set(oom as i64);
-            self.full_pressure.get_or_create(&label).set(full);
-        }
+        self.class_signals(pods);
+        // A pod's series counts its cgroup's events (a counter that starts again when
+        // the pod is made again under its name).
         self.pod_high_events.clear();
         self.pod_oom_kills.clear();
         for p in pods {
@@ -466,10 +494,10 @@ impl Metrics {
             };
             self.pod_high_events
                 .get_or_create(&label)
-                .set(p.reading.high as i64);
+                .inc_by(p.reading.high);
             self.pod_oom_kills
                 .get_or_create(&label)
-                .set(p.reading.oom_kill as i64);
+                .inc_by(p.reading.oom_kill);
         }
         self.container_high_events.clear();
         self.container_oom_kills.clear();
@@ -489,12 +517,71 @@ impl Metrics {
             };
             self.container_high_events
                 .get_or_create(&label)
-                .set(reading.high as i64);
+                .inc_by(reading.high);
             self.container_oom_kills
                 .get_or_create(&label)
-                .set(reading.oom_kill as i64);
+                .inc_by(reading.oom_kill);
         }
         self.containers_not_exported.set(not_exported);
+    }
+
+    /// The QoS classes' counters grow by what each pod's memory.events grew since it was
+    /// last read (all of it for a pod not seen before, or whose counters went down: a
+    /// new cgroup under the same name); their pressure is the highest pod's, as a ratio.
+    fn class_signals(&self, pods: &[PodSignals<'_>]) {
+        let grown = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let mut last = self
+            .last_pod_events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = std::collections::HashMap::with_capacity(pods.len());
+        for qos in ["guaranteed", "burstable", "besteffort"] {
+            let label = QosLabel { qos };
+            let (mut high, mut oom, mut full) = (0u64, 0u64, 0.0f64);
+            for p in pods.iter().filter(|p| p.qos == qos) {
+                let key = (p.namespace.to_string(), p.pod.to_string());
+                let (h, o) = last.get(&key).copied().unwrap_or((0, 0));
+                high += grown(p.reading.high, h);
+                oom += grown(p.reading.oom_kill, o);
+                full = full.max(p.reading.full_avg60);
+                seen.insert(key, (p.reading.high, p.reading.oom_kill));
+            }
+            self.high_events.get_or_create(&label).inc_by(high);
+            self.oom_kills.get_or_create(&label).inc_by(oom);
+            self.full_pressure.get_or_create(&label).set(full / 100.0);
+        }
+        *last = seen;
+    }
+
+    /// The node's config conditions as last computed (one series each, value 1; the
+    /// alerts read KubeletConflict from here).
+    pub fn conditions(
+        &self,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    ) {
+        self.conditions.clear();
+        for c in conditions {
+            self.conditions
+                .get_or_create(&ConditionLabel {
+                    condition: c.type_.clone(),
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                })
+                .set(1);
+        }
+    }
+
+    /// The config the agent enforces now (None: none).
+    pub fn config(&self, config: Option<(&str, &str)>) {
+        self.config.clear();
+        if let Some((policy, revision)) = config {
+            self.config
+                .get_or_create(&ConfigLabel {
+                    policy: policy.to_string(),
+                    revision: revision.to_string(),
+                })
+                .set(1);
+        }
     }
 
     /// Records one pass.
@@ -666,10 +753,10 @@ mod tests {
             "nodemem_agent_node_memory_min_bytes 1073741824",
             "nodemem_agent_managed_pods 7",
             "nodemem_agent_memory_manager_pinning_errors 1",
-            "nodemem_agent_memory_high_events{qos=\"burstable\"} 5",
-            "nodemem_agent_oom_kills{qos=\"guaranteed\"} 2",
-            "nodemem_agent_memory_pressure_full_avg60{qos=\"burstable\"} 7.25",
-            "nodemem_agent_oom_kills{qos=\"besteffort\"} 0",
+            "nodemem_agent_memory_high_events_total{qos=\"burstable\"} 5",
+            "nodemem_agent_oom_kills_total{qos=\"guaranteed\"} 2",
+            "nodemem_agent_memory_pressure_full_avg60_ratio{qos=\"burstable\"} 0.0725",
+            "nodemem_agent_oom_kills_total{qos=\"besteffort\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -725,15 +812,15 @@ mod tests {
         m.signals(&pods);
         let text = m.encode();
         assert_eq!(
-            series(&text, "pod_memory_high_events"),
+            series(&text, "pod_memory_high_events_total"),
             [
-                "nodemem_agent_pod_memory_high_events{namespace=\"ns\",pod=\"a\",qos=\"burstable\"} 4",
-                "nodemem_agent_pod_memory_high_events{namespace=\"ns\",pod=\"b\",qos=\"guaranteed\"} 2",
+                "nodemem_agent_pod_memory_high_events_total{namespace=\"ns\",pod=\"a\",qos=\"burstable\"} 4",
+                "nodemem_agent_pod_memory_high_events_total{namespace=\"ns\",pod=\"b\",qos=\"guaranteed\"} 2",
             ],
             "{text}"
         );
         assert!(
-            series(&text, "container_memory_high_events").is_empty(),
+            series(&text, "container_memory_high_events_total").is_empty(),
             "per-container series are off by default"
         );
         assert!(text.contains("nodemem_agent_containers_not_exported 3"));
@@ -741,19 +828,54 @@ mod tests {
         let m = Metrics::with_container_series(2);
         m.signals(&pods);
         let text = m.encode();
-        let containers = series(&text, "container_memory_high_events");
+        let containers = series(&text, "container_memory_high_events_total");
         assert_eq!(containers.len(), 2, "{text}");
         assert!(text.contains(
-            "nodemem_agent_container_memory_high_events{namespace=\"ns\",pod=\"a\",container=\"app\"} 3"
+            "nodemem_agent_container_memory_high_events_total{namespace=\"ns\",pod=\"a\",container=\"app\"} 3"
         ));
         assert!(text.contains("nodemem_agent_containers_not_exported 1"));
 
         // Pod b is gone: its series go with it.
         m.signals(&pods[..1]);
         let text = m.encode();
-        assert_eq!(series(&text, "pod_oom_kills").len(), 1, "{text}");
-        assert_eq!(series(&text, "container_oom_kills").len(), 2, "{text}");
+        assert_eq!(series(&text, "pod_oom_kills_total").len(), 1, "{text}");
+        assert_eq!(
+            series(&text, "container_oom_kills_total").len(),
+            2,
+            "{text}"
+        );
         assert!(!text.contains("pod=\"b\""), "{text}");
         assert!(text.contains("nodemem_agent_containers_not_exported 0"));
+    }
+
+    /// The QoS classes' counts only grow: a pod that goes away takes nothing from them,
+    /// a pod's growth adds to them, and a pod made again under its name (its counters
+    /// start at 0 again) adds what its new cgroup counts.
+    #[test]
+    fn class_counters_only_grow() {
+        let m = Metrics::new();
+        let count = |m: &Metrics, metric: &str| -> String {
+            let text = m.encode();
+            let line = format!("nodemem_agent_{metric}{{qos=\"burstable\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .unwrap_or_else(|| panic!("no {line} in {text}"))
+                .to_string()
+        };
+        m.signals(&[
+            pod("a", "burstable", (4, 1, 0.0), &[]),
+            pod("b", "burstable", (1, 2, 0.0), &[]),
+        ]);
+        assert_eq!(count(&m, "oom_kills_total"), "3");
+        // b is gone, a grew by one kill.
+        m.signals(&[pod("a", "burstable", (4, 2, 0.0), &[])]);
+        assert_eq!(count(&m, "oom_kills_total"), "4");
+        assert_eq!(count(&m, "memory_high_events_total"), "5");
+        // a made again: its new cgroup's kill counts.
+        m.signals(&[pod("a", "burstable", (0, 1, 0.0), &[])]);
+        assert_eq!(count(&m, "oom_kills_total"), "5");
+        // Read again unchanged: nothing added.
+        m.signals(&[pod("a", "burstable", (0, 1, 0.0), &[])]);
+        assert_eq!(count(&m, "oom_kills_total"), "5");
     }
 }

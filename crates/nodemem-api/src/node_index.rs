@@ -24,6 +24,8 @@ use nodemem_model::policy::PolicySettings;
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexedConfig {
     pub name: String,
+    /// The policy the config is from (its pool).
+    pub policy: String,
     pub revision: String,
     pub generation: Option<i64>,
     pub uid: Option<String>,
@@ -40,6 +42,9 @@ pub struct IndexedConfig {
 #[serde(rename_all = "camelCase")]
 pub struct LastKnown {
     pub config: String,
+    /// Empty in records written before it was kept.
+    #[serde(default)]
+    pub policy: String,
     pub revision: String,
     pub generation: Option<i64>,
     pub settings: NodeSettings,
@@ -196,6 +201,7 @@ impl NodeIndex {
         }
         let indexed = IndexedConfig {
             name: self.node_name.clone(),
+            policy: config.spec.policy.clone(),
             revision: config.spec.revision.clone(),
             generation: config.metadata.generation,
             uid: config.metadata.uid.clone(),
@@ -386,6 +392,7 @@ impl NodeIndex {
         pods.sort_by(|a, b| a.order.cmp(&b.order));
         Some(LastKnown {
             config: config.name.clone(),
+            policy: config.policy.clone(),
             revision: config.revision.clone(),
             generation: config.generation,
             settings: config.spec.clone(),
@@ -399,6 +406,7 @@ impl NodeIndex {
     pub fn restore(&mut self, last: &LastKnown) {
         self.config = Some(IndexedConfig {
             name: last.config.clone(),
+            policy: last.policy.clone(),
             revision: last.revision.clone(),
             generation: last.generation,
             uid: None,

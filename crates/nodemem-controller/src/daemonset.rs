@@ -8,10 +8,11 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use nodemem_api::policy::{NodeSelector, SelectorOperator};
 use serde_json::{json, Value};
 
+use crate::agent_pod::AgentPod;
 use crate::world::World;
 
 /// How the agents are deployed (the controller's flags).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AgentDeploy {
     pub namespace: String,
     pub image: String,
@@ -31,6 +32,8 @@ pub struct AgentDeploy {
     /// The agents' state directory on the hosts.
     pub state_dir: String,
     pub nri: AgentNri,
+    /// Resources, placement, priority, metadata, log level, environment.
+    pub pod: AgentPod,
 }
 
 /// The agents' `--nri`: what the DaemonSet mounts follows from it.
@@ -168,7 +171,7 @@ fn owner_references(d: &AgentDeploy) -> Vec<Value> {
 }
 
 pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
-    let affinity = node_affinity(world);
+    let affinity = d.pod.affinity(&node_affinity(world));
     let mut args = vec![
         "agent".to_string(),
         "--log-format=json".into(),
@@ -258,6 +261,10 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         args.push("--kubelet-healthz-url=off".into());
     }
     let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
+    let mut pod_metadata = json!({"labels": d.pod.labels(&labels)});
+    if !d.pod.pod_annotations.is_empty() {
+        pod_metadata["annotations"] = json!(d.pod.pod_annotations);
+    }
     let probe = |path: &str| json!({"httpGet": {"path": path, "port": 9180}, "periodSeconds": 10});
     let owners = owner_references(d);
     serde_json::from_value(json!({
@@ -268,7 +275,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
             "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": pod_metadata,
                 "spec": {
                     "serviceAccountName": NAME,
                     "imagePullSecrets": d.image_pull_secrets.iter()
@@ -278,22 +285,20 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                     // (no mount per layout), and enforcement: Kubelet notices a restart
                     // it did not run.
                     "hostPID": true,
-                    "priorityClassName": "system-node-critical",
+                    "priorityClassName": (!d.pod.priority_class_name.is_empty())
+                        .then_some(&d.pod.priority_class_name),
                     "affinity": affinity,
-                    // Pools may be tainted; the agent must run wherever its policy applies.
-                    "tolerations": [{"operator": "Exists"}],
+                    "nodeSelector": d.pod.node_selector,
+                    "tolerations": d.pod.tolerations,
                     "containers": [{
                         "name": "agent",
                         "image": d.image,
                         "args": args,
-                        "env": [
-                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                        ],
+                        "env": d.pod.env(),
                         "ports": [{"name": "metrics", "containerPort": 9180}],
                         "livenessProbe": probe("/healthz"),
                         "readinessProbe": probe("/readyz"),
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
+                        "resources": d.pod.resources,
                         // Root writes root-owned cgroup files without any capability.
                         // SYS_PTRACE: the kernel lets a process read another's root
                         // (/proc/<pid>/root) only with it, as the kubelet holds every
@@ -332,6 +337,7 @@ mod tests {
             kubelet_restart_unit: None,
             state_dir: "/var/lib/nodemem".into(),
             nri: AgentNri::Auto,
+            pod: AgentPod::default(),
         }
     }
 
@@ -551,5 +557,67 @@ mod tests {
             ..deploy()
         };
         assert_eq!(secrets(&private), ["registry-a", "registry-b"]);
+    }
+
+    /// The chart's agent values reach the pod: resources, placement (Linux nodes only
+    /// by default, also for a policy that selects every node), tolerations, priority,
+    /// metadata, log level and environment.
+    #[test]
+    fn the_agents_pod_carries_the_given_settings() {
+        let mut w = World::default();
+        let all: NodeMemoryPolicy =
+            serde_json::from_value(json!({"metadata": {"name": "all"}, "spec": {}})).unwrap();
+        w.apply_policy(&all);
+        let template = |d: &AgentDeploy| {
+            serde_json::to_value(agent_daemonset(d, &w).spec.unwrap().template).unwrap()
+        };
+        let plain = template(&deploy());
+        assert_eq!(
+            plain["spec"]["nodeSelector"],
+            json!({"kubernetes.io/os": "linux"})
+        );
+        assert_eq!(
+            plain["spec"]["tolerations"],
+            json!([{"operator": "Exists"}])
+        );
+        assert_eq!(plain["spec"]["priorityClassName"], "system-node-critical");
+        assert_eq!(
+            plain["spec"]["containers"][0]["env"][2],
+            json!({"name": "RUST_LOG", "value": "info"})
+        );
+        let given = AgentPod::parse(
+            &json!({
+                "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                "nodeSelector": {"pool": "x"},
+                "tolerations": [],
+                "priorityClassName": "",
+                "podAnnotations": {"note": "1"},
+                "podLabels": {"team": "platform"},
+                "logLevel": "debug",
+                "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let t = template(&AgentDeploy {
+            pod: given,
+            ..deploy()
+        });
+        let c = &t["spec"]["containers"][0];
+        assert_eq!(
+            c["resources"],
+            json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "128Mi"}})
+        );
+        assert_eq!(t["spec"]["nodeSelector"], json!({"pool": "x"}));
+        assert!(t["spec"].get("tolerations").is_none() || t["spec"]["tolerations"] == json!([]));
+        assert!(t["spec"].get("priorityClassName").is_none());
+        assert_eq!(t["metadata"]["annotations"], json!({"note": "1"}));
+        assert_eq!(t["metadata"]["labels"]["team"], "platform");
+        assert_eq!(t["metadata"]["labels"]["app.kubernetes.io/name"], NAME);
+        assert_eq!(c["env"][2], json!({"name": "RUST_LOG", "value": "debug"}));
+        assert_eq!(
+            c["env"][3],
+            json!({"name": "HTTPS_PROXY", "value": "http://proxy:3128"})
+        );
     }
 }

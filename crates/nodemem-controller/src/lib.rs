@@ -17,6 +17,7 @@
 //! An agent's report on its config is read with `nodemem_api::report`, the rule
 //! `kubectl nodemem` shows too.
 
+pub mod agent_pod;
 mod agent_upkeep;
 pub mod agents;
 mod crd_check;
@@ -127,6 +128,13 @@ pub struct ControllerArgs {
     /// The agents' state directory on the hosts (a hostPath).
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub agent_state_dir: String,
+    /// The agents' pods as a JSON object (the chart's agent values): resources,
+    /// nodeSelector (default: Linux nodes), affinity (ANDed with the policies'
+    /// selectors), tolerations (default: all), priorityClassName, podAnnotations,
+    /// podLabels, logLevel (error, warn, info, debug, trace), env. Absent fields take
+    /// their defaults; an unknown one is refused by name.
+    #[arg(long, value_name = "JSON", value_parser = agent_pod::AgentPod::parse_boxed)]
+    pub agent_pod: Option<Box<agent_pod::AgentPod>>,
     /// The controller's own Deployment in --namespace: stopped (SIGTERM) while it is
     /// gone, being deleted or scaled to zero, the controller stands down: it removes its
     /// handoff finalizer from every policy, so that none is left Terminating without a
@@ -264,6 +272,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 kubelet_restart_unit: args.agent_kubelet_restart_unit.clone(),
                 state_dir: args.agent_state_dir.clone(),
                 nri: args.agent_nri,
+                pod: args.agent_pod.as_deref().cloned().unwrap_or_default(),
             }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

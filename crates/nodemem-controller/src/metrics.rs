@@ -18,6 +18,15 @@ struct NodesLabel {
     state: &'static str,
 }
 
+/// One condition of a policy's status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabel {
+    policy: String,
+    condition: String,
+    status: String,
+    reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WriteLabel {
     kind: &'static str,
@@ -51,6 +60,7 @@ pub struct Metrics {
     registry: Registry,
     policies: Gauge,
     nodes: Family<NodesLabel, Gauge>,
+    conditions: Family<ConditionLabel, Gauge>,
     reconciles: Counter,
     reconcile_seconds: Histogram,
     writes: Family<WriteLabel, Counter>,
@@ -68,10 +78,13 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("nodemem_controller");
+        let mut root = Registry::default();
+        nodemem_plumbing::build_info::register(&mut root, "controller");
+        let registry = root.sub_registry_with_prefix("nodemem_controller");
         let m = Metrics {
             policies: Gauge::default(),
             nodes: Family::default(),
+            conditions: Family::default(),
             reconciles: Counter::default(),
             reconcile_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             writes: Family::default(),
@@ -86,6 +99,11 @@ impl Metrics {
             "nodes",
             "Nodes per policy and rollout state (matched, updated, ready, failed)",
             m.nodes.clone(),
+        );
+        registry.register(
+            "policy_condition",
+            "The policies' status conditions (value 1), by policy, condition, status and reason",
+            m.conditions.clone(),
         );
         registry.register("reconciles", "Decisions computed", m.reconciles.clone());
         registry.register(
@@ -109,7 +127,10 @@ impl Metrics {
             "Watch events waiting behind the one that began the last decision (capped by --event-queue)",
             m.queued_events.clone(),
         );
-        Metrics { registry, ..m }
+        Metrics {
+            registry: root,
+            ..m
+        }
     }
 
     pub fn reconciled(&self, seconds: f64) {
@@ -160,9 +181,20 @@ impl Metrics {
         statuses: impl Iterator<Item = (&'a str, &'a NodeMemoryPolicyStatus)>,
     ) {
         self.nodes.clear();
+        self.conditions.clear();
         let mut n = 0;
         for (policy, s) in statuses {
             n += 1;
+            for c in &s.conditions {
+                self.conditions
+                    .get_or_create(&ConditionLabel {
+                        policy: policy.to_string(),
+                        condition: c.type_.clone(),
+                        status: c.status.clone(),
+                        reason: c.reason.clone(),
+                    })
+                    .set(1);
+            }
             for (state, value) in [
                 ("matched", s.matched_nodes),
                 ("updated", s.updated_nodes),
@@ -207,6 +239,16 @@ mod tests {
     fn series_per_policy_and_state() {
         let m = Metrics::new();
         let s = NodeMemoryPolicyStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Stalled".into(),
+                status: "True".into(),
+                reason: "RolledBack".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+            }],
             matched_nodes: 5,
             updated_nodes: 3,
             ready_nodes: 2,
@@ -225,6 +267,7 @@ mod tests {
             "nodemem_controller_api_writes_total{kind=\"config\",result=\"error\"} 1",
             "nodemem_controller_errors_total{category=\"api_write\"} 1",
             "nodemem_controller_reconciles_total 1",
+            "nodemem_controller_policy_condition{policy=\"general\",condition=\"Stalled\",status=\"True\",reason=\"RolledBack\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -203,7 +203,8 @@ async fn let_go_of_every_policy(client: &Client) -> usize {
         let Some(policy) = p.metadata.name else {
             continue;
         };
-        match nodemem_plumbing::handoff::let_go(&policies, &policy).await {
+        let params = kube::api::PatchParams::default();
+        match nodemem_plumbing::handoff::let_go(&policies, &policy, &params).await {
             Ok(true) => released += 1,
             Ok(false) => {}
             Err(e) => warn!(%policy, error = %e, "handoff finalizer not removed"),

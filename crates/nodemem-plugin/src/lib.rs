@@ -9,7 +9,9 @@
 //!
 //! Values come from the agent's own code ([`node_view`]) on the live objects.
 
+mod cli;
 pub mod cluster;
+pub mod complete;
 pub mod diff;
 pub mod explain;
 pub mod node_view;
@@ -17,9 +19,6 @@ pub mod recommend;
 pub mod render;
 pub mod status;
 
-use std::path::PathBuf;
-
-use clap::{Parser, Subcommand};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use nodemem_api::revision::revision;
@@ -31,65 +30,7 @@ use nodemem_plumbing::CliError;
 use nodemem_plumbing::Outcome;
 use render::Format;
 
-/// The plugin's name on PATH.
-pub const PLUGIN_BINARY: &str = "kubectl-nodemem";
-
-/// nodemem for kubectl: status, explain, diff and rollout control.
-#[derive(Debug, Parser)]
-#[command(name = "kubectl nodemem", bin_name = "kubectl nodemem", version, about)]
-pub struct PluginCli {
-    /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use.
-    #[arg(long, global = true)]
-    pub context: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
-    #[command(subcommand)]
-    pub command: PluginCommand,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum PluginCommand {
-    /// Every policy and its pool: rollout progress, failing nodes with reasons, conflicts.
-    Status,
-    /// Which policy governs NODE and why, its rollout state, and the cgroup values
-    /// nodemem sets for each of its pods.
-    Explain {
-        /// The node's name.
-        node: String,
-    },
-    /// What applying the policies in a file would change: the nodes they select and, per
-    /// node and cgroup, the values from -> to. Exit 0: no change, 1: changes, 2: error.
-    Diff {
-        /// A file of NodeMemoryPolicies (as for kubectl apply -f).
-        #[arg(short = 'f', long = "filename")]
-        filename: PathBuf,
-    },
-    /// The throttling factor POLICY's pool tolerates (status.recommendation, from its
-    /// nodes' observation) with the distribution behind it; -o yaml|json prints the
-    /// policy with that factor, for `kubectl nodemem diff -f` and a commit.
-    Recommend { policy: String },
-    /// Stop POLICY's rollout where it is (spec.rollout.paused: true).
-    Pause { policy: String },
-    /// Let POLICY's rollout continue (spec.rollout.paused: false).
-    Resume { policy: String },
-    /// Return POLICY's pool to its previous revision; the controller records it in
-    /// status.rolledBackRevision until the spec changes.
-    Rollback { policy: String },
-    /// Emergency: let a deleted POLICY's remaining nodes go at once instead of one
-    /// rollout batch after another (removes its nodemem.io/handoff finalizer; their
-    /// configs are then garbage-collected and each node's next policy takes it through
-    /// its rollout). Also the way out for a policy left Terminating without a controller.
-    Release {
-        policy: String,
-        /// Required: releasing at once is the one thing this command does.
-        #[arg(long)]
-        now: bool,
-    },
-}
+pub use cli::{DryRun, PluginCli, PluginCommand, COMPLETION_BINARY, FIELD_MANAGER, PLUGIN_BINARY};
 
 /// Runs the plugin; errors are exit 1, except for `diff`, where they are 2 (changes
 /// are 1), as with `kubectl diff`.
@@ -122,6 +63,9 @@ fn failed(e: CliError, is_diff: bool) -> Outcome {
 }
 
 async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
+    if let PluginCommand::Completion { shell } = &cli.command {
+        return Ok(Outcome::ok(complete::script(*shell)));
+    }
     // The file is read and checked before connecting: a bad file is the first thing
     // to report.
     let file_policies = match &cli.command {
@@ -170,10 +114,13 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
                 }
             }
         }
-        PluginCommand::Pause { policy } => set_paused(&client, policy, true).await,
-        PluginCommand::Resume { policy } => set_paused(&client, policy, false).await,
-        PluginCommand::Rollback { policy } => rollback(&client, policy).await,
-        PluginCommand::Release { policy, now } => release_now(&client, policy, *now).await,
+        PluginCommand::Pause { policy } => set_paused(&client, policy, true, cli.dry_run).await,
+        PluginCommand::Resume { policy } => set_paused(&client, policy, false, cli.dry_run).await,
+        PluginCommand::Rollback { policy } => rollback(&client, policy, cli.dry_run).await,
+        PluginCommand::Release { policy, now } => {
+            release_now(&client, policy, *now, cli.dry_run).await
+        }
+        PluginCommand::Completion { .. } => unreachable!("answered before connecting"),
     }
 }
 
@@ -227,7 +174,12 @@ async fn get_policy(client: &Client, name: &str) -> Result<NodeMemoryPolicy, Cli
         .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))
 }
 
-async fn set_paused(client: &Client, name: &str, paused: bool) -> Result<Outcome, CliError> {
+async fn set_paused(
+    client: &Client,
+    name: &str,
+    paused: bool,
+    dry: DryRun,
+) -> Result<Outcome, CliError> {
     let policy = get_policy(client, name).await?;
     let verb = if paused { "paused" } else { "resumed" };
     if policy.spec.rollout.paused == paused {
@@ -235,20 +187,23 @@ async fn set_paused(client: &Client, name: &str, paused: bool) -> Result<Outcome
             "nodememorypolicy.nodemem.io/{name} already {verb}\n"
         )));
     }
-    Api::<NodeMemoryPolicy>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"rollout": {"paused": paused}}})),
-        )
-        .await
-        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    if dry.sends() {
+        Api::<NodeMemoryPolicy>::all(client.clone())
+            .patch(
+                name,
+                &dry.params(),
+                &Patch::Merge(json!({"spec": {"rollout": {"paused": paused}}})),
+            )
+            .await
+            .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    }
     Ok(Outcome::ok(format!(
-        "nodememorypolicy.nodemem.io/{name} {verb}\n"
+        "nodememorypolicy.nodemem.io/{name} {verb}{}\n",
+        dry.suffix()
     )))
 }
 
-async fn rollback(client: &Client, name: &str) -> Result<Outcome, CliError> {
+async fn rollback(client: &Client, name: &str, dry: DryRun) -> Result<Outcome, CliError> {
     let policy = get_policy(client, name).await?;
     let status = policy.status.clone().unwrap_or_default();
     let current = revision(&policy.spec.settings);
@@ -267,23 +222,31 @@ async fn rollback(client: &Client, name: &str) -> Result<Outcome, CliError> {
             "nodememorypolicy {name}: no previous revision to roll back to (revision {current} is its first)"
         )));
     };
-    Api::<NodeMemoryPolicy>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                nodemem_api::ROLLBACK_ANNOTATION: current
-            }}})),
-        )
-        .await
-        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    if dry.sends() {
+        Api::<NodeMemoryPolicy>::all(client.clone())
+            .patch(
+                name,
+                &dry.params(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    nodemem_api::ROLLBACK_ANNOTATION: current
+                }}})),
+            )
+            .await
+            .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    }
     Ok(Outcome::ok(format!(
-        "nodememorypolicy.nodemem.io/{name} rolling back from revision {current} to {}\n",
-        previous.revision
+        "nodememorypolicy.nodemem.io/{name} rolling back from revision {current} to {}{}\n",
+        previous.revision,
+        dry.suffix()
     )))
 }
 
-async fn release_now(client: &Client, name: &str, now: bool) -> Result<Outcome, CliError> {
+async fn release_now(
+    client: &Client,
+    name: &str,
+    now: bool,
+    dry: DryRun,
+) -> Result<Outcome, CliError> {
     if !now {
         return Err(CliError::one(format!(
             "kubectl nodemem release {name} needs --now: deleting the policy already releases its nodes gradually, through rollouts; --now lets the rest go at once"
@@ -297,16 +260,26 @@ async fn release_now(client: &Client, name: &str, now: bool) -> Result<Outcome, 
     }
     let leaving = policy.status.as_ref().map_or(0, |s| s.leaving_nodes);
     let api = Api::<NodeMemoryPolicy>::all(client.clone());
-    let released = nodemem_plumbing::handoff::let_go(&api, name)
-        .await
-        .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?;
+    let released = if dry.sends() {
+        nodemem_plumbing::handoff::let_go(&api, name, &dry.params())
+            .await
+            .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?
+    } else {
+        policy
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == nodemem_api::HANDOFF_FINALIZER)
+    };
     if !released {
         return Ok(Outcome::ok(format!(
             "nodememorypolicy.nodemem.io/{name} holds no nodemem finalizer: it goes as soon as any other finalizer lets it\n"
         )));
     }
     Ok(Outcome::ok(format!(
-        "nodememorypolicy.nodemem.io/{name} released now: its {leaving} remaining node(s) lose its values at once (their configs are garbage-collected); the policy that selects each next takes it through its rollout\n"
+        "nodememorypolicy.nodemem.io/{name} released now{}: its {leaving} remaining node(s) lose its values at once (their configs are garbage-collected); the policy that selects each next takes it through its rollout\n",
+        dry.suffix()
     )))
 }
 
@@ -315,4 +288,11 @@ pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
     std::path::Path::new(argv0)
         .file_name()
         .is_some_and(|n| n == PLUGIN_BINARY)
+}
+
+/// True when the program was started as the plugin's completion executable.
+pub fn invoked_for_completion(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == COMPLETION_BINARY)
 }

@@ -9,8 +9,13 @@ use serde_json::json;
 
 /// Removes the handoff finalizer from `policy` and keeps every other finalizer. The
 /// resourceVersion read is a precondition (a policy changed meanwhile is read again).
-/// Ok(false): the policy is gone or never had it.
-pub async fn let_go(api: &Api<NodeMemoryPolicy>, policy: &str) -> Result<bool, kube::Error> {
+/// Ok(false): the policy is gone or never had it. `params`: who writes (the field
+/// manager) and whether only as a dry run.
+pub async fn let_go(
+    api: &Api<NodeMemoryPolicy>,
+    policy: &str,
+    params: &PatchParams,
+) -> Result<bool, kube::Error> {
     for _ in 0..5 {
         let Some(p) = api.get_opt(policy).await? else {
             return Ok(false);
@@ -28,10 +33,7 @@ pub async fn let_go(api: &Api<NodeMemoryPolicy>, policy: &str) -> Result<bool, k
             .collect();
         let patch = json!({"metadata": {"resourceVersion": p.metadata.resource_version,
             "finalizers": kept}});
-        match api
-            .patch(policy, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        match api.patch(policy, params, &Patch::Merge(&patch)).await {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),

@@ -6,6 +6,7 @@
 //! finalizer ([`handoff`]) and Events that keep their words ([`events`]).
 
 pub mod allocator;
+pub mod build_info;
 pub mod endpoints;
 pub mod error;
 pub mod events;

@@ -250,7 +250,12 @@ impl Bed {
         match &spec.install {
             Install::Manifests => {
                 step("installing the CRDs and nodemem's RBAC and admission policy (kubectl apply)");
-                for manifests in ["crds", "deploy/agent", "deploy/controller"] {
+                for manifests in [
+                    "crds",
+                    "deploy/namespace.yaml",
+                    "deploy/agent",
+                    "deploy/controller",
+                ] {
                     let path = spec.repo.join(manifests);
                     crate::clients::kubectl(
                         &kubeconfig,

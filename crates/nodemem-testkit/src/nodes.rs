@@ -60,7 +60,13 @@ impl SimNode {
     pub fn new(name: &str) -> Self {
         SimNode {
             name: name.to_string(),
-            labels: BTreeMap::new(),
+            // The labels every kubelet sets on its Node (the agents' DaemonSet selects
+            // Linux nodes by the first).
+            labels: BTreeMap::from([
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+                ("kubernetes.io/hostname".to_string(), name.to_string()),
+            ]),
             kernel_version: "6.1.0-28-amd64".to_string(),
             kubelet_version: "v1.36.3".to_string(),
             numa: (0..2)

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use nodemem_plumbing::endpoints::Endpoints;
+mod exposition;
 
 use nodemem_tidy::repo_root as repo;
 
@@ -33,54 +33,18 @@ fn documented(doc: &str, prefix: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_registered_metric_is_documented_and_nothing_else() {
-    use nodemem_agent::health::Reading;
-    use nodemem_agent::metrics::{Metrics as AgentMetrics, PodSignals, Trigger};
-    use nodemem_controller::metrics::{ErrorCategory, Metrics as ControllerMetrics};
-    // A family (a metric with labels) shows in the exposition once it has a series:
-    // one of each is recorded, as the binaries record them.
-    let agent = AgentMetrics::with_container_series(10);
-    let reading = Reading {
-        high: 1,
-        oom_kill: 1,
-        full_avg60: 0.5,
-    };
-    agent.signals(&[PodSignals {
-        namespace: "ns",
-        pod: "p",
-        qos: "burstable",
-        reading,
-        containers: vec![("c", reading)],
-    }]);
-    agent.pass(Trigger::Start, 0.01);
-    agent.reaction(0.001);
-    agent.writes(1, 1, &[Some(28)], true);
-    agent.node(1, 1, 1, Some((1, 0)));
-    agent.unit_updates(&nodemem_agent::units::HoldOutcome {
-        set: 1,
-        gone: 1,
-        failed: 1,
-    });
-    agent.runtime_records(1, 1);
-    agent.nri_request("adjusted");
-    agent.nri_answer("CreateContainer", 0.001);
-    agent.nri_connection("registered", true);
-    agent.status_write("ok");
-    agent.relief("MemoryHighRelieved");
-    let controller = ControllerMetrics::new();
-    controller.reconciled(0.01);
-    controller.write("config", false);
-    controller.error(ErrorCategory::Watch);
-    let status = nodemem_api::NodeMemoryPolicyStatus::default();
-    controller.policies(std::iter::once(("p", &status)));
-    let text = agent.metrics() + &controller.metrics();
+    let text = exposition::one_of_each();
     let names = registered(&text);
     assert!(names.len() > 20, "{names:?}");
-    // Counters are exposed with `_total`; the doc names the exposed series.
+    // Counters are exposed with `_total`, infos with `_info`; the doc names the
+    // exposed series.
     let exposed: BTreeSet<String> = names
         .iter()
         .map(|n| {
             if text.contains(&format!("# TYPE {n} counter")) {
                 format!("{n}_total")
+            } else if text.contains(&format!("# TYPE {n} info")) {
+                format!("{n}_info")
             } else {
                 n.clone()
             }
@@ -278,4 +242,62 @@ fn every_relative_link_in_the_docs_resolves() {
         }
     }
     assert!(checked > 10, "{checked} links");
+}
+
+/// Every Markdown table in docs/ and the READMEs renders with the columns its header
+/// names: a row with more cells loses the extra ones (a `|` inside a cell must be
+/// escaped), a row with fewer is a row of another table run into this one.
+#[test]
+fn every_docs_table_row_has_its_headers_columns() {
+    let mut files = vec![
+        repo().join("README.md"),
+        repo().join("charts/nodemem/README.md"),
+    ];
+    let mut docs: Vec<_> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    let mut wrong = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let mut header: Option<usize> = None;
+        for (i, line) in text.lines().enumerate() {
+            let Some(row) = line.trim().strip_prefix('|') else {
+                header = None;
+                continue;
+            };
+            let row = row.strip_suffix('|').unwrap_or(row);
+            let cells = cells(row);
+            match header {
+                None => header = Some(cells),
+                Some(n) if n != cells => wrong.push(format!(
+                    "{}:{}: {cells} cells under a header of {n}",
+                    file.strip_prefix(repo()).unwrap_or(&file).display(),
+                    i + 1
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Cells of a row without its outer pipes: `|` splits unless escaped (`\|`).
+fn cells(row: &str) -> usize {
+    let mut n = 1;
+    let mut escaped = false;
+    for c in row.chars() {
+        match c {
+            '\\' => escaped = !escaped,
+            '|' if !escaped => n += 1,
+            _ => escaped = false,
+        }
+        if c != '\\' {
+            escaped = false;
+        }
+    }
+    n
 }

@@ -47,6 +47,16 @@ fn setting(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The most the process was resident since it started (VmHWM), KiB.
+fn peak_resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
 /// Resident memory by kind (anonymous: heap and stacks; file: the binary's pages), KiB.
 fn resident_kinds(pid: u32) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -105,7 +115,13 @@ fn main() {
     .unwrap();
     kubectl(
         &admin_kubeconfig,
-        &["apply", "-f", repo.join("deploy/agent").to_str().unwrap()],
+        &[
+            "apply",
+            "-f",
+            repo.join("deploy/namespace.yaml").to_str().unwrap(),
+            "-f",
+            repo.join("deploy/agent").to_str().unwrap(),
+        ],
     )
     .unwrap();
 
@@ -290,6 +306,7 @@ fn main() {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let cpu_percent = (ticks_after - ticks_before) as f64 / hz / elapsed * 100.0;
     let kinds = resident_kinds(pid);
+    let peak_kib = peak_resident_kib(pid);
     let _ = agent.kill();
     let _ = agent.wait();
     println!(
@@ -303,6 +320,18 @@ fn main() {
         rss_kib as f64 / 1024.0
     );
     println!("agent_idle: resident by kind: {kinds}");
+    // What a memory limit must hold: the most the agent was resident at any time since
+    // it started (its first list of pods and first pass included), against the chart's
+    // default limit.
+    let limit_mib: f64 = nodemem_controller::agent_pod::DEFAULT_MEMORY_LIMIT
+        .trim_end_matches("Mi")
+        .parse()
+        .expect("the default limit in Mi");
+    println!(
+        "agent_idle: peak resident (VmHWM) {:.1} MiB, {:.2}x of the default limit {limit_mib} MiB",
+        peak_kib as f64 / 1024.0,
+        peak_kib as f64 / 1024.0 / limit_mib
+    );
     println!(
         "agent_idle: observation: {samples} samples of {observed} containers, {:.2} ms each on average; relief reads {polled} containers on every tick (no PSI triggers on tmpfs)",
         if samples > 0.0 { sample_time / samples * 1000.0 } else { 0.0 }

@@ -54,6 +54,8 @@ fn main() {
         &[
             "apply",
             "-f",
+            &repo.join("deploy/namespace.yaml").display().to_string(),
+            "-f",
             &repo.join("deploy/agent").display().to_string(),
         ],
     )

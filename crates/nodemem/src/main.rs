@@ -5,6 +5,18 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     nodemem_plumbing::allocator::tune_allocator();
+    // Linked as `kubectl_complete-nodemem`: kubectl asks it to complete `kubectl nodemem`.
+    if std::env::args_os()
+        .next()
+        .is_some_and(|a| nodemem_plugin::invoked_for_completion(&a))
+    {
+        let words: Vec<String> = std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let _ = std::io::stdout().write_all(nodemem_plugin::complete::answer(&words).as_bytes());
+        return ExitCode::SUCCESS;
+    }
     // Installed (or linked) as `kubectl-nodemem`, the binary is the kubectl plugin.
     if std::env::args_os()
         .next()

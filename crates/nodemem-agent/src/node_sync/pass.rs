@@ -114,6 +114,8 @@ impl Passes {
             self.give_back(writers, input).await;
             return None;
         };
+        self.metrics
+            .config(Some((config.policy.as_str(), config.revision.as_str())));
         let round = Round {
             input,
             config,
@@ -155,6 +157,7 @@ impl Passes {
     /// in the cgroups and in the kubelet's configuration.
     async fn give_back(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
         self.publish_creation(None, None, &writers.engine);
+        self.metrics.config(None);
         if let Some(outcome) = writers.kubelet.leave(writers.engine.state()).await {
             info!(
                 ?outcome,

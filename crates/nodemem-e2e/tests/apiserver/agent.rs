@@ -297,6 +297,7 @@ pub(crate) async fn node_without_kubelet(
     driver: CgroupDriver,
     numa_nodes: usize,
 ) -> Arc<CgroupTree> {
+    apply_manifest(client, "deploy/namespace.yaml").await;
     apply_manifest(client, "deploy/agent/rbac.yaml").await;
     apply_manifest(client, "deploy/agent/admission-policy.yaml").await;
     create_namespace(client, namespace).await;
@@ -424,17 +425,17 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     assert_eq!(sick["sinceRevision"]["oomKills"], 5);
     assert_eq!(sick["sinceRevision"]["throttleEvents"], 12);
     assert_eq!(sick["sinceRevision"]["revision"], "rev-1");
-    // The same signals in the metrics, per QoS class (cumulative kernel counters).
+    // The same signals in the metrics, per QoS class (counters).
     assert_eq!(
-        agent.metric("nodemem_agent_oom_kills{qos=\"guaranteed\"}"),
+        agent.metric("nodemem_agent_oom_kills_total{qos=\"guaranteed\"}"),
         Some(5.0)
     );
     assert_eq!(
-        agent.metric("nodemem_agent_memory_high_events{qos=\"guaranteed\"}"),
+        agent.metric("nodemem_agent_memory_high_events_total{qos=\"guaranteed\"}"),
         Some(12.0)
     );
     assert_eq!(
-        agent.metric("nodemem_agent_oom_kills{qos=\"burstable\"}"),
+        agent.metric("nodemem_agent_oom_kills_total{qos=\"burstable\"}"),
         Some(0.0)
     );
     // Per pod (by default) and per container (asked for, within the cap).
@@ -444,20 +445,20 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
         ))
     };
     assert_eq!(
-        pod_series("pod_oom_kills", "guaranteed", "guaranteed"),
+        pod_series("pod_oom_kills_total", "guaranteed", "guaranteed"),
         Some(5.0)
     );
     assert_eq!(
-        pod_series("pod_memory_high_events", "guaranteed", "guaranteed"),
+        pod_series("pod_memory_high_events_total", "guaranteed", "guaranteed"),
         Some(12.0)
     );
     assert_eq!(
-        pod_series("pod_oom_kills", "burstable", "burstable"),
+        pod_series("pod_oom_kills_total", "burstable", "burstable"),
         Some(0.0)
     );
     assert_eq!(
         agent.metric(&format!(
-            "nodemem_agent_container_oom_kills{{namespace=\"{NS}\",pod=\"burstable\",container=\"app\"}}"
+            "nodemem_agent_container_oom_kills_total{{namespace=\"{NS}\",pod=\"burstable\",container=\"app\"}}"
         )),
         Some(0.0)
     );
@@ -758,6 +759,7 @@ async fn the_agent_reports_a_node_it_cannot_enforce_and_waits() {
     const NODE2: &str = "agent-node-2";
     let cp = cluster();
     let client = admin().await;
+    apply_manifest(&client, "deploy/namespace.yaml").await;
     apply_manifest(&client, "deploy/agent/rbac.yaml").await;
     apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
     SimNode::new(NODE2).register(&client).await.unwrap();

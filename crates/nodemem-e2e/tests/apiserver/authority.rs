@@ -73,6 +73,7 @@ fn denied(result: &Result<DynamicObject, kube::Error>) -> Option<String> {
 async fn each_agent_writes_only_its_own_nodes_config_status() {
     let cp = cluster();
     let client = admin().await;
+    apply_manifest(&client, "deploy/namespace.yaml").await;
     apply_manifest(&client, "deploy/agent/rbac.yaml").await;
     apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
     for node in ["authority-a", "authority-b"] {

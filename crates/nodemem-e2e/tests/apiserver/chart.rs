@@ -41,6 +41,35 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
+/// The `--agent-pod` argument the chart passes the controller with these `--set`s.
+fn rendered_agent_pod(sets: &[&str]) -> String {
+    let chart = repo().join("charts/nodemem");
+    let mut args = vec!["template", "nodemem", chart.to_str().unwrap()];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let docs = documents(&helm(&args));
+    let deployment = find(&docs, "Deployment", "nodemem-controller");
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|a| a.starts_with("--agent-pod="))
+        .expect("the chart passes --agent-pod")
+        .to_string()
+}
+
+/// The agents' values the install test sets, and what its DaemonSet must then hold.
+const AGENT_VALUES: [&str; 6] = [
+    "agent.logLevel=debug",
+    "agent.podLabels.team=platform",
+    "agent.podAnnotations.note=chart",
+    "agent.resources.limits.memory=128Mi",
+    "agent.env[0].name=HTTPS_PROXY",
+    "agent.env[0].value=http://proxy:3128",
+];
+
 fn deploy_docs() -> Vec<Value> {
     [
         "deploy/agent/rbac.yaml",
@@ -107,6 +136,24 @@ fn the_chart_lints_and_renders_what_production_needs() {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
     assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
+    // The agents' pod settings: the values.yaml defaults, as the controller's own.
+    let agent_pod = rendered_agent_pod(&[]);
+    let agent_pod: Value =
+        serde_json::from_str(agent_pod.strip_prefix("--agent-pod=").unwrap()).unwrap();
+    assert_eq!(
+        agent_pod["nodeSelector"],
+        json!({"kubernetes.io/os": "linux"})
+    );
+    assert_eq!(agent_pod["tolerations"], json!([{"operator": "Exists"}]));
+    assert_eq!(
+        agent_pod["resources"]["limits"]["memory"],
+        nodemem_controller::agent_pod::DEFAULT_MEMORY_LIMIT
+    );
+    assert_eq!(
+        nodemem_controller::agent_pod::AgentPod::parse(&agent_pod.to_string()),
+        Ok(Default::default()),
+        "values.yaml's agent defaults are the controller's"
+    );
     // Every flag the chart passes is one the controller has.
     let help = Command::new(nodemem_e2e::nodemem())
         .args(["controller", "--help"])
@@ -269,7 +316,11 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         agent_resync_seconds: 5,
         install: Install::Chart {
             release: "nodemem".into(),
-            args: vec!["--set".into(), "controller.replicas=2".into()],
+            args: ["controller.replicas=2"]
+                .iter()
+                .chain(AGENT_VALUES.iter())
+                .flat_map(|v| ["--set".to_string(), v.to_string()])
+                .collect(),
         },
         controller_args: vec![
             "--namespace=nodemem-system".into(),
@@ -277,6 +328,8 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             "--agent-image=nodemem:chart-test".into(),
             "--agent-image-pull-secret=regcred".into(),
             "--agent-pod-security-labels".into(),
+            // As the chart's Deployment passes it.
+            rendered_agent_pod(&AGENT_VALUES),
         ],
         // A hardened cluster: namespaces without labels get baseline, which refuses
         // the agents (host paths, the host's PID namespace) unless the chart labels
@@ -358,6 +411,52 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         ])
         .unwrap();
     assert_eq!(pull, "regcred", "the agents pull with the chart's secrets");
+    // The chart's agent values, in the DaemonSet the controller built.
+    let template = bed
+        .kubectl(&[
+            "get",
+            "daemonset",
+            "nodemem-agent",
+            "-n",
+            "nodemem-system",
+            "-o",
+            "jsonpath={.spec.template}",
+        ])
+        .unwrap();
+    let template: Value = serde_json::from_str(&template).unwrap();
+    let agent = &template["spec"]["containers"][0];
+    assert_eq!(
+        agent["resources"]["limits"]["memory"], "128Mi",
+        "{template}"
+    );
+    assert_eq!(agent["resources"]["requests"]["memory"], "32Mi");
+    let env: Vec<String> = agent["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            format!(
+                "{}={}",
+                v["name"].as_str().unwrap(),
+                v["value"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert!(env.contains(&"RUST_LOG=debug".to_string()), "{env:?}");
+    assert!(
+        env.contains(&"HTTPS_PROXY=http://proxy:3128".to_string()),
+        "{env:?}"
+    );
+    assert_eq!(template["metadata"]["labels"]["team"], "platform");
+    assert_eq!(template["metadata"]["annotations"]["note"], "chart");
+    assert_eq!(
+        template["spec"]["nodeSelector"]["kubernetes.io/os"],
+        "linux"
+    );
+    assert_eq!(
+        template["spec"]["priorityClassName"],
+        "system-node-critical"
+    );
     // Owned by the controller's Deployment: Argo CD shows the agents under the
     // release's Deployment, and they go with it.
     let owner = bed
@@ -771,5 +870,164 @@ fn uninstall_leaves_nothing_and_gives_every_value_back(
         changed.is_empty(),
         "values not given back:\n{}",
         changed.join("\n")
+    );
+}
+
+/// A value misspelt or of the wrong type fails `helm template`, `helm lint` and `helm
+/// install` (on the real control plane) with a message that names it: the chart's
+/// values.schema.json, which Helm checks before rendering anything.
+#[test]
+fn the_chart_refuses_misspelt_values_by_name() {
+    let chart = repo().join("charts/nodemem");
+    let chart = chart.to_str().unwrap();
+    let kubeconfig = crate::common::cluster().admin_kubeconfig().to_path_buf();
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, values, named) in [
+        // YAML's yes is a boolean, not one of auto, on, off.
+        ("nri", "agent:\n  nri: yes\n", "nri"),
+        (
+            "quoted",
+            "controller:\n  writeConcurrency: \"64\"\n",
+            "writeConcurrency",
+        ),
+        ("unknown", "agent:\n  nodeSelectr: {}\n", "nodeSelectr"),
+        ("group", "controler:\n  replicas: 1\n", "controler"),
+        (
+            "inside",
+            "agent:\n  tolerations: [{operator: Exists, efect: NoSchedule}]\n",
+            "efect",
+        ),
+        ("level", "agent:\n  logLevel: verbose\n", "logLevel"),
+        (
+            "quantity",
+            "agent:\n  resources: {limits: {memory: 96MB}}\n",
+            "memory",
+        ),
+    ] {
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&file, values).unwrap();
+        let file = file.to_str().unwrap();
+        for command in [
+            vec!["template", "nodemem", chart, "-f", file],
+            vec!["lint", "--strict", chart, "-f", file],
+            vec![
+                "install",
+                "schema-check",
+                chart,
+                "-f",
+                file,
+                "--namespace",
+                "chart-schema",
+                "--create-namespace",
+            ],
+        ] {
+            let out = Command::new(&bin.helm)
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .args(&command)
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !out.status.success(),
+                "helm {} accepted {values:?}",
+                command[0]
+            );
+            assert!(
+                said.contains("schema") && said.contains(named),
+                "helm {} with {values:?} does not name {named}: {said}",
+                command[0]
+            );
+        }
+    }
+}
+
+/// An object as compared between deploy/ and the chart: its metadata reduced to name and
+/// namespace, and Helm's own labels (`helm.sh/chart`, `app.kubernetes.io/managed-by`)
+/// taken out of the labels inside it (a pod template's).
+fn comparable(object: &Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::Object(labels)) = map.get_mut("labels") {
+                    labels.remove("helm.sh/chart");
+                    labels.remove("app.kubernetes.io/managed-by");
+                }
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut o = object.clone();
+    let metadata = json!({"name": o["metadata"]["name"], "namespace": o["metadata"]["namespace"]});
+    o["metadata"] = metadata;
+    strip(&mut o);
+    o
+}
+
+/// `kubectl apply -k deploy/` installs what the chart installs with its defaults (CRDs
+/// included): the same objects with the same contents, Helm's labels aside. deploy/ has
+/// the Namespace (Helm makes it with --create-namespace) and no uninstall hook (uninstall
+/// from deploy/ runs `nodemem stand-down --give-back` first, docs/operations.md).
+#[test]
+fn the_kustomize_install_in_deploy_is_what_the_chart_renders() {
+    let chart = repo().join("charts/nodemem");
+    let rendered = documents(&helm(&[
+        "template",
+        "nodemem",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "nodemem-system",
+        "--include-crds",
+    ]));
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .args(["kustomize", repo().join("deploy").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kustomized = documents(&String::from_utf8_lossy(&out.stdout));
+    let key = |d: &Value| {
+        format!(
+            "{} {}",
+            d["kind"].as_str().unwrap(),
+            d["metadata"]["name"].as_str().unwrap()
+        )
+    };
+    let from_chart: BTreeMap<String, Value> = rendered
+        .iter()
+        .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .map(|d| (key(d), comparable(d)))
+        .collect();
+    let from_deploy: BTreeMap<String, Value> = kustomized
+        .iter()
+        .filter(|d| d["kind"] != "Namespace")
+        .map(|d| (key(d), comparable(d)))
+        .collect();
+    assert_eq!(
+        from_chart.keys().collect::<Vec<_>>(),
+        from_deploy.keys().collect::<Vec<_>>(),
+        "the objects"
+    );
+    for (k, chart_object) in &from_chart {
+        assert_eq!(
+            chart_object, &from_deploy[k],
+            "{k}: the chart's against deploy/'s"
+        );
+    }
+    assert!(from_chart.contains_key("Deployment nodemem-controller"));
+    let namespace = find(&kustomized, "Namespace", "nodemem-system");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "privileged"
     );
 }

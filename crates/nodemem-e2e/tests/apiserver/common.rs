@@ -101,7 +101,7 @@ pub async fn own_control_plane_with(
     nodemem_testkit::crds::install_dir(&cp, &repo().join("crds"))
         .await
         .unwrap();
-    for dir in ["deploy/agent", "deploy/controller"] {
+    for dir in ["deploy/namespace.yaml", "deploy/agent", "deploy/controller"] {
         let path = repo().join(dir);
         nodemem_testkit::clients::kubectl(
             cp.admin_kubeconfig(),

@@ -286,6 +286,7 @@ fn restarts(p: &Paths) -> usize {
 async fn kubelet_mode_renders_a_valid_drop_in_and_restarts_the_kubelet() {
     let cp = cluster();
     let client = admin().await;
+    apply_manifest(&client, "deploy/namespace.yaml").await;
     apply_manifest(&client, "deploy/agent/rbac.yaml").await;
     apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
     SimNode::new(NODE).register(&client).await.unwrap();

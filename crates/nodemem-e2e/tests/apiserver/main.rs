@@ -4,6 +4,7 @@
 
 mod agent;
 mod agents_blocked;
+mod alerts;
 mod authority;
 mod chart;
 mod churn_soak;

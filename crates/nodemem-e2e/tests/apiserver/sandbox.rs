@@ -933,10 +933,68 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         );
     }
 
+    // kubectl completes the plugin's words through kubectl_complete-nodemem: its
+    // subcommands, and the cluster's policies and nodes.
+    let complete = |words: &[&str]| {
+        let mut args = vec!["__complete", "nodemem"];
+        args.extend(words);
+        shell.kubectl(&args)
+    };
+    let subcommands = complete(&[""]);
+    assert!(
+        subcommands.lines().any(|l| l.starts_with("pause\t"))
+            && subcommands.lines().any(|l| l.starts_with("explain\t"))
+            && subcommands.lines().last() == Some(":4"),
+        "{subcommands}"
+    );
+    let policies = complete(&["pause", "gen"]);
+    assert_eq!(policies.lines().collect::<Vec<_>>(), ["general", ":4"]);
+    let nodes = complete(&["explain", ""]);
+    assert!(nodes.lines().any(|l| l == "general-1"), "{nodes}");
+    let formats = complete(&["status", "-o", ""]);
+    assert!(formats.lines().any(|l| l.starts_with("yaml")), "{formats}");
+
+    // A dry run (the apiserver's, or none sent) says so and pauses nothing.
+    let paused = || {
+        shell.kubectl(&[
+            "get",
+            "nmp",
+            "general",
+            "-o",
+            "jsonpath={.spec.rollout.paused}",
+        ])
+    };
+    let before = paused();
+    assert_ne!(before, "true");
+    for (flag, said) in [
+        ("--dry-run=server", "general paused (server dry run)"),
+        ("--dry-run", "general paused (dry run)"),
+    ] {
+        let out = shell.kubectl(&["nodemem", "pause", "general", flag]);
+        assert!(out.contains(said), "{out}");
+        assert_eq!(paused(), before, "{flag} paused it");
+    }
     // pause: the applied change waits; resume: it rolls out.
     assert!(shell
         .kubectl(&["nodemem", "pause", "general"])
         .contains("general paused"));
+    // The plugin's write is its own in managedFields (and the audit log).
+    let managers = shell.json(&[
+        "get",
+        "nmp",
+        "general",
+        "--show-managed-fields",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        managers["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["manager"] == "kubectl-nodemem"),
+        "{managers}"
+    );
     let first_revision = general["revision"].as_str().unwrap().to_string();
     shell.kubectl(&["apply", "-f", "general.yaml"]);
     let new_revision = g1["revision"]["to"].as_str().unwrap().to_string();

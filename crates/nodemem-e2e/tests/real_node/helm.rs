@@ -26,6 +26,8 @@ pub(crate) async fn helm_install_and_uninstall_leave_nothing_behind(
         &[
             "delete",
             "-f",
+            repo.join("deploy/namespace.yaml").to_str().unwrap(),
+            "-f",
             repo.join("deploy/agent").to_str().unwrap(),
             "-f",
             repo.join("deploy/controller").to_str().unwrap(),

@@ -549,7 +549,12 @@ async fn install_nodemem(
 ) -> Installed {
     let repo = repo_root();
     let admin = cp.admin_kubeconfig();
-    for manifests in ["crds", "deploy/agent", "deploy/controller"] {
+    for manifests in [
+        "crds",
+        "deploy/namespace.yaml",
+        "deploy/agent",
+        "deploy/controller",
+    ] {
         kubectl(
             admin,
             &["apply", "-f", repo.join(manifests).to_str().unwrap()],

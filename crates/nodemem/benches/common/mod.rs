@@ -41,7 +41,17 @@ impl Cluster {
             ],
         )
         .unwrap();
-        kubectl(&admin, &["apply", "-f", &path("deploy/controller")]).unwrap();
+        kubectl(
+            &admin,
+            &[
+                "apply",
+                "-f",
+                &path("deploy/namespace.yaml"),
+                "-f",
+                &path("deploy/controller"),
+            ],
+        )
+        .unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let client = runtime.block_on(cp.client(&Identity::Admin)).unwrap();
         Cluster {

@@ -179,6 +179,8 @@ async fn sandbox(
     std::fs::create_dir_all(&tools).map_err(|e| CliError::one(e.to_string()))?;
     let _ = std::os::unix::fs::symlink(bin.join("kubectl"), tools.join("kubectl"));
     let _ = std::os::unix::fs::symlink(nodemem, tools.join(nodemem_plugin::PLUGIN_BINARY));
+    // kubectl (1.26+) completes `kubectl nodemem <TAB>` by running this one.
+    let _ = std::os::unix::fs::symlink(nodemem, tools.join(nodemem_plugin::COMPLETION_BINARY));
     out.line(&format!(
         "control plane up in {:.0}s; {} nodes in 3 pools, agents and controller running",
         started.elapsed().as_secs_f64(),

@@ -1,0 +1,156 @@
+//! The chart's alerts with the real promtool (built from its module by
+//! tests/scripts/build-promtool.sh): the PrometheusRule helm renders passes `promtool
+//! check rules`, and its unit tests (tests/alerts/nodemem_test.yaml) pass `promtool test
+//! rules`; a threshold moved makes them fail (they test the rules, not themselves).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::repo;
+
+fn promtool() -> PathBuf {
+    let script = repo().join("tests/scripts/build-promtool.sh");
+    let out = Command::new("bash").arg(&script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().unwrap().trim())
+}
+
+/// The chart's PrometheusRule objects rendered with these `--set`s and API versions.
+fn rules(sets: &[&str], api_versions: &[&str]) -> Vec<Value> {
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let chart = repo().join("charts/nodemem");
+    let mut cmd = Command::new(&bin.helm);
+    cmd.args(["template", "nodemem", chart.to_str().unwrap()]);
+    cmd.args(["--namespace", "nodemem-system"]);
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    for api in api_versions {
+        cmd.args(["--api-versions", api]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .filter(|d: &Value| d["kind"] == "PrometheusRule")
+        .collect()
+}
+
+const MONITORING: &str = "monitoring.coreos.com/v1/PrometheusRule";
+
+/// promtool's verdict (success, what it said) on the unit tests against `rule`.
+fn run(promtool: &Path, dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The rule's groups as a Prometheus rule file, and the unit tests beside it.
+fn rule_files(dir: &Path, rule: &Value) {
+    let file = serde_json::json!({"groups": rule["spec"]["groups"]});
+    std::fs::write(
+        dir.join("nodemem-rules.yaml"),
+        serde_yaml::to_string(&file).unwrap(),
+    )
+    .unwrap();
+    std::fs::copy(
+        repo().join("crates/nodemem-e2e/tests/alerts/nodemem_test.yaml"),
+        dir.join("nodemem_test.yaml"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_charts_alerts_pass_promtool_and_their_unit_tests() {
+    // Off by default; on, only where the monitoring API is served.
+    assert!(rules(&[], &[MONITORING]).is_empty());
+    assert!(rules(&["prometheusRule.enabled=true"], &[]).is_empty());
+    let rendered = rules(&["prometheusRule.enabled=true"], &[MONITORING]);
+    assert_eq!(rendered.len(), 1);
+    let alerts: Vec<&str> = rendered[0]["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert_eq!(alerts.len(), 7, "{alerts:?}");
+
+    let promtool = promtool();
+    let dir = tempfile::tempdir().unwrap();
+    rule_files(dir.path(), &rendered[0]);
+    let (ok, said) = run(
+        &promtool,
+        dir.path(),
+        &["check", "rules", "nodemem-rules.yaml"],
+    );
+    assert!(ok && said.contains("SUCCESS: 7 rules found"), "{said}");
+    let (ok, said) = run(
+        &promtool,
+        dir.path(),
+        &["test", "rules", "nodemem_test.yaml"],
+    );
+    assert!(ok, "promtool test rules:\n{said}");
+
+    // Every alert is tested firing and not firing.
+    let tests: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(dir.path().join("nodemem_test.yaml")).unwrap(),
+    )
+    .unwrap();
+    let cases: Vec<(&str, bool)> = tests["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_array().unwrap())
+        .map(|c| {
+            let fires = !c["exp_alerts"].as_array().unwrap().is_empty();
+            (c["alertname"].as_str().unwrap(), fires)
+        })
+        .collect();
+    for alert in &alerts {
+        for fires in [true, false] {
+            assert!(
+                cases.contains(&(alert, fires)),
+                "{alert} has no case where it {}",
+                if fires { "fires" } else { "stays silent" }
+            );
+        }
+    }
+
+    // A threshold the tests do not expect: they fail, naming the alert.
+    let moved = rules(
+        &[
+            "prometheusRule.enabled=true",
+            "prometheusRule.oomKillsPerPool=20",
+        ],
+        &[MONITORING],
+    );
+    rule_files(dir.path(), &moved[0]);
+    let (ok, said) = run(
+        &promtool,
+        dir.path(),
+        &["test", "rules", "nodemem_test.yaml"],
+    );
+    assert!(!ok && said.contains("NodememOOMKillBurst"), "{said}");
+}
