@@ -112,8 +112,16 @@ impl AgentPod {
         if !given.is_object() {
             return Err(format!("--agent-pod must be a JSON object, not {given}"));
         }
-        let pod: AgentPod =
+        let mut pod: AgentPod =
             serde_json::from_value(given.clone()).map_err(|e| format!("--agent-pod: {e}"))?;
+        // `affinity: {}` (the chart's default) is no affinity.
+        if pod
+            .affinity
+            .as_ref()
+            .is_some_and(|a| *a == Affinity::default())
+        {
+            pod.affinity = None;
+        }
         let read = serde_json::to_value(&pod).expect("serializable");
         if let Some(path) = lost_field(&given, &read, "") {
             return Err(format!("--agent-pod: unknown field {path}"));

@@ -948,10 +948,12 @@ fn the_chart_refuses_misspelt_values_by_name() {
 
 /// An object as compared between deploy/ and the chart: its metadata reduced to name and
 /// namespace, and Helm's own labels (`helm.sh/chart`, `app.kubernetes.io/managed-by`)
-/// taken out of the labels inside it (a pod template's).
+/// taken out of the labels inside it (a pod template's), numbers as numbers (kustomize
+/// writes the CRDs' `1.0` as `1`).
 fn comparable(object: &Value) -> Value {
     fn strip(v: &mut Value) {
         match v {
+            Value::Number(n) => *v = json!(n.as_f64()),
             Value::Object(map) => {
                 if let Some(Value::Object(labels)) = map.get_mut("labels") {
                     labels.remove("helm.sh/chart");
@@ -1025,6 +1027,30 @@ fn the_kustomize_install_in_deploy_is_what_the_chart_renders() {
         );
     }
     assert!(from_chart.contains_key("Deployment nodemem-controller"));
+    // The real apiserver takes every object as kubectl applies them (admission and
+    // validation run; a server-side dry run keeps nothing).
+    // Its namespace for real first: a dry run creates none for the objects in it (other
+    // tests on this control plane apply the same file).
+    let kubeconfig = crate::common::cluster().admin_kubeconfig().to_path_buf();
+    let namespace = repo().join("deploy/namespace.yaml");
+    nodemem_testkit::clients::kubectl(&kubeconfig, &["apply", "-f", namespace.to_str().unwrap()])
+        .unwrap();
+    let applied = Command::new(&bin.kubectl)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["apply", "--server-side", "--dry-run=server", "-k"])
+        .arg(repo().join("deploy"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&applied.stdout);
+    assert!(
+        applied.status.success(),
+        "kubectl apply -k deploy/: {said}{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(
+        said.contains("deployment.apps/nodemem-controller serverside-applied (server dry run)"),
+        "{said}"
+    );
     let namespace = find(&kustomized, "Namespace", "nodemem-system");
     assert_eq!(
         namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
