@@ -262,6 +262,7 @@ fn agent_once(
     use nodemem_model::cgroup_layout::CgroupDriver;
     use nodemem_model::qos::QosClass;
     let root = dir.join(format!("node-{arch}"));
+    std::fs::create_dir_all(root.join("cgroup")).unwrap();
     let tree = nodemem_testkit::cgroup_tree::CgroupTree::at(
         &root.join("cgroup"),
         CgroupDriver::Systemd,
