@@ -201,6 +201,18 @@ fn check_rollout(rollout: &RolloutSpec, problems: &mut Vec<Problem>) {
             "must be greater than or equal to 0",
         ));
     }
+    // As Deployment validation refuses minReadySeconds at or above
+    // progressDeadlineSeconds: a node must be ready that long before it counts, and
+    // fails at the deadline first, so every healthy node would fail.
+    if rollout.min_ready_seconds >= rollout.progress_deadline_seconds {
+        problems.push(Problem::new(
+            "spec.rollout.minReadySeconds",
+            format!(
+                "must be less than progressDeadlineSeconds ({}): a node ready for {} s would fail at the deadline first",
+                rollout.progress_deadline_seconds, rollout.min_ready_seconds
+            ),
+        ));
+    }
     if rollout.max_failures < 1 {
         problems.push(Problem::new(
             "spec.rollout.maxFailures",

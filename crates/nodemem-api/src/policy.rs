@@ -173,6 +173,9 @@ pub struct NodeSelector {
         "x-kubernetes-validations" = [{
             "rule": "self.all(k, self[k].matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))",
             "message": "a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)"
+        }, {
+            "rule": "self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",
+            "message": "a label key is a name of at most 63 characters (alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric), optionally after a DNS subdomain of at most 253 characters and '/' (no node can carry any other)"
         }]
     ))]
     pub match_labels: BTreeMap<String, String>,
@@ -194,6 +197,11 @@ pub struct NodeSelector {
     {
         "rule": "!has(self.values) || self.values.all(v, v.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))",
         "message": "a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)"
+    },
+    {
+        "rule": "self.key.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!self.key.contains('/') || self.key.indexOf('/') <= 253)",
+        "message": "a label key is a name of at most 63 characters (alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric), optionally after a DNS subdomain of at most 253 characters and '/' (no node can carry any other)",
+        "fieldPath": ".key"
     }
 ]))]
 pub struct NodeSelectorRequirement {
@@ -479,6 +487,13 @@ impl Default for HealthSpec {
         "rule": "!has(self.maxUnavailable) || (type(self.maxUnavailable) == int ? self.maxUnavailable != 0 : self.maxUnavailable != '0%') || (has(self.canary) && (type(self.canary) == int ? self.canary != 0 : self.canary != '0%'))",
         "message": "maxUnavailable 0 with no canary would never move a node: set maxUnavailable to at least 1 (or 1%)",
         "fieldPath": ".maxUnavailable"
+    },
+    // As Deployment validation: a node must be ready for minReadySeconds and fails at
+    // progressDeadlineSeconds, so every healthy node would fail first.
+    {
+        "rule": "!has(self.minReadySeconds) || !has(self.progressDeadlineSeconds) || self.minReadySeconds < self.progressDeadlineSeconds",
+        "message": "minReadySeconds must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
+        "fieldPath": ".minReadySeconds"
     }
 ]))]
 pub struct RolloutSpec {

@@ -74,6 +74,13 @@ fn terms(world: &World) -> Vec<Value> {
     let mut every_node = false;
     for p in world.policies.values() {
         let s: &NodeSelector = &p.spec.node_selector;
+        // A selector the apiserver's node affinity would refuse (a key no node can
+        // carry, which admission refuses too, but an older CRD may have stored) places
+        // no agent: one policy must never stop the DaemonSet for every pool. Such a
+        // policy is never accepted and governs no node.
+        if !nodemem_api::convert::to_selector(s).validate("").is_empty() {
+            continue;
+        }
         if s.match_labels.is_empty() && s.match_expressions.is_empty() {
             every_node = true;
             continue;
@@ -619,5 +626,26 @@ mod tests {
             c["env"][3],
             json!({"name": "HTTPS_PROXY", "value": "http://proxy:3128"})
         );
+    }
+
+    /// A policy whose selector names a key no node can carry (stored before admission
+    /// refused it) places no agent and leaves the others' placement as it was.
+    #[test]
+    fn a_selector_the_apiserver_would_refuse_places_no_agent() {
+        let mut w = World::default();
+        let policy = |name: &str, selector: Value| -> NodeMemoryPolicy {
+            serde_json::from_value(
+                json!({"metadata": {"name": name}, "spec": {"nodeSelector": selector}}),
+            )
+            .unwrap()
+        };
+        w.apply_policy(&policy("a", json!({"matchLabels": {"pool": "a"}})));
+        let before = affinity(&agent_daemonset(&deploy(), &w));
+        w.apply_policy(&policy(
+            "bad",
+            json!({"matchExpressions": [{"key": "bad key!", "operator": "DoesNotExist"}]}),
+        ));
+        assert_eq!(affinity(&agent_daemonset(&deploy(), &w)), before);
+        assert!(!before.to_string().contains("bad key"));
     }
 }

@@ -151,6 +151,34 @@ async fn remove_everything(
             .map(|_| ()),
         &format!("DaemonSet {namespace}/{daemonset}"),
     )?;
+    wait_gone(&daemonsets, daemonset).await;
     info!("deleted every NodeMemoryConfig, the controller's Lease and the agent DaemonSet");
     Ok(())
+}
+
+/// Seconds the hook waits for the agent DaemonSet to be gone: a foreground deletion
+/// waits for its pods, which their kubelets take down (their own grace period).
+const DAEMONSET_GONE_SECONDS: u64 = 60;
+
+/// Waits until the DaemonSet is gone (its pods with it), so that `helm uninstall`
+/// returns with nothing of nodemem's left; warns with what is left after the wait.
+async fn wait_gone(daemonsets: &Api<DaemonSet>, name: &str) {
+    let deadline =
+        tokio::time::Instant::now() + std::time::Duration::from_secs(DAEMONSET_GONE_SECONDS);
+    loop {
+        match daemonsets.get_opt(name).await {
+            Ok(None) => return,
+            Ok(Some(_)) if tokio::time::Instant::now() < deadline => {}
+            Ok(Some(ds)) => {
+                let pods = ds.status.map_or(0, |s| s.current_number_scheduled);
+                warn!(daemonset = name, pods, "the agent DaemonSet is still being deleted (its pods are terminating); it goes once they are");
+                return;
+            }
+            Err(e) => {
+                warn!(daemonset = name, error = %e, "cannot read the agent DaemonSet while it is deleted");
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }

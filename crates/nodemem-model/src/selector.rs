@@ -42,10 +42,15 @@ impl LabelSelector {
     /// Problems the apiserver's LabelSelector validation would report.
     pub fn validate(&self, path: &str) -> Vec<Problem> {
         let mut problems = Vec::new();
+        for key in self.match_labels.keys() {
+            if let Err(e) = label_key(key) {
+                problems.push(Problem::new(format!("{path}.matchLabels"), e));
+            }
+        }
         for (i, r) in self.match_expressions.iter().enumerate() {
             let p = format!("{path}.matchExpressions[{i}]");
-            if r.key.is_empty() {
-                problems.push(Problem::new(format!("{p}.key"), "must not be empty"));
+            if let Err(e) = label_key(&r.key) {
+                problems.push(Problem::new(format!("{p}.key"), e));
             }
             match r.operator {
                 Operator::In | Operator::NotIn if r.values.is_empty() => {
@@ -65,6 +70,45 @@ impl LabelSelector {
         }
         problems
     }
+}
+
+/// A label key as Kubernetes takes it (`validation.IsQualifiedName`): a name of at most
+/// 63 characters (alphanumerics, '-', '_' and '.', starting and ending with an
+/// alphanumeric), optionally after a DNS subdomain prefix of at most 253 characters and
+/// '/'. No node carries any other key, and a node affinity naming one is refused, which
+/// would stop the agents' DaemonSet for every pool.
+pub fn label_key(key: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("{key:?} is not a label key: {why}"));
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if name.is_empty() || name.len() > 63 {
+        return bad("its name must be 1 to 63 characters");
+    }
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    if !name.starts_with(alnum)
+        || !name.ends_with(alnum)
+        || !name
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+    {
+        return bad("its name must be alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric");
+    }
+    if let Some(prefix) = prefix {
+        let label = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        if prefix.len() > 253 || !prefix.split('.').all(label) {
+            return bad("its prefix must be a DNS subdomain (lowercase alphanumerics, '-' and '.', at most 253 characters)");
+        }
+    }
+    Ok(())
 }
 
 impl Requirement {
@@ -148,5 +192,51 @@ mod tests {
             problems[2].path,
             "spec.nodeSelector.matchExpressions[2].key"
         );
+    }
+
+    /// As Kubernetes' IsQualifiedName: the keys nodes carry pass, the rest are refused.
+    #[test]
+    fn label_keys_are_qualified_names() {
+        for good in [
+            "pool",
+            "nodemem.io/pool",
+            "kubernetes.io/os",
+            "node.kubernetes.io/instance-type",
+            "a",
+            "A_b-c.d",
+            &"x".repeat(63),
+            &format!("{0}.{0}.{0}.{1}/x", "a".repeat(63), "a".repeat(61)),
+        ] {
+            assert_eq!(label_key(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "bad key!",
+            "-pool",
+            "pool-",
+            "/pool",
+            "nodemem.io/",
+            "Nodemem.io/pool",
+            "a/b/c",
+            "nodemem..io/pool",
+            &"x".repeat(64),
+            &format!("{0}.{0}.{0}.{1}/x", "a".repeat(63), "a".repeat(62)),
+            &format!("{}.io/x", "a".repeat(64)),
+        ] {
+            assert!(label_key(bad).is_err(), "{bad:?} accepted");
+        }
+        let selector = LabelSelector {
+            match_labels: BTreeMap::from([("bad key!".to_string(), "x".to_string())]),
+            match_expressions: vec![Requirement {
+                key: "bad key!".into(),
+                operator: Operator::DoesNotExist,
+                values: vec![],
+            }],
+        };
+        let problems = selector.validate("spec.nodeSelector");
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[1]
+            .to_string()
+            .contains("spec.nodeSelector.matchExpressions[0].key"));
     }
 }

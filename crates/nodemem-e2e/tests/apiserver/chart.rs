@@ -221,7 +221,9 @@ fn the_chart_lints_and_renders_what_production_needs() {
         1
     );
     find(&docs, "ServiceMonitor", "nodemem-controller");
-    find(&docs, "ServiceMonitor", "nodemem-agent");
+    // The agents' per-pod series keep the workload's namespace and pod labels.
+    let agents = find(&docs, "ServiceMonitor", "nodemem-agent");
+    assert_eq!(agents["spec"]["endpoints"][0]["honorLabels"], true);
     find(&docs, "ServiceAccount", "nodemem-agent");
     let vap = find(
         &docs,
@@ -1037,7 +1039,15 @@ fn the_kustomize_install_in_deploy_is_what_the_chart_renders() {
         .unwrap();
     let applied = Command::new(&bin.kubectl)
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["apply", "--server-side", "--dry-run=server", "-k"])
+        // Other tests on this control plane applied some of the same objects with their
+        // own field managers: a dry run takes them over without a conflict.
+        .args([
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-k",
+        ])
         .arg(repo().join("deploy"))
         .output()
         .unwrap();

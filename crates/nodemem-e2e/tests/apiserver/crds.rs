@@ -484,6 +484,24 @@ async fn invalid_policies_are_rejected_at_admission() {
             json!({"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ok", "not ok!"]}]}}),
             "NodeMemoryPolicy.nodemem.io \"invalid-label-value-expression\" is invalid: spec.nodeSelector.matchExpressions[0]: Invalid value: a label value is empty or at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric (no node can carry any other)",
         ),
+        // A key no node can carry: it would select every node under DoesNotExist, and
+        // the agents' DaemonSet affinity built from it would be refused.
+        (
+            "label-key-expression",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "bad key!", "operator": "DoesNotExist"}]}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-label-key-expression\" is invalid: spec.nodeSelector.matchExpressions[0].key: Invalid value: a label key is a name of at most 63 characters (alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric), optionally after a DNS subdomain of at most 253 characters and '/' (no node can carry any other)",
+        ),
+        (
+            "label-key",
+            json!({"nodeSelector": {"matchLabels": {"Bad.io/pool": "a"}}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-label-key\" is invalid: spec.nodeSelector.matchLabels: Invalid value: a label key is a name of at most 63 characters (alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric), optionally after a DNS subdomain of at most 253 characters and '/' (no node can carry any other)",
+        ),
+        // As Deployment validation: every healthy node would fail at the deadline.
+        (
+            "min-ready-at-deadline",
+            json!({"nodeSelector": sel, "rollout": {"minReadySeconds": 600, "progressDeadlineSeconds": 600}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-min-ready-at-deadline\" is invalid: spec.rollout.minReadySeconds: Invalid value: minReadySeconds must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
+        ),
         (
             "max-unavailable-zero",
             json!({"nodeSelector": sel, "rollout": {"maxUnavailable": 0, "canary": 0}}),
