@@ -25,26 +25,23 @@ fn promtool() -> PathBuf {
 
 /// The chart's PrometheusRule objects rendered with these `--set`s and API versions.
 fn rules(sets: &[&str], api_versions: &[&str]) -> Vec<Value> {
-    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
     let chart = repo().join("charts/nodemem");
-    let mut cmd = Command::new(&bin.helm);
-    cmd.args(["template", "nodemem", chart.to_str().unwrap()]);
-    cmd.args(["--namespace", "nodemem-system"]);
+    let mut args = vec![
+        "template",
+        "nodemem",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "nodemem-system",
+    ];
     for set in sets {
-        cmd.args(["--set", set]);
+        args.extend(["--set", set]);
     }
     for api in api_versions {
-        cmd.args(["--api-versions", api]);
+        args.extend(["--api-versions", api]);
     }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
-        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
-        .filter(|d: &Value| d["kind"] == "PrometheusRule")
+    crate::chart::documents(&crate::chart::helm(&args))
+        .into_iter()
+        .filter(|d| d["kind"] == "PrometheusRule")
         .collect()
 }
 

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::common::repo;
 
-fn helm(args: &[&str]) -> String {
+pub(crate) fn helm(args: &[&str]) -> String {
     let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
     let out = Command::new(&bin.helm).args(args).output().unwrap();
     assert!(
@@ -27,7 +27,7 @@ fn helm(args: &[&str]) -> String {
 }
 
 /// Every object of a multi-document YAML stream.
-fn documents(text: &str) -> Vec<Value> {
+pub(crate) fn documents(text: &str) -> Vec<Value> {
     use serde::Deserialize;
     serde_yaml::Deserializer::from_str(text)
         .filter_map(|d| Value::deserialize(d).ok())
