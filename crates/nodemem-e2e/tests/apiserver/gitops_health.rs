@@ -199,7 +199,15 @@ async fn gitops_tools_read_every_policy_state_as_what_its_nodes_run() {
     );
 
     create("paused", spec("paused", 0.8, json!({}))).await;
-    create("prog", spec("prog", 0.8, json!({"minReadySeconds": 3600}))).await;
+    create(
+        "prog",
+        spec(
+            "prog",
+            0.8,
+            json!({"minReadySeconds": 3600, "progressDeadlineSeconds": 7200}),
+        ),
+    )
+    .await;
     create("invalid", spec("invalid", 0.8, json!({}))).await;
     create("tie-a", spec("tie", 0.8, json!({}))).await;
     create("tie-b", spec("tie", 0.7, json!({}))).await;

@@ -382,7 +382,7 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
             &PatchParams::default(),
             &Patch::Merge(
                 json!({"spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": "ho"}},
-                "rollout": {"minReadySeconds": 600, "maxUnavailable": 3}}}),
+                "rollout": {"minReadySeconds": 600, "progressDeadlineSeconds": 1200, "maxUnavailable": 3}}}),
             ),
         )
         .await
