@@ -80,6 +80,10 @@ pub enum ApplyError {
     KubeletFiles(KubeletFileError),
     #[error(transparent)]
     State(StateError),
+    /// The record of what the pass would write could not be saved before it: the pass
+    /// stopped before its first write.
+    #[error("{0}; the record of what nodemem would write could not be saved first, so nothing was written (the node keeps its values)")]
+    RecordNotSaved(#[source] StateError),
     /// The saved Memory Manager state does not fit the node or the settings.
     #[error(transparent)]
     MemoryManagerState(NumaStateError),
@@ -104,7 +108,9 @@ impl ApplyError {
     pub fn category(&self) -> Category {
         match self {
             ApplyError::Discovery(_) | ApplyError::KubeletFiles(_) => Category::Discovery,
-            ApplyError::State(_) | ApplyError::MemoryManagerState(_) => Category::State,
+            ApplyError::State(_)
+            | ApplyError::RecordNotSaved(_)
+            | ApplyError::MemoryManagerState(_) => Category::State,
             ApplyError::Unsatisfiable(_) => Category::Unsatisfiable,
         }
     }
@@ -688,6 +694,9 @@ impl NodeApplier {
         if matches!(reach, Reach::Node) && !dry_run {
             self.check_ownership_record()?;
         }
+        // What the pass may write is saved before its first write (an agent killed
+        // between the two must still find it in its record to give it back).
+        let (state, saved_owned) = (&self.state, &mut self.saved_owned);
         let report = apply_scoped(
             &self.fs,
             &cgroups,
@@ -699,7 +708,9 @@ impl NodeApplier {
             },
             Some((&mut self.backoff, now)),
             scope.as_deref(),
-        );
+            &mut |owned: &Ownership| save_record(state, saved_owned, owned),
+        )
+        .map_err(ApplyError::RecordNotSaved)?;
         if let Some(units) = self.units.as_mut().filter(|_| !dry_run) {
             units.rewritten(
                 report
@@ -807,13 +818,7 @@ impl NodeApplier {
 
     /// Saves the record of what nodemem owns when it changed.
     fn save_ownership(&mut self) -> Result<(), ApplyError> {
-        if self.owned != self.saved_owned {
-            self.state
-                .save(OWNERSHIP_FILE, OWNERSHIP_KIND, &self.owned)
-                .map_err(ApplyError::State)?;
-            self.saved_owned = self.owned.clone();
-        }
-        Ok(())
+        save_record(&self.state, &mut self.saved_owned, &self.owned).map_err(ApplyError::State)
     }
 
     /// The Memory Manager to compute with: the one the last pass left when the
@@ -915,6 +920,20 @@ fn overridden_at_creation(
         report.missing.contains(path) || scope.is_some_and(|s| !s.contains(path))
     });
     out
+}
+
+/// Saves `owned` as the ownership record when it differs from `saved`, the record on
+/// disk (each save is an fsync).
+fn save_record(
+    state: &StateDir,
+    saved: &mut Ownership,
+    owned: &Ownership,
+) -> Result<(), StateError> {
+    if owned != saved {
+        state.save(OWNERSHIP_FILE, OWNERSHIP_KIND, owned)?;
+        *saved = owned.clone();
+    }
+    Ok(())
 }
 
 /// Settings that give back everything nodemem set.

@@ -60,6 +60,13 @@ fn restart_by(args: &AgentArgs) -> Option<kubelet_mode::RestartBy> {
 
 /// Runs `nodemem agent`: `--once` from files, else the in-cluster agent until it fails.
 pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
+    if let Some(n) = nodemem_apply::fault::arm_from_env() {
+        // Never silent: a process that will kill itself says so first.
+        eprintln!(
+            "{}={n}: this agent kills itself (SIGKILL) right after its cgroup write number {n} (a test's fault)",
+            nodemem_apply::fault::KILL_AFTER_WRITES_ENV
+        );
+    }
     if args.once {
         return once::run(args);
     }

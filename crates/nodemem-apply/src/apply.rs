@@ -1,12 +1,13 @@
-//! One pass over a node: refuse unsafe paths, observe, plan, execute, and update the
-//! ownership record. The caller loads and saves the record (see [`crate::state`]).
+//! One pass over a node: refuse unsafe paths, observe, plan, record what the pass may
+//! write, execute, and update the ownership record. The caller loads the record and
+//! says how to save it (see [`crate::state`]); it is saved before the first write.
 
 use nodemem_cgroup::{CgroupFs, CgroupPath};
 use nodemem_model::node::DesiredCgroup;
 use serde::Serialize;
 
 use crate::execute::{execute, observe, FailedWrite};
-use crate::plan::{files_to_observe, plan_leaving, update_ownership, Ownership, Write};
+use crate::plan::{files_to_observe, intend, plan_leaving, update_ownership, Ownership, Write};
 
 #[derive(Clone, Copy, Debug)]
 pub struct ApplyOptions {
@@ -58,13 +59,21 @@ impl ApplyReport {
     }
 }
 
+/// [`apply_scoped`] over the whole node, the ownership record kept in memory only
+/// (tests and benchmarks).
 pub fn apply(
     fs: &CgroupFs,
     desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,
     options: ApplyOptions,
 ) -> ApplyReport {
-    apply_scoped(fs, desired, owned, options, None, None)
+    let Ok(report) = apply_scoped(fs, desired, owned, options, None, None, &mut in_memory);
+    report
+}
+
+/// A record kept in memory only: saving cannot fail.
+pub fn in_memory(_: &Ownership) -> Result<(), std::convert::Infallible> {
+    Ok(())
 }
 
 /// [`apply`] with two refinements. `backoff` (with the current time) holds back writes
@@ -72,14 +81,22 @@ pub fn apply(
 /// failures. `scope` limits the pass to those cgroups (None: the whole node): a cgroup
 /// that just appeared is planned, read and written alone, nothing else is read, and
 /// owned files outside the scope are neither read nor restored.
-pub fn apply_scoped(
+///
+/// `save` persists the ownership record. It is called before the first write when the
+/// pass adds to the record (the files it may set, the values it claims): a process
+/// killed between a write and the caller's save after the pass restarts on a record
+/// that names every file it wrote. When `save` fails nothing is written, `owned` is as
+/// it was, and the error is returned. The caller saves again after the pass (restores
+/// and failures change the record).
+pub fn apply_scoped<E>(
     fs: &CgroupFs,
     desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,
     options: ApplyOptions,
     mut backoff: Option<(&mut crate::backoff::WriteBackoff, std::time::Duration)>,
     scope: Option<&std::collections::BTreeSet<String>>,
-) -> ApplyReport {
+    save: &mut dyn FnMut(&Ownership) -> Result<(), E>,
+) -> Result<ApplyReport, E> {
     let mut report = ApplyReport::default();
     let mut safe = Vec::with_capacity(desired.len());
     for d in desired {
@@ -123,7 +140,7 @@ pub fn apply_scoped(
     report.missing = std::mem::take(&mut plan.missing);
     if options.dry_run {
         report.planned = plan.writes;
-        return report;
+        return Ok(report);
     }
     let mut writes = std::mem::take(&mut plan.writes);
     if let Some((b, now)) = backoff.as_mut() {
@@ -134,6 +151,13 @@ pub fn apply_scoped(
             }
             None => true,
         });
+    }
+    let intended = intend(owned, &plan, &writes);
+    if !intended.is_empty() {
+        if let Err(e) = save(owned) {
+            owned.forget(&intended);
+            return Err(e);
+        }
     }
     let executed = execute(fs, writes, &mut held);
     if let Some((b, now)) = backoff {
@@ -147,9 +171,17 @@ pub fn apply_scoped(
             b.forget_cgroup(&w.cgroup);
         }
     }
-    update_ownership(owned, &plan, &executed.applied, &executed.vanished);
+    let failed: Vec<&Write> = executed.failed.iter().map(|f| &f.write).collect();
+    update_ownership(
+        owned,
+        &plan,
+        &executed.applied,
+        &executed.vanished,
+        &failed,
+        &intended,
+    );
     report.applied = executed.applied;
     report.vanished = executed.vanished;
     report.failed = executed.failed;
-    report
+    Ok(report)
 }

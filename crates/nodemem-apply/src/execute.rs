@@ -190,6 +190,7 @@ pub fn execute(fs: &CgroupFs, writes: Vec<Write>, held: &mut OpenDirs) -> Execut
                 // which a test checks that no prefix of a pass (an agent killed in
                 // the middle) protects a child above its parent.
                 tracing::trace!(target: "nodemem_apply::write", cgroup = %w.cgroup, file = %w.file, value = %w.new, "wrote");
+                crate::fault::wrote();
                 out.applied.push(w)
             }
             Err(e) if e.is_vanished() => out.vanished.push(w),

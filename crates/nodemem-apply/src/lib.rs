@@ -4,6 +4,7 @@
 //! * [`plan`]: pure write planning and ownership (what nodemem set, and what it held
 //!   before).
 //! * [`execute`]: reading what the plan needs and performing its writes.
+//! * [`fault`]: the kill a test arms after a chosen write.
 //! * [`apply`]: one pass over a node: observe, plan, execute, update ownership.
 //! * [`state`]: the state directory (atomic, versioned, checksummed records).
 //! * [`kubelet`]: the kubelet's configuration, nodemem's drop-in for it, its Memory
@@ -16,6 +17,7 @@
 pub mod apply;
 pub mod backoff;
 pub mod execute;
+pub mod fault;
 pub mod kubelet;
 pub mod numa_state;
 pub mod plan;

@@ -16,6 +16,11 @@
 //!   `cpuset.mems.effective`: the kernel refuses to empty the cpuset.mems of a cgroup
 //!   with processes (ENOSPC), so "inherit" is given back as the parent's set. Files it
 //!   never set are never touched.
+//! * What a pass may write is recorded before it is written ([`intend`]): a process
+//!   killed between a write and the record's save restarts on a record that already
+//!   names the file. A desired file that already holds nodemem's value but is not
+//!   recorded (an earlier agent wrote it and its record was lost) is claimed as well,
+//!   so giving back still covers it.
 //! * A desired cgroup that does not exist yet (the container has not started) is
 //!   counted as missing and written once it appears.
 
@@ -86,6 +91,13 @@ impl Ownership {
             if files.is_empty() {
                 self.files.remove(path);
             }
+        }
+    }
+
+    /// Takes back what [`intend`] added (its save failed: nothing was written).
+    pub fn forget(&mut self, added: &[(String, String)]) {
+        for (path, file) in added {
+            self.release(path, file);
         }
     }
 
@@ -165,6 +177,12 @@ pub struct Plan {
     /// Owned files to forget without a write: their cgroup is gone, or they already
     /// hold the restore value.
     pub released: Vec<(String, String)>,
+    /// Desired files that hold nodemem's value and are not owned: (path, file, the
+    /// value recorded as before). memory.* record the kernel's default (giving back
+    /// does not depend on it); cpuset.mems records what it holds, so that giving back
+    /// leaves it as it is (it may be the runtime's, set from the kubelet's Memory
+    /// Manager, which nodemem's prediction equals).
+    pub claimed: Vec<(String, String, String)>,
 }
 
 /// The value the kernel would hold for `value` (memory.* rounded down to pages).
@@ -251,10 +269,15 @@ pub fn plan_leaving(
             wanted.insert((cgroup.path, file));
             let want = render(value);
             let have = files.get(file).cloned().flatten();
-            if have
-                .as_deref()
-                .is_some_and(|h| holds(file, h, &want, page_size))
-            {
+            if let Some(h) = have.as_deref().filter(|h| holds(file, h, &want, page_size)) {
+                if !owned.owns(cgroup.path, file) {
+                    let before = match file {
+                        CPUSET_MEMS => h.to_string(),
+                        _ => default_value(file),
+                    };
+                    out.claimed
+                        .push((cgroup.path.to_string(), file.to_string(), before));
+                }
                 continue;
             }
             out.writes.push(Write {
@@ -415,9 +438,45 @@ fn order(writes: Vec<Write>, page_size: i64) -> Vec<Write> {
     out
 }
 
+/// Records, before any of `writes` is made, every file they set (with what it holds
+/// now) and the plan's claims. Returns the files this added, which a write that then
+/// fails gives up again ([`update_ownership`]).
+pub fn intend(owned: &mut Ownership, plan: &Plan, writes: &[Write]) -> Vec<(String, String)> {
+    let mut added = Vec::new();
+    let mut record = |path: &str, file: &str, before: &str| {
+        if !owned.owns(path, file) {
+            owned.record(path, file, before);
+            added.push((path.to_string(), file.to_string()));
+        }
+    };
+    for (path, file, before) in &plan.claimed {
+        record(path, file, before);
+    }
+    for w in writes.iter().filter(|w| w.kind == WriteKind::Set) {
+        // The kernel's default stands in when the old value could not be read.
+        let before = w.old.clone().unwrap_or_else(|| default_value(&w.file));
+        record(&w.cgroup, &w.file, &before);
+    }
+    added
+}
+
 /// Ownership after a run: successful sets recorded with what the file held before,
-/// successful restores and released files forgotten, vanished cgroups forgotten.
-pub fn update_ownership(owned: &mut Ownership, plan: &Plan, applied: &[Write], vanished: &[Write]) {
+/// successful restores and released files forgotten, vanished cgroups forgotten, and
+/// files [`intend`] added whose write failed given up (the file still holds what it
+/// held: nodemem never set it).
+pub fn update_ownership(
+    owned: &mut Ownership,
+    plan: &Plan,
+    applied: &[Write],
+    vanished: &[Write],
+    failed: &[&Write],
+    intended: &[(String, String)],
+) {
+    for w in failed.iter().filter(|w| w.kind == WriteKind::Set) {
+        if intended.iter().any(|(p, f)| *p == w.cgroup && *f == w.file) {
+            owned.release(&w.cgroup, &w.file);
+        }
+    }
     for (path, file) in &plan.released {
         owned.release(path, file);
     }
@@ -670,8 +729,73 @@ mod tests {
         // memory.min on k was never nodemem's: untouched.
         assert!(p.writes.iter().all(|w| w.file != MEMORY_MIN));
         let applied = p.writes.clone();
-        update_ownership(&mut owned, &p, &applied, &[]);
+        update_ownership(&mut owned, &p, &applied, &[], &[], &[]);
         assert!(owned.is_empty());
+    }
+
+    #[test]
+    fn what_a_pass_may_write_is_recorded_before_and_a_failed_write_given_up_after() {
+        let desired = [
+            cgroup("k", &[(MEMORY_MIN, CgroupValue::Bytes(8192))]),
+            cgroup(
+                "k/a",
+                &[
+                    (MEMORY_LOW, CgroupValue::Bytes(4096)),
+                    (CPUSET_MEMS, CgroupValue::Text("1".into())),
+                ],
+            ),
+            cgroup("k/b", &[(MEMORY_HIGH, CgroupValue::Bytes(65536))]),
+        ];
+        // k already holds nodemem's memory.min (an agent killed before it saved its
+        // record wrote it), k/a's cpuset.mems holds nodemem's set (the runtime's, from
+        // the kubelet's Memory Manager), the rest differ.
+        let observed = Observed::from([
+            ("k".to_string(), present(&[(MEMORY_MIN, "8192")])),
+            (
+                "k/a".to_string(),
+                present(&[(MEMORY_LOW, "0"), (CPUSET_MEMS, "1")]),
+            ),
+            ("k/b".to_string(), present(&[(MEMORY_HIGH, "max")])),
+        ]);
+        let mut owned = Ownership::default();
+        owned.record("k/b", MEMORY_HIGH, "max");
+        let p = plan(&desired, &observed, &owned, 4096);
+        assert_eq!(
+            sequence(&p),
+            vec!["k/a memory.low 4096", "k/b memory.high 65536"]
+        );
+        assert_eq!(
+            p.claimed,
+            vec![
+                ("k".into(), MEMORY_MIN.into(), "0".into()),
+                ("k/a".into(), CPUSET_MEMS.into(), "1".into()),
+            ]
+        );
+        let added = intend(&mut owned, &p, &p.writes);
+        // Everything the pass may write, and the claims, are owned before any write;
+        // k/b was owned already.
+        assert_eq!(
+            added,
+            vec![
+                ("k".to_string(), MEMORY_MIN.to_string()),
+                ("k/a".to_string(), CPUSET_MEMS.to_string()),
+                ("k/a".to_string(), MEMORY_LOW.to_string()),
+            ]
+        );
+        assert_eq!(owned.len(), 4);
+        // k/a's memory.low failed, k/b's memory.high too: k/a's is given up (nodemem
+        // never set it), k/b's stays nodemem's (it was before this pass).
+        let failed: Vec<&Write> = p.writes.iter().collect();
+        update_ownership(&mut owned, &p, &[], &[], &failed, &added);
+        assert!(!owned.owns("k/a", MEMORY_LOW));
+        assert!(owned.owns("k/b", MEMORY_HIGH));
+        assert!(owned.owns("k", MEMORY_MIN) && owned.owns("k/a", CPUSET_MEMS));
+        // Giving back: memory.min to 0; the claimed cpuset.mems is left as it is.
+        let leaving = plan(&[], &observed, &owned, 4096);
+        assert_eq!(sequence(&leaving), vec!["k memory.min 0"]);
+        assert!(leaving
+            .released
+            .contains(&("k/a".to_string(), CPUSET_MEMS.to_string())));
     }
 
     #[test]

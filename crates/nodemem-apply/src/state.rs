@@ -169,23 +169,33 @@ impl StateDir {
 }
 
 /// Replaces `path` with `bytes` atomically and durably: a temporary file beside it,
-/// fsync, rename, fsync of the directory. A reader sees the old file or the new one.
+/// fsync, rename, fsync of the directory. A reader sees the old file or the new one;
+/// a write that fails (a full or read-only file system) leaves the old one and no
+/// temporary file.
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.tmp"));
+    let written = write_then_rename(&tmp, path, bytes, mode);
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    // The rename is durable once the directory is.
+    File::open(dir).and_then(|d| d.sync_all())
+}
+
+fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode)
-        .open(&tmp)?;
+        .open(tmp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     drop(file);
-    fs::rename(&tmp, path)?;
-    // The rename is durable once the directory is.
-    File::open(dir).and_then(|d| d.sync_all())
+    fs::rename(tmp, path)
 }
 
 #[cfg(test)]

@@ -369,7 +369,14 @@ fn a_cgroup_that_vanishes_before_its_write_is_skipped_and_counted() {
     assert!(gone
         .iter()
         .all(|p| p.contains("pod6a4f2e3b-0000-4a5e-8f7b-000000000002")));
-    update_ownership(&mut owned, &planned, &done.applied, &done.vanished);
+    update_ownership(
+        &mut owned,
+        &planned,
+        &done.applied,
+        &done.vanished,
+        &[],
+        &[],
+    );
     assert!(owned.files.keys().all(|p| !p.contains("000000000002")));
 
     // A later pass with the pod gone (no longer desired) plans nothing for it.
@@ -400,7 +407,7 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
     let tree = tree_for(driver, &pods);
     let fs = CgroupFs::new(tree.root());
     // Someone else (the kubelet, an admin) set a container's memory.high before us,
-    // and a pod's memory.low already holds what nodemem would write.
+    // and a pod's memory.low already holds what nodemem would write (claimed).
     let batch_job = desired(
         &settings(ReservationPolicy::TieredReservation, 0.9),
         driver,
@@ -432,10 +439,13 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
     );
     let first = apply(&fs, &on.cgroups(), &mut owned, options());
     assert!(first.ok());
-    assert!(
-        !owned.owns(&api_pod, MEMORY_LOW),
-        "already right: not written, not owned"
-    );
+    // Already right: not written, but claimed (an agent killed before it saved its
+    // record may have written it), so that giving back covers it.
+    assert!(first
+        .applied
+        .iter()
+        .all(|w| !(w.cgroup == api_pod && w.file == MEMORY_LOW)));
+    assert!(owned.owns(&api_pod, MEMORY_LOW));
     assert!(owned.owns(&batch_job, MEMORY_HIGH));
 
     let mut off_settings = settings(ReservationPolicy::TieredReservation, 0.9);
@@ -451,8 +461,8 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
     assert!(report.applied.iter().all(|w| w.kind == WriteKind::Restore));
     assert_eq!(
         report.applied.len(),
-        first.applied.len(),
-        "every owned file, nothing else"
+        first.applied.len() + 1,
+        "every owned file (the claimed one too), nothing else"
     );
     assert!(owned.is_empty(), "{owned:?}");
     for w in &first.applied {
@@ -465,11 +475,7 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
             w.file
         );
     }
-    // Not nodemem's: left as found.
-    assert_eq!(
-        tree.read(&api_pod, MEMORY_LOW).unwrap(),
-        (256 * MI + 100_000_000).to_string()
-    );
+    assert_eq!(tree.read(&api_pod, MEMORY_LOW).unwrap(), "0");
     // Nothing more to restore.
     assert_eq!(
         apply(&fs, &off.cgroups(), &mut owned, options()).writes(),
@@ -625,7 +631,9 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
             options(),
             Some((backoff, now)),
             None,
+            &mut nodemem_apply::apply::in_memory,
         )
+        .unwrap()
     };
     let first = pass(&mut owned, &mut backoff, at(0));
     assert_eq!(first.failed.len(), 1);
@@ -682,7 +690,9 @@ fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
         options(),
         None,
         Some(&scope),
-    );
+        &mut nodemem_apply::apply::in_memory,
+    )
+    .unwrap();
     assert!(report.ok());
     assert!(
         report.applied.iter().all(|w| w.cgroup == api_container),
@@ -708,7 +718,83 @@ fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
         options(),
         None,
         Some(&other),
-    );
+        &mut nodemem_apply::apply::in_memory,
+    )
+    .unwrap();
     assert_eq!(report.writes(), 0);
     assert!(owned.owns(&api_container, MEMORY_HIGH));
+}
+
+#[test]
+fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
+    use nodemem_apply::apply_scoped;
+    let driver = CgroupDriver::Systemd;
+    let pods = pods(ContainerRuntime::Containerd);
+    let tree = tree_for(driver, &pods);
+    let fs = CgroupFs::new(tree.root());
+    let node = desired(
+        &settings(ReservationPolicy::TieredReservation, 0.9),
+        driver,
+        &pods,
+    );
+    let before = snapshot(tree.root());
+    let mut owned = Ownership::default();
+    let mut saved = Vec::new();
+    let refused = apply_scoped(
+        &fs,
+        &node.cgroups(),
+        &mut owned,
+        options(),
+        None,
+        None,
+        &mut |o: &Ownership| {
+            saved.push(o.len());
+            Err("No space left on device")
+        },
+    );
+    assert_eq!(refused.unwrap_err(), "No space left on device");
+    assert_eq!(saved.len(), 1, "one save, before the first write");
+    assert!(saved[0] > 0);
+    assert_eq!(snapshot(tree.root()), before, "nothing written");
+    assert!(owned.is_empty(), "the record is as it was");
+    // Saved: the record names every file before the pass writes it.
+    let mut at_save = Ownership::default();
+    let report = apply_scoped(
+        &fs,
+        &node.cgroups(),
+        &mut owned,
+        options(),
+        None,
+        None,
+        &mut |o: &Ownership| {
+            at_save = o.clone();
+            Ok::<(), ()>(())
+        },
+    )
+    .unwrap();
+    assert!(report.ok() && !report.applied.is_empty());
+    for w in &report.applied {
+        assert!(
+            at_save.owns(&w.cgroup, &w.file),
+            "{w:?} not recorded before"
+        );
+    }
+    assert_eq!(at_save, owned);
+}
+
+/// Every file of a tree and what it holds.
+fn snapshot(root: &std::path::Path) -> BTreeMap<std::path::PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                out.insert(path.clone(), std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    out
 }

@@ -43,6 +43,17 @@ fn guaranteed_pod(name: &str, uid: &str, id: &str, memory: &str) -> Value {
     })
 }
 
+/// Shell that creates kubepods.slice and its QoS slices (the kubelet's, systemd driver)
+/// with the memory and cpuset controllers enabled; leaves the shell in the cgroup root.
+const QOS_TREE: &str = r#"cd /sys/fs/cgroup
+echo '+memory +cpuset' > cgroup.subtree_control
+mkdir kubepods.slice
+echo '+memory +cpuset' > kubepods.slice/cgroup.subtree_control
+for q in burstable besteffort; do
+  mkdir kubepods.slice/kubepods-$q.slice
+  echo '+memory +cpuset' > kubepods.slice/kubepods-$q.slice/cgroup.subtree_control
+done"#;
+
 /// Shell that creates a pod's cgroups (controllers enabled on the way down) and starts a
 /// real process in each container cgroup.
 fn make_pod_tree(pods: &[NodePod]) -> String {
@@ -229,14 +240,7 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
     let script = format!(
         r#"
 set -e
-cd /sys/fs/cgroup
-echo '+memory +cpuset' > cgroup.subtree_control
-mkdir kubepods.slice
-echo '+memory +cpuset' > kubepods.slice/cgroup.subtree_control
-for q in burstable besteffort; do
-  mkdir kubepods.slice/kubepods-$q.slice
-  echo '+memory +cpuset' > kubepods.slice/kubepods-$q.slice/cgroup.subtree_control
-done
+{qos_tree}
 {tree}
 {big_tree}
 echo "=== first"
@@ -280,6 +284,7 @@ kill $AGENT
 grep '^reacted to ' /tmp/follow.out | head -1
 echo "=== end"
 "#,
+        qos_tree = QOS_TREE,
         tree = make_pod_tree(&pods),
         big_tree = make_pod_tree(&big_pods),
         legacy = legacy.path,
@@ -405,4 +410,157 @@ echo "=== end"
         after[&(api_container.clone(), "cpuset.mems.effective".into())],
         "0-1"
     );
+}
+
+/// Shell that prints every memory.min, memory.low, memory.high and cpuset.mems under
+/// kubepods.slice as `v <path> <file> <value>` lines.
+const PRINT_MANAGED_FILES: &str = r#"for f in $(find kubepods.slice -name memory.min -o -name memory.low -o -name memory.high -o -name cpuset.mems | sort); do
+  echo "v ${f%/*} ${f##*/} $(cat $f)"
+done"#;
+
+#[test]
+fn a_killed_agent_leaves_no_value_behind_and_a_full_state_directory_writes_nothing_on_a_real_kernel(
+) {
+    let config_text = repo_file("examples/agent-once/config.yaml");
+    let off_text = config_text.replace("enabled: true", "enabled: false");
+    let lower_text = config_text.replace("throttlingFactor: 0.9", "throttlingFactor: 0.6");
+    let static_text = format!(
+        "{config_text}  memoryManager:\n    policy: Static\n    reservedMemory:\n    - numaNode: 0\n      limits: {{memory: 32Mi}}\n    - numaNode: 1\n      limits: {{memory: 32Mi}}\n"
+    );
+    let items = example_pods();
+    let pods = node_pods(&items);
+    let agent = "nodemem agent --once --node /etc/node.yaml --pods /etc/pods.yaml -o json";
+    // Killed right after each write of the first pass in turn (the fault the test
+    // arms), then given back directly, or after a run on the same settings first.
+    let script = format!(
+        r#"
+{qos_tree}
+{tree}
+echo "=== kubelet"
+{print}
+echo "=== planned"
+{agent} --state-dir /tmp/plan --config /etc/config.yaml --dry-run
+n=$({agent} --state-dir /tmp/plan --config /etc/config.yaml --dry-run | grep -o '"kind": *"set"' | wc -l)
+for again in no yes; do
+  k=1
+  while [ $k -le $n ]; do
+    rm -rf /tmp/state
+    NODEMEM_TEST_KILL_AFTER_WRITES=$k {agent} --state-dir /tmp/state --config /etc/config.yaml > /dev/null 2>&1
+    echo "=== killed $again $k status=$?"
+    {print}
+    if [ $again = yes ]; then {agent} --state-dir /tmp/state --config /etc/config.yaml > /dev/null || echo "again failed"; fi
+    {agent} --state-dir /tmp/state --config /etc/off.yaml > /dev/null || echo "off failed"
+    echo "=== given back $again $k"
+    {print}
+    k=$((k+1))
+  done
+done
+# A state directory on a file system with no room left, then read-only.
+mkdir /tmp/small
+mount -t tmpfs -o size=16k tmpfs /tmp/small
+{agent} --state-dir /tmp/small/state --config /etc/config.yaml > /dev/null || echo "first failed"
+dd if=/dev/zero of=/tmp/small/fill bs=1k count=64 2>/dev/null || true
+record=$(md5sum /tmp/small/state/ownership.json)
+echo "=== applied"
+{print}
+{agent} --state-dir /tmp/small/state --config /etc/static.yaml > /tmp/full.out 2>&1
+echo "=== full status=$?"
+cat /tmp/full.out
+[ "$(md5sum /tmp/small/state/ownership.json)" = "$record" ] && echo "record whole"
+ls -a /tmp/small/state
+{print}
+mount -o remount,ro /tmp/small
+{agent} --state-dir /tmp/small/state --config /etc/static.yaml > /tmp/ro.out 2>&1
+echo "=== read-only status=$?"
+cat /tmp/ro.out
+[ "$(md5sum /tmp/small/state/ownership.json)" = "$record" ] && echo "record whole"
+{print}
+{agent} --state-dir /tmp/small/state --config /etc/lower.yaml > /dev/null 2>&1
+echo "=== lower status=$?"
+{print}
+echo "=== end"
+"#,
+        qos_tree = QOS_TREE,
+        tree = make_pod_tree(&pods),
+        print = PRINT_MANAGED_FILES,
+    );
+    let vm = Vm::new()
+        .expect("VM prerequisites")
+        .with_binary(nodemem_e2e::nodemem(), "nodemem")
+        .with_file("/etc/config.yaml", config_text.as_bytes(), 0o644)
+        .with_file("/etc/off.yaml", off_text.as_bytes(), 0o644)
+        .with_file("/etc/lower.yaml", lower_text.as_bytes(), 0o644)
+        .with_file("/etc/static.yaml", static_text.as_bytes(), 0o644)
+        .with_file(
+            "/etc/node.yaml",
+            repo_file("examples/agent-once/node.yaml").as_bytes(),
+            0o644,
+        )
+        .with_file("/etc/pods.yaml", list(items).as_bytes(), 0o644);
+    let out = vm.run(&script).expect("the VM runs the script");
+    let o = &out.output;
+    assert_eq!(out.exit_code, 0, "script failed:\n{o}");
+    let kubelet = read_values(o, "kubelet");
+    assert!(kubelet.len() >= 20, "{kubelet:#?}");
+    let planned = json_section(o, "planned")["writes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(planned >= 10, "{}", section(o, "planned"));
+    let differs = |values: &BTreeMap<(String, String), String>| -> Vec<String> {
+        values
+            .iter()
+            .filter(|(k, v)| kubelet.get(*k) != Some(*v))
+            .map(|((p, f), v)| format!("{p}/{f} = {v}"))
+            .collect()
+    };
+    for again in ["no", "yes"] {
+        for k in 1..=planned {
+            let killed = format!("killed {again} {k} status=137");
+            assert!(
+                o.contains(&format!("=== {killed}\n")),
+                "no '{killed}' in\n{o}"
+            );
+            let at_kill = differs(&read_values(o, &killed));
+            assert_eq!(
+                at_kill.len(),
+                k,
+                "killed right after write {k}: {at_kill:#?}"
+            );
+            let back = format!("given back {again} {k}");
+            let left = differs(&read_values(o, &back));
+            assert!(
+                left.is_empty(),
+                "killed after write {k} of {planned} (run again first: {again}), then given back; left behind: {left:#?}\n{}",
+                section(o, &back)
+            );
+        }
+    }
+    assert!(
+        !o.contains("again failed") && !o.contains("off failed") && !o.contains("first failed"),
+        "{o}"
+    );
+    // No room, then read-only: nothing written, the record whole, a message that says
+    // so; then settings that add nothing to the record still apply.
+    let applied = read_values(o, "applied");
+    assert!(!differs(&applied).is_empty());
+    for (name, errno) in [
+        ("full status=1", "No space left on device"),
+        ("read-only status=1", "Read-only file system"),
+    ] {
+        let text = section(o, name);
+        assert!(
+            text.contains(errno)
+                && text.contains("nothing was written")
+                && text.contains("record whole"),
+            "{name}:\n{text}"
+        );
+        assert!(
+            !text.contains(".ownership.json.tmp"),
+            "no temporary file left:\n{text}"
+        );
+        assert_eq!(read_values(o, name), applied, "{name}");
+    }
+    let lower = read_values(o, "lower status=0");
+    assert_ne!(lower, applied, "the lower factor applied");
 }

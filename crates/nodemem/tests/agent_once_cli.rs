@@ -6,7 +6,7 @@ mod cli_common;
 
 use std::path::{Path, PathBuf};
 
-use cli_common::{nodemem, repo};
+use cli_common::{nodemem, nodemem_env, repo};
 use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::qos::QosClass;
 use nodemem_testkit::cgroup_tree::CgroupTree;
@@ -79,6 +79,16 @@ impl Node {
     }
 
     fn run(&self, config: &str, extra: &[&str]) -> (i32, String, String) {
+        let (status, out, err) = self.run_env(config, extra, &[]);
+        (status.code().unwrap_or(-1), out, err)
+    }
+
+    fn run_env(
+        &self,
+        config: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (std::process::ExitStatus, String, String) {
         let (cgroup, sys, proc, state) = (
             self.path("cgroup"),
             self.path("sys"),
@@ -104,7 +114,7 @@ impl Node {
             &state,
         ];
         args.extend_from_slice(extra);
-        nodemem(&args)
+        nodemem_env(&args, env)
     }
 
     fn json(&self, config: &str, extra: &[&str]) -> Value {
@@ -676,4 +686,129 @@ fn files_the_kubelet_enforces_are_left_to_it() {
     .unwrap();
     let out = node.json(&config(), &["--kubelet-config", &kubelet_arg]);
     assert_eq!(out["writes"].as_array().unwrap().len(), 10, "{out:#}");
+}
+
+/// Every file of the node's cgroup tree and what it holds.
+fn tree_files(node: &Node) -> std::collections::BTreeMap<PathBuf, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut dirs = vec![node.tree.root().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.insert(
+                    path.strip_prefix(node.tree.root()).unwrap().to_path_buf(),
+                    text,
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The files that differ between two reads of a tree.
+fn changed(
+    before: &std::collections::BTreeMap<PathBuf, String>,
+    after: &std::collections::BTreeMap<PathBuf, String>,
+) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(p, v)| before.get(*p) != Some(*v))
+        .map(|(p, v)| format!("{} = {}", p.display(), v.trim()))
+        .collect()
+}
+
+#[test]
+fn an_agent_killed_after_any_write_of_a_pass_leaves_nothing_behind() {
+    // The pass's length, from a dry run on a node like the ones killed below.
+    let planned = Node::new(CgroupDriver::Systemd).json(&config(), &["--dry-run"])["writes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(planned >= 10, "{planned}");
+    let scratch = tempfile::tempdir().unwrap();
+    let off = edited_config(scratch.path(), "off.yaml", |t| {
+        t.replace("enabled: true", "enabled: false")
+    });
+    // Killed right after write k (the fault the test arms), then either the policy is
+    // gone (the next run gives back), or the agent first runs again on the same
+    // settings (finding its own values in place) and then gives back. Both must leave
+    // every file as the kubelet left it: parents are written first, so what an agent
+    // whose record missed them leaves behind is kubepods' memory.min.
+    for again_first in [false, true] {
+        for k in 1..=planned {
+            let node = Node::new(CgroupDriver::Systemd);
+            let kubelet_left = tree_files(&node);
+            let kill = k.to_string();
+            let (status, _, err) =
+                node.run_env(&config(), &[], &[("NODEMEM_TEST_KILL_AFTER_WRITES", &kill)]);
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                status.signal(),
+                Some(9),
+                "killed after write {k}: {status:?} {err}"
+            );
+            assert!(
+                err.contains(&format!("right after its cgroup write number {k} ")),
+                "{err}"
+            );
+            let at_kill = changed(&kubelet_left, &tree_files(&node));
+            assert_eq!(
+                at_kill.len(),
+                k,
+                "the kill came right after write {k}: {at_kill:#?}"
+            );
+            if again_first {
+                let (code, out, err) = node.run(&config(), &[]);
+                assert_eq!(code, 0, "{err}\n{out}");
+            }
+            let (code, out, err) = node.run(&off, &[]);
+            assert_eq!(code, 0, "{err}\n{out}");
+            let left = changed(&kubelet_left, &tree_files(&node));
+            assert!(
+                left.is_empty(),
+                "killed after write {k} of {planned} (run again first: {again_first}), then given back; left behind: {left:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_record_that_cannot_be_saved_stops_the_pass_before_any_write_and_stays_whole() {
+    let node = Node::new(CgroupDriver::Systemd);
+    let first = node.json(&config(), &[]);
+    assert!(!first["writes"].as_array().unwrap().is_empty());
+    let record = node.dir.path().join("state/ownership.json");
+    let saved = std::fs::read_to_string(&record).unwrap();
+    let applied = tree_files(&node);
+    // A lower factor changes values and adds none, so the record does not change...
+    let lower = edited_config(node.dir.path(), "lower.yaml", |t| {
+        t.replace("throttlingFactor: 0.9", "throttlingFactor: 0.6")
+    });
+    // ...but the off settings' record would, and a Static policy's claims would: make
+    // the record unwritable (a directory where its temporary file goes: the save's
+    // open fails as a full or read-only file system's would).
+    std::fs::create_dir(node.dir.path().join("state/.ownership.json.tmp")).unwrap();
+    let claims = edited_config(node.dir.path(), "more.yaml", |t| {
+        format!("{t}  memoryManager:\n    policy: Static\n    reservedMemory:\n    - numaNode: 0\n      limits: {{memory: 32Mi}}\n    - numaNode: 1\n      limits: {{memory: 32Mi}}\n")
+    });
+    let (code, out, err) = node.run(&claims, &[]);
+    assert_eq!(code, 1, "{err}\n{out}");
+    assert!(
+        err.contains("ownership.json") && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(changed(&applied, &tree_files(&node)), Vec::<String>::new());
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap(),
+        saved,
+        "the record is whole"
+    );
+    // What adds nothing to the record still applies.
+    let (code, out, err) = node.run(&lower, &[]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(!changed(&applied, &tree_files(&node)).is_empty());
 }

@@ -20,3 +20,23 @@ pub fn nodemem(args: &[&str]) -> (i32, String, String) {
         String::from_utf8(out.stderr).unwrap(),
     )
 }
+
+/// Runs `nodemem ARGS` in the repository root with `env` added: how it ended (a signal
+/// too), stdout, stderr.
+#[allow(dead_code)] // not every test file uses it
+pub fn nodemem_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(repo())
+        .output()
+        .expect("run nodemem");
+    (
+        out.status,
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
