@@ -20,6 +20,7 @@ if [[ "$what" != sandbox ]]; then
   command -v lua5.1 >/dev/null || need+=(lua5.1)   # runs the Argo CD health check as Argo CD does (Lua 5.1)
   command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)   # runs the kubelet's arithmetic as Go compiles it for arm64, and nodemem's arm64 build
   command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)   # links the arm64 image's static nodemem
+  command -v faketime >/dev/null || need+=(faketime)   # a controller replica with its clock an hour ahead (leader election)
 fi
 ((${#need[@]})) || exit 0
 

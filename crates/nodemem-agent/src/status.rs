@@ -600,6 +600,41 @@ mod tests {
         assert_eq!(kernel.reason, "KernelVersionUnparsable");
     }
 
+    /// A state directory that is full or read-only: the pass wrote nothing, and the
+    /// condition says so with the record's path and the errno.
+    #[test]
+    fn a_record_that_cannot_be_saved_is_state_unusable_and_says_nothing_was_written() {
+        let e = ApplyError::RecordNotSaved(nodemem_apply::StateError::Io {
+            path: "/var/lib/nodemem/ownership.json".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        });
+        let discovery = Discovery {
+            kernel_version: "6.1.0".into(),
+            cgroup_driver: CgroupDriver::Systemd,
+            kubepods_controllers: Default::default(),
+            page_size: 4096,
+            topology: None,
+        };
+        let s = status(
+            "r1",
+            Some(1),
+            PassOutcome::Failed(&e),
+            None,
+            &discovery,
+            None,
+            &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
+        let applied = s.conditions.iter().find(|c| c.type_ == "Applied").unwrap();
+        assert_eq!(
+            (applied.status.as_str(), applied.reason.as_str()),
+            ("False", "StateUnusable")
+        );
+        assert_eq!(
+            applied.message,
+            "revision r1 is not applied: /var/lib/nodemem/ownership.json: No space left on device (os error 28); the record of what nodemem would write could not be saved first, so nothing was written (the node keeps its values); the previous state stays"
+        );
+    }
+
     #[test]
     fn a_rederived_record_outranks_a_rewritten_one_and_the_condition_keeps_its_time() {
         use crate::applier::{Recovery, RecoveryAction};

@@ -21,6 +21,12 @@ pub struct ConfigEntry {
     pub status: NodeMemoryConfigStatus,
     /// Seconds since the epoch, from [`SPEC_CHANGED_AT`].
     pub spec_changed_at: Option<i64>,
+    /// When the reader saw the agent's report on this revision turn good, on the
+    /// reader's own clock (seconds since the epoch); None when it was already good the
+    /// first time the reader saw it. The controller stamps it
+    /// (`nodemem_controller::world`): an agent whose clock is behind writes condition
+    /// times that would pass minReadySeconds early.
+    pub good_seen_at: Option<i64>,
 }
 
 /// Seconds since the epoch of an RFC 3339 time.
@@ -42,6 +48,7 @@ impl From<&NodeMemoryConfig> for ConfigEntry {
                 .as_ref()
                 .and_then(|a| a.get(SPEC_CHANGED_AT))
                 .and_then(|t| parse_time(t)),
+            good_seen_at: None,
         }
     }
 }
@@ -99,14 +106,18 @@ pub fn report(c: &ConfigEntry, now: i64) -> AgentReport {
     if !good {
         return AgentReport::Pending;
     }
-    // Good since the later of the spec change and the conditions turning True.
-    let since = [applied, healthy]
-        .into_iter()
-        .flatten()
-        .map(|c| c.last_transition_time.0.as_second())
-        .chain(c.spec_changed_at)
-        .max()
-        .unwrap_or(now);
+    // Good since the reader saw it turn good, on the reader's clock alone; else (good
+    // when first seen) since the later of the spec change and the conditions turning
+    // True, as written.
+    let since = c.good_seen_at.unwrap_or_else(|| {
+        [applied, healthy]
+            .into_iter()
+            .flatten()
+            .map(|c| c.last_transition_time.0.as_second())
+            .chain(c.spec_changed_at)
+            .max()
+            .unwrap_or(now)
+    });
     AgentReport::Good {
         for_seconds: (now - since).max(0) as u64,
     }

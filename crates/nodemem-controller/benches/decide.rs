@@ -178,6 +178,7 @@ fn rolled_out(nodes: usize) -> (World, i64) {
                 spec: w.spec.clone(),
                 status: NodeMemoryConfigStatus::default(),
                 spec_changed_at: Some(now),
+                good_seen_at: None,
             };
             entry.status = healthy(&entry, now);
             world.configs.insert(w.node.clone(), entry);

@@ -441,6 +441,7 @@ mod tests {
                 spec: Default::default(),
                 status: Default::default(),
                 spec_changed_at: None,
+                good_seen_at: None,
             },
         );
         let ds = agent_daemonset(&deploy(), &w);

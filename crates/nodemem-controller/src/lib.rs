@@ -83,7 +83,9 @@ pub struct ControllerArgs {
     /// Where the Lease lives.
     #[arg(long, default_value = "nodemem-system")]
     pub namespace: String,
-    /// Seconds a Lease holder has to renew it before another replica may take over.
+    /// Seconds a follower waits, after it last saw the Lease change, before it may take
+    /// it over (client-go's leaseDuration). The leader renews every 2/15 of it and stops
+    /// when a renewal has not succeeded within 2/3 of it (its renew deadline).
     #[arg(long, default_value_t = 15)]
     pub lease_seconds: u64,
     /// This replica's name in the Lease (default: POD_NAME, else host name and pid).
@@ -313,15 +315,15 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         let standing_by = || controller.metrics.standing_by();
         // A follower stopped while it waits for the Lease simply ends: the leader
         // decides whether to stand down.
-        tokio::select! {
+        let renewed = tokio::select! {
             // A replica standing by is ready (its Deployment rolls out, `helm install
             // --wait` and Argo CD see it available) while another leads.
-            () = lock.acquire(&standing_by) => {}
+            at = lock.acquire(&standing_by) => at,
             () = stop.requested() => {
                 tracing::info!("stopped before leading");
                 return Ok(());
             }
-        }
+        };
         if stand_down::none_follows_now(&client, &args.namespace, args.deployment.as_deref()).await {
             tracing::info!("took the Lease, but the controller's Deployment is gone, being deleted or at zero: not deciding");
             stop.requested().await;
@@ -332,7 +334,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         // as a follower) so two never write at once.
         tokio::select! {
             r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
-            () = lock.keep() => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
+            () = lock.keep(renewed) => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
             // Stops deciding before its SIGTERM: an uninstall's hook is about to give
             // the nodes back and delete what this controller would put back.
             () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {

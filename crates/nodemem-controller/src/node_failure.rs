@@ -168,6 +168,7 @@ mod tests {
             },
             status: Default::default(),
             spec_changed_at: Some(0),
+            good_seen_at: None,
         };
         c.status.observed_revision = observed.map(str::to_string);
         c.status.conditions = conditions;

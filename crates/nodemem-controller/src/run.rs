@@ -374,6 +374,7 @@ impl Controller {
             inbox.learned.tick = false;
             let started = std::time::Instant::now();
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
+            world.leading_since.get_or_insert(now);
             let decision = decider.decide(&mut world, now);
             let apis = Apis {
                 policies: &policies,

@@ -79,6 +79,7 @@ pub(crate) fn apply(w: &mut World, d: &Decision, now: i64) {
                 spec: write.spec.clone(),
                 status,
                 spec_changed_at,
+                good_seen_at: None,
             },
         );
     }

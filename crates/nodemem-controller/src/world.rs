@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
-use nodemem_api::report::{parse_time, ConfigEntry};
+use nodemem_api::report::{parse_time, report, ConfigEntry};
 use nodemem_api::resource_version::compare;
 use nodemem_api::watch_index::WatchIndex;
 use nodemem_api::{
     NodeMemoryConfig, NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
 };
+use nodemem_model::rollout::AgentReport;
 
 /// On a Node the controller cordoned to drain it before a Kubelet-mode Memory Manager
 /// change: the revision it drains for, when the drain started, and the revision it
@@ -81,6 +82,13 @@ pub struct World {
     /// The fields the installed CRDs lack against this build's (`crate::crd_check`);
     /// None: not read (yet).
     pub crd_gaps: Option<BTreeMap<String, Vec<String>>>,
+    /// When this replica began deciding, on its own clock (seconds since the epoch).
+    /// Times other replicas wrote (a config's spec change) are not compared with this
+    /// clock before it: their clocks may be behind or ahead of this one.
+    pub leading_since: Option<i64>,
+    /// The time learned reports are stamped with (`ConfigEntry::good_seen_at`); None:
+    /// this process's clock now. Tests fix it.
+    pub clock: Option<i64>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -244,7 +252,11 @@ impl World {
         if !self.newer(Kind::Config, &name, c.metadata.resource_version.as_deref()) {
             return false;
         }
-        let entry = ConfigEntry::from(c);
+        let mut entry = ConfigEntry::from(c);
+        let now = self
+            .clock
+            .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().as_second());
+        entry.good_seen_at = good_seen_at(self.configs.get(&name), &entry, now);
         let held = self.configs.insert(name.clone(), entry.clone());
         self.placement += u64::from(held.is_none());
         let changed = held != Some(entry);
@@ -256,6 +268,23 @@ impl World {
             self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some();
         self.placement += u64::from(changed);
         self.noted_node(name, changed)
+    }
+}
+
+/// When this controller saw the agent's report on `entry`'s revision turn good, on its
+/// own clock: kept while the report stays good on that revision, `now` when it turns
+/// good in front of this controller, None when it was good the first time this
+/// controller saw the config (after a start or relist the report's own times count, so
+/// that a failover does not make every ready node wait minReadySeconds again).
+fn good_seen_at(held: Option<&ConfigEntry>, entry: &ConfigEntry, now: i64) -> Option<i64> {
+    let good = |c: &ConfigEntry| matches!(report(c, now), AgentReport::Good { .. });
+    if !good(entry) {
+        return None;
+    }
+    match held {
+        Some(h) if h.spec.revision == entry.spec.revision && good(h) => h.good_seen_at,
+        Some(_) => Some(now),
+        None => None,
     }
 }
 
@@ -409,6 +438,60 @@ mod tests {
     use super::*;
     use nodemem_api::report::SPEC_CHANGED_AT;
     use serde_json::json;
+
+    /// An agent's report as the apiserver has it: Applied and Healthy at `status`, set
+    /// at `at` by the agent's clock, on revision `revision` (generation 2).
+    fn reported(revision: &str, status: &str, at: &str, version: &str) -> NodeMemoryConfig {
+        let cond = |t: &str| {
+            json!({"type": t, "status": status, "reason": t, "message": "", "observedGeneration": 2,
+                "lastTransitionTime": at})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "generation": 2, "resourceVersion": version,
+                "annotations": {SPEC_CHANGED_AT: "2026-11-22T10:00:00Z"}},
+            "spec": {"policy": "p", "revision": revision},
+            "status": {"observedRevision": revision,
+                "conditions": [cond("Applied"), cond("Healthy")]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn readiness_is_stamped_on_the_controllers_clock_when_it_sees_it_turn_good() {
+        let t0 = 1_795_341_600; // 2026-11-22T10:00:00Z, the spec change
+        let ready_for = |w: &World, now: i64| match report(&w.configs["n1"], now) {
+            AgentReport::Good { for_seconds } => Some(for_seconds),
+            _ => None,
+        };
+        // The agent's clock is an hour behind: it says it turned good an hour before
+        // the spec even changed.
+        let mut w = World {
+            clock: Some(t0 + 10),
+            ..World::default()
+        };
+        w.apply_config(&reported("r1", "False", "2026-11-22T09:00:05Z", "1"));
+        assert_eq!(ready_for(&w, t0 + 10), None);
+        w.clock = Some(t0 + 20);
+        w.apply_config(&reported("r1", "True", "2026-11-22T09:00:15Z", "2"));
+        assert_eq!(w.configs["n1"].good_seen_at, Some(t0 + 20));
+        assert_eq!(ready_for(&w, t0 + 50), Some(30), "from when it was seen");
+        // Still good (a later status write): the stamp stays.
+        w.clock = Some(t0 + 40);
+        w.apply_config(&reported("r1", "True", "2026-11-22T09:00:15Z", "3"));
+        assert_eq!(w.configs["n1"].good_seen_at, Some(t0 + 20));
+        // A new revision good when it arrives: stamped then.
+        w.clock = Some(t0 + 60);
+        w.apply_config(&reported("r2", "True", "2026-11-22T09:00:55Z", "4"));
+        assert_eq!(w.configs["n1"].good_seen_at, Some(t0 + 60));
+        // Good the first time this controller sees it (a start, a failover): the
+        // report's own times, so that ready nodes stay ready.
+        let mut fresh = World {
+            clock: Some(t0 + 100),
+            ..World::default()
+        };
+        fresh.apply_config(&reported("r1", "True", "2026-11-22T10:00:30Z", "5"));
+        assert_eq!(fresh.configs["n1"].good_seen_at, None);
+        assert_eq!(ready_for(&fresh, t0 + 100), Some(70));
+    }
 
     #[test]
     fn only_what_decisions_read_counts_as_a_change() {

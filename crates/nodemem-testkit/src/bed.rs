@@ -238,6 +238,7 @@ impl Bed {
         step("starting etcd, kube-apiserver and kube-controller-manager");
         let options = crate::control_plane::Options {
             pod_security_default: spec.pod_security_default.clone(),
+            ..Default::default()
         };
         let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&options))
             .await

@@ -118,6 +118,26 @@ pub struct Options {
     /// hardened cluster's admission configuration sets it. None: the apiserver's own
     /// default (privileged).
     pub pod_security_default: Option<String>,
+    /// The apiserver's audit log records every write request (create, update, patch,
+    /// delete) with its user and times: [`ControlPlane::audit_writes`] shows who wrote
+    /// when.
+    pub audit_writes: bool,
+}
+
+/// Metadata for every write, nothing for reads and watches.
+const AUDIT_WRITES_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n- level: None\n";
+
+/// One write request as the apiserver's audit log has it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditWrite {
+    pub user: String,
+    pub verb: String,
+    pub resource: String,
+    pub name: String,
+    /// The response's HTTP status code.
+    pub code: u16,
+    /// When the apiserver received the request.
+    pub received: k8s_openapi::jiff::Timestamp,
 }
 
 /// The admission configuration that makes `level` PodSecurity's default.
@@ -211,6 +231,18 @@ impl ControlPlane {
                 "--admission-control-config-file={}",
                 file.display()
             ));
+        }
+        if options.audit_writes {
+            let file = dir.join("audit-policy.yaml");
+            write(&file, AUDIT_WRITES_POLICY)?;
+            admission.extend([
+                format!("--audit-policy-file={}", file.display()),
+                format!("--audit-log-path={}", dir.join("audit.log").display()),
+                "--audit-log-format=json".into(),
+                // Written before the response: a test that read a response finds its
+                // request in the log.
+                "--audit-log-mode=blocking".into(),
+            ]);
         }
         let mut apiserver = Process::spawn(
             "kube-apiserver",
@@ -343,6 +375,27 @@ impl ControlPlane {
     }
 
     /// The directory holding certificates, kubeconfigs and component logs.
+    /// The write requests in the audit log so far (with [`Options::audit_writes`];
+    /// empty otherwise), in the order logged.
+    pub fn audit_writes(&self) -> Vec<AuditWrite> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .filter_map(|e| {
+                let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                Some(AuditWrite {
+                    user: s(&e["user"]["username"]),
+                    verb: s(&e["verb"]),
+                    resource: s(&e["objectRef"]["resource"]),
+                    name: s(&e["objectRef"]["name"]),
+                    code: e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+                    received: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                })
+            })
+            .collect()
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -361,12 +361,12 @@ fn member_of(world: &World, key: &RolloutKey, node: &str, now: i64) -> Member {
         report: config.map_or(AgentReport::Pending, |c| report(c, now)),
         since_spec_change: config
             .and_then(|c| c.spec_changed_at)
-            .map_or(0, |t| (now - t).max(0) as u64),
+            .map_or(0, |t| (now - trusted(t, world, now)) as u64),
         draining_for: world
             .drains
             .get(node)
             .filter(|d| key.drains && d.revision == key.target)
-            .map(|d| (now - d.started_at).max(0) as u64),
+            .map(|d| (now - trusted(d.started_at, world, now)) as u64),
     };
     let params = phase_params(key);
     let on_target = config.filter(|c| c.spec.revision == key.target);
@@ -384,6 +384,15 @@ fn member_of(world: &World, key: &RolloutKey, node: &str, now: i64) -> Member {
             .as_deref()
             .and_then(|r| config.and_then(|c| observed_tally(c, r))),
     }
+}
+
+/// A time another replica may have written (a config's spec change), as this
+/// replica's deadlines may count from it: never before this replica began deciding (the
+/// writer's clock may be behind: a deadline would pass at once), never after now (it
+/// may be ahead). A skewed clock makes a deadline later, never earlier; a failover
+/// starts the deadlines of nodes still updating again.
+fn trusted(t: i64, world: &World, now: i64) -> i64 {
+    t.max(world.leading_since.unwrap_or(i64::MIN)).min(now)
 }
 
 /// The parameters [`phase`] reads; the others do not classify a node.
@@ -471,6 +480,35 @@ mod tests {
             }))
             .unwrap(),
         );
+    }
+
+    /// A replica whose clock is an hour ahead of the one that changed the specs takes
+    /// over: the nodes still updating get their whole progressDeadlineSeconds from
+    /// when it began deciding, not none.
+    #[test]
+    fn deadlines_written_by_another_replica_count_from_this_ones_start_at_the_earliest() {
+        let nodes = [("n1", "a"), ("n2", "a")];
+        let mut w = world(
+            &[policy("p", "a", 0, 0.8, json!({"maxUnavailable": 2}))],
+            &nodes,
+        );
+        let d = crate::decide::decide(&w, T0);
+        apply(&mut w, &d, T0);
+        let target = w.configs["n1"].spec.revision.clone();
+        let names = nodes.map(|(n, _)| n);
+        let ahead = T0 + 3600;
+        // Without a start known, the written time counts (one replica all along).
+        let index = RolloutIndex::build(&w, key("p", &target), names, ahead);
+        assert_eq!(index.phase_set(NodePhase::Failed).len(), 2);
+        w.leading_since = Some(ahead);
+        let index = RolloutIndex::build(&w, key("p", &target), names, ahead + 600);
+        assert_eq!(index.phase_set(NodePhase::Updating).len(), 2);
+        let index = RolloutIndex::build(&w, key("p", &target), names, ahead + 601);
+        assert_eq!(index.phase_set(NodePhase::Failed).len(), 2);
+        // A spec change written ahead of this clock counts from now, not from then.
+        w.leading_since = Some(T0 - 7200);
+        let index = RolloutIndex::build(&w, key("p", &target), names, T0 - 3600);
+        assert_eq!(index.phase_set(NodePhase::Updating).len(), 2);
     }
 
     /// The sums, the worst nodes and the observations, hand-counted; then one node's

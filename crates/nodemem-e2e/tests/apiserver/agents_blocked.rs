@@ -22,6 +22,7 @@ const NODES: [(&str, &str); 2] = [("blk-1", "blk"), ("blk-2", "blk")];
 async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute() {
     let cp = own_control_plane_with(Options {
         pod_security_default: Some("baseline".into()),
+        ..Options::default()
     })
     .await;
     let admin = cp.admin_kubeconfig().to_path_buf();

@@ -17,6 +17,7 @@ mod gitops_health;
 mod handoff;
 mod identities;
 mod kubelet_mode;
+mod leader;
 mod nodes;
 mod observe;
 mod outage;
