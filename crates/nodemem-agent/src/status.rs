@@ -532,6 +532,17 @@ mod tests {
         vec![nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()]
     }
 
+    /// A systemd-driver node with `kernel`, as discovery reports it.
+    fn discovery(kernel: &str) -> Discovery {
+        Discovery {
+            kernel_version: kernel.into(),
+            cgroup_driver: CgroupDriver::Systemd,
+            kubepods_controllers: Default::default(),
+            page_size: 4096,
+            topology: None,
+        }
+    }
+
     fn kernel_supported(kernel: &str) -> (Condition, Condition) {
         let settings = PolicySettings {
             memory_qos: MemoryQosSettings {
@@ -551,13 +562,7 @@ mod tests {
             memory_manager: None,
         })
         .unwrap();
-        let discovery = Discovery {
-            kernel_version: kernel.into(),
-            cgroup_driver: CgroupDriver::Systemd,
-            kubepods_controllers: Default::default(),
-            page_size: 4096,
-            topology: None,
-        };
+        let discovery = discovery(kernel);
         let s = status(
             "r1",
             Some(1),
@@ -608,13 +613,7 @@ mod tests {
             path: "/var/lib/nodemem/ownership.json".into(),
             source: std::io::Error::from_raw_os_error(libc::ENOSPC),
         });
-        let discovery = Discovery {
-            kernel_version: "6.1.0".into(),
-            cgroup_driver: CgroupDriver::Systemd,
-            kubepods_controllers: Default::default(),
-            page_size: 4096,
-            topology: None,
-        };
+        let discovery = discovery("6.1.0");
         let s = status(
             "r1",
             Some(1),

@@ -737,7 +737,7 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
         driver,
         &pods,
     );
-    let before = snapshot(tree.root());
+    let before = tree.files().unwrap();
     let mut owned = Ownership::default();
     let mut saved = Vec::new();
     let refused = apply_scoped(
@@ -755,7 +755,7 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
     assert_eq!(refused.unwrap_err(), "No space left on device");
     assert_eq!(saved.len(), 1, "one save, before the first write");
     assert!(saved[0] > 0);
-    assert_eq!(snapshot(tree.root()), before, "nothing written");
+    assert_eq!(tree.files().unwrap(), before, "nothing written");
     assert!(owned.is_empty(), "the record is as it was");
     // Saved: the record names every file before the pass writes it.
     let mut at_save = Ownership::default();
@@ -780,21 +780,4 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
         );
     }
     assert_eq!(at_save, owned);
-}
-
-/// Every file of a tree and what it holds.
-fn snapshot(root: &std::path::Path) -> BTreeMap<std::path::PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                out.insert(path.clone(), std::fs::read_to_string(&path).unwrap());
-            }
-        }
-    }
-    out
 }

@@ -223,6 +223,26 @@ impl CgroupTree {
             .map(|s| s.trim_end().to_string())
             .map_err(io(&p))
     }
+
+    /// Every file of the tree (path relative to the root) and what it holds: a whole
+    /// tree compared before and after, so that no write anywhere goes unseen.
+    pub fn files(&self) -> Result<std::collections::BTreeMap<PathBuf, String>, Error> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut dirs = vec![self.root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
+                let path = entry.map_err(io(&dir))?.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+                    let relative = path.strip_prefix(&self.root).unwrap_or(&path);
+                    out.insert(relative.to_path_buf(), text);
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

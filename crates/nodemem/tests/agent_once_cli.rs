@@ -688,27 +688,6 @@ fn files_the_kubelet_enforces_are_left_to_it() {
     assert_eq!(out["writes"].as_array().unwrap().len(), 10, "{out:#}");
 }
 
-/// Every file of the node's cgroup tree and what it holds.
-fn tree_files(node: &Node) -> std::collections::BTreeMap<PathBuf, String> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut dirs = vec![node.tree.root().to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                let text = std::fs::read_to_string(&path).unwrap();
-                out.insert(
-                    path.strip_prefix(node.tree.root()).unwrap().to_path_buf(),
-                    text,
-                );
-            }
-        }
-    }
-    out
-}
-
 /// The files that differ between two reads of a tree.
 fn changed(
     before: &std::collections::BTreeMap<PathBuf, String>,
@@ -741,7 +720,7 @@ fn an_agent_killed_after_any_write_of_a_pass_leaves_nothing_behind() {
     for again_first in [false, true] {
         for k in 1..=planned {
             let node = Node::new(CgroupDriver::Systemd);
-            let kubelet_left = tree_files(&node);
+            let kubelet_left = node.tree.files().unwrap();
             let kill = k.to_string();
             let (status, _, err) =
                 node.run_env(&config(), &[], &[("NODEMEM_TEST_KILL_AFTER_WRITES", &kill)]);
@@ -755,7 +734,7 @@ fn an_agent_killed_after_any_write_of_a_pass_leaves_nothing_behind() {
                 err.contains(&format!("right after its cgroup write number {k} ")),
                 "{err}"
             );
-            let at_kill = changed(&kubelet_left, &tree_files(&node));
+            let at_kill = changed(&kubelet_left, &node.tree.files().unwrap());
             assert_eq!(
                 at_kill.len(),
                 k,
@@ -767,7 +746,7 @@ fn an_agent_killed_after_any_write_of_a_pass_leaves_nothing_behind() {
             }
             let (code, out, err) = node.run(&off, &[]);
             assert_eq!(code, 0, "{err}\n{out}");
-            let left = changed(&kubelet_left, &tree_files(&node));
+            let left = changed(&kubelet_left, &node.tree.files().unwrap());
             assert!(
                 left.is_empty(),
                 "killed after write {k} of {planned} (run again first: {again_first}), then given back; left behind: {left:#?}"
@@ -783,7 +762,7 @@ fn a_record_that_cannot_be_saved_stops_the_pass_before_any_write_and_stays_whole
     assert!(!first["writes"].as_array().unwrap().is_empty());
     let record = node.dir.path().join("state/ownership.json");
     let saved = std::fs::read_to_string(&record).unwrap();
-    let applied = tree_files(&node);
+    let applied = node.tree.files().unwrap();
     // A lower factor changes values and adds none, so the record does not change...
     let lower = edited_config(node.dir.path(), "lower.yaml", |t| {
         t.replace("throttlingFactor: 0.9", "throttlingFactor: 0.6")
@@ -801,7 +780,10 @@ fn a_record_that_cannot_be_saved_stops_the_pass_before_any_write_and_stays_whole
         err.contains("ownership.json") && err.contains("nothing was written"),
         "{err}"
     );
-    assert_eq!(changed(&applied, &tree_files(&node)), Vec::<String>::new());
+    assert_eq!(
+        changed(&applied, &node.tree.files().unwrap()),
+        Vec::<String>::new()
+    );
     assert_eq!(
         std::fs::read_to_string(&record).unwrap(),
         saved,
@@ -810,5 +792,5 @@ fn a_record_that_cannot_be_saved_stops_the_pass_before_any_write_and_stays_whole
     // What adds nothing to the record still applies.
     let (code, out, err) = node.run(&lower, &[]);
     assert_eq!(code, 0, "{err}\n{out}");
-    assert!(!changed(&applied, &tree_files(&node)).is_empty());
+    assert!(!changed(&applied, &node.tree.files().unwrap()).is_empty());
 }

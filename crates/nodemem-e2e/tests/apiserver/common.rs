@@ -152,7 +152,33 @@ pub fn spawn_controller_with(
     log: &std::path::Path,
     extra: &[&str],
 ) -> ControllerProcess {
-    let child = std::process::Command::new(nodemem_e2e::nodemem())
+    let child = controller_command(
+        std::process::Command::new(nodemem_e2e::nodemem()),
+        kubeconfig,
+        identity,
+        agent_image,
+        log,
+    )
+    .args(extra)
+    .spawn()
+    .expect("start the controller");
+    ControllerProcess { child }
+}
+
+/// The controllers' Lease duration in these tests (`--lease-seconds`).
+pub const CONTROLLER_LEASE_SECONDS: u64 = 6;
+
+/// The controller's arguments as its Deployment gives them (a 6 s Lease, a 1 s tick),
+/// added to `command` (the nodemem binary, or a wrapper that runs it), stderr appended
+/// to `log`.
+pub fn controller_command(
+    mut command: std::process::Command,
+    kubeconfig: &std::path::Path,
+    identity: &str,
+    agent_image: &str,
+    log: &std::path::Path,
+) -> std::process::Command {
+    command
         .args([
             "controller",
             "--tick-seconds",
@@ -160,9 +186,9 @@ pub fn spawn_controller_with(
             "--metrics-addr",
             "127.0.0.1:0",
         ])
-        .args(["--identity", identity, "--lease-seconds", "6"])
+        .args(["--identity", identity])
+        .args(["--lease-seconds", &CONTROLLER_LEASE_SECONDS.to_string()])
         .args(["--agent-image", agent_image])
-        .args(extra)
         .env("KUBECONFIG", kubeconfig)
         .stdout(std::process::Stdio::null())
         // Appended: a restarted controller adds to its log.
@@ -172,10 +198,20 @@ pub fn spawn_controller_with(
                 .append(true)
                 .open(log)
                 .unwrap(),
-        )
-        .spawn()
-        .expect("start the controller");
-    ControllerProcess { child }
+        );
+    command
+}
+
+/// Who holds the controllers' Lease, if anyone (or it cannot be read).
+pub async fn lease_holder(client: &Client) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "nodemem-system");
+    leases
+        .get_opt(nodemem_controller::lease::LEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
 }
 
 /// GET `path` from the endpoint a nodemem process's log says it serves on

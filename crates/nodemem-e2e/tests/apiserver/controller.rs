@@ -449,16 +449,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
 
     // 4. A second replica waits for the Lease; when the leader dies it takes over and
     //    carries on (a change to pool c is rolled out by it).
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), "nodemem-system");
-    let holder = async || {
-        leases
-            .get_opt("nodemem-controller")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-    };
+    let holder = async || crate::common::lease_holder(&client).await;
     assert_eq!(holder().await.as_deref(), Some("replica-a"));
     // Replica b runs with newer agent settings (a new image): once it leads, it updates
     // the DaemonSet.

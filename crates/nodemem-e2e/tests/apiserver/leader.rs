@@ -9,16 +9,18 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
 use nodemem_testkit::control_plane::{AuditWrite, Identity, Options};
 use nodemem_testkit::proxy::TcpProxy;
 use serde_json::json;
 
-use crate::common::{create_policy, eventually, own_control_plane_with, policies, pool_nodes};
+use crate::common::{
+    controller_command, create_policy, eventually, lease_holder, own_control_plane_with, policies,
+    pool_nodes,
+};
 
-/// The replicas' Lease duration (`--lease-seconds`): renew deadline 4 s, retry 0.8 s.
-const LEASE_SECONDS: u64 = 6;
+/// The replicas' Lease duration: renew deadline 4 s, retry 0.8 s.
+const LEASE_SECONDS: u64 = crate::common::CONTROLLER_LEASE_SECONDS;
 
 /// A replica in a process group of its own: `faketime` runs the controller as its
 /// child, and killing the replica kills both.
@@ -42,7 +44,7 @@ impl Drop for Replica {
 
 fn spawn(kubeconfig: &Path, identity: &str, log: &Path, clock_ahead: bool) -> Replica {
     let nodemem = nodemem_e2e::nodemem();
-    let mut command = if clock_ahead {
+    let command = if clock_ahead {
         // faketime's advanced format: every clock of the process one hour ahead (the
         // monotonic clock too, by the same constant).
         let mut c = std::process::Command::new("faketime");
@@ -52,27 +54,8 @@ fn spawn(kubeconfig: &Path, identity: &str, log: &Path, clock_ahead: bool) -> Re
         std::process::Command::new(nodemem)
     };
     use std::os::unix::process::CommandExt;
-    let child = command
+    let child = controller_command(command, kubeconfig, identity, "nodemem:test", log)
         .process_group(0)
-        .args([
-            "controller",
-            "--tick-seconds",
-            "1",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--identity", identity])
-        .args(["--lease-seconds", &LEASE_SECONDS.to_string()])
-        .args(["--agent-image", "nodemem:test"])
-        .env("KUBECONFIG", kubeconfig)
-        .stdout(std::process::Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
         .spawn()
         .expect("start the controller (faketime is a prerequisite: make prereqs)");
     Replica { child }
@@ -150,15 +133,7 @@ async fn replicas_with_clocks_an_hour_apart_and_a_cut_off_leader_never_write_at_
             std::fs::read_to_string(&b_log).unwrap_or_default()
         )
     };
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodemem-system");
-    let holder = async || {
-        leases
-            .get_opt("nodemem-controller")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-    };
+    let holder = async || lease_holder(&admin).await;
     let held_by = |who: &'static str| {
         let holder = &holder;
         async move || (holder().await.as_deref() == Some(who)).then_some(())
