@@ -20,6 +20,7 @@
 pub mod agent_pod;
 mod agent_upkeep;
 pub mod agents;
+pub mod backoff;
 mod crd_check;
 pub mod daemonset;
 pub mod decide;
@@ -35,10 +36,12 @@ pub mod node_failure;
 mod policy_status;
 pub mod queue;
 mod recommendation;
+mod retries;
 pub mod run;
 mod settings;
 mod stand_down;
 pub mod world;
+pub mod write_failures;
 
 use std::path::PathBuf;
 
@@ -290,7 +293,9 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 .map_err(|e| CliError::one(e.to_string()))?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
-        let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        let client =
+            nodemem_plumbing::kubeclient::client_with_brief_retries(args.kubeconfig.as_deref())
+                .await?;
         if !args.leader_elect {
             return tokio::select! {
                 r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),

@@ -51,6 +51,12 @@ impl ErrorCategory {
     }
 }
 
+/// A kind of write.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabel {
     category: &'static str,
@@ -65,6 +71,8 @@ pub struct Metrics {
     reconcile_seconds: Histogram,
     writes: Family<WriteLabel, Counter>,
     errors: Family<ErrorLabel, Counter>,
+    deferred: Family<KindLabel, Counter>,
+    backing_off: Family<KindLabel, Gauge>,
     watch_events: Counter,
     queued_events: Gauge,
     ready: AtomicBool,
@@ -89,6 +97,8 @@ impl Metrics {
             reconcile_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             writes: Family::default(),
             errors: Family::default(),
+            deferred: Family::default(),
+            backing_off: Family::default(),
             watch_events: Counter::default(),
             queued_events: Gauge::default(),
             ready: AtomicBool::new(false),
@@ -117,6 +127,16 @@ impl Metrics {
             m.writes.clone(),
         );
         registry.register("errors", "Errors by category", m.errors.clone());
+        registry.register(
+            "api_writes_deferred",
+            "Writes a decision asked for that waited for their object's backoff (its last write failed)",
+            m.deferred.clone(),
+        );
+        registry.register(
+            "api_write_backoff_objects",
+            "Objects whose last write failed, waiting for their backoff, by kind of write",
+            m.backing_off.clone(),
+        );
         registry.register(
             "watch_events",
             "Watch events and ticks taken into the world (everything queued when a decision begins makes that one decision)",
@@ -164,6 +184,26 @@ impl Metrics {
             .inc();
         if !ok {
             self.error(ErrorCategory::ApiWrite);
+        }
+    }
+
+    /// `n` writes of `kind` waited for their backoff.
+    pub fn deferred(&self, kind: &'static str, n: usize) {
+        if n > 0 {
+            self.deferred
+                .get_or_create(&KindLabel { kind })
+                .inc_by(n as u64);
+        }
+    }
+
+    /// The objects backing off now, by kind (kinds not named have none; every kind has a
+    /// series, so that a scrape never sees one missing).
+    pub fn backing_off(&self, by_kind: &std::collections::BTreeMap<&'static str, usize>) {
+        for kind in crate::backoff::KINDS {
+            let n = by_kind.get(kind).copied().unwrap_or(0);
+            self.backing_off
+                .get_or_create(&KindLabel { kind })
+                .set(n as i64);
         }
     }
 

@@ -348,6 +348,7 @@ impl Controller {
             .as_ref()
             .map(|_| crate::agents::AgentPods::of(crate::daemonset::NAME));
         let mut decider = Decider::default();
+        let mut retries = crate::retries::Retries::default();
         let mut inbox = Inbox::new(received, self.metrics.clone(), self.agents.is_some());
         info!(
             agents = self.agents.is_some(),
@@ -381,8 +382,9 @@ impl Controller {
                 configs: &configs,
                 recorder: &recorder,
             };
-            self.carry_out(&decision, &mut world, &mut inbox, &apis, now)
+            self.carry_out(&decision, &mut world, &mut inbox, &apis, &mut retries, now)
                 .await;
+            retries.flush(&self.metrics);
             let drains = crate::drain::Drains {
                 client: &client,
                 metrics: &self.metrics,
@@ -409,6 +411,7 @@ impl Controller {
         world: &mut World,
         inbox: &mut Inbox,
         apis: &Apis<'_>,
+        retries: &mut crate::retries::Retries,
         now: i64,
     ) {
         let Apis {
@@ -424,13 +427,33 @@ impl Controller {
         // trip. Its counts are the world's before the writes either way; the next
         // decision counts the writes. The world learns the answers after the writes
         // (an answer older than what the watches taught meanwhile is left out).
-        let statuses = write_statuses(&d.statuses, policies, &self.metrics);
-        let writes = self.write_configs(&d.writes, world, inbox, configs, now);
-        let (answers, ()) = futures::join!(statuses, writes);
-        for p in &answers {
-            world.apply_policy(p);
+        let statuses = retries.keep_due(STATUS, &d.statuses, |(name, _)| name, &self.metrics);
+        let configs_due = retries.keep_due(CONFIG, &d.writes, |w| &w.node, &self.metrics);
+        let statuses = write_statuses(&statuses, policies, &self.metrics);
+        let writes = self.write_configs(&configs_due, world, inbox, configs, now);
+        let (answers, failed) = futures::join!(statuses, writes);
+        for (name, answer) in answers {
+            match answer {
+                Ok(p) => {
+                    retries.succeeded(STATUS, &name);
+                    world.apply_policy(&p);
+                }
+                Err(e) => retries.failed(STATUS, &name, &e),
+            }
         }
-        self.delete_configs(&d.deletes, world, inbox, configs).await;
+        for (node, answer) in failed {
+            match answer {
+                Ok(()) => retries.succeeded(CONFIG, &node),
+                Err(e) => retries.failed(CONFIG, &node, &e),
+            }
+        }
+        let deletes = retries.keep_due(DELETE, &d.deletes, |n| n, &self.metrics);
+        for (node, answer) in self.delete_configs(&deletes, world, inbox, configs).await {
+            match answer {
+                Ok(()) => retries.succeeded(DELETE, &node),
+                Err(e) => retries.failed(DELETE, &node, &e),
+            }
+        }
         for order in &d.finalizers {
             self.set_finalizer(policies, order, world).await;
         }
@@ -511,31 +534,28 @@ impl Controller {
     }
 }
 
-/// The policies' statuses by server-side apply, one after the other: the answers of
-/// those written.
+/// The kinds of write that back off per object (`crate::backoff::KINDS`).
+const CONFIG: &str = "config";
+const DELETE: &str = "config_delete";
+const STATUS: &str = "policy_status";
+
+/// The policies' statuses by server-side apply, one after the other: each policy's
+/// answer (a failure backs off and is summarised in the log by the caller).
 async fn write_statuses(
-    statuses: &[(String, NodeMemoryPolicyStatus)],
+    statuses: &[&(String, NodeMemoryPolicyStatus)],
     policies: &Api<NodeMemoryPolicy>,
     metrics: &Metrics,
-) -> Vec<NodeMemoryPolicy> {
+) -> Vec<(String, Result<NodeMemoryPolicy, kube::Error>)> {
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let mut answers = Vec::new();
-    for (name, status) in statuses {
+    for (name, status) in statuses.iter().copied() {
         let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
             "status": status});
-        match policies
+        let answer = policies
             .patch_status(name, &apply, &Patch::Apply(&patch))
-            .await
-        {
-            Ok(p) => {
-                metrics.write("policy_status", true);
-                answers.push(p);
-            }
-            Err(e) => {
-                metrics.write("policy_status", false);
-                warn!(policy = %name, error = %e, "status not written; retried on the next reconcile");
-            }
-        }
+            .await;
+        metrics.write(STATUS, answer.is_ok());
+        answers.push((name.clone(), answer));
     }
     answers
 }
@@ -571,16 +591,17 @@ async fn spend_rollback_request(
 impl Controller {
     /// The decision's config specs by server-side apply, `write_concurrency` at a
     /// time; the world learns each from the apiserver's answer as it comes. A write
-    /// that fails is decided again by the next reconcile from the newest world, so no
-    /// retry can write an older revision.
+    /// that fails is decided again by the first reconcile after its backoff from the
+    /// newest world, so no retry can write an older revision. Each node's answer, for
+    /// the backoffs.
     async fn write_configs(
         &self,
-        writes: &[ConfigWrite],
+        writes: &[&ConfigWrite],
         world: &mut World,
         inbox: &mut Inbox,
         configs: &Api<NodeMemoryConfig>,
         now: i64,
-    ) {
+    ) -> Vec<(String, Result<(), kube::Error>)> {
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         // The change time moves only with the revision.
         let changed_at: Vec<i64> = writes
@@ -591,7 +612,7 @@ impl Controller {
             })
             .collect();
         let apply = &apply;
-        let mut answers = futures::stream::iter(writes.iter().zip(changed_at))
+        let mut answers = futures::stream::iter(writes.iter().copied().zip(changed_at))
             .map(|(w, changed_at)| {
                 let patch = config_patch(w, changed_at);
                 async move {
@@ -604,46 +625,49 @@ impl Controller {
             .buffer_unordered(self.write_concurrency.max(1));
         // A fan-out's own events are learned while its writes run once many are
         // queued (20,000 of them at 20,000 nodes).
+        let mut results = Vec::with_capacity(writes.len());
         while let Some((w, answer)) = inbox.beside(world, answers.next()).await {
-            match answer {
-                Ok(c) => {
-                    self.metrics.write("config", true);
-                    world.apply_config(&c);
-                }
-                Err(e) => {
-                    self.metrics.write("config", false);
-                    warn!(node = %w.node, error = %e, "NodeMemoryConfig not written; retried on the next reconcile");
-                }
-            }
+            self.metrics.write(CONFIG, answer.is_ok());
+            let answer = answer.map(|c| {
+                world.apply_config(&c);
+            });
+            results.push((w.node.clone(), answer));
         }
+        results
     }
 
-    /// The decision's config deletions, `write_concurrency` at a time.
+    /// The decision's config deletions, `write_concurrency` at a time: each node's
+    /// answer (one already gone is deleted), for the backoffs.
     async fn delete_configs(
         &self,
-        nodes: &[String],
+        nodes: &[&String],
         world: &mut World,
         inbox: &mut Inbox,
         configs: &Api<NodeMemoryConfig>,
-    ) {
-        let mut answers = futures::stream::iter(nodes)
+    ) -> Vec<(String, Result<(), kube::Error>)> {
+        let mut answers = futures::stream::iter(nodes.iter().copied())
             .map(|node| async move { (node, configs.delete(node, &DeleteParams::default()).await) })
             .buffer_unordered(self.write_concurrency.max(1));
+        let mut results = Vec::with_capacity(nodes.len());
         while let Some((node, answer)) = inbox.beside(world, answers.next()).await {
-            match answer {
+            let answer = match answer {
                 Ok(_) => {
-                    self.metrics.write("config_delete", true);
+                    self.metrics.write(DELETE, true);
                     world.delete_config(node, None);
+                    Ok(())
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     world.delete_config(node, None);
+                    Ok(())
                 }
                 Err(e) => {
-                    self.metrics.write("config_delete", false);
-                    warn!(%node, error = %e, "NodeMemoryConfig not deleted; retried on the next reconcile");
+                    self.metrics.write(DELETE, false);
+                    Err(e)
                 }
-            }
+            };
+            results.push((node.clone(), answer));
         }
+        results
     }
 }
 

@@ -29,4 +29,5 @@ mod rollout_faults;
 mod runtime_record;
 mod sandbox;
 mod state_records;
+mod storm;
 mod upgrade;
