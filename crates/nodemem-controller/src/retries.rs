@@ -72,9 +72,10 @@ impl Retries {
             backoff::retry_after(e),
         );
         let answer = write_failures::answer(e);
+        let description = write_failures::description(e);
         if let Some(line) = self
             .log
-            .failed(now, kind, name, &answer, &e.to_string(), retry_in)
+            .failed(now, kind, name, &answer, &description, retry_in)
         {
             warn!("{line}");
         }

@@ -25,6 +25,16 @@ pub struct FailureLog {
 
 /// The answer a failed write got, as a short label: the HTTP status code, or
 /// `transport` when no answer came (a connection refused or cut, a timeout).
+/// What went wrong, in one line: the apiserver's message and reason, or the client's
+/// error (kube's own text of an apiserver error repeats it as a debug dump).
+pub fn description(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.reason.is_empty() => format!("{} ({})", s.message, s.reason),
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 pub fn answer(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if s.code != 0 => s.code.to_string(),
@@ -188,6 +198,7 @@ mod tests {
                 .boxed(),
         );
         assert_eq!(answer(&api), "429");
+        assert_eq!(description(&api), "x (TooManyRequests)");
         let io = kube::Error::ReadEvents(std::io::Error::other("cut"));
         assert_eq!(answer(&io), "transport");
     }

@@ -25,9 +25,11 @@ use crate::common::{
 
 const NODES: usize = 5000;
 
-/// A priority level of one seat that rejects what does not fit at once (no queue, no
-/// borrowing), and a flow schema that puts the controller's config writes on it: the
-/// apiserver answers 429 with Retry-After to every write that finds the seat taken.
+/// A priority level of a few seats (4 of the test apiserver's 600, see `seats`) that
+/// rejects what does not fit at once (no queue, no borrowing), and a flow schema that
+/// puts the controller's config writes on it: the apiserver answers 429 with
+/// Retry-After to every write that finds the seats taken (the controller writes 64 at
+/// a time).
 const STORM_APF: &str = "\
 apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: PriorityLevelConfiguration
@@ -35,7 +37,7 @@ metadata: {name: nodemem-storm}
 spec:
   type: Limited
   limited:
-    nominalConcurrencyShares: 1
+    nominalConcurrencyShares: 2
     lendablePercent: 0
     borrowingLimitPercent: 0
     limitResponse: {type: Reject}
@@ -97,6 +99,16 @@ async fn config_applies(client: &Client) -> BTreeMap<String, f64> {
         *by_code.entry(code).or_default() += n;
     }
     by_code
+}
+
+/// The seats the apiserver gives the storm level.
+async fn seats(client: &Client) -> Option<f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    crate::common::metric_in(
+        &text,
+        "apiserver_flowcontrol_nominal_limit_seats{priority_level=\"nodemem-storm\"}",
+    )
 }
 
 /// The apiserver's count of requests the storm level rejected.
@@ -215,6 +227,7 @@ async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log
     let (r1, r2) = (revision_of(0.9), revision_of(0.8));
     let before = config_applies(&client).await;
     crate::common::create_policy(&policies, "storm", policy_spec(0.9)).await;
+    eprintln!("storm level: {:?} seats", seats(&client).await);
     let started = Instant::now();
     let _controller = spawn_controller_with(&kubeconfig, "storm", "nodemem:test", &log, &[]);
     seen.until(&mut watch, &r1, NODES, Duration::from_secs(600))
