@@ -36,7 +36,8 @@ struct WriteLabel {
 /// The bounded set of things that go wrong, for metrics and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCategory {
-    /// The apiserver refused or failed a write (retried on the next reconcile).
+    /// The apiserver refused or failed a write (configs, deletions and statuses back off
+    /// per object, `crate::backoff`; the rest are retried at the next decision).
     ApiWrite,
     /// A watch failed (retried with backoff).
     Watch,

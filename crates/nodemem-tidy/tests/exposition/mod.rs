@@ -55,6 +55,8 @@ pub fn one_of_each() -> String {
     controller.reconciled(0.01);
     controller.write("config", false);
     controller.error(ErrorCategory::Watch);
+    controller.deferred("config", 1);
+    controller.backing_off(&std::iter::once(("config", 1)).collect());
     let status = nodemem_api::NodeMemoryPolicyStatus {
         conditions: vec![condition],
         ..Default::default()
