@@ -468,7 +468,9 @@ impl NodeApplier {
     }
 
     /// memory.events and memory.pressure of these cgroups (the managed pods); a cgroup
-    /// whose files cannot be read or parsed is left out.
+    /// whose memory.events cannot be read or parsed is left out, one whose
+    /// memory.pressure cannot (PSI is off) has no pressure reading. A memory.pressure
+    /// without a `full` line (kernels before 4.20 had none for the root) reads as 0.
     pub fn read_signals<'a>(
         &self,
         cgroups: impl Iterator<Item = &'a str>,
@@ -490,8 +492,7 @@ impl NodeApplier {
                 .read(&p, "memory.pressure")
                 .ok()
                 .and_then(|t| pressure("memory.pressure", &t).ok())
-                .and_then(|p| p.full)
-                .map_or(0.0, |f| f.avg60);
+                .map(|p| p.full.map_or(0.0, |f| f.avg60));
             out.insert(
                 path.to_string(),
                 crate::health::Reading {

@@ -537,18 +537,39 @@ impl Metrics {
         let mut seen = std::collections::HashMap::with_capacity(pods.len());
         for qos in ["guaranteed", "burstable", "besteffort"] {
             let label = QosLabel { qos };
-            let (mut high, mut oom, mut full) = (0u64, 0u64, 0.0f64);
+            // Full pressure: the highest any pod of the class reads (0 with no pods);
+            // no series when its pods cannot read it (absent is unknown, never 0).
+            let (mut high, mut oom, mut full) = (0u64, 0u64, Some(0.0f64));
+            let mut read_any = false;
             for p in pods.iter().filter(|p| p.qos == qos) {
                 let key = (p.namespace.to_string(), p.pod.to_string());
                 let (h, o) = last.get(&key).copied().unwrap_or((0, 0));
                 high += grown(p.reading.high, h);
                 oom += grown(p.reading.oom_kill, o);
-                full = full.max(p.reading.full_avg60);
+                match p.reading.full_avg60 {
+                    Some(f) => {
+                        full = Some(if read_any {
+                            full.unwrap_or(0.0).max(f)
+                        } else {
+                            f
+                        });
+                        read_any = true;
+                    }
+                    None if !read_any => full = None,
+                    None => {}
+                }
                 seen.insert(key, (p.reading.high, p.reading.oom_kill));
             }
             self.high_events.get_or_create(&label).inc_by(high);
             self.oom_kills.get_or_create(&label).inc_by(oom);
-            self.full_pressure.get_or_create(&label).set(full / 100.0);
+            match full {
+                Some(full) => {
+                    self.full_pressure.get_or_create(&label).set(full / 100.0);
+                }
+                None => {
+                    self.full_pressure.remove(&label);
+                }
+            }
         }
         *last = seen;
     }
@@ -767,6 +788,7 @@ mod tests {
     }
 
     fn reading(high: u64, oom_kill: u64, full_avg60: f64) -> crate::health::Reading {
+        let full_avg60 = Some(full_avg60);
         crate::health::Reading {
             high,
             oom_kill,

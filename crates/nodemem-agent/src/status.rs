@@ -322,7 +322,16 @@ fn health_condition(
     let revision = stamp.revision;
     if let Some(v) = health {
         s.since_revision = Some(v.signals.clone());
-        return stamp.condition("Healthy", v.healthy, v.reason, v.message.clone());
+        let mut c = stamp.condition(
+            "Healthy",
+            v.healthy.unwrap_or(false),
+            v.reason,
+            v.message.clone(),
+        );
+        if v.healthy.is_none() {
+            c.status = "Unknown".to_string();
+        }
+        return c;
     }
     let kept = previous
         .filter(|_| s.observed_revision.as_deref() == Some(revision))

@@ -457,6 +457,23 @@ pub struct HealthSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = 1000000))]
     pub max_reliefs: i32,
+    /// What a node does when its memory pressure cannot be read (PSI is off: kernels
+    /// booted with `psi=0`, or RHEL-family kernels without `psi=1`), so that
+    /// `maxFullMemoryPressurePercent` cannot be evaluated. `Hold` (default): its agent
+    /// reports `Healthy=Unknown` (`PressureUnavailable`), the node is not counted ready
+    /// and the rollout does not pass it; at `progressDeadlineSeconds` it fails as any
+    /// node not ready (`failurePolicy`). `Proceed`: the node is judged on the other
+    /// gates alone (`Healthy=True`, `HealthyWithoutPressure`).
+    #[serde(default)]
+    pub pressure_unavailable: PressureUnavailable,
+}
+
+/// See [`HealthSpec::pressure_unavailable`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PressureUnavailable {
+    #[default]
+    Hold,
+    Proceed,
 }
 
 fn default_max_oom_kills() -> i32 {
@@ -473,6 +490,7 @@ impl Default for HealthSpec {
             max_oom_kills: default_max_oom_kills(),
             max_full_memory_pressure_percent: default_max_full_pressure(),
             max_reliefs: 0,
+            pressure_unavailable: PressureUnavailable::Hold,
         }
     }
 }

@@ -65,6 +65,25 @@ fn current_conditions(c: &ConfigEntry) -> (Option<&Condition>, Option<&Condition
     (find("Applied"), find("Healthy"))
 }
 
+/// The agent's `Healthy` reason when memory pressure cannot be read (PSI is off) and
+/// the policy holds such nodes (`health.pressureUnavailable: Hold`): `Unknown`.
+pub const PRESSURE_UNAVAILABLE: &str = "PressureUnavailable";
+/// The agent's `Healthy` reason when memory pressure cannot be read and the policy
+/// proceeds without it (`health.pressureUnavailable: Proceed`): `True`.
+pub const HEALTHY_WITHOUT_PRESSURE: &str = "HealthyWithoutPressure";
+
+/// Whether the config's agent reports on its current spec that memory pressure cannot
+/// be read on its node: Some(true) when the node holds for it, Some(false) when it
+/// proceeds without it, None when pressure is read (or nothing is reported yet).
+pub fn pressure_unavailable(c: &ConfigEntry) -> Option<bool> {
+    let (_, healthy) = current_conditions(c);
+    match healthy?.reason.as_str() {
+        PRESSURE_UNAVAILABLE => Some(true),
+        HEALTHY_WITHOUT_PRESSURE => Some(false),
+        _ => None,
+    }
+}
+
 /// Whether the config's agent has reported anything on its current spec: an agent cut
 /// off from the apiserver, not running or not scheduled never does.
 pub fn acknowledged(c: &ConfigEntry) -> bool {

@@ -15,6 +15,7 @@ mod incremental_tests;
 pub(crate) mod index;
 pub(crate) mod rollout_index;
 mod round;
+mod signals;
 mod target;
 mod view;
 mod writes;
@@ -132,6 +133,13 @@ fn decide_policy(
     ));
     conditions.extend(crd_outdated::crd_outdated(
         world,
+        v.entry.generation,
+        now_time,
+    ));
+    conditions.extend(signals::signals_unavailable(
+        world,
+        v.name,
+        pool_of.nodes,
         v.entry.generation,
         now_time,
     ));

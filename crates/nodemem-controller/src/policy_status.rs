@@ -47,6 +47,7 @@ pub(super) fn finish(
                         | ("Accepted", "False")
                         | ("AgentsBlocked", "True")
                         | ("CRDOutdated", "True")
+                        | ("SignalsUnavailable", "True")
                 );
                 if notable && (previous.is_some() || c.type_ != "Ready") {
                     out.events.push(PolicyEvent {
@@ -58,6 +59,7 @@ pub(super) fn finish(
                             "Degraded" => "RolloutStopped",
                             "AgentsBlocked" => "AgentsBlocked",
                             "CRDOutdated" => "CRDOutdated",
+                            "SignalsUnavailable" => "SignalsUnavailable",
                             _ => "PolicyInvalid",
                         },
                         message: c.message.clone(),

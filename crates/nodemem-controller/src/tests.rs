@@ -123,7 +123,6 @@ fn cond(type_: &str, ok: bool, reason: &str, generation: Option<i64>, at: i64) -
 
 /// The agent on `node` reports its config's revision applied and healthy (or not).
 pub(crate) fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
-    w.touch_node(node);
     let c = w.configs.get_mut(node).unwrap();
     c.status = NodeMemoryConfigStatus {
         observed_revision: Some(c.spec.revision.clone()),
@@ -149,6 +148,7 @@ pub(crate) fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
         }),
         ..NodeMemoryConfigStatus::default()
     };
+    w.touch_node(node);
 }
 
 /// `rounds` reconciles 10 s apart, every agent reporting its new spec healthy at once.
@@ -1274,4 +1274,111 @@ fn disabling_memory_qos_gives_back_one_batch_after_another() {
         .configs
         .values()
         .all(|c| c.spec.policy == "exempt" && !c.spec.settings.memory_qos.enabled));
+}
+
+/// The agent on `node` reports its config applied and memory pressure unreadable:
+/// `Healthy=Unknown PressureUnavailable` (holds) or `True HealthyWithoutPressure`.
+fn agent_reports_no_pressure(w: &mut World, node: &str, holds: bool, at: i64) {
+    agent_reports(w, node, true, at);
+    let c = w.configs.get_mut(node).unwrap();
+    let healthy = c
+        .status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == "Healthy")
+        .unwrap();
+    if holds {
+        healthy.status = "Unknown".into();
+        healthy.reason = nodemem_api::report::PRESSURE_UNAVAILABLE.into();
+    } else {
+        healthy.reason = nodemem_api::report::HEALTHY_WITHOUT_PRESSURE.into();
+    }
+    w.touch_node(node);
+}
+
+#[test]
+fn a_node_without_psi_holds_its_pool_and_the_policy_names_the_gate_and_the_node() {
+    let mut w = world(
+        &[policy(
+            "p",
+            "p",
+            0,
+            0.9,
+            json!({"progressDeadlineSeconds": 60, "maxFailures": 1}),
+        )],
+        &[("a", "p"), ("b", "p")],
+    );
+    let d = decide(&w, T0);
+    apply(&mut w, &d, T0);
+    assert_eq!(written(&d), ["a"]);
+    agent_reports_no_pressure(&mut w, "a", true, T0 + 1);
+    let d = decide(&w, T0 + 2);
+    apply(&mut w, &d, T0 + 2);
+    assert!(
+        d.writes.is_empty(),
+        "the unknown node is not ready: b waits"
+    );
+    let c = condition(&w, "p", "SignalsUnavailable");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "PressureUnavailable")
+    );
+    assert_eq!(
+        c.message,
+        "memory pressure (PSI) cannot be read on 1 node(s) of the pool, so maxFullMemoryPressurePercent cannot be evaluated there: 1 hold for it (health.pressureUnavailable: Hold): not counted ready, they fail at progressDeadlineSeconds as any node not ready (a); boot their kernels with psi=1 to evaluate it"
+    );
+    let told: Vec<&PolicyEvent> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "SignalsUnavailable")
+        .collect();
+    assert!(told.len() == 1 && told[0].warning, "{:?}", d.events);
+    // Held, not good: at the deadline the node fails as one not ready, naming why.
+    let d = decide(&w, T0 + 61);
+    apply(&mut w, &d, T0 + 61);
+    assert_eq!(w.policies["p"].status.failed_node_names, ["a"]);
+    let degraded = condition(&w, "p", "Degraded");
+    assert!(
+        degraded
+            .message
+            .ends_with("; Healthy is PressureUnavailable)"),
+        "{}",
+        degraded.message
+    );
+}
+
+#[test]
+fn a_policy_that_proceeds_without_psi_moves_on_and_says_so() {
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, json!({}))],
+        &[("a", "p"), ("b", "p")],
+    );
+    let d = decide(&w, T0);
+    apply(&mut w, &d, T0);
+    assert_eq!(written(&d), ["a"]);
+    agent_reports_no_pressure(&mut w, "a", false, T0 + 1);
+    let d = decide(&w, T0 + 2);
+    apply(&mut w, &d, T0 + 2);
+    assert_eq!(written(&d), ["b"], "a counts as ready on the other gates");
+    let c = condition(&w, "p", "SignalsUnavailable");
+    assert!(
+        c.message
+            .contains(": 1 proceed on the other gates (health.pressureUnavailable: Proceed) (a)"),
+        "{}",
+        c.message
+    );
+    // Once every node reads pressure, the condition goes.
+    agent_reports(&mut w, "a", true, T0 + 3);
+    agent_reports(&mut w, "b", true, T0 + 3);
+    let d = decide(&w, T0 + 4);
+    apply(&mut w, &d, T0 + 4);
+    assert!(
+        w.policies["p"]
+            .status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "SignalsUnavailable"),
+        "{:?}",
+        w.policies["p"].status.conditions
+    );
 }

@@ -89,6 +89,11 @@ pub struct World {
     /// The time learned reports are stamped with (`ConfigEntry::good_seen_at`); None:
     /// this process's clock now. Tests fix it.
     pub clock: Option<i64>,
+    /// Nodes whose agent reports that memory pressure cannot be read on its current
+    /// config (`nodemem_api::report::pressure_unavailable`): true where the node holds
+    /// for it, false where it proceeds without it. Kept beside the configs so that a
+    /// decision reads the few such nodes, not every config.
+    pub pressure_unavailable: BTreeMap<String, bool>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -110,6 +115,19 @@ impl World {
     /// than through `apply_*` and `delete_*`, which record their own.
     pub fn touch_node(&mut self, name: &str) {
         self.changes.nodes.insert(name.to_string());
+        self.note_signals(name);
+    }
+
+    /// Keeps [`World::pressure_unavailable`] in step with `name`'s config.
+    fn note_signals(&mut self, name: &str) {
+        match self
+            .configs
+            .get(name)
+            .and_then(nodemem_api::report::pressure_unavailable)
+        {
+            Some(holds) => self.pressure_unavailable.insert(name.to_string(), holds),
+            None => self.pressure_unavailable.remove(name),
+        };
     }
 
     /// The same for a policy changed directly.
@@ -260,12 +278,14 @@ impl World {
         let held = self.configs.insert(name.clone(), entry.clone());
         self.placement += u64::from(held.is_none());
         let changed = held != Some(entry);
+        self.note_signals(&name);
         self.noted_node(&name, changed)
     }
 
     pub fn delete_config(&mut self, name: &str, version: Option<&str>) -> bool {
         let changed =
             self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some();
+        self.note_signals(name);
         self.placement += u64::from(changed);
         self.noted_node(name, changed)
     }

@@ -352,7 +352,7 @@ impl Passes {
                 .filter(|p| p.admission == Admission::Managed)
         };
         let readings = engine.read_signals(managed().map(|p| p.path.as_str()));
-        let current_full = readings.values().map(|r| r.full_avg60).fold(0.0, f64::max);
+        let current_full = crate::health::current_full(readings.values());
         let containers = if self.metrics.wants_containers() {
             engine.read_signals(
                 managed()

@@ -15,7 +15,7 @@ pub fn one_of_each() -> String {
     let reading = Reading {
         high: 1,
         oom_kill: 1,
-        full_avg60: 0.5,
+        full_avg60: Some(0.5),
     };
     agent.signals(&[PodSignals {
         namespace: "ns",
