@@ -44,6 +44,8 @@ struct Tracked {
     watch: Watch,
     /// Attempts to arm the trigger the kernel refused (the first is warned about).
     arm_failures: u32,
+    /// Its memory.pressure cannot be read (PSI is off): relief cannot see it choke.
+    blind: bool,
 }
 
 /// How a tracked container is watched.
@@ -184,10 +186,26 @@ impl Relief {
                             raised: None,
                             arm_failures: u32::from(matches!(watch, Watch::Polled)),
                             watch,
+                            blind: false,
                         },
                     );
                 }
             }
+        }
+        // Where no trigger could be armed, is there a memory.pressure to read at all?
+        // Without PSI (`psi=0`) there is none: relief cannot see those containers, and
+        // its summary says so rather than reading as "nothing choked".
+        for (path, t) in &mut now {
+            t.blind = matches!(t.watch, Watch::Polled)
+                && CgroupPath::new(path).map_or(true, |c| fs.read(&c, "memory.pressure").is_err());
+        }
+        let blind = now.values().filter(|t| t.blind).count();
+        let was_blind = self.tracked.values().filter(|t| t.blind).count();
+        if blind > 0 && was_blind == 0 {
+            tracing::warn!(
+                containers = blind,
+                "relief cannot run for these containers: their memory.pressure cannot be read (PSI is off; boot the kernel with psi=1)"
+            );
         }
         self.tracked = now;
         self.overrides()
@@ -376,10 +394,12 @@ impl Relief {
             })
             .take(NAMED)
             .collect();
+        let blind = self.tracked.values().filter(|t| t.blind).count();
         Some(ReliefSummary {
             reliefs: i64::try_from(self.reliefs).unwrap_or(i64::MAX),
             refused: i64::try_from(self.refused).unwrap_or(i64::MAX),
             relieved,
+            without_pressure: i64::try_from(blind).unwrap_or(i64::MAX),
         })
     }
 }
@@ -534,5 +554,37 @@ mod tests {
         let mut both = vec![app, done];
         both.sort();
         assert_eq!(due, both);
+    }
+
+    #[tokio::test]
+    async fn containers_whose_pressure_cannot_be_read_are_reported_not_taken_as_calm() {
+        let settings = settings(0.5, ReservationPolicy::None);
+        let facts = facts();
+        let pods = vec![
+            burstable("seen", &"a".repeat(64)),
+            burstable("blind", &"b".repeat(64)),
+        ];
+        let desired = desired(&settings, &facts, &pods);
+        let (seen, blind) = (path_of(&desired, "seen"), path_of(&desired, "blind"));
+        let root = tempfile::tempdir().unwrap();
+        for p in [&seen, &blind] {
+            std::fs::create_dir_all(root.path().join(p)).unwrap();
+        }
+        // As the kernel shows it with PSI on; without (psi=0) there is no such file.
+        std::fs::write(
+            root.path().join(&seen).join("memory.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        )
+        .unwrap();
+        let fs = CgroupFs::new(root.path());
+        let (mut relief, _fired) = Relief::new();
+        relief.refresh("r1", Some(AT_ONCE), &desired, None, &fs);
+        assert_eq!(relief.summary().unwrap().without_pressure, 1);
+        std::fs::remove_file(root.path().join(&seen).join("memory.pressure")).unwrap();
+        relief.refresh("r1", Some(AT_ONCE), &desired, None, &fs);
+        assert_eq!(relief.summary().unwrap().without_pressure, 2);
+        // Relief off: nothing to say.
+        relief.refresh("r1", None, &desired, None, &fs);
+        assert_eq!(relief.summary(), None);
     }
 }

@@ -95,6 +95,15 @@ pub struct ReliefSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub relieved: Vec<RelievedContainer>,
+    /// Containers relief cannot watch because their memory pressure cannot be read
+    /// (PSI is off: boot the kernel with `psi=1`): relief cannot run for them, which
+    /// is not the same as nothing choking.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub without_pressure: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// A container whose memory.high is raised now.
