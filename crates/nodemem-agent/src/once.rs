@@ -33,6 +33,8 @@ struct Inputs {
     config_name: String,
     revision: String,
     settings: PolicySettings,
+    /// The rollout's health gates, for the `Healthy` verdict the pass would report.
+    health: nodemem_api::policy::HealthSpec,
     node_name: String,
     /// The Node's memory figures and kubelet version.
     node: NodeStatusFacts,
@@ -72,6 +74,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         &desired,
         &report,
     );
+    output.health = Some(health_now(&engine, &inputs, &desired, &report));
     if let Some(c) = engine.conflict() {
         output.warnings.insert(0, c.message.clone());
     }
@@ -90,6 +93,41 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     }
     drop(desired);
     follow(&mut engine, &inputs, args, &outcome.stdout)
+}
+
+/// The `Healthy` verdict the in-cluster agent would report right after this pass (a
+/// fresh revision: nothing counted since; the pressure gate on the managed pods'
+/// memory.pressure now).
+fn health_now(
+    engine: &NodeApplier,
+    inputs: &Inputs,
+    desired: &nodemem_model::node::DesiredNode<'_>,
+    report: &ApplyReport,
+) -> crate::output::HealthLine {
+    let managed = desired
+        .pods
+        .iter()
+        .filter(|p| p.admission == nodemem_model::node::Admission::Managed)
+        .map(|p| p.path.as_str());
+    let readings = engine.read_signals(managed);
+    let mut baseline = crate::health::Baseline::default();
+    let signals = baseline.update(&inputs.revision, &readings);
+    let v = crate::health::verdict(
+        signals,
+        crate::health::current_full(readings.values()),
+        &inputs.health,
+        report.failed.len() + report.deferred.len(),
+        0,
+    );
+    crate::output::HealthLine {
+        status: match v.healthy {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        },
+        reason: v.reason,
+        message: v.message,
+    }
 }
 
 /// `--follow`: stays, and covers every cgroup that appears under kubepods the moment
@@ -266,6 +304,7 @@ fn read_inputs(config: &Path, node: &Path, pods: &Path) -> Result<Inputs, CliErr
         config_name,
         revision: config.spec.revision.clone(),
         settings: settings.expect("no problems means the settings converted"),
+        health: config.spec.health.clone(),
         node_name,
         node: facts,
         pods,

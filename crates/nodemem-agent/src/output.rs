@@ -30,6 +30,17 @@ pub struct OnceOutput {
     pub memory_min_bytes: i64,
     pub memory_low_bytes: i64,
     pub warnings: Vec<String>,
+    /// The `Healthy` condition the in-cluster agent would report after this pass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthLine>,
+}
+
+/// A `Healthy` condition: status, reason, message.
+#[derive(Clone, Debug, Serialize)]
+pub struct HealthLine {
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
 }
 
 impl OnceOutput {
@@ -61,6 +72,7 @@ impl OnceOutput {
             memory_min_bytes: desired.totals.memory_min_bytes,
             memory_low_bytes: desired.totals.memory_low_bytes,
             warnings: warning_texts(desired),
+            health: None,
         }
     }
 }
@@ -121,6 +133,12 @@ fn table(o: &OnceOutput) -> String {
         "managed pods {}, pinned pods {}, memory.min total {}, memory.low total {}\n",
         o.managed_pods, o.pinned_pods, o.memory_min_bytes, o.memory_low_bytes
     ));
+    if let Some(h) = &o.health {
+        text.push_str(&format!(
+            "healthy {} ({}): {}\n",
+            h.status, h.reason, h.message
+        ));
+    }
     for w in &o.warnings {
         text.push_str(&format!("warning: {w}\n"));
     }

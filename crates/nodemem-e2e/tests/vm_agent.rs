@@ -316,6 +316,12 @@ echo "=== end"
     // First run: every predicted value reads back from the kernel.
     let first = json_section(o, "first");
     assert!(first["failed"].as_array().unwrap().is_empty(), "{first:#}");
+    // PSI is on (the kernel's default): the pressure gate reads the pods' pressure.
+    assert_eq!(
+        (&first["health"]["status"], &first["health"]["reason"]),
+        (&serde_json::json!("True"), &serde_json::json!("Healthy")),
+        "{first:#}"
+    );
     assert_eq!(first["missing"], serde_json::json!([starting]));
     assert_eq!(
         first["writes"].as_array().unwrap().len(),
@@ -563,4 +569,71 @@ echo "=== end"
     }
     let lower = read_values(o, "lower status=0");
     assert_ne!(lower, applied, "the lower factor applied");
+}
+
+/// A kernel booted with `psi=0` (as RHEL-family kernels boot without `psi=1`) has no
+/// memory.pressure: the pressure gate is unknown, never read as 0 %. The agent's
+/// `Healthy` verdict after a pass is `Unknown` (`PressureUnavailable`) where the policy
+/// holds for it and `True` without the gate (`HealthyWithoutPressure`) where it
+/// proceeds.
+#[test]
+fn without_psi_the_pressure_gate_is_unknown_on_a_real_kernel() {
+    let config_text = repo_file("examples/agent-once/config.yaml");
+    let proceed_text = format!("{config_text}  health:\n    pressureUnavailable: Proceed\n");
+    let items = example_pods();
+    let pods = node_pods(&items);
+    let agent = "nodemem agent --once --node /etc/node.yaml --pods /etc/pods.yaml -o json";
+    let script = format!(
+        r#"
+{qos_tree}
+{tree}
+echo "=== psi"
+cat /proc/pressure/memory 2>&1 || echo "no /proc/pressure/memory"
+ls kubepods.slice/memory.pressure 2>&1 || echo "no memory.pressure"
+echo "=== hold"
+{agent} --state-dir /tmp/hold --config /etc/config.yaml
+echo "=== proceed"
+{agent} --state-dir /tmp/proceed --config /etc/proceed.yaml
+echo "=== end"
+"#,
+        qos_tree = QOS_TREE,
+        tree = make_pod_tree(&pods),
+    );
+    let mut vm = Vm::new()
+        .expect("VM prerequisites")
+        .with_binary(nodemem_e2e::nodemem(), "nodemem")
+        .with_file("/etc/config.yaml", config_text.as_bytes(), 0o644)
+        .with_file("/etc/proceed.yaml", proceed_text.as_bytes(), 0o644)
+        .with_file(
+            "/etc/node.yaml",
+            repo_file("examples/agent-once/node.yaml").as_bytes(),
+            0o644,
+        )
+        .with_file("/etc/pods.yaml", list(items).as_bytes(), 0o644);
+    vm.cmdline = "psi=0".to_string();
+    let out = vm.run(&script).expect("the VM runs the script");
+    let o = &out.output;
+    assert_eq!(out.exit_code, 0, "script failed:\n{o}");
+    let psi = section(o, "psi");
+    assert!(
+        psi.contains("no /proc/pressure/memory") && psi.contains("no memory.pressure"),
+        "PSI is not off: {psi}"
+    );
+    let hold = json_section(o, "hold");
+    assert!(hold["failed"].as_array().unwrap().is_empty(), "{hold:#}");
+    assert_eq!(hold["health"]["status"], "Unknown", "{hold:#}");
+    assert_eq!(hold["health"]["reason"], "PressureUnavailable", "{hold:#}");
+    assert!(
+        hold["health"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("memory pressure cannot be read (no memory.pressure: PSI is off; boot the kernel with psi=1)"),
+        "{hold:#}"
+    );
+    let proceed = json_section(o, "proceed");
+    assert_eq!(proceed["health"]["status"], "True", "{proceed:#}");
+    assert_eq!(
+        proceed["health"]["reason"], "HealthyWithoutPressure",
+        "{proceed:#}"
+    );
 }
