@@ -12,7 +12,7 @@ use nodemem_model::rollout::AgentReport;
 use crate::cluster::Snapshot;
 use crate::render::table;
 use nodemem_api::convert::governing;
-use nodemem_api::report::{failure, report, ConfigEntry};
+use nodemem_api::report::{failure, report, waiting_on, ConfigEntry};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -164,7 +164,12 @@ pub fn node_state(
         AgentReport::Good { for_seconds } => {
             format!("Updating (ready in {}s)", min_ready_seconds - for_seconds)
         }
-        AgentReport::Pending | AgentReport::Bad => "Updating".into(),
+        // A gate that cannot be evaluated (no PSI) holds the node: said, not "Updating".
+        AgentReport::Pending => match waiting_on(&entry).filter(|w| w.status == "Unknown") {
+            Some(w) => format!("Held ({} Unknown {})", w.type_, w.reason),
+            None => "Updating".into(),
+        },
+        AgentReport::Bad => "Updating".into(),
     }
 }
 
@@ -397,5 +402,14 @@ mod tests {
         let restarting = config("n5", "r2", ("False", "KubeletRestartRequired"), 2);
         assert!(failing(&restarting).is_none());
         assert_eq!(node_state(&restarting, Some("r2"), 0, now), "Updating");
+        // A node whose pressure gate cannot be evaluated (no PSI) is held, and says so.
+        let mut held = config("n6", "r2", ("True", "Applied"), 2);
+        let healthy = &mut held.status.as_mut().unwrap().conditions[1];
+        healthy.status = "Unknown".into();
+        healthy.reason = "PressureUnavailable".into();
+        assert_eq!(
+            node_state(&held, Some("r2"), 0, now),
+            "Held (Healthy Unknown PressureUnavailable)"
+        );
     }
 }
