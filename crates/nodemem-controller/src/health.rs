@@ -45,7 +45,9 @@ fn of_progressing(reason: &str) -> Health {
     match reason {
         "Complete" => Health::Ready,
         "Paused" => Health::Suspended,
-        "MaxFailures" | "RollingBack" | "RolledBack" | "InvalidSpec" => Health::Stalled,
+        "MaxFailures" | "OneNodeFailed" | "RollingBack" | "RolledBack" | "InvalidSpec" => {
+            Health::Stalled
+        }
         // Updating, WaitingForCanary, Releasing.
         _ => Health::Reconciling,
     }
@@ -198,6 +200,7 @@ mod tests {
             ("Releasing", Health::Reconciling),
             ("Paused", Health::Suspended),
             ("MaxFailures", Health::Stalled),
+            ("OneNodeFailed", Health::Stalled),
             ("RollingBack", Health::Stalled),
             ("RolledBack", Health::Stalled),
             ("InvalidSpec", Health::Stalled),

@@ -319,7 +319,8 @@ fn a_rollout_moves_in_batches_and_a_converged_pool_writes_nothing() {
 #[test]
 fn a_failing_node_pauses_the_rollout_or_rolls_the_pool_back() {
     for failure_policy in ["Pause", "Rollback"] {
-        let rollout = json!({"maxUnavailable": 1, "failurePolicy": failure_policy});
+        // The first node of each revision is its canary: its failure is the pool's.
+        let rollout = json!({"maxUnavailable": 1, "canary": 1, "failurePolicy": failure_policy});
         let mut w = world(
             &[policy("p", "p", 0, 0.9, rollout.clone())],
             &[("a", "p"), ("b", "p"), ("c", "p")],
@@ -610,7 +611,7 @@ fn a_tie_moves_no_node_and_only_a_higher_priority_takes_nodes_through_its_rollou
 
 #[test]
 fn a_failing_first_revision_is_rolled_back_to_no_config_and_stays_there() {
-    let rollout = json!({"maxUnavailable": 1, "failurePolicy": "Rollback"});
+    let rollout = json!({"maxUnavailable": 1, "canary": 1, "failurePolicy": "Rollback"});
     let mut w = world(
         &[policy("p", "p", 0, 0.9, rollout)],
         &[("a", "p"), ("b", "p")],
@@ -1381,4 +1382,65 @@ fn a_policy_that_proceeds_without_psi_moves_on_and_says_so() {
         "{:?}",
         w.policies["p"].status.conditions
     );
+}
+
+#[test]
+fn one_node_failing_outside_the_canary_holds_the_pool_and_rolls_nothing_back() {
+    let rollout = json!({"maxUnavailable": 1, "failurePolicy": "Rollback"});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone())],
+        &[("a", "p"), ("b", "p"), ("c", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 6);
+    let first = w.policies["p"].status.revision.clone().unwrap();
+    let mut p2 = policy("p", "p", 0, 0.7, rollout);
+    p2.metadata.generation = Some(2);
+    p2.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p2);
+    let d = decide(&w, now);
+    assert_eq!(written(&d), ["a"]);
+    apply(&mut w, &d, now);
+    let second = w.configs["a"].spec.revision.clone();
+    // One agent says its node failed (a broken or hostile one would say the same).
+    agent_reports(&mut w, "a", false, now + 5);
+    now += 10;
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    assert!(
+        d.writes.is_empty() && d.deletes.is_empty(),
+        "nothing goes back, nothing new starts: {:?}",
+        d.writes
+    );
+    assert_eq!(
+        w.configs["a"].spec.revision, second,
+        "the failed node keeps its revision"
+    );
+    assert_eq!(w.configs["b"].spec.revision, first);
+    assert_eq!(w.policies["p"].status.rolled_back_revision, None);
+    assert_eq!(w.policies["p"].status.failed_node_names, ["a"]);
+    let degraded = condition(&w, "p", "Degraded");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "OneNodeFailed")
+    );
+    assert!(
+        degraded.message.contains(
+            "maxFailures 1 reached by one node outside the canary: a (AgentReportedFailure: "
+        ) && degraded
+            .message
+            .contains("a rollback needs a second failed node or a failed canary"),
+        "{}",
+        degraded.message
+    );
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "NodeFailed" && e.message.starts_with("a failed")),
+        "{:?}",
+        d.events
+    );
+    // Held until a person acts: later decisions move nothing either.
+    let d = decide(&w, now + 600);
+    assert!(d.writes.is_empty() && d.deletes.is_empty());
 }

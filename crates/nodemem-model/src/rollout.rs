@@ -118,6 +118,10 @@ pub enum RolloutState {
     Degraded,
     /// maxFailures reached under `Rollback`: updated nodes go back.
     RollingBack,
+    /// maxFailures reached under `Rollback` by one node's own report outside the
+    /// canary: nothing new starts and nothing goes back (one broken or hostile agent
+    /// does not move a whole pool) until a second node or a canary fails.
+    OneNodeFailed,
 }
 
 /// Classifies a node against the target revision.
@@ -171,6 +175,14 @@ pub fn plan(nodes: &[NodeProgress<'_>], target: &str, params: &RolloutParams) ->
     plan_phases(&lists, params)
 }
 
+/// Whether failures may roll a whole pool back: more than one node failed, or the
+/// failed node is the whole pool, or the pool is still at its canary stage (the nodes
+/// updated so far are the canaries). One node outside the canary is its own failure.
+fn rollback_corroborated(counts: &Counts, params: &RolloutParams) -> bool {
+    let canary_stage = counts.ready < params.canary.min(counts.matched);
+    counts.failed >= 2 || counts.failed >= counts.matched || canary_stage
+}
+
 /// The next step of a rollout over a pool already classified by phase.
 pub fn plan_phases(pool: &impl PhaseSets, params: &RolloutParams) -> RolloutPlan {
     let count = |p: NodePhase| pool.count(p);
@@ -193,6 +205,9 @@ pub fn plan_phases(pool: &impl PhaseSets, params: &RolloutParams) -> RolloutPlan
     if counts.failed >= params.max_failures.max(1) {
         match params.on_failure {
             OnFailure::Pause => out.state = RolloutState::Degraded,
+            OnFailure::Rollback if !rollback_corroborated(&counts, params) => {
+                out.state = RolloutState::OneNodeFailed;
+            }
             OnFailure::Rollback => {
                 out.state = RolloutState::RollingBack;
                 let mut revert: Vec<String> = names(NodePhase::Updating)
@@ -336,16 +351,35 @@ mod tests {
         assert_eq!(p.state, RolloutState::Degraded);
         assert_eq!(p.failed, ["node-001"]);
         assert!(p.start.is_empty() && p.revert.is_empty());
-        let p = plan(
-            &nodes,
-            "new",
-            &RolloutParams {
-                on_failure: OnFailure::Rollback,
-                ..PARAMS
-            },
-        );
+        let rollback = RolloutParams {
+            on_failure: OnFailure::Rollback,
+            ..PARAMS
+        };
+        // One node's own failure outside the canary moves nothing: the pool holds.
+        let p = plan(&nodes, "new", &rollback);
+        assert_eq!(p.state, RolloutState::OneNodeFailed);
+        assert_eq!(p.failed, ["node-001"]);
+        assert!(p.start.is_empty() && p.revert.is_empty());
+        // The failed node was the canary (the pool still at its canary stage): back.
+        let canary = RolloutParams {
+            canary: 2,
+            ..rollback
+        };
+        let p = plan(&nodes, "new", &canary);
         assert_eq!(p.state, RolloutState::RollingBack);
         assert_eq!(p.revert, ["node-000", "node-001"]);
+        // A second node fails: back.
+        nodes[0].report = AgentReport::Bad;
+        let p = plan(&nodes, "new", &rollback);
+        assert_eq!(p.state, RolloutState::RollingBack);
+        assert_eq!(p.revert, ["node-000", "node-001"]);
+        nodes[0].report = AgentReport::Good { for_seconds: 100 };
+        // A pool of one node is its own corroboration.
+        let alone = [nodes[1].clone()];
+        assert_eq!(
+            plan(&alone, "new", &rollback).state,
+            RolloutState::RollingBack
+        );
         let tolerant = RolloutParams {
             max_failures: 2,
             ..PARAMS

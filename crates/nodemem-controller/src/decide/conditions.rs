@@ -76,8 +76,10 @@ pub(super) fn rollout_conditions(
         },
     );
     let ready = *state == RolloutState::Complete;
-    let degraded = matches!(state, RolloutState::Degraded | RolloutState::RollingBack)
-        || status.rolled_back_revision.is_some();
+    let degraded = matches!(
+        state,
+        RolloutState::Degraded | RolloutState::RollingBack | RolloutState::OneNodeFailed
+    ) || status.rolled_back_revision.is_some();
     let (degraded_reason, degraded_message) = if settled {
         let message = format!(
             "revision {} was rolled back {}; the pool {} revision {}: change the spec to roll out again",
@@ -168,6 +170,15 @@ fn planner_reason(round: &Round<'_>, summary: &str) -> (bool, &'static str, Stri
             "MaxFailures",
             format!(
                 "{summary}; stopped at maxFailures {}: {}",
+                params.max_failures,
+                failed_text(failures)
+            ),
+        ),
+        RolloutState::OneNodeFailed => (
+            false,
+            "OneNodeFailed",
+            format!(
+                "{summary}; maxFailures {} reached by one node outside the canary: {}; the pool is not rolled back for one node's own report (a rollback needs a second failed node or a failed canary): it holds, nothing new starts. Fix or replace the node, or roll back by hand (kubectl nodemem rollback)",
                 params.max_failures,
                 failed_text(failures)
             ),

@@ -121,7 +121,9 @@ mod tests {
         );
         let d = crate::decide::decide(&w, T0);
         crate::tests::apply(&mut w, &d, T0);
+        // Both nodes fail: a rollback of the whole pool (one alone would hold it).
         crate::tests::agent_reports(&mut w, "n1", false, T0 + 1);
+        crate::tests::agent_reports(&mut w, "n2", false, T0 + 1);
         let views = policy_views(&w);
         let p = &views[0];
         let pool = ["n1", "n2"];

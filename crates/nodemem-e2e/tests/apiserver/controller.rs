@@ -147,7 +147,9 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     create(policy(
         "ctl-b",
         0.9,
-        json!({"maxUnavailable": 1, "minReadySeconds": 20, "failurePolicy": "Rollback"}),
+        // The first node of each revision is the canary: its failure rolls the pool
+        // back (one node's failure outside the canary would only hold it).
+        json!({"maxUnavailable": 1, "canary": 1, "minReadySeconds": 20, "failurePolicy": "Rollback"}),
     ))
     .await;
     create(policy("ctl-c", 0.8, json!({}))).await;
@@ -374,8 +376,9 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     assert_eq!(max_in_flight, 1, "one node at a time (maxUnavailable 1)");
     assert_eq!(updated_order, ["ctl-a-1", "ctl-a-2", "ctl-a-3"]);
 
-    // 3. Pool b (Rollback, minReadySeconds 20): its first updated node has an OOM burst
-    //    before it counts as ready; the pool returns to the first revision by itself.
+    // 3. Pool b (Rollback, canary 1, minReadySeconds 20): its first updated node, the
+    //    canary, has an OOM burst before it counts as ready; the pool returns to the
+    //    first revision by itself.
     patch("ctl-b", 0.6).await;
     let (first_updated, second_rev) = wait(
         "a pool-b node on the new revision, applied",

@@ -25,7 +25,7 @@ use crate::common::{
 
 const NODES: usize = 5000;
 
-/// A priority level of a few seats (4 of the test apiserver's 600, see `seats`) that
+/// A priority level of a few seats (about 19 of the test apiserver's 600, see `seats`) that
 /// rejects what does not fit at once (no queue, no borrowing), and a flow schema that
 /// puts the controller's config writes on it: the apiserver answers 429 with
 /// Retry-After to every write that finds the seats taken (the controller writes 64 at
@@ -37,7 +37,7 @@ metadata: {name: nodemem-storm}
 spec:
   type: Limited
   limited:
-    nominalConcurrencyShares: 2
+    nominalConcurrencyShares: 8
     lendablePercent: 0
     borrowingLimitPercent: 0
     limitResponse: {type: Reject}
