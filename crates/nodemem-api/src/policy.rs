@@ -673,7 +673,8 @@ pub struct RecommendationStatus {
     pub containers: i32,
     /// Nodes on the current revision whose observation counts.
     pub nodes: i32,
-    /// The longest observation among those nodes, seconds.
+    /// How long at least a quorum of those nodes (half the pool, two in a pool of two
+    /// or more) has observed, seconds: one node cannot meet the minimum for its pool.
     pub observed_seconds: i64,
     /// Per factor 0.05 ... 1.00: the share, percent, of containers that stay under
     /// its memory.high (empty without enough evidence).

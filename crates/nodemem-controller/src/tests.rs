@@ -1444,3 +1444,78 @@ fn one_node_failing_outside_the_canary_holds_the_pool_and_rolls_nothing_back() {
     let d = decide(&w, now + 600);
     assert!(d.writes.is_empty() && d.deletes.is_empty());
 }
+
+/// The agent on `node` reports an observation of its revision: `containers` with room
+/// for a memory.high, `fitting` of them under it at every factor, for `seconds`.
+fn observe(w: &mut World, node: &str, containers: i32, fitting: i32, seconds: i64) {
+    let c = w.configs.get_mut(node).unwrap();
+    c.status.observation = Some(
+        serde_json::from_value(json!({
+            "revision": c.spec.revision, "enforced": true,
+            "since": "2026-11-22T10:00:00Z", "observedSeconds": seconds,
+            "containers": containers, "throttledContainers": containers - fitting,
+            "fittingByFactor": vec![fitting; 20],
+        }))
+        .unwrap(),
+    );
+    w.touch_node(node);
+}
+
+#[test]
+fn one_node_cannot_steer_its_pools_recommendation() {
+    let mut p = policy("p", "p", 0, 0.9, json!({"maxUnavailable": "100%"}));
+    p.spec.recommendation.min_containers = 10;
+    p.spec.recommendation.min_observation_seconds = 3600;
+    let mut w = world(&[p], &[("a", "p"), ("b", "p"), ("c", "p"), ("d", "p")]);
+    let mut now = T0;
+    settle(&mut w, &mut now, 2);
+    let recommendation = |w: &World| w.policies["p"].status.recommendation.clone().unwrap();
+    // One node observed for a week, reporting a million containers none of which fit:
+    // alone it is no quorum of a four-node pool.
+    observe(&mut w, "a", 1_000_000, 0, 7 * 86_400);
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    let r = recommendation(&w);
+    assert_eq!(
+        r.reason,
+        nodemem_api::policy::RecommendationReason::TooLittleEvidence
+    );
+    assert!(
+        r.message
+            .contains("on at least 2 node(s) (half the pool), each observed for 3600 s")
+            && r.message
+                .ends_with("so far 1000000 container(s) on 1 node(s), 1 of them for 0 s"),
+        "{}",
+        r.message
+    );
+    // Three honest nodes join it, 20 containers each, all fitting: the pool's answer is
+    // theirs (the loud node weighs as two median nodes, not as a million containers).
+    for n in ["b", "c", "d"] {
+        observe(&mut w, n, 20, 20, 7200);
+    }
+    let d = decide(&w, now + 1);
+    apply(&mut w, &d, now + 1);
+    let r = recommendation(&w);
+    assert_eq!(
+        r.reason,
+        nodemem_api::policy::RecommendationReason::NoFactorSuffices,
+        "{}",
+        r.message
+    );
+    assert_eq!(
+        r.containers, 100,
+        "60 + 40: the loud node capped at twice the median"
+    );
+    // Honest figures from the loud node too: a recommendation.
+    observe(&mut w, "a", 20, 20, 7200);
+    let d = decide(&w, now + 2);
+    apply(&mut w, &d, now + 2);
+    let r = recommendation(&w);
+    assert_eq!(
+        r.reason,
+        nodemem_api::policy::RecommendationReason::Recommended,
+        "{}",
+        r.message
+    );
+    assert_eq!((r.containers, r.nodes, r.observed_seconds), (80, 4, 7200));
+}

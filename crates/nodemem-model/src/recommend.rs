@@ -78,6 +78,9 @@ pub struct RecommendParams {
     pub min_containers: usize,
     /// Seconds of observation, at least (the shortest a pool's daily peak can show in).
     pub min_observed_seconds: u64,
+    /// Nodes observing, at least, each for `min_observed_seconds` (the caller's quorum:
+    /// one node must not steer a pool).
+    pub min_nodes: usize,
 }
 
 impl Default for RecommendParams {
@@ -86,6 +89,7 @@ impl Default for RecommendParams {
             target_share: 0.99,
             min_containers: 20,
             min_observed_seconds: 24 * 3600,
+            min_nodes: 1,
         }
     }
 }
@@ -130,6 +134,7 @@ pub enum Recommendation {
         evidence: Evidence,
         needs_containers: usize,
         needs_observed_seconds: u64,
+        needs_nodes: usize,
     },
 }
 
@@ -212,11 +217,15 @@ pub fn recommend_tally(
         nodes,
         observed_seconds,
     };
-    if containers < params.min_containers.max(1) || observed_seconds < params.min_observed_seconds {
+    if containers < params.min_containers.max(1)
+        || observed_seconds < params.min_observed_seconds
+        || nodes < params.min_nodes.max(1)
+    {
         return Recommendation::TooLittleEvidence {
             evidence,
             needs_containers: params.min_containers.max(1),
             needs_observed_seconds: params.min_observed_seconds,
+            needs_nodes: params.min_nodes.max(1),
         };
     }
     let share = |n: u64| n.min(tally.containers) as f64 / tally.containers as f64;
@@ -282,6 +291,7 @@ mod tests {
             target_share: 0.99,
             min_containers: 10,
             min_observed_seconds: 3600,
+            min_nodes: 1,
         }
     }
 
@@ -381,9 +391,23 @@ mod tests {
                 },
                 needs_containers: 10,
                 needs_observed_seconds: 3600,
+                needs_nodes: 1,
             }
         );
         let pool: Vec<ContainerEvidence> = (0..10).map(|_| burstable(130)).collect();
+        // Enough containers and time, but on one node where the caller's quorum is two.
+        let quorum = RecommendParams {
+            min_nodes: 2,
+            ..params()
+        };
+        assert!(matches!(
+            recommend(&pool, 1, 7200, factor(0.9), &quorum),
+            Recommendation::TooLittleEvidence { needs_nodes: 2, .. }
+        ));
+        assert!(matches!(
+            recommend(&pool, 2, 7200, factor(0.9), &quorum),
+            Recommendation::Factor { .. }
+        ));
         assert!(matches!(
             recommend(&pool, 1, 60, factor(0.9), &params()),
             Recommendation::TooLittleEvidence { .. }

@@ -48,9 +48,15 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
         oom_kills: sums.oom_kills,
         worst_nodes,
     });
-    let (tally, nodes, observed_seconds) = round.pool.observed();
-    status.recommendation =
-        recommendation(&round.policy.entry.spec, tally, nodes, observed_seconds);
+    let quorum = crate::recommendation::quorum(round.pool.len());
+    let (tally, nodes, observed_seconds) = round.pool.observed(quorum);
+    status.recommendation = recommendation(
+        &round.policy.entry.spec,
+        &tally,
+        nodes,
+        quorum,
+        observed_seconds,
+    );
 }
 
 /// `Progressing` and `Degraded` from the planner's state and what it does not know (a

@@ -118,9 +118,8 @@ pub(crate) struct RolloutIndex {
     stale_health: BTreeSet<String>,
     signals: Signals,
     worst: BTreeSet<(Reverse<i64>, Reverse<i64>, String)>,
-    tally: Tally,
     observed_nodes: usize,
-    /// Observed seconds -> how many nodes report that many (the pool's is the most).
+    /// Observed seconds -> how many nodes report that many.
     observed_seconds: BTreeMap<u64, usize>,
 }
 
@@ -135,7 +134,6 @@ impl PartialEq for RolloutIndex {
             && self.stale_health == other.stale_health
             && self.signals == other.signals
             && self.worst == other.worst
-            && self.tally == other.tally
             && self.observed_nodes == other.observed_nodes
             && self.observed_seconds == other.observed_seconds
     }
@@ -152,7 +150,6 @@ impl RolloutIndex {
             stale_health: BTreeSet::new(),
             signals: Signals::default(),
             worst: BTreeSet::new(),
-            tally: Tally::default(),
             observed_nodes: 0,
             observed_seconds: BTreeMap::new(),
         }
@@ -247,8 +244,7 @@ impl RolloutIndex {
         }
         let observed = |m: Option<&Member>| m.and_then(|m| m.observed);
         if observed(old) != observed(new) {
-            if let Some((tally, seconds)) = observed(old) {
-                subtract(&mut self.tally, &tally);
+            if let Some((_, seconds)) = observed(old) {
                 self.observed_nodes -= 1;
                 if let Some(n) = self.observed_seconds.get_mut(&seconds) {
                     *n -= 1;
@@ -257,8 +253,7 @@ impl RolloutIndex {
                     }
                 }
             }
-            if let Some((tally, seconds)) = observed(new) {
-                self.tally.add(&tally);
+            if let Some((_, seconds)) = observed(new) {
                 self.observed_nodes += 1;
                 *self.observed_seconds.entry(seconds).or_default() += 1;
             }
@@ -298,16 +293,30 @@ impl RolloutIndex {
         (self.signals, worst)
     }
 
-    /// The observations on the spec's revision: their tally, how many nodes, and the
-    /// longest observation.
-    pub(crate) fn observed(&self) -> (&Tally, usize, u64) {
-        let longest = self
-            .observed_seconds
-            .keys()
-            .next_back()
-            .copied()
-            .unwrap_or(0);
-        (&self.tally, self.observed_nodes, longest)
+    /// The observations on the spec's revision: their tally with each node's weight
+    /// capped (`recommendation::capped_tally`), how many nodes, and how long at least
+    /// `quorum` of them have observed (0 while fewer observe): one node cannot meet
+    /// the observation minimum for its pool.
+    pub(crate) fn observed(&self, quorum: usize) -> (Tally, usize, u64) {
+        let tallies: Vec<&Tally> = self
+            .members
+            .values()
+            .filter_map(|m| m.observed.as_ref().map(|(t, _)| t))
+            .collect();
+        let mut counted = 0;
+        let mut seconds = 0;
+        for (s, n) in self.observed_seconds.iter().rev() {
+            counted += n;
+            if counted >= quorum.max(1) {
+                seconds = *s;
+                break;
+            }
+        }
+        (
+            crate::recommendation::capped_tally(&tallies),
+            self.observed_nodes,
+            seconds,
+        )
     }
 }
 
@@ -339,14 +348,6 @@ fn set_flag(set: &mut BTreeSet<String>, node: &str, was: bool, is: bool) {
         }
         _ => {}
     }
-}
-
-fn subtract(total: &mut Tally, part: &Tally) {
-    total.containers -= part.containers;
-    for (a, b) in total.fitting.iter_mut().zip(part.fitting) {
-        *a -= b;
-    }
-    total.throttled -= part.throttled;
 }
 
 /// Where `node` stands in the rollout `key` describes, as the world has it at `now`.
@@ -537,12 +538,14 @@ mod tests {
         assert_eq!((sums.throttle_events, sums.oom_kills), (16, 2));
         assert_eq!(sums.memory_min_bytes, 4 << 20, "four nodes' totals");
         assert_eq!(worst, ["n2", "n3", "n1"], "OOM kills first, then throttles");
-        let (tally, observed, longest) = index.observed();
+        let (tally, observed, longest) = index.observed(1);
         assert_eq!(
             (tally.containers, tally.fitting[0], tally.throttled),
             (10, 10, 2)
         );
         assert_eq!((observed, longest), (2, 300));
+        assert_eq!(index.observed(2).2, 100, "two nodes have observed 100 s");
+        assert_eq!(index.observed(3).2, 0, "three have not");
         assert_eq!(
             index.phase_set(NodePhase::Updating).len(),
             4,
@@ -558,7 +561,7 @@ mod tests {
         let (sums, worst) = index.signals();
         assert_eq!((sums.throttle_events, sums.oom_kills), (7, 0));
         assert_eq!(worst, ["n1", "n3"]);
-        let (tally, observed, longest) = index.observed();
+        let (tally, observed, longest) = index.observed(1);
         assert_eq!((tally.containers, observed, longest), (4, 1, 100));
         assert_eq!(
             index.phase_of("n3"),

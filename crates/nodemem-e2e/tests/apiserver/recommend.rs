@@ -134,7 +134,7 @@ async fn an_observed_pool_gets_a_recommendation_and_kubectl_nodemem_recommend_pr
     let message = waiting["message"].as_str().unwrap();
     assert!(
         message.starts_with(
-            "a recommendation needs at least 6 container(s) with room for a memory.high observed for 86400 s (spec.recommendation); so far 6 container(s) on 2 node(s)"
+            "a recommendation needs at least 6 container(s) with room for a memory.high on at least 2 node(s) (half the pool), each observed for 86400 s (spec.recommendation); so far 6 container(s) on 2 node(s), 2 of them for "
         ),
         "{message}"
     );
