@@ -13,6 +13,7 @@ mod drains;
 #[cfg(test)]
 mod incremental_tests;
 pub(crate) mod index;
+mod repair;
 pub(crate) mod rollout_index;
 mod round;
 mod signals;
@@ -80,6 +81,7 @@ fn decide_with(world: &World, views: &[PolicyView<'_>], index: &Index, now: i64)
     let mut out = Decision::default();
     // Nodes no policy governs leave the policy they run through its rollout settings.
     let releases = release_unselected(world, index.unselected(), index.releases(), &mut out);
+    let repaired = repair::repair_vanished(world, index, &mut out);
     let no_nodes = BTreeSet::new();
     for v in views {
         let leaving = Leaving::of(v.name, index.moving_from(v.name), &releases);
@@ -98,8 +100,8 @@ fn decide_with(world: &World, views: &[PolicyView<'_>], index: &Index, now: i64)
             v,
             &pool,
             index.rollout(v.name),
-            now,
-            &now_time,
+            &repaired,
+            (now, &now_time),
             &mut out,
         );
     }
@@ -117,8 +119,8 @@ fn decide_policy(
     v: &PolicyView<'_>,
     pool_of: &Pool<'_>,
     rollout: Option<&RolloutIndex>,
-    now: i64,
-    now_time: &Time,
+    repaired: &BTreeSet<String>,
+    (now, now_time): (i64, &Time),
     out: &mut Decision,
 ) {
     let old = &v.entry.status;
@@ -167,7 +169,8 @@ fn decide_policy(
     };
     let round = Round::plan(world, v, rollout, target, &choice);
     round.announce_failures(old, out);
-    let start = nodes_to_start(&round, out);
+    let mut start = nodes_to_start(&round, out);
+    start.retain(|n| !repaired.contains(n));
     write_target(&round, &start, out);
     status.rolled_back_revision = write_rollback(&round, choice.rolled_back, out);
     write_health_settings(&round, out);

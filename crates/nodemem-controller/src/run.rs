@@ -653,11 +653,11 @@ impl Controller {
             let answer = match answer {
                 Ok(_) => {
                     self.metrics.write(DELETE, true);
-                    world.delete_config(node, None);
+                    world.delete_own_config(node);
                     Ok(())
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    world.delete_config(node, None);
+                    world.delete_own_config(node);
                     Ok(())
                 }
                 Err(e) => {

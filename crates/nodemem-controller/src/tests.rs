@@ -1519,3 +1519,66 @@ fn one_node_cannot_steer_its_pools_recommendation() {
     );
     assert_eq!((r.containers, r.nodes, r.observed_seconds), (80, 4, 7200));
 }
+
+#[test]
+fn configs_deleted_by_hand_are_repaired_at_once_at_their_revision_not_rolled_out() {
+    let rollout = json!({"maxUnavailable": 1, "minReadySeconds": 300});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout)],
+        &[("a", "p"), ("b", "p"), ("c", "p"), ("d", "q")],
+    );
+    let mut now = T0;
+    for _ in 0..12 {
+        settle(&mut w, &mut now, 1);
+        now += 300;
+    }
+    let r1 = w.policies["p"].status.revision.clone().unwrap();
+    assert_eq!(w.configs.len(), 3);
+    assert!(w.configs.values().all(|c| c.spec.revision == r1));
+    // `kubectl delete nmc --all`, as the watch reports it.
+    let before: Vec<_> = w
+        .configs
+        .iter()
+        .map(|(n, c)| (n.clone(), c.spec.clone()))
+        .collect();
+    for n in ["a", "b", "c"] {
+        assert!(w.delete_config(n, None));
+    }
+    let d = decide(&w, now);
+    let mut written: Vec<_> = d
+        .writes
+        .iter()
+        .map(|wr| (wr.node.clone(), wr.spec.clone()))
+        .collect();
+    written.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        written, before,
+        "every node at once, each with the spec it ran"
+    );
+    assert!(d
+        .writes
+        .iter()
+        .all(|wr| wr.policy_uid.as_deref() == Some("uid-p")));
+    apply(&mut w, &d, now);
+    assert!(w.vanished.is_empty(), "forgotten once written");
+    // A repair is not a change: nothing more is written.
+    for n in ["a", "b", "c"] {
+        agent_reports(&mut w, n, true, now);
+    }
+    let d = decide(&w, now + 1);
+    assert!(d.writes.is_empty(), "{:?}", d.writes);
+    // A config the controller deleted itself (a node released) is not repaired, and a
+    // vanished config of a node that left the pool is the release's business.
+    assert!(w.delete_own_config("c"));
+    assert!(w.vanished.is_empty());
+    let mut relabelled = node("b", "q");
+    relabelled.metadata.resource_version = Some("9".into());
+    w.apply_node(&relabelled);
+    assert!(w.delete_config("b", None));
+    let d = decide(&w, now + 2);
+    assert!(
+        d.writes.iter().all(|wr| wr.node != "b"),
+        "b left the pool: {:?}",
+        d.writes
+    );
+}

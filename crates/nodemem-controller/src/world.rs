@@ -94,6 +94,12 @@ pub struct World {
     /// for it, false where it proceeds without it. Kept beside the configs so that a
     /// decision reads the few such nodes, not every config.
     pub pressure_unavailable: BTreeMap<String, bool>,
+    /// Configs deleted by someone else (a `kubectl delete`, a prune, a script), by node,
+    /// with the spec they had: the controller writes them again at once at that
+    /// revision (`decide::repair`), a repair rather than a rollout step. Forgotten when
+    /// the node's config is there again or the node goes. The controller's own
+    /// deletions ([`World::delete_own_config`]) are not remembered.
+    pub vanished: BTreeMap<String, nodemem_api::NodeMemoryConfigSpec>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -115,6 +121,9 @@ impl World {
     /// than through `apply_*` and `delete_*`, which record their own.
     pub fn touch_node(&mut self, name: &str) {
         self.changes.nodes.insert(name.to_string());
+        if self.configs.contains_key(name) {
+            self.vanished.remove(name);
+        }
         self.note_signals(name);
     }
 
@@ -256,6 +265,7 @@ impl World {
         if !self.newer(Kind::Node, name, version) {
             return false;
         }
+        self.vanished.remove(name);
         let drained = self.drains.remove(name).is_some();
         let removed = self.nodes.remove(name).is_some();
         self.placement += u64::from(removed);
@@ -278,16 +288,34 @@ impl World {
         let held = self.configs.insert(name.clone(), entry.clone());
         self.placement += u64::from(held.is_none());
         let changed = held != Some(entry);
+        self.vanished.remove(&name);
         self.note_signals(&name);
         self.noted_node(&name, changed)
     }
 
+    /// A config the watches say is gone: remembered as vanished (see
+    /// [`World::vanished`]).
     pub fn delete_config(&mut self, name: &str, version: Option<&str>) -> bool {
-        let changed =
-            self.newer(Kind::Config, name, version) && self.configs.remove(name).is_some();
+        let removed = if self.newer(Kind::Config, name, version) {
+            self.configs.remove(name)
+        } else {
+            None
+        };
+        let changed = removed.is_some();
+        if let Some(entry) = removed {
+            self.vanished.insert(name.to_string(), entry.spec);
+        }
         self.note_signals(name);
         self.placement += u64::from(changed);
         self.noted_node(name, changed)
+    }
+
+    /// A config the controller deleted itself (a release, a rollback to no config, a
+    /// node that is gone): not a config to repair.
+    pub fn delete_own_config(&mut self, name: &str) -> bool {
+        let changed = self.delete_config(name, None);
+        self.vanished.remove(name);
+        changed
     }
 }
 
