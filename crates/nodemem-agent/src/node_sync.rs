@@ -10,6 +10,7 @@
 
 mod announce;
 mod batch;
+mod grace;
 mod kubelet_restarts;
 mod pass;
 
@@ -143,7 +144,8 @@ impl NodeSync {
         let (relief, fired) = Relief::new();
         let announcer = Announcer::new(Some(recorder), self.metrics.clone());
         let (nri, nri_news) = self.start_nri();
-        let mut passes = Passes::new(self.metrics.clone(), announcer, relief, nri);
+        let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
+        let mut passes = Passes::new(self.metrics.clone(), announcer, relief, nri, wake);
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let status_out = StatusWriter::start(
             configs,
@@ -151,7 +153,7 @@ impl NodeSync {
             self.status_refresh,
             self.metrics.clone(),
         );
-        let mut updates = self.updates(&client, &writers.engine, fired, nri_news)?;
+        let mut updates = self.updates(&client, &writers.engine, fired, nri_news, woken)?;
         let mut state = Loop {
             index: NodeIndex::new(&self.node_name),
             watches: Watches::default(),
@@ -263,14 +265,15 @@ impl NodeSync {
     }
 
     /// The merged stream of everything the loop waits on: the four watches, new
-    /// cgroups, the resync and sample timers, relief's PSI triggers and the runtime's
-    /// NRI requests.
+    /// cgroups, the resync and sample timers, relief's PSI triggers, the runtime's
+    /// NRI requests, and the end of a gone config's grace (`woken`: a whole pass).
     fn updates(
         &self,
         client: &Client,
         engine: &NodeApplier,
         fired: UnboundedReceiver<String>,
         nri: UnboundedReceiver<NriNews>,
+        woken: UnboundedReceiver<()>,
     ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, CgroupWatchError> {
         let node = &self.node_name;
         let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
@@ -307,6 +310,10 @@ impl NodeSync {
             let news = rx.recv().await?;
             Some((Ok(Update::Nri(news)), rx))
         });
+        let woken = futures::stream::unfold(woken, |mut rx| async {
+            rx.recv().await?;
+            Some((Ok(Update::Resync), rx))
+        });
         let driver = engine.discovery().cgroup_driver;
         let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
             .expect("a constant path");
@@ -328,6 +335,7 @@ impl NodeSync {
             pressure.boxed(),
             kubelet_restarts.boxed(),
             nri.boxed(),
+            woken.boxed(),
         ]))
     }
 

@@ -464,7 +464,9 @@ pub struct HealthSpec {
     /// and the rollout does not pass it; at `progressDeadlineSeconds` it fails as any
     /// node not ready (`failurePolicy`). `Proceed`: the node is judged on the other
     /// gates alone (`Healthy=True`, `HealthyWithoutPressure`).
-    #[serde(default)]
+    // Hold is not written: a controller newer than its CRDs writes configs the old
+    // schema accepts (the apiserver refuses a field it does not declare, 500).
+    #[serde(default, skip_serializing_if = "PressureUnavailable::is_hold")]
     pub pressure_unavailable: PressureUnavailable,
 }
 
@@ -474,6 +476,12 @@ pub enum PressureUnavailable {
     #[default]
     Hold,
     Proceed,
+}
+
+impl PressureUnavailable {
+    fn is_hold(&self) -> bool {
+        *self == PressureUnavailable::Hold
+    }
 }
 
 fn default_max_oom_kills() -> i32 {
@@ -728,4 +736,27 @@ pub struct PoolSignals {
     /// The nodes with the most OOM kills, then throttle events (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub worst_nodes: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A controller writes configs to CRDs that may predate `pressureUnavailable` (Helm
+    /// does not upgrade CRDs): its default is not written, so such a write is accepted.
+    #[test]
+    fn the_default_pressure_rule_is_not_written_and_proceed_is() {
+        let default = serde_json::to_value(HealthSpec::default()).unwrap();
+        assert!(default.get("pressureUnavailable").is_none(), "{default}");
+        let proceed = HealthSpec {
+            pressure_unavailable: PressureUnavailable::Proceed,
+            ..HealthSpec::default()
+        };
+        let text = serde_json::to_value(&proceed).unwrap();
+        assert_eq!(text["pressureUnavailable"], "Proceed");
+        let back: HealthSpec = serde_json::from_value(text).unwrap();
+        assert_eq!(back, proceed);
+        let old: HealthSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(old.pressure_unavailable, PressureUnavailable::Hold);
+    }
 }

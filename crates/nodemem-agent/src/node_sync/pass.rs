@@ -58,6 +58,10 @@ pub struct Passes {
     /// Relief for containers memory.high chokes.
     relief: Relief,
     nri: NriLink,
+    /// The values stay a while after the config goes (`super::grace`).
+    grace: super::grace::Grace,
+    /// Asks the loop for a pass (when a gone config's grace ends).
+    wake: tokio::sync::mpsc::UnboundedSender<()>,
 }
 
 /// One pass over a config with settings.
@@ -71,7 +75,13 @@ struct Round<'a> {
 }
 
 impl Passes {
-    pub fn new(metrics: Arc<Metrics>, announcer: Announcer, relief: Relief, nri: NriLink) -> Self {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        announcer: Announcer,
+        relief: Relief,
+        nri: NriLink,
+        wake: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> Self {
         Passes {
             metrics,
             announcer,
@@ -79,6 +89,8 @@ impl Passes {
             observer: Observer::default(),
             relief,
             nri,
+            grace: super::grace::Grace::default(),
+            wake,
         }
     }
 
@@ -111,9 +123,10 @@ impl Passes {
     ) -> Option<NodeMemoryConfigStatus> {
         let started = Instant::now();
         let Some(config) = input.index.config() else {
-            self.give_back(writers, input).await;
+            self.without_config(writers, input).await;
             return None;
         };
+        self.grace.present();
         self.metrics
             .config(Some((config.policy.as_str(), config.revision.as_str())));
         let round = Round {
@@ -151,6 +164,29 @@ impl Passes {
         self.announcer.refusal_events(refused).await;
         self.report(config, new_status, input.last, status_out)
             .await
+    }
+
+    /// No config: given back, unless it has just gone (a config deleted by hand is
+    /// written again by the controller at once): then the values stay for the grace,
+    /// and a pass when it ends gives back if the config is still gone.
+    async fn without_config(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
+        use super::grace::{Gone, GRACE};
+        match self.grace.absent(Instant::now()) {
+            Gone::GiveBack => self.give_back(writers, input).await,
+            Gone::Wait { left, first } => {
+                if first {
+                    info!(
+                        grace_seconds = GRACE.as_secs(),
+                        "the NodeMemoryConfig is gone: its values stay this long in case it is written again (a repair), then they are given back"
+                    );
+                    let wake = self.wake.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(left).await;
+                        let _ = wake.send(());
+                    });
+                }
+            }
+        }
     }
 
     /// No config (never created, or deleted): everything nodemem set is given back,

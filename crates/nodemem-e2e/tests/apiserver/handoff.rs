@@ -201,6 +201,54 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     let general_high = high(&files[0].1);
     assert_ne!(general_high, "max");
 
+    // 0b. Every config deleted at once (`kubectl delete nmc --all`): the controller
+    //     writes each again at once at the revision its node ran (a repair, not a
+    //     rollout step of minReadySeconds each), and no agent gives its values back in
+    //     the meantime (it keeps them for a grace, `node_sync::grace`). Sampled through
+    //     the grace and after it.
+    let uids: Vec<Option<String>> = configs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.metadata.uid.clone())
+        .collect();
+    let sampler = Sampler::start(files.clone());
+    let started = Instant::now();
+    let deleted = user(&["delete", "nmc", "--all"]);
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    eventually(
+        "every config written again and reported",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let list = configs.list(&Default::default()).await.ok()?;
+            let fresh = list
+                .items
+                .iter()
+                .filter(|c| !uids.contains(&c.metadata.uid) && reports_good(c))
+                .filter(|c| c.data["spec"]["policy"] == "ho-general")
+                .count();
+            (fresh == NODES.len()).then_some(())
+        },
+    )
+    .await;
+    let repaired = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let samples = sampler.finish();
+    let outside = longest_outside(&samples, |_, v| v == general_high);
+    eprintln!(
+        "kubectl delete nmc --all: every config written again and reported after {:.2} s; {} samples; longest time a node ran without its values: {outside:?}",
+        repaired.as_secs_f64(),
+        samples.len()
+    );
+    assert!(samples.len() > 100, "{} samples", samples.len());
+    assert!(
+        outside.values().all(|d| d.is_zero()),
+        "a node ran without nodemem's values after its config was deleted: {outside:?}"
+    );
+
     // 1. An override at priority 1, deleted mid-rollout: its nodes go back through
     //    ho-general's rollout; no config is deleted; no node runs neither policy.
     let sampler = Sampler::start(files.clone());
