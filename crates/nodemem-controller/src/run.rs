@@ -431,8 +431,8 @@ impl Controller {
         let configs_due = retries.keep_due(CONFIG, &d.writes, |w| &w.node, &self.metrics);
         let statuses = write_statuses(&statuses, policies, &self.metrics);
         let writes = self.write_configs(&configs_due, world, inbox, configs, now);
-        let (answers, failed) = futures::join!(statuses, writes);
-        for (name, answer) in answers {
+        let (status_answers, config_answers) = futures::join!(statuses, writes);
+        for (name, answer) in status_answers {
             match answer {
                 Ok(p) => {
                     retries.succeeded(STATUS, &name);
@@ -441,7 +441,7 @@ impl Controller {
                 Err(e) => retries.failed(STATUS, &name, &e),
             }
         }
-        for (node, answer) in failed {
+        for (node, answer) in config_answers {
             match answer {
                 Ok(()) => retries.succeeded(CONFIG, &node),
                 Err(e) => retries.failed(CONFIG, &node, &e),
