@@ -30,7 +30,7 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
     printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
-    printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, RollingBack, RolledBack, Releasing, InvalidSpec, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
+    printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, OneNodeFailed, RollingBack, RolledBack, Releasing, InvalidSpec, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "Revision", "type": "string", "priority": 1, "description": "the spec's revision", "jsonPath": ".status.revision"}"#,
     printcolumn = r#"{"name": "Target", "type": "string", "priority": 1, "description": "the revision the pool runs or moves to (the previous one after a rollback, the last accepted one while the spec is invalid)", "jsonPath": ".status.targetRevision"}"#,
