@@ -265,8 +265,14 @@ async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log
         )
         .await
         .unwrap();
-    let storm = Duration::from_secs(60);
-    seen.until(&mut watch, &r2, NODES, storm).await;
+    // The nodes the webhook lets through move (a slow machine may take more than the
+    // minute); the storm lasts a minute at least.
+    let storm_started = Instant::now();
+    seen.until(&mut watch, &r2, NODES / 2, Duration::from_secs(240))
+        .await;
+    let left = Duration::from_secs(60).saturating_sub(storm_started.elapsed());
+    seen.until(&mut watch, &r2, NODES, left).await;
+    let storm = storm_started.elapsed();
     let during = config_applies(&client).await;
     let half = NODES / 2;
     let failed = diff(&during, &before, "500");
@@ -284,9 +290,11 @@ async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log
         half,
         "the nodes the webhook lets through moved, the others not"
     );
-    // Per object, a minute of failures is at most 1 + 1 + 2 + ... + 32 s of backoff:
-    // seven writes (eight with jitter), and one more for each brief in-client retry.
-    let per_object = 8.0;
+    // Per object, a minute of failures is at most seven writes (the backoff's delays, at
+    // the least jitter, are 0.5, 1, 2, 4, 8, 16 and 30 s), eight with a tick's slack;
+    // after the minute one more per 30 s at most (the cap of 60 s, at half).
+    let extra = storm.as_secs().saturating_sub(60).div_ceil(30);
+    let per_object = 8.0 + extra as f64;
     assert!(
         failed <= half as f64 * per_object,
         "{failed} writes failed for {half} nodes in {}s: more than {per_object} each",
