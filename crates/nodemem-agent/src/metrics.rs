@@ -538,30 +538,23 @@ impl Metrics {
         for qos in ["guaranteed", "burstable", "besteffort"] {
             let label = QosLabel { qos };
             // Full pressure: the highest any pod of the class reads (0 with no pods);
-            // no series when its pods cannot read it (absent is unknown, never 0).
-            let (mut high, mut oom, mut full) = (0u64, 0u64, Some(0.0f64));
-            let mut read_any = false;
+            // no series when none of its pods can read it (absent is unknown, never 0).
+            let (mut high, mut oom) = (0u64, 0u64);
+            let (mut full, mut unread) = (None::<f64>, false);
             for p in pods.iter().filter(|p| p.qos == qos) {
                 let key = (p.namespace.to_string(), p.pod.to_string());
                 let (h, o) = last.get(&key).copied().unwrap_or((0, 0));
                 high += grown(p.reading.high, h);
                 oom += grown(p.reading.oom_kill, o);
                 match p.reading.full_avg60 {
-                    Some(f) => {
-                        full = Some(if read_any {
-                            full.unwrap_or(0.0).max(f)
-                        } else {
-                            f
-                        });
-                        read_any = true;
-                    }
-                    None if !read_any => full = None,
-                    None => {}
+                    Some(f) => full = Some(full.map_or(f, |m| m.max(f))),
+                    None => unread = true,
                 }
                 seen.insert(key, (p.reading.high, p.reading.oom_kill));
             }
             self.high_events.get_or_create(&label).inc_by(high);
             self.oom_kills.get_or_create(&label).inc_by(oom);
+            let full = full.or((!unread).then_some(0.0));
             match full {
                 Some(full) => {
                     self.full_pressure.get_or_create(&label).set(full / 100.0);
@@ -812,6 +805,30 @@ mod tests {
                 .map(|(c, high)| (*c, reading(*high, 0, 0.0)))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn pressure_that_cannot_be_read_has_no_series_and_a_class_without_pods_reads_zero() {
+        let m = Metrics::new();
+        let mut blind = pod("a", "burstable", (0, 0, 0.0), &[]);
+        blind.reading.full_avg60 = None;
+        let seen = pod("b", "guaranteed", (0, 0, 7.0), &[]);
+        m.signals(&[blind, seen]);
+        let text = nodemem_plumbing::endpoints::Endpoints::metrics(&m);
+        // Sorted: a family encodes in no particular order.
+        let mut full: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("nodemem_agent_memory_pressure_full_avg60_ratio{"))
+            .collect();
+        full.sort_unstable();
+        assert_eq!(
+            full,
+            [
+                "nodemem_agent_memory_pressure_full_avg60_ratio{qos=\"besteffort\"} 0.0",
+                "nodemem_agent_memory_pressure_full_avg60_ratio{qos=\"guaranteed\"} 0.07",
+            ],
+            "{text}"
+        );
     }
 
     /// A metric's series, sorted (a family encodes in no particular order).

@@ -163,6 +163,27 @@ pub(crate) fn settle(w: &mut World, now: &mut i64, rounds: usize) {
     }
 }
 
+/// Policy `p` of pool `p` edited to `factor` (generation 2), its status as the
+/// decisions left it: a new revision to roll out.
+fn edit_factor(w: &mut World, factor: f64, rollout: serde_json::Value) {
+    let mut p2 = policy("p", "p", 0, factor, rollout);
+    p2.metadata.generation = Some(2);
+    p2.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&p2);
+}
+
+/// Pool `p` of nodes a and b under `rollout`, after the first decision wrote a's config.
+fn first_node_written(rollout: serde_json::Value) -> World {
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout)],
+        &[("a", "p"), ("b", "p")],
+    );
+    let d = decide(&w, T0);
+    apply(&mut w, &d, T0);
+    assert_eq!(written(&d), ["a"]);
+    w
+}
+
 fn written(d: &Decision) -> Vec<&str> {
     d.writes.iter().map(|w| w.node.as_str()).collect()
 }
@@ -331,10 +352,7 @@ fn a_failing_node_pauses_the_rollout_or_rolls_the_pool_back() {
         let first = w.policies["p"].status.revision.clone().unwrap();
         assert!(w.configs.values().all(|c| c.spec.revision == first));
         // Revision 2: the first node reports an OOM burst.
-        let mut p2 = policy("p", "p", 0, 0.7, rollout);
-        p2.metadata.generation = Some(2);
-        p2.status = Some(w.policies["p"].status.clone());
-        w.apply_policy(&p2);
+        edit_factor(&mut w, 0.7, rollout);
         let d = decide(&w, now);
         assert_eq!(written(&d), ["a"]);
         apply(&mut w, &d, now);
@@ -387,19 +405,7 @@ fn a_failing_node_pauses_the_rollout_or_rolls_the_pool_back() {
 
 #[test]
 fn an_updating_node_past_its_deadline_counts_as_failed() {
-    let mut w = world(
-        &[policy(
-            "p",
-            "p",
-            0,
-            0.9,
-            json!({"progressDeadlineSeconds": 60, "maxFailures": 1}),
-        )],
-        &[("a", "p"), ("b", "p")],
-    );
-    let d = decide(&w, T0);
-    apply(&mut w, &d, T0);
-    assert_eq!(written(&d), ["a"]);
+    let mut w = first_node_written(json!({"progressDeadlineSeconds": 60, "maxFailures": 1}));
     let d = decide(&w, T0 + 61);
     apply(&mut w, &d, T0 + 61);
     assert_eq!(w.policies["p"].status.failed_node_names, ["a"]);
@@ -1299,19 +1305,7 @@ fn agent_reports_no_pressure(w: &mut World, node: &str, holds: bool, at: i64) {
 
 #[test]
 fn a_node_without_psi_holds_its_pool_and_the_policy_names_the_gate_and_the_node() {
-    let mut w = world(
-        &[policy(
-            "p",
-            "p",
-            0,
-            0.9,
-            json!({"progressDeadlineSeconds": 60, "maxFailures": 1}),
-        )],
-        &[("a", "p"), ("b", "p")],
-    );
-    let d = decide(&w, T0);
-    apply(&mut w, &d, T0);
-    assert_eq!(written(&d), ["a"]);
+    let mut w = first_node_written(json!({"progressDeadlineSeconds": 60, "maxFailures": 1}));
     agent_reports_no_pressure(&mut w, "a", true, T0 + 1);
     let d = decide(&w, T0 + 2);
     apply(&mut w, &d, T0 + 2);
@@ -1350,13 +1344,7 @@ fn a_node_without_psi_holds_its_pool_and_the_policy_names_the_gate_and_the_node(
 
 #[test]
 fn a_policy_that_proceeds_without_psi_moves_on_and_says_so() {
-    let mut w = world(
-        &[policy("p", "p", 0, 0.9, json!({}))],
-        &[("a", "p"), ("b", "p")],
-    );
-    let d = decide(&w, T0);
-    apply(&mut w, &d, T0);
-    assert_eq!(written(&d), ["a"]);
+    let mut w = first_node_written(json!({}));
     agent_reports_no_pressure(&mut w, "a", false, T0 + 1);
     let d = decide(&w, T0 + 2);
     apply(&mut w, &d, T0 + 2);
@@ -1394,10 +1382,7 @@ fn one_node_failing_outside_the_canary_holds_the_pool_and_rolls_nothing_back() {
     let mut now = T0;
     settle(&mut w, &mut now, 6);
     let first = w.policies["p"].status.revision.clone().unwrap();
-    let mut p2 = policy("p", "p", 0, 0.7, rollout);
-    p2.metadata.generation = Some(2);
-    p2.status = Some(w.policies["p"].status.clone());
-    w.apply_policy(&p2);
+    edit_factor(&mut w, 0.7, rollout);
     let d = decide(&w, now);
     assert_eq!(written(&d), ["a"]);
     apply(&mut w, &d, now);

@@ -507,3 +507,33 @@ pub fn kubectl_with_plugin(kubeconfig: &Path, plugin_dir: &Path, args: &[&str]) 
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// `count` kubelet-less Node objects `<prefix>-<i, zero-padded to width>` labelled
+/// `nodemem.io/pool: <pool>`, `at_once` created at a time (the fan-out tests' pools).
+pub async fn create_pool_nodes(
+    client: &Client,
+    prefix: &str,
+    width: usize,
+    pool: &str,
+    count: usize,
+    at_once: usize,
+) {
+    use futures::StreamExt;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let nodes = nodes.clone();
+            let node = serde_json::from_value(serde_json::json!({"metadata": {
+                "name": format!("{prefix}-{i:0width$}"), "labels": {"nodemem.io/pool": pool}}}))
+            .unwrap();
+            async move {
+                nodes
+                    .create(&kube::api::PostParams::default(), &node)
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(at_once)
+        .collect::<Vec<_>>()
+        .await;
+}

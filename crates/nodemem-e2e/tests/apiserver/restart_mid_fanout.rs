@@ -12,8 +12,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use nodemem_api::NodeMemoryPolicy;
@@ -125,20 +123,7 @@ async fn interrupt(
 
 /// NODES Node objects `fan-NNNN` in pool `fan`, 16 created at a time.
 async fn create_nodes(client: &Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    futures::stream::iter(0..NODES)
-        .map(|i| {
-            let nodes = nodes.clone();
-            async move {
-                let node: Node = serde_json::from_value(json!({"metadata": {
-                    "name": format!("fan-{i:04}"), "labels": {"nodemem.io/pool": "fan"}}}))
-                .unwrap();
-                nodes.create(&PostParams::default(), &node).await.unwrap();
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
+    crate::common::create_pool_nodes(client, "fan", 4, "fan", NODES, 16).await;
 }
 
 /// SIGKILL, as a node's failure or the OOM killer stops it; what it had in flight lands

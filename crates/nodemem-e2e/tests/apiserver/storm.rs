@@ -11,9 +11,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
 use kube::Client;
 use nodemem_testkit::Identity;
 use serde_json::json;
@@ -62,20 +59,7 @@ spec:
 
 /// NODES Node objects `storm-NNNNN` in pool `storm`, 32 created at a time.
 async fn create_nodes(client: &Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    futures::stream::iter(0..NODES)
-        .map(|i| {
-            let nodes = nodes.clone();
-            async move {
-                let node: Node = serde_json::from_value(json!({"metadata": {
-                    "name": format!("storm-{i:05}"), "labels": {"nodemem.io/pool": "storm"}}}))
-                .unwrap();
-                nodes.create(&PostParams::default(), &node).await.unwrap();
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await;
+    crate::common::create_pool_nodes(client, "storm", 5, "storm", NODES, 32).await;
 }
 
 /// The apiserver's applies to configs (spec writes) by response code.
