@@ -13,3 +13,8 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- define "nodemem.agentUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:nodemem-agent
 {{- end }}
+
+{{/* The controller's service-account user name, which its Node admission policy matches. */}}
+{{- define "nodemem.controllerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:nodemem-controller
+{{- end }}

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::Client;
@@ -152,7 +154,7 @@ async fn each_agent_writes_only_its_own_nodes_config_status() {
     pods.list(&ListParams::default().fields("spec.nodeName=authority-a"))
         .await
         .expect("listing its node's pods");
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(agent_client.clone());
+    let nodes: Api<Node> = Api::all(agent_client.clone());
     nodes.get("authority-a").await.expect("reading its node");
     let created = agent_a
         .create(&PostParams::default(), &config("authority-c"))
@@ -191,20 +193,8 @@ async fn each_agent_writes_only_its_own_nodes_config_status() {
         matches!(&node_patch, Err(kube::Error::Api(s)) if s.code == 403),
         "{node_patch:?}"
     );
-    // Events: allowed.
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(agent_client, "default");
-    events
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"generateName": "nodemem-agent-"},
-                "involvedObject": {"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig", "name": "authority-a"},
-                "reason": "Applied", "message": "test", "type": "Normal",
-            }))
-            .unwrap(),
-        )
-        .await
-        .expect("the agent creates events");
+    // Events: about its own node's config or a pod, reported as its own node.
+    agent_events_are_scoped_to_its_node(&client, agent_client).await;
 
     // A service-account token bound to no node changes nothing.
     let unbound_identity = Identity::User {
@@ -223,4 +213,240 @@ async fn each_agent_writes_only_its_own_nodes_config_status() {
         message.contains("(its token is bound to no node), not authority-a"),
         "{message}"
     );
+}
+
+fn event(reporter: &str, kind: &str, name: &str) -> Event {
+    let namespace = if kind == "Pod" {
+        "kube-system"
+    } else {
+        "default"
+    };
+    serde_json::from_value(json!({
+        "metadata": {"generateName": "nodemem-agent-", "namespace": namespace},
+        "eventTime": "2026-11-27T10:00:00.000000Z",
+        "reportingController": "nodemem-agent", "reportingInstance": reporter,
+        "action": "Apply", "reason": "Applied", "note": "test", "type": "Normal",
+        "regarding": {"apiVersion": if kind == "Pod" { "v1" } else { "nodemem.io/v1alpha1" },
+            "kind": kind, "name": name, "namespace": if kind == "Pod" { Some(namespace) } else { None }},
+    }))
+    .unwrap()
+}
+
+fn dry_run_post() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    }
+}
+
+fn event_api(client: &Client, kind: &str) -> Api<Event> {
+    Api::namespaced(
+        client.clone(),
+        if kind == "Pod" {
+            "kube-system"
+        } else {
+            "default"
+        },
+    )
+}
+
+/// Waits out the policy's compilation (until then only RBAC answers), then returns the
+/// admission policy's refusal; panics when the write is still taken, or refused by
+/// anything else, at the deadline. The writes are dry runs (admission runs, nothing is
+/// kept): a write taken before the policy answers would make the next one no change.
+async fn refused<T, F, Fut>(what: &str, mut write: F) -> String
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    T: std::fmt::Debug,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match write().await {
+            Err(kube::Error::Api(s))
+                if s.code == 403 && s.message.contains("ValidatingAdmissionPolicy") =>
+            {
+                return s.message
+            }
+            other if Instant::now() >= deadline => panic!("{what} was taken: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// The agent's Events (deploy/agent/admission-policy.yaml, nodemem-agent-event-scope):
+/// reported as its own node, about its own node's config or a pod; counting up another
+/// node's Event is refused; core/v1 Events are not its API at all (RBAC).
+async fn agent_events_are_scoped_to_its_node(admin: &Client, agent: Client) {
+    // Another node's config, another reporter, another kind: refused, each named.
+    let own = |kind: &str, name: &str| event("authority-a", kind, name);
+    let cases = [
+        (event("authority-b", "NodeMemoryConfig", "authority-a"),
+            "a nodemem agent's Event reports as its own node (authority-a), not as authority-b"),
+        (own("NodeMemoryConfig", "authority-b"),
+            "a nodemem agent's Event regards its own node's NodeMemoryConfig (authority-a) or a Pod, not NodeMemoryConfig authority-b"),
+        (own("Node", "authority-b"),
+            "or a Pod, not Node authority-b"),
+        (own("Deployment", "web"),
+            "or a Pod, not Deployment web"),
+    ];
+    for (ev, says) in cases {
+        let kind = ev.regarding.as_ref().unwrap().kind.clone().unwrap();
+        let api = event_api(&agent, &kind);
+        let post = dry_run_post();
+        let message = refused(says, || api.create(&post, &ev)).await;
+        assert!(message.contains(says), "{message}");
+        assert!(message.contains("nodemem-agent-event-scope"), "{message}");
+    }
+    // Its own config and a pod: taken, and counted up (a series is an update).
+    for (kind, name) in [("NodeMemoryConfig", "authority-a"), ("Pod", "web-0")] {
+        let api = event_api(&agent, kind);
+        let created = api
+            .create(&PostParams::default(), &own(kind, name))
+            .await
+            .unwrap_or_else(|e| panic!("the agent's event about {kind} {name}: {e}"));
+        let name = created.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"series": {"count": 2, "lastObservedTime": "2026-11-27T10:01:00.000000Z"}}),
+            ),
+        )
+        .await
+        .expect("counting up its own event");
+    }
+    // Another node's Event: not the agent's to count up.
+    let theirs = event_api(admin, "NodeMemoryConfig")
+        .create(
+            &PostParams::default(),
+            &event("authority-b", "NodeMemoryConfig", "authority-b"),
+        )
+        .await
+        .unwrap();
+    let api = event_api(&agent, "NodeMemoryConfig");
+    let name = theirs.metadata.name.clone().unwrap();
+    let params = PatchParams::default().dry_run();
+    let count = Patch::Merge(
+        json!({"series": {"count": 2, "lastObservedTime": "2026-11-27T10:01:00.000000Z"}}),
+    );
+    let message = refused("counting up another node's event", || {
+        api.patch(&name, &params, &count)
+    })
+    .await;
+    assert!(
+        message.contains(
+            "a nodemem agent's Event reports as its own node (authority-a), not as authority-b"
+        ),
+        "{message}"
+    );
+    // Nor made its own: the reporting instance is immutable (the apiserver's validation,
+    // before admission), which the policy relies on.
+    let taken = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"reportingInstance": "authority-a"})),
+        )
+        .await;
+    assert!(
+        matches!(&taken, Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("reportingInstance")),
+        "{taken:?}"
+    );
+    // core/v1 Events: RBAC grants only events.k8s.io, which the policy covers.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(agent, "default");
+    let created = core
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"generateName": "nodemem-agent-"},
+                "involvedObject": {"kind": "NodeMemoryConfig", "name": "authority-a"},
+                "reason": "Applied", "message": "test", "type": "Normal",
+            }))
+            .unwrap(),
+        )
+        .await;
+    assert!(
+        matches!(&created, Err(kube::Error::Api(s)) if s.code == 403),
+        "{created:?}"
+    );
+}
+
+/// The controller's Node patch (deploy/controller/admission-policy.yaml): cordon,
+/// uncordon and its drain annotations are taken; a label, a taint, another annotation
+/// are refused, though RBAC grants `patch` on Nodes.
+#[tokio::test]
+async fn the_controller_patches_a_node_only_to_drain_it() {
+    let cp = cluster();
+    let client = admin().await;
+    apply_manifest(&client, "deploy/namespace.yaml").await;
+    apply_manifest(&client, "deploy/controller/rbac.yaml").await;
+    apply_manifest(&client, "deploy/controller/admission-policy.yaml").await;
+    let node = "authority-drained";
+    SimNode::new(node).register(&client).await.unwrap();
+    let nodes: Api<Node> = Api::all(cp.client(&Identity::Controller).await.unwrap());
+    let merge_with = |params: PatchParams, patch: serde_json::Value| {
+        let nodes = nodes.clone();
+        async move { nodes.patch(node, &params, &Patch::Merge(patch)).await }
+    };
+    let merge = |patch| merge_with(PatchParams::default(), patch);
+    let cases = [
+        (
+            json!({"metadata": {"labels": {"pool": "mine"}}}),
+            "the nodemem controller changes no label, finalizer or owner of a Node",
+        ),
+        (
+            json!({"metadata": {"annotations": {"team": "mine"}}}),
+            "the nodemem controller changes only its own drain annotations on a Node",
+        ),
+        (
+            json!({"spec": {"taints": [{"key": "nodemem.io/x", "effect": "NoSchedule"}]}}),
+            "the nodemem controller changes only spec.unschedulable of a Node",
+        ),
+        (
+            json!({"spec": {"unschedulable": true, "providerID": "aws:///x"}}),
+            "the nodemem controller changes only spec.unschedulable of a Node",
+        ),
+    ];
+    for (patch, says) in cases {
+        let message = refused(says, || {
+            merge_with(PatchParams::default().dry_run(), patch.clone())
+        })
+        .await;
+        assert!(message.contains(says), "{message}");
+        assert!(
+            message.contains("nodemem-controller-node-scope"),
+            "{message}"
+        );
+    }
+    let plain: Api<Node> = Api::all(client.clone());
+    let after = plain.get(node).await.unwrap();
+    assert!(after.spec.as_ref().and_then(|s| s.unschedulable).is_none());
+    assert!(!after
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .contains_key("pool"));
+    // What a drain sends (crates/nodemem-controller/src/drain.rs): taken.
+    let cordon = json!({"spec": {"unschedulable": true}, "metadata": {"annotations": {
+        "nodemem.io/drain-for": "r1", "nodemem.io/drain-started": "2026-11-27T10:00:00Z",
+        "nodemem.io/drain-done": null}}});
+    let cordoned = merge(cordon)
+        .await
+        .expect("cordon with the drain annotations");
+    assert_eq!(cordoned.spec.and_then(|s| s.unschedulable), Some(true));
+    merge(json!({"metadata": {"annotations": {"nodemem.io/drain-done": "r1"}}}))
+        .await
+        .expect("the drain marked done");
+    let uncordon = json!({"spec": {"unschedulable": null}, "metadata": {"annotations": {
+        "nodemem.io/drain-for": null, "nodemem.io/drain-started": null, "nodemem.io/drain-done": null}}});
+    merge(uncordon).await.expect("uncordon");
+    let after = plain.get(node).await.unwrap();
+    assert!(after.spec.as_ref().and_then(|s| s.unschedulable).is_none());
+    assert!(after
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .keys()
+        .all(|k| !k.starts_with("nodemem.io/drain-")));
 }
