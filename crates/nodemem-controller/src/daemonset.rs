@@ -9,6 +9,7 @@ use nodemem_api::policy::{NodeSelector, SelectorOperator};
 use serde_json::{json, Value};
 
 use crate::agent_pod::AgentPod;
+use crate::modes::EnforcementModes;
 use crate::world::World;
 
 /// How the agents are deployed (the controller's flags).
@@ -32,8 +33,36 @@ pub struct AgentDeploy {
     /// The agents' state directory on the hosts.
     pub state_dir: String,
     pub nri: AgentNri,
+    /// The enforcement modes the agents are deployed for: each privilege only where
+    /// one of them needs it.
+    pub enforcement: EnforcementModes,
     /// Resources, placement, priority, metadata, log level, environment.
     pub pod: AgentPod,
+}
+
+impl AgentDeploy {
+    /// The agents write cgroup files only under `Agent` (under Kubelet and Observe they
+    /// write none: the kubelet enforces, or nothing is enforced).
+    fn writes_cgroups(&self) -> bool {
+        self.enforcement.agent
+    }
+
+    /// systemd's sockets: under `Agent` with a driver that may be systemd's (the values
+    /// are set as unit properties too), under `Kubelet` to restart the kubelet's unit.
+    fn talks_to_systemd(&self) -> bool {
+        (self.enforcement.agent && self.cgroup_driver.as_deref() != Some("cgroupfs"))
+            || (self.enforcement.kubelet && self.kubelet_restart_unit.is_some())
+    }
+
+    /// NRI answers a new container with the values `Agent` writes: without that mode
+    /// the socket is not mounted and the runtimes' records name new containers.
+    fn nri(&self) -> AgentNri {
+        if self.enforcement.agent {
+            self.nri
+        } else {
+            AgentNri::Off
+        }
+    }
 }
 
 /// The agents' `--nri`: what the DaemonSet mounts follows from it.
@@ -177,8 +206,12 @@ fn owner_references(d: &AgentDeploy) -> Vec<Value> {
         .collect()
 }
 
-pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
-    let affinity = d.pod.affinity(&node_affinity(world));
+/// The agent's arguments, mounts and host volumes: what every mode reads (the cgroup
+/// tree, /sys, /proc, the kubelet through its process), the state directory, and what
+/// the install's modes add ([`AgentDeploy::writes_cgroups`],
+/// [`AgentDeploy::talks_to_systemd`], NRI and the runtimes' records, the kubelet's).
+fn host_access(d: &AgentDeploy) -> (Vec<String>, Vec<Value>, Vec<Value>) {
+    let nri = d.nri();
     let mut args = vec![
         "agent".to_string(),
         "--log-format=json".into(),
@@ -187,37 +220,41 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         "--sys-root=/host/sys".into(),
         "--proc-root=/host/proc".into(),
         "--state-dir=/var/lib/nodemem".into(),
-        "--systemd-run-dir=/host/run".into(),
-        format!("--nri={}", d.nri.flag()),
+        format!("--nri={}", nri.flag()),
     ];
     if let Some(driver) = &d.cgroup_driver {
         args.push(format!("--cgroup-driver={driver}"));
     }
     let mut mounts = vec![
-        json!({"name": "cgroup", "mountPath": "/host/sys/fs/cgroup"}),
+        json!({"name": "cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": !d.writes_cgroups()}),
         json!({"name": "sys", "mountPath": "/host/sys", "readOnly": true}),
         json!({"name": "proc", "mountPath": "/host/proc", "readOnly": true}),
         json!({"name": "state", "mountPath": "/var/lib/nodemem"}),
-        // systemd's sockets (the system bus's, systemd's own): on a systemd-driver node
-        // systemd re-applies every memory setting of a slice or scope from its own
-        // record on reload or on any property change (the kubelet changes the QoS
-        // slices' every minute), so the agent sets its values as unit properties too,
-        // as runc does. Directories, not the sockets: a restarted bus makes a new one.
-        // Read-only still connects (a socket is not written through the mount).
-        json!({"name": "dbus", "mountPath": "/host/run/dbus", "readOnly": true}),
-        json!({"name": "systemd", "mountPath": "/host/run/systemd", "readOnly": true}),
     ];
     let mut volumes = vec![
         json!({"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}),
         json!({"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}),
         json!({"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}),
         json!({"name": "state", "hostPath": {"path": d.state_dir, "type": "DirectoryOrCreate"}}),
+    ];
+    if d.talks_to_systemd() {
+        args.push("--systemd-run-dir=/host/run".into());
+        // systemd's sockets (the system bus's, systemd's own): on a systemd-driver node
+        // systemd re-applies every memory setting of a slice or scope from its own
+        // record on reload or on any property change (the kubelet changes the QoS
+        // slices' every minute), so the agent sets its values as unit properties too,
+        // as runc does. Directories, not the sockets: a restarted bus makes a new one.
+        // Read-only still connects (a socket is not written through the mount).
+        mounts.push(json!({"name": "dbus", "mountPath": "/host/run/dbus", "readOnly": true}));
+        mounts.push(json!({"name": "systemd", "mountPath": "/host/run/systemd", "readOnly": true}));
         // OrCreate: a node without a bus daemon, or without systemd (cgroupfs driver),
         // still runs the agent; it then writes the files only.
-        json!({"name": "dbus", "hostPath": {"path": "/run/dbus", "type": "DirectoryOrCreate"}}),
-        json!({"name": "systemd", "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"}}),
-    ];
-    if d.nri.mounts_socket() {
+        volumes.push(
+            json!({"name": "dbus", "hostPath": {"path": "/run/dbus", "type": "DirectoryOrCreate"}}),
+        );
+        volumes.push(json!({"name": "systemd", "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"}}));
+    }
+    if nri.mounts_socket() {
         // The runtime's NRI socket: its directory, so that a restarted runtime's new
         // socket is seen; read-only still connects. OrCreate: a node whose runtime has
         // NRI off still runs the agent, which reports the reaction as its path.
@@ -228,7 +265,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
             json!({"name": "nri", "hostPath": {"path": NRI_DIR, "type": "DirectoryOrCreate"}}),
         );
     }
-    if d.nri.mounts_records() {
+    if nri.mounts_records() {
         args.push(format!("--containerd-tasks-dir=/host{CONTAINERD_TASKS}"));
         args.push(format!("--crio-containers-dir=/host{CRIO_CONTAINERS}"));
         // The container runtime's specs of its containers: a new container's cgroup is
@@ -251,6 +288,20 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         volumes.push(json!({"name": "containerd-tasks", "hostPath": {"path": CONTAINERD_TASKS, "type": "DirectoryOrCreate"}}));
         volumes.push(json!({"name": "crio-containers", "hostPath": {"path": CRIO_CONTAINERS, "type": "DirectoryOrCreate"}}));
     }
+    if d.enforcement.kubelet {
+        kubelet_access(d, &mut args, &mut mounts, &mut volumes);
+    }
+    (args, mounts, volumes)
+}
+
+/// What `enforcement: Kubelet` adds: the kubelet's --config-dir when given (otherwise
+/// the drop-in is written through the kubelet's root), and how to restart it.
+fn kubelet_access(
+    d: &AgentDeploy,
+    args: &mut Vec<String>,
+    mounts: &mut Vec<Value>,
+    volumes: &mut Vec<Value>,
+) {
     if let Some(dir) = &d.kubelet_config_dir {
         args.push("--kubelet-config-dir=/host/kubelet-config-dir".into());
         mounts.push(json!({"name": "kubelet-config-dir", "mountPath": "/host/kubelet-config-dir"}));
@@ -267,6 +318,11 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         // kubelet process that stays up instead (the pod has hostPID).
         args.push("--kubelet-healthz-url=off".into());
     }
+}
+
+pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
+    let affinity = d.pod.affinity(&node_affinity(world));
+    let (args, mounts, volumes) = host_access(d);
     let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
     let mut pod_metadata = json!({"labels": d.pod.labels(&labels)});
     if !d.pod.pod_annotations.is_empty() {
@@ -344,6 +400,7 @@ mod tests {
             kubelet_restart_unit: None,
             state_dir: "/var/lib/nodemem".into(),
             nri: AgentNri::Auto,
+            enforcement: EnforcementModes::default(),
             pod: AgentPod::default(),
         }
     }
@@ -402,6 +459,108 @@ mod tests {
         assert!(!mounts.iter().any(|(m, _)| m.contains("/nri")));
         assert!(!hosts.contains(&NRI_DIR.to_string()));
         assert!(records.iter().all(|r| hosts.contains(&r.to_string())));
+    }
+
+    /// Each install's modes carry their own host access and no more: the cgroup tree
+    /// writable only with Agent, systemd's sockets only where a mode talks to systemd,
+    /// NRI only with Agent, the kubelet's --config-dir and restart only with Kubelet.
+    #[test]
+    fn each_modes_daemonset_carries_only_its_own_mounts() {
+        let with = |modes: &str, driver: Option<&str>, unit: Option<&str>| {
+            pod_of(&AgentDeploy {
+                enforcement: modes.parse().unwrap(),
+                cgroup_driver: driver.map(String::from),
+                kubelet_restart_unit: unit.map(String::from),
+                ..deploy()
+            })
+        };
+        let read_only = |mounts: &[(String, bool)], path: &str| {
+            mounts
+                .iter()
+                .find(|(m, _)| m == path)
+                .unwrap_or_else(|| panic!("{path} not mounted: {mounts:?}"))
+                .1
+        };
+        let mounted = |mounts: &[(String, bool)]| -> Vec<String> {
+            let mut m: Vec<String> = mounts.iter().map(|(p, _)| p.clone()).collect();
+            m.sort();
+            m
+        };
+        let base = [
+            "/host/proc",
+            "/host/sys",
+            "/host/sys/fs/cgroup",
+            "/var/lib/nodemem",
+        ];
+        let records = [
+            "/host/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+            "/host/run/containers/storage/overlay-containers",
+        ];
+        let systemd = ["/host/run/dbus", "/host/run/systemd"];
+        let expect = |extra: &[&str]| -> Vec<String> {
+            let mut m: Vec<String> = base.iter().chain(extra).map(|s| s.to_string()).collect();
+            m.sort();
+            m
+        };
+
+        // Observe: everything read-only but the agent's own state; no systemd, no NRI,
+        // nothing of the kubelet's.
+        let (args, mounts, _) = with("Observe", None, Some("kubelet.service"));
+        assert_eq!(mounted(&mounts), expect(&records), "Observe");
+        assert!(read_only(&mounts, "/host/sys/fs/cgroup"));
+        assert!(mounts.iter().all(|(m, ro)| *ro || m == "/var/lib/nodemem"));
+        assert!(args.contains(&"--nri=off".to_string()), "{args:?}");
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--systemd-run-dir") || a.starts_with("--kubelet-")),
+            "{args:?}"
+        );
+
+        // Agent: the cgroup tree writable, systemd's sockets, NRI and the records.
+        let (args, mounts, _) = with("Agent", None, None);
+        let mut agent = vec!["/host/var/run/nri"];
+        agent.extend(systemd);
+        agent.extend(records);
+        assert_eq!(mounted(&mounts), expect(&agent), "Agent");
+        assert!(!read_only(&mounts, "/host/sys/fs/cgroup"));
+        assert!(args.contains(&"--systemd-run-dir=/host/run".to_string()));
+        assert!(
+            !args.iter().any(|a| a.starts_with("--kubelet-")),
+            "{args:?}"
+        );
+        // ... with the cgroupfs driver: no systemd.
+        let (args, mounts, _) = with("Agent", Some("cgroupfs"), None);
+        assert!(!mounts.iter().any(|(m, _)| systemd.contains(&m.as_str())));
+        assert!(!args.iter().any(|a| a.starts_with("--systemd-run-dir")));
+
+        // Kubelet: the cgroup tree read-only; its --config-dir (given here) writable;
+        // systemd's sockets only to restart its unit.
+        let (args, mounts, _) = with("Kubelet", Some("cgroupfs"), Some("kubelet.service"));
+        let mut kubelet = vec!["/host/kubelet-config-dir"];
+        kubelet.extend(systemd);
+        kubelet.extend(records);
+        assert_eq!(mounted(&mounts), expect(&kubelet), "Kubelet");
+        assert!(read_only(&mounts, "/host/sys/fs/cgroup"));
+        assert!(!read_only(&mounts, "/host/kubelet-config-dir"));
+        assert!(args.contains(&"--kubelet-restart-unit=kubelet.service".to_string()));
+        let (_, mounts, _) = with("Kubelet", None, None);
+        assert!(!mounts.iter().any(|(m, _)| systemd.contains(&m.as_str())));
+
+        // Every mode finds the kubelet through its process: the host's PID namespace.
+        for modes in ["Observe", "Agent", "Kubelet"] {
+            let d = AgentDeploy {
+                enforcement: modes.parse().unwrap(),
+                ..deploy()
+            };
+            let spec = agent_daemonset(&d, &World::default())
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            assert_eq!(spec.host_pid, Some(true), "{modes}");
+        }
     }
 
     fn affinity(ds: &DaemonSet) -> Value {

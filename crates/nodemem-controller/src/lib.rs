@@ -32,6 +32,7 @@ mod handoff;
 mod health;
 pub mod lease;
 pub mod metrics;
+pub mod modes;
 pub mod node_failure;
 mod policy_status;
 pub mod queue;
@@ -133,6 +134,13 @@ pub struct ControllerArgs {
     /// The agents' state directory on the hosts (a hostPath).
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub agent_state_dir: String,
+    /// The enforcement modes the agents are deployed for, comma-separated (Agent,
+    /// Kubelet, Observe): the agents' DaemonSet carries only the privileges these need
+    /// (the cgroup tree writable only with Agent, systemd's sockets only where a mode
+    /// talks to systemd, the kubelet's restart and --config-dir only with Kubelet), and
+    /// a policy asking for another mode is refused (Accepted=False).
+    #[arg(long, default_value = "Agent,Kubelet,Observe")]
+    pub agent_enforcement_modes: modes::EnforcementModes,
     /// The agents' pods as a JSON object (the chart's agent values): resources,
     /// nodeSelector (default: Linux nodes), affinity (ANDed with the policies'
     /// selectors), tolerations (default: all), priorityClassName, podAnnotations,
@@ -244,9 +252,43 @@ fn identity(args: &ControllerArgs) -> String {
         })
 }
 
+/// The kubelet's restart and --config-dir serve `enforcement: Kubelet` only: given
+/// without that mode they would be dropped without a word.
+fn check_kubelet_flags(args: &ControllerArgs) -> Result<(), CliError> {
+    let given: Vec<&str> = [
+        (
+            args.agent_kubelet_config_dir.is_some(),
+            "--agent-kubelet-config-dir",
+        ),
+        (
+            args.agent_kubelet_restart_unit.is_some(),
+            "--agent-kubelet-restart-unit",
+        ),
+        (
+            args.agent_kubelet_restart_command.is_some(),
+            "--agent-kubelet-restart-command",
+        ),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, flag)| *flag)
+    .collect();
+    if args.agent_enforcement_modes.kubelet || given.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::one(format!(
+        "{} {} enforcement: Kubelet, which --agent-enforcement-modes ({}) does not install: add Kubelet or leave {} out",
+        given.join(", "),
+        if given.len() == 1 { "serves" } else { "serve" },
+        args.agent_enforcement_modes,
+        if given.len() == 1 { "it" } else { "them" },
+    )))
+}
+
 /// Runs `nodemem controller` until it fails or loses the leader Lease.
 pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
     nodemem_plumbing::logs::init_logs(args.log_format);
+    check_kubelet_flags(args)?;
     let metrics_addr: Option<std::net::SocketAddr> = match args.metrics_addr.as_str() {
         "" | "off" => None,
         a => Some(a.parse().map_err(|e| {
@@ -261,6 +303,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
         write_concurrency: usize::from(args.write_concurrency),
         event_queue: usize::try_from(args.event_queue).unwrap_or(usize::MAX),
+        enforcement: args.agent_enforcement_modes,
         deployment: args.deployment.clone(),
         agents: args
             .agent_image
@@ -277,6 +320,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 kubelet_restart_unit: args.agent_kubelet_restart_unit.clone(),
                 state_dir: args.agent_state_dir.clone(),
                 nri: args.agent_nri,
+                enforcement: args.agent_enforcement_modes,
                 pod: args.agent_pod.as_deref().cloned().unwrap_or_default(),
             }),
     };

@@ -241,6 +241,8 @@ pub struct Controller {
     pub write_concurrency: usize,
     /// Watch events queued for the decisions at most (`crate::queue`).
     pub event_queue: usize,
+    /// The enforcement modes the install allows (`crate::modes`).
+    pub enforcement: crate::modes::EnforcementModes,
 }
 
 type UpdateStream = futures::stream::BoxStream<'static, Result<Update, watcher::Error>>;
@@ -343,6 +345,7 @@ impl Controller {
             crate::agent_upkeep::AgentUpkeep::new(&client, deploy, self.deployment.clone())
         });
         let mut world = World::default();
+        world.installed_modes = self.enforcement;
         world.agents = self
             .agents
             .as_ref()

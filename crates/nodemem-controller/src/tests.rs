@@ -1192,6 +1192,52 @@ fn an_accepted_policy_made_invalid_holds_its_nodes_on_the_last_accepted_revision
     assert_eq!(progressing(&w, "p"), "Complete");
 }
 
+/// An install whose agents are deployed for Agent and Observe only refuses a policy
+/// that asks for Kubelet by name (its agents could not carry it out): a new policy
+/// governs no node, an edit of an accepted one holds its nodes on the last accepted
+/// revision, as for any invalid spec.
+#[test]
+fn a_policy_asking_for_a_mode_the_install_lacks_is_refused_by_name() {
+    let rollout = json!({"maxUnavailable": 2});
+    let kubelet = |name: &str, pool: &str| {
+        let mut p = policy(name, pool, 0, 0.8, rollout.clone());
+        p.spec.settings.enforcement = nodemem_api::policy::Enforcement::Kubelet;
+        p
+    };
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone()), kubelet("k", "k")],
+        &[("a", "p"), ("b", "k")],
+    );
+    w.installed_modes = "Agent,Observe".parse().unwrap();
+    let mut now = T0;
+    settle(&mut w, &mut now, 4);
+    let accepted = w.policies["p"].status.revision.clone().unwrap();
+    assert_eq!(w.configs["a"].spec.revision, accepted);
+    assert!(
+        !w.configs.contains_key("b"),
+        "the Kubelet policy governs no node"
+    );
+    let refused = condition(&w, "k", "Accepted");
+    assert_eq!(
+        (refused.status.as_str(), refused.reason.as_str()),
+        ("False", "Invalid")
+    );
+    assert!(
+        refused.message.starts_with(
+            "enforcement Kubelet is not installed: the agents are deployed for Agent,Observe only"
+        ),
+        "{}",
+        refused.message
+    );
+
+    edit(&mut w, kubelet("p", "p"));
+    settle(&mut w, &mut now, 4);
+    assert_eq!(w.configs["a"].spec.revision, accepted);
+    assert!(condition(&w, "p", "Accepted").message.contains(&format!(
+        "its nodes keep revision {accepted}, the last accepted"
+    )));
+}
+
 /// A rollback reads as one: `RollingBack` while the pool returns (no canary wait), then
 /// `RolledBack` with the revision the nodes run beside the spec's.
 #[test]

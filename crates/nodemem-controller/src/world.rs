@@ -100,6 +100,9 @@ pub struct World {
     /// the node's config is there again or the node goes. The controller's own
     /// deletions ([`World::delete_own_config`]) are not remembered.
     pub vanished: BTreeMap<String, nodemem_api::NodeMemoryConfigSpec>,
+    /// The enforcement modes the install deploys its agents for: a policy asking for
+    /// another is refused (`crate::modes`).
+    pub installed_modes: crate::modes::EnforcementModes,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,

@@ -48,10 +48,15 @@ pub(super) fn policy_views(world: &World) -> Vec<PolicyView<'_>> {
         .policies
         .iter()
         .map(|(name, entry)| {
-            let problems: Vec<String> = node_settings(&entry.spec.settings)
+            let mut problems: Vec<String> = node_settings(&entry.spec.settings)
                 .err()
                 .map(|ps| ps.iter().map(ToString::to_string).collect())
                 .unwrap_or_default();
+            problems.extend(
+                world
+                    .installed_modes
+                    .refusal(entry.spec.settings.enforcement),
+            );
             let held = if problems.is_empty() {
                 None
             } else {

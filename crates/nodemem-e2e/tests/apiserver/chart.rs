@@ -132,6 +132,8 @@ fn the_chart_lints_and_renders_what_production_needs() {
         // A private registry: the agents pull with the chart's secrets too.
         "--agent-image-pull-secret=regcred",
         "--agent-pod-security-labels",
+        // Every mode by default: an upgrade keeps what policies may ask for.
+        "--agent-enforcement-modes=Agent,Kubelet,Observe",
     ] {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
@@ -169,6 +171,42 @@ fn the_chart_lints_and_renders_what_production_needs() {
             help.contains(&format!("--{flag}")),
             "the controller has no --{flag}"
         );
+    }
+    // Fewer modes: the flag carries them; the kubelet's settings without Kubelet are
+    // refused by the controller by name, before it connects to anything.
+    let observe = documents(&helm(&[
+        "template",
+        "nodemem",
+        chart,
+        "--set",
+        "agent.enforcementModes={Observe,Agent}",
+    ]));
+    let observe_args = &find(&observe, "Deployment", "nodemem-controller")["spec"]["template"]
+        ["spec"]["containers"][0]["args"];
+    assert!(
+        observe_args
+            .as_array()
+            .unwrap()
+            .contains(&json!("--agent-enforcement-modes=Observe,Agent")),
+        "{observe_args}"
+    );
+    for (flags, says) in [
+        (
+            vec!["--agent-enforcement-modes=Agent,Observe", "--agent-kubelet-config-dir=/etc/kubernetes/kubelet.conf.d"],
+            "--agent-kubelet-config-dir serves enforcement: Kubelet, which --agent-enforcement-modes (Agent,Observe) does not install",
+        ),
+        (
+            vec!["--agent-enforcement-modes=Agent,Kubelt"],
+            "unknown enforcement mode \"Kubelt\": the modes are Agent, Kubelet and Observe",
+        ),
+    ] {
+        let out = Command::new(nodemem_e2e::nodemem())
+            .arg("controller")
+            .args(&flags)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && said.contains(says), "{flags:?}: {said}");
     }
     // Before an uninstall takes the RBAC away, a pre-delete hook stands the controller
     // down with the controller's own account; its flags are `nodemem stand-down`'s.
@@ -901,6 +939,16 @@ fn the_chart_refuses_misspelt_values_by_name() {
             "efect",
         ),
         ("level", "agent:\n  logLevel: verbose\n", "logLevel"),
+        (
+            "modes",
+            "agent:\n  enforcementModes: [Agent, Kubelt]\n",
+            "enforcementModes",
+        ),
+        (
+            "no-mode",
+            "agent:\n  enforcementModes: []\n",
+            "enforcementModes",
+        ),
         (
             "quantity",
             "agent:\n  resources: {limits: {memory: 96MB}}\n",
