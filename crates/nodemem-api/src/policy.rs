@@ -518,7 +518,7 @@ impl Default for HealthSpec {
     // progressDeadlineSeconds, so every healthy node would fail first.
     {
         "rule": "!has(self.minReadySeconds) || !has(self.progressDeadlineSeconds) || self.minReadySeconds < self.progressDeadlineSeconds",
-        "message": "minReadySeconds must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
+        "message": "minReadySeconds (60 unless given) must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
         "fieldPath": ".minReadySeconds"
     }
 ]))]
@@ -531,8 +531,10 @@ pub struct RolloutSpec {
     #[serde(default)]
     pub max_unavailable: IntOrPercent,
 
-    /// Seconds a node must report Applied and Healthy before it counts as ready.
-    #[serde(default)]
+    /// Seconds a node must report Applied and Healthy before it counts as ready; default
+    /// 60, so that the pressure gate's PSI average (full avg60) is made wholly of time
+    /// under the new values and a minute of the workload can show its OOM kills.
+    #[serde(default = "default_min_ready")]
     #[schemars(range(min = 0, max = 86400))]
     pub min_ready_seconds: i32,
 
@@ -541,6 +543,8 @@ pub struct RolloutSpec {
     pub paused: bool,
 
     /// Nodes (count or percent) updated first; the rest waits until they are ready.
+    /// None in a rollout section that names none; a policy without a rollout section
+    /// gets one node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<IntOrPercent>,
 
@@ -565,17 +569,30 @@ fn default_max_failures() -> i32 {
     1
 }
 
+/// A minute: PSI's 60-second average, which the pressure gate reads, then covers only
+/// time under the new values.
+pub const DEFAULT_MIN_READY_SECONDS: i32 = 60;
+
+fn default_min_ready() -> i32 {
+    DEFAULT_MIN_READY_SECONDS
+}
+
 fn default_progress_deadline() -> i32 {
     600
 }
 
 impl Default for RolloutSpec {
+    /// A policy without a rollout section: one node first (a canary), each node ready a
+    /// minute before the next starts, one at a time. Gradual enough for the health gates
+    /// to see a bad revision on one node before it reaches the pool. (Objects stored
+    /// before these defaults keep what was stored with them: minReadySeconds 0 and no
+    /// canary; the apiserver fills in only what is absent.)
     fn default() -> Self {
         RolloutSpec {
             max_unavailable: IntOrPercent::default(),
-            min_ready_seconds: 0,
+            min_ready_seconds: DEFAULT_MIN_READY_SECONDS,
             paused: false,
-            canary: None,
+            canary: Some(IntOrPercent::Int(1)),
             failure_policy: FailurePolicy::Pause,
             max_failures: default_max_failures(),
             progress_deadline_seconds: default_progress_deadline(),

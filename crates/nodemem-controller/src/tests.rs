@@ -14,13 +14,20 @@ use nodemem_api::report::ConfigEntry;
 
 pub(crate) const T0: i64 = 1_795_341_600;
 
+/// A policy of pool `pool`. Its rollout as given, with minReadySeconds 0 unless named:
+/// these tests step through decisions ten seconds apart and judge the rollout's logic,
+/// not its pace (the defaults have a test of their own,
+/// `a_policy_without_a_rollout_section_starts_with_one_node_and_waits_a_minute`).
 pub(crate) fn policy(
     name: &str,
     pool: &str,
     priority: i32,
     factor: f64,
-    rollout: serde_json::Value,
+    mut rollout: serde_json::Value,
 ) -> NodeMemoryPolicy {
+    if let Some(r) = rollout.as_object_mut() {
+        r.entry("minReadySeconds").or_insert(json!(0));
+    }
     serde_json::from_value(json!({
         "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
         "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1,
@@ -1189,6 +1196,46 @@ fn an_accepted_policy_made_invalid_holds_its_nodes_on_the_last_accepted_revision
     settle(&mut w, &mut now, 4);
     let revision = w.policies["p"].status.revision.clone().unwrap();
     assert!(w.configs.values().all(|c| c.spec.revision == revision));
+    assert_eq!(progressing(&w, "p"), "Complete");
+}
+
+/// Safe by default (issue 44, item 9): a policy without a rollout section starts with
+/// one node (a canary) and lets each node be ready for a minute (the pressure gate's
+/// PSI avg60 wholly under the new values) before the next starts; one node at a time.
+#[test]
+fn a_policy_without_a_rollout_section_starts_with_one_node_and_waits_a_minute() {
+    let mut p = policy("p", "p", 0, 0.8, json!({}));
+    let mut spec = serde_json::to_value(&p.spec).unwrap();
+    spec.as_object_mut().unwrap().remove("rollout");
+    p.spec = serde_json::from_value(spec).unwrap();
+    assert_eq!(
+        p.spec.rollout.canary,
+        Some(nodemem_api::int_or_percent::IntOrPercent::Int(1))
+    );
+    assert_eq!(p.spec.rollout.min_ready_seconds, 60);
+    let mut w = world(&[p], &[("a", "p"), ("b", "p"), ("c", "p")]);
+    let mut started: Vec<(String, i64)> = Vec::new();
+    let mut now = T0;
+    while now <= T0 + 300 {
+        let d = decide(&w, now);
+        apply(&mut w, &d, now);
+        for wr in &d.writes {
+            if !started.iter().any(|(n, _)| n == &wr.node) {
+                started.push((wr.node.clone(), now));
+            }
+            agent_reports(&mut w, &wr.node, true, now);
+        }
+        now += 10;
+    }
+    let at: Vec<i64> = started.iter().map(|(_, t)| t - T0).collect();
+    assert_eq!(at.len(), 3, "{started:?}");
+    assert_eq!(at[0], 0, "the canary starts at once: {started:?}");
+    for pair in at.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 60,
+            "each next node a minute after the last was ready: {started:?}"
+        );
+    }
     assert_eq!(progressing(&w, "p"), "Complete");
 }
 

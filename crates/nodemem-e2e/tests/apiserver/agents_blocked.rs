@@ -54,7 +54,8 @@ async fn agents_refused_at_admission_are_named_on_their_policy_within_a_minute()
         &policies,
         "blk",
         json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "blk"}},
-                    "memoryQoS": {"throttlingFactor": 0.8}}),
+                    "memoryQoS": {"throttlingFactor": 0.8},
+                    "rollout": {"minReadySeconds": 0}}),
     )
     .await;
     let created = std::time::Instant::now();

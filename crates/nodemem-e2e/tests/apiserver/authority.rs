@@ -374,11 +374,13 @@ async fn agent_events_are_scoped_to_its_node(admin: &Client, agent: Client) {
 
 /// The controller's Node patch (deploy/controller/admission-policy.yaml): cordon,
 /// uncordon and its drain annotations are taken; a label, a taint, another annotation
-/// are refused, though RBAC grants `patch` on Nodes.
+/// are refused, though RBAC grants `patch` on Nodes. On a control plane of its own: the
+/// shared one's controller identity has no RBAC until a test grants it
+/// (`identities.rs`).
 #[tokio::test]
 async fn the_controller_patches_a_node_only_to_drain_it() {
-    let cp = cluster();
-    let client = admin().await;
+    let cp = crate::common::own_control_plane().await;
+    let client = cp.client(&Identity::Admin).await.unwrap();
     apply_manifest(&client, "deploy/namespace.yaml").await;
     apply_manifest(&client, "deploy/controller/rbac.yaml").await;
     apply_manifest(&client, "deploy/controller/admission-policy.yaml").await;

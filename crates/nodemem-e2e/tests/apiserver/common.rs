@@ -537,3 +537,13 @@ pub async fn create_pool_nodes(
         .collect::<Vec<_>>()
         .await;
 }
+
+/// A rollout section as these tests write it: minReadySeconds 0 unless named, so that a
+/// ready node counts at once. The tests judge the rollout's logic, not its pace; the
+/// defaults (a canary, 60 s) have `defaults.rs` and the controller's unit tests.
+pub fn no_ready_wait(mut rollout: serde_json::Value) -> serde_json::Value {
+    if let Some(r) = rollout.as_object_mut() {
+        r.entry("minReadySeconds").or_insert(serde_json::json!(0));
+    }
+    rollout
+}

@@ -40,7 +40,7 @@ fn policy(name: &str, factor: f64, rollout: Value) -> Value {
         "metadata": {"name": name},
         "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": name}},
             "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
-            "rollout": rollout},
+            "rollout": crate::common::no_ready_wait(rollout)},
     })
 }
 
@@ -592,7 +592,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
                 "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
                 "memoryManager": {"policy": "Static", "reservedMemory": [{"numaNode": 0, "limits": {"memory": "300Mi"}}]},
                 "nodeReserved": {"kubeReserved": "100Mi", "systemReserved": "100Mi", "evictionHard": "100Mi"},
-                "rollout": {"progressDeadlineSeconds": 15}},
+                "rollout": {"progressDeadlineSeconds": 15, "minReadySeconds": 0}},
         })
     };
     create(kubelet_policy(0.9)).await;

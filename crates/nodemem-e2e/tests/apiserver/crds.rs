@@ -497,10 +497,17 @@ async fn invalid_policies_are_rejected_at_admission() {
             "NodeMemoryPolicy.nodemem.io \"invalid-label-key\" is invalid: spec.nodeSelector.matchLabels: Invalid value: a label key is a name of at most 63 characters (alphanumerics, '-', '_' and '.', starting and ending with an alphanumeric), optionally after a DNS subdomain of at most 253 characters and '/' (no node can carry any other)",
         ),
         // As Deployment validation: every healthy node would fail at the deadline.
+        // The default minReadySeconds (60) counts: a short deadline alone is refused
+        // with the reason named.
+        (
+            "deadline-below-default-min-ready",
+            json!({"nodeSelector": sel, "rollout": {"progressDeadlineSeconds": 30}}),
+            "NodeMemoryPolicy.nodemem.io \"invalid-deadline-below-default-min-ready\" is invalid: spec.rollout.minReadySeconds: Invalid value: minReadySeconds (60 unless given) must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
+        ),
         (
             "min-ready-at-deadline",
             json!({"nodeSelector": sel, "rollout": {"minReadySeconds": 600, "progressDeadlineSeconds": 600}}),
-            "NodeMemoryPolicy.nodemem.io \"invalid-min-ready-at-deadline\" is invalid: spec.rollout.minReadySeconds: Invalid value: minReadySeconds must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
+            "NodeMemoryPolicy.nodemem.io \"invalid-min-ready-at-deadline\" is invalid: spec.rollout.minReadySeconds: Invalid value: minReadySeconds (60 unless given) must be less than progressDeadlineSeconds: a node must be ready that long, and fails at the deadline first",
         ),
         (
             "max-unavailable-zero",

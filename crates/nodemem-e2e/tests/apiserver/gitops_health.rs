@@ -44,7 +44,7 @@ fn verdict(kstatus: &str, wait_passes: bool, argocd: &str) -> Verdict {
 fn spec(pool: &str, factor: f64, rollout: Value) -> Value {
     json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": pool}},
         "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
-        "rollout": rollout})
+        "rollout": crate::common::no_ready_wait(rollout)})
 }
 
 /// Accepted by the schema, refused by nodemem: reservedMemory must add up to

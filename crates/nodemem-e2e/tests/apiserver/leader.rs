@@ -144,7 +144,7 @@ async fn replicas_with_clocks_an_hour_apart_and_a_cut_off_leader_never_write_at_
         "lead",
         json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "lead"}},
                "memoryQoS": {"throttlingFactor": 0.9},
-               "rollout": {"maxUnavailable": 2}}),
+               "rollout": {"maxUnavailable": 2, "minReadySeconds": 0}}),
     )
     .await;
     let wait = Duration::from_secs(60);

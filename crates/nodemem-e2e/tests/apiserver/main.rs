@@ -12,6 +12,7 @@ mod common;
 mod controller;
 mod crd_skew;
 mod crds;
+mod defaults;
 mod faults;
 mod gitops_health;
 mod handoff;

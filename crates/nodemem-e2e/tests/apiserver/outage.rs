@@ -164,7 +164,7 @@ async fn an_apiserver_outage_and_an_etcd_restart_lose_nothing_and_write_nothing_
                 "metadata": {"name": POOL},
                 "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": POOL}},
                     "memoryQoS": {"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"},
-                    "rollout": {"maxUnavailable": 1}},
+                    "rollout": {"maxUnavailable": 1, "minReadySeconds": 0}},
             }))
             .unwrap(),
         )

@@ -30,7 +30,7 @@ const KILL_AT: usize = 300;
 fn policy_spec(factor: f64) -> serde_json::Value {
     json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "fan"}},
         "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
-        "rollout": {"maxUnavailable": "100%"}})
+        "rollout": {"maxUnavailable": "100%", "minReadySeconds": 0}})
 }
 
 /// The revision the policy's settings at `factor` roll out.

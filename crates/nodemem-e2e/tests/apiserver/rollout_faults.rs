@@ -133,7 +133,7 @@ impl Bed {
                     "metadata": {"name": name},
                     "spec": {"nodeSelector": {"matchLabels": {"nodemem.io/pool": name}},
                         "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
-                        "rollout": rollout},
+                        "rollout": crate::common::no_ready_wait(rollout)},
                 }))
                 .unwrap(),
             )

@@ -142,7 +142,7 @@ fn revision_of(factor: f64) -> String {
 fn policy_spec(factor: f64) -> serde_json::Value {
     json!({"nodeSelector": {"matchLabels": {"nodemem.io/pool": "storm"}},
         "memoryQoS": {"throttlingFactor": factor, "reservationPolicy": "TieredReservation"},
-        "rollout": {"maxUnavailable": "100%"}})
+        "rollout": {"maxUnavailable": "100%", "minReadySeconds": 0}})
 }
 
 /// Every node's config revision as the watch last saw it.
