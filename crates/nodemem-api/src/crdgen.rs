@@ -118,10 +118,20 @@ pub fn missing_fields(name: &str, installed: &CustomResourceDefinition) -> Vec<S
     missing
 }
 
-/// Walks `wanted`'s properties (and array items), naming those `have` does not have.
+/// Walks `wanted`'s properties (and array items), naming those `have` does not have,
+/// and the scalar defaults it has otherwise: an older default is what the apiserver
+/// stores in every new object (`the default of spec.rollout.minReadySeconds (60)`).
+/// Objects' defaults are not compared: the apiserver prunes from them the fields an
+/// older schema lacks, which are named already.
 fn absent(wanted: &serde_json::Value, have: &serde_json::Value, path: &str, out: &mut Vec<String>) {
     if have.get("x-kubernetes-preserve-unknown-fields") == Some(&serde_json::Value::Bool(true)) {
         return;
+    }
+    let scalar_default = wanted
+        .get("default")
+        .filter(|d| !d.is_object() && !d.is_array());
+    if let Some(default) = scalar_default.filter(|d| have.get("default") != Some(*d)) {
+        out.push(format!("the default of {path} ({default})"));
     }
     if let Some(props) = wanted.get("properties").and_then(|p| p.as_object()) {
         for (name, schema) in props {
@@ -182,5 +192,27 @@ mod tests {
             "not its fields too"
         );
         assert!(missing_fields("other.example.com", &older).is_empty());
+    }
+
+    /// The previous release's rollout defaults (minReadySeconds 0, no canary): every
+    /// new policy would get them, so they are named.
+    #[test]
+    fn an_older_default_is_named_with_its_value() {
+        let name = "nodememorypolicies.nodemem.io";
+        let (_, crd) = crds().remove(0);
+        let mut value = serde_json::to_value(&crd).unwrap();
+        let rollout = value
+            .pointer_mut(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/rollout",
+            )
+            .unwrap();
+        rollout["default"]["minReadySeconds"] = serde_json::json!(0);
+        rollout["default"].as_object_mut().unwrap().remove("canary");
+        rollout["properties"]["minReadySeconds"]["default"] = serde_json::json!(0);
+        let older: CustomResourceDefinition = serde_json::from_value(value).unwrap();
+        assert_eq!(
+            missing_fields(name, &older),
+            ["the default of spec.rollout.minReadySeconds (60)"]
+        );
     }
 }

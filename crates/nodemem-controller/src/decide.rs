@@ -167,10 +167,13 @@ fn decide_policy(
             now,
         )),
     };
-    let round = Round::plan(world, v, rollout, target, &choice);
+    let mut round = Round::plan(world, v, rollout, target, &choice);
+    // A node repaired in this decision gets back the spec it ran: the rollout neither
+    // starts, drains, reverts nor announces it as well (it is planned again next time).
+    round.step.start.retain(|n| !repaired.contains(n));
+    round.step.revert.retain(|n| !repaired.contains(n));
     round.announce_failures(old, out);
-    let mut start = nodes_to_start(&round, out);
-    start.retain(|n| !repaired.contains(n));
+    let start = nodes_to_start(&round, out);
     write_target(&round, &start, out);
     status.rolled_back_revision = write_rollback(&round, choice.rolled_back, out);
     write_health_settings(&round, out);

@@ -1598,6 +1598,47 @@ fn one_node_cannot_steer_its_pools_recommendation() {
     assert_eq!((r.containers, r.nodes, r.observed_seconds), (80, 4, 7200));
 }
 
+/// A config deleted while its node waits for the rollout is repaired at the revision
+/// the node ran, once: the same decision's rollout neither writes it the target too nor
+/// names it in its NodesUpdating Event; the free slot goes to another node.
+#[test]
+fn a_node_repaired_mid_rollout_is_not_also_started_or_announced() {
+    let rollout = json!({"maxUnavailable": 2});
+    let mut w = world(
+        &[policy("p", "p", 0, 0.9, rollout.clone())],
+        &[("a", "p"), ("b", "p"), ("c", "p"), ("d", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 4);
+    let r1 = w.policies["p"].status.revision.clone().unwrap();
+    edit_factor(&mut w, 0.7, rollout);
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    let first: Vec<&str> = d.writes.iter().map(|wr| wr.node.as_str()).collect();
+    assert_eq!(first, ["a", "b"], "two slots");
+    for n in ["a", "b"] {
+        agent_reports(&mut w, n, true, now);
+    }
+    // c still runs r1; its config is deleted by hand as a and b become ready.
+    assert_eq!(w.configs["c"].spec.revision, r1);
+    let c_ran = w.configs["c"].spec.clone();
+    assert!(w.delete_config("c", None));
+    now += 10;
+    let d = decide(&w, now);
+    let to_c: Vec<_> = d.writes.iter().filter(|wr| wr.node == "c").collect();
+    assert_eq!(to_c.len(), 1, "{:?}", d.writes);
+    assert_eq!(to_c[0].spec, c_ran, "c gets back what it ran");
+    assert!(d.writes.iter().any(|wr| wr.node == "d"), "{:?}", d.writes);
+    let updating: Vec<&str> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "NodesUpdating")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(updating.len(), 1, "{updating:?}");
+    assert!(updating[0].ends_with(" to d"), "{updating:?}");
+}
+
 #[test]
 fn configs_deleted_by_hand_are_repaired_at_once_at_their_revision_not_rolled_out() {
     let rollout = json!({"maxUnavailable": 1, "minReadySeconds": 300});
