@@ -251,27 +251,34 @@ fn event_api(client: &Client, kind: &str) -> Api<Event> {
 }
 
 /// Waits out the policy's compilation (until then only RBAC answers), then returns the
-/// admission policy's refusal; panics when the write is still taken, or refused by
-/// anything else, at the deadline. The writes are dry runs (admission runs, nothing is
-/// kept): a write taken before the policy answers would make the next one no change.
+/// admission policy's refusal; fails with the last answer when the write is still taken,
+/// or refused by anything else, after 30 s. The writes are dry runs (admission runs,
+/// nothing is kept): a write taken before the policy answers would make the next one no
+/// change.
 async fn refused<T, F, Fut>(what: &str, mut write: F) -> String
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
     T: std::fmt::Debug,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match write().await {
+    let last = std::cell::RefCell::new(String::new());
+    nodemem_e2e::eventually(
+        &format!("the admission policy to refuse: {what}"),
+        Duration::from_secs(30),
+        &|| format!("the last answer: {}", last.borrow()),
+        async || match write().await {
             Err(kube::Error::Api(s))
                 if s.code == 403 && s.message.contains("ValidatingAdmissionPolicy") =>
             {
-                return s.message
+                Some(s.message)
             }
-            other if Instant::now() >= deadline => panic!("{what} was taken: {other:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
+            other => {
+                *last.borrow_mut() = format!("{other:?}");
+                None
+            }
+        },
+    )
+    .await
 }
 
 /// The agent's Events (deploy/agent/admission-policy.yaml, nodemem-agent-event-scope):
