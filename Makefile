@@ -54,11 +54,13 @@ kubelet-float:
 	  export NODEMEM_KUBELET_FLOAT && \
 	  $(CARGO) test -p nodemem-e2e --features float-tests --test kubelet_float --locked -- --nocapture
 
-## nri: the NRI plugin protocol against NRI's own runtime side (containerd/nri adaptation)
+## nri: the NRI plugin protocol against NRI's own runtime side (containerd/nri adaptation),
+## and the agent's plugin answering while its loop is busy
 nri:
 	NODEMEM_NRI_RUNTIME="$$(bash tests/scripts/build-nri-runtime.sh)" && \
 	  export NODEMEM_NRI_RUNTIME && \
-	  $(CARGO) test -p nodemem-nri --features runtime-peer-tests --test runtime_peer --locked
+	  $(CARGO) test -p nodemem-nri --features runtime-peer-tests --test runtime_peer --locked && \
+	  $(CARGO) test -p nodemem-agent --features runtime-peer-tests --lib --locked -- nri::link
 
 ## apiserver: tests against a real etcd + kube-apiserver + kube-controller-manager;
 ## four at once on two cores: most of their time is waiting on timers (rollouts, the

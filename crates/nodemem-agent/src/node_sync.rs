@@ -240,7 +240,7 @@ impl NodeSync {
         }
     }
 
-    /// The NRI plugin, registering in the background unless `--nri=off`: what the
+    /// The NRI plugin, registering on a thread of its own unless `--nri=off`: what the
     /// passes publish to it and read from it, and what it tells the loop.
     fn start_nri(&self) -> (NriLink, UnboundedReceiver<NriNews>) {
         let (table_out, table) = watch::channel(Arc::new(CreationTable::default()));
@@ -253,13 +253,13 @@ impl NodeSync {
                 news_out.clone(),
                 self.metrics.clone(),
             ));
-            tokio::spawn(crate::nri::link::serve(
+            crate::nri::link::spawn(
                 self.nri.clone(),
                 plugin,
                 news_out,
                 state_out,
                 self.metrics.clone(),
-            ));
+            );
         }
         (NriLink { table_out, state }, news)
     }

@@ -3,9 +3,6 @@
 //! CreateContainer's adjustment, RunPodSandbox, UpdateContainer, and the end of the
 //! connection when the runtime goes away.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +13,7 @@ use nodemem_nri::api::{
     PodSandbox, StateChangeEvent, UpdateContainerRequest, UpdateContainerResponse,
 };
 use nodemem_nri::{connect, Events, Plugin, Registration};
+use nodemem_testkit::nri_runtime::NriRuntime as Runtime;
 use serde_json::{json, Value};
 
 /// Records what the runtime sent; answers with the container's name as memory.high.
@@ -94,52 +92,6 @@ impl Plugin for Recorder {
         if let Some(pod) = event.pod {
             self.sandboxes.lock().unwrap().push(pod.uid);
         }
-    }
-}
-
-struct Runtime {
-    child: Child,
-    stdin: ChildStdin,
-    lines: BufReader<ChildStdout>,
-}
-
-impl Runtime {
-    fn start(socket: &std::path::Path, sync_pods: usize) -> Runtime {
-        let bin = PathBuf::from(std::env::var("NODEMEM_NRI_RUNTIME").expect(
-            "NODEMEM_NRI_RUNTIME: the NRI test runtime (bash tests/scripts/build-nri-runtime.sh)",
-        ));
-        let mut child = Command::new(bin)
-            .arg("-socket")
-            .arg(socket)
-            .arg("-sync-pods")
-            .arg(sync_pods.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the NRI test runtime starts");
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap());
-        let mut rt = Runtime {
-            child,
-            stdin,
-            lines,
-        };
-        assert_eq!(rt.line()["event"], "listening");
-        rt
-    }
-
-    fn line(&mut self) -> Value {
-        let mut s = String::new();
-        self.lines
-            .read_line(&mut s)
-            .expect("a line from the runtime");
-        serde_json::from_str(&s).unwrap_or_else(|e| panic!("{e}: {s:?}"))
-    }
-
-    fn relay(&mut self, command: Value) -> Value {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.line()
     }
 }
 

@@ -11,6 +11,7 @@
 //!   running a command and returning its output and exit code.
 //! - [`real_node`]: that kernel booting systemd, containerd and the kubelet, joined to a
 //!   control plane: a real node.
+//! - [`nri_runtime`]: NRI's runtime side (containerd/nri's adaptation) as a process.
 //! - [`stats`]: quantiles of measured samples.
 
 pub mod bed;
@@ -24,6 +25,7 @@ pub mod error;
 pub mod gitops;
 pub mod kubelet;
 pub mod nodes;
+pub mod nri_runtime;
 pub mod pki;
 pub mod process;
 pub mod proxy;

@@ -653,7 +653,12 @@ fn agent_metrics(node: &mut RealNode, agent_ip: &str) -> String {
 
 /// One series of the agent's /metrics (0 when absent).
 fn agent_metric(node: &mut RealNode, agent_ip: &str, series: &str) -> f64 {
-    agent_metrics(node, agent_ip)
+    series_value(&agent_metrics(node, agent_ip), series)
+}
+
+/// One series' value in a scrape (0 when absent: a counter not yet counted).
+fn series_value(metrics: &str, series: &str) -> f64 {
+    metrics
         .lines()
         .find_map(|l| {
             l.strip_prefix(series)?

@@ -18,6 +18,9 @@ const REGISTERED: &str = "nodemem_agent_nri_registered";
 const ADJUSTED: &str = "nodemem_agent_nri_requests_total{result=\"adjusted\"}";
 const UNKNOWN_POD: &str = "nodemem_agent_nri_requests_total{result=\"unknown_pod\"}";
 const OVERRIDDEN: &str = "nodemem_agent_nri_requests_total{result=\"overridden\"}";
+const NOTHING: &str = "nodemem_agent_nri_requests_total{result=\"nothing\"}";
+/// The runtime closed the plugin (restarted, or an answer past its 2 s).
+const CLOSED: &str = "nodemem_agent_nri_connections_total{result=\"closed\"}";
 const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 /// nodemem's files among a spec's unified values (the kubelet puts memory.oom.group and
 /// memory.swap.max there too).
@@ -38,30 +41,73 @@ async fn reported_path(client: &kube::Client, node: &str, path: &str) -> Contain
     .await
 }
 
-/// The values a container started under equal its spec's, and those are nodemem's:
-/// memory.low and memory.high set (what the probe waits for).
-fn started_under_its_spec(s: &Start) {
+/// Whether the values a container started under equal its spec's, and those are
+/// nodemem's: memory.low and memory.high set (what the probe waits for). What differs.
+fn started_under_its_spec(s: &Start) -> Result<(), String> {
     let at_start = reported(&s.at_start);
     for file in MEMORY_FILES {
-        let spec = s.spec_unified.get(file);
-        assert!(
-            spec.is_some() || file == "memory.min",
-            "{}: no {file} in the spec's unified values {:?}",
-            s.pod,
-            s.spec_unified
-        );
-        if let Some(spec) = spec {
-            assert_eq!(
-                at_start.get(file),
-                Some(spec),
+        let Some(spec) = s.spec_unified.get(file) else {
+            if file == "memory.min" {
+                continue;
+            }
+            return Err(format!(
+                "{}: no {file} in the spec's unified values {:?}",
+                s.pod, s.spec_unified
+            ));
+        };
+        if at_start.get(file) != Some(spec) {
+            return Err(format!(
                 "{} (container {}): started under {:?}, spec {:?}",
-                s.pod,
-                s.id,
-                s.at_start,
-                s.spec_unified
-            );
+                s.pod, s.id, s.at_start, s.spec_unified
+            ));
         }
     }
+    Ok(())
+}
+
+/// The agent's NRI counters that explain a container created without nodemem's values.
+const EXPLAINING: [(&str, &str); 4] = [
+    ("adjusted", ADJUSTED),
+    ("unknown pod", UNKNOWN_POD),
+    ("nothing to set", NOTHING),
+    ("plugin closed by the runtime", CLOSED),
+];
+
+fn nri_counters(node: &mut RealNode, agent_ip: &str) -> [f64; 4] {
+    let metrics = agent_metrics(node, agent_ip);
+    EXPLAINING.map(|(_, series)| series_value(&metrics, series))
+}
+
+/// Every start under its spec's values; otherwise which were not, what the agent
+/// counted meanwhile and what containerd said of its plugins.
+fn all_started_under_their_specs(
+    node: &mut RealNode,
+    starts: &[Start],
+    before: [f64; 4],
+    after: [f64; 4],
+) {
+    let missed: Vec<String> = starts
+        .iter()
+        .filter_map(|s| started_under_its_spec(s).err())
+        .collect();
+    if missed.is_empty() {
+        return;
+    }
+    let counted: Vec<String> = EXPLAINING
+        .iter()
+        .zip(before.iter().zip(after))
+        .map(|((what, _), (b, a))| format!("{what}: {}", a - b))
+        .collect();
+    let (said, _) = node
+        .run("journalctl -u containerd --no-pager --since -15min | grep -i 'plugin' | tail -n 20")
+        .unwrap_or_default();
+    panic!(
+        "{} of {} containers not created under nodemem's values:\n{}\nthe agent counted during the starts: {}\ncontainerd on its plugins:\n{said}",
+        missed.len(),
+        starts.len(),
+        missed.join("\n"),
+        counted.join(", ")
+    );
 }
 
 /// A pod of the phase's kind, started, its container's ID.
@@ -136,22 +182,22 @@ pub(crate) async fn values_before_the_first_instruction(
         Some("containerd v2.2.9"),
         "{said:?}"
     );
-    let adjusted_before = agent_metric(node, agent_ip, ADJUSTED);
-    let unknown_before = agent_metric(node, agent_ip, UNKNOWN_POD);
+    let before = nri_counters(node, agent_ip);
     let total = starts_to_measure();
     let starts = probe_starts(node, &bed.client, "nri", total).await;
-    for s in &starts {
-        started_under_its_spec(s);
-    }
-    let adjusted = agent_metric(node, agent_ip, ADJUSTED) - adjusted_before;
+    let after = nri_counters(node, agent_ip);
+    all_started_under_their_specs(node, &starts, before, after);
+    let [adjusted, unknown, _, closed] = std::array::from_fn(|i| after[i] - before[i]);
     assert!(
         adjusted >= total as f64,
         "{adjusted} of {total} creations adjusted"
     );
+    assert_eq!(unknown, 0.0, "pods unknown at creation");
+    // The plugin answers on a thread of its own: the agent's passes never make the
+    // runtime give up on it.
     assert_eq!(
-        agent_metric(node, agent_ip, UNKNOWN_POD) - unknown_before,
-        0.0,
-        "pods unknown at creation"
+        closed, 0.0,
+        "the runtime closed the plugin during the starts"
     );
     // Nobody else sets these values here: none is reported as changed after creation
     // (the reaction does not race runc for them).
