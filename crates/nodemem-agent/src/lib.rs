@@ -1,12 +1,12 @@
 //! The node agent (`nodemem agent`): it enforces its node's NodeMemoryConfig on the
 //! node's cgroup v2 tree (or renders a kubelet drop-in under `enforcement: Kubelet`)
 //! and reports back. `--once` computes and applies one node from files (no
-//! apiserver); the in-cluster mode builds on the same engine.
+//! apiserver); the in-cluster mode builds on the same applier.
 //!
 //! * [`args`]: the command line.
-//! * [`engine`]: one node's computation and apply, over `nodemem_apply` (no client).
-//! * [`cluster`]: the in-cluster agent: watches feed `nodemem_api::node_index`, passes
-//!   run the engine, [`status`] and [`health`] report, [`metrics`] count.
+//! * [`applier`]: one node's computation and apply, over `nodemem_apply` (no client).
+//! * [`node_sync`]: the in-cluster agent: watches feed `nodemem_api::node_index`, passes
+//!   run the applier, [`status`] and [`health`] report, [`metrics`] count.
 //! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
 //! * [`units`]: systemd's record of the slices and scopes nodemem writes, kept in step
 //!   over D-Bus (systemd-driver nodes).

@@ -43,10 +43,10 @@ use crate::metrics::{self, Metrics, Trigger};
 use crate::nri::plugin::NodememPlugin;
 use crate::nri::{NriMode, NriNews, NriState};
 use crate::relief::Relief;
-use crate::status::condition;
 use crate::status_writer::StatusWriter;
 use announce::Announcer;
 use batch::{Batch, Update, Watches};
+use nodemem_api::conditions::condition;
 use pass::{NriLink, PassInput, Passes, Writers};
 
 /// The field manager of everything the agent writes.

@@ -4,6 +4,7 @@
 //! from what it wrote last (condition times aside).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::conditions::{condition, keep_transition_time, without_transition_times};
 use nodemem_api::config::{MemoryTotals, NodeFacts, NumaMemory, NumaNodeFacts};
 use nodemem_api::NodeMemoryConfigStatus;
 use nodemem_apply::ApplyReport;
@@ -34,24 +35,6 @@ pub enum PassOutcome<'a, 'p> {
     /// The config's settings do not validate (admission normally prevents it).
     InvalidConfig(&'a [String]),
     Failed(&'a ApplyError),
-}
-
-pub(super) fn condition(
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    Condition {
-        type_: type_.to_string(),
-        status: if ok { "True" } else { "False" }.to_string(),
-        reason: reason.to_string(),
-        message,
-        observed_generation: generation,
-        last_transition_time: now.clone(),
-    }
 }
 
 fn facts(d: &Discovery, desired: Option<&DesiredNode<'_>>) -> NodeFacts {
@@ -356,14 +339,9 @@ fn health_condition(
 
 /// A condition keeps its transition time while its status stays.
 fn keep_transition_times(conditions: &mut [Condition], previous: Option<&NodeMemoryConfigStatus>) {
+    let previous = previous.map_or(&[][..], |p| &p.conditions[..]);
     for c in conditions {
-        if let Some(p) = previous
-            .into_iter()
-            .flat_map(|p| &p.conditions)
-            .find(|p| p.type_ == c.type_ && p.status == c.status)
-        {
-            c.last_transition_time = p.last_transition_time.clone();
-        }
+        keep_transition_time(c, previous);
     }
 }
 
@@ -403,13 +381,7 @@ pub fn add_state_recovered(
         generation,
         now,
     );
-    if let Some(p) = previous
-        .into_iter()
-        .flat_map(|p| &p.conditions)
-        .find(|p| p.type_ == c.type_ && p.status == c.status)
-    {
-        c.last_transition_time = p.last_transition_time.clone();
-    }
+    keep_transition_time(&mut c, previous.map_or(&[][..], |p| &p.conditions[..]));
     s.conditions.push(c);
 }
 
@@ -473,9 +445,7 @@ pub fn status_write(
 pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
     let strip = |s: &NodeMemoryConfigStatus| {
         let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Default::default());
-        }
+        without_transition_times(&mut s.conditions);
         s
     };
     strip(a) != strip(b)

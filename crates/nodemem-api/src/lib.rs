@@ -1,6 +1,7 @@
 //! `nodemem.io/v1alpha1`: the `NodeMemoryPolicy` and `NodeMemoryConfig` custom
 //! resources, their CRDs, and the conversion of their specs into the model's settings.
 
+pub mod conditions;
 pub mod config;
 pub mod convert;
 pub mod crdgen;

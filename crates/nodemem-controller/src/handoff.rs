@@ -24,9 +24,10 @@ use nodemem_model::rollout::{plan_phases, OnFailure, RolloutState};
 use crate::decide::rollout_index::RolloutIndex;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder, PolicyEvent};
 use crate::health::deleted_conditions;
-use crate::policy_status::{condition, finish};
+use crate::policy_status::finish;
 use crate::settings::{released_settings, rollout_params};
 use crate::world::{PolicyEntry, World};
+use nodemem_api::conditions::condition;
 
 /// How the release of the nodes no policy governs any more stands, per policy they leave.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

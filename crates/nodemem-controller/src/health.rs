@@ -22,7 +22,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::policy_status::condition;
+use nodemem_api::conditions::condition;
 
 /// What the policy's state means to a GitOps tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,28 +2,11 @@
 //! while their status stays, Events on the transitions worth telling, and whether
 //! anything differs from what the policy shows (only then is it written).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use nodemem_api::conditions::{keep_transition_time, without_transition_times};
 use nodemem_api::NodeMemoryPolicyStatus;
 
 use crate::decision::{Decision, PolicyEvent};
-
-pub(super) fn condition(
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    g: Option<i64>,
-    now: &Time,
-) -> Condition {
-    Condition {
-        type_: type_.to_string(),
-        status: if ok { "True" } else { "False" }.to_string(),
-        reason: reason.to_string(),
-        message,
-        observed_generation: g,
-        last_transition_time: now.clone(),
-    }
-}
 
 /// Keeps condition times while their status stays, records transitions as events, and
 /// emits the status when it differs.
@@ -35,48 +18,51 @@ pub(super) fn finish(
     out: &mut Decision,
 ) {
     for c in &mut conditions {
-        match old.conditions.iter().find(|o| o.type_ == c.type_) {
-            Some(o) if o.status == c.status => {
-                c.last_transition_time = o.last_transition_time.clone()
-            }
-            previous => {
-                let notable = matches!(
-                    (c.type_.as_str(), c.status.as_str()),
-                    ("Ready", "True")
-                        | ("Degraded", "True")
-                        | ("Accepted", "False")
-                        | ("AgentsBlocked", "True")
-                        | ("CRDOutdated", "True")
-                        | ("SignalsUnavailable", "True")
-                );
-                if notable && (previous.is_some() || c.type_ != "Ready") {
-                    out.events.push(PolicyEvent {
-                        policy: name.to_string(),
-                        warning: c.type_ != "Ready",
-                        reason: match c.type_.as_str() {
-                            "Ready" => "RolloutComplete",
-                            "Degraded" if c.reason == "RollingBack" => "RollingBack",
-                            "Degraded" => "RolloutStopped",
-                            "AgentsBlocked" => "AgentsBlocked",
-                            "CRDOutdated" => "CRDOutdated",
-                            "SignalsUnavailable" => "SignalsUnavailable",
-                            _ => "PolicyInvalid",
-                        },
-                        message: c.message.clone(),
-                    });
-                }
-            }
+        if keep_transition_time(c, &old.conditions) {
+            continue;
         }
+        let previous = old.conditions.iter().find(|o| o.type_ == c.type_);
+        out.events
+            .extend(transition_event(name, c, previous.is_some()));
     }
     status.conditions = conditions;
     let strip = |s: &NodeMemoryPolicyStatus| {
         let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Default::default());
-        }
+        without_transition_times(&mut s.conditions);
         s
     };
     if strip(&status) != strip(old) {
         out.statuses.push((name.to_string(), status));
     }
+}
+
+/// The Event a condition's transition is worth, if any: a pool Ready (not at a policy's
+/// first status), and every trouble.
+fn transition_event(policy: &str, c: &Condition, had_one: bool) -> Option<PolicyEvent> {
+    let notable = matches!(
+        (c.type_.as_str(), c.status.as_str()),
+        ("Ready", "True")
+            | ("Degraded", "True")
+            | ("Accepted", "False")
+            | ("AgentsBlocked", "True")
+            | ("CRDOutdated", "True")
+            | ("SignalsUnavailable", "True")
+    );
+    if !notable || (!had_one && c.type_ == "Ready") {
+        return None;
+    }
+    Some(PolicyEvent {
+        policy: policy.to_string(),
+        warning: c.type_ != "Ready",
+        reason: match c.type_.as_str() {
+            "Ready" => "RolloutComplete",
+            "Degraded" if c.reason == "RollingBack" => "RollingBack",
+            "Degraded" => "RolloutStopped",
+            "AgentsBlocked" => "AgentsBlocked",
+            "CRDOutdated" => "CRDOutdated",
+            "SignalsUnavailable" => "SignalsUnavailable",
+            _ => "PolicyInvalid",
+        },
+        message: c.message.clone(),
+    })
 }

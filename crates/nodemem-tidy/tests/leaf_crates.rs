@@ -1,11 +1,12 @@
-//! Some crates are leaves on purpose: the model is pure rules, and the D-Bus client
-//! knows unit names and property types and nothing of what they mean (as youki's
-//! systemd client), so neither depends on another nodemem crate. Dev-dependencies are
-//! free: tests may use anything.
+//! Some crates are leaves on purpose: the model is pure rules, the D-Bus client knows
+//! unit names and property types and nothing of what they mean (as youki's systemd
+//! client), and the NRI protocol knows containers as NRI names them and nothing of
+//! memory, so none depends on another nodemem crate. Dev-dependencies are free: tests
+//! may use anything.
 
 use nodemem_tidy::repo_root;
 
-const LEAVES: [&str; 2] = ["nodemem-model", "nodemem-systemd"];
+const LEAVES: [&str; 3] = ["nodemem-model", "nodemem-systemd", "nodemem-nri"];
 
 /// The nodemem crates `[dependencies]` of a manifest names.
 fn nodemem_dependencies(manifest: &str) -> Vec<String> {
@@ -24,7 +25,7 @@ fn nodemem_dependencies(manifest: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_model_and_the_dbus_client_depend_on_no_nodemem_crate() {
+fn the_model_the_dbus_client_and_the_nri_protocol_depend_on_no_nodemem_crate() {
     for leaf in LEAVES {
         let path = repo_root().join("crates").join(leaf).join("Cargo.toml");
         let manifest = std::fs::read_to_string(&path).expect("a manifest");

@@ -10,7 +10,8 @@ use nodemem_api::NodeMemoryPolicyStatus;
 use super::view::{PolicyView, Pool};
 use crate::decision::Decision;
 use crate::health::health_conditions;
-use crate::policy_status::{condition, finish};
+use crate::policy_status::finish;
+use nodemem_api::conditions::condition;
 
 /// The figures every status has, whatever the rollout does.
 pub(super) fn opening_status(v: &PolicyView<'_>, pool: &Pool<'_>) -> NodeMemoryPolicyStatus {

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::policy_status::condition;
 use crate::world::World;
+use nodemem_api::conditions::condition;
 
 /// Nodes named in the message at most.
 const NAMED: usize = 10;

@@ -12,8 +12,8 @@ use super::target::rollback_cause;
 use crate::decision::{Decision, PolicyEvent};
 use crate::handoff::Leaving;
 use crate::node_failure::failed_text;
-use crate::policy_status::condition;
 use crate::recommendation::recommendation;
+use nodemem_api::conditions::condition;
 
 /// After a rollback the pool is back on a revision it runs well (or on its way there
 /// without going through the planner's rollback).

@@ -4,8 +4,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::policy_status::condition;
 use crate::world::World;
+use nodemem_api::conditions::condition;
 
 /// The condition once the CRDs have been read (unknown before: no condition).
 pub(super) fn crd_outdated(world: &World, g: Option<i64>, now_time: &Time) -> Option<Condition> {

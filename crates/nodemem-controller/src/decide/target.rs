@@ -9,7 +9,8 @@ use nodemem_api::NodeMemoryPolicyStatus;
 use super::view::PolicyView;
 use crate::decision::{Decision, PolicyEvent};
 use crate::health::health_conditions;
-use crate::policy_status::{condition, finish};
+use crate::policy_status::finish;
+use nodemem_api::conditions::condition;
 
 /// The revisions the status records: while the spec is invalid, the ones it had (the
 /// invalid spec's revision is not one); otherwise the spec's and the one before it.
