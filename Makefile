@@ -39,9 +39,11 @@ crds: build
 	$(NODEMEM) crds --output-dir charts/nodemem/crds
 	$(NODEMEM) crds --output-dir deploy/crds
 
-## tidy: repository-wide checks (module graph, docs catalog, set-up scripts, function length)
+## tidy: repository-wide checks (module graph, docs catalog, set-up scripts, function
+## length, crates documented) and the API docs without a broken link or a warning
 tidy:
 	$(CARGO) test -p nodemem-tidy --locked
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
 
 ## unit: pure rules, CLI, CRD generation, harness self-tests (no cluster, no VM)
 unit:

@@ -18,7 +18,7 @@
 //! * [`runtime_record`]: which container a new cgroup is, from the runtime's own record.
 //! * [`nri`]: the agent as the runtime's NRI plugin: new containers created with
 //!   nodemem's values.
-//! * [`once`] and [`output`]: `--once` from files, and what it prints.
+//! * [`once`] and `output`: `--once` from files, and what it prints.
 
 pub mod applier;
 pub mod args;

@@ -5,8 +5,8 @@
 //! in the config's status by server-side apply, only when the status changed.
 //!
 //! The loop: a batch of updates is folded into the index and into what the next pass
-//! must do ([`batch`]), the observer and relief take their turn, and one pass runs
-//! ([`pass`]).
+//! must do (`batch`), the observer and relief take their turn, and one pass runs
+//! (`pass`).
 
 mod announce;
 mod batch;

@@ -397,6 +397,9 @@ pub enum MemoryManagerPolicy {
     }
 ]))]
 pub struct ReservedMemory {
+    // The doc comment is the CRD's description (kept as users have read it): `<id>`
+    // is text, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// NUMA node id as in /sys/devices/system/node/node<id>.
     #[schemars(range(min = 0, max = 1023))]
     pub numa_node: i32,

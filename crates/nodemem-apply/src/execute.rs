@@ -47,7 +47,7 @@ const SPARE_DESCRIPTORS: u64 = 128;
 /// Reads the files `plan::files_to_observe` names, holding each cgroup directory open
 /// for the writes that follow (as many as the open-file limit allows; the rest are
 /// opened by path). Paths that are not safe were refused before (see
-/// [`crate::apply`]); here they read as missing.
+/// [`crate::apply()`]); here they read as missing.
 pub fn observe(fs: &CgroupFs, wanted: &BTreeMap<String, BTreeSet<String>>) -> (Observed, OpenDirs) {
     let budget = nodemem_cgroup::fs::open_file_limit().saturating_sub(SPARE_DESCRIPTORS) as usize;
     let mut held = OpenDirs::default();

@@ -5,7 +5,7 @@
 //!   before).
 //! * [`execute`]: reading what the plan needs and performing its writes.
 //! * [`fault`]: the kill a test arms after a chosen write.
-//! * [`apply`]: one pass over a node: observe, plan, execute, update ownership.
+//! * [`mod@apply`]: one pass over a node: observe, plan, execute, update ownership.
 //! * [`state`]: the state directory (atomic, versioned, checksummed records).
 //! * [`kubelet`]: the kubelet's configuration, nodemem's drop-in for it, its Memory
 //!   Manager state file and its start time.

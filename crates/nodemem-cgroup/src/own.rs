@@ -19,7 +19,7 @@ use std::path::Path;
 const MAX_DEPTH: usize = 4;
 
 /// The cgroup under `root` (relative, `""` for the root itself) that `mount` shows, or
-/// None. Searched in the kubepods subtrees only, [`MAX_DEPTH`] levels deep.
+/// None. Searched in the kubepods subtrees only, `MAX_DEPTH` levels deep.
 pub fn cgroup_shown_at(root: &Path, mount: &Path) -> Option<String> {
     let wanted = std::fs::metadata(mount).ok()?;
     let same = |m: &std::fs::Metadata| m.dev() == wanted.dev() && m.ino() == wanted.ino();

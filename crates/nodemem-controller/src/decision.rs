@@ -1,6 +1,6 @@
 //! What the controller decided to do now: the NodeMemoryConfigs to write or delete,
 //! the drains, the policy statuses and Events. Written by [`crate::decide`] and
-//! [`crate::policy_status`], carried out by [`crate::run`].
+//! `policy_status`, carried out by [`mod@crate::run`].
 
 use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
 

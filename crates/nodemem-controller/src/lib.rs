@@ -3,7 +3,7 @@
 //!
 //! * [`world`]: what the watches said (pure index).
 //! * [`decide`]: resolution, rollout steps and config writes (pure), into a
-//!   [`decision::Decision`]; [`policy_status`] builds each policy's status in it,
+//!   [`decision::Decision`]; `policy_status` builds each policy's status in it,
 //!   `health` its `Ready`, `Reconciling` and `Stalled` (what GitOps tools read);
 //!   `handoff`: nodes leaving a policy (deleted, no longer selecting them) and its
 //!   finalizer; `settings`: rollout parameters and the released settings.
@@ -11,7 +11,7 @@
 //! * [`node_failure`]: why a node failed its rollout, for conditions and Events.
 //! * `recommendation`: the throttling factor a pool tolerates, from its nodes'
 //!   observation (policy status).
-//! * [`run`]: the watches and the writes around them; [`lease`] elects the leader,
+//! * [`mod@run`]: the watches and the writes around them; [`lease`] elects the leader,
 //!   [`daemonset`] builds the agents' DaemonSet, [`metrics`] counts what happens.
 //!
 //! An agent's report on its config is read with `nodemem_api::report`, the rule

@@ -264,7 +264,7 @@ const CNI: &str = r#"{
 
 impl RealNode {
     /// Boots a node and returns once the runner answers (the node's Ready condition is
-    /// the apiserver's to tell; see [`RealNode::wait_ready`]).
+    /// the apiserver's to tell: the caller waits for it).
     pub fn boot(cp: &ControlPlane, image: &NodeImage, spec: &RealNodeSpec) -> Result<Self, Error> {
         // Named for this process, so that the next run removes it if this one is killed.
         let share = tempfile::Builder::new()

@@ -215,7 +215,7 @@ impl Index {
         Index::build_with(world, &super::view::policy_views(world), now)
     }
 
-    /// [`Index::build`] with the policies already read.
+    /// The tests' `Index::build` with the policies already read.
     pub(super) fn build_with(world: &World, views: &[PolicyView<'_>], now: i64) -> Index {
         let resolver = Resolver::new(views);
         let mut index = Index {
