@@ -10,7 +10,7 @@ use nodemem_apply::kubelet::{KubeletFileError, KubeletFiles, KubeletSettings, Ow
 use nodemem_apply::numa_state::{self, NumaStateError};
 use nodemem_apply::state::{StateDir, StateError};
 use nodemem_apply::units::{held_values, UnitProperty, UnitValue};
-use nodemem_apply::{apply_scoped, ApplyOptions, ApplyReport, Ownership};
+use nodemem_apply::{apply_within, ApplyOptions, ApplyReport, Ownership};
 use nodemem_cgroup::discover::{discover, Discovery, DiscoveryError};
 use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_model::cgroup_layout::CgroupDriver;
@@ -681,7 +681,7 @@ impl NodeApplier {
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
         self.pending
             .retain(|_, (_, since)| since.elapsed() < PENDING_CREATION);
-        let scope = reach.cgroups(&desired);
+        let reached = reach.cgroups(&desired);
         let now = self.started.elapsed();
         let mut cgroups = desired.cgroups();
         if let Some(own) = &self.own_cgroup {
@@ -698,7 +698,7 @@ impl NodeApplier {
         // What the pass may write is saved before its first write (an agent killed
         // between the two must still find it in its record to give it back).
         let (state, saved_owned) = (&self.state, &mut self.saved_owned);
-        let report = apply_scoped(
+        let report = apply_within(
             &self.fs,
             &cgroups,
             &mut self.owned,
@@ -708,7 +708,7 @@ impl NodeApplier {
                 leave_alone,
             },
             Some((&mut self.backoff, now)),
-            scope.as_deref(),
+            reached.as_deref(),
             &mut |owned: &Ownership| save_record(state, saved_owned, owned),
         )
         .map_err(ApplyError::RecordNotSaved)?;
@@ -719,8 +719,8 @@ impl NodeApplier {
                     .iter()
                     .map(|w| (w.cgroup.as_str(), w.file.as_str())),
             );
-            // The cgroups the pass covered, as apply_scoped limited them.
-            cgroups.retain(|c| scope.as_ref().is_none_or(|s| s.contains(c.path)));
+            // The cgroups the pass covered, as apply_within limited them.
+            cgroups.retain(|c| reached.as_ref().is_none_or(|s| s.contains(c.path)));
             let not_applied = report
                 .failed
                 .iter()
@@ -735,7 +735,7 @@ impl NodeApplier {
                 );
             self.unit_values = Some(UnitValues {
                 held: held_values(&cgroups, &self.owned, &report.applied, not_applied),
-                live: scope
+                live: reached
                     .is_none()
                     .then(|| cgroups.iter().map(|c| c.path.to_string()).collect()),
             });
@@ -745,7 +745,7 @@ impl NodeApplier {
             .clone()
             .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
         if !dry_run {
-            let overridden = overridden_at_creation(&mut self.created, &report, scope.as_deref());
+            let overridden = overridden_at_creation(&mut self.created, &report, reached.as_deref());
             self.overridden.extend(overridden);
             self.save_state(&desired, static_policy)?;
         }
@@ -896,11 +896,11 @@ pub struct Overridden {
 const PENDING_CREATION: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The writes of one apply to files set at creation, in the first pass that found
-/// their cgroup; cgroups found (present and in the pass's scope) stop being watched.
+/// their cgroup; cgroups found (present and within the pass's reach) stop being watched.
 fn overridden_at_creation(
     created: &mut BTreeMap<String, Vec<&'static str>>,
     report: &ApplyReport,
-    scope: Option<&BTreeSet<String>>,
+    reach: Option<&BTreeSet<String>>,
 ) -> Vec<Overridden> {
     let out: Vec<Overridden> = report
         .applied
@@ -918,7 +918,7 @@ fn overridden_at_creation(
         })
         .collect();
     created.retain(|path, _| {
-        report.missing.contains(path) || scope.is_some_and(|s| !s.contains(path))
+        report.missing.contains(path) || reach.is_some_and(|s| !s.contains(path))
     });
     out
 }
@@ -1103,7 +1103,7 @@ mod tests {
         ]);
         // a: another plugin left memory.high at max (written back); its memory.min was
         // not set at creation, so writing it is no override. b: not created yet. c: not
-        // in this pass's scope.
+        // within this pass's reach.
         let report = ApplyReport {
             applied: vec![
                 write("pod/a", "memory.high", "max"),
@@ -1112,8 +1112,8 @@ mod tests {
             missing: vec!["pod/b".into()],
             ..ApplyReport::default()
         };
-        let scope = BTreeSet::from(["pod/a".to_string(), "pod/b".to_string()]);
-        let found = overridden_at_creation(&mut created, &report, Some(&scope));
+        let reach = BTreeSet::from(["pod/a".to_string(), "pod/b".to_string()]);
+        let found = overridden_at_creation(&mut created, &report, Some(&reach));
         assert_eq!(
             found,
             vec![Overridden {

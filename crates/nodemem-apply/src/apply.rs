@@ -59,7 +59,7 @@ impl ApplyReport {
     }
 }
 
-/// [`apply_scoped`] over the whole node, the ownership record kept in memory only
+/// [`apply_within`] over the whole node, the ownership record kept in memory only
 /// (tests and benchmarks).
 pub fn apply(
     fs: &CgroupFs,
@@ -67,7 +67,7 @@ pub fn apply(
     owned: &mut Ownership,
     options: ApplyOptions,
 ) -> ApplyReport {
-    let Ok(report) = apply_scoped(fs, desired, owned, options, None, None, &mut in_memory);
+    let Ok(report) = apply_within(fs, desired, owned, options, None, None, &mut in_memory);
     report
 }
 
@@ -78,9 +78,9 @@ pub fn in_memory(_: &Ownership) -> Result<(), std::convert::Infallible> {
 
 /// [`apply`] with two refinements. `backoff` (with the current time) holds back writes
 /// to files whose earlier failures' backoff has not passed and records this pass's
-/// failures. `scope` limits the pass to those cgroups (None: the whole node): a cgroup
+/// failures. `reach` limits the pass to those cgroups (None: the whole node): a cgroup
 /// that just appeared is planned, read and written alone, nothing else is read, and
-/// owned files outside the scope are neither read nor restored.
+/// owned files outside the reach are neither read nor restored.
 ///
 /// `save` persists the ownership record. It is called before the first write when the
 /// pass adds to the record (the files it may set, the values it claims): a process
@@ -88,19 +88,19 @@ pub fn in_memory(_: &Ownership) -> Result<(), std::convert::Infallible> {
 /// that names every file it wrote. When `save` fails nothing is written, `owned` is as
 /// it was, and the error is returned. The caller saves again after the pass (restores
 /// and failures change the record).
-pub fn apply_scoped<E>(
+pub fn apply_within<E>(
     fs: &CgroupFs,
     desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,
     options: ApplyOptions,
     mut backoff: Option<(&mut crate::backoff::WriteBackoff, std::time::Duration)>,
-    scope: Option<&std::collections::BTreeSet<String>>,
+    reach: Option<&std::collections::BTreeSet<String>>,
     save: &mut dyn FnMut(&Ownership) -> Result<(), E>,
 ) -> Result<ApplyReport, E> {
     let mut report = ApplyReport::default();
     let mut safe = Vec::with_capacity(desired.len());
     for d in desired {
-        if scope.is_some_and(|s| !s.contains(d.path)) {
+        if reach.is_some_and(|s| !s.contains(d.path)) {
             continue;
         }
         match CgroupPath::new(d.path) {
@@ -108,11 +108,11 @@ pub fn apply_scoped<E>(
             Err(e) => report.refused.push(e.to_string()),
         }
     }
-    let scoped_owned;
-    let owned_view: &Ownership = match scope {
+    let reached_owned;
+    let owned_view: &Ownership = match reach {
         None => owned,
         Some(s) => {
-            scoped_owned = Ownership {
+            reached_owned = Ownership {
                 files: owned
                     .files
                     .iter()
@@ -120,7 +120,7 @@ pub fn apply_scoped<E>(
                     .map(|(p, f)| (p.clone(), f.clone()))
                     .collect(),
             };
-            &scoped_owned
+            &reached_owned
         }
     };
     let wanted = files_to_observe(&safe, owned_view);

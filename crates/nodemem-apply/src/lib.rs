@@ -24,7 +24,7 @@ pub mod plan;
 pub mod state;
 pub mod units;
 
-pub use apply::{apply, apply_scoped, ApplyOptions, ApplyReport};
+pub use apply::{apply, apply_within, ApplyOptions, ApplyReport};
 pub use backoff::WriteBackoff;
 pub use plan::{Ownership, Write, WriteKind};
 pub use state::{StateDir, StateError};

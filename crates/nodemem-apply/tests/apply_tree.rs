@@ -606,7 +606,7 @@ fn dry_run_plans_without_writing() {
 
 #[test]
 fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
-    use nodemem_apply::{apply_scoped, WriteBackoff};
+    use nodemem_apply::{apply_within, WriteBackoff};
     use std::time::Duration;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
@@ -624,7 +624,7 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
     let mut backoff = WriteBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
     let at = |s: u64| Duration::from_secs(s);
     let pass = |owned: &mut Ownership, backoff: &mut WriteBackoff, now| {
-        apply_scoped(
+        apply_within(
             &fs,
             &node.cgroups(),
             owned,
@@ -668,8 +668,8 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
 }
 
 #[test]
-fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
-    use nodemem_apply::apply_scoped;
+fn an_apply_within_reach_reads_and_writes_only_its_cgroups() {
+    use nodemem_apply::apply_within;
     use std::collections::BTreeSet;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
@@ -682,14 +682,14 @@ fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
     );
     let mut owned = Ownership::default();
     let api_container = node.pods[1].containers[0].path.clone().unwrap();
-    let scope = BTreeSet::from([api_container.clone()]);
-    let report = apply_scoped(
+    let reach = BTreeSet::from([api_container.clone()]);
+    let report = apply_within(
         &fs,
         &node.cgroups(),
         &mut owned,
         options(),
         None,
-        Some(&scope),
+        Some(&reach),
         &mut nodemem_apply::apply::in_memory,
     )
     .unwrap();
@@ -700,18 +700,18 @@ fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
         report.applied
     );
     assert_eq!(report.applied.len(), 2, "memory.low and memory.high");
-    assert_eq!(report.reads, 2, "nothing outside the scope is read");
+    assert_eq!(report.reads, 2, "nothing outside the reach is read");
     assert_eq!(
         tree.read("kubepods.slice", MEMORY_MIN).unwrap(),
         "0",
-        "not in scope"
+        "not within reach"
     );
-    // Owned files outside the scope are not restored by a scoped pass either.
+    // Owned files outside the reach are not restored by such a pass either.
     let mut off = settings(ReservationPolicy::TieredReservation, 0.9);
     off.memory_qos.enabled = false;
     let nothing = desired(&off, driver, &pods);
     let other = BTreeSet::from(["kubepods.slice".to_string()]);
-    let report = apply_scoped(
+    let report = apply_within(
         &fs,
         &nothing.cgroups(),
         &mut owned,
@@ -727,7 +727,7 @@ fn a_scoped_apply_reads_and_writes_only_its_cgroups() {
 
 #[test]
 fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
-    use nodemem_apply::apply_scoped;
+    use nodemem_apply::apply_within;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
     let tree = tree_for(driver, &pods);
@@ -740,7 +740,7 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
     let before = tree.files().unwrap();
     let mut owned = Ownership::default();
     let mut saved = Vec::new();
-    let refused = apply_scoped(
+    let refused = apply_within(
         &fs,
         &node.cgroups(),
         &mut owned,
@@ -759,7 +759,7 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
     assert!(owned.is_empty(), "the record is as it was");
     // Saved: the record names every file before the pass writes it.
     let mut at_save = Ownership::default();
-    let report = apply_scoped(
+    let report = apply_within(
         &fs,
         &node.cgroups(),
         &mut owned,

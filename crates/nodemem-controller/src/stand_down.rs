@@ -204,7 +204,7 @@ async fn let_go_of_every_policy(client: &Client) -> usize {
             continue;
         };
         let params = kube::api::PatchParams::default();
-        match nodemem_plumbing::handoff::let_go(&policies, &policy, &params).await {
+        match nodemem_plumbing::finalizer::let_go(&policies, &policy, &params).await {
             Ok(true) => released += 1,
             Ok(false) => {}
             Err(e) => warn!(%policy, error = %e, "handoff finalizer not removed"),

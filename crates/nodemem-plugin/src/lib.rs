@@ -261,7 +261,7 @@ async fn release_now(
     let leaving = policy.status.as_ref().map_or(0, |s| s.leaving_nodes);
     let api = Api::<NodeMemoryPolicy>::all(client.clone());
     let released = if dry.sends() {
-        nodemem_plumbing::handoff::let_go(&api, name, &dry.params())
+        nodemem_plumbing::finalizer::let_go(&api, name, &dry.params())
             .await
             .map_err(|e| cluster::api_error(&format!("nodememorypolicy {name}"), e))?
     } else {

@@ -65,7 +65,7 @@ pub struct Passes {
 }
 
 /// One pass over a config with settings.
-struct Round<'a> {
+struct Pass<'a> {
     input: &'a PassInput<'a>,
     config: &'a IndexedConfig,
     trigger: Trigger,
@@ -129,7 +129,7 @@ impl Passes {
         self.grace.present();
         self.metrics
             .config(Some((config.policy.as_str(), config.revision.as_str())));
-        let round = Round {
+        let pass = Pass {
             input,
             config,
             trigger: next.trigger,
@@ -146,18 +146,18 @@ impl Passes {
                     None,
                     writers.engine.discovery(),
                     input.last,
-                    &round.now,
+                    &pass.now,
                 ),
                 Vec::new(),
             ),
-            Ok(settings) => self.carry_out(writers, &round, settings).await,
+            Ok(settings) => self.carry_out(writers, &pass, settings).await,
         };
         add_state_recovered(
             &mut new_status,
             writers.engine.recoveries(),
             config.generation,
             input.last,
-            &round.now,
+            &pass.now,
         );
         self.metrics
             .pass(next.trigger, started.elapsed().as_secs_f64());
@@ -227,23 +227,16 @@ impl Passes {
     async fn carry_out(
         &mut self,
         writers: &mut Writers,
-        round: &Round<'_>,
+        pass: &Pass<'_>,
         settings: &PolicySettings,
     ) -> (NodeMemoryConfigStatus, Vec<Refusal>) {
-        let config = round.config;
-        let kubelet = configure_kubelet(writers, round, settings).await;
-        match apply_cgroups(&mut writers.engine, round, settings) {
+        let config = pass.config;
+        let kubelet = configure_kubelet(writers, pass, settings).await;
+        match apply_cgroups(&mut writers.engine, pass, settings) {
             Ok((desired, report)) => {
                 let refused = refusals(&desired);
                 let status = self
-                    .after_writes(
-                        writers,
-                        round,
-                        settings,
-                        &desired,
-                        &report,
-                        kubelet.as_ref(),
-                    )
+                    .after_writes(writers, pass, settings, &desired, &report, kubelet.as_ref())
                     .await;
                 (status, refused)
             }
@@ -255,8 +248,8 @@ impl Passes {
                     PassOutcome::Failed(&e),
                     None,
                     writers.engine.discovery(),
-                    round.input.last,
-                    &round.now,
+                    pass.input.last,
+                    &pass.now,
                 );
                 (status, Vec::new())
             }
@@ -268,13 +261,13 @@ impl Passes {
     async fn after_writes(
         &mut self,
         writers: &mut Writers,
-        round: &Round<'_>,
+        pass: &Pass<'_>,
         settings: &PolicySettings,
         desired: &DesiredNode<'_>,
         report: &ApplyReport,
         kubelet: Option<&KubeletOutcome>,
     ) -> NodeMemoryConfigStatus {
-        self.record_writes(round, desired, report);
+        self.record_writes(pass, desired, report);
         self.report_overridden(&mut writers.engine, desired).await;
         self.publish_creation(Some(settings), Some(desired), &writers.engine);
         self.hold_in_systemd(&mut writers.engine).await;
@@ -288,9 +281,9 @@ impl Passes {
         };
         // Health reads every managed pod's signals: on whole-node passes only
         // (resyncs, config changes), not on reactions.
-        let health = matches!(round.reach, Reach::Node)
-            .then(|| self.health(engine, round.config, desired, report));
-        let config = round.config;
+        let health = matches!(pass.reach, Reach::Node)
+            .then(|| self.health(engine, pass.config, desired, report));
+        let config = pass.config;
         let mut s = status(
             &config.revision,
             config.generation,
@@ -304,8 +297,8 @@ impl Passes {
             },
             health.as_ref(),
             engine.discovery(),
-            round.input.last,
-            &round.now,
+            pass.input.last,
+            &pass.now,
         );
         // The threshold the ceilings used, for views that cannot read the kubelet's
         // configuration.
@@ -316,7 +309,7 @@ impl Passes {
         // Observed under Agent and Observe; under Kubelet the kubelet's memory.high is
         // not nodemem's to report on.
         if settings.enforcement != Enforcement::Kubelet {
-            s.observation = self.observe(engine, round, settings, desired);
+            s.observation = self.observe(engine, pass, settings, desired);
         }
         s.relief = self.refresh_relief(engine, config, settings, desired);
         s
@@ -345,7 +338,7 @@ impl Passes {
         }
     }
 
-    fn record_writes(&self, round: &Round<'_>, desired: &DesiredNode<'_>, report: &ApplyReport) {
+    fn record_writes(&self, pass: &Pass<'_>, desired: &DesiredNode<'_>, report: &ApplyReport) {
         for f in &report.failed {
             warn!(error = %f.error, "write failed");
         }
@@ -354,7 +347,7 @@ impl Passes {
             report.applied.len(),
             report.vanished.len(),
             &errnos,
-            round.trigger == Trigger::Resync,
+            pass.trigger == Trigger::Resync,
         );
         self.metrics.node(
             desired.totals.memory_min_bytes,
@@ -369,7 +362,7 @@ impl Passes {
             tracing::debug!(cgroup = %w.cgroup, file = %w.file, old = ?w.old, new = %w.new, "wrote");
         }
         if !report.applied.is_empty() {
-            info!(revision = %round.config.revision, writes = report.applied.len(), trigger = ?round.trigger, took_ms = round.started.elapsed().as_millis() as u64, "applied");
+            info!(revision = %pass.config.revision, writes = report.applied.len(), trigger = ?pass.trigger, took_ms = pass.started.elapsed().as_millis() as u64, "applied");
         }
     }
 
@@ -432,11 +425,11 @@ impl Passes {
     fn observe(
         &mut self,
         engine: &NodeApplier,
-        round: &Round<'_>,
+        pass: &Pass<'_>,
         settings: &PolicySettings,
         desired: &DesiredNode<'_>,
     ) -> Option<nodemem_api::config::ObservationSummary> {
-        let revision = &round.config.revision;
+        let revision = &pass.config.revision;
         self.observer.refresh(
             revision,
             settings.enforcement != Enforcement::Observe,
@@ -444,11 +437,10 @@ impl Passes {
             engine.own_cgroup(),
             engine.memory_facts(),
         );
-        if matches!(round.reach, Reach::Node) {
+        if matches!(pass.reach, Reach::Node) {
             self.observer.report()
         } else {
-            round
-                .input
+            pass.input
                 .last
                 .and_then(|l| l.observation.clone())
                 .filter(|o| o.revision == *revision)
@@ -550,16 +542,16 @@ impl Passes {
 /// removed, and once the kubelet runs without it there is nothing to report.
 async fn configure_kubelet(
     writers: &mut Writers,
-    round: &Round<'_>,
+    pass: &Pass<'_>,
     settings: &PolicySettings,
 ) -> Option<KubeletOutcome> {
     let state = writers.engine.state();
     if settings.enforcement == Enforcement::Kubelet {
         let owner = nodemem_model::kubelet_dropin::DropInOwner {
-            node: &round.config.name,
-            revision: &round.config.revision,
+            node: &pass.config.name,
+            revision: &pass.config.revision,
         };
-        let version = round.input.index.kubelet_version();
+        let version = pass.input.index.kubelet_version();
         Some(
             writers
                 .kubelet
@@ -580,17 +572,17 @@ async fn configure_kubelet(
 /// writes.
 fn apply_cgroups<'p>(
     engine: &mut NodeApplier,
-    round: &Round<'p>,
+    pass: &Pass<'p>,
     settings: &PolicySettings,
 ) -> Result<(DesiredNode<'p>, ApplyReport), crate::applier::ApplyError> {
-    let node = round.input.index.node();
-    let pods = round.input.pods;
+    let node = pass.input.index.node();
+    let pods = pass.input.pods;
     let (desired, report) = engine.apply(
         &cgroup_settings(settings),
         node,
         pods,
         WriteMode::Write,
-        round.reach,
+        pass.reach,
     )?;
     let desired = if settings.enforcement == Enforcement::Agent {
         desired
