@@ -40,10 +40,12 @@ crds: build
 	$(NODEMEM) crds --output-dir deploy/crds
 
 ## tidy: repository-wide checks (module graph, docs catalog, set-up scripts, function
-## length, crates documented) and the API docs without a broken link or a warning
+## length, crates documented), the API docs without a broken link or a warning, and
+## the Markdown through markdownlint (.markdownlint-cli2.jsonc)
 tidy:
 	$(CARGO) test -p nodemem-tidy --locked
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+	"$$(bash tests/scripts/build-markdownlint.sh)"
 
 ## unit: pure rules, CLI, CRD generation, harness self-tests (no cluster, no VM)
 unit:

@@ -21,6 +21,7 @@ if [[ "$what" != sandbox ]]; then
   command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)   # runs the kubelet's arithmetic as Go compiles it for arm64, and nodemem's arm64 build
   command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)   # links the arm64 image's static nodemem
   command -v faketime >/dev/null || need+=(faketime)   # a controller replica with its clock an hour ahead (leader election)
+  command -v npm >/dev/null || need+=(nodejs npm)   # markdownlint (make tidy), from the npm registry
 fi
 ((${#need[@]})) || exit 0
 
