@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use nodemem_api::k8s::NodeStatusFacts;
 use nodemem_apply::kubelet::{KubeletFileError, KubeletFiles, KubeletSettings, OwnDropIn};
 use nodemem_apply::numa_state::{self, NumaStateError};
 use nodemem_apply::state::{StateDir, StateError};
@@ -18,6 +17,7 @@ use nodemem_model::kubelet_version::KubeletVersion;
 use nodemem_model::kubelet_writes::KubeletQosWrites;
 use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
+use nodemem_model::node_status::NodeStatusFacts;
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
 use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
 use nodemem_model::problem::Problem;

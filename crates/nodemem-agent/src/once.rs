@@ -11,7 +11,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::{
-    node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, NodeStatusFacts,
+    node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, node_status_facts,
 };
 use nodemem_api::NodeMemoryConfig;
 use nodemem_apply::ApplyReport;
@@ -37,7 +37,7 @@ struct Inputs {
     health: nodemem_api::policy::HealthSpec,
     node_name: String,
     /// The Node's memory figures and kubelet version.
-    node: NodeStatusFacts,
+    node: nodemem_model::node_status::NodeStatusFacts,
     pods: Vec<NodePod>,
 }
 
@@ -292,7 +292,7 @@ fn read_inputs(config: &Path, node: &Path, pods: &Path) -> Result<Inputs, CliErr
     }
     let facts = node
         .as_ref()
-        .map(|(_, n)| NodeStatusFacts::of(n))
+        .map(|(_, n)| node_status_facts(n))
         .unwrap_or_default();
     let pods = read_pods(&pod_docs, &node_name, &mut problems);
     if !problems.is_empty() {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::NodeMemoryConfig;
 use crate::convert::node_settings;
-use crate::k8s::{node_pod_from_k8s, opts_out, NodeStatusFacts};
+use crate::k8s::{node_pod_from_k8s, node_status_facts, opts_out};
 use crate::policy::HealthSpec;
 use crate::policy::NodeSettings;
 use crate::watch_index::WatchIndex;
@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1 as core;
 use kube::core::PartialObjectMeta;
 use nodemem_model::cgroup_layout::ContainerId;
 use nodemem_model::node::NodePod;
+use nodemem_model::node_status::NodeStatusFacts;
 use nodemem_model::policy::PolicySettings;
 
 /// The config as the computation needs it, or why it cannot be used.
@@ -224,7 +225,7 @@ impl NodeIndex {
         if node.metadata.name.as_deref() != Some(self.node_name.as_str()) {
             return false;
         }
-        let facts = NodeStatusFacts::of(node);
+        let facts = node_status_facts(node);
         let changed = facts != self.node;
         self.node = facts;
         changed

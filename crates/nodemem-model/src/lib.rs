@@ -26,6 +26,7 @@ pub mod kubelet_version;
 pub mod kubelet_writes;
 pub mod memory_qos;
 pub mod node;
+pub mod node_status;
 pub mod numa;
 pub mod observe;
 pub mod pod;

@@ -238,7 +238,7 @@ fn creation_path(config: &nodemem_api::NodeMemoryConfig) -> Option<String> {
 /// Which version rule applies: the node's kubelet version and what its rules do.
 fn kubelet_rules(node: &core::Node) -> String {
     use nodemem_model::kubelet_version::QosRules;
-    let status = nodemem_api::k8s::NodeStatusFacts::of(node);
+    let status = nodemem_api::k8s::node_status_facts(node);
     let version = status.kubelet_version();
     let rules = QosRules::for_kubelet(version);
     let what = match rules {

@@ -70,7 +70,7 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
                 })
                 .collect(),
         });
-    let status = nodemem_api::k8s::NodeStatusFacts::of(node);
+    let status = nodemem_api::k8s::node_status_facts(node);
     NodeFacts {
         memory: NodeMemoryFacts {
             allocatable_memory: status.allocatable_memory,

@@ -6,6 +6,6 @@ pub mod topology;
 
 pub use pod::{
     container_ids, node_allocatable_memory, node_capacity_memory, node_kernel_version, node_labels,
-    node_pod_from_k8s, opts_out, pod_from_k8s, NodeStatusFacts,
+    node_pod_from_k8s, node_status_facts, opts_out, pod_from_k8s,
 };
 pub use topology::{node_topology, parse_topology, TopologyDocument, NUMA_TOPOLOGY_ANNOTATION};

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use nodemem_model::cgroup_layout::ContainerId;
 use nodemem_model::defaulting::apply_defaults;
-use nodemem_model::kubelet_version::KubeletVersion;
 use nodemem_model::node::{NodePod, MEMORY_QOS_OPT_OUT_KEY, MEMORY_QOS_OPT_OUT_VALUE};
+use nodemem_model::node_status::NodeStatusFacts;
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
 use nodemem_model::pod_validation::validate_pod_resources;
 use nodemem_model::{Problem, Quantity};
@@ -197,56 +197,23 @@ fn status_memory(
         .map_err(|e| Problem::new(format!("status.{field}.memory"), e.to_string()))
 }
 
-/// What the rules read of a Node's status: its memory figures and its kubelet's
-/// version (which decides the rules, `QosRules`, and what a drop-in may name).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeStatusFacts {
-    /// `status.allocatable.memory` in bytes.
-    #[serde(rename = "allocatable")]
-    pub allocatable_memory: Option<i64>,
-    /// `status.capacity.memory` in bytes.
-    #[serde(default, rename = "capacity", skip_serializing_if = "Option::is_none")]
-    pub capacity_memory: Option<i64>,
-    /// `status.nodeInfo.kubeletVersion` as reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubelet_version: Option<String>,
-    /// `status.nodeInfo.architecture` as reported (Go's GOARCH: how its kubelet rounds
-    /// memory.high, `KubeletFloat`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub architecture: Option<String>,
-}
-
-impl NodeStatusFacts {
-    /// The facts of a Node; a figure that is not a quantity counts as not reported.
-    pub fn of(node: &core::Node) -> Self {
-        // A field of `status.nodeInfo`, when reported (an empty text is not).
-        let info = |field: fn(&core::NodeSystemInfo) -> &String| {
-            node.status
-                .as_ref()
-                .and_then(|s| s.node_info.as_ref())
-                .map(field)
-                .filter(|v| !v.is_empty())
-                .cloned()
-        };
-        NodeStatusFacts {
-            allocatable_memory: node_allocatable_memory(node).ok().flatten(),
-            capacity_memory: node_capacity_memory(node).ok().flatten(),
-            kubelet_version: info(|i| &i.kubelet_version),
-            architecture: info(|i| &i.architecture),
-        }
-    }
-
-    /// How the node's kubelet rounds memory.high, by its architecture.
-    pub fn kubelet_float(&self) -> nodemem_model::factor::KubeletFloat {
-        nodemem_model::factor::KubeletFloat::of_architecture(self.architecture.as_deref())
-    }
-
-    /// The kubelet version, when it is one (`vMAJOR.MINOR.PATCH`).
-    pub fn kubelet_version(&self) -> Option<KubeletVersion> {
-        self.kubelet_version
-            .as_deref()
-            .and_then(|v| KubeletVersion::parse(v).ok())
+/// What the rules read of a Node's status (`NodeStatusFacts`); a figure that is not a
+/// quantity counts as not reported.
+pub fn node_status_facts(node: &core::Node) -> NodeStatusFacts {
+    // A field of `status.nodeInfo`, when reported (an empty text is not).
+    let info = |field: fn(&core::NodeSystemInfo) -> &String| {
+        node.status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(field)
+            .filter(|v| !v.is_empty())
+            .cloned()
+    };
+    NodeStatusFacts {
+        allocatable_memory: node_allocatable_memory(node).ok().flatten(),
+        capacity_memory: node_capacity_memory(node).ok().flatten(),
+        kubelet_version: info(|i| &i.kubelet_version),
+        architecture: info(|i| &i.architecture),
     }
 }
 

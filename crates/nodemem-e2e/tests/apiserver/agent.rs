@@ -13,7 +13,7 @@ use kube::core::ApiResource;
 use kube::Client;
 use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::{
-    node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, NodeStatusFacts,
+    node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, node_status_facts,
 };
 use nodemem_api::{NodeMemoryConfig, NodeSettings};
 use nodemem_model::cgroup::CgroupValue;
@@ -203,8 +203,8 @@ pub(crate) async fn expected_on(
             page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64,
             kernel_version: Some("6.1.0-56-amd64".into()),
             // The rules of the kubelet version the simulated Node reports.
-            kubelet_version: NodeStatusFacts::of(&node).kubelet_version(),
-            kubelet_float: NodeStatusFacts::of(&node).kubelet_float(),
+            kubelet_version: node_status_facts(&node).kubelet_version(),
+            kubelet_float: node_status_facts(&node).kubelet_float(),
         },
         cgroup_driver: driver,
         ..NodeFacts::default()

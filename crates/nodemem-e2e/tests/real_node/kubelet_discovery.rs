@@ -165,7 +165,7 @@ async fn threshold_is_the_kubelets(
     let nodes: Api<core::Node> = Api::all(bed.client.clone());
     let gap = within(Duration::from_secs(60), || async {
         let n = nodes.get(name).await.ok()?;
-        let facts = nodemem_api::k8s::NodeStatusFacts::of(&n);
+        let facts = nodemem_api::k8s::node_status_facts(&n);
         let gap = facts.capacity_memory? - facts.allocatable_memory?;
         (gap == want).then_some(gap)
     })
@@ -203,7 +203,7 @@ async fn the_kubelets_memory_high_is_nodemems(
         .get(&name)
         .await
         .unwrap();
-    let status = nodemem_api::k8s::NodeStatusFacts::of(&n);
+    let status = nodemem_api::k8s::node_status_facts(&n);
     let facts = NodeMemoryFacts {
         allocatable_memory: status.allocatable_memory,
         capacity_memory: status.capacity_memory,

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::governing;
 use nodemem_api::k8s::{
     node_allocatable_memory, node_capacity_memory, node_kernel_version, node_labels,
-    node_pod_from_k8s, NodeStatusFacts,
+    node_pod_from_k8s, node_status_facts,
 };
 use nodemem_model::eviction::MemoryEviction;
 use nodemem_model::memory_qos::NodeMemoryFacts;
@@ -208,7 +208,11 @@ pub fn simulate(
 fn read_node(
     docs: &[Document],
     problems: &mut Vec<String>,
-) -> Option<(String, core::Node, NodeStatusFacts)> {
+) -> Option<(
+    String,
+    core::Node,
+    nodemem_model::node_status::NodeStatusFacts,
+)> {
     let [doc] = docs else {
         problems.push(format!(
             "--node: expected exactly one Node, found {} objects",
@@ -232,7 +236,7 @@ fn read_node(
                 .filter_map(Result::err)
                 .collect();
             if unreadable.is_empty() {
-                let status = NodeStatusFacts::of(&node);
+                let status = node_status_facts(&node);
                 return Some((name, node, status));
             }
             for p in unreadable {
