@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use nodemem_apply::kubelet::{KubeletFileError, KubeletFiles, KubeletSettings, OwnDropIn};
+use nodemem_apply::kubelet::{
+    KubeletFileError, KubeletFiles, KubeletSettings, KubeletUnread, OwnDropIn,
+};
 use nodemem_apply::numa_state::{self, NumaStateError};
 use nodemem_apply::state::{StateDir, StateError};
 use nodemem_apply::units::{held_values, UnitProperty, UnitValue};
@@ -295,7 +297,7 @@ pub struct NodeApplier {
     /// what is assumed when they cannot be read.
     kubelet: Option<KubeletSettings>,
     /// Why the kubelet's settings could not be read (condition reason, message).
-    kubelet_unread: Option<crate::kubelet_status::KubeletUnread>,
+    kubelet_unread: Option<KubeletUnread>,
     /// What the last pass left to the kubelet.
     conflict: Option<KubeletConflict>,
     /// memory.high of containers relief raised (cgroup -> bytes, None: `max`): kept
@@ -467,44 +469,6 @@ impl NodeApplier {
         &self.discovery
     }
 
-    /// memory.events and memory.pressure of these cgroups (the managed pods); a cgroup
-    /// whose memory.events cannot be read or parsed is left out, one whose
-    /// memory.pressure cannot (PSI is off) has no pressure reading. A memory.pressure
-    /// without a `full` line (kernels before 4.20 had none for the root) reads as 0.
-    pub fn read_signals<'a>(
-        &self,
-        cgroups: impl Iterator<Item = &'a str>,
-    ) -> std::collections::BTreeMap<String, crate::health::Reading> {
-        use nodemem_cgroup::parse::{memory_events, pressure};
-        let mut out = std::collections::BTreeMap::new();
-        for path in cgroups {
-            let Ok(p) = nodemem_cgroup::CgroupPath::new(path) else {
-                continue;
-            };
-            let events = self
-                .fs
-                .read(&p, "memory.events")
-                .ok()
-                .and_then(|t| memory_events("memory.events", &t).ok());
-            let Some(events) = events else { continue };
-            let full = self
-                .fs
-                .read(&p, "memory.pressure")
-                .ok()
-                .and_then(|t| pressure("memory.pressure", &t).ok())
-                .map(|p| p.full.map_or(0.0, |f| f.avg60));
-            out.insert(
-                path.to_string(),
-                crate::health::Reading {
-                    high: events.high,
-                    oom_kill: events.oom_kill,
-                    full_avg60: full,
-                },
-            );
-        }
-        out
-    }
-
     /// The containers whose memory.high relief raises (cgroup -> bytes, None: `max`);
     /// the next pass writes them, and the policy's value again for those left out.
     pub fn set_relief(&mut self, raised: std::collections::BTreeMap<String, Option<i64>>) {
@@ -580,7 +544,7 @@ impl NodeApplier {
                 if self.kubelet.is_none() {
                     self.kubelet = Some(KubeletSettings::default());
                 }
-                self.kubelet_unread = Some(crate::kubelet_status::KubeletUnread {
+                self.kubelet_unread = Some(KubeletUnread {
                     reason: e.reason(),
                     message,
                     kept_last,
@@ -591,12 +555,7 @@ impl NodeApplier {
 
     /// The kubelet as last read, for the status: where from, and why not when it could
     /// not be.
-    pub fn kubelet_read(
-        &self,
-    ) -> (
-        Option<&KubeletSettings>,
-        Option<&crate::kubelet_status::KubeletUnread>,
-    ) {
+    pub fn kubelet_read(&self) -> (Option<&KubeletSettings>, Option<&KubeletUnread>) {
         (self.kubelet.as_ref(), self.kubelet_unread.as_ref())
     }
 

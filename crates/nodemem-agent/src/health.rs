@@ -24,6 +24,42 @@ pub struct Reading {
     pub full_avg60: Option<f64>,
 }
 
+/// memory.events and memory.pressure of these cgroups (the managed pods); a cgroup
+/// whose memory.events cannot be read or parsed is left out, one whose memory.pressure
+/// cannot (PSI is off) has no pressure reading. A memory.pressure without a `full` line
+/// (kernels before 4.20 had none for the root) reads as 0.
+pub fn read_signals<'a>(
+    fs: &nodemem_cgroup::CgroupFs,
+    cgroups: impl Iterator<Item = &'a str>,
+) -> BTreeMap<String, Reading> {
+    use nodemem_cgroup::parse::{memory_events, pressure};
+    let mut out = BTreeMap::new();
+    for path in cgroups {
+        let Ok(p) = nodemem_cgroup::CgroupPath::new(path) else {
+            continue;
+        };
+        let events = fs
+            .read(&p, "memory.events")
+            .ok()
+            .and_then(|t| memory_events("memory.events", &t).ok());
+        let Some(events) = events else { continue };
+        let full = fs
+            .read(&p, "memory.pressure")
+            .ok()
+            .and_then(|t| pressure("memory.pressure", &t).ok())
+            .map(|p| p.full.map_or(0.0, |f| f.avg60));
+        out.insert(
+            path.to_string(),
+            Reading {
+                high: events.high,
+                oom_kill: events.oom_kill,
+                full_avg60: full,
+            },
+        );
+    }
+    out
+}
+
 /// The counters at the moment a revision was applied, per pod cgroup, and what pods
 /// that went away had accumulated.
 #[derive(Clone, Debug, Default, PartialEq)]

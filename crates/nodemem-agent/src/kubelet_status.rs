@@ -3,22 +3,10 @@
 //! version is one nodemem's rules were checked against (`KubeletSupported`). Pure.
 
 use nodemem_api::config::KubeletFacts;
-use nodemem_apply::kubelet::KubeletSettings;
+use nodemem_apply::kubelet::{KubeletSettings, KubeletUnread};
 use nodemem_model::kubelet_version::{
     KubeletSupport, KubeletVersion, NEWEST_TESTED, OLDEST_SUPPORTED,
 };
-
-/// Why the kubelet's configuration could not be read, and what stands in for it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KubeletUnread {
-    /// The condition reason.
-    pub reason: &'static str,
-    pub message: String,
-    /// What the agent read last is kept (a file changed since the kubelet started may
-    /// be unreadable while the kubelet still runs what it read); otherwise nothing was
-    /// ever read and a configuration that names nothing is assumed.
-    pub kept_last: bool,
-}
 
 /// The kubelet as a pass read it.
 #[derive(Clone, Copy, Debug, Default)]

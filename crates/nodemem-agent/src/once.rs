@@ -109,7 +109,7 @@ fn health_now(
         .iter()
         .filter(|p| p.admission == nodemem_model::node::Admission::Managed)
         .map(|p| p.path.as_str());
-    let readings = engine.read_signals(managed);
+    let readings = crate::health::read_signals(engine.cgroup_fs(), managed);
     let mut baseline = crate::health::Baseline::default();
     let signals = baseline.update(&inputs.revision, &readings);
     let v = crate::health::verdict(

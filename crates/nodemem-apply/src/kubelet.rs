@@ -24,6 +24,18 @@ use crate::state::write_atomically;
 use command_line::{flag_settings, FlagError, K3sFiles, KubeletCommandLine, KubeletHost};
 pub use process::{find_kubelet, kubelet_started_at, KubeletProcess};
 
+/// Why the kubelet's configuration could not be read, and what stands in for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletUnread {
+    /// The condition reason.
+    pub reason: &'static str,
+    pub message: String,
+    /// What the agent read last is kept (a file changed since the kubelet started may
+    /// be unreadable while the kubelet still runs what it read); otherwise nothing was
+    /// ever read and a configuration that names nothing is assumed.
+    pub kept_last: bool,
+}
+
 /// Where the kubelet's configuration is read.
 #[derive(Clone, Debug)]
 pub enum KubeletSource {

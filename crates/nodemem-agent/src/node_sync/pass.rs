@@ -380,10 +380,12 @@ impl Passes {
                 .iter()
                 .filter(|p| p.admission == Admission::Managed)
         };
-        let readings = engine.read_signals(managed().map(|p| p.path.as_str()));
+        let readings =
+            crate::health::read_signals(engine.cgroup_fs(), managed().map(|p| p.path.as_str()));
         let current_full = crate::health::current_full(readings.values());
         let containers = if self.metrics.wants_containers() {
-            engine.read_signals(
+            crate::health::read_signals(
+                engine.cgroup_fs(),
                 managed()
                     .flat_map(|p| &p.containers)
                     .filter_map(|c| c.path.as_deref()),
