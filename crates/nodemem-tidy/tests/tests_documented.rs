@@ -1,6 +1,7 @@
-//! TESTING.md gives the control-plane tier one test a line, named `file::test` as
-//! cargo lists it: every test of `crates/nodemem-e2e/tests/apiserver/` is there, so a
-//! reader finds what a test checks and a new test cannot land undescribed.
+//! TESTING.md gives the control-plane and real-kernel tiers one test a line, named
+//! `file::test` as cargo lists it: every test of `crates/nodemem-e2e/tests/apiserver/`,
+//! `vm_kernel.rs` and `vm_agent.rs` is there, so a reader finds what a test checks and
+//! a new test cannot land undescribed.
 
 use std::collections::BTreeSet;
 
@@ -9,12 +10,16 @@ use nodemem_tidy::repo_root;
 /// `file::test` for each test function of one test directory (an attribute line
 /// `#[test]` or `#[tokio::test...]`, then the first `fn` after it).
 fn tests_in(dir: &str) -> BTreeSet<String> {
+    let files = std::fs::read_dir(repo_root().join(dir))
+        .expect(dir)
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"));
+    tests_of(files)
+}
+
+fn tests_of(files: impl Iterator<Item = std::path::PathBuf>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for entry in std::fs::read_dir(repo_root().join(dir)).expect(dir) {
-        let path = entry.expect("a directory entry").path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    for path in files {
         let file = path.file_stem().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(&path).expect("a test file");
         found.extend(
@@ -24,6 +29,15 @@ fn tests_in(dir: &str) -> BTreeSet<String> {
         );
     }
     found
+}
+
+/// The tests of `tests` TESTING.md names no line for.
+fn undescribed(tests: &BTreeSet<String>) -> Vec<&String> {
+    let testing = std::fs::read_to_string(repo_root().join("TESTING.md")).expect("TESTING.md");
+    tests
+        .iter()
+        .filter(|t| !testing.contains(&format!("`{t}`")))
+        .collect()
 }
 
 fn test_names(text: &str) -> Vec<String> {
@@ -48,16 +62,28 @@ fn test_names(text: &str) -> Vec<String> {
 
 #[test]
 fn every_control_plane_test_has_its_line_in_testing_md() {
-    let testing = std::fs::read_to_string(repo_root().join("TESTING.md")).expect("TESTING.md");
     let tests = tests_in("crates/nodemem-e2e/tests/apiserver");
     assert!(tests.len() >= 40, "{tests:?}");
-    let missing: Vec<&String> = tests
-        .iter()
-        .filter(|t| !testing.contains(&format!("`{t}`")))
-        .collect();
+    let missing = undescribed(&tests);
     assert!(
         missing.is_empty(),
         "TESTING.md's control plane section names no line for {missing:?}"
+    );
+}
+
+#[test]
+fn every_real_kernel_test_has_its_line_in_testing_md() {
+    let dir = repo_root().join("crates/nodemem-e2e/tests");
+    let tests = tests_of(
+        ["vm_kernel.rs", "vm_agent.rs"]
+            .into_iter()
+            .map(|f| dir.join(f)),
+    );
+    assert!(tests.len() >= 5, "{tests:?}");
+    let missing = undescribed(&tests);
+    assert!(
+        missing.is_empty(),
+        "TESTING.md's real kernel section names no line for {missing:?}"
     );
 }
 
