@@ -1097,7 +1097,10 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     assert!(!events.trim().is_empty(), "no RollbackRequested event");
 
     // The ready text's "break a node": a new revision, then OOM kills written into
-    // general-2's pods while it updates stop the rollout (failurePolicy: Pause).
+    // general-2's pods while it updates stop the rollout (failurePolicy: Pause). The
+    // revision waits 20 s on each node instead of the 5 s set above: general-2 must
+    // not count as ready before the break lands (on a loaded machine a few kubectl
+    // calls took longer than 5 s, and general-3 moved before the failure was seen).
     let break_command = sandbox.printed("    for f in ");
     let break_command = format!("for f in {break_command}");
     shell.kubectl(&[
@@ -1107,13 +1110,13 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         "--type",
         "merge",
         "-p",
-        r#"{"spec":{"memoryQoS":{"throttlingFactor":0.75}}}"#,
+        r#"{"spec":{"memoryQoS":{"throttlingFactor":0.75},"rollout":{"minReadySeconds":20}}}"#,
     ]);
     let third = wait_until("a third revision", Duration::from_secs(30), || {
         let r = shell.kubectl(&["get", "nmp", "general", "-o", "jsonpath={.status.revision}"]);
         (r != first_revision && r != new_revision && !r.is_empty()).then_some(r)
     });
-    wait_until("general-2 to update", Duration::from_secs(90), || {
+    wait_until("general-2 to update", Duration::from_secs(150), || {
         let r = shell.kubectl(&["get", "nmc", "general-2", "-o", "jsonpath={.spec.revision}"]);
         (r == third).then_some(())
     });
