@@ -31,15 +31,6 @@ fn tests_of(files: impl Iterator<Item = std::path::PathBuf>) -> BTreeSet<String>
     found
 }
 
-/// The tests of `tests` TESTING.md names no line for.
-fn undescribed(tests: &BTreeSet<String>) -> Vec<&String> {
-    let testing = std::fs::read_to_string(repo_root().join("TESTING.md")).expect("TESTING.md");
-    tests
-        .iter()
-        .filter(|t| !testing.contains(&format!("`{t}`")))
-        .collect()
-}
-
 fn test_names(text: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut after_attribute = false;
@@ -60,31 +51,35 @@ fn test_names(text: &str) -> Vec<String> {
     names
 }
 
-#[test]
-fn every_control_plane_test_has_its_line_in_testing_md() {
-    let tests = tests_in("crates/nodemem-e2e/tests/apiserver");
-    assert!(tests.len() >= 40, "{tests:?}");
-    let missing = undescribed(&tests);
+/// Every one of `tests` (at least `least` of them, so that a reader that finds none
+/// fails) has its line in TESTING.md's `section`.
+fn all_described(tests: BTreeSet<String>, least: usize, section: &str) {
+    assert!(tests.len() >= least, "{tests:?}");
+    let testing = std::fs::read_to_string(repo_root().join("TESTING.md")).expect("TESTING.md");
+    let missing: Vec<&String> = tests
+        .iter()
+        .filter(|t| !testing.contains(&format!("`{t}`")))
+        .collect();
     assert!(
         missing.is_empty(),
-        "TESTING.md's control plane section names no line for {missing:?}"
+        "TESTING.md's {section} section names no line for {missing:?}"
+    );
+}
+
+#[test]
+fn every_control_plane_test_has_its_line_in_testing_md() {
+    all_described(
+        tests_in("crates/nodemem-e2e/tests/apiserver"),
+        40,
+        "control plane",
     );
 }
 
 #[test]
 fn every_real_kernel_test_has_its_line_in_testing_md() {
     let dir = repo_root().join("crates/nodemem-e2e/tests");
-    let tests = tests_of(
-        ["vm_kernel.rs", "vm_agent.rs"]
-            .into_iter()
-            .map(|f| dir.join(f)),
-    );
-    assert!(tests.len() >= 5, "{tests:?}");
-    let missing = undescribed(&tests);
-    assert!(
-        missing.is_empty(),
-        "TESTING.md's real kernel section names no line for {missing:?}"
-    );
+    let files = ["vm_kernel.rs", "vm_agent.rs"].map(|f| dir.join(f));
+    all_described(tests_of(files.into_iter()), 5, "real kernel");
 }
 
 #[test]
