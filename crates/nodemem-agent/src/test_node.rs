@@ -71,3 +71,12 @@ pub fn path_of(desired: &DesiredNode<'_>, name: &str) -> String {
         .and_then(|p| p.containers[0].path.clone())
         .unwrap()
 }
+
+/// What new containers are created with on a node of one Burstable pod `web` (uid-web,
+/// container `app`, not started yet) at factor 0.5: the NRI plugin's tests.
+pub fn web_creation_table() -> nodemem_model::creation::CreationTable {
+    let pods = [burstable("web", "ignored")];
+    let s = settings(0.5, ReservationPolicy::TieredReservation);
+    let f = facts();
+    nodemem_model::creation::CreationTable::of(&desired(&s, &f, &pods), &[])
+}

@@ -127,20 +127,15 @@ mod tests {
     use std::time::Instant;
 
     use nodemem_model::creation::CreationTable;
-    use nodemem_model::memory_qos::ReservationPolicy;
     use nodemem_testkit::nri_runtime::NriRuntime;
     use serde_json::json;
 
     use super::*;
     use crate::nri::NriMode;
-    use crate::test_node::{burstable, desired, facts, settings};
 
     /// A table with the Burstable pod `web` (uid-web, container `app`).
     fn table() -> Arc<CreationTable> {
-        let pods = [burstable("web", "ignored")];
-        let s = settings(0.5, ReservationPolicy::TieredReservation);
-        let f = facts();
-        Arc::new(CreationTable::of(&desired(&s, &f, &pods), &[]))
+        Arc::new(crate::test_node::web_creation_table())
     }
 
     /// The agent's loop runs a pass that does not yield for longer than the runtime

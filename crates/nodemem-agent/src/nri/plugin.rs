@@ -303,11 +303,9 @@ pub fn kept(update: &LinuxResources, ours: &ContainerCreation) -> Option<LinuxRe
 mod tests {
     use std::collections::BTreeMap;
 
-    use nodemem_model::memory_qos::ReservationPolicy;
     use nodemem_nri::api::{Container, PodSandbox};
 
     use super::*;
-    use crate::test_node::{burstable, desired, facts, settings};
 
     fn plugin() -> (
         NodememPlugin,
@@ -344,10 +342,7 @@ mod tests {
 
     /// The node's table with one Burstable pod `web` (not started yet).
     fn table() -> CreationTable {
-        let pods = [burstable("web", "ignored")];
-        let s = settings(0.5, ReservationPolicy::TieredReservation);
-        let f = facts();
-        CreationTable::of(&desired(&s, &f, &pods), &[])
+        crate::test_node::web_creation_table()
     }
 
     #[tokio::test]
