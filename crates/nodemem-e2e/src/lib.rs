@@ -26,11 +26,16 @@ fn build_nodemem() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // The whole workspace, as `make build` builds it: the binary then has the
     // dependencies' features the other tiers' builds use, and nothing is built twice.
-    let status = std::process::Command::new(cargo)
+    let mut build = std::process::Command::new(cargo);
+    build
         .args(["build", "--workspace", "--bins", "--locked"])
-        .current_dir(repo_root())
-        .status()
-        .expect("cargo runs");
+        .current_dir(repo_root());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_this_test) {
+            build.env_remove(name);
+        }
+    }
+    let status = build.status().expect("cargo runs");
     assert!(status.success(), "cargo build of the nodemem binary failed");
     // The test executable is target/<profile>/deps/<name>: the binary is two up.
     let exe = std::env::current_exe().expect("the test executable's path");
@@ -41,6 +46,23 @@ fn build_nodemem() -> PathBuf {
     let binary = profile_dir.join("nodemem");
     assert!(binary.exists(), "{} after the build", binary.display());
     binary
+}
+
+/// Whether `name` is a variable cargo sets for the test process it runs (the package's
+/// name, version and manifest). Build scripts watch some of them (ring's, through the
+/// `cc` crate, reruns when `CARGO_PKG_NAME` or `CARGO_MANIFEST_DIR` changes), so a
+/// nested build that inherits them rebuilt ring and everything above it (rustls,
+/// kube-client, every nodemem crate), and the next `make` target rebuilt them back:
+/// about a minute each way per tier.
+fn set_by_cargo_for_this_test(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+    ];
+    const NAMES: &[&str] = &["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
 }
 
 /// Polls `check` every `every` until it gives a value; None once `timeout` passed.
@@ -117,6 +139,29 @@ mod tests {
             async || None::<u32>,
         )
         .await;
+    }
+
+    #[test]
+    fn the_nested_build_drops_what_cargo_set_for_this_test_and_keeps_the_rest() {
+        // cargo sets these for this very process, as for every tier's.
+        for name in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_VERSION_MAJOR",
+        ] {
+            assert!(std::env::var_os(name).is_some(), "{name} under cargo test");
+            assert!(set_by_cargo_for_this_test(name), "{name}");
+        }
+        for kept in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "CARGO_NET_OFFLINE",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_this_test(kept), "{kept}");
+        }
     }
 
     #[test]
