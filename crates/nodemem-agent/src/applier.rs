@@ -228,9 +228,9 @@ pub struct ApplierConfig {
     /// it shows is the agent's own, which the kernel does not let it write
     /// (`nodemem_cgroup::own`).
     pub own_cgroup_mount: std::path::PathBuf,
-    /// Where the host's /run is mounted (its D-Bus and systemd sockets), to set values
-    /// as unit properties on a systemd-driver node; None: files only.
-    pub systemd_run: Option<std::path::PathBuf>,
+    /// Whether the values are set as unit properties too on a systemd-driver node (the
+    /// agent reaches systemd's bus): each pass then leaves a [`UnitHandoff`].
+    pub systemd_units: bool,
 }
 
 /// The node's kubelet enforces some of what nodemem would write; under
@@ -318,10 +318,11 @@ pub struct NodeApplier {
     discovery: Discovery,
     state: StateDir,
     owned: Ownership,
-    /// systemd's record of the units nodemem writes (systemd-driver nodes).
-    units: Option<crate::units::UnitHolder>,
-    /// What the last pass leaves for systemd's record, until `hold_in_systemd` sends it.
-    unit_values: Option<UnitValues>,
+    /// Whether passes leave values for systemd's record of the units (a systemd-driver
+    /// node whose systemd the agent reaches).
+    holds_units: bool,
+    /// What the passes leave for systemd's record, until [`NodeApplier::take_unit_handoff`].
+    unit_handoff: Option<UnitHandoff>,
     /// The state records this engine could not trust, in the order found.
     recoveries: Vec<Recovery>,
     /// The record of what nodemem owns was lost at start: the first whole-node pass
@@ -338,11 +339,18 @@ pub struct NodeApplier {
     overridden: Vec<Overridden>,
 }
 
-/// The values a pass holds in slices and scopes, and with a whole-node pass the cgroups
-/// on the node (units outside it are forgotten).
-struct UnitValues {
-    held: BTreeMap<String, BTreeMap<UnitProperty, UnitValue>>,
-    live: Option<BTreeSet<String>>,
+/// What passes leave for systemd's record of the units, for the agent to send: on a
+/// systemd-driver node systemd's re-applies write its record of a slice or scope into
+/// the cgroup, so nodemem's values must be in that record too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnitHandoff {
+    /// The files the passes wrote (cgroup, file) since the last handoff: each may have
+    /// been changed through systemd meanwhile, whose record of it is then told again.
+    pub rewritten: Vec<(String, String)>,
+    /// The values the last pass holds in slices and scopes (set, kept or given back).
+    pub held: BTreeMap<String, BTreeMap<UnitProperty, UnitValue>>,
+    /// With a whole-node pass, the cgroups on the node (units outside it are forgotten).
+    pub live: Option<BTreeSet<String>>,
 }
 
 impl NodeApplier {
@@ -392,15 +400,10 @@ impl NodeApplier {
         if let Some(own) = &own_cgroup {
             tracing::info!(cgroup = %own, "the agent's own container cgroup is left to its runtime: the kernel refuses writes to a cgroup namespace's root from inside it");
         }
-        let units = match (&config.systemd_run, discovery.cgroup_driver) {
-            (Some(run), CgroupDriver::Systemd) => Some(crate::units::UnitHolder::new(
-                nodemem_systemd::BusAddress::host(run).to_vec(),
-            )),
-            _ => None,
-        };
+        let holds_units = config.systemd_units && discovery.cgroup_driver == CgroupDriver::Systemd;
         Ok(NodeApplier {
-            units,
-            unit_values: None,
+            holds_units,
+            unit_handoff: None,
             own_cgroup,
             kubelet_files: config.kubelet.clone(),
             kubelet: None,
@@ -671,12 +674,13 @@ impl NodeApplier {
             &mut |owned: &Ownership| save_record(state, saved_owned, owned),
         )
         .map_err(ApplyError::RecordNotSaved)?;
-        if let Some(units) = self.units.as_mut().filter(|_| !dry_run) {
-            units.rewritten(
+        if self.holds_units && !dry_run {
+            let handoff = self.unit_handoff.get_or_insert_with(UnitHandoff::default);
+            handoff.rewritten.extend(
                 report
                     .applied
                     .iter()
-                    .map(|w| (w.cgroup.as_str(), w.file.as_str())),
+                    .map(|w| (w.cgroup.clone(), w.file.clone())),
             );
             // The cgroups the pass covered, as apply_within limited them.
             cgroups.retain(|c| reached.as_ref().is_none_or(|s| s.contains(c.path)));
@@ -692,12 +696,10 @@ impl NodeApplier {
                         .iter()
                         .map(|d| (d.cgroup.as_str(), d.file.as_str())),
                 );
-            self.unit_values = Some(UnitValues {
-                held: held_values(&cgroups, &self.owned, &report.applied, not_applied),
-                live: reached
-                    .is_none()
-                    .then(|| cgroups.iter().map(|c| c.path.to_string()).collect()),
-            });
+            handoff.held = held_values(&cgroups, &self.owned, &report.applied, not_applied);
+            handoff.live = reached
+                .is_none()
+                .then(|| cgroups.iter().map(|c| c.path.to_string()).collect());
         }
         self.manager = desired
             .memory_manager
@@ -708,18 +710,18 @@ impl NodeApplier {
             self.overridden.extend(overridden);
             self.save_state(&desired, static_policy)?;
         }
-        nodemem_plumbing::allocator::release_free_memory();
         Ok((desired, report))
     }
 
-    /// After a pass, on a systemd-driver node: the values nodemem holds in the slices
-    /// and scopes the pass covered (set, kept or given back) go to systemd's record of
-    /// each unit, so that systemd's re-applies write them again instead of its own.
-    /// None without systemd, or when no pass left anything to send.
-    pub async fn hold_in_systemd(&mut self) -> Option<crate::units::HoldOutcome> {
-        let units = self.units.as_mut()?;
-        let UnitValues { held, live } = self.unit_values.take()?;
-        Some(units.hold(&held, live.as_ref()).await)
+    /// Whether passes leave values for systemd's record of the units.
+    pub fn holds_units(&self) -> bool {
+        self.holds_units
+    }
+
+    /// What the passes since the last call leave for systemd's record of the units;
+    /// None when nodemem does not hold values in units or no pass wrote since.
+    pub fn take_unit_handoff(&mut self) -> Option<UnitHandoff> {
+        self.unit_handoff.take()
     }
 
     /// What the node computation says for `settings`, without applying anything: under
@@ -978,17 +980,20 @@ fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<()
 mod tests {
     use super::*;
 
-    /// An agent killed after answering CreateContainer and before the container
-    /// started: the restarted agent finds the runtime's value equal to its own and
-    /// writes nothing, yet leaving the policy gives the value back.
-    #[test]
-    fn values_set_at_creation_are_given_back_after_a_restart_before_the_start() {
-        use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
-        use nodemem_model::qos::QosClass;
+    /// A node of `driver` in a temporary directory: its cgroup tree (kubepods and its
+    /// QoS cgroups), the kernel's release, a kubelet configuration naming nothing, and
+    /// the engine's configuration for it.
+    fn temp_node(
+        driver: CgroupDriver,
+        systemd_units: bool,
+    ) -> (
+        tempfile::TempDir,
+        nodemem_testkit::cgroup_tree::CgroupTree,
+        ApplierConfig,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("cgroup");
         std::fs::create_dir(&root).unwrap();
-        let driver = CgroupDriver::Cgroupfs;
         let tree = nodemem_testkit::cgroup_tree::CgroupTree::at(&root, driver, 1).unwrap();
         let write = |path: std::path::PathBuf, text: &str| {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1001,7 +1006,7 @@ mod tests {
         );
         let config = ApplierConfig {
             roots: Roots {
-                cgroup: root.clone(),
+                cgroup: root,
                 sys: dir.path().join("sys"),
                 proc: dir.path().join("proc"),
             },
@@ -1010,8 +1015,29 @@ mod tests {
             topology_scope: Scope::Container,
             kubelet: KubeletFiles::given(dir.path().join("kubelet/config.yaml"), None),
             own_cgroup_mount: dir.path().join("own"),
-            systemd_run: None,
+            systemd_units,
         };
+        (dir, tree, config)
+    }
+
+    fn node_of_8gi() -> NodeStatusFacts {
+        NodeStatusFacts {
+            allocatable_memory: Some(8 << 30),
+            capacity_memory: None,
+            kubelet_version: None,
+            architecture: None,
+        }
+    }
+
+    /// An agent killed after answering CreateContainer and before the container
+    /// started: the restarted agent finds the runtime's value equal to its own and
+    /// writes nothing, yet leaving the policy gives the value back.
+    #[test]
+    fn values_set_at_creation_are_given_back_after_a_restart_before_the_start() {
+        use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
+        use nodemem_model::qos::QosClass;
+        let driver = CgroupDriver::Cgroupfs;
+        let (_dir, tree, config) = temp_node(driver, false);
         tree.add_pod(QosClass::Burstable, "uid-a", &[]).unwrap();
         let id = ContainerId {
             runtime: ContainerRuntime::Containerd,
@@ -1029,20 +1055,95 @@ mod tests {
         std::fs::write(cgroup.join("memory.high"), "167772160").unwrap();
 
         let mut engine = NodeApplier::open(&config).unwrap();
-        let node = NodeStatusFacts {
-            allocatable_memory: Some(8 << 30),
-            capacity_memory: None,
-            kubelet_version: None,
-            architecture: None,
-        };
         let (_, report) = engine
-            .apply(&off(), &node, &[], WriteMode::Write, Reach::Node)
+            .apply(&off(), &node_of_8gi(), &[], WriteMode::Write, Reach::Node)
             .unwrap();
         assert_eq!(
             std::fs::read_to_string(cgroup.join("memory.high")).unwrap(),
             "max",
             "{report:?}"
         );
+    }
+
+    /// On a systemd-driver node whose systemd the agent reaches, a pass leaves the files
+    /// it wrote and the values it holds in slices and scopes for systemd's record, once;
+    /// a dry run leaves nothing, and neither does a node without systemd's units.
+    #[test]
+    fn a_pass_leaves_its_unit_values_for_systemd_once() {
+        use nodemem_model::memory_qos::ReservationPolicy;
+        use nodemem_model::qos::QosClass;
+        let (_dir, tree, config) = temp_node(CgroupDriver::Systemd, true);
+        let id = "c1".repeat(32);
+        tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
+            .unwrap();
+        let pods = [crate::test_node::burstable("web", &id)];
+        let settings = crate::test_node::settings(0.5, ReservationPolicy::TieredReservation);
+        let mut engine = NodeApplier::open(&config).unwrap();
+        assert!(engine.holds_units());
+        let (desired, report) = engine
+            .apply(
+                &settings,
+                &node_of_8gi(),
+                &pods,
+                WriteMode::DryRun,
+                Reach::Node,
+            )
+            .unwrap();
+        assert!(
+            report.applied.is_empty() && !report.planned.is_empty(),
+            "{report:?}"
+        );
+        assert_eq!(engine.take_unit_handoff(), None, "a dry run wrote nothing");
+
+        let (_, report) = engine
+            .apply(
+                &settings,
+                &node_of_8gi(),
+                &pods,
+                WriteMode::Write,
+                Reach::Node,
+            )
+            .unwrap();
+        let handoff = engine.take_unit_handoff().expect("the pass wrote");
+        let written: Vec<(String, String)> = report
+            .applied
+            .iter()
+            .map(|w| (w.cgroup.clone(), w.file.clone()))
+            .collect();
+        assert_eq!(handoff.rewritten, written);
+        let container = crate::test_node::path_of(&desired, "web");
+        assert!(container.ends_with(".scope"), "{container}");
+        let held = &handoff.held[&container];
+        assert_eq!(
+            held.get(&UnitProperty::MemoryHigh),
+            Some(&UnitValue::Bytes(160 << 20)),
+            "{held:?}"
+        );
+        let live = handoff
+            .live
+            .expect("a whole-node pass names the node's cgroups");
+        assert!(live.contains(&container), "{live:?}");
+        assert_eq!(engine.take_unit_handoff(), None, "taken once");
+
+        // A second pass writes nothing: what it holds is still handed over, without
+        // rewritten files.
+        engine
+            .apply(
+                &settings,
+                &node_of_8gi(),
+                &pods,
+                WriteMode::Write,
+                Reach::Node,
+            )
+            .unwrap();
+        let again = engine.take_unit_handoff().expect("held values");
+        assert!(again.rewritten.is_empty(), "{again:?}");
+        assert_eq!(again.held, handoff.held);
+
+        let (_dir, _, files_only) = temp_node(CgroupDriver::Systemd, false);
+        assert!(!NodeApplier::open(&files_only).unwrap().holds_units());
+        let (_dir, _, cgroupfs) = temp_node(CgroupDriver::Cgroupfs, true);
+        assert!(!NodeApplier::open(&cgroupfs).unwrap().holds_units());
     }
 
     #[test]

@@ -99,6 +99,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     agent.observe_every =
         (args.observe_seconds > 0).then(|| std::time::Duration::from_secs(args.observe_seconds));
     agent.status_refresh = std::time::Duration::from_secs(args.status_refresh_seconds);
+    if let Some(run) = &args.systemd_run_dir {
+        agent.systemd = nodemem_systemd::BusAddress::host(run).to_vec();
+    }
     // With --nri=on the runtime names each container itself: its records are not read.
     if args.nri != nri::NriMode::On {
         agent.runtime_records = runtime_record::RuntimeRecords {

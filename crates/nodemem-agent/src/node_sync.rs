@@ -44,6 +44,7 @@ use crate::nri::plugin::NodememPlugin;
 use crate::nri::{NriMode, NriNews, NriState};
 use crate::relief::Relief;
 use crate::status_writer::StatusWriter;
+use crate::units::UnitHolder;
 use announce::Announcer;
 use batch::{Batch, Update, Watches};
 use nodemem_api::conditions::condition;
@@ -88,6 +89,9 @@ pub struct NodeSync {
     pub status_refresh: Duration,
     /// The runtime's NRI socket: new containers created with nodemem's values.
     pub nri: crate::nri::NriConfig,
+    /// systemd's bus on the host (`--systemd-run-dir`): on a systemd-driver node the
+    /// values are set as unit properties too. Empty: files only.
+    pub systemd: Vec<nodemem_systemd::BusAddress>,
 }
 
 /// What the loop keeps between batches.
@@ -123,6 +127,7 @@ impl NodeSync {
             observe_every: Some(Duration::from_secs(10)),
             status_refresh: Duration::from_secs(30),
             nri: Default::default(),
+            systemd: Vec::new(),
         }
     }
 
@@ -140,7 +145,13 @@ impl NodeSync {
         );
         let engine = self.open_engine(&client).await;
         let kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
-        let mut writers = Writers { engine, kubelet };
+        let units = (engine.holds_units() && !self.systemd.is_empty())
+            .then(|| UnitHolder::new(self.systemd.clone()));
+        let mut writers = Writers {
+            engine,
+            kubelet,
+            units,
+        };
         let (relief, fired) = Relief::new();
         let announcer = Announcer::new(Some(recorder), self.metrics.clone());
         let (nri, nri_news) = self.start_nri();
@@ -227,6 +238,8 @@ impl NodeSync {
                 .map(|(_, s)| s),
         };
         let written = passes.pass(writers, &input, &next, status_out).await;
+        // What the pass computed and freed goes back to the kernel.
+        nodemem_plumbing::allocator::release_free_memory();
         if let Some(at) = next.reaction_since {
             self.metrics.reaction(at.elapsed().as_secs_f64());
         }
@@ -367,7 +380,8 @@ impl NodeSync {
                         Reach::Node,
                     ) {
                         Ok((_, report)) => {
-                            passes.hold_in_systemd(engine).await;
+                            nodemem_plumbing::allocator::release_free_memory();
+                            passes.hold_in_systemd(writers).await;
                             self.metrics.pass(Trigger::Start, 0.0);
                             info!(
                                 revision = %last.revision,

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use nodemem_apply::units::{UnitProperty, UnitRecords, UnitUpdate, UnitValue};
 use nodemem_systemd::{BusAddress, PropertyValue, Systemd, UnitProperties};
+
+use crate::applier::UnitHandoff;
 use tracing::{debug, warn};
 
 /// How often an unreachable systemd is tried again.
@@ -63,6 +65,18 @@ impl UnitHolder {
             }
         }
         self.systemd.as_ref()
+    }
+
+    /// What the engine's passes left for systemd's record: the files they wrote, then
+    /// the values held.
+    pub async fn take_over(&mut self, handoff: &UnitHandoff) -> HoldOutcome {
+        self.rewritten(
+            handoff
+                .rewritten
+                .iter()
+                .map(|(c, f)| (c.as_str(), f.as_str())),
+        );
+        self.hold(&handoff.held, handoff.live.as_ref()).await
     }
 
     /// The files a pass wrote: each may have been changed through systemd, whose

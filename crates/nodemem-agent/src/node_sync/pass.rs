@@ -26,10 +26,13 @@ use crate::relief::Relief;
 use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
 use crate::status_writer::StatusWriter;
 
-/// The node's two writers: the cgroup engine and the kubelet's configuration.
+/// The node's writers: the cgroup engine, the kubelet's configuration, and systemd's
+/// record of the units the engine writes (systemd-driver nodes whose systemd the agent
+/// reaches).
 pub struct Writers {
     pub engine: NodeApplier,
     pub kubelet: KubeletMode,
+    pub units: Option<crate::units::UnitHolder>,
 }
 
 /// What a pass reads: the index, the pods computed from it, and the last status sent
@@ -210,7 +213,7 @@ impl Passes {
             Ok((_, report)) => {
                 // systemd's record is given back too, or its next re-apply would put
                 // nodemem's values back.
-                self.hold_in_systemd(&mut writers.engine).await;
+                self.hold_in_systemd(writers).await;
                 if !report.applied.is_empty() {
                     info!(
                         restored = report.applied.len(),
@@ -270,7 +273,7 @@ impl Passes {
         self.record_writes(pass, desired, report);
         self.report_overridden(&mut writers.engine, desired).await;
         self.publish_creation(Some(settings), Some(desired), &writers.engine);
-        self.hold_in_systemd(&mut writers.engine).await;
+        self.hold_in_systemd(writers).await;
         let engine = &mut writers.engine;
         let conflict = engine.conflict().cloned();
         let (kubelet_settings, kubelet_unread) = engine.kubelet_read();
@@ -510,9 +513,13 @@ impl Passes {
         self.announcer.relief_events(&decisions).await;
     }
 
-    /// systemd's record of the units the pass wrote (systemd-driver nodes), counted.
-    pub async fn hold_in_systemd(&self, engine: &mut NodeApplier) {
-        if let Some(held) = engine.hold_in_systemd().await {
+    /// systemd's record of the units the passes wrote (systemd-driver nodes), counted.
+    pub async fn hold_in_systemd(&self, writers: &mut Writers) {
+        let Some(units) = writers.units.as_mut() else {
+            return;
+        };
+        if let Some(handoff) = writers.engine.take_unit_handoff() {
+            let held = units.take_over(&handoff).await;
             self.metrics.unit_updates(&held);
         }
     }
