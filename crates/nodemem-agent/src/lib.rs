@@ -1,12 +1,12 @@
 //! The node agent (`nodemem agent`): it enforces its node's NodeMemoryConfig on the
 //! node's cgroup v2 tree (or renders a kubelet drop-in under `enforcement: Kubelet`)
 //! and reports back. `--once` computes and applies one node from files (no
-//! apiserver); the in-cluster mode builds on the same applier.
+//! apiserver); the in-cluster mode builds on the same applier
+//! (`nodemem_apply::applier`, which has no client and no runtime).
 //!
 //! * [`args`]: the command line.
-//! * [`applier`]: one node's computation and apply, over `nodemem_apply` (no client).
 //! * [`node_sync`]: the in-cluster agent: watches feed `nodemem_api::node_index`, passes
-//!   run the applier, [`status`] and [`health`] report, [`metrics`] count.
+//!   call the applier once each, [`status`] and [`health`] report, [`metrics`] count.
 //! * [`kubelet_mode`]: `enforcement: Kubelet` (the drop-in, the restart, the state).
 //! * [`units`]: systemd's record of the slices and scopes nodemem writes, kept in step
 //!   over D-Bus (systemd-driver nodes).
@@ -20,7 +20,6 @@
 //!   nodemem's values.
 //! * [`once`] and `output`: `--once` from files, and what it prints.
 
-pub mod applier;
 pub mod args;
 pub mod cgroup_events;
 mod crd_skew;

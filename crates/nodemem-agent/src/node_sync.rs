@@ -34,9 +34,6 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::applier::{
-    cgroup_settings, ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction, WriteMode,
-};
 use crate::cgroup_events::{watch_cgroups, CgroupWatchError};
 use crate::kubelet_mode::{KubeletMode, KubeletModeConfig};
 use crate::metrics::{self, Metrics, Trigger};
@@ -48,6 +45,9 @@ use crate::units::UnitHolder;
 use announce::Announcer;
 use batch::{Batch, Update, Watches};
 use nodemem_api::conditions::condition;
+use nodemem_apply::applier::{
+    cgroup_settings, ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction, WriteMode,
+};
 use pass::{NriLink, PassInput, Passes, Writers};
 
 /// The field manager of everything the agent writes.

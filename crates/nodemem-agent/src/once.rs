@@ -19,9 +19,9 @@ use nodemem_cgroup::{check_identifier, Roots};
 use nodemem_model::node::NodePod;
 use nodemem_model::policy::PolicySettings;
 
-use crate::applier::{ApplierConfig, ApplyError, Category, NodeApplier, Reach, WriteMode};
 use crate::args::{AgentArgs, DriverArg};
 use crate::output::{render, OnceOutput};
+use nodemem_apply::applier::{ApplierConfig, ApplyError, Category, NodeApplier, Reach, WriteMode};
 use nodemem_plumbing::manifests::{check_settings, read_documents, typed, typed_kind, Document};
 use nodemem_plumbing::CliError;
 use nodemem_plumbing::Outcome;

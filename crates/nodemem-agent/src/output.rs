@@ -48,7 +48,7 @@ impl OnceOutput {
         node: &str,
         config: &str,
         revision: &str,
-        mode: crate::applier::WriteMode,
+        mode: nodemem_apply::applier::WriteMode,
         desired: &DesiredNode,
         report: &ApplyReport,
     ) -> Self {
@@ -56,8 +56,8 @@ impl OnceOutput {
             node: node.to_string(),
             config: config.to_string(),
             revision: revision.to_string(),
-            dry_run: mode == crate::applier::WriteMode::DryRun,
-            writes: if mode == crate::applier::WriteMode::DryRun {
+            dry_run: mode == nodemem_apply::applier::WriteMode::DryRun,
+            writes: if mode == nodemem_apply::applier::WriteMode::DryRun {
                 report.planned.clone()
             } else {
                 report.applied.clone()

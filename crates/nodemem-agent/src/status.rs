@@ -13,10 +13,11 @@ use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::node::DesiredNode;
 use nodemem_model::Warning;
 
-use crate::applier::{ApplyError, KubeletConflict, Recovery};
 use crate::health::Verdict;
 use crate::kubelet_mode::KubeletOutcome;
 use crate::kubelet_status::KubeletRead;
+use nodemem_apply::applier::{ApplyError, Recovery};
+use nodemem_apply::kubelet::conflict::KubeletConflict;
 
 /// What a pass ended with.
 pub enum PassOutcome<'a, 'p> {
@@ -615,7 +616,7 @@ mod tests {
 
     #[test]
     fn a_rederived_record_outranks_a_rewritten_one_and_the_condition_keeps_its_time() {
-        use crate::applier::{Recovery, RecoveryAction};
+        use nodemem_apply::applier::{Recovery, RecoveryAction};
         let now = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
         let later = Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap());
         let mut s = NodeMemoryConfigStatus::default();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nodemem_apply::units::{UnitProperty, UnitRecords, UnitUpdate, UnitValue};
 use nodemem_systemd::{BusAddress, PropertyValue, Systemd, UnitProperties};
 
-use crate::applier::UnitHandoff;
+use nodemem_apply::applier::UnitHandoff;
 use tracing::{debug, warn};
 
 /// How often an unreachable systemd is tried again.

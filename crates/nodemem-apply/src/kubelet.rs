@@ -8,6 +8,7 @@
 //! ([`KubeletSource::Given`], a node whose kubelet process it cannot see, and tests).
 
 pub mod command_line;
+pub mod conflict;
 pub mod process;
 
 use std::collections::BTreeMap;

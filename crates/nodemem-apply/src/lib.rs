@@ -1,6 +1,10 @@
-//! The node agent's engine, below Kubernetes: from the desired node (computed by
-//! `nodemem_model::node::desired_node`) to the kernel, and what it leaves on disk.
+//! The node's stage from desired state to the kernel, below Kubernetes: from the
+//! desired node (computed by `nodemem_model::node::desired_node`) to the kernel, and
+//! what it leaves on disk. No Kubernetes API crate: it takes the model's facts.
 //!
+//! * [`applier`]: one node's enforcement a pass at a time (discovery, the kubelet's
+//!   settings, the node computation, the writes, the records), what `agent --once`
+//!   and the in-cluster agent both call.
 //! * [`plan`]: pure write planning and ownership (what nodemem set, and what it held
 //!   before).
 //! * [`execute`]: reading what the plan needs and performing its writes.
@@ -14,6 +18,7 @@
 //! * [`units`]: which systemd unit properties must say what nodemem wrote, so that
 //!   systemd's re-applies keep it (systemd-driver nodes).
 
+pub mod applier;
 pub mod apply;
 pub mod backoff;
 pub mod execute;

@@ -65,7 +65,9 @@ fn every_registered_metric_is_documented_and_nothing_else() {
 const SOURCES: &[&str] = &[
     "crates/nodemem-agent/src/status.rs",
     "crates/nodemem-agent/src/health.rs",
-    "crates/nodemem-agent/src/applier.rs",
+    "crates/nodemem-apply/src/applier.rs",
+    "crates/nodemem-apply/src/applier/",
+    "crates/nodemem-apply/src/kubelet/conflict.rs",
     "crates/nodemem-agent/src/node_sync.rs",
     "crates/nodemem-agent/src/node_sync/",
     "crates/nodemem-agent/src/kubelet_mode.rs",

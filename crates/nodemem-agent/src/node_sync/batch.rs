@@ -15,10 +15,10 @@ use nodemem_api::node_index::NodeIndex;
 use nodemem_api::watch_index::{Learned, Watched};
 use nodemem_api::NodeMemoryConfig;
 
-use crate::applier::Reach;
 use crate::cgroup_events::CgroupChanges;
 use crate::metrics::Trigger;
 use crate::nri::NriNews;
+use nodemem_apply::applier::Reach;
 
 /// Watch events of the four kinds, new cgroups and timers, merged into one stream
 /// (boxed: Kubernetes objects are large and of very different sizes).

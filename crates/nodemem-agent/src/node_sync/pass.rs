@@ -16,7 +16,6 @@ use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
 use super::batch::{Batch, NextPass};
-use crate::applier::{cgroup_settings, off, NodeApplier, Reach, WriteMode};
 use crate::health::{verdict, Baseline, Verdict};
 use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
 use crate::metrics::{Metrics, PodSignals, Trigger};
@@ -25,6 +24,7 @@ use crate::observer::Observer;
 use crate::relief::Relief;
 use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
 use crate::status_writer::StatusWriter;
+use nodemem_apply::applier::{cgroup_settings, off, NodeApplier, Reach, WriteMode};
 
 /// The node's writers: the cgroup engine, the kubelet's configuration, and systemd's
 /// record of the units the engine writes (systemd-driver nodes whose systemd the agent
@@ -583,7 +583,7 @@ fn apply_cgroups<'p>(
     engine: &mut NodeApplier,
     pass: &Pass<'p>,
     settings: &PolicySettings,
-) -> Result<(DesiredNode<'p>, ApplyReport), crate::applier::ApplyError> {
+) -> Result<(DesiredNode<'p>, ApplyReport), nodemem_apply::applier::ApplyError> {
     let node = pass.input.index.node();
     let pods = pass.input.pods;
     let (desired, report) = engine.apply(

@@ -1,57 +1,45 @@
 //! One node's enforcement, shared by `agent --once` and the in-cluster agent:
-//! discovery once, then on every change the node computation, the apply engine and the
-//! state directory (what nodemem owns, the Memory Manager's state).
+//! discovery once, then on every pass the node computation, the writes and the state
+//! directory (what nodemem owns, the Memory Manager's state). The agent calls it once a
+//! pass and keeps what is asynchronous (watches, systemd's unit record, health, relief).
+//!
+//! * [`error`]: why a pass did not apply, in a bounded set of categories.
+//! * [`recovery`]: a state record that could not be trusted, and what was done instead.
+//! * [`creation`]: containers created with nodemem's values (NRI) until their cgroup is
+//!   found.
+//! * [`reach`]: what a pass covers.
+//! * the kubelet's conflict is [`crate::kubelet::conflict`], beside its settings.
+
+pub mod creation;
+pub mod error;
+pub mod reach;
+pub mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
-use nodemem_apply::kubelet::{
-    KubeletFileError, KubeletFiles, KubeletSettings, KubeletUnread, OwnDropIn,
-};
-use nodemem_apply::numa_state::{self, NumaStateError};
-use nodemem_apply::state::{StateDir, StateError};
-use nodemem_apply::units::{held_values, UnitProperty, UnitValue};
-use nodemem_apply::{apply_within, ApplyOptions, ApplyReport, Ownership};
-use nodemem_cgroup::discover::{discover, Discovery, DiscoveryError};
+use nodemem_cgroup::discover::{discover, Discovery};
 use nodemem_cgroup::{CgroupFs, Roots};
 use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_model::kubelet_version::KubeletVersion;
-use nodemem_model::kubelet_writes::KubeletQosWrites;
 use nodemem_model::memory_qos::NodeMemoryFacts;
-use nodemem_model::node::{desired_node, DesiredNode, NodeError, NodeFacts, NodeInput, NodePod};
+use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::node_status::NodeStatusFacts;
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
 use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
-use nodemem_model::problem::Problem;
+
+use crate::kubelet::conflict::{kubelet_conflict, KubeletConflict};
+use crate::kubelet::{KubeletFiles, KubeletSettings, KubeletUnread, OwnDropIn};
+use crate::numa_state;
+use crate::state::{StateDir, StateError};
+use crate::units::{held_values, UnitProperty, UnitValue};
+use crate::{apply_within, ApplyOptions, ApplyReport, Ownership};
+use creation::{Creations, Overridden};
+pub use error::{ApplyError, Category, Unsatisfiable};
+pub use reach::Reach;
+use recovery::unix_seconds;
+pub use recovery::{Recovery, RecoveryAction};
 
 const OWNERSHIP_FILE: &str = "ownership.json";
 const OWNERSHIP_KIND: &str = "ownership";
-
-/// The bounded set of reasons a node's settings are not (fully) applied; each names a
-/// condition reason, a metric label and whether retrying can help.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Category {
-    /// The node is not what nodemem needs (cgroup v1, no kubepods).
-    Discovery,
-    /// The settings cannot be carried out on this node (reserved memory on a NUMA node
-    /// it lacks, Static without cpuset, no memory controller).
-    Unsatisfiable,
-    /// The state directory holds a record nodemem cannot trust.
-    State,
-    /// Some writes failed; the rest were applied.
-    WriteFailed,
-}
-
-impl Category {
-    pub fn reason(self) -> &'static str {
-        match self {
-            Category::Discovery => "NodeNotSupported",
-            Category::Unsatisfiable => "CannotSatisfy",
-            Category::State => "StateUnusable",
-            Category::WriteFailed => "WriteFailed",
-        }
-    }
-}
 
 /// Whether a pass writes or only plans (`agent --once --dry-run`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,151 +58,6 @@ impl WriteMode {
     }
 }
 
-/// Why a pass did not apply, with its source kept; [`ApplyError::category`] gives the
-/// condition reason and metric label.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    #[error("discovery: {0}")]
-    Discovery(#[source] DiscoveryError),
-    /// The kubelet's configuration could not be read (its eviction threshold and
-    /// Memory Manager are part of the computation).
-    #[error(transparent)]
-    KubeletFiles(KubeletFileError),
-    #[error(transparent)]
-    State(StateError),
-    /// The record of what the pass would write could not be saved before it: the pass
-    /// stopped before its first write.
-    #[error("{0}; the record of what nodemem would write could not be saved first, so nothing was written (the node keeps its values)")]
-    RecordNotSaved(#[source] StateError),
-    /// The saved Memory Manager state does not fit the node or the settings.
-    #[error(transparent)]
-    MemoryManagerState(NumaStateError),
-    #[error("{}", joined(.0))]
-    Unsatisfiable(Vec<Unsatisfiable>),
-}
-
-/// What the node cannot carry out of its settings.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Unsatisfiable {
-    #[error("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied")]
-    NoMemoryController,
-    #[error("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer")]
-    StaticWithoutCpuset,
-    #[error("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none")]
-    StaticWithoutNuma,
-    #[error("this node cannot satisfy it: {0}")]
-    ReservedMemory(Problem),
-}
-
-impl ApplyError {
-    pub fn category(&self) -> Category {
-        match self {
-            ApplyError::Discovery(_) | ApplyError::KubeletFiles(_) => Category::Discovery,
-            ApplyError::State(_)
-            | ApplyError::RecordNotSaved(_)
-            | ApplyError::MemoryManagerState(_) => Category::State,
-            ApplyError::Unsatisfiable(_) => Category::Unsatisfiable,
-        }
-    }
-
-    /// One line per problem (the CLI prints each on its own).
-    pub fn problems(&self) -> Vec<String> {
-        match self {
-            ApplyError::Unsatisfiable(problems) => {
-                problems.iter().map(ToString::to_string).collect()
-            }
-            other => vec![other.to_string()],
-        }
-    }
-
-    fn reserved_memory(NodeError::ReservedMemory(problems): NodeError) -> Self {
-        ApplyError::Unsatisfiable(
-            problems
-                .into_iter()
-                .map(Unsatisfiable::ReservedMemory)
-                .collect(),
-        )
-    }
-}
-
-fn joined(problems: &[Unsatisfiable]) -> String {
-    problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// A state record the engine could not trust, and what it did instead of stopping
-/// (reported as the `StateRecovered` condition and a Warning Event).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recovery {
-    /// The record's path.
-    pub record: String,
-    /// What was wrong with it.
-    pub problem: String,
-    pub action: RecoveryAction,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RecoveryAction {
-    /// Found at start: set aside, and what nodemem owns re-derived from the current
-    /// settings (each file's value before nodemem taken as the kernel's default).
-    OwnershipRederived { set_aside: String },
-    /// Found at start: set aside, and the Memory Manager's assignments re-derived by
-    /// admitting the node's pods again in their admission order.
-    MemoryManagerRederived { set_aside: String },
-    /// Found while running: written again from what the agent holds in memory.
-    Rewritten,
-    /// The last known config and pods, found at start: not used; read from the
-    /// apiserver instead and the record written again.
-    LastKnownReadAgain,
-}
-
-impl Recovery {
-    /// The condition reason.
-    pub fn reason(&self) -> &'static str {
-        match self.action {
-            RecoveryAction::OwnershipRederived { .. }
-            | RecoveryAction::MemoryManagerRederived { .. } => "StateRederived",
-            RecoveryAction::Rewritten | RecoveryAction::LastKnownReadAgain => "StateRewritten",
-        }
-    }
-}
-
-impl fmt::Display for Recovery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.action {
-            RecoveryAction::OwnershipRederived { set_aside } => write!(
-                f,
-                "{}; set aside as {set_aside}; what nodemem owns is re-derived from the current settings (each file's value before nodemem is taken as the kernel's default: memory.min and memory.low 0, memory.high max, cpuset.mems the parent's; files only an earlier config set are not known)",
-                self.problem
-            ),
-            RecoveryAction::MemoryManagerRederived { set_aside } => write!(
-                f,
-                "{}; set aside as {set_aside}; the Memory Manager's NUMA assignments are re-derived by admitting the node's pods again in their admission order",
-                self.problem
-            ),
-            RecoveryAction::Rewritten => write!(
-                f,
-                "{}; written again from what the agent holds",
-                self.problem
-            ),
-            RecoveryAction::LastKnownReadAgain => write!(
-                f,
-                "{}; not used: the config and pods are read from the apiserver and the record written again",
-                self.problem
-            ),
-        }
-    }
-}
-
-fn unix_seconds() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Where the engine runs and keeps its state.
 #[derive(Clone, Debug)]
 pub struct ApplierConfig {
@@ -231,62 +74,6 @@ pub struct ApplierConfig {
     /// Whether the values are set as unit properties too on a systemd-driver node (the
     /// agent reaches systemd's bus): each pass then leaves a [`UnitHandoff`].
     pub systemd_units: bool,
-}
-
-/// The node's kubelet enforces some of what nodemem would write; under
-/// `enforcement: Agent` nodemem leaves those files to it rather than fight.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KubeletConflict {
-    pub reason: &'static str,
-    pub message: String,
-    pub files: &'static [&'static str],
-}
-
-const MEMORY_QOS_FILES: &[&str] = &["memory.min", "memory.low", "memory.high"];
-const MEMORY_MANAGER_FILES: &[&str] = &["cpuset.mems"];
-const ALL_FILES: &[&str] = &["memory.min", "memory.low", "memory.high", "cpuset.mems"];
-
-/// What to leave to the kubelet, from its settings, its version (the newest when not
-/// known) and what nodemem is asked to do. The kubelet's Memory QoS counts only when
-/// it writes values of its own (`KubeletQosWrites`): a v1.37 kubelet whose gate is
-/// merely on (its default) writes none and is not a conflict.
-pub fn kubelet_conflict(
-    kubelet: &KubeletSettings,
-    version: Option<KubeletVersion>,
-    settings: &PolicySettings,
-) -> Option<KubeletConflict> {
-    if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
-        return None;
-    }
-    let qos = KubeletQosWrites::of(version, &kubelet.qos).filter(|_| settings.memory_qos.enabled);
-    let mm = kubelet.static_memory_manager()
-        && settings.memory_manager.policy == MemoryManagerPolicy::Static;
-    let sources = kubelet.origin.sources();
-    let writes = |w: &KubeletQosWrites| format!("it writes {w}");
-    let (reason, what, files) = match (&qos, mm) {
-        (None, false) => return None,
-        (Some(w), false) => ("KubeletMemoryQoS", writes(w), MEMORY_QOS_FILES),
-        (None, true) => (
-            "KubeletMemoryManager",
-            "memoryManagerPolicy: Static".to_string(),
-            MEMORY_MANAGER_FILES,
-        ),
-        (Some(w), true) => (
-            "KubeletMemoryQoSAndMemoryManager",
-            format!("{} and memoryManagerPolicy: Static", writes(w)),
-            ALL_FILES,
-        ),
-    };
-    let version = version.map_or_else(|| "of unknown version".to_string(), |v| v.to_string());
-    Some(KubeletConflict {
-        reason,
-        message: format!(
-            "the kubelet ({version}) enforces this itself ({what}; {}); nodemem leaves {} to it: turn it off in the kubelet or use enforcement: Kubelet",
-            sources.join(", "),
-            files.join(", ")
-        ),
-        files,
-    })
 }
 
 pub struct NodeApplier {
@@ -312,7 +99,7 @@ pub struct NodeApplier {
     saved_owned: Ownership,
     saved_manager: Option<MemoryManager>,
     /// Writes the kernel refused, retried with capped exponential backoff.
-    backoff: nodemem_apply::WriteBackoff,
+    backoff: crate::WriteBackoff,
     started: std::time::Instant,
     fs: CgroupFs,
     discovery: Discovery,
@@ -328,15 +115,8 @@ pub struct NodeApplier {
     /// The record of what nodemem owns was lost at start: the first whole-node pass
     /// claims what the settings manage.
     rederive_ownership: bool,
-    /// Containers being created with nodemem's values (NRI), not started yet: the
-    /// files set, and since when (one that never starts is forgotten after a minute).
-    /// Until it started a different value may be the runtime's, not yet written.
-    pending: BTreeMap<String, (Vec<&'static str>, std::time::Instant)>,
-    /// Such containers that started, until a pass finds their cgroup: a write to one
-    /// of their files then is over someone else's value.
-    created: BTreeMap<String, Vec<&'static str>>,
-    /// Such writes since `take_overridden`.
-    overridden: Vec<Overridden>,
+    /// Containers created with nodemem's values (NRI) until their cgroup is found.
+    creations: Creations,
 }
 
 /// What passes leave for systemd's record of the units, for the agent to send: on a
@@ -414,7 +194,7 @@ impl NodeApplier {
             manager: None,
             saved_owned: owned.clone(),
             saved_manager: None,
-            backoff: nodemem_apply::WriteBackoff::default(),
+            backoff: crate::WriteBackoff::default(),
             started: std::time::Instant::now(),
             fs: CgroupFs::new(&config.roots.cgroup),
             discovery,
@@ -422,9 +202,7 @@ impl NodeApplier {
             owned,
             rederive_ownership: !recoveries.is_empty(),
             recoveries,
-            pending: BTreeMap::new(),
-            created: BTreeMap::new(),
-            overridden: Vec::new(),
+            creations: Creations::default(),
         })
     }
 
@@ -582,23 +360,20 @@ impl NodeApplier {
         files: Vec<&'static str>,
     ) -> Result<(), ApplyError> {
         self.owned.claim_set_at_creation(path, &files);
-        self.pending
-            .insert(path.to_string(), (files, std::time::Instant::now()));
+        self.creations.created(path, files);
         self.save_ownership()
     }
 
     /// The container started: the runtime has written its values, and the next pass
     /// over the cgroup tells whether someone else changed them since.
     pub fn started_by_runtime(&mut self, path: &str) {
-        if let Some((files, _)) = self.pending.remove(path) {
-            self.created.insert(path.to_string(), files);
-        }
+        self.creations.started(path);
     }
 
     /// Files set at creation that held another value when their cgroup was first found
     /// (and were written back), since the last call.
     pub fn take_overridden(&mut self) -> Vec<Overridden> {
-        std::mem::take(&mut self.overridden)
+        self.creations.take_overridden()
     }
 
     /// The state directory, for the agent's other records (the last known config).
@@ -641,8 +416,7 @@ impl NodeApplier {
             .as_ref()
             .and_then(|k| kubelet_conflict(k, self.facts.memory.kubelet_version, settings));
         let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
-        self.pending
-            .retain(|_, (_, since)| since.elapsed() < PENDING_CREATION);
+        self.creations.forget_unstarted();
         let reached = reach.cgroups(&desired);
         let now = self.started.elapsed();
         let mut cgroups = desired.cgroups();
@@ -706,8 +480,7 @@ impl NodeApplier {
             .clone()
             .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
         if !dry_run {
-            let overridden = overridden_at_creation(&mut self.created, &report, reached.as_deref());
-            self.overridden.extend(overridden);
+            self.creations.found(&report, reached.as_deref());
             self.save_state(&desired, static_policy)?;
         }
         Ok((desired, report))
@@ -842,48 +615,6 @@ pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, Policy
     }
 }
 
-/// A file a container was created with (NRI) that held another value when the agent
-/// first found its cgroup: someone changed it after nodemem's answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Overridden {
-    pub cgroup: String,
-    pub file: String,
-    /// What it held instead of nodemem's value.
-    pub found: Option<String>,
-}
-
-/// How long a container created with nodemem's values may take to start before it
-/// is forgotten (one that never starts is never claimed).
-const PENDING_CREATION: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The writes of one apply to files set at creation, in the first pass that found
-/// their cgroup; cgroups found (present and within the pass's reach) stop being watched.
-fn overridden_at_creation(
-    created: &mut BTreeMap<String, Vec<&'static str>>,
-    report: &ApplyReport,
-    reach: Option<&BTreeSet<String>>,
-) -> Vec<Overridden> {
-    let out: Vec<Overridden> = report
-        .applied
-        .iter()
-        .filter(|w| w.kind == nodemem_apply::plan::WriteKind::Set)
-        .filter(|w| {
-            created
-                .get(&w.cgroup)
-                .is_some_and(|files| files.contains(&w.file.as_str()))
-        })
-        .map(|w| Overridden {
-            cgroup: w.cgroup.clone(),
-            file: w.file.clone(),
-            found: w.old.clone(),
-        })
-        .collect();
-    created.retain(|path, _| {
-        report.missing.contains(path) || reach.is_some_and(|s| !s.contains(path))
-    });
-    out
-}
-
 /// Saves `owned` as the ownership record when it differs from `saved`, the record on
 /// disk (each save is an fsync).
 fn save_record(
@@ -907,52 +638,6 @@ pub fn off() -> PolicySettings {
         },
         ..PolicySettings::default()
     }
-}
-
-/// What a pass covers: the whole node, the cgroups that just appeared, or the pods an
-/// event changed (with the node-level cgroups their requests are summed into).
-#[derive(Clone, Copy, Debug)]
-pub enum Reach<'a> {
-    Node,
-    Cgroups(&'a std::collections::BTreeSet<String>),
-    Pods(&'a std::collections::BTreeSet<String>),
-}
-
-impl Reach<'_> {
-    /// The cgroups a pass over `desired` covers; None: the whole node.
-    fn cgroups(
-        &self,
-        desired: &DesiredNode<'_>,
-    ) -> Option<std::borrow::Cow<'_, std::collections::BTreeSet<String>>> {
-        match *self {
-            Reach::Node => None,
-            Reach::Cgroups(paths) => Some(std::borrow::Cow::Borrowed(paths)),
-            Reach::Pods(uids) => Some(std::borrow::Cow::Owned(pods_reach(desired, uids))),
-        }
-    }
-}
-
-/// The cgroups of these pods and the node-level cgroups above them.
-fn pods_reach(
-    desired: &DesiredNode<'_>,
-    uids: &std::collections::BTreeSet<String>,
-) -> std::collections::BTreeSet<String> {
-    use nodemem_model::cgroup_layout::{kubepods, qos_dir};
-    use nodemem_model::qos::QosClass;
-    let d = desired.cgroup_driver;
-    let mut paths: std::collections::BTreeSet<String> = [
-        kubepods(d),
-        qos_dir(d, QosClass::Burstable),
-        qos_dir(d, QosClass::BestEffort),
-    ]
-    .into_iter()
-    .map(str::to_string)
-    .collect();
-    for p in desired.pods.iter().filter(|p| uids.contains(p.uid)) {
-        paths.insert(p.path.clone());
-        paths.extend(p.containers.iter().filter_map(|c| c.path.clone()));
-    }
-    paths
 }
 
 /// Settings this node cannot carry out.
@@ -1020,6 +705,49 @@ mod tests {
         (dir, tree, config)
     }
 
+    /// Pod `web` (uid-web) of one container `app` started as `id`: request 64Mi, limit
+    /// 256Mi (memory.high 160Mi at factor 0.5).
+    fn burstable_web(id: &str) -> NodePod {
+        use nodemem_model::cgroup_layout::{ContainerId, ContainerRuntime};
+        use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources, MEMORY};
+        use nodemem_model::quantity::Quantity;
+        let memory = |q: &str| [(MEMORY.to_string(), Quantity::parse(q).unwrap())].into();
+        let app = Container {
+            name: "app".into(),
+            kind: ContainerKind::App,
+            resources: Resources {
+                requests: memory("64Mi"),
+                limits: memory("256Mi"),
+            },
+        };
+        let pod = Pod {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: "uid-web".into(),
+            spec: PodSpec {
+                containers: vec![app],
+                ..PodSpec::default()
+            },
+        };
+        let id = ContainerId {
+            runtime: ContainerRuntime::Containerd,
+            id: id.into(),
+        };
+        NodePod::new(pod, [("app".to_string(), id)].into(), false)
+    }
+
+    fn at_half(reservation: nodemem_model::memory_qos::ReservationPolicy) -> PolicySettings {
+        use nodemem_model::factor::ThrottlingFactor;
+        PolicySettings {
+            memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
+                enabled: true,
+                throttling_factor: Some(ThrottlingFactor::from_f64(0.5).unwrap()),
+                reservation_policy: reservation,
+            },
+            ..PolicySettings::default()
+        }
+    }
+
     fn node_of_8gi() -> NodeStatusFacts {
         NodeStatusFacts {
             allocatable_memory: Some(8 << 30),
@@ -1076,8 +804,8 @@ mod tests {
         let id = "c1".repeat(32);
         tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
             .unwrap();
-        let pods = [crate::test_node::burstable("web", &id)];
-        let settings = crate::test_node::settings(0.5, ReservationPolicy::TieredReservation);
+        let pods = [burstable_web(&id)];
+        let settings = at_half(ReservationPolicy::TieredReservation);
         let mut engine = NodeApplier::open(&config).unwrap();
         assert!(engine.holds_units());
         let (desired, report) = engine
@@ -1111,7 +839,7 @@ mod tests {
             .map(|w| (w.cgroup.clone(), w.file.clone()))
             .collect();
         assert_eq!(handoff.rewritten, written);
-        let container = crate::test_node::path_of(&desired, "web");
+        let container = desired.pods[0].containers[0].path.clone().unwrap();
         assert!(container.ends_with(".scope"), "{container}");
         let held = &handoff.held[&container];
         assert_eq!(
@@ -1147,194 +875,6 @@ mod tests {
     }
 
     #[test]
-    fn a_file_set_at_creation_and_found_changed_is_named_once() {
-        use nodemem_apply::plan::{Write, WriteKind};
-        let write = |cgroup: &str, file: &str, old: &str| Write {
-            cgroup: cgroup.into(),
-            file: file.into(),
-            old: Some(old.into()),
-            new: "167772160".into(),
-            kind: WriteKind::Set,
-        };
-        let mut created = BTreeMap::from([
-            ("pod/a".to_string(), vec!["memory.high", "memory.low"]),
-            ("pod/b".to_string(), vec!["memory.high"]),
-            ("pod/c".to_string(), vec!["memory.high"]),
-        ]);
-        // a: another plugin left memory.high at max (written back); its memory.min was
-        // not set at creation, so writing it is no override. b: not created yet. c: not
-        // within this pass's reach.
-        let report = ApplyReport {
-            applied: vec![
-                write("pod/a", "memory.high", "max"),
-                write("pod/a", "memory.min", "0"),
-            ],
-            missing: vec!["pod/b".into()],
-            ..ApplyReport::default()
-        };
-        let reach = BTreeSet::from(["pod/a".to_string(), "pod/b".to_string()]);
-        let found = overridden_at_creation(&mut created, &report, Some(&reach));
-        assert_eq!(
-            found,
-            vec![Overridden {
-                cgroup: "pod/a".into(),
-                file: "memory.high".into(),
-                found: Some("max".into()),
-            }]
-        );
-        assert_eq!(created.keys().collect::<Vec<_>>(), ["pod/b", "pod/c"]);
-        // Once found, a later repair of the same file is drift, not an override.
-        let whole_node = ApplyReport {
-            applied: report.applied.clone(),
-            ..ApplyReport::default()
-        };
-        let again = overridden_at_creation(&mut created, &whole_node, None);
-        assert!(again.is_empty());
-        assert!(
-            created.is_empty(),
-            "a whole-node pass found b and c: {created:?}"
-        );
-    }
-
-    #[test]
-    fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {
-        use nodemem_model::cgroup_layout::{ContainerId, ContainerRuntime};
-        use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec};
-        let pod = |uid: &str| {
-            NodePod::new(
-                Pod {
-                    namespace: "ns".into(),
-                    name: uid.into(),
-                    uid: uid.into(),
-                    spec: PodSpec {
-                        containers: vec![Container {
-                            name: "c".into(),
-                            kind: ContainerKind::App,
-                            resources: Default::default(),
-                        }],
-                        ..PodSpec::default()
-                    },
-                },
-                [(
-                    "c".to_string(),
-                    ContainerId {
-                        runtime: ContainerRuntime::Containerd,
-                        id: format!("{uid}c"),
-                    },
-                )]
-                .into(),
-                false,
-            )
-        };
-        let pods = vec![pod("a"), pod("b")];
-        let facts = NodeFacts::default();
-        let desired = desired_node(NodeInput {
-            settings: &PolicySettings::default(),
-            facts: &facts,
-            pods: &pods,
-            memory_manager: None,
-        })
-        .unwrap();
-        let reach = pods_reach(&desired, &["b".to_string()].into());
-        let want: std::collections::BTreeSet<String> = [
-            "kubepods.slice",
-            "kubepods.slice/kubepods-burstable.slice",
-            "kubepods.slice/kubepods-besteffort.slice",
-            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podb.slice",
-            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podb.slice/cri-containerd-bc.scope",
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-        assert_eq!(reach, want);
-    }
-
-    #[test]
-    fn only_what_both_enforce_is_left_to_the_kubelet() {
-        let v136 = KubeletVersion::parse("v1.36.3").ok();
-        let mut kubelet = KubeletSettings {
-            origin: nodemem_apply::kubelet::KubeletOrigin {
-                config: Some("/var/lib/kubelet/config.yaml".into()),
-                ..Default::default()
-            },
-            ..KubeletSettings::default()
-        };
-        kubelet.qos.gate = Some(true);
-        let mut settings = PolicySettings::default();
-        let c = kubelet_conflict(&kubelet, v136, &settings).unwrap();
-        assert_eq!((c.reason, c.files), ("KubeletMemoryQoS", MEMORY_QOS_FILES));
-        assert!(c.message.starts_with("the kubelet (v1.36.3) enforces this itself (it writes memory.high (memoryThrottlingFactor 0.9); /var/lib/kubelet/config.yaml); nodemem leaves memory.min, memory.low, memory.high to it"), "{}", c.message);
-        settings.memory_qos.enabled = false;
-        assert_eq!(
-            kubelet_conflict(&kubelet, v136, &settings),
-            None,
-            "nodemem does not do Memory QoS here"
-        );
-        kubelet.memory_manager_policy = Some("Static".into());
-        settings.memory_manager.policy = MemoryManagerPolicy::Static;
-        assert_eq!(
-            kubelet_conflict(&kubelet, v136, &settings).unwrap().files,
-            MEMORY_MANAGER_FILES
-        );
-        settings.memory_qos.enabled = true;
-        assert_eq!(
-            kubelet_conflict(&kubelet, v136, &settings).unwrap().files,
-            ALL_FILES
-        );
-        settings.enforcement = nodemem_model::policy::Enforcement::Kubelet;
-        assert_eq!(
-            kubelet_conflict(&kubelet, v136, &settings),
-            None,
-            "the kubelet is meant to enforce"
-        );
-    }
-
-    /// v1.37: the gate is on by default; only a kubelet that writes values (a factor,
-    /// or TieredReservation) is a conflict, and the message says what it writes.
-    #[test]
-    fn a_v1_37_kubelet_conflicts_only_when_it_writes_values() {
-        use nodemem_model::kubelet_writes::Named;
-        let v137 = KubeletVersion::parse("v1.37.2").ok();
-        let settings = PolicySettings::default();
-        let mut kubelet = KubeletSettings {
-            origin: nodemem_apply::kubelet::KubeletOrigin {
-                config: Some("/var/lib/kubelet/config.yaml".into()),
-                ..Default::default()
-            },
-            ..KubeletSettings::default()
-        };
-        assert_eq!(
-            kubelet_conflict(&kubelet, v137, &settings),
-            None,
-            "defaults"
-        );
-        kubelet.qos.gate = Some(true);
-        kubelet.qos.reservation_policy = Some("None".into());
-        assert_eq!(
-            kubelet_conflict(&kubelet, v137, &settings),
-            None,
-            "gate merely on"
-        );
-        kubelet.qos.reservation_policy = Some("TieredReservation".into());
-        let c = kubelet_conflict(&kubelet, v137, &settings).unwrap();
-        assert_eq!(c.reason, "KubeletMemoryQoS");
-        assert!(
-            c.message.contains(
-                "it writes memory.min and memory.low (memoryReservationPolicy TieredReservation)"
-            ),
-            "{}",
-            c.message
-        );
-        kubelet.qos.reservation_policy = None;
-        kubelet.qos.throttling_factor = Named::Value(0.9);
-        assert!(kubelet_conflict(&kubelet, v137, &settings).is_some());
-        // The same configuration on a v1.36 kubelet without the gate named: off.
-        kubelet.qos.gate = None;
-        let v136 = KubeletVersion::parse("v1.36.3").ok();
-        assert_eq!(kubelet_conflict(&kubelet, v136, &settings), None);
-    }
-
-    #[test]
     fn only_agent_enforcement_writes_cgroup_values() {
         use nodemem_model::policy::Enforcement;
         let mut settings = PolicySettings::default();
@@ -1348,29 +888,5 @@ mod tests {
             settings.enforcement = other;
             assert_eq!(*cgroup_settings(&settings), off(), "{other:?} writes none");
         }
-    }
-
-    #[test]
-    fn an_unsatisfiable_node_says_each_problem_and_its_category() {
-        let e = ApplyError::Unsatisfiable(vec![
-            Unsatisfiable::NoMemoryController,
-            Unsatisfiable::StaticWithoutNuma,
-        ]);
-        assert_eq!(e.category(), Category::Unsatisfiable);
-        assert_eq!(e.category().reason(), "CannotSatisfy");
-        let problems = e.problems();
-        assert_eq!(problems.len(), 2);
-        assert!(problems[1].starts_with("the Static memoryManager policy needs NUMA nodes"));
-        assert_eq!(e.to_string(), problems.join("; "));
-        let state = ApplyError::MemoryManagerState(NumaStateError::State(StateError::Io {
-            path: "/state/numa.json".into(),
-            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied"),
-        }));
-        assert_eq!(state.category(), Category::State);
-        assert_eq!(state.problems(), vec![state.to_string()]);
-        assert!(
-            std::error::Error::source(&state).is_some(),
-            "the source is kept"
-        );
     }
 }
