@@ -382,7 +382,7 @@ impl NodeApplier {
     }
 
     /// Computes the node and applies it (or, in [`WriteMode::DryRun`], only plans) over
-    /// `reach`.
+    /// `reach`: a row of named steps, the node computed once.
     /// Settings the node cannot carry out are refused before anything is written.
     pub fn apply<'p>(
         &mut self,
@@ -392,22 +392,57 @@ impl NodeApplier {
         mode: WriteMode,
         reach: Reach<'_>,
     ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
+        let manager = self.prepare(settings, node, reach)?;
+        let desired = self.compute(settings, pods, manager)?;
+        let dry_run = mode == WriteMode::DryRun;
+        let reached = reach.cgroups(&desired);
+        let mut cgroups = desired.cgroups();
+        if let Some(own) = &self.own_cgroup {
+            cgroups.retain(|c| c.path != own);
+        }
+        let report = self.plan_and_execute(&cgroups, reach, reached.as_deref(), dry_run)?;
+        if !dry_run {
+            // The cgroups the pass covered, as apply_within limited them.
+            cgroups.retain(|c| reached.as_ref().is_none_or(|s| s.contains(c.path)));
+            self.hand_off_units(&cgroups, &report, reached.is_none());
+        }
+        self.record(settings, &desired, &report, reached.as_deref(), dry_run)?;
+        Ok((desired, report))
+    }
+
+    /// Before computing: the settings fit the node, the kubelet's settings are read
+    /// (whole-node passes), the Node's facts taken, the Memory Manager loaded (Static).
+    fn prepare(
+        &mut self,
+        settings: &PolicySettings,
+        node: &NodeStatusFacts,
+        reach: Reach<'_>,
+    ) -> Result<Option<MemoryManager>, ApplyError> {
         check_node_can_satisfy(settings, &self.discovery)?;
         if self.kubelet.is_none() || matches!(reach, Reach::Node) {
             self.read_kubelet();
         }
         self.set_node(node);
-        let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
-        let saved = if static_policy {
-            self.memory_manager(settings)?
+        if settings.memory_manager.policy == MemoryManagerPolicy::Static {
+            self.memory_manager(settings)
         } else {
-            None
-        };
+            Ok(None)
+        }
+    }
+
+    /// The node computation, relief's memory.high over it, and what it leaves to the
+    /// kubelet.
+    fn compute<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        pods: &'p [NodePod],
+        manager: Option<MemoryManager>,
+    ) -> Result<DesiredNode<'p>, ApplyError> {
         let mut desired = desired_node(NodeInput {
             settings,
             facts: &self.facts,
             pods,
-            memory_manager: saved,
+            memory_manager: manager,
         })
         .map_err(ApplyError::reserved_memory)?;
         self.apply_relief(&mut desired);
@@ -415,17 +450,23 @@ impl NodeApplier {
             .kubelet
             .as_ref()
             .and_then(|k| kubelet_conflict(k, self.facts.memory.kubelet_version, settings));
-        let leave_alone = self.conflict.as_ref().map_or(&[][..], |c| c.files);
+        Ok(desired)
+    }
+
+    /// The writes that differ, planned and carried out (or only planned) over the
+    /// pass's reach, ownership saved before the first write.
+    fn plan_and_execute(
+        &mut self,
+        cgroups: &[nodemem_model::node::DesiredCgroup<'_>],
+        reach: Reach<'_>,
+        reached: Option<&BTreeSet<String>>,
+        dry_run: bool,
+    ) -> Result<ApplyReport, ApplyError> {
+        let leave_alone: &'static [&'static str] = self.conflict.as_ref().map_or(&[], |c| c.files);
         self.creations.forget_unstarted();
-        let reached = reach.cgroups(&desired);
         let now = self.started.elapsed();
-        let mut cgroups = desired.cgroups();
-        if let Some(own) = &self.own_cgroup {
-            cgroups.retain(|c| c.path != own);
-        }
-        let dry_run = mode == WriteMode::DryRun;
         if self.rederive_ownership && matches!(reach, Reach::Node) && !dry_run {
-            self.owned.claim_unknown(&cgroups, leave_alone);
+            self.owned.claim_unknown(cgroups, leave_alone);
             self.rederive_ownership = false;
         }
         if matches!(reach, Reach::Node) && !dry_run {
@@ -434,9 +475,9 @@ impl NodeApplier {
         // What the pass may write is saved before its first write (an agent killed
         // between the two must still find it in its record to give it back).
         let (state, saved_owned) = (&self.state, &mut self.saved_owned);
-        let report = apply_within(
+        apply_within(
             &self.fs,
-            &cgroups,
+            cgroups,
             &mut self.owned,
             ApplyOptions {
                 dry_run,
@@ -444,46 +485,66 @@ impl NodeApplier {
                 leave_alone,
             },
             Some((&mut self.backoff, now)),
-            reached.as_deref(),
+            reached,
             &mut |owned: &Ownership| save_record(state, saved_owned, owned),
         )
-        .map_err(ApplyError::RecordNotSaved)?;
-        if self.holds_units && !dry_run {
-            let handoff = self.unit_handoff.get_or_insert_with(UnitHandoff::default);
-            handoff.rewritten.extend(
-                report
-                    .applied
-                    .iter()
-                    .map(|w| (w.cgroup.clone(), w.file.clone())),
-            );
-            // The cgroups the pass covered, as apply_within limited them.
-            cgroups.retain(|c| reached.as_ref().is_none_or(|s| s.contains(c.path)));
-            let not_applied = report
-                .failed
-                .iter()
-                .map(|f| &f.write)
-                .chain(&report.vanished)
-                .map(|w| (w.cgroup.as_str(), w.file.as_str()))
-                .chain(
-                    report
-                        .deferred
-                        .iter()
-                        .map(|d| (d.cgroup.as_str(), d.file.as_str())),
-                );
-            handoff.held = held_values(&cgroups, &self.owned, &report.applied, not_applied);
-            handoff.live = reached
-                .is_none()
-                .then(|| cgroups.iter().map(|c| c.path.to_string()).collect());
+        .map_err(ApplyError::RecordNotSaved)
+    }
+
+    /// What the pass leaves for systemd's record of the units it covered (`whole`: the
+    /// whole node, whose cgroups are then all that is live).
+    fn hand_off_units(
+        &mut self,
+        covered: &[nodemem_model::node::DesiredCgroup<'_>],
+        report: &ApplyReport,
+        whole: bool,
+    ) {
+        if !self.holds_units {
+            return;
         }
+        let handoff = self.unit_handoff.get_or_insert_with(UnitHandoff::default);
+        handoff.rewritten.extend(
+            report
+                .applied
+                .iter()
+                .map(|w| (w.cgroup.clone(), w.file.clone())),
+        );
+        let not_applied = report
+            .failed
+            .iter()
+            .map(|f| &f.write)
+            .chain(&report.vanished)
+            .map(|w| (w.cgroup.as_str(), w.file.as_str()))
+            .chain(
+                report
+                    .deferred
+                    .iter()
+                    .map(|d| (d.cgroup.as_str(), d.file.as_str())),
+            );
+        handoff.held = held_values(covered, &self.owned, &report.applied, not_applied);
+        handoff.live = whole.then(|| covered.iter().map(|c| c.path.to_string()).collect());
+    }
+
+    /// After the writes: the Memory Manager kept for the next pass, the overrides of
+    /// values set at creation found, and the records that changed saved.
+    fn record(
+        &mut self,
+        settings: &PolicySettings,
+        desired: &DesiredNode<'_>,
+        report: &ApplyReport,
+        reached: Option<&BTreeSet<String>>,
+        dry_run: bool,
+    ) -> Result<(), ApplyError> {
         self.manager = desired
             .memory_manager
             .clone()
             .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
-        if !dry_run {
-            self.creations.found(&report, reached.as_deref());
-            self.save_state(&desired, static_policy)?;
+        if dry_run {
+            return Ok(());
         }
-        Ok((desired, report))
+        self.creations.found(report, reached);
+        let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
+        self.save_state(desired, static_policy)
     }
 
     /// Whether passes leave values for systemd's record of the units.
