@@ -24,7 +24,7 @@ use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::node_status::NodeStatusFacts;
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
-use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
+use nodemem_model::policy::{Enforcement, MemoryManagerPolicy, PolicySettings};
 
 use crate::kubelet::conflict::{kubelet_conflict, KubeletConflict};
 use crate::kubelet::{KubeletFiles, KubeletSettings, KubeletUnread, OwnDropIn};
@@ -547,6 +547,25 @@ impl NodeApplier {
         self.save_state(desired, static_policy)
     }
 
+    /// The agent's pass over `reach` for `settings`: under `enforcement: Agent` the node
+    /// computed and written; under Kubelet and Observe what nodemem set is given back
+    /// (the kubelet enforces, or nothing is), and the node is computed for the status:
+    /// what the kubelet is asked to do, what the agent would write.
+    pub fn pass<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        node: &NodeStatusFacts,
+        pods: &'p [NodePod],
+        reach: Reach<'_>,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
+        let written = cgroup_settings(settings);
+        let (desired, report) = self.apply(&written, node, pods, WriteMode::Write, reach)?;
+        if settings.enforcement == Enforcement::Agent {
+            return Ok((desired, report));
+        }
+        Ok((self.predict(settings, node, pods)?, report))
+    }
+
     /// Whether passes leave values for systemd's record of the units.
     pub fn holds_units(&self) -> bool {
         self.holds_units
@@ -933,6 +952,59 @@ mod tests {
         assert!(!NodeApplier::open(&files_only).unwrap().holds_units());
         let (_dir, _, cgroupfs) = temp_node(CgroupDriver::Cgroupfs, true);
         assert!(!NodeApplier::open(&cgroupfs).unwrap().holds_units());
+    }
+
+    /// The agent's pass: under Observe nothing is written yet the status computes the
+    /// settings' values; under Agent they are written; under Kubelet they are given back
+    /// while still computed for the status.
+    #[test]
+    fn a_pass_writes_only_under_agent_and_computes_the_settings_under_every_mode() {
+        use nodemem_model::cgroup::MEMORY_HIGH;
+        use nodemem_model::memory_qos::ReservationPolicy;
+        use nodemem_model::qos::QosClass;
+        let (_dir, tree, config) = temp_node(CgroupDriver::Cgroupfs, false);
+        let id = "c1".repeat(32);
+        tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
+            .unwrap();
+        let pods = [burstable_web(&id)];
+        let mut settings = at_half(ReservationPolicy::TieredReservation);
+        let mut engine = NodeApplier::open(&config).unwrap();
+        let high = |desired: &DesiredNode<'_>| {
+            desired.pods[0].containers[0]
+                .values
+                .get(MEMORY_HIGH)
+                .map(|v| v.render())
+        };
+        let on_node = || {
+            let path = config.roots.cgroup.join(tree_path(&pods[0]));
+            std::fs::read_to_string(path.join(MEMORY_HIGH)).unwrap()
+        };
+        for (mode, written, file) in [
+            (Enforcement::Observe, false, "max"),
+            (Enforcement::Agent, true, "167772160"),
+            (Enforcement::Kubelet, true, "max"),
+        ] {
+            settings.enforcement = mode;
+            let (desired, report) = engine
+                .pass(&settings, &node_of_8gi(), &pods, Reach::Node)
+                .unwrap();
+            assert_eq!(high(&desired).as_deref(), Some("167772160"), "{mode:?}");
+            assert_eq!(!report.applied.is_empty(), written, "{mode:?}: {report:?}");
+            assert_eq!(on_node(), file, "{mode:?}");
+        }
+    }
+
+    /// Where pod `pod`'s first container is in a cgroupfs tree.
+    fn tree_path(pod: &NodePod) -> String {
+        use nodemem_model::cgroup_layout::container_dir;
+        use nodemem_model::qos::QosClass;
+        let id = &pod.container_ids()["app"];
+        container_dir(
+            CgroupDriver::Cgroupfs,
+            QosClass::Burstable,
+            &pod.pod().uid,
+            id,
+        )
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::observer::Observer;
 use crate::relief::Relief;
 use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
 use crate::status_writer::StatusWriter;
-use nodemem_apply::applier::{cgroup_settings, off, NodeApplier, Reach, WriteMode};
+use nodemem_apply::applier::{off, NodeApplier, Reach, WriteMode};
 
 /// The node's writers: the cgroup engine, the kubelet's configuration, and systemd's
 /// record of the units the engine writes (systemd-driver nodes whose systemd the agent
@@ -235,7 +235,11 @@ impl Passes {
     ) -> (NodeMemoryConfigStatus, Vec<Refusal>) {
         let config = pass.config;
         let kubelet = configure_kubelet(writers, pass, settings).await;
-        match apply_cgroups(&mut writers.engine, pass, settings) {
+        let node = pass.input.index.node();
+        match writers
+            .engine
+            .pass(settings, node, pass.input.pods, pass.reach)
+        {
             Ok((desired, report)) => {
                 let refused = refusals(&desired);
                 let status = self
@@ -574,31 +578,6 @@ async fn configure_kubelet(
             .await
             .filter(|o| !matches!(o, KubeletOutcome::Configured { .. }))
     }
-}
-
-/// The cgroups over the pass's reach. Under Kubelet status reports what the kubelet is
-/// asked to do, under Observe what the agent would write: not the nothing the agent
-/// writes.
-fn apply_cgroups<'p>(
-    engine: &mut NodeApplier,
-    pass: &Pass<'p>,
-    settings: &PolicySettings,
-) -> Result<(DesiredNode<'p>, ApplyReport), nodemem_apply::applier::ApplyError> {
-    let node = pass.input.index.node();
-    let pods = pass.input.pods;
-    let (desired, report) = engine.apply(
-        &cgroup_settings(settings),
-        node,
-        pods,
-        WriteMode::Write,
-        pass.reach,
-    )?;
-    let desired = if settings.enforcement == Enforcement::Agent {
-        desired
-    } else {
-        engine.predict(settings, node, pods)?
-    };
-    Ok((desired, report))
 }
 
 fn refusals(desired: &DesiredNode<'_>) -> Vec<Refusal> {
