@@ -78,9 +78,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
         })?;
     init_logs(args.log_format);
-    let engine = once::applier_config(args);
+    let applier = once::applier_config(args);
     let kubelet = kubelet_mode::KubeletModeConfig {
-        files: engine.kubelet.clone(),
+        files: applier.kubelet.clone(),
         proc_root: args.proc_root.clone(),
         restart: kubelet_mode::KubeletRestart {
             by: restart_by(args),
@@ -91,7 +91,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     };
     let mut agent = node_sync::NodeSync::new(
         node_name,
-        engine,
+        applier,
         kubelet,
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );

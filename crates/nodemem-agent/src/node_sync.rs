@@ -73,7 +73,7 @@ pub enum RunError {
 
 pub struct NodeSync {
     pub node_name: String,
-    pub engine: ApplierConfig,
+    pub applier: ApplierConfig,
     /// Where `enforcement: Kubelet` writes, and how it restarts the kubelet.
     pub kubelet: KubeletModeConfig,
     pub resync: Duration,
@@ -112,13 +112,13 @@ struct Loop {
 impl NodeSync {
     pub fn new(
         node_name: String,
-        engine: ApplierConfig,
+        applier: ApplierConfig,
         kubelet: KubeletModeConfig,
         resync: Duration,
     ) -> Self {
         NodeSync {
             node_name,
-            engine,
+            applier,
             kubelet,
             resync,
             metrics: Default::default(),
@@ -143,12 +143,12 @@ impl NodeSync {
                 instance: Some(self.node_name.clone()),
             },
         );
-        let engine = self.open_engine(&client).await;
-        let kubelet = KubeletMode::new(self.kubelet.clone(), engine.state());
-        let units = (engine.holds_units() && !self.systemd.is_empty())
+        let applier = self.open_applier(&client).await;
+        let kubelet = KubeletMode::new(self.kubelet.clone(), applier.state());
+        let units = (applier.holds_units() && !self.systemd.is_empty())
             .then(|| UnitHolder::new(self.systemd.clone()));
         let mut writers = Writers {
-            engine,
+            applier,
             kubelet,
             units,
         };
@@ -164,7 +164,7 @@ impl NodeSync {
             self.status_refresh,
             self.metrics.clone(),
         );
-        let mut updates = self.updates(&client, &writers.engine, fired, nri_news, woken)?;
+        let mut updates = self.updates(&client, &writers.applier, fired, nri_news, woken)?;
         let mut state = Loop {
             index: NodeIndex::new(&self.node_name),
             watches: Watches::default(),
@@ -190,15 +190,15 @@ impl NodeSync {
             for (path, files) in batch.created.drain(..) {
                 // Not saved now: the next pass saves the claim again and reports a
                 // state directory that keeps failing.
-                if let Err(e) = writers.engine.created_by_runtime(&path, files) {
+                if let Err(e) = writers.applier.created_by_runtime(&path, files) {
                     warn!(error = %e, cgroup = %path, "the claim of values set at creation was not saved");
                 }
             }
             for path in batch.started.drain(..) {
-                writers.engine.started_by_runtime(&path);
+                writers.applier.started_by_runtime(&path);
             }
             passes
-                .sample_and_relieve(&mut writers.engine, &mut batch)
+                .sample_and_relieve(&mut writers.applier, &mut batch)
                 .await;
             self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
@@ -249,7 +249,7 @@ impl NodeSync {
         // Record what is enforced now, when the index changed (reactions and resyncs
         // change nothing it holds).
         if next.index_changed {
-            record_last_known(&writers.engine, state);
+            record_last_known(&writers.applier, state);
         }
     }
 
@@ -283,7 +283,7 @@ impl NodeSync {
     fn updates(
         &self,
         client: &Client,
-        engine: &NodeApplier,
+        applier: &NodeApplier,
         fired: UnboundedReceiver<String>,
         nri: UnboundedReceiver<NriNews>,
         woken: UnboundedReceiver<()>,
@@ -327,11 +327,11 @@ impl NodeSync {
             rx.recv().await?;
             Some((Ok(Update::Resync), rx))
         });
-        let driver = engine.discovery().cgroup_driver;
+        let driver = applier.discovery().cgroup_driver;
         let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
             .expect("a constant path");
         let cgroups = watch_cgroups(
-            self.engine.roots.cgroup.clone(),
+            self.applier.roots.cgroup.clone(),
             top,
             driver,
             self.runtime_records.clone(),
@@ -360,8 +360,8 @@ impl NodeSync {
         writers: &mut Writers,
         passes: &mut Passes,
     ) -> Option<LastKnown> {
-        let engine = &mut writers.engine;
-        match engine
+        let applier = &mut writers.applier;
+        match applier
             .state()
             .load::<LastKnown>(LAST_KNOWN_FILE, LAST_KNOWN_KIND)
         {
@@ -372,7 +372,7 @@ impl NodeSync {
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
                     // Under enforcement: Kubelet the drop-in is on disk already.
                     let settings = cgroup_settings(&settings);
-                    match engine.apply(
+                    match applier.apply(
                         &settings,
                         index.node(),
                         &pods,
@@ -397,8 +397,8 @@ impl NodeSync {
             }
             Ok(None) => None,
             Err(e) if e.is_unusable() => {
-                engine.note_recovery(Recovery {
-                    record: engine.state().path(LAST_KNOWN_FILE).display().to_string(),
+                applier.note_recovery(Recovery {
+                    record: applier.state().path(LAST_KNOWN_FILE).display().to_string(),
                     problem: e.to_string(),
                     action: RecoveryAction::LastKnownReadAgain,
                 });
@@ -414,12 +414,12 @@ impl NodeSync {
     /// Discovers the node, and until that works (cgroup v1, or kubepods not created
     /// yet by a kubelet that starts after the agent) reports why on the config and
     /// tries again every resync interval, rather than exiting into a crash loop.
-    async fn open_engine(&self, client: &Client) -> NodeApplier {
+    async fn open_applier(&self, client: &Client) -> NodeApplier {
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let mut reported = None;
         loop {
-            let e = match NodeApplier::open(&self.engine) {
-                Ok(engine) => return engine,
+            let e = match NodeApplier::open(&self.applier) {
+                Ok(applier) => return applier,
                 Err(e) => e,
             };
             warn!(error = %e, "this node cannot be enforced yet; retrying every resync interval");
@@ -490,14 +490,14 @@ where
 }
 
 /// What is enforced now goes to the state directory, when it differs from the record.
-fn record_last_known(engine: &NodeApplier, state: &mut Loop) {
+fn record_last_known(applier: &NodeApplier, state: &mut Loop) {
     let now_known = state.index.last_known();
     if now_known == state.saved {
         return;
     }
     let result = match &now_known {
-        Some(k) => engine.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
-        None => engine.state().remove(LAST_KNOWN_FILE),
+        Some(k) => applier.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
+        None => applier.state().remove(LAST_KNOWN_FILE),
     };
     match result {
         Ok(()) => state.saved = now_known,

@@ -1,5 +1,5 @@
 //! `nodemem agent --once`: one node by hand, no apiserver. Discovery, the node
-//! computation, the apply engine and the state directory, exactly as the in-cluster
+//! computation, the applier (`nodemem_apply::applier`) and the state directory, exactly as the in-cluster
 //! agent will use them.
 //!
 //! Exit codes: 0 applied (or nothing to do), 1 bad input or a configuration this node
@@ -48,8 +48,8 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         ));
     };
     let inputs = read_inputs(config, node, pods)?;
-    let mut engine = NodeApplier::open(&applier_config(args)).map_err(apply_error)?;
-    let (desired, report) = engine
+    let mut applier = NodeApplier::open(&applier_config(args)).map_err(apply_error)?;
+    let (desired, report) = applier
         .apply(
             &inputs.settings,
             &inputs.node,
@@ -74,13 +74,13 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         &desired,
         &report,
     );
-    output.health = Some(health_now(&engine, &inputs, &desired, &report));
-    if let Some(c) = engine.conflict() {
+    output.health = Some(health_now(&applier, &inputs, &desired, &report));
+    if let Some(c) = applier.conflict() {
         output.warnings.insert(0, c.message.clone());
     }
     // A state record that could not be trusted was set aside and re-derived: said
     // first, it is what the operator must know before the values.
-    for (i, r) in engine.recoveries().iter().enumerate() {
+    for (i, r) in applier.recoveries().iter().enumerate() {
         output.warnings.insert(i, format!("{}: {r}", r.reason()));
     }
     let outcome = Outcome {
@@ -92,14 +92,14 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         return Ok(outcome);
     }
     drop(desired);
-    follow(&mut engine, &inputs, args, &outcome.stdout)
+    follow(&mut applier, &inputs, args, &outcome.stdout)
 }
 
 /// The `Healthy` verdict the in-cluster agent would report right after this pass (a
 /// fresh revision: nothing counted since; the pressure gate on the managed pods'
 /// memory.pressure now).
 fn health_now(
-    engine: &NodeApplier,
+    applier: &NodeApplier,
     inputs: &Inputs,
     desired: &nodemem_model::node::DesiredNode<'_>,
     report: &ApplyReport,
@@ -109,7 +109,7 @@ fn health_now(
         .iter()
         .filter(|p| p.admission == nodemem_model::node::Admission::Managed)
         .map(|p| p.path.as_str());
-    let readings = crate::health::read_signals(engine.cgroup_fs(), managed);
+    let readings = crate::health::read_signals(applier.cgroup_fs(), managed);
     let mut baseline = crate::health::Baseline::default();
     let signals = baseline.update(&inputs.revision, &readings);
     let v = crate::health::verdict(
@@ -134,20 +134,20 @@ fn health_now(
 /// its directory is created (the reaction path of the in-cluster agent, with file
 /// inputs). One line per reaction on stdout.
 fn follow(
-    engine: &mut NodeApplier,
+    applier: &mut NodeApplier,
     inputs: &Inputs,
     args: &AgentArgs,
     first_report: &str,
 ) -> Result<Outcome, CliError> {
     use std::io::Write as _;
     let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
-        engine.discovery().cgroup_driver,
+        applier.discovery().cgroup_driver,
     ))
     .expect("a constant path");
     let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
         .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
     // A cgroup created between the first pass and the watch: covered now.
-    let _ = engine.apply(
+    let _ = applier.apply(
         &inputs.settings,
         &inputs.node,
         &inputs.pods,
@@ -180,7 +180,7 @@ fn follow(
             continue;
         }
         let appeared: Vec<String> = scope.iter().cloned().collect();
-        let line = match engine.apply(
+        let line = match applier.apply(
             &inputs.settings,
             &inputs.node,
             &inputs.pods,
@@ -205,7 +205,7 @@ fn apply_error(e: ApplyError) -> CliError {
     CliError::many(e.problems())
 }
 
-/// The engine's settings from the command line.
+/// The applier's settings from the command line.
 pub fn applier_config(args: &AgentArgs) -> ApplierConfig {
     ApplierConfig {
         roots: Roots {

@@ -4,7 +4,7 @@
 //! kernel wakes the agent when it stalls, a calm container is never read. A container
 //! that stalls is then read on every tick (PSI `full` avg10 and its working set) and fed
 //! to [`nodemem_model::relief`]'s state machine, which decides: raise its memory.high
-//! for the relief period (the engine writes it in its next pass, and keeps it there
+//! for the relief period (the applier writes it in its next pass, and keeps it there
 //! until restored, systemd's record included), put it back, or report a container that
 //! needs it again within the repeat window. On a tree that is not cgroup2 (tests'
 //! temp dirs) there are no triggers: every container is read on every tick instead.
@@ -75,7 +75,7 @@ impl Drop for Tracked {
     }
 }
 
-/// What a step decided for one container, for Events, metrics and the engine.
+/// What a step decided for one container, for Events, metrics and the applier.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub namespace: String,
@@ -121,7 +121,7 @@ impl Relief {
     /// After a pass: the containers to watch under `settings` (None: relief is off,
     /// everything raised goes back at the next pass), all managed ones but the agent's
     /// own (`own_cgroup`: nodemem never sets its values, the kernel refuses it).
-    /// Returns the overrides the engine must keep: memory.high of each relieved
+    /// Returns the overrides the applier must keep: memory.high of each relieved
     /// container (None: `max`).
     pub fn refresh(
         &mut self,
@@ -348,7 +348,7 @@ impl Relief {
         out
     }
 
-    /// memory.high of each relieved container, for the engine (None: `max`).
+    /// memory.high of each relieved container, for the applier (None: `max`).
     pub fn overrides(&self) -> BTreeMap<String, Option<i64>> {
         self.tracked
             .iter()

@@ -67,7 +67,7 @@ impl UnitHolder {
         self.systemd.as_ref()
     }
 
-    /// What the engine's passes left for systemd's record: the files they wrote, then
+    /// What the applier's passes left for systemd's record: the files they wrote, then
     /// the values held.
     pub async fn take_over(&mut self, handoff: &UnitHandoff) -> HoldOutcome {
         self.rewritten(

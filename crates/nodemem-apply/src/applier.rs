@@ -58,7 +58,7 @@ impl WriteMode {
     }
 }
 
-/// Where the engine runs and keeps its state.
+/// Where the applier runs and keeps its state.
 #[derive(Clone, Debug)]
 pub struct ApplierConfig {
     pub roots: Roots,
@@ -110,7 +110,7 @@ pub struct NodeApplier {
     holds_units: bool,
     /// What the passes leave for systemd's record, until [`NodeApplier::take_unit_handoff`].
     unit_handoff: Option<UnitHandoff>,
-    /// The state records this engine could not trust, in the order found.
+    /// The state records this applier could not trust, in the order found.
     recoveries: Vec<Recovery>,
     /// The record of what nodemem owns was lost at start: the first whole-node pass
     /// claims what the settings manage.
@@ -206,7 +206,7 @@ impl NodeApplier {
         })
     }
 
-    /// The state records this engine could not trust and what it did instead.
+    /// The state records this applier could not trust and what it did instead.
     pub fn recoveries(&self) -> &[Recovery] {
         &self.recoveries
     }
@@ -747,7 +747,7 @@ mod tests {
 
     /// A node of `driver` in a temporary directory: its cgroup tree (kubepods and its
     /// QoS cgroups), the kernel's release, a kubelet configuration naming nothing, and
-    /// the engine's configuration for it.
+    /// the applier's configuration for it.
     fn temp_node(
         driver: CgroupDriver,
         systemd_units: bool,
@@ -853,17 +853,17 @@ mod tests {
         };
         let container = container_dir(driver, QosClass::Burstable, "uid-a", &id);
 
-        let mut engine = NodeApplier::open(&config).unwrap();
-        engine
+        let mut applier = NodeApplier::open(&config).unwrap();
+        applier
             .created_by_runtime(&container, vec!["memory.high"])
             .unwrap();
-        drop(engine);
+        drop(applier);
         // runc creates the cgroup with the value from the container's spec.
         let cgroup = tree.create_cgroup(&container).unwrap();
         std::fs::write(cgroup.join("memory.high"), "167772160").unwrap();
 
-        let mut engine = NodeApplier::open(&config).unwrap();
-        let (_, report) = engine
+        let mut applier = NodeApplier::open(&config).unwrap();
+        let (_, report) = applier
             .apply(&off(), &node_of_8gi(), &[], WriteMode::Write, Reach::Node)
             .unwrap();
         assert_eq!(
@@ -886,9 +886,9 @@ mod tests {
             .unwrap();
         let pods = [burstable_web(&id)];
         let settings = at_half(ReservationPolicy::TieredReservation);
-        let mut engine = NodeApplier::open(&config).unwrap();
-        assert!(engine.holds_units());
-        let (desired, report) = engine
+        let mut applier = NodeApplier::open(&config).unwrap();
+        assert!(applier.holds_units());
+        let (desired, report) = applier
             .apply(
                 &settings,
                 &node_of_8gi(),
@@ -901,9 +901,9 @@ mod tests {
             report.applied.is_empty() && !report.planned.is_empty(),
             "{report:?}"
         );
-        assert_eq!(engine.take_unit_handoff(), None, "a dry run wrote nothing");
+        assert_eq!(applier.take_unit_handoff(), None, "a dry run wrote nothing");
 
-        let (_, report) = engine
+        let (_, report) = applier
             .apply(
                 &settings,
                 &node_of_8gi(),
@@ -912,7 +912,7 @@ mod tests {
                 Reach::Node,
             )
             .unwrap();
-        let handoff = engine.take_unit_handoff().expect("the pass wrote");
+        let handoff = applier.take_unit_handoff().expect("the pass wrote");
         let written: Vec<(String, String)> = report
             .applied
             .iter()
@@ -931,11 +931,11 @@ mod tests {
             .live
             .expect("a whole-node pass names the node's cgroups");
         assert!(live.contains(&container), "{live:?}");
-        assert_eq!(engine.take_unit_handoff(), None, "taken once");
+        assert_eq!(applier.take_unit_handoff(), None, "taken once");
 
         // A second pass writes nothing: what it holds is still handed over, without
         // rewritten files.
-        engine
+        applier
             .apply(
                 &settings,
                 &node_of_8gi(),
@@ -944,7 +944,7 @@ mod tests {
                 Reach::Node,
             )
             .unwrap();
-        let again = engine.take_unit_handoff().expect("held values");
+        let again = applier.take_unit_handoff().expect("held values");
         assert!(again.rewritten.is_empty(), "{again:?}");
         assert_eq!(again.held, handoff.held);
 
@@ -968,7 +968,7 @@ mod tests {
             .unwrap();
         let pods = [burstable_web(&id)];
         let mut settings = at_half(ReservationPolicy::TieredReservation);
-        let mut engine = NodeApplier::open(&config).unwrap();
+        let mut applier = NodeApplier::open(&config).unwrap();
         let high = |desired: &DesiredNode<'_>| {
             desired.pods[0].containers[0]
                 .values
@@ -985,7 +985,7 @@ mod tests {
             (Enforcement::Kubelet, true, "max"),
         ] {
             settings.enforcement = mode;
-            let (desired, report) = engine
+            let (desired, report) = applier
                 .pass(&settings, &node_of_8gi(), &pods, Reach::Node)
                 .unwrap();
             assert_eq!(high(&desired).as_deref(), Some("167772160"), "{mode:?}");

@@ -26,11 +26,11 @@ use crate::status::{add_state_recovered, status, status_write, PassOutcome, Stat
 use crate::status_writer::StatusWriter;
 use nodemem_apply::applier::{off, NodeApplier, Reach, WriteMode};
 
-/// The node's writers: the cgroup engine, the kubelet's configuration, and systemd's
-/// record of the units the engine writes (systemd-driver nodes whose systemd the agent
+/// The node's writers: the cgroup applier, the kubelet's configuration, and systemd's
+/// record of the units the applier writes (systemd-driver nodes whose systemd the agent
 /// reaches).
 pub struct Writers {
-    pub engine: NodeApplier,
+    pub applier: NodeApplier,
     pub kubelet: KubeletMode,
     pub units: Option<crate::units::UnitHolder>,
 }
@@ -103,11 +103,11 @@ impl Passes {
         &self,
         settings: Option<&PolicySettings>,
         desired: Option<&DesiredNode<'_>>,
-        engine: &NodeApplier,
+        applier: &NodeApplier,
     ) {
         let table = match (settings, desired) {
             (Some(s), Some(d)) if s.enforcement == Enforcement::Agent => {
-                let leave_alone = engine.conflict().map_or(&[][..], |c| c.files);
+                let leave_alone = applier.conflict().map_or(&[][..], |c| c.files);
                 CreationTable::of(d, leave_alone)
             }
             _ => CreationTable::default(),
@@ -147,7 +147,7 @@ impl Passes {
                     config.generation,
                     PassOutcome::InvalidConfig(problems),
                     None,
-                    writers.engine.discovery(),
+                    writers.applier.discovery(),
                     input.last,
                     &pass.now,
                 ),
@@ -157,7 +157,7 @@ impl Passes {
         };
         add_state_recovered(
             &mut new_status,
-            writers.engine.recoveries(),
+            writers.applier.recoveries(),
             config.generation,
             input.last,
             &pass.now,
@@ -195,15 +195,15 @@ impl Passes {
     /// No config (never created, or deleted): everything nodemem set is given back,
     /// in the cgroups and in the kubelet's configuration.
     async fn give_back(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
-        self.publish_creation(None, None, &writers.engine);
+        self.publish_creation(None, None, &writers.applier);
         self.metrics.config(None);
-        if let Some(outcome) = writers.kubelet.leave(writers.engine.state()).await {
+        if let Some(outcome) = writers.kubelet.leave(writers.applier.state()).await {
             info!(
                 ?outcome,
                 "no NodeMemoryConfig: the kubelet drop-in is removed"
             );
         }
-        match writers.engine.apply(
+        match writers.applier.apply(
             &off(),
             input.index.node(),
             input.pods,
@@ -237,7 +237,7 @@ impl Passes {
         let kubelet = configure_kubelet(writers, pass, settings).await;
         let node = pass.input.index.node();
         match writers
-            .engine
+            .applier
             .pass(settings, node, pass.input.pods, pass.reach)
         {
             Ok((desired, report)) => {
@@ -254,7 +254,7 @@ impl Passes {
                     config.generation,
                     PassOutcome::Failed(&e),
                     None,
-                    writers.engine.discovery(),
+                    writers.applier.discovery(),
                     pass.input.last,
                     &pass.now,
                 );
@@ -275,21 +275,21 @@ impl Passes {
         kubelet: Option<&KubeletOutcome>,
     ) -> NodeMemoryConfigStatus {
         self.record_writes(pass, desired, report);
-        self.report_overridden(&mut writers.engine, desired).await;
-        self.publish_creation(Some(settings), Some(desired), &writers.engine);
+        self.report_overridden(&mut writers.applier, desired).await;
+        self.publish_creation(Some(settings), Some(desired), &writers.applier);
         self.hold_in_systemd(writers).await;
-        let engine = &mut writers.engine;
-        let conflict = engine.conflict().cloned();
-        let (kubelet_settings, kubelet_unread) = engine.kubelet_read();
+        let applier = &mut writers.applier;
+        let conflict = applier.conflict().cloned();
+        let (kubelet_settings, kubelet_unread) = applier.kubelet_read();
         let kubelet_read = crate::kubelet_status::KubeletRead {
             settings: kubelet_settings,
             unread: kubelet_unread,
-            version: engine.memory_facts().kubelet_version,
+            version: applier.memory_facts().kubelet_version,
         };
         // Health reads every managed pod's signals: on whole-node passes only
         // (resyncs, config changes), not on reactions.
         let health = matches!(pass.reach, Reach::Node)
-            .then(|| self.health(engine, pass.config, desired, report));
+            .then(|| self.health(applier, pass.config, desired, report));
         let config = pass.config;
         let mut s = status(
             &config.revision,
@@ -303,29 +303,29 @@ impl Passes {
                 kubelet_read,
             },
             health.as_ref(),
-            engine.discovery(),
+            applier.discovery(),
             pass.input.last,
             &pass.now,
         );
         // The threshold the ceilings used, for views that cannot read the kubelet's
         // configuration.
         if let Some(node) = &mut s.node {
-            node.hard_eviction_memory = engine.memory_facts().hard_eviction_memory;
+            node.hard_eviction_memory = applier.memory_facts().hard_eviction_memory;
             node.container_values = Some(self.nri.state.borrow().status());
         }
         // Observed under Agent and Observe; under Kubelet the kubelet's memory.high is
         // not nodemem's to report on.
         if settings.enforcement != Enforcement::Kubelet {
-            s.observation = self.observe(engine, pass, settings, desired);
+            s.observation = self.observe(applier, pass, settings, desired);
         }
-        s.relief = self.refresh_relief(engine, config, settings, desired);
+        s.relief = self.refresh_relief(applier, config, settings, desired);
         s
     }
 
     /// Values set at creation (NRI) that someone changed before the agent found the
     /// container's cgroup: the pass wrote them back; each is named on its pod.
-    async fn report_overridden(&self, engine: &mut NodeApplier, desired: &DesiredNode<'_>) {
-        for o in engine.take_overridden() {
+    async fn report_overridden(&self, applier: &mut NodeApplier, desired: &DesiredNode<'_>) {
+        for o in applier.take_overridden() {
             let Some(pod) = desired.pods.iter().find(|p| {
                 p.containers
                     .iter()
@@ -376,7 +376,7 @@ impl Passes {
     /// The managed pods' signals (and metrics), against the baseline of the revision.
     fn health(
         &mut self,
-        engine: &NodeApplier,
+        applier: &NodeApplier,
         config: &IndexedConfig,
         desired: &DesiredNode<'_>,
         report: &ApplyReport,
@@ -388,11 +388,11 @@ impl Passes {
                 .filter(|p| p.admission == Admission::Managed)
         };
         let readings =
-            crate::health::read_signals(engine.cgroup_fs(), managed().map(|p| p.path.as_str()));
+            crate::health::read_signals(applier.cgroup_fs(), managed().map(|p| p.path.as_str()));
         let current_full = crate::health::current_full(readings.values());
         let containers = if self.metrics.wants_containers() {
             crate::health::read_signals(
-                engine.cgroup_fs(),
+                applier.cgroup_fs(),
                 managed()
                     .flat_map(|p| &p.containers)
                     .filter_map(|c| c.path.as_deref()),
@@ -433,7 +433,7 @@ impl Passes {
     /// whole-node passes, not on every pod event.
     fn observe(
         &mut self,
-        engine: &NodeApplier,
+        applier: &NodeApplier,
         pass: &Pass<'_>,
         settings: &PolicySettings,
         desired: &DesiredNode<'_>,
@@ -443,8 +443,8 @@ impl Passes {
             revision,
             settings.enforcement != Enforcement::Observe,
             desired,
-            engine.own_cgroup(),
-            engine.memory_facts(),
+            applier.own_cgroup(),
+            applier.memory_facts(),
         );
         if matches!(pass.reach, Reach::Node) {
             self.observer.report()
@@ -460,7 +460,7 @@ impl Passes {
     /// that says otherwise relieves nothing).
     fn refresh_relief(
         &mut self,
-        engine: &mut NodeApplier,
+        applier: &mut NodeApplier,
         config: &IndexedConfig,
         settings: &PolicySettings,
         desired: &DesiredNode<'_>,
@@ -472,24 +472,24 @@ impl Passes {
             &config.revision,
             relief_settings,
             desired,
-            engine.own_cgroup(),
-            engine.cgroup_fs(),
+            applier.own_cgroup(),
+            applier.cgroup_fs(),
         );
-        engine.set_relief(raised);
+        applier.set_relief(raised);
         self.relief.summary()
     }
 
     /// The observer's sample, and relief for containers whose trigger fired (and, on each
     /// tick, those under way). News for status, or a relief decision, makes the pass a
     /// whole-node one.
-    pub async fn sample_and_relieve(&mut self, engine: &mut NodeApplier, batch: &mut Batch) {
+    pub async fn sample_and_relieve(&mut self, applier: &mut NodeApplier, batch: &mut Batch) {
         for _ in &batch.fired {
             self.metrics.relief_trigger_fired();
         }
         if batch.sample {
             let started = std::time::Instant::now();
             self.observer
-                .sample(|path| crate::observer::read(engine.cgroup_fs(), path));
+                .sample(|path| crate::observer::read(applier.cgroup_fs(), path));
             let (observed, throttled) = self.observer.counts();
             self.metrics
                 .observation(observed, throttled, started.elapsed().as_secs_f64());
@@ -504,11 +504,11 @@ impl Passes {
         }
         let relief = &mut self.relief;
         let due = relief.due(&batch.fired);
-        let decisions = relief.step(&due, |path| crate::relief::read(engine.cgroup_fs(), path));
+        let decisions = relief.step(&due, |path| crate::relief::read(applier.cgroup_fs(), path));
         if !decisions.is_empty() {
             // The next (whole-node) pass writes the raised or restored memory.high,
             // systemd's record of the unit included.
-            engine.set_relief(relief.overrides());
+            applier.set_relief(relief.overrides());
             batch.whole_node();
         }
         let (watched, polled) = relief.watched();
@@ -522,7 +522,7 @@ impl Passes {
         let Some(units) = writers.units.as_mut() else {
             return;
         };
-        if let Some(handoff) = writers.engine.take_unit_handoff() {
+        if let Some(handoff) = writers.applier.take_unit_handoff() {
             let held = units.take_over(&handoff).await;
             self.metrics.unit_updates(&held);
         }
@@ -558,7 +558,7 @@ async fn configure_kubelet(
     pass: &Pass<'_>,
     settings: &PolicySettings,
 ) -> Option<KubeletOutcome> {
-    let state = writers.engine.state();
+    let state = writers.applier.state();
     if settings.enforcement == Enforcement::Kubelet {
         let owner = nodemem_model::kubelet_dropin::DropInOwner {
             node: &pass.config.name,

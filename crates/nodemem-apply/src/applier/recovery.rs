@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// A state record the engine could not trust, and what it did instead of stopping
+/// A state record the applier could not trust, and what it did instead of stopping
 /// (reported as the `StateRecovered` condition and a Warning Event).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recovery {
