@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_plumbing::flags::ScopeArg;
 use nodemem_plumbing::logs::LogFormat;
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::Stream;
 use nodemem_cgroup::watch::{TreeChange, TreeWatcher};
 use nodemem_cgroup::CgroupPath;
-use nodemem_model::cgroup_layout::{container_of_path, CgroupDriver, ContainerId};
+use nodemem_model::values::cgroup_layout::{container_of_path, CgroupDriver, ContainerId};
 use tracing::warn;
 
 use crate::runtime_record::{RecordedContainer, RuntimeRecords};
@@ -115,8 +115,8 @@ pub fn watch_cgroups(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cgroup_layout::{container_dir, pod_dir};
-    use nodemem_model::qos::QosClass;
+    use nodemem_model::pod::qos::QosClass;
+    use nodemem_model::values::cgroup_layout::{container_dir, pod_dir};
 
     const UID: &str = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c";
 

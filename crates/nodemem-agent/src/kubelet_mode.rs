@@ -14,8 +14,8 @@ use nodemem_apply::kubelet::{
     kubelet_started_at, remove_memory_manager_state, KubeletFileError, KubeletFiles, OwnDropIn,
 };
 use nodemem_apply::state::StateDir;
-use nodemem_model::kubelet_dropin::{render, DropInOwner, KubeletRefusal};
-use nodemem_model::policy::PolicySettings;
+use nodemem_model::cluster::policy::PolicySettings;
+use nodemem_model::kubelet::dropin::{render, DropInOwner, KubeletRefusal};
 use nodemem_systemd::{BusAddress, Systemd, SystemdError};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -618,9 +618,11 @@ mod tests {
 #[cfg(test)]
 mod mode_tests {
     use super::*;
-    use nodemem_model::memory_qos::ReservationPolicy;
-    use nodemem_model::policy::{Enforcement, MemoryManagerPolicy, NodeReserved, ReservedMemory};
+    use nodemem_model::cluster::policy::{
+        Enforcement, MemoryManagerPolicy, NodeReserved, ReservedMemory,
+    };
     use nodemem_model::quantity::Quantity;
+    use nodemem_model::values::memory_qos::ReservationPolicy;
     use std::path::Path;
 
     const OWNER: DropInOwner<'static> = DropInOwner {
@@ -852,7 +854,7 @@ mod mode_tests {
         std::fs::write(&mm_state, "{\"policyName\":\"Static\"}").unwrap();
         let mut factor = more.clone();
         factor.memory_qos.throttling_factor =
-            Some(nodemem_model::factor::ThrottlingFactor::from_f64(0.7).unwrap());
+            Some(nodemem_model::values::factor::ThrottlingFactor::from_f64(0.7).unwrap());
         mode.configure(&factor, Some("v1.36.3"), OWNER, &bed.state)
             .await;
         assert_eq!(bed.restarts(), 4);

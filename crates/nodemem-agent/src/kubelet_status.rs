@@ -4,7 +4,7 @@
 
 use nodemem_api::config::KubeletFacts;
 use nodemem_apply::kubelet::{KubeletSettings, KubeletUnread};
-use nodemem_model::kubelet_version::{
+use nodemem_model::kubelet::version::{
     KubeletSupport, KubeletVersion, NEWEST_TESTED, OLDEST_SUPPORTED,
 };
 

@@ -27,7 +27,7 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
-use nodemem_model::creation::CreationTable;
+use nodemem_model::values::creation::CreationTable;
 use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -328,8 +328,9 @@ impl NodeSync {
             Some((Ok(Update::Resync), rx))
         });
         let driver = applier.discovery().cgroup_driver;
-        let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(driver))
-            .expect("a constant path");
+        let top =
+            nodemem_cgroup::CgroupPath::new(nodemem_model::values::cgroup_layout::kubepods(driver))
+                .expect("a constant path");
         let cgroups = watch_cgroups(
             self.applier.roots.cgroup.clone(),
             top,

@@ -19,7 +19,7 @@ pub mod plugin;
 use std::path::PathBuf;
 
 use nodemem_api::config::ContainerValuesPath;
-use nodemem_model::cgroup_layout::ContainerId;
+use nodemem_model::values::cgroup_layout::ContainerId;
 
 /// `--nri`: whether new containers get their values from the runtime.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

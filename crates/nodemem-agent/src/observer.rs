@@ -2,7 +2,7 @@
 //! `enforcement: Observe` the memory.high nodemem would write, under `Agent` the one
 //! it wrote. Every few seconds each managed container's working set (memory.current
 //! minus inactive file pages, as the kubelet's eviction counts it), the kernel's
-//! memory.peak and memory.events `high` are read; [`nodemem_model::observe`] keeps
+//! memory.peak and memory.events `high` are read; [`nodemem_model::feedback::observe`] keeps
 //! the figures, this module keeps which containers there are and turns them into the
 //! node's [`ObservationSummary`] (the tally the controller sums into a pool's
 //! recommendation, and the worst containers).
@@ -18,11 +18,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::config::{ObservationSummary, ObservedContainer};
 use nodemem_cgroup::parse::{memory_events, memory_stat, working_set};
 use nodemem_cgroup::{CgroupFs, CgroupPath};
-use nodemem_model::cgroup::MEMORY_HIGH;
-use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::feedback::observe::{worst, ContainerObservation, Sample};
+use nodemem_model::feedback::recommend::{ContainerEvidence, Tally};
 use nodemem_model::node::DesiredNode;
-use nodemem_model::observe::{worst, ContainerObservation, Sample};
-use nodemem_model::recommend::{ContainerEvidence, Tally};
+use nodemem_model::values::cgroup::MEMORY_HIGH;
+use nodemem_model::values::memory_qos::NodeMemoryFacts;
 
 /// How many containers status names.
 pub const WORST: usize = 5;
@@ -313,9 +313,9 @@ fn observed(t: &Tracked) -> ObservedContainer {
 mod tests {
     use super::*;
     use crate::test_node::{burstable, desired as desired_of, facts, path_of, pod, settings, MI};
-    use nodemem_model::memory_qos::ReservationPolicy;
+    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{NodeFacts, NodePod};
-    use nodemem_model::policy::PolicySettings;
+    use nodemem_model::values::memory_qos::ReservationPolicy;
     use serde_json::json;
 
     /// Settings at factor 0.5, the node, and its pods.

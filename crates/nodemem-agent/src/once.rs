@@ -16,8 +16,8 @@ use nodemem_api::k8s::{
 use nodemem_api::NodeMemoryConfig;
 use nodemem_apply::ApplyReport;
 use nodemem_cgroup::{check_identifier, Roots};
+use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::NodePod;
-use nodemem_model::policy::PolicySettings;
 
 use crate::args::{AgentArgs, DriverArg};
 use crate::output::{render, OnceOutput};
@@ -37,7 +37,7 @@ struct Inputs {
     health: nodemem_api::policy::HealthSpec,
     node_name: String,
     /// The Node's memory figures and kubelet version.
-    node: nodemem_model::node_status::NodeStatusFacts,
+    node: nodemem_model::node::status::NodeStatusFacts,
     pods: Vec<NodePod>,
 }
 
@@ -140,7 +140,7 @@ fn follow(
     first_report: &str,
 ) -> Result<Outcome, CliError> {
     use std::io::Write as _;
-    let top = nodemem_cgroup::CgroupPath::new(nodemem_model::cgroup_layout::kubepods(
+    let top = nodemem_cgroup::CgroupPath::new(nodemem_model::values::cgroup_layout::kubepods(
         applier.discovery().cgroup_driver,
     ))
     .expect("a constant path");

@@ -3,7 +3,7 @@
 //! on its `memory.pressure` (`full`, the policy's threshold over a 10 s window): the
 //! kernel wakes the agent when it stalls, a calm container is never read. A container
 //! that stalls is then read on every tick (PSI `full` avg10 and its working set) and fed
-//! to [`nodemem_model::relief`]'s state machine, which decides: raise its memory.high
+//! to [`nodemem_model::feedback::relief`]'s state machine, which decides: raise its memory.high
 //! for the relief period (the applier writes it in its next pass, and keeps it there
 //! until restored, systemd's record included), put it back, or report a container that
 //! needs it again within the repeat window. On a tree that is not cgroup2 (tests'
@@ -17,9 +17,9 @@ use nodemem_api::config::{ReliefSummary, RelievedContainer};
 use nodemem_cgroup::parse::{memory_stat, pressure, working_set};
 use nodemem_cgroup::psi::FullTrigger;
 use nodemem_cgroup::{CgroupFs, CgroupPath};
-use nodemem_model::cgroup::{MEMORY_HIGH, MEMORY_MAX};
+use nodemem_model::feedback::relief::{Action, ContainerRelief, Reading, ReliefSettings};
 use nodemem_model::node::DesiredNode;
-use nodemem_model::relief::{Action, ContainerRelief, Reading, ReliefSettings};
+use nodemem_model::values::cgroup::{MEMORY_HIGH, MEMORY_MAX};
 use tokio::sync::mpsc;
 
 /// The PSI window: the kernel's longest, so a trigger fires at most every 10 s.
@@ -429,7 +429,7 @@ pub fn read(fs: &CgroupFs, path: &str) -> Option<(f64, i64)> {
 mod tests {
     use super::*;
     use crate::test_node::{burstable, desired, facts, path_of, settings, MI};
-    use nodemem_model::memory_qos::ReservationPolicy;
+    use nodemem_model::values::memory_qos::ReservationPolicy;
 
     /// Relieved at once, for no time: each step moves the state machine on.
     const AT_ONCE: ReliefSettings = ReliefSettings {

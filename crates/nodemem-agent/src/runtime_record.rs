@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use nodemem_model::cgroup_layout::{
+use nodemem_model::values::cgroup_layout::{
     container_of_path, CgroupDriver, ContainerId, ContainerRuntime,
 };
 
@@ -199,8 +199,8 @@ fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cgroup_layout::container_dir;
-    use nodemem_model::qos::QosClass;
+    use nodemem_model::pod::qos::QosClass;
+    use nodemem_model::values::cgroup_layout::container_dir;
     use serde_json::json;
 
     const UID: &str = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c";

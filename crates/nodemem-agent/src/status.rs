@@ -9,8 +9,8 @@ use nodemem_api::config::{MemoryTotals, NodeFacts, NumaMemory, NumaNodeFacts};
 use nodemem_api::NodeMemoryConfigStatus;
 use nodemem_apply::ApplyReport;
 use nodemem_cgroup::discover::Discovery;
-use nodemem_model::cgroup_layout::CgroupDriver;
 use nodemem_model::node::DesiredNode;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_model::Warning;
 
 use crate::health::Verdict;
@@ -455,9 +455,9 @@ pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::memory_qos::MemoryQosSettings;
+    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
-    use nodemem_model::policy::PolicySettings;
+    use nodemem_model::values::memory_qos::MemoryQosSettings;
 
     #[test]
     fn figures_alone_are_coalesced_and_everything_else_goes_at_once() {

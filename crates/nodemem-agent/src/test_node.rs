@@ -1,10 +1,10 @@
 //! A small node for the observation's and relief's unit tests: one-container pods in
 //! `shop` with container IDs, settings at a factor, facts with 8Gi allocatable.
 
-use nodemem_model::factor::ThrottlingFactor;
-use nodemem_model::memory_qos::{MemoryQosSettings, ReservationPolicy};
+use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
-use nodemem_model::policy::PolicySettings;
+use nodemem_model::values::factor::ThrottlingFactor;
+use nodemem_model::values::memory_qos::{MemoryQosSettings, ReservationPolicy};
 use serde_json::json;
 
 pub const MI: i64 = 1 << 20;
@@ -74,9 +74,9 @@ pub fn path_of(desired: &DesiredNode<'_>, name: &str) -> String {
 
 /// What new containers are created with on a node of one Burstable pod `web` (uid-web,
 /// container `app`, not started yet) at factor 0.5: the NRI plugin's tests.
-pub fn web_creation_table() -> nodemem_model::creation::CreationTable {
+pub fn web_creation_table() -> nodemem_model::values::creation::CreationTable {
     let pods = [burstable("web", "ignored")];
     let s = settings(0.5, ReservationPolicy::TieredReservation);
     let f = facts();
-    nodemem_model::creation::CreationTable::of(&desired(&s, &f, &pods), &[])
+    nodemem_model::values::creation::CreationTable::of(&desired(&s, &f, &pods), &[])
 }

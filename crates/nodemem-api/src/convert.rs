@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodemem_model::factor::ThrottlingFactor;
-use nodemem_model::memory_qos::{self, MemoryQosSettings};
-use nodemem_model::policy::{
+use nodemem_model::cluster::policy::{
     self as model, validate_policy_settings, MemoryManagerSettings, NodeReserved, PolicySettings,
 };
-use nodemem_model::resolve::{resolve_policy, PolicyCandidate, Resolution};
-use nodemem_model::selector::{self, LabelSelector, Requirement};
+use nodemem_model::cluster::resolve::{resolve_policy, PolicyCandidate, Resolution};
+use nodemem_model::cluster::selector::{self, LabelSelector, Requirement};
+use nodemem_model::values::factor::ThrottlingFactor;
+use nodemem_model::values::memory_qos::{self, MemoryQosSettings};
 use nodemem_model::{Problem, Quantity};
 
 use crate::int_or_percent::IntOrPercent;
@@ -56,7 +56,7 @@ pub fn policy_takes_nodes(p: &NodeMemoryPolicy) -> bool {
 }
 
 /// Which of `policies` governs a node with these labels that runs `current`'s revision
-/// (the controller's rule, `nodemem_model::resolve`: highest priority among the policies
+/// (the controller's rule, `nodemem_model::cluster::resolve`: highest priority among the policies
 /// that [`takes_nodes`]; a tie keeps the node where it is, or gives a node that runs
 /// none of them to the oldest policy).
 pub fn governing<'p>(
@@ -222,7 +222,7 @@ fn check_rollout(rollout: &RolloutSpec, problems: &mut Vec<Problem>) {
 }
 
 /// The model's settings for a node (from a policy or a config spec), or every problem
-/// found, type-level and semantic (`nodemem_model::policy::validate_policy_settings`),
+/// found, type-level and semantic (`nodemem_model::cluster::policy::validate_policy_settings`),
 /// with paths under `spec`.
 pub fn node_settings(settings: &NodeSettings) -> Result<PolicySettings, Vec<Problem>> {
     let mut problems = Vec::new();
@@ -250,7 +250,7 @@ fn convert_settings(settings: &NodeSettings, problems: &mut Vec<Problem>) -> Pol
         },
         relief: settings.memory_qos.relief.as_ref().map(|r| {
             let seconds = |v: i32| u64::try_from(v).unwrap_or(0);
-            nodemem_model::relief::ReliefSettings {
+            nodemem_model::feedback::relief::ReliefSettings {
                 full_pressure_percent: u32::try_from(r.full_pressure_percent.clamp(1, 100))
                     .unwrap_or(20),
                 sustained_seconds: seconds(r.sustained_seconds),

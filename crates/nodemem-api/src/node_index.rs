@@ -16,10 +16,10 @@ use crate::policy::NodeSettings;
 use crate::watch_index::WatchIndex;
 use k8s_openapi::api::core::v1 as core;
 use kube::core::PartialObjectMeta;
-use nodemem_model::cgroup_layout::ContainerId;
+use nodemem_model::cluster::policy::PolicySettings;
+use nodemem_model::node::status::NodeStatusFacts;
 use nodemem_model::node::NodePod;
-use nodemem_model::node_status::NodeStatusFacts;
-use nodemem_model::policy::PolicySettings;
+use nodemem_model::values::cgroup_layout::ContainerId;
 
 /// The config as the computation needs it, or why it cannot be used.
 #[derive(Clone, Debug, PartialEq)]
@@ -613,7 +613,7 @@ mod tests {
         assert_eq!(index.node().architecture, None);
         assert_eq!(
             index.node().kubelet_float(),
-            nodemem_model::factor::KubeletFloat::Separate
+            nodemem_model::values::factor::KubeletFloat::Separate
         );
         let mut arm = upgraded.clone();
         arm.status
@@ -629,7 +629,7 @@ mod tests {
         );
         assert_eq!(
             index.node().kubelet_float(),
-            nodemem_model::factor::KubeletFloat::Fused
+            nodemem_model::values::factor::KubeletFloat::Fused
         );
         assert!(index.apply_node(&upgraded));
 

@@ -4,7 +4,7 @@
 //! read the report with this one rule.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use nodemem_model::rollout::AgentReport;
+use nodemem_model::cluster::rollout::AgentReport;
 
 use crate::config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStatus};
 

@@ -19,12 +19,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_cgroup::discover::{discover, Discovery};
 use nodemem_cgroup::{CgroupFs, Roots};
-use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::cluster::policy::{Enforcement, MemoryManagerPolicy, PolicySettings};
+use nodemem_model::node::status::NodeStatusFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
-use nodemem_model::node_status::NodeStatusFacts;
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
-use nodemem_model::policy::{Enforcement, MemoryManagerPolicy, PolicySettings};
+use nodemem_model::values::cgroup_layout::CgroupDriver;
+use nodemem_model::values::memory_qos::NodeMemoryFacts;
 
 use crate::kubelet::conflict::{kubelet_conflict, KubeletConflict};
 use crate::kubelet::{KubeletFiles, KubeletSettings, KubeletUnread, OwnDropIn};
@@ -94,7 +94,10 @@ pub struct NodeApplier {
     facts: NodeFacts,
     /// The Memory Manager as the last pass left it, and the reservedMemory it was built
     /// for: the state file is read once, then kept in memory.
-    manager: Option<(Vec<nodemem_model::policy::ReservedMemory>, MemoryManager)>,
+    manager: Option<(
+        Vec<nodemem_model::cluster::policy::ReservedMemory>,
+        MemoryManager,
+    )>,
     /// What the state directory holds, so a pass that changed nothing writes nothing.
     saved_owned: Ownership,
     saved_manager: Option<MemoryManager>,
@@ -269,12 +272,15 @@ impl NodeApplier {
             let Some(raised) = c.path.as_ref().and_then(|p| self.relief.get(p)) else {
                 continue;
             };
-            if c.values.get(nodemem_model::cgroup::MEMORY_HIGH).is_some() {
+            if c.values
+                .get(nodemem_model::values::cgroup::MEMORY_HIGH)
+                .is_some()
+            {
                 c.values.insert(
-                    nodemem_model::cgroup::MEMORY_HIGH,
+                    nodemem_model::values::cgroup::MEMORY_HIGH,
                     match raised {
-                        Some(bytes) => nodemem_model::cgroup::CgroupValue::Bytes(*bytes),
-                        None => nodemem_model::cgroup::CgroupValue::max(),
+                        Some(bytes) => nodemem_model::values::cgroup::CgroupValue::Bytes(*bytes),
+                        None => nodemem_model::values::cgroup::CgroupValue::max(),
                     },
                 );
             }
@@ -688,7 +694,7 @@ impl NodeApplier {
 /// Kubelet` none of its own (what it set before is given back; the kubelet enforces),
 /// under `Observe` none either (it only reports what it would write).
 pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, PolicySettings> {
-    if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
+    if settings.enforcement != nodemem_model::cluster::policy::Enforcement::Agent {
         std::borrow::Cow::Owned(off())
     } else {
         std::borrow::Cow::Borrowed(settings)
@@ -712,7 +718,7 @@ fn save_record(
 /// Settings that give back everything nodemem set.
 pub fn off() -> PolicySettings {
     PolicySettings {
-        memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
+        memory_qos: nodemem_model::values::memory_qos::MemoryQosSettings {
             enabled: false,
             ..Default::default()
         },
@@ -788,9 +794,9 @@ mod tests {
     /// Pod `web` (uid-web) of one container `app` started as `id`: request 64Mi, limit
     /// 256Mi (memory.high 160Mi at factor 0.5).
     fn burstable_web(id: &str) -> NodePod {
-        use nodemem_model::cgroup_layout::{ContainerId, ContainerRuntime};
         use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources, MEMORY};
         use nodemem_model::quantity::Quantity;
+        use nodemem_model::values::cgroup_layout::{ContainerId, ContainerRuntime};
         let memory = |q: &str| [(MEMORY.to_string(), Quantity::parse(q).unwrap())].into();
         let app = Container {
             name: "app".into(),
@@ -816,10 +822,12 @@ mod tests {
         NodePod::new(pod, [("app".to_string(), id)].into(), false)
     }
 
-    fn at_half(reservation: nodemem_model::memory_qos::ReservationPolicy) -> PolicySettings {
-        use nodemem_model::factor::ThrottlingFactor;
+    fn at_half(
+        reservation: nodemem_model::values::memory_qos::ReservationPolicy,
+    ) -> PolicySettings {
+        use nodemem_model::values::factor::ThrottlingFactor;
         PolicySettings {
-            memory_qos: nodemem_model::memory_qos::MemoryQosSettings {
+            memory_qos: nodemem_model::values::memory_qos::MemoryQosSettings {
                 enabled: true,
                 throttling_factor: Some(ThrottlingFactor::from_f64(0.5).unwrap()),
                 reservation_policy: reservation,
@@ -842,8 +850,8 @@ mod tests {
     /// writes nothing, yet leaving the policy gives the value back.
     #[test]
     fn values_set_at_creation_are_given_back_after_a_restart_before_the_start() {
-        use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
-        use nodemem_model::qos::QosClass;
+        use nodemem_model::pod::qos::QosClass;
+        use nodemem_model::values::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
         let driver = CgroupDriver::Cgroupfs;
         let (_dir, tree, config) = temp_node(driver, false);
         tree.add_pod(QosClass::Burstable, "uid-a", &[]).unwrap();
@@ -878,8 +886,8 @@ mod tests {
     /// a dry run leaves nothing, and neither does a node without systemd's units.
     #[test]
     fn a_pass_leaves_its_unit_values_for_systemd_once() {
-        use nodemem_model::memory_qos::ReservationPolicy;
-        use nodemem_model::qos::QosClass;
+        use nodemem_model::pod::qos::QosClass;
+        use nodemem_model::values::memory_qos::ReservationPolicy;
         let (_dir, tree, config) = temp_node(CgroupDriver::Systemd, true);
         let id = "c1".repeat(32);
         tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
@@ -959,9 +967,9 @@ mod tests {
     /// while still computed for the status.
     #[test]
     fn a_pass_writes_only_under_agent_and_computes_the_settings_under_every_mode() {
-        use nodemem_model::cgroup::MEMORY_HIGH;
-        use nodemem_model::memory_qos::ReservationPolicy;
-        use nodemem_model::qos::QosClass;
+        use nodemem_model::pod::qos::QosClass;
+        use nodemem_model::values::cgroup::MEMORY_HIGH;
+        use nodemem_model::values::memory_qos::ReservationPolicy;
         let (_dir, tree, config) = temp_node(CgroupDriver::Cgroupfs, false);
         let id = "c1".repeat(32);
         tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
@@ -996,8 +1004,8 @@ mod tests {
 
     /// Where pod `pod`'s first container is in a cgroupfs tree.
     fn tree_path(pod: &NodePod) -> String {
-        use nodemem_model::cgroup_layout::container_dir;
-        use nodemem_model::qos::QosClass;
+        use nodemem_model::pod::qos::QosClass;
+        use nodemem_model::values::cgroup_layout::container_dir;
         let id = &pod.container_ids()["app"];
         container_dir(
             CgroupDriver::Cgroupfs,
@@ -1009,7 +1017,7 @@ mod tests {
 
     #[test]
     fn only_agent_enforcement_writes_cgroup_values() {
-        use nodemem_model::policy::Enforcement;
+        use nodemem_model::cluster::policy::Enforcement;
         let mut settings = PolicySettings::default();
         settings.memory_qos.enabled = true;
         assert_eq!(

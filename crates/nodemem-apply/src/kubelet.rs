@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use nodemem_model::eviction::MemoryEviction;
-use nodemem_model::kubelet_dropin::{KubeletReserved, DROPIN_FILE};
-use nodemem_model::kubelet_writes::{KubeletQosConfig, Named};
+use nodemem_model::kubelet::dropin::{KubeletReserved, DROPIN_FILE};
+use nodemem_model::kubelet::eviction::MemoryEviction;
+use nodemem_model::kubelet::writes::{KubeletQosConfig, Named};
 use nodemem_model::quantity::Quantity;
 use serde_json::Value;
 

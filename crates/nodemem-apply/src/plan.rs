@@ -27,8 +27,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_cgroup::parse::{memory_value, range_list, MemoryValue};
-use nodemem_model::cgroup::{CgroupValue, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 use nodemem_model::node::DesiredCgroup;
+use nodemem_model::values::cgroup::{
+    CgroupValue, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN,
+};
 use serde::{Deserialize, Serialize};
 
 /// What nodemem set and what each file held before it did: cgroup path -> file -> the
@@ -507,7 +509,7 @@ pub fn default_value(file: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cgroup::CgroupValues;
+    use nodemem_model::values::cgroup::CgroupValues;
 
     /// Leaked for the test's lifetime: a DesiredCgroup borrows its path and values.
     fn cgroup(path: &str, values: &[(&'static str, CgroupValue)]) -> DesiredCgroup<'static> {

@@ -18,8 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_cgroup::parse::{memory_value, range_list, MemoryValue};
-use nodemem_model::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 use nodemem_model::node::DesiredCgroup;
+use nodemem_model::values::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 
 use crate::plan::{Ownership, Write};
 
@@ -235,7 +235,7 @@ impl UnitRecords {
 mod tests {
     use super::*;
     use crate::plan::WriteKind;
-    use nodemem_model::cgroup::{CgroupValue, CgroupValues};
+    use nodemem_model::values::cgroup::{CgroupValue, CgroupValues};
 
     const POD: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice";
     const SCOPE: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice/cri-containerd-c1.scope";

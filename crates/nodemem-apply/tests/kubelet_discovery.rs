@@ -8,9 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use nodemem_apply::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
-use nodemem_model::eviction::MemoryEviction;
-use nodemem_model::kubelet_dropin::DROPIN_FILE;
-use nodemem_model::kubelet_writes::Named;
+use nodemem_model::kubelet::dropin::DROPIN_FILE;
+use nodemem_model::kubelet::eviction::MemoryEviction;
+use nodemem_model::kubelet::writes::Named;
 use nodemem_model::quantity::Quantity;
 
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";

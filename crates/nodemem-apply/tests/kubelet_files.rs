@@ -7,8 +7,8 @@ use std::path::Path;
 use nodemem_apply::kubelet::{
     kubelet_started_at, remove_memory_manager_state, KubeletFiles, OwnDropIn,
 };
-use nodemem_model::eviction::MemoryEviction;
-use nodemem_model::kubelet_writes::Named;
+use nodemem_model::kubelet::eviction::MemoryEviction;
+use nodemem_model::kubelet::writes::Named;
 use nodemem_model::quantity::Quantity;
 
 fn write(path: &Path, text: &str) {

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use nodemem_model::cgroup_layout::{kubepods, CgroupDriver};
 use nodemem_model::numa::sysfs::{node_capacity, SysfsError};
 use nodemem_model::numa::NumaTopology;
+use nodemem_model::values::cgroup_layout::{kubepods, CgroupDriver};
 
 use crate::fs::CgroupFs;
 use crate::parse::{controllers, ParseError};

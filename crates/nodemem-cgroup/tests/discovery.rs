@@ -5,7 +5,7 @@ use std::path::Path;
 
 use nodemem_cgroup::discover::{discover, DiscoveryError};
 use nodemem_cgroup::Roots;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -7,10 +7,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Component;
 
 use nodemem_cgroup::{check_identifier, CgroupFs, CgroupPath};
-use nodemem_model::cgroup_layout::{
+use nodemem_model::pod::qos::QosClass;
+use nodemem_model::values::cgroup_layout::{
     container_dir, pod_dir, CgroupDriver, ContainerId, ContainerRuntime,
 };
-use nodemem_model::qos::QosClass;
 use proptest::prelude::*;
 
 /// Identifiers biased towards the dangerous: dots, slashes, NULs, long runs.

@@ -1,6 +1,6 @@
 //! The controller's decisions (pure): for every node, which policy governs it; for
 //! every policy, whether it is accepted, which revision its pool moves to and which
-//! nodes move next (`nodemem_model::rollout`); which NodeMemoryConfigs to write or
+//! nodes move next (`nodemem_model::cluster::rollout`); which NodeMemoryConfigs to write or
 //! delete; each policy's status. Inputs are the [`World`] and the time; nothing here
 //! talks to the apiserver, so a restarted controller decides the same from the same
 //! objects.

@@ -49,7 +49,7 @@ fn applied(c: &NodeMemoryConfig) -> bool {
     let entry = nodemem_api::report::ConfigEntry::from(c);
     matches!(
         nodemem_api::report::report(&entry, 0),
-        nodemem_model::rollout::AgentReport::Good { .. }
+        nodemem_model::cluster::rollout::AgentReport::Good { .. }
     )
 }
 

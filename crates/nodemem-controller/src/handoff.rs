@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
-use nodemem_model::rollout::{plan_phases, OnFailure, RolloutState};
+use nodemem_model::cluster::rollout::{plan_phases, OnFailure, RolloutState};
 
 use crate::decide::rollout_index::RolloutIndex;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder, PolicyEvent};

@@ -6,7 +6,7 @@
 //! `NodeFailed` Event.
 
 use nodemem_api::report::{acknowledged, failure, waiting_on, ConfigEntry};
-use nodemem_model::rollout::RolloutParams;
+use nodemem_model::cluster::rollout::RolloutParams;
 
 /// Why a node failed its rollout to a revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,7 +133,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use nodemem_api::NodeMemoryConfigSpec;
-    use nodemem_model::rollout::OnFailure;
+    use nodemem_model::cluster::rollout::OnFailure;
 
     const PARAMS: RolloutParams = RolloutParams {
         max_unavailable: 1,

@@ -1,7 +1,7 @@
 //! A pool's throttling-factor recommendation (issue 19) from its nodes' observation:
 //! the tallies of the nodes on the policy's current revision are summed (they add up
 //! to what one list of every container would give) and handed to
-//! [`nodemem_model::recommend`]. One node cannot steer its pool (issue 44): a
+//! [`nodemem_model::feedback::recommend`]. One node cannot steer its pool (issue 44): a
 //! recommendation needs a quorum of observing nodes ([`quorum`]), each observed for
 //! the minimum, and no node weighs more than twice the median node ([`capped_tally`]),
 //! so a broken or hostile agent that reports a million containers counts as a large
@@ -10,8 +10,10 @@
 use nodemem_api::policy::{
     Enforcement, FactorShare, NodeMemoryPolicySpec, RecommendationReason, RecommendationStatus,
 };
-use nodemem_model::factor::ThrottlingFactor;
-use nodemem_model::recommend::{recommend_tally, RecommendParams, Recommendation, Tally, STEPS};
+use nodemem_model::feedback::recommend::{
+    recommend_tally, RecommendParams, Recommendation, Tally, STEPS,
+};
+use nodemem_model::values::factor::ThrottlingFactor;
 
 use nodemem_api::report::ConfigEntry;
 
@@ -123,7 +125,7 @@ fn status(
         containers: i32::try_from(tally.containers).unwrap_or(i32::MAX),
         ..RecommendationStatus::default()
     };
-    let shares = |d: &[nodemem_model::recommend::Step]| {
+    let shares = |d: &[nodemem_model::feedback::recommend::Step]| {
         d.iter()
             .map(|s| FactorShare {
                 factor: s.factor.as_f64(),

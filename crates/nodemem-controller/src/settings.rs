@@ -2,7 +2,7 @@
 //! and what a node gets when no policy governs it.
 
 use nodemem_api::policy::{FailurePolicy, NodeSettings, RolloutSpec};
-use nodemem_model::rollout::{OnFailure, RolloutParams};
+use nodemem_model::cluster::rollout::{OnFailure, RolloutParams};
 
 /// The settings a node gets when no policy selects it any more
 /// ([`NodeSettings::released`]).

@@ -13,7 +13,7 @@ use nodemem_api::watch_index::WatchIndex;
 use nodemem_api::{
     NodeMemoryConfig, NodeMemoryPolicy, NodeMemoryPolicySpec, NodeMemoryPolicyStatus,
 };
-use nodemem_model::rollout::AgentReport;
+use nodemem_model::cluster::rollout::AgentReport;
 
 /// On a Node the controller cordoned to drain it before a Kubelet-mode Memory Manager
 /// change: the revision it drains for, when the drain started, and the revision it

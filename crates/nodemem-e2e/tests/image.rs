@@ -259,8 +259,8 @@ fn agent_once(
     bin: &Path,
     dir: &Path,
 ) -> (String, std::collections::BTreeMap<String, String>) {
-    use nodemem_model::cgroup_layout::CgroupDriver;
-    use nodemem_model::qos::QosClass;
+    use nodemem_model::pod::qos::QosClass;
+    use nodemem_model::values::cgroup_layout::CgroupDriver;
     let root = dir.join(format!("node-{arch}"));
     std::fs::create_dir_all(root.join("cgroup")).unwrap();
     let tree = nodemem_testkit::cgroup_tree::CgroupTree::at(

@@ -13,8 +13,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use nodemem_model::factor::{KubeletFloat, ThrottlingFactor};
 use nodemem_model::quantity::Quantity;
+use nodemem_model::values::factor::{KubeletFloat, ThrottlingFactor};
 
 /// One case: request and ceiling as a pod spec writes them, the factor as a kubelet
 /// configuration writes it, the page size.

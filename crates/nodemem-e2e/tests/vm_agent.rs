@@ -10,10 +10,10 @@ use nodemem_api::convert::node_settings;
 use nodemem_api::k8s::node_pod_from_k8s;
 use nodemem_api::NodeMemoryConfig;
 use nodemem_cgroup::parse::memory_events;
-use nodemem_model::cgroup::CgroupValue;
-use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+use nodemem_model::values::cgroup::CgroupValue;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
+use nodemem_model::values::memory_qos::NodeMemoryFacts;
 use nodemem_testkit::vm::Vm;
 use serde_json::Value;
 
@@ -59,14 +59,14 @@ done"#;
 fn make_pod_tree(pods: &[NodePod]) -> String {
     let mut s = String::new();
     for p in pods.iter().filter(|p| !p.container_ids().is_empty()) {
-        let qos = nodemem_model::qos::qos_class(&p.pod().spec);
+        let qos = nodemem_model::pod::qos::qos_class(&p.pod().spec);
         let pod_dir =
-            nodemem_model::cgroup_layout::pod_dir(CgroupDriver::Systemd, qos, &p.pod().uid);
+            nodemem_model::values::cgroup_layout::pod_dir(CgroupDriver::Systemd, qos, &p.pod().uid);
         s.push_str(&format!(
             "mkdir -p {pod_dir}\necho '+memory +cpuset' > {pod_dir}/cgroup.subtree_control\n"
         ));
         for id in p.container_ids().values() {
-            let dir = nodemem_model::cgroup_layout::container_dir(
+            let dir = nodemem_model::values::cgroup_layout::container_dir(
                 CgroupDriver::Systemd,
                 qos,
                 &p.pod().uid,
@@ -149,7 +149,9 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
             allocatable_memory: Some(15 << 30),
             // No kubelet configuration on this node: the agent takes the kubelet's
             // default hard eviction threshold.
-            hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
+            hard_eviction_memory: Some(
+                nodemem_model::cluster::policy::DEFAULT_EVICTION_HARD_MEMORY,
+            ),
             page_size: 4096,
             kernel_version: Some("6.1.0".into()),
             ..NodeMemoryFacts::default()
@@ -208,9 +210,9 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
         .path
         .clone()
         .unwrap();
-    let big_container = nodemem_model::cgroup_layout::container_dir(
+    let big_container = nodemem_model::values::cgroup_layout::container_dir(
         CgroupDriver::Systemd,
-        nodemem_model::qos::QosClass::Guaranteed,
+        nodemem_model::pod::qos::QosClass::Guaranteed,
         &big_pods[0].pod().uid,
         big_pods[0].container_ids().values().next().unwrap(),
     );
@@ -225,14 +227,14 @@ fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
             "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}
     });
     let follow_pods = node_pods(std::slice::from_ref(&follow_item));
-    let follow_pod_dir = nodemem_model::cgroup_layout::pod_dir(
+    let follow_pod_dir = nodemem_model::values::cgroup_layout::pod_dir(
         CgroupDriver::Systemd,
-        nodemem_model::qos::QosClass::Burstable,
+        nodemem_model::pod::qos::QosClass::Burstable,
         &follow_pods[0].pod().uid,
     );
-    let follow_container_dir = nodemem_model::cgroup_layout::container_dir(
+    let follow_container_dir = nodemem_model::values::cgroup_layout::container_dir(
         CgroupDriver::Systemd,
-        nodemem_model::qos::QosClass::Burstable,
+        nodemem_model::pod::qos::QosClass::Burstable,
         &follow_pods[0].pod().uid,
         follow_pods[0].container_ids().values().next().unwrap(),
     );

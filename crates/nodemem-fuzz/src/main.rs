@@ -6,10 +6,10 @@
 use std::io::Read;
 
 use nodemem_cgroup::parse;
-use nodemem_model::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
 use nodemem_model::numa::sysfs;
-use nodemem_model::qos::QosClass;
+use nodemem_model::pod::qos::QosClass;
 use nodemem_model::quantity::Quantity;
+use nodemem_model::values::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
 
 /// The targets, each a parser or builder and what it takes from the input.
 const TARGETS: &[&str] = &[

@@ -2,45 +2,29 @@
 //! I/O: everything here is a function of its arguments, so it can be tested
 //! exhaustively with plain `#[test]`s.
 //!
-//! * [`quantity`]: Kubernetes quantities, exact.
-//! * [`pod`], [`defaulting`], [`aggregate`], [`qos`], [`pod_validation`]: what the
-//!   apiserver and kubelet derive from a Pod's resources.
-//! * [`memory_qos`]: cgroup v2 memory.min / memory.low / memory.high per container,
-//!   pod, QoS class and node.
-//! * [`observe`]: a container's working set against memory.high over time.
-//! * [`relief`]: when to raise a choking container's memory.high, and when to put it back.
-//! * [`recommend`]: the throttling factor a pool's workloads tolerate, from evidence.
-//! * [`policy`], [`selector`], [`resolve`]: policy settings, their semantic validation,
-//!   and which policy governs a node.
+//! * [`quantity`]: Kubernetes quantities, exact; [`problem`] and [`warning`]: what a
+//!   user is told.
+//! * [`pod`]: what the apiserver and kubelet derive from a Pod's resources (defaulting,
+//!   aggregation, QoS class, validation, the profile the rules read).
+//! * [`kubelet`]: the kubelet's own rules, by version.
+//! * [`values`]: the values of every cgroup nodemem manages (Memory QoS, the factor,
+//!   where each cgroup is, what a container is created with).
+//! * [`numa`]: the Memory Manager's NUMA admission.
+//! * [`node`]: one node's computation from its settings, facts and pods, and what the
+//!   rules read of a Node's status.
+//! * [`cluster`]: policy settings, their validation, which policy governs a node, and a
+//!   pool's rollout.
+//! * [`feedback`]: observation, relief and the factor recommendation.
 
-pub mod aggregate;
-pub mod cgroup;
-pub mod cgroup_layout;
-pub mod creation;
-pub mod defaulting;
-pub mod eviction;
-pub mod factor;
-pub mod kernel;
-pub mod kubelet_dropin;
-pub mod kubelet_version;
-pub mod kubelet_writes;
-pub mod memory_qos;
+pub mod cluster;
+pub mod feedback;
+pub mod kubelet;
 pub mod node;
-pub mod node_status;
 pub mod numa;
-pub mod observe;
 pub mod pod;
-pub mod pod_validation;
-pub mod policy;
 pub mod problem;
-pub mod profile;
-pub mod qos;
 pub mod quantity;
-pub mod recommend;
-pub mod relief;
-pub mod resolve;
-pub mod rollout;
-pub mod selector;
+pub mod values;
 pub mod warning;
 
 pub use problem::Problem;

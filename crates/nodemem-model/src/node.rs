@@ -6,24 +6,28 @@
 //! `nodemem simulate` renders this; the agent plans its writes from it. Nothing here
 //! reads a file: the caller supplies the facts (discovered on the node, or given).
 
+pub mod status;
+
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cgroup::{CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
-use crate::cgroup_layout::{
-    container_dir_under, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId,
-};
-use crate::memory_qos::{
-    unprotected_container, unprotected_pod_cgroup, MemoryTotals, NodeAccumulator, NodeLevel,
-    NodeMemoryFacts,
-};
+use crate::cluster::policy::{MemoryManagerPolicy, PolicySettings};
 use crate::numa::{
     cpuset_mems, MachineState, MemoryManager, NumaTopology, Pinning, Rejection, Scope,
 };
+use crate::pod::profile::{ContainerMemory, PodMemoryProfile};
+use crate::pod::qos::QosClass;
 use crate::pod::{ordered_containers, ContainerKind, Pod};
-use crate::policy::{MemoryManagerPolicy, PolicySettings};
 use crate::problem::Problem;
-use crate::profile::{ContainerMemory, PodMemoryProfile};
-use crate::qos::QosClass;
+use crate::values::cgroup::{
+    CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN,
+};
+use crate::values::cgroup_layout::{
+    container_dir_under, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId,
+};
+use crate::values::memory_qos::{
+    unprotected_container, unprotected_pod_cgroup, MemoryTotals, NodeAccumulator, NodeLevel,
+    NodeMemoryFacts,
+};
 use crate::warning::Warning;
 
 /// The pod annotation (and namespace label) that opts pods out of Memory QoS. This goes
@@ -499,12 +503,12 @@ fn existing_pinning(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroup_layout::ContainerRuntime;
-    use crate::factor::ThrottlingFactor;
-    use crate::memory_qos::{MemoryQosSettings, ReservationPolicy};
+    use crate::cluster::policy::{MemoryManagerSettings, ReservedMemory};
     use crate::pod::{Container, PodSpec, Resources};
-    use crate::policy::{MemoryManagerSettings, ReservedMemory};
     use crate::quantity::Quantity;
+    use crate::values::cgroup_layout::ContainerRuntime;
+    use crate::values::factor::ThrottlingFactor;
+    use crate::values::memory_qos::{MemoryQosSettings, ReservationPolicy};
 
     const MI: i64 = 1 << 20;
 

@@ -4,6 +4,12 @@
 //! Adapters (the CLI, the agent) convert `core/v1` Pods into these types; the rules
 //! never see Kubernetes client types.
 
+pub mod aggregate;
+pub mod defaulting;
+pub mod profile;
+pub mod qos;
+pub mod validation;
+
 use std::collections::BTreeMap;
 
 use crate::quantity::Quantity;

@@ -1,19 +1,19 @@
 //! Table-driven checks of the Memory QoS rules against the worked examples of
 //! KEP-2570 (seed 000), the v1.36 blog (seed 003) and KEP-2837 (seed 002).
 
-use nodemem_model::cgroup::{
+use nodemem_model::kubelet::version::KubeletVersion;
+use nodemem_model::pod::defaulting::apply_defaults;
+use nodemem_model::pod::qos::{qos_class, QosClass};
+use nodemem_model::pod::validation::validate_pod_resources;
+use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
+use nodemem_model::values::cgroup::{
     CgroupValue, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
-use nodemem_model::defaulting::apply_defaults;
-use nodemem_model::factor::{KubeletFloat, ThrottlingFactor};
-use nodemem_model::kubelet_version::KubeletVersion;
-use nodemem_model::memory_qos::{
+use nodemem_model::values::factor::{KubeletFloat, ThrottlingFactor};
+use nodemem_model::values::memory_qos::{
     container_memory_high, plan_node, MemoryQosSettings, NodeMemoryFacts, NodePlan,
     ReservationPolicy,
 };
-use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
-use nodemem_model::pod_validation::validate_pod_resources;
-use nodemem_model::qos::{qos_class, QosClass};
 use nodemem_model::Quantity;
 
 const KI: i64 = 1 << 10;

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use nodemem_model::cluster::policy::ReservedMemory;
 use nodemem_model::numa::{
     cpuset_mems, MachineState, MemoryManager, MemoryManagerState, NumaTopology, Pinning,
     RejectionReason, Scope,
 };
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
-use nodemem_model::policy::ReservedMemory;
 use nodemem_model::Quantity;
 
 const GI: i64 = 1 << 30;

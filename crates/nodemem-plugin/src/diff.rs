@@ -464,9 +464,9 @@ pub fn render_table(report: &DiffReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::memory_qos::MemoryQosSettings;
+    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{NodeFacts, NodePod};
-    use nodemem_model::policy::PolicySettings;
+    use nodemem_model::values::memory_qos::MemoryQosSettings;
 
     fn pods() -> Vec<NodePod> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
@@ -492,7 +492,7 @@ mod tests {
             memory_qos: MemoryQosSettings {
                 enabled: true,
                 throttling_factor: Some(
-                    nodemem_model::factor::ThrottlingFactor::from_f64(factor).unwrap(),
+                    nodemem_model::values::factor::ThrottlingFactor::from_f64(factor).unwrap(),
                 ),
                 ..MemoryQosSettings::default()
             },

@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::to_selector;
-use nodemem_model::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 use nodemem_model::node::Admission;
+use nodemem_model::values::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 use serde::Serialize;
 
 use crate::cluster::Snapshot;
@@ -237,7 +237,7 @@ fn creation_path(config: &nodemem_api::NodeMemoryConfig) -> Option<String> {
 
 /// Which version rule applies: the node's kubelet version and what its rules do.
 fn kubelet_rules(node: &core::Node) -> String {
-    use nodemem_model::kubelet_version::QosRules;
+    use nodemem_model::kubelet::version::QosRules;
     let status = nodemem_api::k8s::node_status_facts(node);
     let version = status.kubelet_version();
     let rules = QosRules::for_kubelet(version);
@@ -260,7 +260,7 @@ fn kubelet_rules(node: &core::Node) -> String {
 fn candidates(
     s: &Snapshot,
     labels: &std::collections::BTreeMap<String, String>,
-    r: &nodemem_model::resolve::Resolution,
+    r: &nodemem_model::cluster::resolve::Resolution,
 ) -> Vec<Candidate> {
     let winner_priority = r
         .winner
@@ -311,12 +311,12 @@ fn candidates(
 }
 
 /// Why the node has the policy it has, in one sentence.
-fn why_this_policy(r: &nodemem_model::resolve::Resolution) -> String {
+fn why_this_policy(r: &nodemem_model::cluster::resolve::Resolution) -> String {
     match &r.winner {
         None => "no NodeMemoryPolicy selects this node's labels; nodemem sets nothing here".into(),
         Some(w) if r.matching.len() == 1 => format!("{w} is the only policy that selects it"),
         Some(w) if !r.conflicting.is_empty() => match r.won {
-            nodemem_model::resolve::Won::KeptOnTie => format!(
+            nodemem_model::cluster::resolve::Won::KeptOnTie => format!(
                 "{w} and {} select it with the same priority; it stays with {w}, whose revision it runs: a tie moves no node (the policies report Conflicting)",
                 r.conflicting.join(", ")
             ),
@@ -385,7 +385,7 @@ fn pod_values(
             .map(|p| PodValues {
                 namespace: p.pod().namespace.clone(),
                 name: p.pod().name.clone(),
-                qos_class: nodemem_model::qos::qos_class(&p.pod().spec)
+                qos_class: nodemem_model::pod::qos::qos_class(&p.pod().spec)
                     .as_str()
                     .to_string(),
                 admission: "Unmanaged".into(),
@@ -400,7 +400,8 @@ fn pod_values(
 }
 
 fn computed_pod_values(p: &nodemem_model::node::PodOutcome<'_>) -> PodValues {
-    let value = |v: &nodemem_model::cgroup::CgroupValues, f: &str| v.get(f).map(|x| x.render());
+    let value =
+        |v: &nodemem_model::values::cgroup::CgroupValues, f: &str| v.get(f).map(|x| x.render());
     let pinned = p.pinned_nodes();
     PodValues {
         namespace: p.namespace.to_string(),

@@ -6,11 +6,11 @@
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
-use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
-use nodemem_model::policy::PolicySettings;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
+use nodemem_model::values::memory_qos::NodeMemoryFacts;
 
 use nodemem_api::node_index::NodeIndex;
 
@@ -78,9 +78,9 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
             // The threshold the node's agent read from its kubelet's configuration;
             // until it reports, the kubelet's default evictionHard (as `nodemem
             // simulate` without --kubelet-config), bounded by capacity.
-            hard_eviction_memory: reported
-                .and_then(|r| r.hard_eviction_memory)
-                .or(Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY)),
+            hard_eviction_memory: reported.and_then(|r| r.hard_eviction_memory).or(Some(
+                nodemem_model::cluster::policy::DEFAULT_EVICTION_HARD_MEMORY,
+            )),
             page_size: reported
                 .and_then(|r| r.page_size)
                 .unwrap_or(NodeMemoryFacts::default().page_size),

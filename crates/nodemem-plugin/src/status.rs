@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use serde::Serialize;
 
-use nodemem_model::rollout::AgentReport;
+use nodemem_model::cluster::rollout::AgentReport;
 
 use crate::cluster::Snapshot;
 use crate::render::table;
@@ -141,7 +141,7 @@ pub fn target_revision(p: &NodeMemoryPolicy) -> Option<String> {
 }
 
 /// A node's place in its rollout, from its config, in the rollout's own words (the
-/// controller's planner, `nodemem_model::rollout::phase`): `Failed (Applied <reason>)`,
+/// controller's planner, `nodemem_model::cluster::rollout::phase`): `Failed (Applied <reason>)`,
 /// `Waiting` (its policy rolls out another revision), `Ready` (applied and healthy for
 /// the policy's minReadySeconds), or `Updating`, with the seconds still to go once its
 /// agent reports it applied and healthy: a node counts as ready exactly when its policy

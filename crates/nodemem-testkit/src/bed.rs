@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kube::Client;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 
 use crate::cgroup_tree::CgroupTree;
 use crate::kubelet::FakeKubelet;

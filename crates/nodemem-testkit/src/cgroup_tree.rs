@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use nodemem_model::cgroup_layout::{
+use nodemem_model::pod::qos::QosClass;
+use nodemem_model::values::cgroup_layout::{
     container_dir, kubepods, pod_dir, qos_dir, CgroupDriver, ContainerId, ContainerRuntime,
 };
-use nodemem_model::qos::QosClass;
 
 use crate::Error;
 

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
-use nodemem_model::qos::QosClass;
+use nodemem_model::pod::qos::QosClass;
 use serde_json::json;
 use tokio::task::JoinHandle;
 

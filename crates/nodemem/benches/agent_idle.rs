@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use nodemem_api::NodeMemoryConfig;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::binaries::repo_root;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::clients::kubectl;
@@ -255,7 +255,7 @@ fn main() {
     let converged = started.elapsed();
     // Working sets for every container (60Mi used, 20Mi of it inactive page cache).
     runtime.block_on(async {
-        use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
+        use nodemem_model::values::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         for p in pods.list(&Default::default()).await.unwrap() {
             let uid = p.metadata.uid.unwrap();
@@ -266,7 +266,7 @@ fn main() {
                 };
                 let path = container_dir(
                     CgroupDriver::Systemd,
-                    nodemem_model::qos::QosClass::Burstable,
+                    nodemem_model::pod::qos::QosClass::Burstable,
                     &uid,
                     &id,
                 );

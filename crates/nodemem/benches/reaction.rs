@@ -18,10 +18,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodemem_model::cgroup_layout::{
+use nodemem_model::pod::qos::QosClass;
+use nodemem_model::values::cgroup_layout::{
     container_dir, pod_dir, CgroupDriver, ContainerId, ContainerRuntime,
 };
-use nodemem_model::qos::QosClass;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::stats::percentile;
 use serde_json::json;

@@ -7,8 +7,8 @@ mod cli_common;
 use std::path::{Path, PathBuf};
 
 use cli_common::{nodemem, nodemem_env, repo};
-use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_model::qos::QosClass;
+use nodemem_model::pod::qos::QosClass;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use serde_json::Value;
 

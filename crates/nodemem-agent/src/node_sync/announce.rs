@@ -144,7 +144,7 @@ impl Announcer {
 
     /// An Event on the pod of each relief decision, and its metric.
     pub async fn relief_events(&self, decisions: &[crate::relief::Decision]) {
-        use nodemem_model::relief::Action;
+        use nodemem_model::feedback::relief::Action;
         for d in decisions {
             let reference = pod_reference(&d.namespace, &d.pod, &d.uid);
             let (type_, reason, note) = match d.action {

@@ -9,9 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::node_index::{IndexedConfig, NodeIndex};
 use nodemem_api::NodeMemoryConfigStatus;
 use nodemem_apply::ApplyReport;
-use nodemem_model::creation::CreationTable;
+use nodemem_model::cluster::policy::{Enforcement, PolicySettings};
 use nodemem_model::node::{Admission, DesiredNode, NodePod};
-use nodemem_model::policy::{Enforcement, PolicySettings};
+use nodemem_model::values::creation::CreationTable;
 use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
@@ -560,7 +560,7 @@ async fn configure_kubelet(
 ) -> Option<KubeletOutcome> {
     let state = writers.applier.state();
     if settings.enforcement == Enforcement::Kubelet {
-        let owner = nodemem_model::kubelet_dropin::DropInOwner {
+        let owner = nodemem_model::kubelet::dropin::DropInOwner {
             node: &pass.config.name,
             revision: &pass.config.revision,
         };
@@ -596,10 +596,10 @@ fn refusals(desired: &DesiredNode<'_>) -> Vec<Refusal> {
         .collect()
 }
 
-fn qos_label(qos: nodemem_model::qos::QosClass) -> &'static str {
+fn qos_label(qos: nodemem_model::pod::qos::QosClass) -> &'static str {
     match qos {
-        nodemem_model::qos::QosClass::Guaranteed => "guaranteed",
-        nodemem_model::qos::QosClass::Burstable => "burstable",
-        nodemem_model::qos::QosClass::BestEffort => "besteffort",
+        nodemem_model::pod::qos::QosClass::Guaranteed => "guaranteed",
+        nodemem_model::pod::qos::QosClass::Burstable => "burstable",
+        nodemem_model::pod::qos::QosClass::BestEffort => "besteffort",
     }
 }

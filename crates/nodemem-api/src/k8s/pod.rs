@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use nodemem_model::cgroup_layout::ContainerId;
-use nodemem_model::defaulting::apply_defaults;
+use nodemem_model::node::status::NodeStatusFacts;
 use nodemem_model::node::{NodePod, MEMORY_QOS_OPT_OUT_KEY, MEMORY_QOS_OPT_OUT_VALUE};
-use nodemem_model::node_status::NodeStatusFacts;
+use nodemem_model::pod::defaulting::apply_defaults;
+use nodemem_model::pod::validation::validate_pod_resources;
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, ResourceList, Resources};
-use nodemem_model::pod_validation::validate_pod_resources;
+use nodemem_model::values::cgroup_layout::ContainerId;
 use nodemem_model::{Problem, Quantity};
 
 fn resource_list(

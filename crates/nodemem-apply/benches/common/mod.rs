@@ -16,15 +16,15 @@ use std::time::{Duration, Instant};
 
 use nodemem_apply::{apply, ApplyOptions, Ownership};
 use nodemem_cgroup::CgroupFs;
-use nodemem_model::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
-use nodemem_model::defaulting::apply_defaults;
-use nodemem_model::factor::ThrottlingFactor;
-use nodemem_model::memory_qos::{MemoryQosSettings, NodeMemoryFacts, ReservationPolicy};
+use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+use nodemem_model::pod::defaulting::apply_defaults;
+use nodemem_model::pod::profile::PodMemoryProfile;
+use nodemem_model::pod::qos::qos_class;
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
-use nodemem_model::policy::PolicySettings;
-use nodemem_model::profile::PodMemoryProfile;
-use nodemem_model::qos::qos_class;
+use nodemem_model::values::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
+use nodemem_model::values::factor::ThrottlingFactor;
+use nodemem_model::values::memory_qos::{MemoryQosSettings, NodeMemoryFacts, ReservationPolicy};
 use nodemem_model::Quantity;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 

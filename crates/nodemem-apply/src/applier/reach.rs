@@ -31,8 +31,8 @@ fn pods_reach(
     desired: &DesiredNode<'_>,
     uids: &std::collections::BTreeSet<String>,
 ) -> std::collections::BTreeSet<String> {
-    use nodemem_model::cgroup_layout::{kubepods, qos_dir};
-    use nodemem_model::qos::QosClass;
+    use nodemem_model::pod::qos::QosClass;
+    use nodemem_model::values::cgroup_layout::{kubepods, qos_dir};
     let d = desired.cgroup_driver;
     let mut paths: std::collections::BTreeSet<String> = [
         kubepods(d),
@@ -52,13 +52,13 @@ fn pods_reach(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
-    use nodemem_model::policy::PolicySettings;
 
     #[test]
     fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {
-        use nodemem_model::cgroup_layout::{ContainerId, ContainerRuntime};
         use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec};
+        use nodemem_model::values::cgroup_layout::{ContainerId, ContainerRuntime};
         let pod = |uid: &str| {
             NodePod::new(
                 Pod {

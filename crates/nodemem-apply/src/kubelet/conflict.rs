@@ -1,9 +1,9 @@
 //! What to leave to the kubelet under `enforcement: Agent`: the files its own Memory
 //! QoS or Memory Manager writes, from its settings and version.
 
-use nodemem_model::kubelet_version::KubeletVersion;
-use nodemem_model::kubelet_writes::KubeletQosWrites;
-use nodemem_model::policy::{MemoryManagerPolicy, PolicySettings};
+use nodemem_model::cluster::policy::{MemoryManagerPolicy, PolicySettings};
+use nodemem_model::kubelet::version::KubeletVersion;
+use nodemem_model::kubelet::writes::KubeletQosWrites;
 
 use super::KubeletSettings;
 
@@ -31,7 +31,7 @@ pub fn kubelet_conflict(
     version: Option<KubeletVersion>,
     settings: &PolicySettings,
 ) -> Option<KubeletConflict> {
-    if settings.enforcement != nodemem_model::policy::Enforcement::Agent {
+    if settings.enforcement != nodemem_model::cluster::policy::Enforcement::Agent {
         return None;
     }
     let qos = KubeletQosWrites::of(version, &kubelet.qos).filter(|_| settings.memory_qos.enabled);
@@ -101,7 +101,7 @@ mod tests {
             kubelet_conflict(&kubelet, v136, &settings).unwrap().files,
             ALL_FILES
         );
-        settings.enforcement = nodemem_model::policy::Enforcement::Kubelet;
+        settings.enforcement = nodemem_model::cluster::policy::Enforcement::Kubelet;
         assert_eq!(
             kubelet_conflict(&kubelet, v136, &settings),
             None,
@@ -113,7 +113,7 @@ mod tests {
     /// or TieredReservation) is a conflict, and the message says what it writes.
     #[test]
     fn a_v1_37_kubelet_conflicts_only_when_it_writes_values() {
-        use nodemem_model::kubelet_writes::Named;
+        use nodemem_model::kubelet::writes::Named;
         let v137 = KubeletVersion::parse("v1.37.2").ok();
         let settings = PolicySettings::default();
         let mut kubelet = KubeletSettings {

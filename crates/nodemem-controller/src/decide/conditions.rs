@@ -5,7 +5,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodemem_api::policy::PoolSignals;
 use nodemem_api::NodeMemoryPolicyStatus;
-use nodemem_model::rollout::{NodePhase, RolloutState};
+use nodemem_model::cluster::rollout::{NodePhase, RolloutState};
 
 use super::round::{Round, NAMED_FAILURES};
 use super::target::rollback_cause;

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_api::revision::revision;
-use nodemem_model::resolve::{resolve_policy, PolicyCandidate};
+use nodemem_model::cluster::resolve::{resolve_policy, PolicyCandidate};
 
 use super::rollout_index::{RolloutIndex, RolloutKey};
 use super::target::choose_target;

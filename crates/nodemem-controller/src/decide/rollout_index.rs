@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_api::policy::HealthSpec;
 use nodemem_api::report::{report, ConfigEntry};
-use nodemem_model::recommend::Tally;
-use nodemem_model::rollout::{phase, AgentReport, NodePhase, NodeProgress, PhaseSets};
+use nodemem_model::cluster::rollout::{phase, AgentReport, NodePhase, NodeProgress, PhaseSets};
+use nodemem_model::feedback::recommend::Tally;
 
 use crate::recommendation::observed_tally;
 use crate::world::World;
@@ -397,14 +397,14 @@ fn trusted(t: i64, world: &World, now: i64) -> i64 {
 }
 
 /// The parameters [`phase`] reads; the others do not classify a node.
-fn phase_params(key: &RolloutKey) -> nodemem_model::rollout::RolloutParams {
-    nodemem_model::rollout::RolloutParams {
+fn phase_params(key: &RolloutKey) -> nodemem_model::cluster::rollout::RolloutParams {
+    nodemem_model::cluster::rollout::RolloutParams {
         max_unavailable: 1,
         canary: 0,
         min_ready_seconds: key.min_ready_seconds,
         progress_deadline_seconds: key.progress_deadline_seconds,
         max_failures: 1,
-        on_failure: nodemem_model::rollout::OnFailure::Pause,
+        on_failure: nodemem_model::cluster::rollout::OnFailure::Pause,
         paused: false,
     }
 }

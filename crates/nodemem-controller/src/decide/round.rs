@@ -5,7 +5,9 @@
 use std::borrow::Cow;
 
 use nodemem_api::policy::RevisionRecord;
-use nodemem_model::rollout::{plan_phases, NodePhase, OnFailure, RolloutParams, RolloutPlan};
+use nodemem_model::cluster::rollout::{
+    plan_phases, NodePhase, OnFailure, RolloutParams, RolloutPlan,
+};
 
 use super::rollout_index::RolloutIndex;
 use super::target::TargetChoice;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use nodemem_api::convert::{last_accepted, node_settings, takes_nodes, to_selector};
 use nodemem_api::policy::RevisionRecord;
 use nodemem_api::revision::revision;
-use nodemem_model::selector::LabelSelector;
+use nodemem_model::cluster::selector::LabelSelector;
 
 use crate::handoff::Leaving;
 use crate::world::{PolicyEntry, World};

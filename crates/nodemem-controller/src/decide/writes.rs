@@ -4,7 +4,7 @@
 
 use nodemem_api::policy::RevisionRecord;
 use nodemem_api::NodeMemoryConfigSpec;
-use nodemem_model::rollout::RolloutState;
+use nodemem_model::cluster::rollout::RolloutState;
 
 use super::round::Round;
 use crate::decision::{ConfigWrite, Decision};

@@ -16,10 +16,10 @@ use nodemem_api::k8s::{
     node_allocatable_memory, node_capacity_memory, node_pod_from_k8s, node_status_facts,
 };
 use nodemem_api::{NodeMemoryConfig, NodeSettings};
-use nodemem_model::cgroup::CgroupValue;
-use nodemem_model::cgroup_layout::CgroupDriver;
-use nodemem_model::memory_qos::NodeMemoryFacts;
 use nodemem_model::node::{desired_node, NodeFacts, NodeInput};
+use nodemem_model::values::cgroup::CgroupValue;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
+use nodemem_model::values::memory_qos::NodeMemoryFacts;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::nodes::SimNode;
@@ -198,7 +198,9 @@ pub(crate) async fn expected_on(
             capacity_memory: node_capacity_memory(&node).unwrap(),
             // No kubelet configuration on this node: the agent takes the kubelet's
             // default hard eviction threshold.
-            hard_eviction_memory: Some(nodemem_model::policy::DEFAULT_EVICTION_HARD_MEMORY),
+            hard_eviction_memory: Some(
+                nodemem_model::cluster::policy::DEFAULT_EVICTION_HARD_MEMORY,
+            ),
             // SAFETY: sysconf has no preconditions.
             page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64,
             kernel_version: Some("6.1.0-56-amd64".into()),
@@ -256,8 +258,8 @@ pub(crate) fn tree_mismatches(
 /// The cgroup of container `app` of pod `name`, as the fake kubelet created it
 /// (systemd driver), in the pod's QoS class.
 pub(crate) async fn app_cgroup(pods: &Api<Pod>, name: &str) -> String {
-    use nodemem_model::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
-    use nodemem_model::qos::QosClass;
+    use nodemem_model::pod::qos::QosClass;
+    use nodemem_model::values::cgroup_layout::{container_dir, ContainerId, ContainerRuntime};
     let p = pods.get(name).await.unwrap();
     let uid = p.metadata.uid.unwrap();
     let qos = match p.status.and_then(|s| s.qos_class).as_deref() {
@@ -402,9 +404,9 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     };
     assert_eq!(healthy(&status)["status"], "True", "{status:#}");
     let g_uid = pods.get("guaranteed").await.unwrap().metadata.uid.unwrap();
-    let g_dir = nodemem_model::cgroup_layout::pod_dir(
+    let g_dir = nodemem_model::values::cgroup_layout::pod_dir(
         CgroupDriver::Systemd,
-        nodemem_model::qos::QosClass::Guaranteed,
+        nodemem_model::pod::qos::QosClass::Guaranteed,
         &g_uid,
     );
     let events_file = tree.root().join(&g_dir).join("memory.events");
@@ -885,11 +887,11 @@ async fn a_pod_the_memory_manager_refuses_gets_an_event() {
     );
     // The pod that fits is pinned to one NUMA node.
     let fits_uid = pods.get("fits").await.unwrap().metadata.uid.unwrap();
-    let fits_dir = nodemem_model::cgroup_layout::container_dir(
+    let fits_dir = nodemem_model::values::cgroup_layout::container_dir(
         CgroupDriver::Systemd,
-        nodemem_model::qos::QosClass::Guaranteed,
+        nodemem_model::pod::qos::QosClass::Guaranteed,
         &fits_uid,
-        &nodemem_model::cgroup_layout::ContainerId::parse(&format!(
+        &nodemem_model::values::cgroup_layout::ContainerId::parse(&format!(
             "containerd://{}",
             nodemem_testkit::kubelet::container_id(&fits_uid, "db")
         ))

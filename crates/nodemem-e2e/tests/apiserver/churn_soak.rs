@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::Identity;
 use serde_json::json;
 

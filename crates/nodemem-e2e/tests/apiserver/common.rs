@@ -375,7 +375,7 @@ pub async fn pool_nodes(
             node.to_string(),
             std::sync::Arc::new(
                 nodemem_testkit::cgroup_tree::CgroupTree::new(
-                    nodemem_model::cgroup_layout::CgroupDriver::Systemd,
+                    nodemem_model::values::cgroup_layout::CgroupDriver::Systemd,
                     2,
                 )
                 .unwrap(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::nodes::SimNode;
 use nodemem_testkit::{ControlPlane, Identity};
@@ -396,9 +396,9 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     let uid = pod.metadata.uid.unwrap();
     let events = trees[&first_updated]
         .root()
-        .join(nodemem_model::cgroup_layout::pod_dir(
+        .join(nodemem_model::values::cgroup_layout::pod_dir(
             CgroupDriver::Systemd,
-            nodemem_model::qos::QosClass::Burstable,
+            nodemem_model::pod::qos::QosClass::Burstable,
             &uid,
         ))
         .join("memory.events");

@@ -14,8 +14,8 @@ use kube::api::{Patch, PatchParams};
 use kube::Client;
 use nodemem_api::NodeMemoryPolicy;
 use nodemem_e2e::repo_root;
-use nodemem_model::kubelet_dropin::{render, DropInOwner, KubeletRefusal, KubeletReserved};
-use nodemem_model::policy::Enforcement;
+use nodemem_model::cluster::policy::Enforcement;
+use nodemem_model::kubelet::dropin::{render, DropInOwner, KubeletRefusal, KubeletReserved};
 use nodemem_testkit::binaries::control_plane_binaries;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::nodes::SimNode;
@@ -86,7 +86,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
         let mut checked = Vec::new();
         // Before v1.36 the MemoryQoS gate is HardReservation and has no policy field.
         let v135 = version.as_str() < "v1.36";
-        let parsed = nodemem_model::kubelet_version::KubeletVersion::parse(version).unwrap();
+        let parsed = nodemem_model::kubelet::version::KubeletVersion::parse(version).unwrap();
         for example in ["general", "batch", "database", "numa-database", "kubelet"] {
             let policy = example_policy(example);
             let mut settings = nodemem_api::convert::node_settings(&policy.spec.settings).unwrap();
@@ -290,7 +290,11 @@ async fn kubelet_mode_renders_a_valid_drop_in_and_restarts_the_kubelet() {
     apply_manifest(&client, "deploy/agent/rbac.yaml").await;
     apply_manifest(&client, "deploy/agent/admission-policy.yaml").await;
     SimNode::new(NODE).register(&client).await.unwrap();
-    let tree = CgroupTree::new(nodemem_model::cgroup_layout::CgroupDriver::Systemd, 2).unwrap();
+    let tree = CgroupTree::new(
+        nodemem_model::values::cgroup_layout::CgroupDriver::Systemd,
+        2,
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     for n in 0..2 {
         let node_dir = dir.path().join(format!("sys/devices/system/node/node{n}"));

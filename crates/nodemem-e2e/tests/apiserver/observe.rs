@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::Client;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};
 
@@ -140,13 +140,13 @@ async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() 
     tree.set_usage(&a, 250 * MI, 10 * MI).unwrap();
     tree.set_usage(&b, 200 * MI, 160 * MI).unwrap();
     tree.set_usage(&be, 10 * MI, 0).unwrap();
-    let would_be_high = nodemem_model::factor::ThrottlingFactor::from_f64(0.8)
+    let would_be_high = nodemem_model::values::factor::ThrottlingFactor::from_f64(0.8)
         .unwrap()
         .memory_high(
             64 * MI,
             256 * MI,
             4096,
-            nodemem_model::factor::KubeletFloat::Separate,
+            nodemem_model::values::factor::KubeletFloat::Separate,
         );
     let observation = eventually(
         "the observation in status",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::Api;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::Identity;
 use serde_json::json;
 

@@ -24,7 +24,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use nodemem_api::revision::revision;
 use nodemem_api::NodeMemoryPolicy;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::kubelet::FakeKubelet;
 use nodemem_testkit::proxy::TcpProxy;

@@ -6,8 +6,8 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
-use nodemem_model::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
-use nodemem_model::qos::QosClass;
+use nodemem_model::pod::qos::QosClass;
+use nodemem_model::values::cgroup_layout::{container_dir, pod_dir, CgroupDriver, ContainerId};
 use nodemem_testkit::Identity;
 use serde_json::json;
 

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::Api;
 use kube::Client;
-use nodemem_model::cgroup_layout::CgroupDriver;
+use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::Identity;
 use serde_json::{json, Value};

@@ -7,8 +7,8 @@
 
 use super::*;
 use nodemem_api::config::NodeMemoryConfigStatus;
-use nodemem_model::factor::ThrottlingFactor;
-use nodemem_model::memory_qos::{container_memory_high, NodeMemoryFacts};
+use nodemem_model::values::factor::ThrottlingFactor;
+use nodemem_model::values::memory_qos::{container_memory_high, NodeMemoryFacts};
 
 /// Where this phase moves the kubelet's configuration.
 const ELSEWHERE: &str = "/etc/kubelet-elsewhere";

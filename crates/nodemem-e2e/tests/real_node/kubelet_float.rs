@@ -5,7 +5,7 @@
 //! not the exact formula's page.
 
 use super::*;
-use nodemem_model::factor::{KubeletFloat, ThrottlingFactor};
+use nodemem_model::values::factor::{KubeletFloat, ThrottlingFactor};
 
 const MI: i64 = 1 << 20;
 

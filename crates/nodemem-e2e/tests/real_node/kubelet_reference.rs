@@ -119,7 +119,7 @@ pub(crate) async fn the_kubelets_memory_qos_is_nodemems_prediction(
 }
 
 /// The places where the node's v1.36.3 kubelet differs from its own KEP and nodemem
-/// follows the v1.37 fixes (crates/nodemem-model/src/memory_qos.rs, docs/reference.md):
+/// follows the v1.37 fixes (crates/nodemem-model/src/values/memory_qos.rs, docs/reference.md):
 /// the v1.36 kubelet skips memory.high when request == limit, 0 == 0 included, so
 /// containers without memory resources get none (the KEP gives them
 /// `factor x allocatable`); and it sets no memory.low on kubepods, which caps the

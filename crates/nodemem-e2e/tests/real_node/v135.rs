@@ -185,13 +185,13 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         .uid
         .unwrap();
     let dir = container_dir(bed.driver, &pod_dir(bed.driver, "Burstable", &uid), &id);
-    let high = nodemem_model::factor::ThrottlingFactor::from_f64(0.9)
+    let high = nodemem_model::values::factor::ThrottlingFactor::from_f64(0.9)
         .unwrap()
         .memory_high(
             96 << 20,
             192 << 20,
             4096,
-            nodemem_model::factor::KubeletFloat::Separate,
+            nodemem_model::values::factor::KubeletFloat::Separate,
         );
     let wanted = [
         (format!("{dir}/memory.min"), (96i64 << 20).to_string()),

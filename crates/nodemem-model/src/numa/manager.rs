@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::machine::{MachineState, NumaId};
-use crate::aggregate::pod_requests;
+use crate::pod::aggregate::pod_requests;
+use crate::pod::qos::{qos_class, QosClass};
 use crate::pod::{is_hugepages, ContainerKind, Pod, MEMORY};
-use crate::qos::{qos_class, QosClass};
 use crate::quantity::format_bytes;
 
 /// Topology manager scope: hints per container, or one hint for the whole pod.

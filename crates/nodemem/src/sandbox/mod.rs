@@ -308,19 +308,20 @@ async fn use_memory(bed: &Bed) {
             continue;
         };
         let qos = match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
-            Some("BestEffort") => nodemem_model::qos::QosClass::BestEffort,
-            Some("Guaranteed") => nodemem_model::qos::QosClass::Guaranteed,
-            _ => nodemem_model::qos::QosClass::Burstable,
+            Some("BestEffort") => nodemem_model::pod::qos::QosClass::BestEffort,
+            Some("Guaranteed") => nodemem_model::pod::qos::QosClass::Guaranteed,
+            _ => nodemem_model::pod::qos::QosClass::Burstable,
         };
         for c in pod.spec.iter().flat_map(|s| &s.containers) {
             let Some((working_set, cache)) = workloads::usage_mib(&node, &c.name) else {
                 continue;
             };
-            let id = nodemem_model::cgroup_layout::ContainerId {
-                runtime: nodemem_model::cgroup_layout::ContainerRuntime::Containerd,
+            let id = nodemem_model::values::cgroup_layout::ContainerId {
+                runtime: nodemem_model::values::cgroup_layout::ContainerRuntime::Containerd,
                 id: nodemem_testkit::kubelet::container_id(&uid, &c.name),
             };
-            let path = nodemem_model::cgroup_layout::container_dir(tree.driver(), qos, &uid, &id);
+            let path =
+                nodemem_model::values::cgroup_layout::container_dir(tree.driver(), qos, &uid, &id);
             if tree.root().join(&path).is_dir() {
                 let _ = tree.set_usage(&path, (working_set + cache) * MI, cache * MI);
             }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use k8s_openapi::api::core::v1 as core;
-use nodemem_model::cgroup_layout::{container_dir_under, pod_dir, CgroupDriver};
-use nodemem_model::qos::qos_class;
+use nodemem_model::pod::qos::qos_class;
+use nodemem_model::values::cgroup_layout::{container_dir_under, pod_dir, CgroupDriver};
 
 use nodemem_plugin::cluster::Snapshot;
 use nodemem_plugin::render::table;

@@ -12,11 +12,11 @@ use nodemem_api::k8s::{
     node_allocatable_memory, node_capacity_memory, node_kernel_version, node_labels,
     node_pod_from_k8s, node_status_facts,
 };
-use nodemem_model::eviction::MemoryEviction;
-use nodemem_model::memory_qos::NodeMemoryFacts;
+use nodemem_model::kubelet::eviction::MemoryEviction;
 use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
 use nodemem_model::pod::Pod;
+use nodemem_model::values::memory_qos::NodeMemoryFacts;
 use nodemem_model::Warning;
 
 use nodemem_plumbing::flags::ScopeArg;
@@ -211,7 +211,7 @@ fn read_node(
 ) -> Option<(
     String,
     core::Node,
-    nodemem_model::node_status::NodeStatusFacts,
+    nodemem_model::node::status::NodeStatusFacts,
 )> {
     let [doc] = docs else {
         problems.push(format!(

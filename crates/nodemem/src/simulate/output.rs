@@ -14,14 +14,14 @@
 
 use std::collections::BTreeMap;
 
-use nodemem_model::cgroup::{
-    CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
-};
 use nodemem_model::node::{Admission, DesiredNode, PodOutcome};
 use nodemem_model::numa::{MemoryTable, NumaId, Pinning};
+use nodemem_model::pod::qos::qos_class;
 use nodemem_model::pod::Pod;
-use nodemem_model::qos::qos_class;
 use nodemem_model::quantity::format_bytes;
+use nodemem_model::values::cgroup::{
+    CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
+};
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

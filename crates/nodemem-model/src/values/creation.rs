@@ -6,9 +6,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
-use crate::cgroup_layout::CgroupDriver;
 use crate::node::{DesiredNode, PodOutcome};
+use crate::values::cgroup::{CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
+use crate::values::cgroup_layout::CgroupDriver;
 
 /// The memory files a container's spec carries as `linux.resources.unified` (runc
 /// writes them at creation and, on the systemd driver, records them as the scope's
@@ -108,13 +108,13 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::factor::ThrottlingFactor;
-    use crate::memory_qos::NodeMemoryFacts;
-    use crate::memory_qos::{MemoryQosSettings, ReservationPolicy};
+    use crate::cluster::policy::PolicySettings;
     use crate::node::{desired_node, NodeFacts, NodeInput, NodePod};
     use crate::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
-    use crate::policy::PolicySettings;
     use crate::quantity::Quantity;
+    use crate::values::factor::ThrottlingFactor;
+    use crate::values::memory_qos::NodeMemoryFacts;
+    use crate::values::memory_qos::{MemoryQosSettings, ReservationPolicy};
 
     fn pod(uid: &str, request: &str, limit: &str, opt_out: bool) -> NodePod {
         let mut r = Resources::default();

@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use crate::factor::ThrottlingFactor;
+use crate::values::factor::ThrottlingFactor;
 
 /// A kubelet version as the Node reports it (`status.nodeInfo.kubeletVersion`:
 /// `v1.36.3`, `v1.36.0-rc.1`, `v1.35.2+k3s1`, `v1.34.1-eks-113cf36`).

@@ -7,7 +7,7 @@
 //!    defaults to the aggregated container requests for that resource, or to the
 //!    pod-level limit when no container requests it.
 
-use crate::aggregate::aggregate_container_requests;
+use crate::pod::aggregate::aggregate_container_requests;
 use crate::pod::{is_pod_level_resource, PodSpec, Resources};
 
 /// Applies apiserver defaulting in place. Idempotent.

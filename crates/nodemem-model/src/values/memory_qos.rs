@@ -49,15 +49,15 @@
 //! Pod requests are the effective pod requests (`PodRequests`): KEP-753 aggregation of
 //! init and sidecar containers, KEP-2837 pod-level resources, plus overhead.
 
-use crate::cgroup::{
+use crate::kubelet::version::{KubeletVersion, QosRules};
+use crate::pod::profile::{ContainerMemory, PodMemoryProfile};
+use crate::pod::qos::{qos_class, QosClass};
+use crate::pod::{ordered_containers, ContainerKind, Pod};
+use crate::values::cgroup::{
     memory_qos_reset, set_bytes, CgroupValues, MEMORY_HIGH, MEMORY_LOW, MEMORY_MAX, MEMORY_MIN,
 };
-use crate::factor::{KubeletFloat, ThrottlingFactor};
-use crate::kernel::memory_qos_kernel_warnings;
-use crate::kubelet_version::{KubeletVersion, QosRules};
-use crate::pod::{ordered_containers, ContainerKind, Pod};
-use crate::profile::{ContainerMemory, PodMemoryProfile};
-use crate::qos::{qos_class, QosClass};
+use crate::values::factor::{KubeletFloat, ThrottlingFactor};
+use crate::values::kernel::memory_qos_kernel_warnings;
 use crate::warning::Warning;
 
 /// `memoryReservationPolicy`.
@@ -191,7 +191,7 @@ pub struct NodePlan {
 }
 
 /// Computes the desired cgroup values of a node. Pods must already carry apiserver
-/// defaults (see [`crate::defaulting::apply_defaults`]).
+/// defaults (see [`crate::pod::defaulting::apply_defaults`]).
 pub fn plan_node(settings: &MemoryQosSettings, node: &NodeMemoryFacts, pods: &[Pod]) -> NodePlan {
     if !settings.enabled {
         return plan_rollback(pods);

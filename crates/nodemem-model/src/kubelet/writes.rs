@@ -20,8 +20,8 @@
 
 use std::fmt;
 
-use crate::factor::ThrottlingFactor;
-use crate::kubelet_version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
+use crate::kubelet::version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
+use crate::values::factor::ThrottlingFactor;
 
 /// The first kubelet with `memoryReservationPolicy`.
 const RESERVATION_POLICY: KubeletVersion = KubeletVersion::v1(36);

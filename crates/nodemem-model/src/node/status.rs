@@ -2,8 +2,8 @@
 //! (which decides the rules and what a drop-in may name) and its architecture (how its
 //! kubelet rounds memory.high). nodemem-api reads it from a core/v1 Node.
 
-use crate::factor::KubeletFloat;
-use crate::kubelet_version::KubeletVersion;
+use crate::kubelet::version::KubeletVersion;
+use crate::values::factor::KubeletFloat;
 
 /// A Node's status as the rules read it (what it does not report stays None).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -4,9 +4,9 @@
 //! this when a pod arrives and the node computation (run on every event) reads numbers
 //! instead of walking resource maps.
 
-use crate::aggregate::{pod_memory_limit, pod_memory_request};
+use crate::pod::aggregate::{pod_memory_limit, pod_memory_request};
+use crate::pod::qos::{has_pod_level_resources, qos_class, QosClass};
 use crate::pod::{ordered_containers, ContainerKind, PodSpec, MEMORY};
-use crate::qos::{has_pod_level_resources, qos_class, QosClass};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContainerMemory {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::selector::LabelSelector;
+use crate::cluster::selector::LabelSelector;
 
 /// What resolution needs to know about a policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub fn resolve_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selector::{Operator, Requirement};
+    use crate::cluster::selector::{Operator, Requirement};
 
     fn pool(value: &str) -> LabelSelector {
         LabelSelector {

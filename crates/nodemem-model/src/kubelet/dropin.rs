@@ -18,13 +18,13 @@
 
 use std::fmt::Write;
 
-use crate::kubelet_version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
-use crate::memory_qos::ReservationPolicy;
-use crate::policy::{
+use crate::cluster::policy::{
     sum_rule_problem, MemoryManagerPolicy, MemoryManagerSettings, NodeReserved, PolicySettings,
     DEFAULT_EVICTION_HARD_MEMORY,
 };
+use crate::kubelet::version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
 use crate::quantity::{format_bytes, Quantity};
+use crate::values::memory_qos::ReservationPolicy;
 
 /// The drop-in's file name: `.conf` (the kubelet reads nothing else), sorted after the
 /// usual numbered drop-ins so its fields win.
@@ -247,8 +247,8 @@ fn quantity(q: Quantity) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::factor::ThrottlingFactor;
-    use crate::policy::ReservedMemory;
+    use crate::cluster::policy::ReservedMemory;
+    use crate::values::factor::ThrottlingFactor;
 
     const OWNER: DropInOwner<'static> = DropInOwner {
         node: "n1",
@@ -261,7 +261,7 @@ mod tests {
 
     fn tiered() -> PolicySettings {
         let mut s = PolicySettings {
-            enforcement: crate::policy::Enforcement::Kubelet,
+            enforcement: crate::cluster::policy::Enforcement::Kubelet,
             ..PolicySettings::default()
         };
         s.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;

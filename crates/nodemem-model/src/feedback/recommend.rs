@@ -8,9 +8,9 @@
 //! least the target share of containers fits; too little evidence gives none, and
 //! says how much is missing.
 
-use crate::factor::{KubeletFloat, ThrottlingFactor};
-use crate::memory_qos::NodeMemoryFacts;
-use crate::profile::ContainerMemory;
+use crate::pod::profile::ContainerMemory;
+use crate::values::factor::{KubeletFloat, ThrottlingFactor};
+use crate::values::memory_qos::NodeMemoryFacts;
 
 /// What one container did, as its agent observed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,8 +472,8 @@ mod tests {
 
     #[test]
     fn evidence_gives_the_memory_high_the_agent_writes() {
-        use crate::memory_qos::container_memory_high;
         use crate::pod::ContainerKind;
+        use crate::values::memory_qos::container_memory_high;
         let node = NodeMemoryFacts {
             allocatable_memory: Some(8 << 30),
             hard_eviction_memory: Some(100 * MI),

@@ -3,7 +3,7 @@
 //! rules (aggregated container requests within the pod request, no container limit
 //! above the pod limit, pod request within pod limit).
 
-use crate::aggregate::aggregate_container_requests;
+use crate::pod::aggregate::aggregate_container_requests;
 use crate::pod::{is_hugepages, is_pod_level_resource, ContainerKind, PodSpec, Resources};
 use crate::problem::Problem;
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::memory_qos::MemoryQosSettings;
+use crate::values::memory_qos::MemoryQosSettings;
 // Defined beside the NUMA machine that consumes it; part of the settings API here.
 pub use crate::numa::machine::ReservedMemory;
 use crate::pod::{is_hugepages, is_valid_hugepages_name, MEMORY};
@@ -55,7 +55,7 @@ pub struct PolicySettings {
     pub node_reserved: Option<NodeReserved>,
     pub enforcement: Enforcement,
     /// Relief for containers memory.high chokes (`enforcement: Agent` only).
-    pub relief: Option<crate::relief::ReliefSettings>,
+    pub relief: Option<crate::feedback::relief::ReliefSettings>,
 }
 
 /// Every semantic problem with the settings, with paths under `spec`.
@@ -369,10 +369,10 @@ mod tests {
             ..PolicySettings::default()
         };
         settings.memory_qos.reservation_policy =
-            crate::memory_qos::ReservationPolicy::HardReservation;
+            crate::values::memory_qos::ReservationPolicy::HardReservation;
         assert!(validate_policy_settings(&settings).is_empty());
         settings.memory_qos.reservation_policy =
-            crate::memory_qos::ReservationPolicy::TieredReservation;
+            crate::values::memory_qos::ReservationPolicy::TieredReservation;
         assert!(validate_policy_settings(&settings).is_empty());
     }
 

@@ -8,7 +8,7 @@
 //! identifiers are joined as given; the agent's cgroup layer refuses any that would
 //! leave the cgroup root.
 
-use crate::qos::QosClass;
+use crate::pod::qos::QosClass;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CgroupDriver {

@@ -1,0 +1,9 @@
+//! The kubelet's own rules, in one place: which version a node runs and what that
+//! changes ([`version`]), whether it writes Memory QoS values itself ([`writes`]), its
+//! hard eviction threshold ([`eviction`]) and the drop-in that asks it to enforce
+//! ([`dropin`]).
+
+pub mod dropin;
+pub mod eviction;
+pub mod version;
+pub mod writes;
