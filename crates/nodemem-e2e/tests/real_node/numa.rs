@@ -205,7 +205,14 @@ fn numa_on(name: &str, version: &str, memory_qos: &str) {
             eprintln!("agent pinned {} to NUMA node(s) {}", p.pod, p.mems);
         }
         // systemd's record holds the pinning: a reload re-applies AllowedMemoryNodes.
-        let (out, code) = node.run("systemctl daemon-reload && sleep 3").unwrap();
+        // Two minutes at the node's pace: once (2026-11-28, v1.35 node) the reload had
+        // not returned after the minute a node request gets by default.
+        let (out, code) = node
+            .run_within(
+                "systemctl daemon-reload && sleep 3",
+                super::pace::paced(Duration::from_secs(120)),
+            )
+            .unwrap();
         assert_eq!(code, 0, "{out}");
         let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
         let read = node_read_all(&mut node, &paths);
