@@ -822,9 +822,22 @@ mod tests {
         NodePod::new(pod, [("app".to_string(), id)].into(), false)
     }
 
-    fn at_half(
-        reservation: nodemem_model::values::memory_qos::ReservationPolicy,
-    ) -> PolicySettings {
+    /// A temporary node (`temp_node`) running pod `web` (`burstable_web`).
+    fn node_with_web(
+        driver: CgroupDriver,
+        systemd_units: bool,
+    ) -> (tempfile::TempDir, ApplierConfig, [NodePod; 1]) {
+        use nodemem_model::pod::qos::QosClass;
+        let (dir, tree, config) = temp_node(driver, systemd_units);
+        let id = "c1".repeat(32);
+        tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
+            .unwrap();
+        (dir, config, [burstable_web(&id)])
+    }
+
+    /// Factor 0.5, TieredReservation.
+    fn at_half() -> PolicySettings {
+        let reservation = nodemem_model::values::memory_qos::ReservationPolicy::TieredReservation;
         use nodemem_model::values::factor::ThrottlingFactor;
         PolicySettings {
             memory_qos: nodemem_model::values::memory_qos::MemoryQosSettings {
@@ -886,14 +899,8 @@ mod tests {
     /// a dry run leaves nothing, and neither does a node without systemd's units.
     #[test]
     fn a_pass_leaves_its_unit_values_for_systemd_once() {
-        use nodemem_model::pod::qos::QosClass;
-        use nodemem_model::values::memory_qos::ReservationPolicy;
-        let (_dir, tree, config) = temp_node(CgroupDriver::Systemd, true);
-        let id = "c1".repeat(32);
-        tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
-            .unwrap();
-        let pods = [burstable_web(&id)];
-        let settings = at_half(ReservationPolicy::TieredReservation);
+        let (_dir, config, pods) = node_with_web(CgroupDriver::Systemd, true);
+        let settings = at_half();
         let mut applier = NodeApplier::open(&config).unwrap();
         assert!(applier.holds_units());
         let (desired, report) = applier
@@ -967,15 +974,9 @@ mod tests {
     /// while still computed for the status.
     #[test]
     fn a_pass_writes_only_under_agent_and_computes_the_settings_under_every_mode() {
-        use nodemem_model::pod::qos::QosClass;
         use nodemem_model::values::cgroup::MEMORY_HIGH;
-        use nodemem_model::values::memory_qos::ReservationPolicy;
-        let (_dir, tree, config) = temp_node(CgroupDriver::Cgroupfs, false);
-        let id = "c1".repeat(32);
-        tree.add_pod(QosClass::Burstable, "uid-web", std::slice::from_ref(&id))
-            .unwrap();
-        let pods = [burstable_web(&id)];
-        let mut settings = at_half(ReservationPolicy::TieredReservation);
+        let (_dir, config, pods) = node_with_web(CgroupDriver::Cgroupfs, false);
+        let mut settings = at_half();
         let mut applier = NodeApplier::open(&config).unwrap();
         let high = |desired: &DesiredNode<'_>| {
             desired.pods[0].containers[0]
