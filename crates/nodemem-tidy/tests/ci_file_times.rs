@@ -85,6 +85,14 @@ fn script(clone: &Path, mode: &str, target: &Path) -> String {
     )
 }
 
+/// A clean clone with `restore` run in it, which said `says`.
+fn restored(origin: &Origin, target: &Path, says: &str) -> tempfile::TempDir {
+    let clone = origin.clone();
+    let said = script(&checkout(&clone), "restore", target);
+    assert!(said.contains(says), "{said}");
+    clone
+}
+
 /// Whether cargo compiled the crate (`Compiling one`) or took it as built.
 fn cargo_compiles(clone: &Path, target: &Path) -> bool {
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -107,18 +115,14 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     let tick = || std::thread::sleep(std::time::Duration::from_millis(1100));
 
     // The first run: nothing recorded, the checkout's times, built; then recorded.
-    let first = origin.clone();
-    let said = script(&checkout(&first), "restore", target);
-    assert!(said.contains("no green run recorded"), "{said}");
+    let first = restored(&origin, target, "no green run recorded");
     assert!(cargo_compiles(&checkout(&first), target));
     tick();
     script(&checkout(&first), "record", target);
 
     // A later clean clone of the same commit: the crate is taken as built.
     tick();
-    let same = origin.clone();
-    let said = script(&checkout(&same), "restore", target);
-    assert!(said.contains("at their last commit's time"), "{said}");
+    let same = restored(&origin, target, "at their last commit's time");
     assert!(
         !cargo_compiles(&checkout(&same), target),
         "nothing changed, yet it compiled"
@@ -132,18 +136,14 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     )
     .unwrap();
     origin.commit("second");
-    let changed = origin.clone();
-    let said = script(&checkout(&changed), "restore", target);
-    assert!(said.contains("1 changed since the green run"), "{said}");
+    let changed = restored(&origin, target, "1 changed since the green run");
     assert!(
         cargo_compiles(&checkout(&changed), target),
         "a changed file was taken as built"
     );
     // That run was not green (no record): its build is newer than the record, and the
     // next clone is built again rather than trusted.
-    let after_red = origin.clone();
-    let said = script(&checkout(&after_red), "restore", target);
-    assert!(said.contains("a build wrote"), "{said}");
+    let after_red = restored(&origin, target, "a build wrote");
     tick();
     script(&checkout(&after_red), "record", target);
 
@@ -157,9 +157,7 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     )
     .unwrap();
     assert!(cargo_compiles(&checkout(&worktree), target));
-    let next = origin.clone();
-    let said = script(&checkout(&next), "restore", target);
-    assert!(said.contains("a build wrote"), "{said}");
+    let next = restored(&origin, target, "a build wrote");
     assert!(
         cargo_compiles(&checkout(&next), target),
         "the working tree's build was reused"
@@ -180,8 +178,6 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     )
     .unwrap();
     origin.commit("elsewhere");
-    let other = origin.clone();
-    let said = script(&checkout(&other), "restore", target);
-    assert!(said.contains("not an ancestor of HEAD"), "{said}");
+    let other = restored(&origin, target, "not an ancestor of HEAD");
     assert!(cargo_compiles(&checkout(&other), target));
 }
