@@ -342,6 +342,12 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                 let installed = installed.as_ref().expect("install passed");
                 helm::helm_install_and_uninstall_leave_nothing_behind(&mut node, &bed, installed)
             });
+            // Last: the kubelet's Memory Manager restarts the kubelet with a policy no
+            // other phase runs under. Here rather than on a node of its own: a boot, a
+            // control plane and an install less (about three minutes).
+            phase!(phases, node, bed, "numa", &["helm"], || {
+                numa::pins_after_a_reinstall(&mut node, &bed)
+            });
         }
         phases.finish();
     });

@@ -1,8 +1,9 @@
-//! Item 5 of issue 17: NUMA on a real kubelet. One systemd-driver node (two NUMA nodes)
-//! under a policy with the Static Memory Manager: first `enforcement: Agent`, where the
-//! agent pins Guaranteed containers itself (cpuset.mems, and AllowedMemoryNodes for
-//! systemd), then `enforcement: Kubelet`, where the controller drains the node and the
-//! agent brings the real kubelet up with the Static Memory Manager (its drop-in, the
+//! Item 5 of issue 17: NUMA on a real kubelet, the last phase of the systemd node
+//! (v1.36) and of the v1.35 node (two NUMA nodes each): the pool's policy becomes one
+//! with the Static Memory Manager: first `enforcement: Agent`, where the agent pins
+//! Guaranteed containers itself (cpuset.mems, and AllowedMemoryNodes for systemd), then
+//! `enforcement: Kubelet`, where the controller drains the node and the agent brings the
+//! real kubelet up with the Static Memory Manager (its drop-in, the
 //! kubelet's state file removed, the kubelet restarted through systemd's D-Bus API
 //! from the agent's pod). Both times the node's cpuset.mems, and the kubelet's own
 //! `memory_manager_state`, must be what `nodemem simulate --numa` predicts.
@@ -15,16 +16,20 @@ use k8s_openapi::api::core::v1 as core;
 use kube::api::Api;
 use nodemem_model::numa::cpuset_mems;
 use nodemem_testkit::clients::kubectl;
-use nodemem_testkit::real_node::{Driver, RealNodeSpec, KUBELET_CONFIG_DIR};
+use nodemem_testkit::real_node::{Driver, KUBELET_CONFIG_DIR};
 use serde_json::{json, Value};
 
+use nodemem_api::NodeMemoryConfig;
+use nodemem_testkit::real_node::RealNode;
+
 use super::{
-    assert_kubelet_configured, boot, config_applied, container_dir, eventually, install_nodemem,
-    joined, kubelet_invocation, node_read_all, node_values_become, pod_dir, runtime, simulate_node,
-    start_pods, KUBELET_V135, KUBELET_V136,
+    assert_kubelet_configured, config_applied, container_dir, eventually, install_nodemem,
+    kubelet_invocation, node_read_all, node_values_become, pod_dir, simulate_node, start_pods, Bed,
+    Installed,
 };
 
-/// The pool's policy: the Static Memory Manager with the kubelet's hard eviction
+/// The pool's policy (the node's pool, `real`: this phase replaces the one before): the
+/// Static Memory Manager with the kubelet's hard eviction
 /// threshold (50Mi, the node's evictionHard) reserved on NUMA node 0, which is the
 /// kubelet's sum rule (reservedMemory = kubeReserved + systemReserved + evictionHard).
 /// `memory_qos`: the policy's memoryQoS block, if any (a v1.35 kubelet can express
@@ -34,11 +39,11 @@ fn numa_policy(enforcement: &str, memory_qos: &str) -> String {
         "apiVersion: nodemem.io/v1alpha1
 kind: NodeMemoryPolicy
 metadata:
-  name: numa
+  name: real
 spec:
   nodeSelector:
     matchLabels:
-      nodemem.io/pool: numa
+      nodemem.io/pool: real
 {memory_qos}  memoryManager:
     policy: Static
     reservedMemory:
@@ -136,217 +141,243 @@ async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pi
     out
 }
 
-#[test]
-fn a_real_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_predicts() {
-    numa_on("real-numa", KUBELET_V136, "");
+/// Phase `numa` on the systemd node (kubelet v1.36), its last: after the helm phase's
+/// uninstall left nothing of nodemem's, nodemem installed again as users install it,
+/// with the Static Memory Manager policy for the node's pool.
+pub(crate) async fn pins_after_a_reinstall(node: &mut RealNode, bed: &Bed<'_>) {
+    let installed = install_nodemem(
+        bed.cp,
+        node,
+        &bed.client,
+        &numa_policy("Agent", ""),
+        &[
+            "--agent-kubelet-config-dir",
+            KUBELET_CONFIG_DIR,
+            "--agent-kubelet-restart-unit",
+            "kubelet.service",
+        ],
+    )
+    .await;
+    pins_as_predicted(node, bed, &installed, "", None).await;
 }
 
-/// The same on kubelet v1.35 (its Memory Manager is GA as in v1.36; Memory QoS off in
-/// the policy, which v1.35 could express only as HardReservation).
-#[test]
-fn a_real_v1_35_kubelet_and_nodemem_pin_guaranteed_pods_to_the_numa_nodes_nodemem_predicts() {
-    numa_on(
-        "real-numa-v135",
-        KUBELET_V135,
+/// Phase `numa` on the v1.35 node, after `kubelet-mode`: the pool's policy becomes the
+/// Static Memory Manager under `enforcement: Agent` (Memory QoS off: v1.35 could express
+/// it only as HardReservation), so the agent first leaves Kubelet mode (its drop-in
+/// removed, the kubelet restarted without it). v1.35's Memory Manager is GA as in v1.36.
+pub(crate) async fn pins_after_kubelet_mode(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &Installed,
+) {
+    let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
+    let before = configs.get(&node.name).await.unwrap().spec.revision;
+    pins_as_predicted(
+        node,
+        bed,
+        installed,
         "  memoryQoS:\n    enabled: false\n",
-    );
+        Some(&before),
+    )
+    .await;
 }
 
-fn numa_on(name: &str, version: &str, memory_qos: &str) {
-    let _slot = super::side_by_side::slot();
-    let spec = RealNodeSpec::new(name, Driver::Systemd).label("nodemem.io/pool", "numa");
-    let (cp, mut node, started) = boot(&spec, version);
-    let rt = runtime();
-    rt.block_on(async {
-        let client = joined(&cp, &mut node, started).await;
-        let admin = cp.admin_kubeconfig();
-        let installed = install_nodemem(
-            &cp,
-            &mut node,
-            &client,
-            &numa_policy("Agent", memory_qos),
-            &[
-                "--agent-kubelet-config-dir",
-                KUBELET_CONFIG_DIR,
-                "--agent-kubelet-restart-unit",
-                "kubelet.service",
-            ],
-        )
-        .await;
-        let work = installed.work.path();
-        let status = config_applied(&client, admin, name, None, Duration::from_secs(120)).await;
-        let agent_revision = status.observed_revision.clone();
-        let topology = topology_file(&status.node.expect("node facts"), work);
-        eprintln!("{}", std::fs::read_to_string(&topology).unwrap());
+/// The pool's policy with the Static Memory Manager, first under `enforcement: Agent`
+/// (the agent pins), then under `enforcement: Kubelet` (the kubelet pins after the
+/// controller's drain and the agent's restart); both times the node runs what
+/// `simulate --numa` predicts. `superseded`: the config's revision before this phase.
+async fn pins_as_predicted(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &Installed,
+    memory_qos: &str,
+    superseded: Option<&str>,
+) {
+    let name = node.name.clone();
+    let name = name.as_str();
+    let (client, admin) = (&bed.client, bed.admin());
+    let work = installed.work.path();
+    let agent_policy = work.join("policy-numa-agent.yaml");
+    std::fs::write(&agent_policy, numa_policy("Agent", memory_qos)).unwrap();
+    kubectl(admin, &["apply", "-f", agent_policy.to_str().unwrap()]).unwrap();
+    // Leaving Kubelet mode (the v1.35 node) restarts the kubelet: 300 s as for every
+    // switch that restarts it.
+    let status = config_applied(client, admin, name, superseded, Duration::from_secs(300)).await;
+    super::node_ready(client, name).await;
 
-        // enforcement: Agent. The kubelet's Memory Manager is None; the agent pins.
-        for p in guaranteed_pods(name, "agent") {
-            start_pods(&client, &[p]).await;
-        }
-        let sim = simulate_node(
-            admin,
-            &installed.policy,
-            work,
-            Driver::Systemd,
-            name,
-            Some(&topology),
-        );
-        let pins = predicted_pins(&client, &sim, "agent").await;
-        let wanted: Vec<(String, String)> = pins
-            .iter()
-            .flat_map(|p| {
-                ["cpuset.mems", "cpuset.mems.effective"]
-                    .map(|f| (format!("{}/{f}", p.dir), p.mems.clone()))
-            })
-            .collect();
-        let pairs: Vec<(&String, &String)> = wanted.iter().map(|(p, v)| (p, v)).collect();
-        node_values_become(&mut node, &pairs, "the agent's pinning is not simulate's");
-        for p in &pins {
-            eprintln!("agent pinned {} to NUMA node(s) {}", p.pod, p.mems);
-        }
-        // systemd's record holds the pinning: a reload re-applies AllowedMemoryNodes.
-        // Two minutes at the node's pace: once (2026-11-28, v1.35 node) the reload had
-        // not returned after the minute a node request gets by default.
-        let (out, code) = node
-            .run_within(
-                "systemctl daemon-reload && sleep 3",
-                super::pace::paced(Duration::from_secs(120)),
-            )
-            .unwrap();
-        assert_eq!(code, 0, "{out}");
-        let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
-        let read = node_read_all(&mut node, &paths);
-        for (path, want) in &wanted {
-            assert_eq!(read.get(path), Some(want), "{path} after daemon-reload");
-        }
+    let agent_revision = status.observed_revision.clone();
+    let topology = topology_file(&status.node.expect("node facts"), work);
+    eprintln!("{}", std::fs::read_to_string(&topology).unwrap());
 
-        // enforcement: Kubelet. The controller drains the node (the pinned pods lose
-        // their guarantees when the Memory Manager changes), the agent writes its
-        // drop-in, removes the kubelet's Memory Manager state and restarts the kubelet
-        // through systemd; the node comes back uncordoned.
-        let kubelet_policy = work.join("policy-kubelet.yaml");
-        std::fs::write(&kubelet_policy, numa_policy("Kubelet", memory_qos)).unwrap();
-        let kubelet_before = kubelet_invocation(&mut node);
-        let switched = Instant::now();
-        kubectl(admin, &["apply", "-f", kubelet_policy.to_str().unwrap()]).unwrap();
-        let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
-        eventually(
-            "the node drained of its pinned pods",
-            Duration::from_secs(240),
-            || async {
-                let left = pods.list(&Default::default()).await.ok()?.items;
-                left.iter()
-                    .all(|p| {
-                        !p.metadata
-                            .name
-                            .as_deref()
-                            .unwrap_or_default()
-                            .starts_with("numa-agent-")
-                    })
-                    .then_some(())
-            },
-        )
-        .await;
-        let status = config_applied(
-            &client,
-            admin,
-            name,
-            agent_revision.as_deref(),
-            Duration::from_secs(300),
-        )
-        .await;
-        assert_kubelet_configured(&status);
-        // The agent restarted the kubelet (its pass says so; a later pass, such as the
-        // one the kubelet's new start brings, says the drop-in is in effect): systemd's
-        // record of the unit is a new invocation.
-        assert_ne!(kubelet_invocation(&mut node), kubelet_before, "the kubelet was not restarted");
-        let nodes: Api<core::Node> = Api::all(client.clone());
-        eventually("the node uncordoned", Duration::from_secs(180), || async {
-            let n = nodes.get(name).await.ok()?;
-            (!n.spec?.unschedulable.unwrap_or(false)).then_some(())
+    // enforcement: Agent. The kubelet's Memory Manager is None; the agent pins.
+    for p in guaranteed_pods(name, "agent") {
+        start_pods(client, &[p]).await;
+    }
+    let sim = simulate_node(
+        admin,
+        &agent_policy,
+        work,
+        Driver::Systemd,
+        name,
+        Some(&topology),
+    );
+    let pins = predicted_pins(client, &sim, "agent").await;
+    let wanted: Vec<(String, String)> = pins
+        .iter()
+        .flat_map(|p| {
+            ["cpuset.mems", "cpuset.mems.effective"]
+                .map(|f| (format!("{}/{f}", p.dir), p.mems.clone()))
         })
-        .await;
-        eprintln!(
-            "drained, kubelet restarted with the Static Memory Manager, uncordoned {:?} after the switch",
-            switched.elapsed()
-        );
-        let (dropin, code) = node
-            .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
-            .unwrap();
-        assert_eq!(code, 0, "{dropin}");
-        assert!(
-            dropin.contains("memoryManagerPolicy: Static"),
-            "{dropin}"
-        );
+        .collect();
+    let pairs: Vec<(&String, &String)> = wanted.iter().map(|(p, v)| (p, v)).collect();
+    node_values_become(node, &pairs, "the agent's pinning is not simulate's");
+    for p in &pins {
+        eprintln!("agent pinned {} to NUMA node(s) {}", p.pod, p.mems);
+    }
+    // systemd's record holds the pinning: a reload re-applies AllowedMemoryNodes.
+    // Two minutes at the node's pace: once (2026-11-28, v1.35 node) the reload had
+    // not returned after the minute a node request gets by default.
+    let (out, code) = node
+        .run_within(
+            "systemctl daemon-reload && sleep 3",
+            super::pace::paced(Duration::from_secs(120)),
+        )
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
+    let read = node_read_all(node, &paths);
+    for (path, want) in &wanted {
+        assert_eq!(read.get(path), Some(want), "{path} after daemon-reload");
+    }
 
-        for p in guaranteed_pods(name, "kubelet") {
-            start_pods(&client, &[p]).await;
-        }
-        let sim = simulate_node(
-            admin,
-            &kubelet_policy,
-            work,
-            Driver::Systemd,
-            name,
-            Some(&topology),
-        );
-        let pins = predicted_pins(&client, &sim, "kubelet").await;
-        let (state, code) = node.run("cat /var/lib/kubelet/memory_manager_state").unwrap();
-        assert_eq!(code, 0, "{state}");
-        let state: Value = serde_json::from_str(&state).expect(&state);
-        assert_eq!(state["policyName"], "Static", "{state}");
-        let effective: Vec<String> = pins
+    // enforcement: Kubelet. The controller drains the node (the pinned pods lose
+    // their guarantees when the Memory Manager changes), the agent writes its
+    // drop-in, removes the kubelet's Memory Manager state and restarts the kubelet
+    // through systemd; the node comes back uncordoned.
+    let kubelet_policy = work.join("policy-numa-kubelet.yaml");
+    std::fs::write(&kubelet_policy, numa_policy("Kubelet", memory_qos)).unwrap();
+    let kubelet_before = kubelet_invocation(node);
+    let switched = Instant::now();
+    kubectl(admin, &["apply", "-f", kubelet_policy.to_str().unwrap()]).unwrap();
+    let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
+    eventually(
+        "the node drained of its pinned pods",
+        Duration::from_secs(240),
+        || async {
+            let left = pods.list(&Default::default()).await.ok()?.items;
+            left.iter()
+                .all(|p| {
+                    !p.metadata
+                        .name
+                        .as_deref()
+                        .unwrap_or_default()
+                        .starts_with("numa-agent-")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let status = config_applied(
+        client,
+        admin,
+        name,
+        agent_revision.as_deref(),
+        Duration::from_secs(300),
+    )
+    .await;
+    assert_kubelet_configured(&status);
+    // The agent restarted the kubelet (its pass says so; a later pass, such as the
+    // one the kubelet's new start brings, says the drop-in is in effect): systemd's
+    // record of the unit is a new invocation.
+    assert_ne!(
+        kubelet_invocation(node),
+        kubelet_before,
+        "the kubelet was not restarted"
+    );
+    let nodes: Api<core::Node> = Api::all(client.clone());
+    eventually("the node uncordoned", Duration::from_secs(180), || async {
+        let n = nodes.get(name).await.ok()?;
+        (!n.spec?.unschedulable.unwrap_or(false)).then_some(())
+    })
+    .await;
+    eprintln!(
+        "drained, kubelet restarted with the Static Memory Manager, uncordoned {:?} after the switch",
+        switched.elapsed()
+    );
+    let (dropin, code) = node
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .unwrap();
+    assert_eq!(code, 0, "{dropin}");
+    assert!(dropin.contains("memoryManagerPolicy: Static"), "{dropin}");
+
+    for p in guaranteed_pods(name, "kubelet") {
+        start_pods(client, &[p]).await;
+    }
+    let sim = simulate_node(
+        admin,
+        &kubelet_policy,
+        work,
+        Driver::Systemd,
+        name,
+        Some(&topology),
+    );
+    let pins = predicted_pins(client, &sim, "kubelet").await;
+    let (state, code) = node
+        .run("cat /var/lib/kubelet/memory_manager_state")
+        .unwrap();
+    assert_eq!(code, 0, "{state}");
+    let state: Value = serde_json::from_str(&state).expect(&state);
+    assert_eq!(state["policyName"], "Static", "{state}");
+    let effective: Vec<String> = pins
+        .iter()
+        .map(|p| format!("{}/cpuset.mems.effective", p.dir))
+        .collect();
+    let paths: Vec<&str> = effective.iter().map(String::as_str).collect();
+    let read = node_read_all(node, &paths);
+    for (p, path) in pins.iter().zip(&effective) {
+        // The kubelet's own record of the container.
+        let blocks = state["entries"][&p.uid]["w"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no Memory Manager entry for {}: {state}", p.pod));
+        let memory = blocks
             .iter()
-            .map(|p| format!("{}/cpuset.mems.effective", p.dir))
-            .collect();
-        let paths: Vec<&str> = effective.iter().map(String::as_str).collect();
-        let read = node_read_all(&mut node, &paths);
-        for (p, path) in pins.iter().zip(&effective) {
-            // The kubelet's own record of the container.
-            let blocks = state["entries"][&p.uid]["w"]
-                .as_array()
-                .unwrap_or_else(|| panic!("no Memory Manager entry for {}: {state}", p.pod));
-            let memory = blocks
-                .iter()
-                .find(|b| b["type"] == "memory")
-                .unwrap_or_else(|| panic!("{}: {blocks:?}", p.pod));
-            let affinity: Vec<i64> = memory["numaAffinity"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n.as_i64().unwrap())
-                .collect();
-            assert_eq!(
-                cpuset_mems(&affinity),
-                p.mems,
-                "{}: the kubelet's Memory Manager pinned it to {affinity:?}, simulate predicts {}",
-                p.pod,
-                p.mems
-            );
-            assert_eq!(
-                read.get(path),
-                Some(&p.mems),
-                "{}: {path} on the node",
-                p.pod
-            );
-            eprintln!("kubelet pinned {} to NUMA node(s) {}", p.pod, p.mems);
-        }
-        // The kubelet's memory map per NUMA node (total, systemReserved, allocatable,
-        // reserved, free) is simulate's.
-        let predicted: BTreeMap<String, Value> = sim["numa"]["nodes"]
+            .find(|b| b["type"] == "memory")
+            .unwrap_or_else(|| panic!("{}: {blocks:?}", p.pod));
+        let affinity: Vec<i64> = memory["numaAffinity"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|n| (n["id"].to_string(), n["memoryMap"]["memory"].clone()))
+            .map(|n| n.as_i64().unwrap())
             .collect();
-        for (id, want) in &predicted {
-            let got = &state["machineState"][id]["memoryMap"]["memory"];
-            assert_eq!(
-                got, want,
-                "NUMA node {id}: the kubelet's memory map, simulate's"
-            );
-        }
-        assert_eq!(predicted.len(), 2, "{predicted:?}");
-        drop(installed);
-    });
+        assert_eq!(
+            cpuset_mems(&affinity),
+            p.mems,
+            "{}: the kubelet's Memory Manager pinned it to {affinity:?}, simulate predicts {}",
+            p.pod,
+            p.mems
+        );
+        assert_eq!(
+            read.get(path),
+            Some(&p.mems),
+            "{}: {path} on the node",
+            p.pod
+        );
+        eprintln!("kubelet pinned {} to NUMA node(s) {}", p.pod, p.mems);
+    }
+    // The kubelet's memory map per NUMA node (total, systemReserved, allocatable,
+    // reserved, free) is simulate's.
+    let predicted: BTreeMap<String, Value> = sim["numa"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["id"].to_string(), n["memoryMap"]["memory"].clone()))
+        .collect();
+    for (id, want) in &predicted {
+        let got = &state["machineState"][id]["memoryMap"]["memory"];
+        assert_eq!(
+            got, want,
+            "NUMA node {id}: the kubelet's memory map, simulate's"
+        );
+    }
+    assert_eq!(predicted.len(), 2, "{predicted:?}");
 }

@@ -105,6 +105,11 @@ pub(crate) fn a_v1_35_node(driver: Driver, name: &str) {
             kubelet_mode_on_v1_35(&mut node, &bed, installed.as_ref().expect("install passed"))
                 .await
         });
+        // Last, as on the systemd node: the Static Memory Manager on v1.35.
+        phase!(phases, node, bed, "numa", &["install"], || {
+            let installed = installed.as_ref().expect("install passed");
+            numa::pins_after_kubelet_mode(&mut node, &bed, installed)
+        });
         phases.finish();
     });
 }
