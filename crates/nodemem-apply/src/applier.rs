@@ -15,6 +15,9 @@ pub mod error;
 pub mod reach;
 pub mod recovery;
 
+#[cfg(test)]
+mod give_back_tests;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_cgroup::discover::{discover, Discovery};
@@ -412,7 +415,8 @@ impl NodeApplier {
             cgroups.retain(|c| reached.as_ref().is_none_or(|s| s.contains(c.path)));
             self.hand_off_units(&cgroups, &report, reached.is_none());
         }
-        self.record(settings, &desired, &report, reached.as_deref(), dry_run)?;
+        let manager = desired.memory_manager.as_ref();
+        self.record(settings, manager, &report, reached.as_deref(), dry_run)?;
         Ok((desired, report))
     }
 
@@ -536,21 +540,20 @@ impl NodeApplier {
     fn record(
         &mut self,
         settings: &PolicySettings,
-        desired: &DesiredNode<'_>,
+        manager: Option<&MemoryManager>,
         report: &ApplyReport,
         reached: Option<&BTreeSet<String>>,
         dry_run: bool,
     ) -> Result<(), ApplyError> {
-        self.manager = desired
-            .memory_manager
-            .clone()
+        self.manager = manager
+            .cloned()
             .map(|m| (settings.memory_manager.reserved_memory.clone(), m));
         if dry_run {
             return Ok(());
         }
         self.creations.found(report, reached);
         let static_policy = settings.memory_manager.policy == MemoryManagerPolicy::Static;
-        self.save_state(desired, static_policy)
+        self.save_state(manager, static_policy)
     }
 
     /// The agent's pass over `reach` for `settings`: under `enforcement: Agent` the node
@@ -564,12 +567,44 @@ impl NodeApplier {
         pods: &'p [NodePod],
         reach: Reach<'_>,
     ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
-        let written = cgroup_settings(settings);
-        let (desired, report) = self.apply(&written, node, pods, WriteMode::Write, reach)?;
         if settings.enforcement == Enforcement::Agent {
-            return Ok((desired, report));
+            return self.apply(settings, node, pods, WriteMode::Write, reach);
         }
-        Ok((self.predict(settings, node, pods)?, report))
+        self.give_back_and_predict(settings, node, pods, reach)
+    }
+
+    /// Under Kubelet and Observe: what nodemem set is given back over `reach`, and the
+    /// node computed once, for `settings`, for the status. The give-back needs no
+    /// computation of its own: the settings that give back ([`off`]) manage no cgroup,
+    /// and a pass reaches the same cgroups whatever the settings (both tested in
+    /// `applier/tests.rs`); its steps are [`NodeApplier::apply`]'s with no cgroup to set.
+    fn give_back_and_predict<'p>(
+        &mut self,
+        settings: &PolicySettings,
+        node: &NodeStatusFacts,
+        pods: &'p [NodePod],
+        reach: Reach<'_>,
+    ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
+        let off = off();
+        self.prepare(&off, node, reach)?;
+        let predicted = match self.predict(settings, node, pods) {
+            Ok(predicted) => predicted,
+            Err(e) => {
+                // Settings the node cannot compute (a reservedMemory that does not fit)
+                // do not hold the give-back back: it is computed for `off` alone.
+                self.apply(&off, node, pods, WriteMode::Write, reach)?;
+                return Err(e);
+            }
+        };
+        self.conflict = self
+            .kubelet
+            .as_ref()
+            .and_then(|k| kubelet_conflict(k, self.facts.memory.kubelet_version, &off));
+        let reached = reach.cgroups(&predicted);
+        let report = self.plan_and_execute(&[], reach, reached.as_deref(), false)?;
+        self.hand_off_units(&[], &report, reached.is_none());
+        self.record(&off, None, &report, reached.as_deref(), false)?;
+        Ok((predicted, report))
     }
 
     /// Whether passes leave values for systemd's record of the units.
@@ -621,18 +656,18 @@ impl NodeApplier {
     /// Writes the records that changed (each write is an fsync).
     fn save_state(
         &mut self,
-        desired: &DesiredNode<'_>,
+        manager: Option<&MemoryManager>,
         static_policy: bool,
     ) -> Result<(), ApplyError> {
         let err = ApplyError::State;
         self.save_ownership()?;
-        if desired.memory_manager != self.saved_manager {
-            match (&desired.memory_manager, static_policy) {
+        if manager != self.saved_manager.as_ref() {
+            match (manager, static_policy) {
                 (Some(manager), _) => numa_state::save(&self.state, manager).map_err(err)?,
                 (None, false) => numa_state::clear(&self.state).map_err(err)?,
                 (None, true) => {}
             }
-            self.saved_manager = desired.memory_manager.clone();
+            self.saved_manager = manager.cloned();
         }
         Ok(())
     }
@@ -1001,6 +1036,47 @@ mod tests {
             assert_eq!(!report.applied.is_empty(), written, "{mode:?}: {report:?}");
             assert_eq!(on_node(), file, "{mode:?}");
         }
+    }
+
+    /// Under Kubelet enforcement, settings the node cannot compute (reservedMemory on a
+    /// NUMA node it does not have) are refused, yet what nodemem set is given back
+    /// first: the refusal does not leave Agent's values on the node.
+    #[test]
+    fn settings_the_node_cannot_compute_do_not_hold_the_give_back_back() {
+        use nodemem_model::cluster::policy::{MemoryManagerPolicy, ReservedMemory};
+        use nodemem_model::values::cgroup::MEMORY_HIGH;
+        let (dir, config, pods) = node_with_web(CgroupDriver::Cgroupfs, false);
+        let numa = dir.path().join("sys/devices/system/node/node0");
+        std::fs::create_dir_all(&numa).unwrap();
+        std::fs::write(numa.join("meminfo"), "Node 0 MemTotal:       1048576 kB\n").unwrap();
+        let high = config
+            .roots
+            .cgroup
+            .join(tree_path(&pods[0]))
+            .join(MEMORY_HIGH);
+        let mut applier = NodeApplier::open(&config).unwrap();
+        let mut settings = at_half();
+        applier
+            .pass(&settings, &node_of_8gi(), &pods, Reach::Node)
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&high).unwrap(), "167772160");
+
+        settings.enforcement = Enforcement::Kubelet;
+        settings.memory_manager.policy = MemoryManagerPolicy::Static;
+        settings.memory_manager.reserved_memory = vec![ReservedMemory {
+            numa_node: 7,
+            limits: [(
+                "memory".to_string(),
+                nodemem_model::quantity::Quantity::parse("16Mi").unwrap(),
+            )]
+            .into(),
+        }];
+        let refused = applier.pass(&settings, &node_of_8gi(), &pods, Reach::Node);
+        assert!(
+            format!("{refused:?}").contains("NUMA node 7 does not exist on this node"),
+            "{refused:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&high).unwrap(), "max");
     }
 
     /// Where pod `pod`'s first container is in a cgroupfs tree.
