@@ -1,7 +1,9 @@
 //! What the nodes tell back: a container's working set against memory.high
-//! ([`observe`]), relief for a container memory.high chokes ([`relief`]), and the
-//! throttling factor a pool tolerates ([`recommend`]).
+//! ([`observe`]), relief for a container memory.high chokes ([`relief`]), the
+//! throttling factor a pool tolerates ([`recommend`]), and the steps of proactive
+//! reclaim a cgroup's pressure allows ([`reclaim`]).
 
 pub mod observe;
+pub mod reclaim;
 pub mod recommend;
 pub mod relief;

@@ -1,0 +1,399 @@
+//! Proactive reclaim of one cgroup (issue 46, pure): cold memory given back through
+//! `memory.reclaim` in small steps while the cgroup's memory pressure stays under a
+//! target, the method of Meta's Senpai and TMO (ASPLOS 2022). One controller per
+//! cgroup, fed one sample at a time; time is in seconds from any fixed origin.
+//!
+//! Where it follows Senpai (facebookincubator/senpai, `senpai.py`): the signal is the
+//! stall time PSI `some` accrued since the last step (its cumulative `total`, in
+//! microseconds), against a target per second of that time; the step shrinks with the
+//! square of how close the stall is to the target, reaching its largest (a share of
+//! the cgroup's memory) when the stall is a tenth of the target or less. Where it
+//! differs: Senpai moves memory.high both ways, and backs off by raising it; a
+//! `memory.reclaim` cannot be undone, so stall over the target, or refaults over their
+//! budget (TMO's second signal: reclaimed pages that were needed again), only stop the
+//! steps for an interval. And it never takes a cgroup below its floor (what its pod
+//! requested), nor more than is cold: the inactive file pages, and the inactive
+//! anonymous ones only where swap can take them.
+
+/// The policy's reclaim settings for this cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimSettings {
+    /// The stall (PSI `some`) the cgroup may accrue, in microseconds per second: 1,000
+    /// is 0.1 % of the time with some task waiting on memory.
+    pub target_stall_us_per_s: u64,
+    /// The largest step, in per mille of the cgroup's memory.current (Senpai: 1 %).
+    pub max_step_permille: u32,
+    /// The time between steps, and the pause after a back-off.
+    pub interval_seconds: u64,
+    /// Refaults (pages read back after reclaim) per second above which it backs off.
+    pub max_refaults_per_s: u64,
+}
+
+/// One reading of the cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub at: u64,
+    /// memory.pressure `some total=` (microseconds, cumulative).
+    pub stall_total_us: u64,
+    /// memory.current.
+    pub current: i64,
+    /// memory.stat `inactive_file`.
+    pub inactive_file: i64,
+    /// memory.stat `inactive_anon`.
+    pub inactive_anon: i64,
+    /// memory.stat `workingset_refault_anon` + `workingset_refault_file` (cumulative).
+    pub refaults: u64,
+    /// Never reclaimed below: what the cgroup's pod requested (0 when nothing).
+    pub floor: i64,
+    /// Whether swap can take its anonymous pages (the node has swap and the cgroup's
+    /// memory.swap.max is not 0): only then is inactive anon cold memory to reclaim.
+    pub swap: bool,
+}
+
+impl Sample {
+    /// What a step may take at most: the cold memory, above the floor.
+    pub fn reclaimable(&self) -> i64 {
+        let cold = self.inactive_file.max(0)
+            + if self.swap {
+                self.inactive_anon.max(0)
+            } else {
+                0
+            };
+        cold.min(self.current - self.floor).max(0)
+    }
+}
+
+/// What to do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Write this many bytes to memory.reclaim.
+    Reclaim { bytes: i64 },
+    /// Nothing this time, and why.
+    Hold(Hold),
+}
+
+/// Why a sample brings no step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// The first sample, or the first after the counters went back (a new cgroup at
+    /// the same path): the baseline.
+    Baseline,
+    /// The interval since the last step or back-off has not passed.
+    Waiting { until: u64 },
+    /// The stall since the last step is over the target: backed off until `until`.
+    Pressure { stall_us_per_s: u64, until: u64 },
+    /// Refaults since the last step are over their budget: backed off until `until`.
+    Refaults { per_s: u64, until: u64 },
+    /// Nothing cold above the floor (or less than a page of it).
+    NothingCold,
+}
+
+/// A stall at a tenth of the target or less gives the largest step (Senpai's
+/// `coeff_probe`).
+const PROBE_COEFFICIENT: u128 = 10;
+const PAGE: i64 = 4096;
+
+/// One cgroup's reclaim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reclaimer {
+    /// The sample the stall and the refaults are counted from: the last step's, the
+    /// last back-off's, or the baseline.
+    since: Option<Sample>,
+    /// No step before this.
+    next_at: u64,
+    /// Bytes asked of memory.reclaim so far.
+    pub asked: i64,
+}
+
+impl Reclaimer {
+    pub fn step(&mut self, s: &ReclaimSettings, now: &Sample) -> Step {
+        let Some(since) = self.since.filter(|p| counted_from(p, now)) else {
+            self.since = Some(*now);
+            self.next_at = now.at + s.interval_seconds;
+            return Step::Hold(Hold::Baseline);
+        };
+        let seconds = now.at.saturating_sub(since.at).max(1);
+        let stall = now.stall_total_us - since.stall_total_us;
+        let stall_us_per_s = stall / seconds;
+        let until = now.at + s.interval_seconds;
+        if stall_us_per_s > s.target_stall_us_per_s {
+            self.restart(now, until);
+            return Step::Hold(Hold::Pressure {
+                stall_us_per_s,
+                until,
+            });
+        }
+        let per_s = (now.refaults - since.refaults) / seconds;
+        if per_s > s.max_refaults_per_s {
+            self.restart(now, until);
+            return Step::Hold(Hold::Refaults { per_s, until });
+        }
+        if now.at < self.next_at {
+            return Step::Hold(Hold::Waiting {
+                until: self.next_at,
+            });
+        }
+        let bytes = step_bytes(s, now, stall, seconds);
+        if bytes < PAGE {
+            return Step::Hold(Hold::NothingCold);
+        }
+        self.restart(now, until);
+        self.asked += bytes;
+        Step::Reclaim { bytes }
+    }
+
+    /// Counts stall and refaults from `now` on, and waits until `until`.
+    fn restart(&mut self, now: &Sample, until: u64) {
+        self.since = Some(*now);
+        self.next_at = until;
+    }
+}
+
+/// Whether `now` counts on from `since`: time and the kernel's counters went forward.
+fn counted_from(since: &Sample, now: &Sample) -> bool {
+    now.at >= since.at
+        && now.stall_total_us >= since.stall_total_us
+        && now.refaults >= since.refaults
+}
+
+/// The step: the largest share of memory.current scaled by the square of how far the
+/// stall is under the target (1 at a tenth of it or less), within what is cold above
+/// the floor, in whole pages.
+fn step_bytes(s: &ReclaimSettings, now: &Sample, stall_us: u64, seconds: u64) -> i64 {
+    let target = u128::from(s.target_stall_us_per_s) * u128::from(seconds);
+    let stall = u128::from(stall_us).max(1);
+    // (target / stall / coefficient)^2, capped at 1, as a fraction num/den.
+    let (num, den) = (
+        (target * target),
+        (stall * stall * PROBE_COEFFICIENT * PROBE_COEFFICIENT),
+    );
+    let largest = i128::from(now.current.max(0)) * i128::from(s.max_step_permille) / 1000;
+    let scaled = if num >= den {
+        largest
+    } else {
+        (largest as u128 * num / den) as i128
+    };
+    let bytes = scaled.min(i128::from(now.reclaimable())) as i64;
+    bytes - bytes % PAGE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MI: i64 = 1 << 20;
+    const SETTINGS: ReclaimSettings = ReclaimSettings {
+        target_stall_us_per_s: 1_000,
+        max_step_permille: 10,
+        interval_seconds: 6,
+        max_refaults_per_s: 100,
+    };
+
+    /// A cgroup of 1 GiB, 600 MiB of it inactive file cache, 100 MiB inactive anon,
+    /// a 256 MiB floor, no swap; no stall and no refaults yet.
+    fn sample(at: u64) -> Sample {
+        Sample {
+            at,
+            stall_total_us: 0,
+            current: 1024 * MI,
+            inactive_file: 600 * MI,
+            inactive_anon: 100 * MI,
+            refaults: 0,
+            floor: 256 * MI,
+            swap: false,
+        }
+    }
+
+    fn run(r: &mut Reclaimer, samples: &[Sample]) -> Vec<Step> {
+        samples.iter().map(|x| r.step(&SETTINGS, x)).collect()
+    }
+
+    /// 1 % of 1 GiB in whole pages.
+    const FULL_STEP: i64 = (1024 * MI / 100) / PAGE * PAGE;
+
+    #[test]
+    fn without_pressure_it_takes_the_largest_step_every_interval() {
+        let mut r = Reclaimer::default();
+        let steps = run(
+            &mut r,
+            &[sample(0), sample(3), sample(6), sample(9), sample(12)],
+        );
+        assert_eq!(
+            steps,
+            [
+                Step::Hold(Hold::Baseline),
+                Step::Hold(Hold::Waiting { until: 6 }),
+                Step::Reclaim { bytes: FULL_STEP },
+                Step::Hold(Hold::Waiting { until: 12 }),
+                Step::Reclaim { bytes: FULL_STEP },
+            ]
+        );
+        assert_eq!(r.asked, 2 * FULL_STEP);
+    }
+
+    #[test]
+    fn the_step_shrinks_with_the_square_of_the_stall_near_the_target() {
+        // Over 6 s the target is 6,000 µs. A stall of 600 µs (a tenth) gives the full
+        // step; 1,200 µs a quarter of it ((6000/1200/10)^2); 6,000 µs a hundredth.
+        for (stall, share) in [(0u64, 1.0), (600, 1.0), (1_200, 0.25), (6_000, 0.01)] {
+            let mut r = Reclaimer::default();
+            let mut later = sample(6);
+            later.stall_total_us = stall;
+            let steps = run(&mut r, &[sample(0), later]);
+            let want = ((1024 * MI / 100) as f64 * share) as i64 / PAGE * PAGE;
+            assert_eq!(steps[1], Step::Reclaim { bytes: want }, "stall {stall}");
+        }
+    }
+
+    #[test]
+    fn stall_over_the_target_backs_off_for_an_interval_and_then_it_resumes() {
+        let mut r = Reclaimer::default();
+        let mut hot = sample(6);
+        hot.stall_total_us = 60_000; // 10,000 µs/s against 1,000
+        let mut calm = sample(12);
+        calm.stall_total_us = 60_000; // no stall since the back-off
+        let steps = run(&mut r, &[sample(0), hot, calm]);
+        assert_eq!(
+            steps[1],
+            Step::Hold(Hold::Pressure {
+                stall_us_per_s: 10_000,
+                until: 12
+            })
+        );
+        assert_eq!(steps[2], Step::Reclaim { bytes: FULL_STEP });
+    }
+
+    #[test]
+    fn refaults_over_their_budget_back_off() {
+        let mut r = Reclaimer::default();
+        let mut refaulting = sample(6);
+        refaulting.refaults = 6 * 500;
+        let steps = run(&mut r, &[sample(0), refaulting]);
+        assert_eq!(
+            steps[1],
+            Step::Hold(Hold::Refaults {
+                per_s: 500,
+                until: 12
+            })
+        );
+        assert_eq!(r.asked, 0);
+    }
+
+    #[test]
+    fn never_below_the_floor_nor_more_than_is_cold() {
+        // 40 MiB above the floor, 600 MiB cold: steps of 1 % until the floor.
+        let mut near = sample(0);
+        near.current = 296 * MI;
+        let mut r = Reclaimer::default();
+        let mut at = 0;
+        let mut steps = vec![r.step(&SETTINGS, &near)];
+        while at < 6 * 200 {
+            at += 6;
+            near.at = at;
+            let step = r.step(&SETTINGS, &near);
+            if let Step::Reclaim { bytes } = step {
+                near.current -= bytes;
+                near.inactive_file -= bytes;
+            }
+            steps.push(step);
+        }
+        assert!(
+            near.current >= near.floor,
+            "{} below {}",
+            near.current,
+            near.floor
+        );
+        assert!(
+            near.current - near.floor < PAGE,
+            "stopped {} above the floor",
+            near.current - near.floor
+        );
+        assert_eq!(steps.last(), Some(&Step::Hold(Hold::NothingCold)));
+
+        // Nothing inactive: nothing to take, however much is above the floor.
+        let mut hot = sample(6);
+        hot.inactive_file = 0;
+        let mut r = Reclaimer::default();
+        assert_eq!(
+            run(&mut r, &[sample(0), hot])[1],
+            Step::Hold(Hold::NothingCold)
+        );
+    }
+
+    #[test]
+    fn inactive_anon_is_cold_only_where_swap_can_take_it() {
+        let mut s = sample(0);
+        s.inactive_file = 0;
+        assert_eq!(s.reclaimable(), 0);
+        s.swap = true;
+        assert_eq!(s.reclaimable(), 100 * MI);
+        s.floor = 1000 * MI;
+        assert_eq!(s.reclaimable(), 24 * MI, "the floor bounds it");
+    }
+
+    #[test]
+    fn counters_that_went_back_start_a_new_baseline() {
+        let mut r = Reclaimer::default();
+        let mut before = sample(0);
+        before.stall_total_us = 5_000_000;
+        let recreated = sample(6); // a new cgroup at the same path: counters from 0
+        let steps = run(&mut r, &[before, recreated, sample(12)]);
+        assert_eq!(steps[1], Step::Hold(Hold::Baseline));
+        assert_eq!(steps[2], Step::Reclaim { bytes: FULL_STEP });
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Over any run of samples: every step is whole pages, within what was
+            /// cold above the floor then, never two steps within an interval, and none
+            /// after a stall over the target or refaults over the budget.
+            #[test]
+            fn steps_stay_within_the_cold_memory_and_the_signals(
+                readings in prop::collection::vec(
+                    (1..20u64, 0..20_000u64, 0..2_000u64, 0..1024i64, 0..1024i64, any::<bool>()),
+                    1..60,
+                ),
+            ) {
+                let mut r = Reclaimer::default();
+                let mut s = sample(0);
+                // The last step's or back-off's sample, and the time to wait for.
+                let mut counted = s;
+                let mut quiet_until = SETTINGS.interval_seconds;
+                r.step(&SETTINGS, &s);
+                for (dt, stall, refaults, file, anon, swap) in readings {
+                    s.at += dt;
+                    s.stall_total_us += stall * dt;
+                    s.refaults += refaults * dt;
+                    s.inactive_file = file * MI;
+                    s.inactive_anon = anon * MI;
+                    s.swap = swap;
+                    let step = r.step(&SETTINGS, &s);
+                    let over = (s.stall_total_us - counted.stall_total_us)
+                        / (s.at - counted.at).max(1) > SETTINGS.target_stall_us_per_s
+                        || (s.refaults - counted.refaults) / (s.at - counted.at).max(1)
+                            > SETTINGS.max_refaults_per_s;
+                    match step {
+                        Step::Reclaim { bytes } => {
+                            prop_assert!(!over);
+                            prop_assert_eq!(bytes % PAGE, 0);
+                            prop_assert!(bytes > 0 && bytes <= s.reclaimable());
+                            prop_assert!(bytes <= s.current / 100);
+                            prop_assert!(s.at >= quiet_until, "a step at {} before {}", s.at, quiet_until);
+                            counted = s;
+                            quiet_until = s.at + SETTINGS.interval_seconds;
+                        }
+                        Step::Hold(Hold::Pressure { .. } | Hold::Refaults { .. }) => {
+                            prop_assert!(over);
+                            counted = s;
+                            quiet_until = s.at + SETTINGS.interval_seconds;
+                        }
+                        Step::Hold(_) => {}
+                    }
+                }
+            }
+        }
+    }
+}
