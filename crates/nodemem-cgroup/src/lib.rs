@@ -10,6 +10,8 @@
 //!   `memory.events`, `memory.pressure`, `cpuset.mems[.effective]`, `cgroup.controllers`,
 //!   `cgroup.subtree_control`); every malformed input names the file and the bad token.
 //! * [`psi`]: PSI triggers on `memory.pressure`, to wait for a stall instead of polling.
+//! * [`reclaim`]: a cgroup's reading for proactive reclaim, and `memory.reclaim` (its
+//!   EAGAIN is "less was found", not a failure).
 //! * [`discover`]: kernel version, cgroup v2 and its controllers at kubepods, cgroup
 //!   driver, base page size, NUMA nodes with memory and hugepages.
 //!
@@ -28,6 +30,7 @@ pub mod own;
 pub mod parse;
 pub mod path;
 pub mod psi;
+pub mod reclaim;
 pub mod roots;
 pub mod watch;
 
