@@ -179,7 +179,7 @@ impl Api {
                 return crd(name);
             }
             ["apis", "events.k8s.io", "v1", "namespaces", _, "events"] => {
-                return answer(StatusCode::CREATED, &r.body);
+                return json_response(StatusCode::CREATED, &r.body);
             }
             _ => return not_found(&r.path),
         };
@@ -216,7 +216,7 @@ impl Api {
                 })
             }
             (&Method::DELETE, [name]) => match self.delete(resource, name) {
-                Some(gone) => answer(StatusCode::OK, &gone),
+                Some(gone) => json_response(StatusCode::OK, &gone),
                 None => not_found(&r.path),
             },
             _ => not_found(&r.path),
@@ -253,7 +253,7 @@ impl Api {
         if !object["metadata"]["deletionTimestamp"].is_null() && finalizers == 0 {
             self.delete(resource, name);
         }
-        answer(StatusCode::OK, &object)
+        json_response(StatusCode::OK, &object)
     }
 
     async fn list(&self, resource: &'static str) -> Response<Body> {
@@ -271,7 +271,7 @@ impl Api {
         } else {
             "List"
         };
-        answer(
+        json_response(
             StatusCode::OK,
             &json!({"apiVersion": "v1", "kind": kind,
                 "metadata": {"resourceVersion": store.version.to_string()}, "items": items}),
@@ -324,12 +324,12 @@ fn crd(name: &str) -> Response<Body> {
         .map(|(_, crd)| crd)
         .find(|crd| crd.metadata.name.as_deref() == Some(name));
     match found {
-        Some(crd) => answer(StatusCode::OK, &serde_json::to_value(crd).unwrap()),
+        Some(crd) => json_response(StatusCode::OK, &serde_json::to_value(crd).unwrap()),
         None => not_found(name),
     }
 }
 
-fn answer(code: StatusCode, body: &Value) -> Response<Body> {
+fn json_response(code: StatusCode, body: &Value) -> Response<Body> {
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
@@ -340,7 +340,7 @@ fn answer(code: StatusCode, body: &Value) -> Response<Body> {
 }
 
 fn status(code: StatusCode, message: &str) -> Response<Body> {
-    answer(
+    json_response(
         code,
         &json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
             "message": message, "code": code.as_u16(),

@@ -5,7 +5,7 @@
 //! Each test measures its own node once, from qemu's start to the Node's Ready (systemd,
 //! containerd's image imports, the kubelet's registration: the same work a pod start
 //! does), and every budget of its waits is its base times that pace, never below
-//! the base. TESTING.md lists the base budgets and where they come from.
+//! the base: the node's requests (`RealNode::run`) too. TESTING.md lists the base budgets and where they come from.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -31,6 +31,7 @@ pub(crate) fn paced(budget: Duration) -> Duration {
 pub(crate) fn measure(node: &mut RealNode, ready: Duration) -> f64 {
     let pace = (ready.as_secs_f64() / REFERENCE_READY.as_secs_f64()).max(1.0);
     PACE.set(pace);
+    node.set_request_budget(RealNode::REQUEST_BUDGET.mul_f64(pace));
     let loop_seconds = node
         .run("TIMEFORMAT=%R; { time for ((i = 0; i < 200000; i++)); do :; done; } 2>&1")
         .ok()
