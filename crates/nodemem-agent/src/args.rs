@@ -178,3 +178,15 @@ pub struct AgentArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OnceFormat::Table)]
     pub output: OnceFormat,
 }
+
+impl AgentArgs {
+    /// systemd's D-Bus addresses under `--systemd-run-dir`, none without it: the one
+    /// place the agent learns whether it talks to systemd (values held in units, the
+    /// kubelet restarted through its unit).
+    pub fn systemd_buses(&self) -> Vec<nodemem_systemd::BusAddress> {
+        self.systemd_run_dir
+            .as_deref()
+            .map(|run| nodemem_systemd::BusAddress::host(run).to_vec())
+            .unwrap_or_default()
+    }
+}

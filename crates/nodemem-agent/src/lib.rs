@@ -48,11 +48,9 @@ pub use args::AgentArgs;
 /// How the agent restarts the kubelet: its systemd unit, else a command, else not.
 fn restart_by(args: &AgentArgs) -> Option<kubelet_mode::RestartBy> {
     let given = |s: &Option<String>| s.clone().filter(|c| !c.trim().is_empty());
-    if let (Some(unit), Some(run)) = (given(&args.kubelet_restart_unit), &args.systemd_run_dir) {
-        return Some(kubelet_mode::RestartBy::Unit {
-            unit,
-            systemd: nodemem_systemd::BusAddress::host(run).to_vec(),
-        });
+    let systemd = args.systemd_buses();
+    if let Some(unit) = given(&args.kubelet_restart_unit).filter(|_| !systemd.is_empty()) {
+        return Some(kubelet_mode::RestartBy::Unit { unit, systemd });
     }
     given(&args.kubelet_restart_command).map(kubelet_mode::RestartBy::Command)
 }
@@ -98,9 +96,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     agent.observe_every =
         (args.observe_seconds > 0).then(|| std::time::Duration::from_secs(args.observe_seconds));
     agent.status_refresh = std::time::Duration::from_secs(args.status_refresh_seconds);
-    if let Some(run) = &args.systemd_run_dir {
-        agent.systemd = nodemem_systemd::BusAddress::host(run).to_vec();
-    }
+    agent.systemd = args.systemd_buses();
     // With --nri=on the runtime names each container itself: its records are not read.
     if args.nri != nri::NriMode::On {
         agent.runtime_records = runtime_record::RuntimeRecords {

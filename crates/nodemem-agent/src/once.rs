@@ -218,7 +218,7 @@ pub fn applier_config(args: &AgentArgs) -> ApplierConfig {
         topology_scope: args.topology_manager_scope.into(),
         kubelet: kubelet_files(args),
         own_cgroup_mount: std::path::PathBuf::from("/sys/fs/cgroup"),
-        systemd_units: args.systemd_run_dir.is_some(),
+        systemd_units: !args.systemd_buses().is_empty(),
     }
 }
 
