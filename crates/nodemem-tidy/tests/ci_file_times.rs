@@ -67,6 +67,18 @@ impl Origin {
         run(dir.path(), "git", &["clone", "-q", &from, "c"]);
         dir
     }
+
+    /// A clone of the last commit only (`--depth 1`; git honours it for a file:// URL).
+    fn shallow_clone(&self) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let from = format!("file://{}", self.dir.path().display());
+        run(
+            dir.path(),
+            "git",
+            &["clone", "-q", "--depth", "1", &from, "c"],
+        );
+        dir
+    }
 }
 
 fn checkout(clone: &tempfile::TempDir) -> PathBuf {
@@ -164,6 +176,18 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     );
     tick();
     script(&checkout(&next), "record", target);
+
+    // A shallow clone of a later commit does not hold the recorded one: not used (and
+    // the script does not fail on a history it cannot walk).
+    tick();
+    std::fs::write(origin.dir.path().join("README"), "later\n").unwrap();
+    origin.commit("later");
+    let shallow = origin.shallow_clone();
+    let said = script(&checkout(&shallow), "restore", target);
+    assert!(said.contains("is not in this clone"), "{said}");
+    assert!(cargo_compiles(&checkout(&shallow), target));
+    tick();
+    script(&checkout(&shallow), "record", target);
 
     // A record of a commit that is not an ancestor of HEAD (another branch) is not used.
     tick();
