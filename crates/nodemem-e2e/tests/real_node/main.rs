@@ -427,15 +427,37 @@ fn explain_names_the_rules(bed: &Bed<'_>, node: &str, rules: &str) {
     eprintln!("{node}: {line}");
 }
 
-/// The config's `Applied` condition says the kubelet enforces the revision
-/// (`KubeletConfigured`).
-fn assert_kubelet_configured(status: &nodemem_api::config::NodeMemoryConfigStatus) {
+/// After a switch to `enforcement: Kubelet`: the node's config applied at a revision
+/// past `superseded`, its `Applied` condition saying the kubelet enforces it
+/// (`KubeletConfigured`), and the agent having restarted the kubelet (systemd's record
+/// of the unit is a new invocation than `kubelet_before`); the config's status.
+async fn kubelet_took_over(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    superseded: Option<&str>,
+    kubelet_before: &str,
+) -> nodemem_api::config::NodeMemoryConfigStatus {
+    let name = node.name.clone();
+    let status = config_applied(
+        &bed.client,
+        bed.admin(),
+        &name,
+        superseded,
+        Duration::from_secs(300),
+    )
+    .await;
     let applied = status
         .conditions
         .iter()
         .find(|c| c.type_ == "Applied")
         .expect("an Applied condition");
     assert_eq!(applied.reason, "KubeletConfigured", "{applied:?}");
+    assert_ne!(
+        kubelet_invocation(node),
+        kubelet_before,
+        "the agent did not restart the kubelet"
+    );
+    status
 }
 
 /// systemd's invocation ID of `kubelet.service`: a new one each time it starts.

@@ -23,8 +23,8 @@ use nodemem_api::NodeMemoryConfig;
 use nodemem_testkit::real_node::RealNode;
 
 use super::{
-    assert_kubelet_configured, config_applied, container_dir, eventually, install_nodemem,
-    kubelet_invocation, node_read_all, node_values_become, pod_dir, simulate_node, start_pods, Bed,
+    config_applied, container_dir, eventually, install_nodemem, kubelet_invocation,
+    kubelet_took_over, node_read_all, node_values_become, pod_dir, simulate_node, start_pods, Bed,
     Installed,
 };
 
@@ -101,6 +101,32 @@ struct Pinned {
     dir: String,
     /// simulate's cpuset.mems.
     mems: String,
+}
+
+/// The `tag` pods started one after the other (the order the kubelet and nodemem admit
+/// them in), then `simulate --numa` for `policy` on the reported `topology`: its output
+/// and its pinning of those pods' containers.
+async fn pods_started_and_predicted(
+    bed: &Bed<'_>,
+    node: &str,
+    policy: &Path,
+    topology: &Path,
+    tag: &str,
+) -> (Value, Vec<Pinned>) {
+    for p in guaranteed_pods(node, tag) {
+        start_pods(&bed.client, &[p]).await;
+    }
+    let work = policy.parent().expect("the policy's directory");
+    let sim = simulate_node(
+        bed.admin(),
+        policy,
+        work,
+        Driver::Systemd,
+        node,
+        Some(topology),
+    );
+    let pins = predicted_pins(&bed.client, &sim, tag).await;
+    (sim, pins)
 }
 
 /// simulate's pinning of the `tag` pods' containers, with their cgroups on the node.
@@ -210,18 +236,7 @@ async fn pins_as_predicted(
     eprintln!("{}", std::fs::read_to_string(&topology).unwrap());
 
     // enforcement: Agent. The kubelet's Memory Manager is None; the agent pins.
-    for p in guaranteed_pods(name, "agent") {
-        start_pods(client, &[p]).await;
-    }
-    let sim = simulate_node(
-        admin,
-        &agent_policy,
-        work,
-        Driver::Systemd,
-        name,
-        Some(&topology),
-    );
-    let pins = predicted_pins(client, &sim, "agent").await;
+    let (_, pins) = pods_started_and_predicted(bed, name, &agent_policy, &topology, "agent").await;
     let wanted: Vec<(String, String)> = pins
         .iter()
         .flat_map(|p| {
@@ -277,23 +292,9 @@ async fn pins_as_predicted(
         },
     )
     .await;
-    let status = config_applied(
-        client,
-        admin,
-        name,
-        agent_revision.as_deref(),
-        Duration::from_secs(300),
-    )
-    .await;
-    assert_kubelet_configured(&status);
     // The agent restarted the kubelet (its pass says so; a later pass, such as the
-    // one the kubelet's new start brings, says the drop-in is in effect): systemd's
-    // record of the unit is a new invocation.
-    assert_ne!(
-        kubelet_invocation(node),
-        kubelet_before,
-        "the kubelet was not restarted"
-    );
+    // one the kubelet's new start brings, says the drop-in is in effect).
+    kubelet_took_over(node, bed, agent_revision.as_deref(), &kubelet_before).await;
     let nodes: Api<core::Node> = Api::all(client.clone());
     eventually("the node uncordoned", Duration::from_secs(180), || async {
         let n = nodes.get(name).await.ok()?;
@@ -310,18 +311,8 @@ async fn pins_as_predicted(
     assert_eq!(code, 0, "{dropin}");
     assert!(dropin.contains("memoryManagerPolicy: Static"), "{dropin}");
 
-    for p in guaranteed_pods(name, "kubelet") {
-        start_pods(client, &[p]).await;
-    }
-    let sim = simulate_node(
-        admin,
-        &kubelet_policy,
-        work,
-        Driver::Systemd,
-        name,
-        Some(&topology),
-    );
-    let pins = predicted_pins(client, &sim, "kubelet").await;
+    let (sim, pins) =
+        pods_started_and_predicted(bed, name, &kubelet_policy, &topology, "kubelet").await;
     let (state, code) = node
         .run("cat /var/lib/kubelet/memory_manager_state")
         .unwrap();

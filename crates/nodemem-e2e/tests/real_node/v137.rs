@@ -215,20 +215,7 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     )
     .unwrap();
     kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
-    let status = config_applied(
-        &bed.client,
-        bed.admin(),
-        &name,
-        before.as_deref(),
-        Duration::from_secs(300),
-    )
-    .await;
-    assert_kubelet_configured(&status);
-    assert_ne!(
-        kubelet_invocation(node),
-        kubelet_before,
-        "the agent restarted the kubelet"
-    );
+    kubelet_took_over(node, bed, before.as_deref(), &kubelet_before).await;
     let (dropin, code) = node
         .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
         .unwrap();
