@@ -45,9 +45,7 @@ use crate::units::UnitHolder;
 use announce::Announcer;
 use batch::{Batch, Update, Watches};
 use nodemem_api::conditions::condition;
-use nodemem_apply::applier::{
-    cgroup_settings, ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction, WriteMode,
-};
+use nodemem_apply::applier::{ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction};
 use pass::{NriLink, PassInput, Passes, Writers};
 
 /// The field manager of everything the agent writes.
@@ -371,15 +369,9 @@ impl NodeSync {
                 index.restore(&last);
                 let pods = index.node_pods();
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
-                    // Under enforcement: Kubelet the drop-in is on disk already.
-                    let settings = cgroup_settings(&settings);
-                    match applier.apply(
-                        &settings,
-                        index.node(),
-                        &pods,
-                        WriteMode::Write,
-                        Reach::Node,
-                    ) {
+                    // The pass a config brings: under enforcement: Kubelet the drop-in
+                    // is on disk already and nodemem's values are given back.
+                    match applier.pass(&settings, index.node(), &pods, Reach::Node) {
                         Ok((_, report)) => {
                             nodemem_plumbing::allocator::release_free_memory();
                             passes.hold_in_systemd(writers).await;

@@ -577,7 +577,7 @@ impl NodeApplier {
     /// node computed once, for `settings`, for the status. The give-back needs no
     /// computation of its own: the settings that give back ([`off`]) manage no cgroup,
     /// and a pass reaches the same cgroups whatever the settings (both tested in
-    /// `applier/tests.rs`); its steps are [`NodeApplier::apply`]'s with no cgroup to set.
+    /// `applier/give_back_tests.rs`); its steps are [`NodeApplier::apply`]'s with no cgroup to set.
     fn give_back_and_predict<'p>(
         &mut self,
         settings: &PolicySettings,
@@ -621,7 +621,7 @@ impl NodeApplier {
     /// What the node computation says for `settings`, without applying anything: under
     /// `enforcement: Kubelet` the kubelet applies it, and status still reports the
     /// totals and pods it covers.
-    pub fn predict<'p>(
+    fn predict<'p>(
         &mut self,
         settings: &PolicySettings,
         node: &NodeStatusFacts,
@@ -722,17 +722,6 @@ impl NodeApplier {
         };
         self.saved_manager = loaded.clone();
         Ok(loaded)
-    }
-}
-
-/// The settings the agent writes into cgroups for `settings`: under `enforcement:
-/// Kubelet` none of its own (what it set before is given back; the kubelet enforces),
-/// under `Observe` none either (it only reports what it would write).
-pub fn cgroup_settings(settings: &PolicySettings) -> std::borrow::Cow<'_, PolicySettings> {
-    if settings.enforcement != nodemem_model::cluster::policy::Enforcement::Agent {
-        std::borrow::Cow::Owned(off())
-    } else {
-        std::borrow::Cow::Borrowed(settings)
     }
 }
 
@@ -1090,21 +1079,5 @@ mod tests {
             &pod.pod().uid,
             id,
         )
-    }
-
-    #[test]
-    fn only_agent_enforcement_writes_cgroup_values() {
-        use nodemem_model::cluster::policy::Enforcement;
-        let mut settings = PolicySettings::default();
-        settings.memory_qos.enabled = true;
-        assert_eq!(
-            *cgroup_settings(&settings),
-            settings,
-            "Agent writes its settings"
-        );
-        for other in [Enforcement::Kubelet, Enforcement::Observe] {
-            settings.enforcement = other;
-            assert_eq!(*cgroup_settings(&settings), off(), "{other:?} writes none");
-        }
     }
 }
