@@ -57,7 +57,7 @@ pub fn sample(
         current: i64::try_from(current).unwrap_or(i64::MAX),
         inactive_file: bytes("inactive_file")?,
         inactive_anon: bytes("inactive_anon")?,
-        refaults: get("workingset_refault_anon")? + get("workingset_refault_file")?,
+        refaults: get("workingset_refault_anon")?.saturating_add(get("workingset_refault_file")?),
         floor,
         swap,
     })

@@ -65,6 +65,14 @@ async fn until(api: &Api, what: &str, at_most: Duration, check: impl Fn(&Api) ->
     }
 }
 
+/// Waits until `node`'s config is in the store.
+async fn config_written(api: &Api, node: &str, what: &str) {
+    until(api, what, Duration::from_secs(30), |a| {
+        a.object(CONFIGS, node).is_some()
+    })
+    .await;
+}
+
 /// Method and path of each request, for failure messages.
 fn summary(requests: &[Recorded]) -> Vec<String> {
     requests
@@ -145,10 +153,7 @@ async fn lists_then_applies(api: &Api) {
     );
 
     api.release(CONFIGS);
-    until(api, "n1's config written", Duration::from_secs(30), |a| {
-        a.object(CONFIGS, "n1").is_some()
-    })
-    .await;
+    config_written(api, "n1", "n1's config written").await;
     let applies = config_applies(api, "n1");
     assert_eq!(applies.len(), 1, "{:#?}", summary(&writes(api)));
     let apply = &applies[0];
@@ -209,19 +214,13 @@ async fn watch_events_move_a_node_into_the_pool_and_bring_back_a_config_deleted_
 }
 
 async fn relabel_and_delete(api: &Api) {
-    until(api, "n1's config written", Duration::from_secs(30), |a| {
-        a.object(CONFIGS, "n1").is_some()
-    })
-    .await;
+    config_written(api, "n1", "n1's config written").await;
 
     // n2 relabelled into the pool: the node watch's event brings its config (once n1's
     // agent reported the pool's revision good: the rollout waits for it).
     agent_reports_good(api, "n1");
     api.put(NODES, node("n2", "a"));
-    until(api, "n2's config written", Duration::from_secs(30), |a| {
-        a.object(CONFIGS, "n2").is_some()
-    })
-    .await;
+    config_written(api, "n2", "n2's config written").await;
     assert_eq!(api.object(CONFIGS, "n2").unwrap()["spec"]["policy"], "web");
 
     // n1's config deleted by someone else (the config watch's DELETED): written again
@@ -230,10 +229,7 @@ async fn relabel_and_delete(api: &Api) {
     let applied = config_applies(api, "n1").len();
     let deleted = api.requests().len();
     api.delete(CONFIGS, "n1");
-    until(api, "n1's config back", Duration::from_secs(30), |a| {
-        a.object(CONFIGS, "n1").is_some()
-    })
-    .await;
+    config_written(api, "n1", "n1's config back").await;
     assert_eq!(config_applies(api, "n1").len(), applied + 1);
     assert_eq!(
         api.object(CONFIGS, "n1").unwrap()["spec"],

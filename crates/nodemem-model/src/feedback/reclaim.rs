@@ -123,7 +123,7 @@ pub fn targets<'n>(desired: &'n DesiredNode<'_>, classes: &[QosClass]) -> Vec<Ta
 
 /// A stall at a tenth of the target or less gives the largest step (Senpai's
 /// `coeff_probe`).
-const PROBE_COEFFICIENT: u128 = 10;
+const PROBE_COEFFICIENT: f64 = 10.0;
 const PAGE: i64 = 4096;
 
 /// One cgroup's reclaim.
@@ -193,20 +193,12 @@ fn counted_from(since: &Sample, now: &Sample) -> bool {
 /// stall is under the target (1 at a tenth of it or less), within what is cold above
 /// the floor, in whole pages.
 fn step_bytes(s: &ReclaimSettings, now: &Sample, stall_us: u64, seconds: u64) -> i64 {
-    let target = u128::from(s.target_stall_us_per_s) * u128::from(seconds);
-    let stall = u128::from(stall_us).max(1);
-    // (target / stall / coefficient)^2, capped at 1, as a fraction num/den.
-    let (num, den) = (
-        (target * target),
-        (stall * stall * PROBE_COEFFICIENT * PROBE_COEFFICIENT),
-    );
-    let largest = i128::from(now.current.max(0)) * i128::from(s.max_step_permille) / 1000;
-    let scaled = if num >= den {
-        largest
-    } else {
-        (largest as u128 * num / den) as i128
-    };
-    let bytes = scaled.min(i128::from(now.reclaimable())) as i64;
+    // In f64, as Senpai computes it: a share needs no exact fraction, and squared
+    // microsecond counts stay far from any bound (u128 products of them could not).
+    let target = s.target_stall_us_per_s as f64 * seconds as f64;
+    let closeness = target / (stall_us.max(1) as f64 * PROBE_COEFFICIENT);
+    let share = (closeness * closeness).min(1.0) * f64::from(s.max_step_permille) / 1000.0;
+    let bytes = ((now.current.max(0) as f64 * share) as i64).min(now.reclaimable());
     bytes - bytes % PAGE
 }
 
