@@ -32,6 +32,7 @@ pub mod nri;
 pub mod observer;
 pub mod once;
 mod output;
+pub mod reclaim;
 pub mod relief;
 pub mod runtime_record;
 pub mod status;

@@ -17,6 +17,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod reclaim;
+pub use reclaim::ReclaimMetrics;
+
 /// Why a pass ran.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Trigger {
@@ -161,6 +164,8 @@ pub struct Metrics {
     relief_polled: Gauge,
     relief_triggers_fired: Counter,
     relieved: Gauge,
+    /// Proactive reclaim (`reclaim`).
+    pub reclaim: ReclaimMetrics,
     conditions: Family<ConditionLabel, Gauge>,
     config: Family<ConfigLabel, Gauge>,
     /// At most this many containers get series of their own (0: none).
@@ -216,6 +221,7 @@ impl Metrics {
             relief_polled: Gauge::default(),
             relief_triggers_fired: Counter::default(),
             relieved: Gauge::default(),
+            reclaim: ReclaimMetrics::default(),
             conditions: Family::default(),
             config: Family::default(),
             container_series_cap: 0,
@@ -229,6 +235,7 @@ impl Metrics {
         m.register_node(registry);
         m.register_signals(registry);
         m.register_observation(registry);
+        m.reclaim.register(registry);
         Metrics {
             registry: root,
             ..m

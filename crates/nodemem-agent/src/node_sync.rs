@@ -39,6 +39,7 @@ use crate::kubelet_mode::{KubeletMode, KubeletModeConfig};
 use crate::metrics::{self, Metrics, Trigger};
 use crate::nri::plugin::NodememPlugin;
 use crate::nri::{NriMode, NriNews, NriState};
+use crate::reclaim::Reclaim;
 use crate::relief::Relief;
 use crate::status_writer::StatusWriter;
 use crate::units::UnitHolder;
@@ -83,6 +84,8 @@ pub struct NodeSync {
     pub runtime_records: crate::runtime_record::RuntimeRecords,
     /// How often the managed containers are sampled for the observation; None: never.
     pub observe_every: Option<Duration>,
+    /// How often proactive reclaim's containers are looked at; None: never.
+    pub reclaim_every: Option<Duration>,
     /// At most one status write per this when only the observation's figures changed.
     pub status_refresh: Duration,
     /// The runtime's NRI socket: new containers created with nodemem's values.
@@ -123,6 +126,7 @@ impl NodeSync {
             metrics_addr: None,
             runtime_records: Default::default(),
             observe_every: Some(Duration::from_secs(10)),
+            reclaim_every: Some(crate::reclaim::TICK),
             status_refresh: Duration::from_secs(30),
             nri: Default::default(),
             systemd: Vec::new(),
@@ -154,7 +158,14 @@ impl NodeSync {
         let announcer = Announcer::new(Some(recorder), self.metrics.clone());
         let (nri, nri_news) = self.start_nri();
         let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
-        let mut passes = Passes::new(self.metrics.clone(), announcer, relief, nri, wake);
+        let reclaim = Reclaim::new(crate::reclaim::node_has_swap(&self.kubelet.proc_root));
+        let mut passes = Passes::new(
+            self.metrics.clone(),
+            announcer,
+            (relief, reclaim),
+            nri,
+            wake,
+        );
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let status_out = StatusWriter::start(
             configs,
@@ -198,6 +209,7 @@ impl NodeSync {
             passes
                 .sample_and_relieve(&mut writers.applier, &mut batch)
                 .await;
+            passes.reclaim(&writers.applier, &mut batch);
             self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
             for done in batch.sandboxes_waiting.drain(..) {
@@ -311,6 +323,10 @@ impl NodeSync {
             Some(period) => every(period, || Update::Sample).boxed(),
             None => futures::stream::pending().boxed(),
         };
+        let reclaim = match self.reclaim_every {
+            Some(period) => every(period, || Update::Reclaim).boxed(),
+            None => futures::stream::pending().boxed(),
+        };
         let kubelet_restarts =
             kubelet_restarts::kubelet_restarts(self.kubelet.proc_root.clone(), KUBELET_LOOK_EVERY);
         let pressure = futures::stream::unfold(fired, |mut rx| async {
@@ -344,6 +360,7 @@ impl NodeSync {
             namespaces.boxed(),
             resync,
             samples,
+            reclaim,
             pressure.boxed(),
             kubelet_restarts.boxed(),
             nri.boxed(),

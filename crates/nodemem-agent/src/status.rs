@@ -433,6 +433,17 @@ pub fn status_write(
                 };
             }
         }
+        // Reclaim's headline is news (`Reclaim::news`); its figures move every tick.
+        if let Some(r) = &mut s.reclaim {
+            *r = nodemem_api::config::ReclaimSummary {
+                revision: std::mem::take(&mut r.revision),
+                mode: std::mem::take(&mut r.mode),
+                supported: r.supported,
+                swap: r.swap,
+                containers: r.containers,
+                ..Default::default()
+            };
+        }
         s
     };
     if differs(&without_figures(last), &without_figures(new)) {

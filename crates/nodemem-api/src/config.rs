@@ -81,6 +81,61 @@ pub struct NodeMemoryConfigStatus {
     /// revision was applied; absent while relief is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relief: Option<ReliefSummary>,
+    /// Proactive reclaim (`reclaim`) since the revision was applied: what it took (On)
+    /// or would take (Observe); absent while reclaim is off. Refreshed on whole-node
+    /// passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimSummary>,
+}
+
+/// What proactive reclaim did, or would do, on a node since its revision was applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimSummary {
+    /// The revision these figures count from.
+    pub revision: String,
+    /// Observe (nothing written: the figures are what On would do) or On.
+    pub mode: String,
+    /// Whether the node's kernel has memory.reclaim (Linux 5.19 and later); false:
+    /// reclaim cannot run on this node, whatever the policy says.
+    pub supported: bool,
+    /// Whether swap can take anonymous memory on this node (then anon is reclaimed
+    /// too; without swap, only page cache).
+    pub swap: bool,
+    /// Containers reclaim acts on (the policy's QoS classes, managed pods).
+    pub containers: i64,
+    /// Steps taken (On) or that would have been taken (Observe).
+    pub steps: i64,
+    /// On: what the containers' memory.current lost at the steps, bytes (the kernel
+    /// may take more than it is asked).
+    pub reclaimed_bytes: i64,
+    /// On: what the containers' working set lost at the steps, bytes: the eviction
+    /// headroom gained (the kubelet's memory.available counts the working set,
+    /// memory.current less inactive page cache).
+    pub headroom_gained_bytes: i64,
+    /// Observe: what the steps would have asked, bytes.
+    pub would_reclaim_bytes: i64,
+    /// What could be taken now: page cache (and anon with swap) above each container's
+    /// request, bytes; what On would take over time while pressure stays low.
+    pub reclaimable_bytes: i64,
+    /// The containers' memory.current when first read under this revision, bytes.
+    pub resident_at_start_bytes: i64,
+    /// The containers' memory.current at their last reading, bytes.
+    pub resident_bytes: i64,
+    /// Steps held back because a container's stall rose over the target.
+    pub pressure_back_offs: i64,
+    /// Steps held back because a container's refaults rose over their budget.
+    pub refault_back_offs: i64,
+    /// The highest stall (PSI some, microseconds per second) a container showed at its
+    /// last reading.
+    pub highest_stall_microseconds_per_second: i64,
+    /// The policy's stall target (microseconds per second).
+    pub target_stall_microseconds_per_second: i64,
+    /// Refaults per second over all containers at their last readings.
+    pub refaults_per_second: i64,
+    /// memory.reclaim writes the kernel refused with something else than "less found".
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_writes: i64,
 }
 
 /// What relief did on a node since its revision was applied.

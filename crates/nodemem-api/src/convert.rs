@@ -258,7 +258,43 @@ fn convert_settings(settings: &NodeSettings, problems: &mut Vec<Problem>) -> Pol
                 repeat_window_seconds: seconds(r.repeat_window_seconds),
             }
         }),
+        reclaim: settings.reclaim.as_ref().and_then(to_reclaim),
     }
+}
+
+/// The model's reclaim, None when off. The schema bounds every number; a value
+/// outside them (a spec the schema did not check) is clamped, never wrapped.
+fn to_reclaim(r: &crate::policy::ReclaimSpec) -> Option<nodemem_model::feedback::reclaim::Reclaim> {
+    use crate::policy::{QosClassName, ReclaimModeSpec};
+    use nodemem_model::feedback::reclaim::{Reclaim, ReclaimMode, ReclaimSettings};
+    use nodemem_model::pod::qos::QosClass;
+    let mode = match r.mode {
+        ReclaimModeSpec::Off => return None,
+        ReclaimModeSpec::Observe => ReclaimMode::Observe,
+        ReclaimModeSpec::On => ReclaimMode::On,
+    };
+    let positive = |v: i32, min: i32| u64::try_from(v.max(min)).unwrap_or(1);
+    let mut classes: Vec<QosClass> = r
+        .qos_classes
+        .iter()
+        .map(|c| match c {
+            QosClassName::Guaranteed => QosClass::Guaranteed,
+            QosClassName::Burstable => QosClass::Burstable,
+            QosClassName::BestEffort => QosClass::BestEffort,
+        })
+        .collect();
+    classes.sort();
+    classes.dedup();
+    Some(Reclaim {
+        mode,
+        settings: ReclaimSettings {
+            target_stall_us_per_s: positive(r.target_stall_microseconds_per_second, 1),
+            max_step_permille: u32::try_from(r.max_step_permille.clamp(1, 100)).unwrap_or(10),
+            interval_seconds: positive(r.interval_seconds, 2),
+            max_refaults_per_s: positive(r.max_refaults_per_second, 0),
+        },
+        classes,
+    })
 }
 
 /// The effective settings of a policy, or every problem found: the selector and the

@@ -119,6 +119,11 @@ impl Default for RecommendationSpec {
         "rule": "!(has(self.memoryQoS) && has(self.memoryQoS.relief)) || !has(self.enforcement) || self.enforcement == 'Agent'",
         "message": "memoryQoS.relief raises memory.high that the agent set: it needs enforcement: Agent",
         "fieldPath": ".memoryQoS.relief"
+    },
+    {
+        "rule": "!has(self.reclaim) || !has(self.reclaim.mode) || self.reclaim.mode != 'On' || !has(self.enforcement) || self.enforcement == 'Agent'",
+        "message": "reclaim mode On writes memory.reclaim, which only enforcement: Agent does (mode Observe reports what it would reclaim under any enforcement)",
+        "fieldPath": ".reclaim.mode"
     }
 ]))]
 pub struct NodeSettings {
@@ -143,6 +148,14 @@ pub struct NodeSettings {
     /// see what enforcement would do before turning it on).
     #[serde(default)]
     pub enforcement: Enforcement,
+
+    /// Proactive reclaim of cold memory (opt-in): the agent asks the kernel
+    /// (`memory.reclaim`, Linux 5.19 and later) to take back a container's page cache
+    /// in small steps while its memory pressure stays under a target, as Meta's Senpai
+    /// does, never below what the container requested. Observe (the default) reports
+    /// what it would reclaim and writes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimSpec>,
 }
 
 impl NodeSettings {
@@ -157,6 +170,7 @@ impl NodeSettings {
             memory_manager: MemoryManagerSpec::default(),
             node_reserved: None,
             enforcement: Enforcement::default(),
+            reclaim: None,
         }
     }
 }
@@ -318,6 +332,90 @@ impl Default for MemoryQosSpec {
             relief: None,
         }
     }
+}
+
+/// How the agent reclaims cold memory (`reclaim`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimSpec {
+    /// Observe (default): every step is computed and reported as what would be
+    /// reclaimed, nothing is written. On: steps are written to memory.reclaim
+    /// (enforcement: Agent only). Off: nothing, as without the section.
+    #[serde(default)]
+    pub mode: ReclaimModeSpec,
+    /// The memory pressure a container may show: PSI `some` stall, microseconds per
+    /// second of time (1000 is 0.1 % of the time with a task waiting on memory). Over
+    /// it, reclaim backs off for an interval; under it, steps grow as the stall falls.
+    #[serde(default = "default_reclaim_stall")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub target_stall_microseconds_per_second: i32,
+    /// The largest step, per mille of the container's memory.current (10: 1 %, as
+    /// Senpai), taken when its stall is a tenth of the target or less.
+    #[serde(default = "default_reclaim_step")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_step_permille: i32,
+    /// Seconds between steps on one container, and the pause after a back-off.
+    #[serde(default = "default_reclaim_interval")]
+    #[schemars(range(min = 2, max = 3600))]
+    pub interval_seconds: i32,
+    /// Refaults (reclaimed pages read back, memory.stat workingset_refault_*) per
+    /// second a container may show: over it, reclaim backs off for an interval.
+    #[serde(default = "default_reclaim_refaults")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub max_refaults_per_second: i32,
+    /// The QoS classes of the containers it acts on (Burstable and BestEffort unless
+    /// given). A Guaranteed container is only reclaimed from when named, and no
+    /// container below its memory request.
+    #[serde(default = "default_reclaim_classes")]
+    #[schemars(length(min = 1, max = 3))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub qos_classes: Vec<QosClassName>,
+}
+
+fn default_reclaim_stall() -> i32 {
+    1000
+}
+fn default_reclaim_step() -> i32 {
+    10
+}
+fn default_reclaim_interval() -> i32 {
+    6
+}
+fn default_reclaim_refaults() -> i32 {
+    100
+}
+fn default_reclaim_classes() -> Vec<QosClassName> {
+    vec![QosClassName::Burstable, QosClassName::BestEffort]
+}
+
+impl Default for ReclaimSpec {
+    fn default() -> Self {
+        ReclaimSpec {
+            mode: ReclaimModeSpec::default(),
+            target_stall_microseconds_per_second: default_reclaim_stall(),
+            max_step_permille: default_reclaim_step(),
+            interval_seconds: default_reclaim_interval(),
+            max_refaults_per_second: default_reclaim_refaults(),
+            qos_classes: default_reclaim_classes(),
+        }
+    }
+}
+
+/// Whether reclaim reports, writes or does nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ReclaimModeSpec {
+    Off,
+    #[default]
+    Observe,
+    On,
+}
+
+/// A pod QoS class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum QosClassName {
+    Guaranteed,
+    Burstable,
+    BestEffort,
 }
 
 /// Whether memory.high is written (`memoryQoS.memoryHigh`).
@@ -756,6 +854,30 @@ pub struct PoolSignals {
     /// The nodes with the most OOM kills, then throttle events (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub worst_nodes: Vec<String>,
+    /// Proactive reclaim summed over the nodes that report it (`reclaim`); absent
+    /// when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<PoolReclaim>,
+}
+
+/// A pool's proactive reclaim: the sums of its nodes' `status.reclaim`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolReclaim {
+    /// Nodes reporting reclaim (on or observing).
+    pub nodes: i64,
+    /// Of them, nodes whose kernel has no memory.reclaim (before Linux 5.19): they
+    /// cannot reclaim; their configs' `status.reclaim.supported` is false.
+    pub unsupported_nodes: i64,
+    /// On: what the containers' memory.current lost at the steps, bytes.
+    pub reclaimed_bytes: i64,
+    /// On: what the containers' working set lost at the steps (memory.available
+    /// gained), bytes.
+    pub headroom_gained_bytes: i64,
+    /// Observe: what the steps would have asked, bytes.
+    pub would_reclaim_bytes: i64,
+    /// Page cache (and anon where swap takes it) above the requests now, bytes.
+    pub reclaimable_bytes: i64,
 }
 
 #[cfg(test)]

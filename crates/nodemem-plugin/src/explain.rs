@@ -52,6 +52,9 @@ pub struct ExplainReport {
     /// What the agent observed of its containers against memory.high.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observation: Option<nodemem_api::config::ObservationSummary>,
+    /// What proactive reclaim took (On) or would take (Observe), as the agent reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<nodemem_api::config::ReclaimSummary>,
     pub pods: Vec<PodValues>,
     /// Pods the agent cannot read, and settings the node cannot satisfy.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -181,9 +184,65 @@ pub fn build(
         observation: config
             .and_then(|c| c.status.as_ref())
             .and_then(|st| st.observation.clone()),
+        reclaim: config
+            .and_then(|c| c.status.as_ref())
+            .and_then(|st| st.reclaim.clone()),
         pods: pods_out,
         problems,
     }
+}
+
+/// Proactive reclaim's figures in a few lines: what it took or would take, and the
+/// signals against their target.
+fn reclaim_text(r: &nodemem_api::config::ReclaimSummary) -> String {
+    use nodemem_model::quantity::format_bytes;
+    let mut out = format!(
+        "Reclaim ({}, revision {}): {} container(s), {} step(s)",
+        r.mode, r.revision, r.containers, r.steps
+    );
+    if !r.supported {
+        out.push_str(
+            "\n  this node's kernel has no memory.reclaim (Linux 5.19 and later): it cannot reclaim",
+        );
+    }
+    if r.mode == "On" {
+        out.push_str(&format!(
+            "\n  reclaimed {} (memory.current), eviction headroom gained {} (working set)",
+            format_bytes(r.reclaimed_bytes),
+            format_bytes(r.headroom_gained_bytes)
+        ));
+    } else {
+        out.push_str(&format!(
+            "\n  would reclaim {} (nothing written: mode Observe)",
+            format_bytes(r.would_reclaim_bytes)
+        ));
+    }
+    out.push_str(&format!(
+        "\n  resident {} (at start {}), reclaimable now {}{}",
+        format_bytes(r.resident_bytes),
+        format_bytes(r.resident_at_start_bytes),
+        format_bytes(r.reclaimable_bytes),
+        if r.swap {
+            " (page cache and anon: swap)"
+        } else {
+            " (page cache: no swap)"
+        }
+    ));
+    out.push_str(&format!(
+        "\n  stall {} us/s at most (target {}), {} refaults/s; backed off {} time(s) on pressure, {} on refaults",
+        r.highest_stall_microseconds_per_second,
+        r.target_stall_microseconds_per_second,
+        r.refaults_per_second,
+        r.pressure_back_offs,
+        r.refault_back_offs
+    ));
+    if r.failed_writes > 0 {
+        out.push_str(&format!(
+            "\n  {} memory.reclaim write(s) refused",
+            r.failed_writes
+        ));
+    }
+    out
 }
 
 /// Where the node's agent read the kubelet's configuration, one line per source in
@@ -528,6 +587,9 @@ pub fn render_table(r: &ExplainReport) -> String {
             let _ = writeln!(out, "{}", crate::render::text(&t));
         }
     }
+    if let Some(rc) = &r.reclaim {
+        let _ = writeln!(out, "\n{}", reclaim_text(rc));
+    }
     let mut t = table(&[
         "NAMESPACE",
         "POD",
@@ -677,6 +739,7 @@ mod tests {
                     throttle_events: 0,
                 }],
             }),
+            reclaim: None,
             pods: vec![PodValues {
                 namespace: "sandbox".into(),
                 name: "report-batch-1".into(),
@@ -843,5 +906,55 @@ mod tests {
             "{enforced}"
         );
         assert!(enforced.contains("Pods (1):"), "{enforced}");
+    }
+
+    /// Reclaim says what it took under On, what it would take under Observe, and a
+    /// node whose kernel cannot.
+    #[test]
+    fn reclaim_says_what_it_took_or_would_take() {
+        let mut r = nodemem_api::config::ReclaimSummary {
+            revision: "r1".into(),
+            mode: "On".into(),
+            supported: true,
+            containers: 4,
+            steps: 12,
+            reclaimed_bytes: 300 << 20,
+            headroom_gained_bytes: 120 << 20,
+            resident_at_start_bytes: 1 << 30,
+            resident_bytes: 724 << 20,
+            reclaimable_bytes: 10 << 20,
+            highest_stall_microseconds_per_second: 40,
+            target_stall_microseconds_per_second: 1000,
+            ..Default::default()
+        };
+        let text = reclaim_text(&r);
+        assert!(
+            text.starts_with("Reclaim (On, revision r1): 4 container(s), 12 step(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reclaimed 300Mi (memory.current), eviction headroom gained 120Mi"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "resident 724Mi (at start 1Gi), reclaimable now 10Mi (page cache: no swap)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("stall 40 us/s at most (target 1000)"),
+            "{text}"
+        );
+        r.mode = "Observe".into();
+        r.would_reclaim_bytes = 64 << 20;
+        r.supported = false;
+        let text = reclaim_text(&r);
+        assert!(
+            text.contains("would reclaim 64Mi (nothing written: mode Observe)"),
+            "{text}"
+        );
+        assert!(text.contains("has no memory.reclaim"), "{text}");
+        assert!(!text.contains("reclaimed "), "{text}");
     }
 }

@@ -32,6 +32,8 @@ pub enum Update {
     Resync,
     /// Time to sample the managed containers.
     Sample,
+    /// Time to look at proactive reclaim's containers.
+    Reclaim,
     /// A container's PSI trigger fired (its cgroup).
     Pressure(String),
     /// The runtime's NRI requests.
@@ -71,6 +73,8 @@ pub struct Batch {
     reaction_since: Option<Instant>,
     /// Time to sample the managed containers.
     pub sample: bool,
+    /// Time to look at proactive reclaim's containers.
+    pub reclaim: bool,
     /// Containers whose PSI trigger fired (their cgroups).
     pub fired: Vec<String>,
     /// The runtime named or forgot containers: the pods compute again.
@@ -117,6 +121,10 @@ impl Batch {
             }
             Update::Sample => {
                 self.sample = true;
+                Learned::Nothing
+            }
+            Update::Reclaim => {
+                self.reclaim = true;
                 Learned::Nothing
             }
             Update::Pressure(path) => {

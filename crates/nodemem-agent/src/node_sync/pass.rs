@@ -21,6 +21,7 @@ use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
 use crate::metrics::{Metrics, PodSignals, Trigger};
 use crate::nri::NriState;
 use crate::observer::Observer;
+use crate::reclaim::Reclaim;
 use crate::relief::Relief;
 use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
 use crate::status_writer::StatusWriter;
@@ -60,6 +61,8 @@ pub struct Passes {
     observer: Observer,
     /// Relief for containers memory.high chokes.
     relief: Relief,
+    /// Proactive reclaim of cold memory.
+    reclaim: Reclaim,
     nri: NriLink,
     /// The values stay a while after the config goes (`super::grace`).
     grace: super::grace::Grace,
@@ -81,7 +84,7 @@ impl Passes {
     pub fn new(
         metrics: Arc<Metrics>,
         announcer: Announcer,
-        relief: Relief,
+        (relief, reclaim): (Relief, Reclaim),
         nri: NriLink,
         wake: tokio::sync::mpsc::UnboundedSender<()>,
     ) -> Self {
@@ -91,6 +94,7 @@ impl Passes {
             baseline: Baseline::default(),
             observer: Observer::default(),
             relief,
+            reclaim,
             nri,
             grace: super::grace::Grace::default(),
             wake,
@@ -319,7 +323,49 @@ impl Passes {
             s.observation = self.observe(applier, pass, settings, desired);
         }
         s.relief = self.refresh_relief(applier, config, settings, desired);
+        s.reclaim = self.refresh_reclaim(applier, pass, settings, desired);
         s
+    }
+
+    /// Reclaim's containers for the settings; its figures go to status on whole-node
+    /// passes (they move with every tick), the last ones stay on reactions.
+    fn refresh_reclaim(
+        &mut self,
+        applier: &NodeApplier,
+        pass: &Pass<'_>,
+        settings: &PolicySettings,
+        desired: &DesiredNode<'_>,
+    ) -> Option<nodemem_api::config::ReclaimSummary> {
+        let revision = &pass.config.revision;
+        self.reclaim.refresh(
+            revision,
+            settings.reclaim.as_ref(),
+            desired,
+            applier.own_cgroup(),
+        );
+        if matches!(pass.reach, Reach::Node) {
+            self.reclaim.report()
+        } else {
+            pass.input
+                .last
+                .and_then(|l| l.reclaim.clone())
+                .filter(|r| r.revision == *revision)
+        }
+    }
+
+    /// Proactive reclaim's tick: the containers whose interval passed are stepped.
+    /// News for status (first readings, the kernel found unable) makes the pass a
+    /// whole-node one.
+    pub fn reclaim(&mut self, applier: &NodeApplier, batch: &mut Batch) {
+        if !batch.reclaim {
+            return;
+        }
+        let report = self.reclaim.tick(applier.cgroup_fs());
+        let (containers, mode) = self.reclaim.targets();
+        self.metrics.reclaim.tick(containers, mode, &report);
+        if self.reclaim.news() {
+            batch.whole_node();
+        }
     }
 
     /// Values set at creation (NRI) that someone changed before the agent found the

@@ -47,6 +47,14 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
         throttle_events: sums.throttle_events,
         oom_kills: sums.oom_kills,
         worst_nodes,
+        reclaim: (sums.reclaim.nodes > 0).then_some(nodemem_api::policy::PoolReclaim {
+            nodes: sums.reclaim.nodes,
+            unsupported_nodes: sums.reclaim.unsupported_nodes,
+            reclaimed_bytes: sums.reclaim.reclaimed_bytes,
+            headroom_gained_bytes: sums.reclaim.headroom_gained_bytes,
+            would_reclaim_bytes: sums.reclaim.would_reclaim_bytes,
+            reclaimable_bytes: sums.reclaim.reclaimable_bytes,
+        }),
     });
     let quorum = crate::recommendation::quorum(round.pool.len());
     let (tally, nodes, observed_seconds) = round.pool.observed(quorum);

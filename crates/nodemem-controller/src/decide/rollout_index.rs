@@ -71,6 +71,31 @@ pub(crate) struct Signals {
     pub(crate) memory_low_bytes: i64,
     pub(crate) throttle_events: i64,
     pub(crate) oom_kills: i64,
+    pub(crate) reclaim: ReclaimSums,
+}
+
+/// A node's proactive reclaim figures (`status.reclaim`), as the pool sums them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReclaimSums {
+    /// Nodes that report reclaim (on or observing), and of them the ones whose kernel
+    /// has no memory.reclaim.
+    pub(crate) nodes: i64,
+    pub(crate) unsupported_nodes: i64,
+    pub(crate) reclaimed_bytes: i64,
+    pub(crate) headroom_gained_bytes: i64,
+    pub(crate) would_reclaim_bytes: i64,
+    pub(crate) reclaimable_bytes: i64,
+}
+
+impl ReclaimSums {
+    fn add(&mut self, o: &ReclaimSums, sign: i64) {
+        self.nodes += sign * o.nodes;
+        self.unsupported_nodes += sign * o.unsupported_nodes;
+        self.reclaimed_bytes += sign * o.reclaimed_bytes;
+        self.headroom_gained_bytes += sign * o.headroom_gained_bytes;
+        self.would_reclaim_bytes += sign * o.would_reclaim_bytes;
+        self.reclaimable_bytes += sign * o.reclaimable_bytes;
+    }
 }
 
 impl Signals {
@@ -85,6 +110,16 @@ impl Signals {
             s.throttle_events = r.throttle_events;
             s.oom_kills = r.oom_kills;
         }
+        if let Some(r) = &c.status.reclaim {
+            s.reclaim = ReclaimSums {
+                nodes: 1,
+                unsupported_nodes: i64::from(!r.supported),
+                reclaimed_bytes: r.reclaimed_bytes,
+                headroom_gained_bytes: r.headroom_gained_bytes,
+                would_reclaim_bytes: r.would_reclaim_bytes,
+                reclaimable_bytes: r.reclaimable_bytes,
+            };
+        }
         s
     }
 
@@ -93,6 +128,7 @@ impl Signals {
         self.memory_low_bytes += sign * o.memory_low_bytes;
         self.throttle_events += sign * o.throttle_events;
         self.oom_kills += sign * o.oom_kills;
+        self.reclaim.add(&o.reclaim, sign);
     }
 
     /// Its place among the worst nodes: most OOM kills, then throttle events.
@@ -571,5 +607,49 @@ mod tests {
         index.tick(&w, T0 + 40);
         assert_eq!(index.phase_set(NodePhase::Ready).len(), 3);
         assert!(index.checks.is_empty());
+    }
+
+    /// Reclaim's figures: summed over the nodes that report them, unsupported
+    /// kernels counted; a node that stops reporting takes its share away.
+    #[test]
+    fn the_pools_reclaim_is_the_sum_of_its_nodes_reports() {
+        let nodes = [("n1", "a"), ("n2", "a"), ("n3", "a")];
+        let mut w = world(
+            &[policy("p", "a", 0, 0.8, json!({"maxUnavailable": "100%"}))],
+            &nodes,
+        );
+        let d = crate::decide::decide(&w, T0);
+        apply(&mut w, &d, T0);
+        let target = w.configs["n1"].spec.revision.clone();
+        let report = |w: &mut World, node: &str, supported: bool, reclaimed: i64| {
+            w.touch_node(node);
+            w.configs.get_mut(node).unwrap().status.reclaim =
+                Some(nodemem_api::config::ReclaimSummary {
+                    mode: "On".into(),
+                    supported,
+                    reclaimed_bytes: reclaimed,
+                    headroom_gained_bytes: reclaimed / 2,
+                    reclaimable_bytes: 100,
+                    ..Default::default()
+                });
+        };
+        report(&mut w, "n1", true, 1000);
+        report(&mut w, "n2", false, 0);
+        let names = nodes.map(|(n, _)| n);
+        let mut index = RolloutIndex::build(&w, key("p", &target), names, T0 + 10);
+        let r = index.signals().0.reclaim;
+        assert_eq!((r.nodes, r.unsupported_nodes), (2, 1));
+        assert_eq!(
+            (
+                r.reclaimed_bytes,
+                r.headroom_gained_bytes,
+                r.reclaimable_bytes
+            ),
+            (1000, 500, 200)
+        );
+        w.configs.get_mut("n1").unwrap().status.reclaim = None;
+        index.update(&w, "n1", T0 + 20);
+        let r = index.signals().0.reclaim;
+        assert_eq!((r.nodes, r.unsupported_nodes, r.reclaimed_bytes), (1, 1, 0));
     }
 }

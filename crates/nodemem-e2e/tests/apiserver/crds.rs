@@ -262,6 +262,46 @@ async fn invalid_policies_are_rejected_at_admission() {
             "should be greater than or equal to 10",
         ),
         (
+            "reclaim-on-kubelet",
+            json!({"nodeSelector": sel, "enforcement": "Kubelet", "reclaim": {"mode": "On"}}),
+            "spec.reclaim.mode: Invalid value: \"object\": reclaim mode On writes memory.reclaim, which only enforcement: Agent does",
+        ),
+        (
+            "reclaim-on-observe",
+            json!({"nodeSelector": sel, "enforcement": "Observe", "reclaim": {"mode": "On"}}),
+            "reclaim mode On writes memory.reclaim, which only enforcement: Agent does",
+        ),
+        (
+            "reclaim-mode",
+            json!({"nodeSelector": sel, "reclaim": {"mode": "Aggressive"}}),
+            "spec.reclaim.mode: Unsupported value: \"Aggressive\": supported values: \"Off\", \"Observe\", \"On\"",
+        ),
+        (
+            "reclaim-stall",
+            json!({"nodeSelector": sel, "reclaim": {"targetStallMicrosecondsPerSecond": 0}}),
+            "spec.reclaim.targetStallMicrosecondsPerSecond in body should be greater than or equal to 1",
+        ),
+        (
+            "reclaim-step",
+            json!({"nodeSelector": sel, "reclaim": {"maxStepPermille": 500}}),
+            "spec.reclaim.maxStepPermille in body should be less than or equal to 100",
+        ),
+        (
+            "reclaim-interval",
+            json!({"nodeSelector": sel, "reclaim": {"intervalSeconds": 1}}),
+            "spec.reclaim.intervalSeconds in body should be greater than or equal to 2",
+        ),
+        (
+            "reclaim-classes",
+            json!({"nodeSelector": sel, "reclaim": {"qosClasses": []}}),
+            "spec.reclaim.qosClasses: Invalid value: 0: spec.reclaim.qosClasses in body should have at least 1 items",
+        ),
+        (
+            "reclaim-class",
+            json!({"nodeSelector": sel, "reclaim": {"qosClasses": ["Burstable", "Burstable"]}}),
+            "spec.reclaim.qosClasses[1]: Duplicate value: \"Burstable\"",
+        ),
+        (
             "recommendation-target",
             json!({"nodeSelector": sel, "recommendation": {"targetPercent": 40}}),
             "spec.recommendation.targetPercent in body should be greater than or equal to 50",

@@ -56,6 +56,9 @@ pub struct PolicySettings {
     pub enforcement: Enforcement,
     /// Relief for containers memory.high chokes (`enforcement: Agent` only).
     pub relief: Option<crate::feedback::relief::ReliefSettings>,
+    /// Proactive reclaim of cold memory (None: off; `On` under `enforcement: Agent`
+    /// only).
+    pub reclaim: Option<crate::feedback::reclaim::Reclaim>,
 }
 
 /// Every semantic problem with the settings, with paths under `spec`.
@@ -68,6 +71,17 @@ pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
         problems.push(Problem::new(
             "spec.memoryQoS.relief",
             "relief raises memory.high that the agent set: it needs enforcement: Agent",
+        ));
+    }
+    if settings
+        .reclaim
+        .as_ref()
+        .is_some_and(|r| r.mode == crate::feedback::reclaim::ReclaimMode::On)
+        && settings.enforcement != Enforcement::Agent
+    {
+        problems.push(Problem::new(
+            "spec.reclaim.mode",
+            "reclaim On writes memory.reclaim, which only the agent's enforcement does: it needs enforcement: Agent (Observe reports what it would reclaim under any enforcement)",
         ));
     }
     validate_memory_manager(&settings.memory_manager, &mut problems);

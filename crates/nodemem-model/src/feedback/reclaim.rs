@@ -11,9 +11,13 @@
 //! differs: Senpai moves memory.high both ways, and backs off by raising it; a
 //! `memory.reclaim` cannot be undone, so stall over the target, or refaults over their
 //! budget (TMO's second signal: reclaimed pages that were needed again), only stop the
-//! steps for an interval. And it never asks for more than is cold above the cgroup's
-//! floor (what its pod requested): the inactive file pages, and the inactive anonymous
-//! ones only where swap can take them. The kernel may take more than it is asked: on
+//! steps for an interval. And it never asks for more than it could take above the
+//! cgroup's floor (what its pod requested): its page cache, active and inactive (the
+//! kernel ages active pages to the inactive list as it reclaims, and active cache is
+//! what the kubelet's `memory.available` counts: reclaiming inactive cache alone gains
+//! no eviction headroom), and its anonymous memory only where swap can take it; the
+//! pressure and refault signals judge whether what it took was cold. The kernel may
+//! take more than it is asked: on
 //! the real node's Linux 6.1 a request of 50 MiB from 200 MiB of cold page cache took
 //! 87 MiB (2026-11-28), so what holds the floor is the kernel's own protection
 //! (memory.min or memory.low at the request, which Memory QoS sets), and the agent
@@ -22,8 +26,27 @@
 use crate::node::DesiredNode;
 use crate::pod::qos::QosClass;
 
+/// What a policy asks of reclaim (`reclaim`; absent or `Off`: nothing).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reclaim {
+    pub mode: ReclaimMode,
+    pub settings: ReclaimSettings,
+    /// The QoS classes whose containers it acts on.
+    pub classes: Vec<QosClass>,
+}
+
+/// Whether reclaim writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReclaimMode {
+    /// Every step is computed and reported as what would be reclaimed; nothing is
+    /// written.
+    Observe,
+    /// Steps are written to memory.reclaim.
+    On,
+}
+
 /// The policy's reclaim settings for this cgroup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReclaimSettings {
     /// The stall (PSI `some`) the cgroup may accrue, in microseconds per second: 1,000
     /// is 0.1 % of the time with some task waiting on memory.
@@ -46,27 +69,32 @@ pub struct Sample {
     pub current: i64,
     /// memory.stat `inactive_file`.
     pub inactive_file: i64,
-    /// memory.stat `inactive_anon`.
-    pub inactive_anon: i64,
+    /// memory.stat `active_file`.
+    pub active_file: i64,
+    /// memory.stat `anon`.
+    pub anon: i64,
     /// memory.stat `workingset_refault_anon` + `workingset_refault_file` (cumulative).
     pub refaults: u64,
     /// Never reclaimed below: what the cgroup's pod requested (0 when nothing).
     pub floor: i64,
     /// Whether swap can take its anonymous pages (the node has swap and the cgroup's
-    /// memory.swap.max is not 0): only then is inactive anon cold memory to reclaim.
+    /// memory.swap.max is not 0): only then is anon memory reclaim may take.
     pub swap: bool,
 }
 
 impl Sample {
-    /// What a step may take at most: the cold memory, above the floor.
+    /// What a step may take at most: the page cache, and the anonymous memory where
+    /// swap can take it, above the floor.
     pub fn reclaimable(&self) -> i64 {
-        let cold = self.inactive_file.max(0)
-            + if self.swap {
-                self.inactive_anon.max(0)
-            } else {
-                0
-            };
-        cold.min(self.current - self.floor).max(0)
+        let anon = if self.swap { self.anon.max(0) } else { 0 };
+        let takeable = self.inactive_file.max(0) + self.active_file.max(0) + anon;
+        takeable.min(self.current - self.floor).max(0)
+    }
+
+    /// The working set as the kubelet counts it (cAdvisor: usage less inactive file,
+    /// never below 0): what its `memory.available` subtracts.
+    pub fn working_set(&self) -> i64 {
+        (self.current - self.inactive_file.max(0)).max(0)
     }
 }
 
@@ -91,7 +119,7 @@ pub enum Hold {
     Pressure { stall_us_per_s: u64, until: u64 },
     /// Refaults since the last step are over their budget: backed off until `until`.
     Refaults { per_s: u64, until: u64 },
-    /// Nothing cold above the floor (or less than a page of it).
+    /// Nothing to take above the floor (or less than a page of it).
     NothingCold,
 }
 
@@ -99,6 +127,9 @@ pub enum Hold {
 /// policy names, with its floor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target<'n> {
+    pub namespace: &'n str,
+    pub pod: &'n str,
+    pub container: &'n str,
     pub path: &'n str,
     pub qos: QosClass,
     /// Its memory request (0 without one): never asked for below it.
@@ -114,6 +145,9 @@ pub fn targets<'n>(desired: &'n DesiredNode<'_>, classes: &[QosClass]) -> Vec<Ta
         .managed_containers()
         .filter(|(pod, _, _)| classes.contains(&pod.qos))
         .map(|(pod, c, path)| Target {
+            namespace: pod.namespace,
+            pod: pod.name,
+            container: c.name,
             path,
             qos: pod.qos,
             floor: c.memory.request.max(0),
@@ -139,6 +173,12 @@ pub struct Reclaimer {
 }
 
 impl Reclaimer {
+    /// Whether a sample at `now` (seconds) can bring a step or a back-off: the first
+    /// one, or one once the interval passed; a sample before is only waiting.
+    pub fn due(&self, now: u64) -> bool {
+        self.since.is_none() || now >= self.next_at
+    }
+
     pub fn step(&mut self, s: &ReclaimSettings, now: &Sample) -> Step {
         let Some(since) = self.since.filter(|p| counted_from(p, now)) else {
             self.since = Some(*now);
@@ -214,15 +254,16 @@ mod tests {
         max_refaults_per_s: 100,
     };
 
-    /// A cgroup of 1 GiB, 600 MiB of it inactive file cache, 100 MiB inactive anon,
-    /// a 256 MiB floor, no swap; no stall and no refaults yet.
+    /// A cgroup of 1 GiB, 600 MiB of it inactive file cache, 100 MiB anon, a 256 MiB
+    /// floor, no swap; no stall and no refaults yet.
     fn sample(at: u64) -> Sample {
         Sample {
             at,
             stall_total_us: 0,
             current: 1024 * MI,
             inactive_file: 600 * MI,
-            inactive_anon: 100 * MI,
+            active_file: 0,
+            anon: 100 * MI,
             refaults: 0,
             floor: 256 * MI,
             swap: false,
@@ -335,9 +376,10 @@ mod tests {
         );
         assert_eq!(steps.last(), Some(&Step::Hold(Hold::NothingCold)));
 
-        // Nothing inactive: nothing to take, however much is above the floor.
+        // No page cache and no swap: nothing to take, however much is above the floor.
         let mut hot = sample(6);
         hot.inactive_file = 0;
+        hot.active_file = 0;
         let mut r = Reclaimer::default();
         assert_eq!(
             run(&mut r, &[sample(0), hot])[1],
@@ -346,14 +388,42 @@ mod tests {
     }
 
     #[test]
-    fn inactive_anon_is_cold_only_where_swap_can_take_it() {
+    fn anon_is_takeable_only_where_swap_can_take_it() {
         let mut s = sample(0);
         s.inactive_file = 0;
         assert_eq!(s.reclaimable(), 0);
+        s.active_file = 10 * MI;
+        assert_eq!(s.reclaimable(), 10 * MI, "active cache is taken too");
+        s.active_file = 0;
         s.swap = true;
         assert_eq!(s.reclaimable(), 100 * MI);
         s.floor = 1000 * MI;
         assert_eq!(s.reclaimable(), 24 * MI, "the floor bounds it");
+    }
+
+    #[test]
+    fn the_working_set_is_the_kubelets_usage_less_inactive_file() {
+        let mut s = sample(0);
+        s.active_file = 200 * MI;
+        assert_eq!(s.working_set(), 424 * MI);
+        // Reclaiming inactive cache gains the kubelet nothing; active cache does.
+        s.current -= 100 * MI;
+        s.inactive_file -= 100 * MI;
+        assert_eq!(s.working_set(), 424 * MI);
+        s.current -= 100 * MI;
+        s.active_file -= 100 * MI;
+        assert_eq!(s.working_set(), 324 * MI);
+        s.inactive_file = 2048 * MI;
+        assert_eq!(s.working_set(), 0, "never below 0");
+    }
+
+    #[test]
+    fn a_step_is_due_first_then_once_the_interval_passed() {
+        let mut r = Reclaimer::default();
+        assert!(r.due(0));
+        r.step(&SETTINGS, &sample(0));
+        assert!(!r.due(5));
+        assert!(r.due(6));
     }
 
     #[test]
@@ -473,7 +543,8 @@ mod tests {
                     s.stall_total_us += stall * dt;
                     s.refaults += refaults * dt;
                     s.inactive_file = file * MI;
-                    s.inactive_anon = anon * MI;
+                    s.active_file = (file / 3) * MI;
+                    s.anon = anon * MI;
                     s.swap = swap;
                     let step = r.step(&SETTINGS, &s);
                     let over = (s.stall_total_us - counted.stall_total_us)

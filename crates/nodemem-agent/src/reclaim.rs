@@ -1,0 +1,552 @@
+//! Proactive reclaim (issue 46, `reclaim`): the containers the policy's QoS classes
+//! name, each with its own step controller ([`nodemem_model::feedback::reclaim`]). On
+//! every tick the containers whose interval passed are read (memory.current,
+//! memory.stat, memory.pressure: three small reads) and stepped; under `On` a step is
+//! written to memory.reclaim and the container read again, so that what is reported
+//! is what memory.current and the working set lost, not what was asked (the kernel
+//! may take more). Under `Observe` nothing is written: the steps are what On would
+//! ask. The figures go to status on whole-node passes, as the observation's do.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use nodemem_api::config::ReclaimSummary;
+use nodemem_cgroup::reclaim::{sample, ReclaimFiles, Reclaimed, MEMORY_RECLAIM};
+use nodemem_cgroup::{CgroupError, CgroupFs, CgroupPath};
+use nodemem_model::feedback::reclaim::{
+    targets, Hold, Reclaim as Settings, ReclaimMode, Reclaimer, Sample, Step,
+};
+use nodemem_model::node::DesiredNode;
+use tracing::warn;
+
+/// How often containers are looked at; each is read only when its interval passed.
+pub const TICK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One container reclaim acts on.
+#[derive(Debug)]
+struct Tracked {
+    floor: i64,
+    reclaimer: Reclaimer,
+    /// memory.current when first read under this revision.
+    first_current: Option<i64>,
+    /// The last reading, and the stall and refaults per second since the one before.
+    last: Option<Sample>,
+    stall_us_per_s: u64,
+    refaults_per_s: u64,
+}
+
+/// What reclaim did since the revision was applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Totals {
+    steps: i64,
+    reclaimed: i64,
+    headroom: i64,
+    would: i64,
+    pressure_back_offs: i64,
+    refault_back_offs: i64,
+    failed_writes: i64,
+}
+
+/// One tick's outcome, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TickReport {
+    /// Containers read.
+    pub read: usize,
+    /// Steps taken (On) or that would have been (Observe), and bytes.
+    pub steps: usize,
+    pub asked: i64,
+    /// On: memory.current and working set lost at the steps.
+    pub reclaimed: i64,
+    pub headroom: i64,
+    pub pressure_back_offs: usize,
+    pub refault_back_offs: usize,
+    pub failed_writes: usize,
+}
+
+/// Every target container's reclaim.
+pub struct Reclaim {
+    origin: Instant,
+    revision: String,
+    settings: Option<Settings>,
+    /// The node has swap (a device in /proc/swaps).
+    swap: bool,
+    /// Some target's cgroup has no memory.reclaim (a kernel before 5.19).
+    unsupported: bool,
+    tracked: BTreeMap<String, Tracked>,
+    totals: Totals,
+    /// The headline last put in status (see [`Reclaim::news`]).
+    reported: Option<(String, bool, i64, bool)>,
+}
+
+impl Reclaim {
+    /// `swap`: whether the node has swap at all.
+    pub fn new(swap: bool) -> Self {
+        Reclaim {
+            origin: Instant::now(),
+            revision: String::new(),
+            settings: None,
+            swap,
+            unsupported: false,
+            tracked: BTreeMap::new(),
+            totals: Totals::default(),
+            reported: None,
+        }
+    }
+
+    /// After a pass: the containers to act on under `settings` (None: off), all
+    /// managed ones of its classes but the agent's own (`own_cgroup`). A container
+    /// kept keeps its controller; a new revision starts every figure again.
+    pub fn refresh(
+        &mut self,
+        revision: &str,
+        settings: Option<&Settings>,
+        desired: &DesiredNode<'_>,
+        own_cgroup: Option<&str>,
+    ) {
+        if self.revision != revision || self.settings.as_ref() != settings {
+            self.revision = revision.to_string();
+            self.totals = Totals::default();
+            self.tracked.clear();
+            self.unsupported = false;
+        }
+        self.settings = settings.cloned();
+        let Some(settings) = settings else {
+            self.tracked.clear();
+            return;
+        };
+        let mut kept = BTreeMap::new();
+        for t in targets(desired, &settings.classes) {
+            if Some(t.path) == own_cgroup {
+                continue;
+            }
+            let tracked = match self.tracked.remove(t.path) {
+                Some(mut old) => {
+                    old.floor = t.floor;
+                    old
+                }
+                None => Tracked {
+                    floor: t.floor,
+                    reclaimer: Reclaimer::default(),
+                    first_current: None,
+                    last: None,
+                    stall_us_per_s: 0,
+                    refaults_per_s: 0,
+                },
+            };
+            kept.insert(t.path.to_string(), tracked);
+        }
+        self.tracked = kept;
+    }
+
+    /// Reads and steps the containers whose interval passed.
+    pub fn tick(&mut self, fs: &CgroupFs) -> TickReport {
+        self.tick_at(self.origin.elapsed().as_secs(), fs)
+    }
+
+    /// [`Reclaim::tick`] at `at` seconds into the agent's run.
+    fn tick_at(&mut self, at: u64, fs: &CgroupFs) -> TickReport {
+        let mut report = TickReport::default();
+        let Some(settings) = self.settings.clone() else {
+            return report;
+        };
+        for (path, t) in &mut self.tracked {
+            if !t.reclaimer.due(at) {
+                continue;
+            }
+            let Ok(cgroup) = CgroupPath::new(path) else {
+                continue;
+            };
+            // A container whose cgroup is gone (or not yet there) is tried next tick.
+            let Some(now) = read(fs, &cgroup, at, t.floor, self.swap) else {
+                continue;
+            };
+            report.read += 1;
+            if !fs.dir(&cgroup).join(MEMORY_RECLAIM).exists() {
+                self.unsupported = true;
+            }
+            t.first_current.get_or_insert(now.current);
+            if let Some(last) = t.last.filter(|l| l.at < now.at) {
+                let seconds = now.at - last.at;
+                t.stall_us_per_s = now.stall_total_us.saturating_sub(last.stall_total_us) / seconds;
+                t.refaults_per_s = now.refaults.saturating_sub(last.refaults) / seconds;
+            }
+            t.last = Some(now);
+            match t.reclaimer.step(&settings.settings, &now) {
+                Step::Reclaim { bytes } => {
+                    report.steps += 1;
+                    report.asked += bytes;
+                    self.totals.steps += 1;
+                    match settings.mode {
+                        ReclaimMode::Observe => self.totals.would += bytes,
+                        ReclaimMode::On if self.unsupported => {}
+                        ReclaimMode::On => {
+                            match write(fs, &cgroup, bytes, &now, at, t.floor, self.swap) {
+                                Ok(after) => {
+                                    let lost = (now.current - after.current).max(0);
+                                    let headroom = (now.working_set() - after.working_set()).max(0);
+                                    self.totals.reclaimed += lost;
+                                    self.totals.headroom += headroom;
+                                    report.reclaimed += lost;
+                                    report.headroom += headroom;
+                                    t.last = Some(after);
+                                }
+                                Err(e) => {
+                                    warn!(cgroup = %path, bytes, error = %e, "memory.reclaim refused");
+                                    self.totals.failed_writes += 1;
+                                    report.failed_writes += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+                Step::Hold(Hold::Pressure { .. }) => {
+                    self.totals.pressure_back_offs += 1;
+                    report.pressure_back_offs += 1;
+                }
+                Step::Hold(Hold::Refaults { .. }) => {
+                    self.totals.refault_back_offs += 1;
+                    report.refault_back_offs += 1;
+                }
+                Step::Hold(_) => {}
+            }
+        }
+        report
+    }
+
+    /// The figures for status; None while reclaim is off.
+    pub fn summary(&self) -> Option<ReclaimSummary> {
+        let settings = self.settings.as_ref()?;
+        let read: Vec<(&Tracked, &Sample)> = self
+            .tracked
+            .values()
+            .filter_map(|t| Some((t, t.last.as_ref()?)))
+            .collect();
+        let sum = |f: &dyn Fn(&Tracked, &Sample) -> i64| read.iter().map(|(t, s)| f(t, s)).sum();
+        let wide = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        Some(ReclaimSummary {
+            revision: self.revision.clone(),
+            mode: match settings.mode {
+                ReclaimMode::Observe => "Observe",
+                ReclaimMode::On => "On",
+            }
+            .to_string(),
+            supported: !self.unsupported,
+            swap: self.swap,
+            containers: self.tracked.len() as i64,
+            steps: self.totals.steps,
+            reclaimed_bytes: self.totals.reclaimed,
+            headroom_gained_bytes: self.totals.headroom,
+            would_reclaim_bytes: self.totals.would,
+            reclaimable_bytes: sum(&|_, s| s.reclaimable()),
+            resident_at_start_bytes: sum(&|t, _| t.first_current.unwrap_or(0)),
+            resident_bytes: sum(&|_, s| s.current),
+            pressure_back_offs: self.totals.pressure_back_offs,
+            refault_back_offs: self.totals.refault_back_offs,
+            highest_stall_microseconds_per_second: read
+                .iter()
+                .map(|(t, _)| wide(t.stall_us_per_s))
+                .max()
+                .unwrap_or(0),
+            target_stall_microseconds_per_second: wide(settings.settings.target_stall_us_per_s),
+            refaults_per_second: read.iter().map(|(t, _)| wide(t.refaults_per_s)).sum(),
+            failed_writes: self.totals.failed_writes,
+        })
+    }
+
+    /// Whether status should hear now rather than at the next resync: reclaim turned
+    /// on or changed, its first readings, the kernel found unable, containers came or
+    /// went. Figures that only grow wait.
+    pub fn news(&self) -> bool {
+        self.headline() != self.reported
+    }
+
+    /// The summary as it goes into status, remembered for [`Reclaim::news`].
+    pub fn report(&mut self) -> Option<ReclaimSummary> {
+        self.reported = self.headline();
+        self.summary()
+    }
+
+    fn headline(&self) -> Option<(String, bool, i64, bool)> {
+        let s = self.summary()?;
+        let read = self.tracked.values().any(|t| t.last.is_some());
+        Some((s.mode, s.supported, s.containers, read))
+    }
+
+    /// Containers acted on now, and the mode (for metrics).
+    pub fn targets(&self) -> (usize, Option<ReclaimMode>) {
+        (self.tracked.len(), self.settings.as_ref().map(|s| s.mode))
+    }
+}
+
+/// A container's reading, None when it cannot be read (gone, or a file that does not
+/// parse: the next tick tries again). Anon counts as reclaimable only where the node
+/// has swap and the container's memory.swap.max is not 0.
+fn read(
+    fs: &CgroupFs,
+    cgroup: &CgroupPath,
+    at: u64,
+    floor: i64,
+    node_swap: bool,
+) -> Option<Sample> {
+    let current = fs.read(cgroup, "memory.current").ok()?;
+    let stat = fs.read(cgroup, "memory.stat").ok()?;
+    let pressure = fs.read(cgroup, "memory.pressure").ok()?;
+    let swap = node_swap
+        && fs
+            .read(cgroup, "memory.swap.max")
+            .is_ok_and(|v| v.trim() != "0");
+    let files = ReclaimFiles {
+        current: &current,
+        stat: &stat,
+        pressure: &pressure,
+    };
+    match sample(at, files, floor, swap) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(cgroup = %cgroup, error = %e, "cannot read for reclaim");
+            None
+        }
+    }
+}
+
+/// Writes a step and reads the container again. "Less found" (EAGAIN) is no failure.
+fn write(
+    fs: &CgroupFs,
+    cgroup: &CgroupPath,
+    bytes: i64,
+    before: &Sample,
+    at: u64,
+    floor: i64,
+    swap: bool,
+) -> Result<Sample, CgroupError> {
+    let _: Reclaimed = fs.reclaim(cgroup, bytes)?;
+    // Counted from the reading after; if the cgroup went in between, nothing is
+    // counted as taken.
+    Ok(read(fs, cgroup, at, floor, swap).unwrap_or(*before))
+}
+
+/// Whether the node has swap: a device or file listed in `/proc/swaps` (past its
+/// header line). Unreadable: no swap assumed, so anon is never reclaimed.
+pub fn node_has_swap(proc_root: &std::path::Path) -> bool {
+    std::fs::read_to_string(proc_root.join("swaps"))
+        .map(|t| t.lines().skip(1).any(|l| !l.trim().is_empty()))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_node::{burstable, desired, facts, path_of, pod, settings, MI};
+    use nodemem_model::feedback::reclaim::ReclaimSettings;
+    use nodemem_model::pod::qos::QosClass;
+    use nodemem_model::values::memory_qos::ReservationPolicy;
+    use serde_json::json;
+
+    fn reclaim(mode: ReclaimMode) -> Settings {
+        Settings {
+            mode,
+            settings: ReclaimSettings {
+                target_stall_us_per_s: 1_000,
+                max_step_permille: 10,
+                interval_seconds: 2,
+                max_refaults_per_s: 100,
+            },
+            classes: vec![QosClass::Burstable, QosClass::BestEffort],
+        }
+    }
+
+    /// A container of 512 MiB: 300 MiB inactive and 100 MiB active page cache, 100
+    /// MiB anon; `stall` µs of PSI some so far.
+    fn fill(dir: &std::path::Path, stall: u64, with_reclaim: bool) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("memory.current"), format!("{}\n", 512 * MI)).unwrap();
+        std::fs::write(
+            dir.join("memory.stat"),
+            format!(
+                "anon {}\nfile {}\ninactive_anon 0\nactive_anon {}\ninactive_file {}\nactive_file {}\nworkingset_refault_anon 0\nworkingset_refault_file 0\n",
+                100 * MI, 400 * MI, 100 * MI, 300 * MI, 100 * MI
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("memory.pressure"),
+            format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={stall}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+        )
+        .unwrap();
+        if with_reclaim {
+            std::fs::write(dir.join(MEMORY_RECLAIM), "").unwrap();
+        }
+    }
+
+    /// A node of a Burstable `cache` (request 64 MiB) and a Guaranteed `db`.
+    struct Node {
+        root: tempfile::TempDir,
+        pods: Vec<nodemem_model::node::NodePod>,
+    }
+
+    fn node(with_reclaim: bool) -> Node {
+        let pods = vec![
+            burstable("cache", &"c".repeat(64)),
+            pod(
+                "db",
+                &"d".repeat(64),
+                json!({"requests": {"memory": "256Mi", "cpu": "1"}, "limits": {"memory": "256Mi", "cpu": "1"}}),
+            ),
+        ];
+        let root = tempfile::tempdir().unwrap();
+        let node = Node { root, pods };
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        for name in ["cache", "db"] {
+            fill(&node.root.path().join(path_of(&d, name)), 0, with_reclaim);
+        }
+        node
+    }
+
+    fn run(node: &Node, mode: ReclaimMode) -> (Reclaim, CgroupFs, String) {
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        let mut r = Reclaim::new(false);
+        r.refresh("r1", Some(&reclaim(mode)), &d, None);
+        (r, CgroupFs::new(node.root.path()), path_of(&d, "cache"))
+    }
+
+    /// 1 % of 512 MiB, in whole pages.
+    const STEP: i64 = (512 * MI / 100) / 4096 * 4096;
+
+    #[test]
+    fn observe_reports_what_on_would_take_and_writes_nothing() {
+        let node = node(true);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::Observe);
+        assert_eq!(
+            r.targets(),
+            (1, Some(ReclaimMode::Observe)),
+            "not the Guaranteed db"
+        );
+        assert_eq!(
+            r.tick_at(0, &fs).steps,
+            0,
+            "the first reading is the baseline"
+        );
+        assert_eq!(r.tick_at(1, &fs).read, 0, "not due before the interval");
+        let t = r.tick_at(2, &fs);
+        assert_eq!((t.steps, t.asked, t.reclaimed), (1, STEP, 0));
+        let s = r.summary().unwrap();
+        assert_eq!(s.mode, "Observe");
+        assert!(s.supported);
+        assert_eq!((s.containers, s.steps, s.would_reclaim_bytes), (1, 1, STEP));
+        assert_eq!(s.reclaimed_bytes, 0);
+        // Page cache, not anon (no swap), above the 64 MiB request.
+        assert_eq!(s.reclaimable_bytes, 400 * MI);
+        assert_eq!(
+            (s.resident_at_start_bytes, s.resident_bytes),
+            (512 * MI, 512 * MI)
+        );
+        let written = std::fs::read_to_string(node.root.path().join(&cache).join(MEMORY_RECLAIM));
+        assert_eq!(written.unwrap(), "", "Observe writes nothing");
+    }
+
+    #[test]
+    fn on_writes_the_step_and_counts_what_memory_current_lost_not_what_it_asked() {
+        let node = node(true);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::On);
+        r.tick_at(0, &fs);
+        let t = r.tick_at(2, &fs);
+        assert_eq!((t.steps, t.asked), (1, STEP));
+        let written = std::fs::read_to_string(node.root.path().join(&cache).join(MEMORY_RECLAIM));
+        assert_eq!(written.unwrap(), STEP.to_string());
+        // A temp file takes nothing: memory.current did not move, so nothing is counted.
+        let s = r.summary().unwrap();
+        assert_eq!(
+            (
+                s.mode.as_str(),
+                s.steps,
+                s.reclaimed_bytes,
+                s.would_reclaim_bytes
+            ),
+            ("On", 1, 0, 0)
+        );
+    }
+
+    #[test]
+    fn stall_over_the_target_backs_off_without_a_write() {
+        let node = node(true);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::On);
+        r.tick_at(0, &fs);
+        fill(&node.root.path().join(&cache), 20_000, true); // 10,000 µs/s over 2 s
+        let t = r.tick_at(2, &fs);
+        assert_eq!((t.steps, t.pressure_back_offs), (0, 1));
+        let s = r.summary().unwrap();
+        assert_eq!(
+            (
+                s.pressure_back_offs,
+                s.highest_stall_microseconds_per_second
+            ),
+            (1, 10_000)
+        );
+        let written = std::fs::read_to_string(node.root.path().join(&cache).join(MEMORY_RECLAIM));
+        assert_eq!(written.unwrap(), "");
+    }
+
+    #[test]
+    fn a_kernel_without_memory_reclaim_is_reported_and_nothing_is_created() {
+        let node = node(false);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::On);
+        r.tick_at(0, &fs);
+        r.tick_at(2, &fs);
+        assert!(!r.summary().unwrap().supported);
+        assert_eq!(r.summary().unwrap().failed_writes, 0, "not tried");
+        assert!(!node.root.path().join(&cache).join(MEMORY_RECLAIM).exists());
+    }
+
+    #[test]
+    fn news_is_the_headline_not_the_figures() {
+        let node = node(true);
+        let (mut r, fs, _) = run(&node, ReclaimMode::Observe);
+        assert!(r.news(), "reclaim turned on");
+        r.report();
+        r.tick_at(0, &fs);
+        assert!(r.news(), "its first readings");
+        r.report();
+        r.tick_at(2, &fs);
+        assert!(!r.news(), "a step's figures wait for the resync");
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        r.refresh("r1", None, &d, None);
+        assert!(r.summary().is_none());
+        assert!(r.news(), "turned off");
+    }
+
+    #[test]
+    fn the_guaranteed_class_only_when_named_and_never_the_agents_own_cgroup() {
+        let node = node(true);
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        let mut all = reclaim(ReclaimMode::On);
+        all.classes.push(QosClass::Guaranteed);
+        let mut r = Reclaim::new(false);
+        r.refresh("r1", Some(&all), &d, None);
+        assert_eq!(r.targets().0, 2);
+        r.refresh("r1", Some(&all), &d, Some(&path_of(&d, "db")));
+        assert_eq!(r.targets().0, 1);
+    }
+
+    #[test]
+    fn swap_is_a_device_in_proc_swaps() {
+        let proc = tempfile::tempdir().unwrap();
+        assert!(!node_has_swap(proc.path()), "unreadable: none");
+        let header = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
+        std::fs::write(proc.path().join("swaps"), header).unwrap();
+        assert!(!node_has_swap(proc.path()));
+        std::fs::write(
+            proc.path().join("swaps"),
+            format!("{header}/swapfile                               file\t\t1048572\t\t0\t\t-2\n"),
+        )
+        .unwrap();
+        assert!(node_has_swap(proc.path()));
+    }
+}
