@@ -94,6 +94,7 @@ mod numa;
 mod observation;
 mod owners;
 mod pace;
+mod reclaim;
 mod reaction;
 mod relief;
 mod side_by_side;
@@ -311,6 +312,18 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                     &bed.client,
                     bed.admin(),
                     &agent_ip(),
+                )
+                .await
+            });
+        }
+        // Reclaim against the kubelet's eviction manager (the cgroupfs node: it has the
+        // fewer phases; the kubelet restarts twice, for its threshold and back).
+        if driver == Driver::Cgroupfs {
+            let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
+            phase!(phases, node, bed, "reclaim", &["install"], || async {
+                let agent_ip = agent_ip.expect("install passed");
+                reclaim::reclaim_keeps_a_streaming_pod_from_eviction(
+                    &mut node, &bed, &mut spec, &agent_ip,
                 )
                 .await
             });

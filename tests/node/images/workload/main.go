@@ -7,11 +7,17 @@
 // and over: each round is charged anew, so above memory.high the kernel throttles it
 // (and reports the stall as memory pressure) for as long as it runs.
 //
+// With -stream it writes a file of that size at -stream-rate bytes a second, 1 MiB at a
+// time, and reads each MiB back twice as it goes: the second access makes its pages
+// active, so the whole file becomes active page cache, which the kubelet's
+// memory.available counts (a job streaming through data it will not read again).
+//
 // With -report-cgroup it first prints its own cgroup's memory.min, memory.low and
 // memory.high (the container's cgroup namespace shows its cgroup at /sys/fs/cgroup):
 // the values it ran its first instructions under.
 //
-//	workload [-report-cgroup] [-allocate 64Mi] [-cache 200Mi] [-churn 32Mi] [-exit]
+//	workload [-report-cgroup] [-allocate 64Mi] [-cache 200Mi] [-churn 32Mi]
+//	         [-stream 600Mi -stream-rate 8Mi] [-exit]
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // parseBytes reads 64Mi, 1Gi, 500M or a plain number of bytes.
@@ -56,6 +63,40 @@ func fillCache(path string, n int64) error {
 		}
 	}
 	return f.Sync()
+}
+
+// stream writes n bytes to path at rate bytes a second, reading each MiB back twice
+// (active pages), and syncs each MiB so that the pages are clean (reclaimable).
+func stream(path string, n, rate int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	back := make([]byte, len(chunk))
+	for i := range chunk {
+		chunk[i] = byte(i)
+	}
+	start := time.Now()
+	for off := int64(0); off < n; off += int64(len(chunk)) {
+		part := chunk[:min(int64(len(chunk)), n-off)]
+		if _, err := f.WriteAt(part, off); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		for i := 0; i < 2; i++ {
+			if _, err := f.ReadAt(back[:len(part)], off); err != nil {
+				return err
+			}
+		}
+		// Hold the rate: this MiB is due at (off+len)/rate seconds from the start.
+		due := start.Add(time.Duration(float64(off+int64(len(part))) / float64(rate) * float64(time.Second)))
+		time.Sleep(time.Until(due))
+	}
+	return nil
 }
 
 // churnForever maps n bytes of anonymous memory, touches every page (each is charged
@@ -97,6 +138,8 @@ func main() {
 	cache := flag.String("cache", "0", "page cache to fill by writing a file of this size")
 	churn := flag.String("churn", "0", "memory to map, touch and unmap over and over, after -allocate")
 	exit := flag.Bool("exit", false, "exit once the memory is resident (an init container)")
+	streamSize := flag.String("stream", "0", "active page cache to build by writing and reading back a file of this size")
+	streamRate := flag.String("stream-rate", "8Mi", "bytes a second -stream writes")
 	flag.Parse()
 	if *report {
 		reportCgroup()
@@ -112,6 +155,22 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Printf("workload: %d bytes of page cache\n", c)
+	}
+	if s, err := parseBytes(*streamSize); err != nil || s < 0 {
+		fmt.Fprintf(os.Stderr, "workload: -stream %q: not an amount of memory\n", *streamSize)
+		os.Exit(2)
+	} else if s > 0 {
+		rate, err := parseBytes(*streamRate)
+		if err != nil || rate <= 0 {
+			fmt.Fprintf(os.Stderr, "workload: -stream-rate %q: not a positive amount of memory\n", *streamRate)
+			os.Exit(2)
+		}
+		fmt.Printf("workload: streaming %d bytes at %d a second\n", s, rate)
+		if err := stream("/stream-file", s, rate); err != nil {
+			fmt.Fprintf(os.Stderr, "workload: -stream: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("workload: streamed %d bytes\n", s)
 	}
 	n, err := parseBytes(*allocate)
 	if err != nil || n < 0 {

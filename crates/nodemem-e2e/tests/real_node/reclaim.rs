@@ -1,0 +1,174 @@
+//! Phase (cgroupfs driver): proactive reclaim on a real kernel, the kubelet's eviction manager judging.
+
+use super::*;
+
+const MI: i64 = 1 << 20;
+/// How far under the node's memory.available the phase puts the kubelet's threshold.
+const MARGIN_MIB: i64 = 250;
+/// What the streaming pod reads back as active page cache, and how fast.
+const STREAM: &[&str] = &["-stream", "400Mi", "-stream-rate", "6Mi"];
+
+/// Issue 46 on the real kernel, judged by the kubelet: a pod that streams 400Mi through
+/// a file, reading each MiB back (active page cache, which the kubelet's
+/// `memory.available` counts), takes the node under an eviction threshold set 250Mi
+/// below its memory.available. With its pool's reclaim observing, the kubelet evicts
+/// it, and the agent's status had said how much page cache there was to take; with
+/// reclaim on, the agent takes the cache back as it grows and the same pod runs to the
+/// end of its stream and beyond, not evicted, while status counts what memory.current
+/// and the working set lost.
+pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    spec: &mut RealNodeSpec,
+    agent_ip: &str,
+) {
+    let name = node.name.clone();
+    let client = &bed.client;
+    let available = memory_available(node);
+    let threshold = available / MI - MARGIN_MIB;
+    assert!(threshold > 100, "memory.available {available}: too little to test");
+    let base = spec.kubelet.clone();
+    spec.kubelet["evictionHard"] = json!({"memory.available": format!("{threshold}Mi"),
+        "nodefs.available": "1%", "imagefs.available": "1%"});
+    // Under pressure the kubelet refuses BestEffort pods for this long after it ends.
+    spec.kubelet["evictionPressureTransitionPeriod"] = json!("10s");
+    restart_kubelet_with(node, spec, client).await;
+    eprintln!("reclaim: memory.available {} MiB, threshold {threshold} MiB", available / MI);
+
+    // Observe: the kubelet evicts; the agent had said what there was to take.
+    let reclaim = |mode: &str| {
+        format!(
+            r#"{{"spec":{{"enforcement":"Agent","reclaim":{{"mode":"{mode}","intervalSeconds":2,"maxStepPermille":100}}}}}}"#
+        )
+    };
+    repolicy(client, bed.admin(), &name, &reclaim("Observe")).await;
+    let (evicted, seen) = stream_until_evicted(node, bed, "stream-observed").await;
+    assert!(evicted.is_some(), "the kubelet did not evict the streaming pod without reclaim: {seen}");
+    let observed = seen.reclaim.clone().expect("status.reclaim under Observe");
+    assert_eq!(observed.mode, "Observe");
+    assert!(observed.supported, "{observed:?}");
+    assert_eq!(observed.reclaimed_bytes, 0, "Observe takes nothing: {observed:?}");
+    assert!(
+        seen.most_reclaimable >= 150 * MI,
+        "Observe saw {} MiB to take at most, the pod held {} MiB of active cache: {seen}",
+        seen.most_reclaimable / MI,
+        seen.most_active / MI
+    );
+    assert!(seen.most_active >= 150 * MI, "the cache was not active: {seen}");
+    eprintln!("reclaim Observe: evicted ({}); {seen}", evicted.unwrap_or_default());
+
+    // On: the same pod, not evicted.
+    repolicy(client, bed.admin(), &name, &reclaim("On")).await;
+    let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed").await;
+    assert!(evicted.is_none(), "evicted with reclaim on: {evicted:?}; {seen}");
+    let on = seen.reclaim.clone().expect("status.reclaim under On");
+    assert_eq!(on.mode, "On");
+    assert!(on.steps > 0 && on.reclaimed_bytes >= 150 * MI, "{on:?}");
+    assert!(on.headroom_gained_bytes >= 100 * MI, "active cache taken: {on:?}");
+    assert!(
+        seen.lowest_available > threshold * MI,
+        "memory.available went under the threshold ({} MiB at least, {threshold} MiB): {seen}",
+        seen.lowest_available / MI
+    );
+    let reclaimed = agent_metric(node, agent_ip, "nodemem_agent_reclaimed_bytes_total");
+    assert!(
+        reclaimed >= on.reclaimed_bytes as f64,
+        "the agent's metric ({reclaimed}) counts at least what status says: {on:?}"
+    );
+    eprintln!("reclaim On: not evicted; {seen}");
+
+    spec.kubelet = base;
+    restart_kubelet_with(node, spec, client).await;
+}
+
+/// What a streaming pod's run showed.
+#[derive(Debug, Default)]
+struct Seen {
+    /// The most active page cache in the pod's cgroup, and the most status said could
+    /// be taken.
+    most_active: i64,
+    most_reclaimable: i64,
+    /// The lowest memory.available computed on the node.
+    lowest_available: i64,
+    /// The config's last status.reclaim.
+    reclaim: Option<nodemem_api::config::ReclaimSummary>,
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "active cache up to {} MiB, reclaimable up to {} MiB, memory.available down to {} MiB, status {:?}",
+            self.most_active / MI,
+            self.most_reclaimable / MI,
+            self.lowest_available / MI,
+            self.reclaim
+        )
+    }
+}
+
+/// Starts `pod` streaming and watches until the kubelet evicts it (Some(its message))
+/// or until it has streamed and held its cache for 40 s more (None).
+async fn stream_until_evicted(node: &mut RealNode, bed: &Bed<'_>, pod: &str) -> (Option<String>, Seen) {
+    let dirs = start_workloads(&bed.client, &node.name, bed.driver, &[(pod, STREAM, "64Mi", "1Gi")]).await;
+    let dir = &dirs[0];
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
+    let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
+    let mut seen = Seen {
+        lowest_available: i64::MAX,
+        ..Seen::default()
+    };
+    // 400Mi at 6Mi a second is 67 s; then 40 s held.
+    let deadline = Instant::now() + paced(Duration::from_secs(110));
+    let evicted = loop {
+        let p = pods.get(pod).await.unwrap();
+        let status = p.status.unwrap_or_default();
+        if status.reason.as_deref() == Some("Evicted") {
+            break Some(status.message.unwrap_or_default());
+        }
+        if let Some(active) = stat_value(node, dir, "active_file") {
+            seen.most_active = seen.most_active.max(active);
+        }
+        seen.lowest_available = seen.lowest_available.min(memory_available(node));
+        if let Some(r) = configs.get(&node.name).await.ok().and_then(|c| c.status?.reclaim) {
+            seen.most_reclaimable = seen.most_reclaimable.max(r.reclaimable_bytes);
+            seen.reclaim = Some(r);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    // The figures status holds now (a whole-node pass writes them; resync is short).
+    if let Some(r) = configs.get(&node.name).await.ok().and_then(|c| c.status?.reclaim) {
+        seen.reclaim = Some(r);
+    }
+    pods.delete(pod, &Default::default()).await.unwrap();
+    (evicted, seen)
+}
+
+/// A key of a cgroup's memory.stat on the node.
+fn stat_value(node: &mut RealNode, dir: &str, key: &str) -> Option<i64> {
+    let (out, code) = node
+        .run(&format!("awk '$1==\"{key}\" {{print $2}}' {dir}/memory.stat"))
+        .ok()?;
+    (code == 0).then(|| out.trim().parse().ok()).flatten()
+}
+
+/// memory.available as the kubelet computes it on cgroup v2 (its summary's node
+/// memory, from cAdvisor's root: the root's memory.stat anon + file less inactive_file
+/// is the working set; MemTotal less it is available; the kubernetes.io page
+/// "Node-pressure Eviction" gives the same as a script).
+fn memory_available(node: &mut RealNode) -> i64 {
+    let (out, code) = node
+        .run(
+            "s=/sys/fs/cgroup/memory.stat; \
+             t=$(awk '/^MemTotal:/ {print $2 * 1024}' /proc/meminfo); \
+             a=$(awk '$1==\"anon\" {print $2}' $s); f=$(awk '$1==\"file\" {print $2}' $s); \
+             i=$(awk '$1==\"inactive_file\" {print $2}' $s); \
+             w=$((a + f - i)); [ $w -lt 0 ] && w=0; echo $((t - w))",
+        )
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    out.trim().parse().unwrap_or_else(|_| panic!("memory.available: {out}"))
+}
