@@ -33,6 +33,8 @@ struct Tracked {
     last: Option<Sample>,
     stall_us_per_s: u64,
     refaults_per_s: u64,
+    /// Its files did not parse once: said once, not on every tick.
+    warned: bool,
 }
 
 /// What reclaim did since the revision was applied.
@@ -131,6 +133,7 @@ impl Reclaim {
                     last: None,
                     stall_us_per_s: 0,
                     refaults_per_s: 0,
+                    warned: false,
                 },
             };
             kept.insert(t.path.to_string(), tracked);
@@ -157,8 +160,15 @@ impl Reclaim {
                 continue;
             };
             // A container whose cgroup is gone (or not yet there) is tried next tick.
-            let Some(now) = read(fs, &cgroup, at, t.floor, self.swap) else {
-                continue;
+            let now = match read(fs, &cgroup, at, t.floor, self.swap) {
+                Ok(Some(now)) => now,
+                Ok(None) => continue,
+                Err(e) => {
+                    if !std::mem::replace(&mut t.warned, true) {
+                        warn!(cgroup = %path, error = %e, "cannot read for reclaim: not reclaimed");
+                    }
+                    continue;
+                }
             };
             report.read += 1;
             if !fs.dir(&cgroup).join(MEMORY_RECLAIM).exists() {
@@ -278,19 +288,21 @@ impl Reclaim {
     }
 }
 
-/// A container's reading, None when it cannot be read (gone, or a file that does not
-/// parse: the next tick tries again). Anon counts as reclaimable only where the node
-/// has swap and the container's memory.swap.max is not 0.
+/// A container's reading: None when its cgroup cannot be read (gone, or not there
+/// yet: the next tick tries again), an error when a file does not parse. Anon counts
+/// as reclaimable only where the node has swap and the container's memory.swap.max is
+/// not 0.
 fn read(
     fs: &CgroupFs,
     cgroup: &CgroupPath,
     at: u64,
     floor: i64,
     node_swap: bool,
-) -> Option<Sample> {
-    let current = fs.read(cgroup, "memory.current").ok()?;
-    let stat = fs.read(cgroup, "memory.stat").ok()?;
-    let pressure = fs.read(cgroup, "memory.pressure").ok()?;
+) -> Result<Option<Sample>, nodemem_cgroup::parse::ParseError> {
+    let files = ["memory.current", "memory.stat", "memory.pressure"].map(|f| fs.read(cgroup, f));
+    let [Ok(current), Ok(stat), Ok(pressure)] = files else {
+        return Ok(None);
+    };
     let swap = node_swap
         && fs
             .read(cgroup, "memory.swap.max")
@@ -300,13 +312,7 @@ fn read(
         stat: &stat,
         pressure: &pressure,
     };
-    match sample(at, files, floor, swap) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            warn!(cgroup = %cgroup, error = %e, "cannot read for reclaim");
-            None
-        }
-    }
+    sample(at, files, floor, swap).map(Some)
 }
 
 /// Writes a step and reads the container again. "Less found" (EAGAIN) is no failure.
@@ -322,7 +328,10 @@ fn write(
     let _: Reclaimed = fs.reclaim(cgroup, bytes)?;
     // Counted from the reading after; if the cgroup went in between, nothing is
     // counted as taken.
-    Ok(read(fs, cgroup, at, floor, swap).unwrap_or(*before))
+    Ok(read(fs, cgroup, at, floor, swap)
+        .ok()
+        .flatten()
+        .unwrap_or(*before))
 }
 
 /// Whether the node has swap: a device or file listed in `/proc/swaps` (past its

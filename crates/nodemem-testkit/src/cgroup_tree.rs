@@ -40,7 +40,12 @@ const DEFAULT_FILES: &[(&str, &str)] = &[
         "memory.pressure",
         "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
     ),
-    ("memory.stat", "anon 0\nfile 0\nkernel 0\nshmem 0\n"),
+    (
+        "memory.stat",
+        "anon 0\nfile 0\nkernel 0\nshmem 0\ninactive_anon 0\nactive_anon 0\ninactive_file 0\nactive_file 0\nunevictable 0\nworkingset_refault_anon 0\nworkingset_refault_file 0\n",
+    ),
+    // Write-only in the kernel (5.19+); a file here so that writes land somewhere.
+    ("memory.reclaim", ""),
     ("cpuset.mems", ""),
 ];
 
@@ -198,7 +203,7 @@ impl CgroupTree {
         let dir = self.root.join(relative);
         let anon = current - inactive_file;
         let stat = format!(
-            "anon {anon}\nfile {inactive_file}\nkernel 0\nshmem 0\ninactive_anon 0\nactive_anon {anon}\ninactive_file {inactive_file}\nactive_file 0\nunevictable 0\n"
+            "anon {anon}\nfile {inactive_file}\nkernel 0\nshmem 0\ninactive_anon 0\nactive_anon {anon}\ninactive_file {inactive_file}\nactive_file 0\nunevictable 0\nworkingset_refault_anon 0\nworkingset_refault_file 0\n"
         );
         let peak = dir.join("memory.peak");
         let old_peak: i64 = std::fs::read_to_string(&peak)

@@ -15,7 +15,8 @@ const STREAM: &[&str] = &["-stream", "400Mi", "-stream-rate", "6Mi"];
 /// it, and the agent's status had said how much page cache there was to take; with
 /// reclaim on, the agent takes the cache back as it grows and the same pod runs to the
 /// end of its stream and beyond, not evicted, while status counts what memory.current
-/// and the working set lost.
+/// and the working set lost; a pod beside it that reads its 48Mi file ten times a
+/// second keeps it in page cache (reclaim backs off on its refaults).
 pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
     node: &mut RealNode,
     bed: &Bed<'_>,
@@ -26,14 +27,20 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
     let client = &bed.client;
     let available = memory_available(node);
     let threshold = available / MI - MARGIN_MIB;
-    assert!(threshold > 100, "memory.available {available}: too little to test");
+    assert!(
+        threshold > 100,
+        "memory.available {available}: too little to test"
+    );
     let base = spec.kubelet.clone();
     spec.kubelet["evictionHard"] = json!({"memory.available": format!("{threshold}Mi"),
         "nodefs.available": "1%", "imagefs.available": "1%"});
     // Under pressure the kubelet refuses BestEffort pods for this long after it ends.
     spec.kubelet["evictionPressureTransitionPeriod"] = json!("10s");
     restart_kubelet_with(node, spec, client).await;
-    eprintln!("reclaim: memory.available {} MiB, threshold {threshold} MiB", available / MI);
+    eprintln!(
+        "reclaim: memory.available {} MiB, threshold {threshold} MiB",
+        available / MI
+    );
 
     // Observe: the kubelet evicts; the agent had said what there was to take.
     let reclaim = |mode: &str| {
@@ -43,28 +50,57 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
     };
     repolicy(client, bed.admin(), &name, &reclaim("Observe")).await;
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-observed").await;
-    assert!(evicted.is_some(), "the kubelet did not evict the streaming pod without reclaim: {seen}");
+    assert!(
+        evicted.is_some(),
+        "the kubelet did not evict the streaming pod without reclaim: {seen}"
+    );
     let observed = seen.reclaim.clone().expect("status.reclaim under Observe");
     assert_eq!(observed.mode, "Observe");
     assert!(observed.supported, "{observed:?}");
-    assert_eq!(observed.reclaimed_bytes, 0, "Observe takes nothing: {observed:?}");
+    assert_eq!(
+        observed.reclaimed_bytes, 0,
+        "Observe takes nothing: {observed:?}"
+    );
     assert!(
         seen.most_reclaimable >= 150 * MI,
         "Observe saw {} MiB to take at most, the pod held {} MiB of active cache: {seen}",
         seen.most_reclaimable / MI,
         seen.most_active / MI
     );
-    assert!(seen.most_active >= 150 * MI, "the cache was not active: {seen}");
-    eprintln!("reclaim Observe: evicted ({}); {seen}", evicted.unwrap_or_default());
+    assert!(
+        seen.most_active >= 150 * MI,
+        "the cache was not active: {seen}"
+    );
+    eprintln!(
+        "reclaim Observe: evicted ({}); {seen}",
+        evicted.unwrap_or_default()
+    );
 
-    // On: the same pod, not evicted.
+    // On: the same pod, not evicted; beside it a pod whose page cache is hot (read ten
+    // times a second), which reclaim must leave resident.
     repolicy(client, bed.admin(), &name, &reclaim("On")).await;
+    let hot = start_workloads(
+        client,
+        &name,
+        bed.driver,
+        &[("hot", &["-hot", "48Mi"], "16Mi", "256Mi")],
+    )
+    .await;
+    let hot = hot[0].clone();
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed").await;
-    assert!(evicted.is_none(), "evicted with reclaim on: {evicted:?}; {seen}");
+    let hot_file = stat_value(node, &hot, "file").unwrap_or(0);
+    let hot_refaults = stat_value(node, &hot, "workingset_refault_file").unwrap_or(0);
+    assert!(
+        evicted.is_none(),
+        "evicted with reclaim on: {evicted:?}; {seen}"
+    );
     let on = seen.reclaim.clone().expect("status.reclaim under On");
     assert_eq!(on.mode, "On");
     assert!(on.steps > 0 && on.reclaimed_bytes >= 150 * MI, "{on:?}");
-    assert!(on.headroom_gained_bytes >= 100 * MI, "active cache taken: {on:?}");
+    assert!(
+        on.headroom_gained_bytes >= 100 * MI,
+        "active cache taken: {on:?}"
+    );
     assert!(
         seen.lowest_available > threshold * MI,
         "memory.available went under the threshold ({} MiB at least, {threshold} MiB): {seen}",
@@ -75,7 +111,17 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
         reclaimed >= on.reclaimed_bytes as f64,
         "the agent's metric ({reclaimed}) counts at least what status says: {on:?}"
     );
-    eprintln!("reclaim On: not evicted; {seen}");
+    // The hot cache stays: what reclaim took of it was read again at once, and the
+    // refaults stopped it.
+    assert!(
+        hot_file >= 40 * MI,
+        "the hot pod's 48Mi of page cache is down to {} MiB ({hot_refaults} refaults): {on:?}",
+        hot_file / MI
+    );
+    eprintln!(
+        "reclaim On: not evicted; the hot pod kept {} MiB of page cache ({hot_refaults} pages refaulted); {seen}",
+        hot_file / MI
+    );
 
     spec.kubelet = base;
     restart_kubelet_with(node, spec, client).await;
@@ -109,8 +155,18 @@ impl std::fmt::Display for Seen {
 
 /// Starts `pod` streaming and watches until the kubelet evicts it (Some(its message))
 /// or until it has streamed and held its cache for 40 s more (None).
-async fn stream_until_evicted(node: &mut RealNode, bed: &Bed<'_>, pod: &str) -> (Option<String>, Seen) {
-    let dirs = start_workloads(&bed.client, &node.name, bed.driver, &[(pod, STREAM, "64Mi", "1Gi")]).await;
+async fn stream_until_evicted(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    pod: &str,
+) -> (Option<String>, Seen) {
+    let dirs = start_workloads(
+        &bed.client,
+        &node.name,
+        bed.driver,
+        &[(pod, STREAM, "64Mi", "1Gi")],
+    )
+    .await;
     let dir = &dirs[0];
     let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
     let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
@@ -130,7 +186,12 @@ async fn stream_until_evicted(node: &mut RealNode, bed: &Bed<'_>, pod: &str) -> 
             seen.most_active = seen.most_active.max(active);
         }
         seen.lowest_available = seen.lowest_available.min(memory_available(node));
-        if let Some(r) = configs.get(&node.name).await.ok().and_then(|c| c.status?.reclaim) {
+        if let Some(r) = configs
+            .get(&node.name)
+            .await
+            .ok()
+            .and_then(|c| c.status?.reclaim)
+        {
             seen.most_reclaimable = seen.most_reclaimable.max(r.reclaimable_bytes);
             seen.reclaim = Some(r);
         }
@@ -140,7 +201,12 @@ async fn stream_until_evicted(node: &mut RealNode, bed: &Bed<'_>, pod: &str) -> 
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
     // The figures status holds now (a whole-node pass writes them; resync is short).
-    if let Some(r) = configs.get(&node.name).await.ok().and_then(|c| c.status?.reclaim) {
+    if let Some(r) = configs
+        .get(&node.name)
+        .await
+        .ok()
+        .and_then(|c| c.status?.reclaim)
+    {
         seen.reclaim = Some(r);
     }
     pods.delete(pod, &Default::default()).await.unwrap();
@@ -150,7 +216,9 @@ async fn stream_until_evicted(node: &mut RealNode, bed: &Bed<'_>, pod: &str) -> 
 /// A key of a cgroup's memory.stat on the node.
 fn stat_value(node: &mut RealNode, dir: &str, key: &str) -> Option<i64> {
     let (out, code) = node
-        .run(&format!("awk '$1==\"{key}\" {{print $2}}' {dir}/memory.stat"))
+        .run(&format!(
+            "awk '$1==\"{key}\" {{print $2}}' {dir}/memory.stat"
+        ))
         .ok()?;
     (code == 0).then(|| out.trim().parse().ok()).flatten()
 }
@@ -170,5 +238,7 @@ fn memory_available(node: &mut RealNode) -> i64 {
         )
         .unwrap();
     assert_eq!(code, 0, "{out}");
-    out.trim().parse().unwrap_or_else(|_| panic!("memory.available: {out}"))
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("memory.available: {out}"))
 }

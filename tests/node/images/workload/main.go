@@ -12,12 +12,15 @@
 // active, so the whole file becomes active page cache, which the kubelet's
 // memory.available counts (a job streaming through data it will not read again).
 //
+// With -hot it writes a file of that size and then reads it whole over and over (ten
+// times a second): page cache that is a working set, which reclaim must leave alone.
+//
 // With -report-cgroup it first prints its own cgroup's memory.min, memory.low and
 // memory.high (the container's cgroup namespace shows its cgroup at /sys/fs/cgroup):
 // the values it ran its first instructions under.
 //
 //	workload [-report-cgroup] [-allocate 64Mi] [-cache 200Mi] [-churn 32Mi]
-//	         [-stream 600Mi -stream-rate 8Mi] [-exit]
+//	         [-stream 600Mi -stream-rate 8Mi] [-hot 48Mi] [-exit]
 package main
 
 import (
@@ -99,6 +102,25 @@ func stream(path string, n, rate int64) error {
 	return nil
 }
 
+// readForever reads the file at path whole, ten times a second.
+func readForever(path string) {
+	buf := make([]byte, 1<<20)
+	for {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "workload: -hot: %v\n", err)
+			os.Exit(1)
+		}
+		for {
+			if _, err := f.Read(buf); err != nil {
+				break
+			}
+		}
+		f.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // churnForever maps n bytes of anonymous memory, touches every page (each is charged
 // to the cgroup) and unmaps them, in a loop.
 func churnForever(n int) {
@@ -140,6 +162,7 @@ func main() {
 	exit := flag.Bool("exit", false, "exit once the memory is resident (an init container)")
 	streamSize := flag.String("stream", "0", "active page cache to build by writing and reading back a file of this size")
 	streamRate := flag.String("stream-rate", "8Mi", "bytes a second -stream writes")
+	hot := flag.String("hot", "0", "page cache to keep hot: a file of this size read whole ten times a second")
 	flag.Parse()
 	if *report {
 		reportCgroup()
@@ -193,6 +216,17 @@ func main() {
 	if r > 0 {
 		fmt.Printf("workload: churning %d bytes\n", r)
 		go churnForever(int(r))
+	}
+	if h, err := parseBytes(*hot); err != nil || h < 0 {
+		fmt.Fprintf(os.Stderr, "workload: -hot %q: not an amount of memory\n", *hot)
+		os.Exit(2)
+	} else if h > 0 {
+		if err := fillCache("/hot-file", h); err != nil {
+			fmt.Fprintf(os.Stderr, "workload: -hot: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("workload: reading %d bytes over and over\n", h)
+		go readForever("/hot-file")
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
