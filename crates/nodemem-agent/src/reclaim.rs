@@ -1,10 +1,10 @@
 //! Proactive reclaim (issue 46, `reclaim`): the containers the policy's QoS classes
 //! name, each with its own step controller ([`nodemem_model::feedback::reclaim`]). On
 //! every tick the containers whose interval passed are read (memory.current,
-//! memory.stat, memory.pressure: three small reads) and stepped; under `On` a step is
+//! memory.stat, memory.pressure: three small reads) and stepped; under `Active` a step is
 //! written to memory.reclaim and the container read again, so that what is reported
 //! is what memory.current and the working set lost, not what was asked (the kernel
-//! may take more). Under `Observe` nothing is written: the steps are what On would
+//! may take more). Under `Observe` nothing is written: the steps are what Active would
 //! ask. The figures go to status on whole-node passes, as the observation's do.
 
 use std::collections::BTreeMap;
@@ -54,10 +54,10 @@ struct Totals {
 pub struct TickReport {
     /// Containers read.
     pub read: usize,
-    /// Steps taken (On) or that would have been (Observe), and bytes.
+    /// Steps taken (Active) or that would have been (Observe), and bytes.
     pub steps: usize,
     pub asked: i64,
-    /// On: memory.current and working set lost at the steps.
+    /// Active: memory.current and working set lost at the steps.
     pub reclaimed: i64,
     pub headroom: i64,
     pub pressure_back_offs: usize,
@@ -188,8 +188,8 @@ impl Reclaim {
                     self.totals.steps += 1;
                     match settings.mode {
                         ReclaimMode::Observe => self.totals.would += bytes,
-                        ReclaimMode::On if self.unsupported => {}
-                        ReclaimMode::On => {
+                        ReclaimMode::Active if self.unsupported => {}
+                        ReclaimMode::Active => {
                             match write(fs, &cgroup, bytes, &now, at, t.floor, self.swap) {
                                 Ok(after) => {
                                     let lost = (now.current - after.current).max(0);
@@ -237,7 +237,7 @@ impl Reclaim {
             revision: self.revision.clone(),
             mode: match settings.mode {
                 ReclaimMode::Observe => "Observe",
-                ReclaimMode::On => "On",
+                ReclaimMode::Active => "Active",
             }
             .to_string(),
             supported: !self.unsupported,
@@ -460,7 +460,7 @@ mod tests {
     #[test]
     fn on_writes_the_step_and_counts_what_memory_current_lost_not_what_it_asked() {
         let node = node(true);
-        let (mut r, fs, cache) = run(&node, ReclaimMode::On);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::Active);
         r.tick_at(0, &fs);
         let t = r.tick_at(2, &fs);
         assert_eq!((t.steps, t.asked), (1, STEP));
@@ -475,14 +475,14 @@ mod tests {
                 s.reclaimed_bytes,
                 s.would_reclaim_bytes
             ),
-            ("On", 1, 0, 0)
+            ("Active", 1, 0, 0)
         );
     }
 
     #[test]
     fn stall_over_the_target_backs_off_without_a_write() {
         let node = node(true);
-        let (mut r, fs, cache) = run(&node, ReclaimMode::On);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::Active);
         r.tick_at(0, &fs);
         fill(&node.root.path().join(&cache), 20_000, true); // 10,000 µs/s over 2 s
         let t = r.tick_at(2, &fs);
@@ -502,7 +502,7 @@ mod tests {
     #[test]
     fn a_kernel_without_memory_reclaim_is_reported_and_nothing_is_created() {
         let node = node(false);
-        let (mut r, fs, cache) = run(&node, ReclaimMode::On);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::Active);
         r.tick_at(0, &fs);
         r.tick_at(2, &fs);
         assert!(!r.summary().unwrap().supported);
@@ -535,7 +535,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        let mut all = reclaim(ReclaimMode::On);
+        let mut all = reclaim(ReclaimMode::Active);
         all.classes.push(QosClass::Guaranteed);
         let mut r = Reclaim::new(false);
         r.refresh("r1", Some(&all), &d, None);

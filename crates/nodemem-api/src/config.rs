@@ -81,7 +81,7 @@ pub struct NodeMemoryConfigStatus {
     /// revision was applied; absent while relief is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relief: Option<ReliefSummary>,
-    /// Proactive reclaim (`reclaim`) since the revision was applied: what it took (On)
+    /// Proactive reclaim (`reclaim`) since the revision was applied: what it took (Active)
     /// or would take (Observe); absent while reclaim is off. Refreshed on whole-node
     /// passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,7 +94,7 @@ pub struct NodeMemoryConfigStatus {
 pub struct ReclaimSummary {
     /// The revision these figures count from.
     pub revision: String,
-    /// Observe (nothing written: the figures are what On would do) or On.
+    /// Observe (nothing written: the figures are what Active would do) or Active.
     pub mode: String,
     /// Whether the node's kernel has memory.reclaim (Linux 5.19 and later); false:
     /// reclaim cannot run on this node, whatever the policy says.
@@ -104,19 +104,19 @@ pub struct ReclaimSummary {
     pub swap: bool,
     /// Containers reclaim acts on (the policy's QoS classes, managed pods).
     pub containers: i64,
-    /// Steps taken (On) or that would have been taken (Observe).
+    /// Steps taken (Active) or that would have been taken (Observe).
     pub steps: i64,
-    /// On: what the containers' memory.current lost at the steps, bytes (the kernel
+    /// Active: what the containers' memory.current lost at the steps, bytes (the kernel
     /// may take more than it is asked).
     pub reclaimed_bytes: i64,
-    /// On: what the containers' working set lost at the steps, bytes: the eviction
+    /// Active: what the containers' working set lost at the steps, bytes: the eviction
     /// headroom gained (the kubelet's memory.available counts the working set,
     /// memory.current less inactive page cache).
     pub headroom_gained_bytes: i64,
     /// Observe: what the steps would have asked, bytes.
     pub would_reclaim_bytes: i64,
     /// What could be taken now: page cache (and anon with swap) above each container's
-    /// request, bytes; what On would take over time while pressure stays low.
+    /// request, bytes; what Active would take over time while pressure stays low.
     pub reclaimable_bytes: i64,
     /// The containers' memory.current when first read under this revision, bytes.
     pub resident_at_start_bytes: i64,

@@ -269,9 +269,9 @@ fn to_reclaim(r: &crate::policy::ReclaimSpec) -> Option<nodemem_model::feedback:
     use nodemem_model::feedback::reclaim::{Reclaim, ReclaimMode, ReclaimSettings};
     use nodemem_model::pod::qos::QosClass;
     let mode = match r.mode {
-        ReclaimModeSpec::Off => return None,
+        ReclaimModeSpec::Disabled => return None,
         ReclaimModeSpec::Observe => ReclaimMode::Observe,
-        ReclaimModeSpec::On => ReclaimMode::On,
+        ReclaimModeSpec::Active => ReclaimMode::Active,
     };
     let positive = |v: i32, min: i32| u64::try_from(v.max(min)).unwrap_or(1);
     let mut classes: Vec<QosClass> = r

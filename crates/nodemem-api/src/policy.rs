@@ -121,8 +121,8 @@ impl Default for RecommendationSpec {
         "fieldPath": ".memoryQoS.relief"
     },
     {
-        "rule": "!has(self.reclaim) || !has(self.reclaim.mode) || self.reclaim.mode != 'On' || !has(self.enforcement) || self.enforcement == 'Agent'",
-        "message": "reclaim mode On writes memory.reclaim, which only enforcement: Agent does (mode Observe reports what it would reclaim under any enforcement)",
+        "rule": "!has(self.reclaim) || !has(self.reclaim.mode) || self.reclaim.mode != 'Active' || !has(self.enforcement) || self.enforcement == 'Agent'",
+        "message": "reclaim mode Active writes memory.reclaim, which only enforcement: Agent does (mode Observe reports what it would reclaim under any enforcement)",
         "fieldPath": ".reclaim.mode"
     }
 ]))]
@@ -339,8 +339,9 @@ impl Default for MemoryQosSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ReclaimSpec {
     /// Observe (default): every step is computed and reported as what would be
-    /// reclaimed, nothing is written. On: steps are written to memory.reclaim
-    /// (enforcement: Agent only). Off: nothing, as without the section.
+    /// reclaimed, nothing is written. Active: steps are written to memory.reclaim
+    /// (enforcement: Agent only). Disabled: nothing, as without the section. (Not On
+    /// and Off: YAML 1.1, which kubectl and Helm read, makes those booleans.)
     #[serde(default)]
     pub mode: ReclaimModeSpec,
     /// The memory pressure a container may show: PSI `some` stall, microseconds per
@@ -404,10 +405,10 @@ impl Default for ReclaimSpec {
 /// Whether reclaim reports, writes or does nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ReclaimModeSpec {
-    Off,
+    Disabled,
     #[default]
     Observe,
-    On,
+    Active,
 }
 
 /// A pod QoS class.
@@ -864,14 +865,14 @@ pub struct PoolSignals {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolReclaim {
-    /// Nodes reporting reclaim (on or observing).
+    /// Nodes reporting reclaim (active or observing).
     pub nodes: i64,
     /// Of them, nodes whose kernel has no memory.reclaim (before Linux 5.19): they
     /// cannot reclaim; their configs' `status.reclaim.supported` is false.
     pub unsupported_nodes: i64,
-    /// On: what the containers' memory.current lost at the steps, bytes.
+    /// Active: what the containers' memory.current lost at the steps, bytes.
     pub reclaimed_bytes: i64,
-    /// On: what the containers' working set lost at the steps (memory.available
+    /// Active: what the containers' working set lost at the steps (memory.available
     /// gained), bytes.
     pub headroom_gained_bytes: i64,
     /// Observe: what the steps would have asked, bytes.

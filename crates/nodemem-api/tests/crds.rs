@@ -244,3 +244,47 @@ fn config_crd_has_the_promised_shape() {
         assert!(node.get(field).is_some(), "status.node.{field}");
     }
 }
+
+/// kubectl and Helm read YAML as 1.1 does, where an unquoted on, off, yes, no, y or n
+/// is a boolean: an enum value or default spelt so would reach the apiserver as
+/// `true` from a user's `mode: On` (found: reclaim's modes were On and Off, and Helm's
+/// install of the CRDs turned them into booleans). No such string in either schema.
+#[test]
+fn no_enum_value_or_default_is_a_yaml_1_1_boolean() {
+    fn walk(at: &str, v: &Value, found: &mut Vec<String>) {
+        const BOOLEANS: [&str; 10] = [
+            "y", "yes", "n", "no", "on", "off", "true", "false", "~", "null",
+        ];
+        let bad = |s: &Value| {
+            s.as_str()
+                .is_some_and(|s| BOOLEANS.contains(&s.to_ascii_lowercase().as_str()))
+        };
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    let path = format!("{at}.{k}");
+                    if k == "enum" || k == "default" {
+                        let values = child
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_else(|| vec![child.clone()]);
+                        found.extend(
+                            values
+                                .iter()
+                                .filter(|s| bad(s))
+                                .map(|s| format!("{path}: {s}")),
+                        );
+                    }
+                    walk(&path, child, found);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|c| walk(at, c, found)),
+            _ => {}
+        }
+    }
+    for (file, crd) in crds() {
+        let mut found = Vec::new();
+        walk("", &schema(&crd), &mut found);
+        assert!(found.is_empty(), "{file}: {found:?}");
+    }
+}

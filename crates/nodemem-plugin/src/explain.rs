@@ -52,7 +52,7 @@ pub struct ExplainReport {
     /// What the agent observed of its containers against memory.high.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observation: Option<nodemem_api::config::ObservationSummary>,
-    /// What proactive reclaim took (On) or would take (Observe), as the agent reports.
+    /// What proactive reclaim took (Active) or would take (Observe), as the agent reports.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<nodemem_api::config::ReclaimSummary>,
     pub pods: Vec<PodValues>,
@@ -205,7 +205,7 @@ fn reclaim_text(r: &nodemem_api::config::ReclaimSummary) -> String {
             "\n  this node's kernel has no memory.reclaim (Linux 5.19 and later): it cannot reclaim",
         );
     }
-    if r.mode == "On" {
+    if r.mode == "Active" {
         out.push_str(&format!(
             "\n  reclaimed {} (memory.current), eviction headroom gained {} (working set)",
             format_bytes(r.reclaimed_bytes),
@@ -914,7 +914,7 @@ mod tests {
     fn reclaim_says_what_it_took_or_would_take() {
         let mut r = nodemem_api::config::ReclaimSummary {
             revision: "r1".into(),
-            mode: "On".into(),
+            mode: "Active".into(),
             supported: true,
             containers: 4,
             steps: 12,
@@ -929,7 +929,7 @@ mod tests {
         };
         let text = reclaim_text(&r);
         assert!(
-            text.starts_with("Reclaim (On, revision r1): 4 container(s), 12 step(s)"),
+            text.starts_with("Reclaim (Active, revision r1): 4 container(s), 12 step(s)"),
             "{text}"
         );
         assert!(

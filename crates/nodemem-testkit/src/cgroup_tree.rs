@@ -40,10 +40,7 @@ const DEFAULT_FILES: &[(&str, &str)] = &[
         "memory.pressure",
         "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
     ),
-    (
-        "memory.stat",
-        "anon 0\nfile 0\nkernel 0\nshmem 0\ninactive_anon 0\nactive_anon 0\ninactive_file 0\nactive_file 0\nunevictable 0\nworkingset_refault_anon 0\nworkingset_refault_file 0\n",
-    ),
+    ("memory.stat", "anon 0\nfile 0\nkernel 0\nshmem 0\n"),
     // Write-only in the kernel (5.19+); a file here so that writes land somewhere.
     ("memory.reclaim", ""),
     ("cpuset.mems", ""),

@@ -14,7 +14,7 @@
 //! memory.pressure on each tick too: the upper bound of what a node pays (on a kernel
 //! with PSI a calm container is never read for relief). NODEMEM_IDLE_OBSERVE=0 runs
 //! the same without either (`--observe-seconds 0`, no relief), for what they cost.
-//! NODEMEM_IDLE_RECLAIM=1 turns proactive reclaim on (`reclaim: {mode: On}`, issue 46):
+//! NODEMEM_IDLE_RECLAIM=1 turns proactive reclaim on (`reclaim: {mode: Active}`, issue 46):
 //! every 6 s each of the 500 containers is read (memory.current, memory.stat,
 //! memory.pressure) and, as a tmpfs tree never gives memory back, stepped, written to
 //! its memory.reclaim and read again: the most reclaim can cost at 250 pods.
@@ -176,7 +176,7 @@ fn main() {
                 "metadata": {"name": NODE},
                 "spec": if reclaim {
                     json!({"policy": "bench", "revision": "rev-1", "memoryQoS": memory_qos,
-                        "reclaim": {"mode": "On"}})
+                        "reclaim": {"mode": "Active"}})
                 } else {
                     json!({"policy": "bench", "revision": "rev-1", "memoryQoS": memory_qos})
                 },

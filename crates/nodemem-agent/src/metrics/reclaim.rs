@@ -35,7 +35,7 @@ fn mode_label(mode: ReclaimMode) -> ModeLabel {
     ModeLabel {
         mode: match mode {
             ReclaimMode::Observe => "observe",
-            ReclaimMode::On => "on",
+            ReclaimMode::Active => "active",
         },
     }
 }
@@ -44,12 +44,12 @@ impl ReclaimMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "reclaim_containers",
-            "Containers proactive reclaim acts on (mode on) or observes (mode observe)",
+            "Containers proactive reclaim acts on (mode active) or observes (mode observe)",
             self.containers.clone(),
         );
         registry.register(
             "reclaim_steps",
-            "Reclaim steps taken (mode on: written to memory.reclaim) or that would have been (mode observe)",
+            "Reclaim steps taken (mode active: written to memory.reclaim) or that would have been (mode observe)",
             self.steps.clone(),
         );
         registry.register(
@@ -81,7 +81,7 @@ impl ReclaimMetrics {
 
     /// One tick under `mode` over `containers` targets (None: reclaim is off).
     pub fn tick(&self, containers: usize, mode: Option<ReclaimMode>, t: &TickReport) {
-        for m in [ReclaimMode::Observe, ReclaimMode::On] {
+        for m in [ReclaimMode::Observe, ReclaimMode::Active] {
             let n = if mode == Some(m) { containers } else { 0 };
             self.containers.get_or_create(&mode_label(m)).set(n as i64);
         }

@@ -625,7 +625,7 @@ mod tests {
             w.touch_node(node);
             w.configs.get_mut(node).unwrap().status.reclaim =
                 Some(nodemem_api::config::ReclaimSummary {
-                    mode: "On".into(),
+                    mode: "Active".into(),
                     supported,
                     reclaimed_bytes: reclaimed,
                     headroom_gained_bytes: reclaimed / 2,

@@ -263,18 +263,18 @@ async fn invalid_policies_are_rejected_at_admission() {
         ),
         (
             "reclaim-on-kubelet",
-            json!({"nodeSelector": sel, "enforcement": "Kubelet", "reclaim": {"mode": "On"}}),
-            "spec.reclaim.mode: Invalid value: \"object\": reclaim mode On writes memory.reclaim, which only enforcement: Agent does",
+            json!({"nodeSelector": sel, "enforcement": "Kubelet", "reclaim": {"mode": "Active"}}),
+            "spec.reclaim.mode: Invalid value: reclaim mode Active writes memory.reclaim, which only enforcement: Agent does",
         ),
         (
             "reclaim-on-observe",
-            json!({"nodeSelector": sel, "enforcement": "Observe", "reclaim": {"mode": "On"}}),
-            "reclaim mode On writes memory.reclaim, which only enforcement: Agent does",
+            json!({"nodeSelector": sel, "enforcement": "Observe", "reclaim": {"mode": "Active"}}),
+            "reclaim mode Active writes memory.reclaim, which only enforcement: Agent does",
         ),
         (
             "reclaim-mode",
             json!({"nodeSelector": sel, "reclaim": {"mode": "Aggressive"}}),
-            "spec.reclaim.mode: Unsupported value: \"Aggressive\": supported values: \"Off\", \"Observe\", \"On\"",
+            "spec.reclaim.mode: Unsupported value: \"Aggressive\": supported values: \"Disabled\", \"Observe\", \"Active\"",
         ),
         (
             "reclaim-stall",

@@ -76,9 +76,9 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
         evicted.unwrap_or_default()
     );
 
-    // On: the same pod, not evicted; beside it a pod whose page cache is hot (read ten
+    // Active: the same pod, not evicted; beside it a pod whose page cache is hot (read ten
     // times a second), which reclaim must leave resident.
-    repolicy(client, bed.admin(), &name, &reclaim("On")).await;
+    repolicy(client, bed.admin(), &name, &reclaim("Active")).await;
     let hot = start_workloads(
         client,
         &name,
@@ -92,10 +92,10 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
     let hot_refaults = stat_value(node, &hot, "workingset_refault_file").unwrap_or(0);
     assert!(
         evicted.is_none(),
-        "evicted with reclaim on: {evicted:?}; {seen}"
+        "evicted with reclaim active: {evicted:?}; {seen}"
     );
-    let on = seen.reclaim.clone().expect("status.reclaim under On");
-    assert_eq!(on.mode, "On");
+    let on = seen.reclaim.clone().expect("status.reclaim under Active");
+    assert_eq!(on.mode, "Active");
     assert!(on.steps > 0 && on.reclaimed_bytes >= 150 * MI, "{on:?}");
     assert!(
         on.headroom_gained_bytes >= 100 * MI,
@@ -119,7 +119,7 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
         hot_file / MI
     );
     eprintln!(
-        "reclaim On: not evicted; the hot pod kept {} MiB of page cache ({hot_refaults} pages refaulted); {seen}",
+        "reclaim Active: not evicted; the hot pod kept {} MiB of page cache ({hot_refaults} pages refaulted); {seen}",
         hot_file / MI
     );
 

@@ -56,7 +56,7 @@ pub struct PolicySettings {
     pub enforcement: Enforcement,
     /// Relief for containers memory.high chokes (`enforcement: Agent` only).
     pub relief: Option<crate::feedback::relief::ReliefSettings>,
-    /// Proactive reclaim of cold memory (None: off; `On` under `enforcement: Agent`
+    /// Proactive reclaim of cold memory (None: off; `Active` under `enforcement: Agent`
     /// only).
     pub reclaim: Option<crate::feedback::reclaim::Reclaim>,
 }
@@ -76,12 +76,12 @@ pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
     if settings
         .reclaim
         .as_ref()
-        .is_some_and(|r| r.mode == crate::feedback::reclaim::ReclaimMode::On)
+        .is_some_and(|r| r.mode == crate::feedback::reclaim::ReclaimMode::Active)
         && settings.enforcement != Enforcement::Agent
     {
         problems.push(Problem::new(
             "spec.reclaim.mode",
-            "reclaim On writes memory.reclaim, which only the agent's enforcement does: it needs enforcement: Agent (Observe reports what it would reclaim under any enforcement)",
+            "reclaim mode Active writes memory.reclaim, which only the agent's enforcement does: it needs enforcement: Agent (mode Observe reports what it would reclaim under any enforcement)",
         ));
     }
     validate_memory_manager(&settings.memory_manager, &mut problems);

@@ -26,7 +26,7 @@
 use crate::node::DesiredNode;
 use crate::pod::qos::QosClass;
 
-/// What a policy asks of reclaim (`reclaim`; absent or `Off`: nothing).
+/// What a policy asks of reclaim (`reclaim`; absent or `Disabled`: nothing).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Reclaim {
     pub mode: ReclaimMode,
@@ -42,7 +42,7 @@ pub enum ReclaimMode {
     /// written.
     Observe,
     /// Steps are written to memory.reclaim.
-    On,
+    Active,
 }
 
 /// The policy's reclaim settings for this cgroup.
