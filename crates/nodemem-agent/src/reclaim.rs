@@ -5,7 +5,8 @@
 //! written to memory.reclaim and the container read again, so that what is reported
 //! is what memory.current and the working set lost, not what was asked (the kernel
 //! may take more). Under `Observe` nothing is written: the steps are what Active would
-//! ask. The figures go to status on whole-node passes, as the observation's do.
+//! ask. The figures go to status on whole-node passes: at once when its headline changes,
+//! at most every 30 s when only its figures moved.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -21,6 +22,10 @@ use tracing::warn;
 
 /// How often containers are looked at; each is read only when its interval passed.
 pub const TICK: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often figures that only moved are worth a whole-node pass (and a status
+/// write, which the status writer coalesces to one per its refresh period anyway):
+/// the 5-minute resync alone would leave status minutes behind what was reclaimed.
+const FIGURES_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One container reclaim acts on.
 #[derive(Debug)]
@@ -76,8 +81,10 @@ pub struct Reclaim {
     unsupported: bool,
     tracked: BTreeMap<String, Tracked>,
     totals: Totals,
-    /// The headline last put in status (see [`Reclaim::news`]).
+    /// The headline last put in status (see [`Reclaim::news`]), its figures and when.
     reported: Option<(String, bool, i64, bool)>,
+    reported_figures: Option<ReclaimSummary>,
+    reported_at: Option<Instant>,
 }
 
 impl Reclaim {
@@ -92,6 +99,8 @@ impl Reclaim {
             tracked: BTreeMap::new(),
             totals: Totals::default(),
             reported: None,
+            reported_figures: None,
+            reported_at: None,
         }
     }
 
@@ -265,15 +274,24 @@ impl Reclaim {
 
     /// Whether status should hear now rather than at the next resync: reclaim turned
     /// on or changed, its first readings, the kernel found unable, containers came or
-    /// went. Figures that only grow wait.
+    /// went; figures that moved, once [`FIGURES_EVERY`] has passed since the last.
     pub fn news(&self) -> bool {
-        self.headline() != self.reported
+        if self.headline() != self.reported {
+            return true;
+        }
+        let stale = self
+            .reported_at
+            .is_none_or(|at| at.elapsed() >= FIGURES_EVERY);
+        stale && self.summary() != self.reported_figures
     }
 
     /// The summary as it goes into status, remembered for [`Reclaim::news`].
     pub fn report(&mut self) -> Option<ReclaimSummary> {
         self.reported = self.headline();
-        self.summary()
+        let summary = self.summary();
+        self.reported_figures = summary.clone();
+        self.reported_at = Some(Instant::now());
+        summary
     }
 
     fn headline(&self) -> Option<(String, bool, i64, bool)> {
@@ -520,7 +538,13 @@ mod tests {
         assert!(r.news(), "its first readings");
         r.report();
         r.tick_at(2, &fs);
-        assert!(!r.news(), "a step's figures wait for the resync");
+        assert!(!r.news(), "a step's figures wait");
+        r.reported_at = Some(Instant::now() - FIGURES_EVERY);
+        assert!(r.news(), "moved figures are news once the period passed");
+        r.report();
+        assert!(!r.news());
+        r.reported_at = Some(Instant::now() - FIGURES_EVERY);
+        assert!(!r.news(), "unmoved figures never are");
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);

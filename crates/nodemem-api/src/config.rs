@@ -82,8 +82,8 @@ pub struct NodeMemoryConfigStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relief: Option<ReliefSummary>,
     /// Proactive reclaim (`reclaim`) since the revision was applied: what it took (Active)
-    /// or would take (Observe); absent while reclaim is off. Refreshed on whole-node
-    /// passes.
+    /// or would take (Observe); absent while reclaim is off. Written when its mode,
+    /// support or containers change, and at most every 30 s while its figures move.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimSummary>,
 }
