@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::policy::{
-    Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeReservedSpec, NodeSettings,
+    Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeReservedSpec, NodeSettings, ReclaimSpec,
 };
 
 /// The hashed document. Its own type (not `NodeSettings` itself) so the hash input
@@ -19,6 +19,10 @@ struct Hashed<'a> {
     memory_manager: &'a MemoryManagerSpec,
     node_reserved: &'a Option<NodeReservedSpec>,
     enforcement: &'a Enforcement,
+    /// Left out when absent: a policy without reclaim keeps the revision it had
+    /// before reclaim existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reclaim: &'a Option<ReclaimSpec>,
 }
 
 /// 64-bit FNV-1a over the canonical JSON of the settings, as 16 hex digits. FNV is
@@ -29,6 +33,7 @@ pub fn revision(settings: &NodeSettings) -> String {
         memory_manager: &settings.memory_manager,
         node_reserved: &settings.node_reserved,
         enforcement: &settings.enforcement,
+        reclaim: &settings.reclaim,
     };
     // Struct fields serialize in declaration order and maps are BTreeMaps: canonical.
     let json = serde_json::to_vec(&hashed).expect("settings always serialize");
@@ -63,8 +68,24 @@ mod tests {
         let mut tiered = base.clone();
         tiered.settings.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
         assert_ne!(revision(&tiered.settings), r0);
-        let mut factor = base;
+        let mut factor = base.clone();
         factor.settings.memory_qos.throttling_factor = 0.8;
         assert_ne!(revision(&factor.settings), r0);
+
+        // Reclaim is a setting that reaches nodes: each change of it is a revision
+        // (found: it was not hashed, and a policy turning it on rolled nothing out).
+        let mut observing = base;
+        observing.settings.reclaim = Some(ReclaimSpec::default());
+        let r1 = revision(&observing.settings);
+        assert_ne!(r1, r0);
+        observing.settings.reclaim.as_mut().unwrap().mode = crate::policy::ReclaimModeSpec::Active;
+        assert_ne!(revision(&observing.settings), r1);
+        observing
+            .settings
+            .reclaim
+            .as_mut()
+            .unwrap()
+            .interval_seconds = 2;
+        assert_ne!(revision(&observing.settings), r1);
     }
 }

@@ -145,6 +145,13 @@ fn decide_policy(
         v.entry.generation,
         now_time,
     ));
+    conditions.extend(signals::reclaim_unsupported(
+        world,
+        v.name,
+        pool_of.nodes,
+        v.entry.generation,
+        now_time,
+    ));
     let Some(choice) = choose_target(v, old, out) else {
         never_accepted_status(v, pool_of, status, conditions, now_time, out);
         return;

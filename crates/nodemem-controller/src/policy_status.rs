@@ -47,6 +47,7 @@ fn transition_event(policy: &str, c: &Condition, had_one: bool) -> Option<Policy
             | ("AgentsBlocked", "True")
             | ("CRDOutdated", "True")
             | ("SignalsUnavailable", "True")
+            | ("ReclaimUnsupported", "True")
     );
     if !notable || (!had_one && c.type_ == "Ready") {
         return None;
@@ -61,6 +62,7 @@ fn transition_event(policy: &str, c: &Condition, had_one: bool) -> Option<Policy
             "AgentsBlocked" => "AgentsBlocked",
             "CRDOutdated" => "CRDOutdated",
             "SignalsUnavailable" => "SignalsUnavailable",
+            "ReclaimUnsupported" => "ReclaimUnsupported",
             _ => "PolicyInvalid",
         },
         message: c.message.clone(),

@@ -1465,6 +1465,49 @@ fn a_policy_that_proceeds_without_psi_moves_on_and_says_so() {
     );
 }
 
+/// A node whose kernel has no memory.reclaim is named on its policy (and a warning
+/// Event says so once); the condition goes when its agent reports it can.
+#[test]
+fn a_node_that_cannot_reclaim_is_named_on_its_policy() {
+    let mut w = first_node_written(json!({}));
+    agent_reports(&mut w, "a", true, T0 + 1);
+    let report = |w: &mut World, supported: bool| {
+        let c = w.configs.get_mut("a").unwrap();
+        c.status.reclaim = Some(nodemem_api::config::ReclaimSummary {
+            revision: c.spec.revision.clone(),
+            mode: "Observe".into(),
+            supported,
+            ..Default::default()
+        });
+        w.touch_node("a");
+    };
+    report(&mut w, false);
+    let d = decide(&w, T0 + 2);
+    apply(&mut w, &d, T0 + 2);
+    let c = condition(&w, "p", "ReclaimUnsupported");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+        ("True", "NoMemoryReclaim", "1 node(s) of the pool have a kernel without memory.reclaim (Linux 5.19 and later) and cannot reclaim: a")
+    );
+    assert_eq!(
+        d.events
+            .iter()
+            .filter(|e| e.reason == "ReclaimUnsupported")
+            .count(),
+        1,
+        "{:?}",
+        d.events
+    );
+    report(&mut w, true);
+    let d = decide(&w, T0 + 3);
+    apply(&mut w, &d, T0 + 3);
+    assert!(w.policies["p"]
+        .status
+        .conditions
+        .iter()
+        .all(|c| c.type_ != "ReclaimUnsupported"));
+}
+
 #[test]
 fn one_node_failing_outside_the_canary_holds_the_pool_and_rolls_nothing_back() {
     let rollout = json!({"maxUnavailable": 1, "failurePolicy": "Rollback"});

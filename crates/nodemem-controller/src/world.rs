@@ -94,6 +94,9 @@ pub struct World {
     /// for it, false where it proceeds without it. Kept beside the configs so that a
     /// decision reads the few such nodes, not every config.
     pub pressure_unavailable: BTreeMap<String, bool>,
+    /// Nodes whose agent reports that its kernel has no memory.reclaim while its
+    /// config asks for reclaim (`status.reclaim.supported: false`), kept the same way.
+    pub reclaim_unsupported: BTreeSet<String>,
     /// Configs deleted by someone else (a `kubectl delete`, a prune, a script), by node,
     /// with the spec they had: the controller writes them again at once at that
     /// revision (`decide::repair`), a repair rather than a rollout step. Forgotten when
@@ -140,6 +143,17 @@ impl World {
             Some(holds) => self.pressure_unavailable.insert(name.to_string(), holds),
             None => self.pressure_unavailable.remove(name),
         };
+        let unsupported = self.configs.get(name).is_some_and(|c| {
+            c.status
+                .reclaim
+                .as_ref()
+                .is_some_and(|r| !r.supported && r.revision == c.spec.revision)
+        });
+        if unsupported {
+            self.reclaim_unsupported.insert(name.to_string());
+        } else {
+            self.reclaim_unsupported.remove(name);
+        }
     }
 
     /// The same for a policy changed directly.

@@ -69,6 +69,45 @@ pub(super) fn signals_unavailable(
     ))
 }
 
+/// `ReclaimUnsupported`: the pool's nodes on this policy whose kernel has no
+/// memory.reclaim (before Linux 5.19) while the policy asks for reclaim; they report,
+/// and reclaim nothing. None when there are none.
+pub(super) fn reclaim_unsupported(
+    world: &World,
+    policy: &str,
+    pool: &BTreeSet<String>,
+    g: Option<i64>,
+    now_time: &Time,
+) -> Option<Condition> {
+    let nodes: Vec<&str> = world
+        .reclaim_unsupported
+        .iter()
+        .filter(|n| pool.contains(*n))
+        .filter(|n| {
+            world
+                .configs
+                .get(*n)
+                .is_some_and(|c| c.spec.policy == policy)
+        })
+        .map(String::as_str)
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    Some(condition(
+        "ReclaimUnsupported",
+        true,
+        "NoMemoryReclaim",
+        format!(
+            "{} node(s) of the pool have a kernel without memory.reclaim (Linux 5.19 and later) and cannot reclaim: {}",
+            nodes.len(),
+            named(&nodes)
+        ),
+        g,
+        now_time,
+    ))
+}
+
 /// The first nodes by name, then how many more.
 fn named(nodes: &[&str]) -> String {
     let more = nodes.len().saturating_sub(NAMED);
