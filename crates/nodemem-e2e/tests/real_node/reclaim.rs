@@ -16,7 +16,8 @@ const STREAM: &[&str] = &["-stream", "400Mi", "-stream-rate", "6Mi"];
 /// reclaim on, the agent takes the cache back as it grows and the same pod runs to the
 /// end of its stream and beyond, not evicted, while status counts what memory.current
 /// and the working set lost; a pod beside it that reads its 48Mi file ten times a
-/// second keeps it in page cache (reclaim backs off on its refaults).
+/// second keeps it in page cache and refaults little of it (reclaim backs off on its
+/// refaults, longer each time).
 pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
     node: &mut RealNode,
     bed: &Bed<'_>,
@@ -117,6 +118,16 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
         hot_file >= 40 * MI,
         "the hot pod's 48Mi of page cache is down to {} MiB ({hot_refaults} refaults): {on:?}",
         hot_file / MI
+    );
+    // And little of it was taken to be read again: each refault back-off doubles the
+    // pause (84,645 pages refaulted in this run when it did not, 2026-11-28).
+    assert!(
+        hot_refaults < 25_000,
+        "the hot pod refaulted {hot_refaults} pages: reclaim kept taking what it reads: {on:?}"
+    );
+    assert!(
+        on.refault_back_offs >= 1,
+        "the hot pod's refaults held reclaim back: {on:?}"
     );
     eprintln!(
         "reclaim Active: not evicted; the hot pod kept {} MiB of page cache ({hot_refaults} pages refaulted); {seen}",

@@ -168,9 +168,22 @@ pub struct Reclaimer {
     since: Option<Sample>,
     /// No step before this.
     next_at: u64,
+    /// Whether `since` is a step's sample: only then do refaults within budget show
+    /// that what was taken was cold.
+    since_step: bool,
+    /// Refault back-offs since a step last showed refaults within budget: each
+    /// doubles the pause (see [`MAX_REFAULT_DOUBLINGS`]).
+    refault_back_offs: u32,
     /// Bytes asked of memory.reclaim so far.
     pub asked: i64,
 }
+
+/// A container whose reclaimed pages keep coming back (a hot page cache) is stepped
+/// ever more rarely: the pause after a refault back-off doubles each time, up to 64
+/// intervals, and is one interval again once a step takes nothing it reads again. A
+/// single interval let a container that reads its 48Mi file ten times a second refault
+/// 84,645 pages in two minutes on the real node (2026-11-28).
+pub const MAX_REFAULT_DOUBLINGS: u32 = 6;
 
 impl Reclaimer {
     /// Whether a sample at `now` (seconds) can bring a step or a back-off: the first
@@ -198,8 +211,15 @@ impl Reclaimer {
         }
         let per_s = (now.refaults - since.refaults) / seconds;
         if per_s > s.max_refaults_per_s {
+            let doubling = self.refault_back_offs.min(MAX_REFAULT_DOUBLINGS);
+            self.refault_back_offs = self.refault_back_offs.saturating_add(1);
+            let until = now.at + (s.interval_seconds << doubling);
             self.restart(now, until);
             return Step::Hold(Hold::Refaults { per_s, until });
+        }
+        if self.since_step {
+            // What the last step took was not read again: the container is cold.
+            self.refault_back_offs = 0;
         }
         if now.at < self.next_at {
             return Step::Hold(Hold::Waiting {
@@ -211,6 +231,7 @@ impl Reclaimer {
             return Step::Hold(Hold::NothingCold);
         }
         self.restart(now, until);
+        self.since_step = true;
         self.asked += bytes;
         Step::Reclaim { bytes }
     }
@@ -218,6 +239,7 @@ impl Reclaimer {
     /// Counts stall and refaults from `now` on, and waits until `until`.
     fn restart(&mut self, now: &Sample, until: u64) {
         self.since = Some(*now);
+        self.since_step = false;
         self.next_at = until;
     }
 }
@@ -343,6 +365,44 @@ mod tests {
             })
         );
         assert_eq!(r.asked, 0);
+    }
+
+    #[test]
+    fn a_container_that_keeps_refaulting_is_stepped_ever_more_rarely_until_a_step_stays_cold() {
+        let mut r = Reclaimer::default();
+        let mut s = sample(0);
+        r.step(&SETTINGS, &s);
+        // Each step's pages come back before the next reading.
+        let mut pauses = Vec::new();
+        for _ in 0..9 {
+            s.at = r.next_at;
+            match r.step(&SETTINGS, &s) {
+                Step::Reclaim { .. } => {
+                    s.at += SETTINGS.interval_seconds;
+                    s.refaults += 1_000 * SETTINGS.interval_seconds;
+                    match r.step(&SETTINGS, &s) {
+                        Step::Hold(Hold::Refaults { until, .. }) => pauses.push(until - s.at),
+                        other => panic!("{other:?}"),
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(pauses, [6, 12, 24, 48, 96, 192, 384, 384, 384]);
+        // A step whose pages stay away: one interval again.
+        s.at = r.next_at;
+        assert!(matches!(r.step(&SETTINGS, &s), Step::Reclaim { .. }));
+        s.at += SETTINGS.interval_seconds;
+        assert!(matches!(r.step(&SETTINGS, &s), Step::Reclaim { .. }));
+        s.at += SETTINGS.interval_seconds;
+        s.refaults += 1_000 * SETTINGS.interval_seconds;
+        assert_eq!(
+            r.step(&SETTINGS, &s),
+            Step::Hold(Hold::Refaults {
+                per_s: 1_000,
+                until: s.at + SETTINGS.interval_seconds
+            })
+        );
     }
 
     #[test]
