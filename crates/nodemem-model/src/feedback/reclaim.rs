@@ -202,13 +202,9 @@ impl Reclaimer {
         let stall = now.stall_total_us - since.stall_total_us;
         let stall_us_per_s = stall / seconds;
         let until = now.at + s.interval_seconds;
-        if stall_us_per_s > s.target_stall_us_per_s {
-            self.restart(now, until);
-            return Step::Hold(Hold::Pressure {
-                stall_us_per_s,
-                until,
-            });
-        }
+        // Refaults first: pages a step took that come back stall the container too, and
+        // that is the refault back-off's to count (found on the real node: judged as
+        // pressure first, a hot page cache was backed off from one interval at a time).
         let per_s = (now.refaults - since.refaults) / seconds;
         if per_s > s.max_refaults_per_s {
             let doubling = self.refault_back_offs.min(MAX_REFAULT_DOUBLINGS);
@@ -216,6 +212,13 @@ impl Reclaimer {
             let until = now.at + (s.interval_seconds << doubling);
             self.restart(now, until);
             return Step::Hold(Hold::Refaults { per_s, until });
+        }
+        if stall_us_per_s > s.target_stall_us_per_s {
+            self.restart(now, until);
+            return Step::Hold(Hold::Pressure {
+                stall_us_per_s,
+                until,
+            });
         }
         if self.since_step {
             // What the last step took was not read again: the container is cold.
@@ -403,6 +406,18 @@ mod tests {
                 until: s.at + SETTINGS.interval_seconds
             })
         );
+    }
+
+    #[test]
+    fn refaults_that_stall_the_container_are_a_refault_back_off() {
+        let mut r = Reclaimer::default();
+        let mut s = sample(6);
+        s.stall_total_us = 60_000;
+        s.refaults = 6 * 500;
+        assert!(matches!(
+            run(&mut r, &[sample(0), s])[1],
+            Step::Hold(Hold::Refaults { .. })
+        ));
     }
 
     #[test]
