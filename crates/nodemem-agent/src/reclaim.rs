@@ -14,9 +14,9 @@ use std::time::Instant;
 use nodemem_api::config::ReclaimSummary;
 use nodemem_cgroup::reclaim::{sample, ReclaimFiles, Reclaimed, MEMORY_RECLAIM};
 use nodemem_cgroup::{CgroupError, CgroupFs, CgroupPath};
-use nodemem_model::feedback::reclaim::{
-    targets, Hold, Reclaim as Settings, ReclaimMode, Reclaimer, Sample, Step,
-};
+pub use nodemem_model::feedback::reclaim::ReclaimMode;
+use nodemem_model::feedback::reclaim::{Hold, Reclaim as Settings, Reclaimer, Sample, Step};
+use nodemem_model::feedback::reclaim_targets::targets;
 use nodemem_model::node::DesiredNode;
 use tracing::warn;
 
@@ -274,7 +274,7 @@ impl Reclaim {
 
     /// Whether status should hear now rather than at the next resync: reclaim turned
     /// on or changed, its first readings, the kernel found unable, containers came or
-    /// went; figures that moved, once [`FIGURES_EVERY`] has passed since the last.
+    /// went; figures that moved, once 30 s have passed since the last.
     pub fn news(&self) -> bool {
         if self.headline() != self.reported {
             return true;

@@ -5,5 +5,6 @@
 
 pub mod observe;
 pub mod reclaim;
+pub mod reclaim_targets;
 pub mod recommend;
 pub mod relief;

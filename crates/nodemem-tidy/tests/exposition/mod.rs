@@ -39,6 +39,11 @@ pub fn one_of_each() -> String {
     agent.nri_connection("registered", true);
     agent.status_write("ok");
     agent.relief("MemoryHighRelieved");
+    agent.reclaim.tick(
+        1,
+        Some(nodemem_agent::reclaim::ReclaimMode::Active),
+        &nodemem_agent::reclaim::TickReport::default(),
+    );
     let condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         type_: "Applied".into(),
         status: "True".into(),
