@@ -584,6 +584,24 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
 
     readme_figures_hold(&shell);
 
+    // The batch pool observes reclaim (examples/batch): its nodes say what they would
+    // take, and nothing is written.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = shell
+            .run("kubectl", &["nodemem", "explain", "batch-1"])
+            .stdout;
+        if out.contains("Reclaim (Observe, revision") && out.contains("would reclaim") {
+            assert!(!out.contains("reclaimed "), "{out}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "batch-1 reports no reclaim in Observe:\n{out}"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+
     // GitOps: after the rollout the tree shows no drift (the controller writes status
     // only), and a GitOps tool's server-side apply does not conflict with the
     // controller's field manager.
