@@ -42,19 +42,8 @@ struct Tracked {
     warned: bool,
 }
 
-/// What reclaim did since the revision was applied.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Totals {
-    steps: i64,
-    reclaimed: i64,
-    headroom: i64,
-    would: i64,
-    pressure_back_offs: i64,
-    refault_back_offs: i64,
-    failed_writes: i64,
-}
-
-/// One tick's outcome, for metrics.
+/// One tick's outcome, for metrics; summed, what reclaim did since the revision was
+/// applied (status).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TickReport {
     /// Containers read.
@@ -70,6 +59,19 @@ pub struct TickReport {
     pub failed_writes: usize,
 }
 
+impl TickReport {
+    fn add(&mut self, o: &TickReport) {
+        self.read += o.read;
+        self.steps += o.steps;
+        self.asked += o.asked;
+        self.reclaimed += o.reclaimed;
+        self.headroom += o.headroom;
+        self.pressure_back_offs += o.pressure_back_offs;
+        self.refault_back_offs += o.refault_back_offs;
+        self.failed_writes += o.failed_writes;
+    }
+}
+
 /// Every target container's reclaim.
 pub struct Reclaim {
     origin: Instant,
@@ -80,7 +82,8 @@ pub struct Reclaim {
     /// Some target's cgroup has no memory.reclaim (a kernel before 5.19).
     unsupported: bool,
     tracked: BTreeMap<String, Tracked>,
-    totals: Totals,
+    /// Every tick's report since the revision was applied, summed.
+    totals: TickReport,
     /// The headline last put in status (see [`Reclaim::news`]), its figures and when.
     reported: Option<(String, bool, i64, bool)>,
     reported_figures: Option<ReclaimSummary>,
@@ -97,7 +100,7 @@ impl Reclaim {
             swap,
             unsupported: false,
             tracked: BTreeMap::new(),
-            totals: Totals::default(),
+            totals: TickReport::default(),
             reported: None,
             reported_figures: None,
             reported_at: None,
@@ -116,7 +119,7 @@ impl Reclaim {
     ) {
         if self.revision != revision || self.settings.as_ref() != settings {
             self.revision = revision.to_string();
-            self.totals = Totals::default();
+            self.totals = TickReport::default();
             self.tracked.clear();
             self.unsupported = false;
         }
@@ -180,7 +183,9 @@ impl Reclaim {
                 }
             };
             report.read += 1;
-            if !fs.dir(&cgroup).join(MEMORY_RECLAIM).exists() {
+            // The kernel's support does not change under a container: looked at once,
+            // at its first reading, not on every step.
+            if t.first_current.is_none() && !fs.dir(&cgroup).join(MEMORY_RECLAIM).exists() {
                 self.unsupported = true;
             }
             t.first_current.get_or_insert(now.current);
@@ -194,24 +199,20 @@ impl Reclaim {
                 Step::Reclaim { bytes } => {
                     report.steps += 1;
                     report.asked += bytes;
-                    self.totals.steps += 1;
                     match settings.mode {
-                        ReclaimMode::Observe => self.totals.would += bytes,
+                        ReclaimMode::Observe => {}
                         ReclaimMode::Active if self.unsupported => {}
                         ReclaimMode::Active => {
                             match write(fs, &cgroup, bytes, &now, at, t.floor, self.swap) {
                                 Ok(after) => {
                                     let lost = (now.current - after.current).max(0);
                                     let headroom = (now.working_set() - after.working_set()).max(0);
-                                    self.totals.reclaimed += lost;
-                                    self.totals.headroom += headroom;
                                     report.reclaimed += lost;
                                     report.headroom += headroom;
                                     t.last = Some(after);
                                 }
                                 Err(e) => {
                                     warn!(cgroup = %path, bytes, error = %e, "memory.reclaim refused");
-                                    self.totals.failed_writes += 1;
                                     report.failed_writes += 1;
                                 }
                             }
@@ -219,16 +220,15 @@ impl Reclaim {
                     }
                 }
                 Step::Hold(Hold::Pressure { .. }) => {
-                    self.totals.pressure_back_offs += 1;
                     report.pressure_back_offs += 1;
                 }
                 Step::Hold(Hold::Refaults { .. }) => {
-                    self.totals.refault_back_offs += 1;
                     report.refault_back_offs += 1;
                 }
                 Step::Hold(_) => {}
             }
         }
+        self.totals.add(&report);
         report
     }
 
@@ -252,15 +252,21 @@ impl Reclaim {
             supported: !self.unsupported,
             swap: self.swap,
             containers: self.tracked.len() as i64,
-            steps: self.totals.steps,
+            steps: i64::try_from(self.totals.steps).unwrap_or(i64::MAX),
             reclaimed_bytes: self.totals.reclaimed,
             headroom_gained_bytes: self.totals.headroom,
-            would_reclaim_bytes: self.totals.would,
+            // Observe asks nothing of the kernel: what its steps asked is what Active
+            // would have.
+            would_reclaim_bytes: if settings.mode == ReclaimMode::Observe {
+                self.totals.asked
+            } else {
+                0
+            },
             reclaimable_bytes: sum(&|_, s| s.reclaimable()),
             resident_at_start_bytes: sum(&|t, _| t.first_current.unwrap_or(0)),
             resident_bytes: sum(&|_, s| s.current),
-            pressure_back_offs: self.totals.pressure_back_offs,
-            refault_back_offs: self.totals.refault_back_offs,
+            pressure_back_offs: i64::try_from(self.totals.pressure_back_offs).unwrap_or(i64::MAX),
+            refault_back_offs: i64::try_from(self.totals.refault_back_offs).unwrap_or(i64::MAX),
             highest_stall_microseconds_per_second: read
                 .iter()
                 .map(|(t, _)| wide(t.stall_us_per_s))
@@ -268,7 +274,7 @@ impl Reclaim {
                 .unwrap_or(0),
             target_stall_microseconds_per_second: wide(settings.settings.target_stall_us_per_s),
             refaults_per_second: read.iter().map(|(t, _)| wide(t.refaults_per_s)).sum(),
-            failed_writes: self.totals.failed_writes,
+            failed_writes: i64::try_from(self.totals.failed_writes).unwrap_or(i64::MAX),
         })
     }
 

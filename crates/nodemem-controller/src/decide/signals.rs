@@ -24,11 +24,7 @@ pub(super) fn signals_unavailable(
 ) -> Option<Condition> {
     let (mut holding, mut proceeding) = (Vec::new(), Vec::new());
     for (node, holds) in &world.pressure_unavailable {
-        let ours = world
-            .configs
-            .get(node)
-            .is_some_and(|c| c.spec.policy == policy);
-        if !ours || !pool.contains(node) {
+        if !in_pool_on(world, policy, pool, node) {
             continue;
         }
         if *holds {
@@ -82,13 +78,7 @@ pub(super) fn reclaim_unsupported(
     let nodes: Vec<&str> = world
         .reclaim_unsupported
         .iter()
-        .filter(|n| pool.contains(*n))
-        .filter(|n| {
-            world
-                .configs
-                .get(*n)
-                .is_some_and(|c| c.spec.policy == policy)
-        })
+        .filter(|n| in_pool_on(world, policy, pool, n))
         .map(String::as_str)
         .collect();
     if nodes.is_empty() {
@@ -106,6 +96,16 @@ pub(super) fn reclaim_unsupported(
         g,
         now_time,
     ))
+}
+
+/// Whether `node` is one of `pool`'s and its config is `policy`'s (a node moving to
+/// another policy is that policy's to report).
+fn in_pool_on(world: &World, policy: &str, pool: &BTreeSet<String>, node: &str) -> bool {
+    pool.contains(node)
+        && world
+            .configs
+            .get(node)
+            .is_some_and(|c| c.spec.policy == policy)
 }
 
 /// The first nodes by name, then how many more.
