@@ -793,6 +793,7 @@ mod tests {
             high,
             oom_kill,
             full_avg60,
+            refaults: None,
         }
     }
 

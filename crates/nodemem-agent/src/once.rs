@@ -111,10 +111,18 @@ fn health_now(
         .map(|p| p.path.as_str());
     let readings = crate::health::read_signals(applier.cgroup_fs(), managed);
     let mut baseline = crate::health::Baseline::default();
-    let signals = baseline.update(&inputs.revision, &readings);
+    let signals = baseline.update(&inputs.revision, &readings, std::time::Instant::now());
+    let now = crate::health::Now {
+        full: crate::health::current_full(readings.values()),
+        refaults: baseline.refaults(
+            inputs
+                .health
+                .refault_gate(crate::health::reclaim_active(&inputs.settings)),
+        ),
+    };
     let v = crate::health::verdict(
         signals,
-        crate::health::current_full(readings.values()),
+        now,
         &inputs.health,
         report.failed.len() + report.deferred.len(),
         0,

@@ -356,4 +356,8 @@ pub struct RevisionSignals {
     pub oom_kills: i64,
     /// The highest `full` memory pressure (PSI avg60, percent) seen on a managed pod.
     pub peak_full_memory_pressure: f64,
+    /// The highest refault rate (pages read back a second, between health readings)
+    /// measured on a managed pod; absent before one is measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_refaults_per_second: Option<i64>,
 }

@@ -570,6 +570,35 @@ pub struct HealthSpec {
     // schema accepts (the apiserver refuses a field it does not declare, 500).
     #[serde(default, skip_serializing_if = "PressureUnavailable::is_hold")]
     pub pressure_unavailable: PressureUnavailable,
+    /// The highest refault rate (memory.stat `workingset_refault_anon` +
+    /// `workingset_refault_file`: pages evicted and read back soon after, per second)
+    /// any managed pod may show, measured between the agent's health readings (at
+    /// least 10 s apart). Above it, a pod is losing memory it still uses: a revision
+    /// whose reclaim (or memory.high) takes what pods read back is not healthy. Unset:
+    /// 1000 where the revision's reclaim is Active, not gated otherwise. Until a rate
+    /// is measured (one reading gives none; the agent reads again 10 s after a
+    /// revision is applied) the node reports `Healthy=Unknown` (`RefaultsUnknown`) and
+    /// is not counted ready.
+    // Not written when unset: a controller newer than its CRDs writes configs the old
+    // schema accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000000))]
+    pub max_refaults_per_second: Option<i32>,
+}
+
+/// The refault gate where the policy names none and its reclaim is Active: ten times
+/// reclaim's own default budget (`reclaim.maxRefaultsPerSecond`, 100), 4 MiB a second
+/// of 4 KiB pages read back per pod: reclaim's back-off keeps a pod far under it, a
+/// revision that takes what pods use does not.
+pub const DEFAULT_ACTIVE_RECLAIM_MAX_REFAULTS: i32 = 1000;
+
+impl HealthSpec {
+    /// The refault gate a revision is judged by (pages a second per pod), given
+    /// whether its reclaim is Active; None: not gated.
+    pub fn refault_gate(&self, reclaim_active: bool) -> Option<i32> {
+        self.max_refaults_per_second
+            .or(reclaim_active.then_some(DEFAULT_ACTIVE_RECLAIM_MAX_REFAULTS))
+    }
 }
 
 /// See [`HealthSpec::pressure_unavailable`].
@@ -601,6 +630,7 @@ impl Default for HealthSpec {
             max_full_memory_pressure_percent: default_max_full_pressure(),
             max_reliefs: 0,
             pressure_unavailable: PressureUnavailable::Hold,
+            max_refaults_per_second: None,
         }
     }
 }

@@ -71,6 +71,11 @@ pub const PRESSURE_UNAVAILABLE: &str = "PressureUnavailable";
 /// The agent's `Healthy` reason when memory pressure cannot be read and the policy
 /// proceeds without it (`health.pressureUnavailable: Proceed`): `True`.
 pub const HEALTHY_WITHOUT_PRESSURE: &str = "HealthyWithoutPressure";
+/// The agent's `Healthy` reason when the refault gate (`health.maxRefaultsPerSecond`,
+/// or its default under Active reclaim) cannot be evaluated: no managed pod's refault
+/// rate is measured yet under the revision, or a pod's memory.stat has no refault
+/// counts: `Unknown`.
+pub const REFAULTS_UNKNOWN: &str = "RefaultsUnknown";
 
 /// Whether the config's agent reports on its current spec that memory pressure cannot
 /// be read on its node: Some(true) when the node holds for it, Some(false) when it

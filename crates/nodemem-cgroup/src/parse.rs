@@ -138,6 +138,19 @@ pub fn memory_stat(file: &str, text: &str) -> Result<BTreeMap<String, u64>, Pars
     flat_keyed(file, text)
 }
 
+/// Refaults counted in a parsed `memory.stat`: pages evicted and read back soon after
+/// (`workingset_refault_anon` + `workingset_refault_file`; before Linux 5.9 one
+/// `workingset_refault`). None: the kernel counts none.
+pub fn refaults(stat: &BTreeMap<String, u64>) -> Option<u64> {
+    match (
+        stat.get("workingset_refault_anon"),
+        stat.get("workingset_refault_file"),
+    ) {
+        (Some(anon), Some(file)) => Some(anon.saturating_add(*file)),
+        _ => stat.get("workingset_refault").copied(),
+    }
+}
+
 /// The working set as the kubelet's eviction counts it (cAdvisor's rule):
 /// memory.current minus the inactive file pages of `memory.stat`, which the kernel
 /// reclaims cheaply; page cache alone is not memory a container needs.

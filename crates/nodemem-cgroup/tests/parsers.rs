@@ -129,3 +129,24 @@ fn memory_stat_and_the_working_set() {
     assert_eq!(e.to_string(), "memory.stat: key missing: \"inactive_file\"");
     assert!(memory_stat("memory.stat", "anon x\n").is_err());
 }
+
+#[test]
+fn refaults_from_either_kernel_generation() {
+    // Linux 5.9 and later split them by LRU; before, one counter; a kernel with
+    // neither counts none.
+    let split = memory_stat(
+        "memory.stat",
+        "workingset_refault_anon 7\nworkingset_refault_file 40\nworkingset_activate_file 3\n",
+    )
+    .unwrap();
+    assert_eq!(refaults(&split), Some(47));
+    let one = memory_stat(
+        "memory.stat",
+        "workingset_refault 12\nworkingset_activate 1\n",
+    )
+    .unwrap();
+    assert_eq!(refaults(&one), Some(12));
+    let half = memory_stat("memory.stat", "workingset_refault_file 40\n").unwrap();
+    assert_eq!(refaults(&half), None, "half a split pair is no count");
+    assert_eq!(refaults(&BTreeMap::new()), None);
+}

@@ -218,6 +218,7 @@ fn healthy(c: &ConfigEntry, at: i64) -> NodeMemoryConfigStatus {
             throttle_events: 0,
             oom_kills: 0,
             peak_full_memory_pressure: 0.0,
+            peak_refaults_per_second: None,
         }),
         ..NodeMemoryConfigStatus::default()
     }

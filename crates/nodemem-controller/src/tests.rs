@@ -152,6 +152,7 @@ pub(crate) fn agent_reports(w: &mut World, node: &str, healthy: bool, at: i64) {
             throttle_events: 1,
             oom_kills: if healthy { 0 } else { 7 },
             peak_full_memory_pressure: 0.0,
+            peak_refaults_per_second: None,
         }),
         ..NodeMemoryConfigStatus::default()
     };

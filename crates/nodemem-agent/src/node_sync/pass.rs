@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
 use super::batch::{Batch, NextPass};
-use crate::health::{verdict, Baseline, Verdict};
+use crate::health::{verdict, Baseline, Now, Refaults, Verdict};
 use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
 use crate::metrics::{Metrics, PodSignals, Trigger};
 use crate::nri::NriState;
@@ -293,7 +293,7 @@ impl Passes {
         // Health reads every managed pod's signals: on whole-node passes only
         // (resyncs, config changes), not on reactions.
         let health = matches!(pass.reach, Reach::Node)
-            .then(|| self.health(applier, pass.config, desired, report));
+            .then(|| self.health(applier, pass.config, settings, desired, report));
         let config = pass.config;
         let mut s = status(
             &config.revision,
@@ -424,6 +424,7 @@ impl Passes {
         &mut self,
         applier: &NodeApplier,
         config: &IndexedConfig,
+        settings: &PolicySettings,
         desired: &DesiredNode<'_>,
         report: &ApplyReport,
     ) -> Verdict {
@@ -465,10 +466,28 @@ impl Passes {
             })
             .collect();
         self.metrics.signals(&per_pod);
-        let signals = self.baseline.update(&config.revision, &readings);
+        let signals = self
+            .baseline
+            .update(&config.revision, &readings, Instant::now());
+        let gate = config
+            .health
+            .refault_gate(crate::health::reclaim_active(settings));
+        let refaults = self.baseline.refaults(gate);
+        if matches!(refaults, Refaults::Unmeasured { .. }) {
+            // One reading gives no rate: the next whole-node pass measures one, so the
+            // rollout is not left waiting for a resync.
+            let wake = self.wake.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(crate::health::REFAULT_SPAN).await;
+                let _ = wake.send(());
+            });
+        }
         verdict(
             signals,
-            current_full,
+            Now {
+                full: current_full,
+                refaults,
+            },
             &config.health,
             report.failed.len() + report.deferred.len(),
             self.relief.reliefs_since(&config.revision),

@@ -287,6 +287,11 @@ async fn invalid_policies_are_rejected_at_admission() {
             "spec.reclaim.maxStepPermille in body should be less than or equal to 100",
         ),
         (
+            "refault-gate",
+            json!({"nodeSelector": sel, "rollout": {"health": {"maxRefaultsPerSecond": 0}}}),
+            "spec.rollout.health.maxRefaultsPerSecond in body should be greater than or equal to 1",
+        ),
+        (
             "reclaim-interval",
             json!({"nodeSelector": sel, "reclaim": {"intervalSeconds": 1}}),
             "spec.reclaim.intervalSeconds in body should be greater than or equal to 2",
