@@ -504,6 +504,36 @@ mod tests {
     }
 
     #[test]
+    fn turned_off_or_without_a_config_it_stops_at_once_and_reports_nothing() {
+        let node = node(true);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::Active);
+        r.tick_at(0, &fs);
+        assert_eq!(r.tick_at(2, &fs).steps, 1);
+        let file = node.root.path().join(&cache).join(MEMORY_RECLAIM);
+        std::fs::write(&file, "").unwrap();
+        // `mode: Disabled` (or the config deleted): the pass refreshes with no settings.
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        r.refresh("r2", None, &d, None);
+        for at in [4, 6, 60, 600] {
+            let t = r.tick_at(at, &fs);
+            assert_eq!((t.read, t.steps), (0, 0), "at {at} s");
+        }
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "",
+            "nothing written after"
+        );
+        assert_eq!(r.summary(), None, "status.reclaim goes");
+        assert_eq!(r.targets(), (0, None));
+        // On again: a fresh start, a baseline before any step.
+        r.refresh("r3", Some(&reclaim(ReclaimMode::Active)), &d, None);
+        assert_eq!(r.tick_at(602, &fs).steps, 0);
+        assert_eq!(r.summary().unwrap().steps, 0);
+    }
+
+    #[test]
     fn stall_over_the_target_backs_off_without_a_write() {
         let node = node(true);
         let (mut r, fs, cache) = run(&node, ReclaimMode::Active);

@@ -96,6 +96,8 @@ mod owners;
 mod pace;
 mod reaction;
 mod reclaim;
+mod reclaim_cold;
+mod reclaim_rollback;
 mod relief;
 mod side_by_side;
 mod v135;
@@ -322,10 +324,7 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
             phase!(phases, node, bed, "reclaim", &["install"], || async {
                 let agent_ip = agent_ip.expect("install passed");
-                reclaim::reclaim_keeps_a_streaming_pod_from_eviction(
-                    &mut node, &bed, &mut spec, &agent_ip,
-                )
-                .await
+                reclaim::reclaim_on_a_real_kernel(&mut node, &bed, &mut spec, &agent_ip).await
             });
         }
         // Before the token phase, which stops the controller (AgentsBlocked is its

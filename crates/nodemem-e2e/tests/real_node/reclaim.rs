@@ -1,12 +1,34 @@
-//! Phase (cgroupfs driver): proactive reclaim on a real kernel, the kubelet's eviction manager judging.
+//! Phase (cgroupfs driver): proactive reclaim on a real kernel: cold cache taken as
+//! Observe predicted (`reclaim_cold`), a reckless revision rolled back on refaults
+//! (`reclaim_rollback`), and the kubelet's eviction manager judging (here).
 
 use super::*;
 
-const MI: i64 = 1 << 20;
+pub(crate) const MI: i64 = 1 << 20;
 /// How far under the node's memory.available the phase puts the kubelet's threshold.
 const MARGIN_MIB: i64 = 250;
 /// What the streaming pod reads back as active page cache, and how fast.
 const STREAM: &[&str] = &["-stream", "400Mi", "-stream-rate", "6Mi"];
+
+/// The phase: its three parts in order, on one hot pod.
+pub(crate) async fn reclaim_on_a_real_kernel(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    spec: &mut RealNodeSpec,
+    agent_ip: &str,
+) {
+    let hot = super::reclaim_cold::cold_cache_goes_as_observe_predicted(node, bed).await;
+    super::reclaim_rollback::a_reclaim_that_refaults_is_rolled_back(node, bed, &hot).await;
+    reclaim_keeps_a_streaming_pod_from_eviction(node, bed, spec, agent_ip, &hot).await;
+}
+
+/// The phase's reclaim settings in `mode`: a step every 2 s of up to 10 % of a
+/// container (the defaults are gentler: 1 % every 6 s), so that the phase is short.
+pub(crate) fn reclaim_patch(mode: &str) -> String {
+    format!(
+        r#"{{"spec":{{"enforcement":"Agent","reclaim":{{"mode":"{mode}","intervalSeconds":2,"maxStepPermille":100}}}}}}"#
+    )
+}
 
 /// Issue 46 on the real kernel, judged by the kubelet: a pod that streams 400Mi through
 /// a file, reading each MiB back (active page cache, which the kubelet's
@@ -18,11 +40,12 @@ const STREAM: &[&str] = &["-stream", "400Mi", "-stream-rate", "6Mi"];
 /// and the working set lost; a pod beside it that reads its 48Mi file ten times a
 /// second keeps it in page cache and refaults little of it (reclaim backs off on its
 /// refaults, longer each time).
-pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
+async fn reclaim_keeps_a_streaming_pod_from_eviction(
     node: &mut RealNode,
     bed: &Bed<'_>,
     spec: &mut RealNodeSpec,
     agent_ip: &str,
+    hot: &str,
 ) {
     let name = node.name.clone();
     let client = &bed.client;
@@ -44,12 +67,7 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
     );
 
     // Observe: the kubelet evicts; the agent had said what there was to take.
-    let reclaim = |mode: &str| {
-        format!(
-            r#"{{"spec":{{"enforcement":"Agent","reclaim":{{"mode":"{mode}","intervalSeconds":2,"maxStepPermille":100}}}}}}"#
-        )
-    };
-    repolicy(client, bed.admin(), &name, &reclaim("Observe")).await;
+    repolicy(client, bed.admin(), &name, &reclaim_patch("Observe")).await;
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-observed").await;
     assert!(
         evicted.is_some(),
@@ -77,20 +95,13 @@ pub(crate) async fn reclaim_keeps_a_streaming_pod_from_eviction(
         evicted.unwrap_or_default()
     );
 
-    // Active: the same pod, not evicted; beside it a pod whose page cache is hot (read ten
-    // times a second), which reclaim must leave resident.
-    repolicy(client, bed.admin(), &name, &reclaim("Active")).await;
-    let hot = start_workloads(
-        client,
-        &name,
-        bed.driver,
-        &[("hot", &["-hot", "48Mi"], "16Mi", "256Mi")],
-    )
-    .await;
-    let hot = hot[0].clone();
+    // Active: the same pod, not evicted; beside it the pod whose page cache is hot (read
+    // ten times a second), which reclaim must leave resident.
+    let refaults_before = super::reclaim_cold::refaults(node, hot);
+    repolicy(client, bed.admin(), &name, &reclaim_patch("Active")).await;
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed").await;
-    let hot_file = stat_value(node, &hot, "file").unwrap_or(0);
-    let hot_refaults = stat_value(node, &hot, "workingset_refault_file").unwrap_or(0);
+    let hot_file = stat_value(node, hot, "file").unwrap_or(0);
+    let hot_refaults = super::reclaim_cold::refaults(node, hot) - refaults_before;
     assert!(
         evicted.is_none(),
         "evicted with reclaim active: {evicted:?}; {seen}"
@@ -225,7 +236,7 @@ async fn stream_until_evicted(
 }
 
 /// A key of a cgroup's memory.stat on the node.
-fn stat_value(node: &mut RealNode, dir: &str, key: &str) -> Option<i64> {
+pub(crate) fn stat_value(node: &mut RealNode, dir: &str, key: &str) -> Option<i64> {
     let (out, code) = node
         .run(&format!(
             "awk '$1==\"{key}\" {{print $2}}' {dir}/memory.stat"
