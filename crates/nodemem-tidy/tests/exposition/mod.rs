@@ -16,6 +16,7 @@ pub fn one_of_each() -> String {
         high: 1,
         oom_kill: 1,
         full_avg60: Some(0.5),
+        refaults: Some(1),
     };
     agent.signals(&[PodSignals {
         namespace: "ns",
