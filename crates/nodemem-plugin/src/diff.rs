@@ -27,6 +27,8 @@ pub struct Side<'a> {
     /// Agent, Kubelet or Observe: under Observe nodemem writes nothing, so that side's
     /// values are "not set by nodemem".
     pub enforcement: String,
+    /// Proactive reclaim in a line (`reclaim_line`); None: off.
+    pub reclaim: Option<String>,
     pub node: Option<&'a DesiredNode<'a>>,
     pub problems: Vec<String>,
 }
@@ -63,6 +65,10 @@ pub struct NodeDiff {
     pub revision: Change,
     /// How the values reach the node (Agent, Kubelet, Observe).
     pub enforcement: Change,
+    /// Proactive reclaim: its mode and settings (None: off). It moves no value of its
+    /// own (its writes to memory.reclaim are steps, not settings), but it is in the
+    /// revision and changes what the node does.
+    pub reclaim: Change,
     /// A handoff already under way, independent of the file: the node runs a policy
     /// it is leaving (`kubectl nodemem explain` says the same).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,6 +111,7 @@ impl NodeDiff {
         self.policy.changed()
             || self.revision.changed()
             || self.enforcement.changed()
+            || self.reclaim.changed()
             || !self.cgroups.is_empty()
             || !self.problems.is_empty()
     }
@@ -139,6 +146,23 @@ fn values(node: &DesiredNode<'_>) -> BTreeMap<(String, &'static str), (String, S
         }
     }
     out
+}
+
+/// Proactive reclaim's settings in a line, as `diff` prints them; None: off (no
+/// section, or `mode: Disabled`).
+pub fn reclaim_line(reclaim: Option<&nodemem_api::policy::ReclaimSpec>) -> Option<String> {
+    use nodemem_api::policy::ReclaimModeSpec;
+    let r = reclaim.filter(|r| r.mode != ReclaimModeSpec::Disabled)?;
+    let classes: Vec<String> = r.qos_classes.iter().map(|c| format!("{c:?}")).collect();
+    Some(format!(
+        "{:?} (stall target {} us/s, steps up to {} permille every {} s, back-off over {} refaults/s, {})",
+        r.mode,
+        r.target_stall_microseconds_per_second,
+        r.max_step_permille,
+        r.interval_seconds,
+        r.max_refaults_per_second,
+        classes.join(", ")
+    ))
 }
 
 /// The difference on one node.
@@ -183,6 +207,10 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
         enforcement: Change {
             from: before.map(|s| s.enforcement.clone()),
             to: after.map(|s| s.enforcement.clone()),
+        },
+        reclaim: Change {
+            from: before.and_then(|s| s.reclaim.clone()),
+            to: after.and_then(|s| s.reclaim.clone()),
         },
         pending: None,
         problems: after.map(|s| s.problems.clone()).unwrap_or_default(),
@@ -291,6 +319,7 @@ pub fn build(
             policy: c.spec.policy.clone(),
             revision: c.spec.revision.clone(),
             enforcement: format!("{:?}", c.spec.settings.enforcement),
+            reclaim: reclaim_line(c.spec.settings.reclaim.as_ref()),
             node: before_node.as_ref(),
             problems: Vec::new(),
         });
@@ -298,6 +327,7 @@ pub fn build(
             policy: name_of(p),
             revision: revision(&p.spec.settings),
             enforcement: format!("{:?}", p.spec.settings.enforcement),
+            reclaim: reclaim_line(p.spec.settings.reclaim.as_ref()),
             node: if refused {
                 before_node.as_ref()
             } else {
@@ -349,14 +379,20 @@ fn spec_changes(live: &[NodeMemoryPolicy], file: &[NodeMemoryPolicy]) -> Vec<Str
             serde_json::to_value(&old.spec).unwrap_or_default(),
             serde_json::to_value(&p.spec).unwrap_or_default(),
         );
-        // The settings are the revision: their effect is in the nodes' values.
-        const SETTINGS: [&str; 4] = ["memoryQoS", "memoryManager", "nodeReserved", "enforcement"];
+        // The settings are the revision: their effect is said per node (values,
+        // enforcement, reclaim). Their keys are those the settings serialize to (the
+        // spec flattens them), on either side.
+        let settings: Vec<serde_json::Value> = [&old.spec.settings, &p.spec.settings]
+            .into_iter()
+            .map(|s| serde_json::to_value(s).unwrap_or_default())
+            .collect();
+        let is_setting = |k: &str| settings.iter().any(|s| s.get(k).is_some());
         let keys: std::collections::BTreeSet<&String> = before
             .as_object()
             .into_iter()
             .chain(after.as_object())
             .flat_map(|o| o.keys())
-            .filter(|k| !SETTINGS.contains(&k.as_str()))
+            .filter(|k| !is_setting(k))
             .collect();
         for key in keys {
             let (b, a) = (&before[key.as_str()], &after[key.as_str()]);
@@ -422,6 +458,14 @@ pub fn render_table(report: &DiffReport) -> String {
                 "  enforcement {} -> {} (\"-\" on an Observe side: computed, never written)",
                 dash(&n.enforcement.from),
                 dash(&n.enforcement.to)
+            );
+        }
+        if n.reclaim.changed() {
+            let _ = writeln!(
+                out,
+                "  reclaim {} -> {} (\"-\": off)",
+                dash(&n.reclaim.from),
+                dash(&n.reclaim.to)
             );
         }
         for p in &n.problems {
@@ -505,6 +549,7 @@ mod tests {
             policy: policy.into(),
             revision: format!("r-{policy}"),
             enforcement: "Agent".into(),
+            reclaim: None,
             node: Some(node),
             problems: vec![],
         }
@@ -703,6 +748,56 @@ mod tests {
     /// What a diff must not hide: enforcement going from Observe (whose values were never
     /// written) to Agent, a rollout setting that changes no value, and a new policy
     /// that would tie with a live one.
+    #[test]
+    fn reclaim_turned_on_is_a_change_of_the_node_without_a_value() {
+        let a = policy("a", "a", 0, 0.9);
+        let snapshot = Snapshot {
+            policies: vec![a.clone()],
+            nodes: vec![node("n1", "a")],
+            configs: vec![config("n1", &a)],
+        };
+        let pods: BTreeMap<String, Vec<core::Pod>> =
+            [("n1".to_string(), vec![pod_on("n1", "n1-uid")])].into();
+        let mut on = a.clone();
+        on.spec.settings.reclaim = Some(nodemem_api::policy::ReclaimSpec {
+            mode: nodemem_api::policy::ReclaimModeSpec::Active,
+            ..Default::default()
+        });
+        let r = build(&snapshot, std::slice::from_ref(&on), &pods, &[]);
+        assert!(r.changes, "reclaim is in the revision: the node changes");
+        assert!(
+            r.policy_changes.is_empty(),
+            "said per node: {:?}",
+            r.policy_changes
+        );
+        let n1 = &r.nodes[0];
+        assert!(n1.cgroups.is_empty(), "it moves no value: {:?}", n1.cgroups);
+        assert_ne!(n1.revision.from, n1.revision.to);
+        assert_eq!(n1.reclaim.from, None);
+        let table = render_table(&r);
+        assert!(
+            table.contains("  reclaim - -> Active (stall target 1000 us/s, steps up to 10 permille every 6 s, back-off over 100 refaults/s, Burstable, BestEffort) (\"-\": off)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("1 node(s) change, 0 cgroup value(s) change"),
+            "{table}"
+        );
+        // Disabled reads as off: from Active to Disabled is a change to "-", and
+        // Disabled to no section none.
+        let mut disabled = on.clone();
+        disabled.spec.settings.reclaim.as_mut().unwrap().mode =
+            nodemem_api::policy::ReclaimModeSpec::Disabled;
+        assert_eq!(reclaim_line(disabled.spec.settings.reclaim.as_ref()), None);
+        let snapshot_on = Snapshot {
+            policies: vec![on.clone()],
+            nodes: vec![node("n1", "a")],
+            configs: vec![config("n1", &on)],
+        };
+        let r = build(&snapshot_on, std::slice::from_ref(&disabled), &pods, &[]);
+        assert!(r.nodes[0].reclaim.changed() && r.nodes[0].reclaim.to.is_none());
+    }
+
     #[test]
     fn enforcement_rollout_settings_and_ties_are_said() {
         let mut a = policy("a", "a", 0, 0.9);

@@ -601,6 +601,20 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         );
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
+    // Turning it Active (the example's file: its enforcement is Agent, the sandbox's
+    // overlay observes) is said on each node, and not as a spec change of no effect.
+    let batch = std::fs::read_to_string(repo().join("examples/batch/policy.yaml")).unwrap();
+    let active = batch.replace("mode: Observe", "mode: Active");
+    assert_ne!(batch, active);
+    std::fs::write(shell.dir.join("batch-active.yaml"), active).unwrap();
+    let diff = shell.run("kubectl", &["nodemem", "diff", "-f", "batch-active.yaml"]);
+    assert_eq!(diff.code, 1, "{}{}", diff.stdout, diff.stderr);
+    assert!(
+        diff.stdout.contains("  reclaim Observe (stall target 1000 us/s, steps up to 10 permille every 6 s, back-off over 100 refaults/s, Burstable, BestEffort) -> Active (")
+            && !diff.stdout.contains("spec.reclaim"),
+        "{}",
+        diff.stdout
+    );
 
     // GitOps: after the rollout the tree shows no drift (the controller writes status
     // only), and a GitOps tool's server-side apply does not conflict with the
