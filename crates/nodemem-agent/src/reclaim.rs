@@ -109,17 +109,22 @@ impl Reclaim {
 
     /// After a pass: the containers to act on under `settings` (None: off), all
     /// managed ones of its classes but the agent's own (`own_cgroup`). A container
-    /// kept keeps its controller; a new revision starts every figure again.
+    /// kept keeps its controller; a new revision starts every figure again, but for
+    /// what `last` (the config's status.reclaim) counted on this revision and mode: an
+    /// agent restarted goes on from its counts rather than from nothing.
     pub fn refresh(
         &mut self,
         revision: &str,
         settings: Option<&Settings>,
         desired: &DesiredNode<'_>,
         own_cgroup: Option<&str>,
+        last: Option<&ReclaimSummary>,
     ) {
         if self.revision != revision || self.settings.as_ref() != settings {
             self.revision = revision.to_string();
-            self.totals = TickReport::default();
+            self.totals = settings.map_or_else(TickReport::default, |s| {
+                counted_before(last, revision, s.mode)
+            });
             self.tracked.clear();
             self.unsupported = false;
         }
@@ -244,11 +249,7 @@ impl Reclaim {
         let wide = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         Some(ReclaimSummary {
             revision: self.revision.clone(),
-            mode: match settings.mode {
-                ReclaimMode::Observe => "Observe",
-                ReclaimMode::Active => "Active",
-            }
-            .to_string(),
+            mode: mode_name(settings.mode).to_string(),
             supported: !self.unsupported,
             swap: self.swap,
             containers: self.tracked.len() as i64,
@@ -282,33 +283,63 @@ impl Reclaim {
     /// on or changed, its first readings, the kernel found unable, containers came or
     /// went; figures that moved, once 30 s have passed since the last.
     pub fn news(&self) -> bool {
-        if self.headline() != self.reported {
+        let summary = self.summary();
+        if self.headline(summary.as_ref()) != self.reported {
             return true;
         }
         let stale = self
             .reported_at
             .is_none_or(|at| at.elapsed() >= FIGURES_EVERY);
-        stale && self.summary() != self.reported_figures
+        stale && summary != self.reported_figures
     }
 
     /// The summary as it goes into status, remembered for [`Reclaim::news`].
     pub fn report(&mut self) -> Option<ReclaimSummary> {
-        self.reported = self.headline();
         let summary = self.summary();
+        self.reported = self.headline(summary.as_ref());
         self.reported_figures = summary.clone();
         self.reported_at = Some(Instant::now());
         summary
     }
 
-    fn headline(&self) -> Option<(String, bool, i64, bool)> {
-        let s = self.summary()?;
+    /// What of a summary is news at once: the mode, the kernel's support, the number
+    /// of containers and whether any was read yet.
+    fn headline(&self, s: Option<&ReclaimSummary>) -> Option<(String, bool, i64, bool)> {
+        let s = s?;
         let read = self.tracked.values().any(|t| t.last.is_some());
-        Some((s.mode, s.supported, s.containers, read))
+        Some((s.mode.clone(), s.supported, s.containers, read))
     }
 
     /// Containers acted on now, and the mode (for metrics).
     pub fn targets(&self) -> (usize, Option<ReclaimMode>) {
         (self.tracked.len(), self.settings.as_ref().map(|s| s.mode))
+    }
+}
+
+/// A mode as status names it.
+fn mode_name(mode: ReclaimMode) -> &'static str {
+    match mode {
+        ReclaimMode::Observe => "Observe",
+        ReclaimMode::Active => "Active",
+    }
+}
+
+/// The counts a status of this revision and mode already holds (an agent restarted
+/// on it), to go on from; nothing for another revision or mode.
+fn counted_before(last: Option<&ReclaimSummary>, revision: &str, mode: ReclaimMode) -> TickReport {
+    let Some(l) = last.filter(|l| l.revision == revision && l.mode == mode_name(mode)) else {
+        return TickReport::default();
+    };
+    let count = |v: i64| usize::try_from(v).unwrap_or(0);
+    TickReport {
+        read: 0,
+        steps: count(l.steps),
+        asked: l.would_reclaim_bytes,
+        reclaimed: l.reclaimed_bytes,
+        headroom: l.headroom_gained_bytes,
+        pressure_back_offs: count(l.pressure_back_offs),
+        refault_back_offs: count(l.refault_back_offs),
+        failed_writes: count(l.failed_writes),
     }
 }
 
@@ -442,7 +473,7 @@ mod tests {
         let f = facts();
         let d = desired(&s, &f, &node.pods);
         let mut r = Reclaim::new(false);
-        r.refresh("r1", Some(&reclaim(mode)), &d, None);
+        r.refresh("r1", Some(&reclaim(mode)), &d, None, None);
         (r, CgroupFs::new(node.root.path()), path_of(&d, "cache"))
     }
 
@@ -515,7 +546,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        r.refresh("r2", None, &d, None);
+        r.refresh("r2", None, &d, None, None);
         for at in [4, 6, 60, 600] {
             let t = r.tick_at(at, &fs);
             assert_eq!((t.read, t.steps), (0, 0), "at {at} s");
@@ -528,9 +559,67 @@ mod tests {
         assert_eq!(r.summary(), None, "status.reclaim goes");
         assert_eq!(r.targets(), (0, None));
         // On again: a fresh start, a baseline before any step.
-        r.refresh("r3", Some(&reclaim(ReclaimMode::Active)), &d, None);
+        r.refresh("r3", Some(&reclaim(ReclaimMode::Active)), &d, None, None);
         assert_eq!(r.tick_at(602, &fs).steps, 0);
         assert_eq!(r.summary().unwrap().steps, 0);
+    }
+
+    #[test]
+    fn an_agent_restarted_on_its_revision_goes_on_from_what_status_counted() {
+        let node = node(true);
+        let (mut r, fs, _) = run(&node, ReclaimMode::Active);
+        r.tick_at(0, &fs);
+        r.tick_at(2, &fs);
+        let before = r.report().unwrap();
+        assert_eq!(before.steps, 1);
+        let mut last = before.clone();
+        last.reclaimed_bytes = 300 * MI;
+        last.headroom_gained_bytes = 200 * MI;
+        last.refault_back_offs = 4;
+        // A new agent on the same revision and mode: its counts go on from status.
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        let mut again = Reclaim::new(false);
+        again.refresh(
+            "r1",
+            Some(&reclaim(ReclaimMode::Active)),
+            &d,
+            None,
+            Some(&last),
+        );
+        let go_on = again.summary().unwrap();
+        assert_eq!(
+            (
+                go_on.steps,
+                go_on.reclaimed_bytes,
+                go_on.headroom_gained_bytes,
+                go_on.refault_back_offs
+            ),
+            (1, 300 * MI, 200 * MI, 4)
+        );
+        again.tick_at(0, &fs);
+        again.tick_at(2, &fs);
+        assert_eq!(again.summary().unwrap().steps, 2, "and counts on");
+        // Another revision, or another mode on it, starts from nothing.
+        let mut other = Reclaim::new(false);
+        other.refresh(
+            "r2",
+            Some(&reclaim(ReclaimMode::Active)),
+            &d,
+            None,
+            Some(&last),
+        );
+        assert_eq!(other.summary().unwrap().reclaimed_bytes, 0);
+        let mut observing = Reclaim::new(false);
+        observing.refresh(
+            "r1",
+            Some(&reclaim(ReclaimMode::Observe)),
+            &d,
+            None,
+            Some(&last),
+        );
+        assert_eq!(observing.summary().unwrap().steps, 0);
     }
 
     #[test]
@@ -584,7 +673,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        r.refresh("r1", None, &d, None);
+        r.refresh("r1", None, &d, None, None);
         assert!(r.summary().is_none());
         assert!(r.news(), "turned off");
     }
@@ -598,9 +687,9 @@ mod tests {
         let mut all = reclaim(ReclaimMode::Active);
         all.classes.push(QosClass::Guaranteed);
         let mut r = Reclaim::new(false);
-        r.refresh("r1", Some(&all), &d, None);
+        r.refresh("r1", Some(&all), &d, None, None);
         assert_eq!(r.targets().0, 2);
-        r.refresh("r1", Some(&all), &d, Some(&path_of(&d, "db")));
+        r.refresh("r1", Some(&all), &d, Some(&path_of(&d, "db")), None);
         assert_eq!(r.targets().0, 1);
     }
 

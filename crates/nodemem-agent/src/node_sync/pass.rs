@@ -342,6 +342,7 @@ impl Passes {
             settings.reclaim.as_ref(),
             desired,
             applier.own_cgroup(),
+            pass.input.last.and_then(|l| l.reclaim.as_ref()),
         );
         if matches!(pass.reach, Reach::Node) {
             self.reclaim.report()
