@@ -158,6 +158,12 @@ impl Reclaim {
         self.tracked = kept;
     }
 
+    /// Off: no config governs the node any more (its values are given back).
+    pub fn stop(&mut self) {
+        self.settings = None;
+        self.tracked.clear();
+    }
+
     /// Reads and steps the containers whose interval passed.
     pub fn tick(&mut self, fs: &CgroupFs) -> TickReport {
         self.tick_at(self.origin.elapsed().as_secs(), fs)
@@ -558,6 +564,12 @@ mod tests {
         );
         assert_eq!(r.summary(), None, "status.reclaim goes");
         assert_eq!(r.targets(), (0, None));
+        // No config at all (given back): the same.
+        r.refresh("r2", Some(&reclaim(ReclaimMode::Active)), &d, None, None);
+        assert_eq!(r.targets(), (1, Some(ReclaimMode::Active)));
+        r.stop();
+        assert_eq!(r.targets(), (0, None));
+        assert_eq!((r.tick_at(700, &fs).read, r.summary()), (0, None));
         // On again: a fresh start, a baseline before any step.
         r.refresh("r3", Some(&reclaim(ReclaimMode::Active)), &d, None, None);
         assert_eq!(r.tick_at(602, &fs).steps, 0);

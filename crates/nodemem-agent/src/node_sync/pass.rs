@@ -199,6 +199,8 @@ impl Passes {
     /// No config (never created, or deleted): everything nodemem set is given back,
     /// in the cgroups and in the kubelet's configuration.
     async fn give_back(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
+        // Reclaim is a policy's too: with no config, no step is taken any more.
+        self.reclaim.stop();
         self.publish_creation(None, None, &writers.applier);
         self.metrics.config(None);
         if let Some(outcome) = writers.kubelet.leave(writers.applier.state()).await {
