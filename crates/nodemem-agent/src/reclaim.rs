@@ -51,9 +51,12 @@ pub struct TickReport {
     /// Steps taken (Active) or that would have been (Observe), and bytes.
     pub steps: usize,
     pub asked: i64,
-    /// Active: memory.current and working set lost at the steps.
+    /// Active: memory.current and working set lost at the steps, and of the first
+    /// the page cache and the anon.
     pub reclaimed: i64,
     pub headroom: i64,
+    pub reclaimed_file: i64,
+    pub reclaimed_anon: i64,
     pub pressure_back_offs: usize,
     pub refault_back_offs: usize,
     pub failed_writes: usize,
@@ -66,6 +69,8 @@ impl TickReport {
         self.asked += o.asked;
         self.reclaimed += o.reclaimed;
         self.headroom += o.headroom;
+        self.reclaimed_file += o.reclaimed_file;
+        self.reclaimed_anon += o.reclaimed_anon;
         self.pressure_back_offs += o.pressure_back_offs;
         self.refault_back_offs += o.refault_back_offs;
         self.failed_writes += o.failed_writes;
@@ -81,6 +86,9 @@ pub struct Reclaim {
     swap: bool,
     /// Some target's cgroup has no memory.reclaim (a kernel before 5.19).
     unsupported: bool,
+    /// Whether memory.reclaim takes `swappiness=`; None: not found out yet (only
+    /// Active writes to find out).
+    swappiness_key: Option<bool>,
     tracked: BTreeMap<String, Tracked>,
     /// Every tick's report since the revision was applied, summed.
     totals: TickReport,
@@ -99,6 +107,7 @@ impl Reclaim {
             settings: None,
             swap,
             unsupported: false,
+            swappiness_key: None,
             tracked: BTreeMap::new(),
             totals: TickReport::default(),
             reported: None,
@@ -214,12 +223,12 @@ impl Reclaim {
                         ReclaimMode::Observe => {}
                         ReclaimMode::Active if self.unsupported => {}
                         ReclaimMode::Active => {
+                            if self.swappiness_key.is_none() {
+                                self.swappiness_key = takes_swappiness(fs, &cgroup);
+                            }
                             match write(fs, &cgroup, bytes, &now, at, t.floor, self.swap) {
                                 Ok(after) => {
-                                    let lost = (now.current - after.current).max(0);
-                                    let headroom = (now.working_set() - after.working_set()).max(0);
-                                    report.reclaimed += lost;
-                                    report.headroom += headroom;
+                                    report.add(&lost(&now, &after));
                                     t.last = Some(after);
                                 }
                                 Err(e) => {
@@ -261,6 +270,9 @@ impl Reclaim {
             containers: self.tracked.len() as i64,
             steps: i64::try_from(self.totals.steps).unwrap_or(i64::MAX),
             reclaimed_bytes: self.totals.reclaimed,
+            reclaimed_file_bytes: self.totals.reclaimed_file,
+            reclaimed_anon_bytes: self.totals.reclaimed_anon,
+            swappiness_key: self.swappiness_key,
             headroom_gained_bytes: self.totals.headroom,
             // Observe asks nothing of the kernel: what its steps asked is what Active
             // would have.
@@ -322,6 +334,31 @@ impl Reclaim {
     }
 }
 
+/// What a step's write took, read from the readings around it: memory.current, the
+/// working set, page cache and anon each lost (a figure that grew meanwhile counts 0).
+fn lost(before: &Sample, after: &Sample) -> TickReport {
+    let file = |s: &Sample| s.inactive_file + s.active_file;
+    TickReport {
+        reclaimed: (before.current - after.current).max(0),
+        headroom: (before.working_set() - after.working_set()).max(0),
+        reclaimed_file: (file(before) - file(after)).max(0),
+        reclaimed_anon: (before.anon - after.anon).max(0),
+        ..TickReport::default()
+    }
+}
+
+/// Whether memory.reclaim takes `swappiness=`; None when the probe's write failed for
+/// another reason (it is tried again at the next step).
+fn takes_swappiness(fs: &CgroupFs, cgroup: &CgroupPath) -> Option<bool> {
+    match fs.reclaim_takes_swappiness(cgroup) {
+        Ok(takes) => Some(takes),
+        Err(e) => {
+            warn!(cgroup = %cgroup, error = %e, "cannot find out whether memory.reclaim takes swappiness=");
+            None
+        }
+    }
+}
+
 /// A mode as status names it.
 fn mode_name(mode: ReclaimMode) -> &'static str {
     match mode {
@@ -343,6 +380,8 @@ fn counted_before(last: Option<&ReclaimSummary>, revision: &str, mode: ReclaimMo
         asked: l.would_reclaim_bytes,
         reclaimed: l.reclaimed_bytes,
         headroom: l.headroom_gained_bytes,
+        reclaimed_file: l.reclaimed_file_bytes,
+        reclaimed_anon: l.reclaimed_anon_bytes,
         pressure_back_offs: count(l.pressure_back_offs),
         refault_back_offs: count(l.refault_back_offs),
         failed_writes: count(l.failed_writes),
@@ -632,6 +671,34 @@ mod tests {
             Some(&last),
         );
         assert_eq!(observing.summary().unwrap().steps, 0);
+    }
+
+    #[test]
+    fn a_step_is_split_into_the_page_cache_and_the_anon_it_took() {
+        let sample = |current: i64, inactive: i64, active: i64, anon: i64| Sample {
+            at: 0,
+            stall_total_us: 0,
+            current,
+            inactive_file: inactive,
+            active_file: active,
+            anon,
+            refaults: 0,
+            floor: 0,
+            swap: true,
+        };
+        let before = sample(512 * MI, 300 * MI, 100 * MI, 100 * MI);
+        let after = sample(400 * MI, 250 * MI, 60 * MI, 90 * MI);
+        let t = lost(&before, &after);
+        assert_eq!(
+            (t.reclaimed, t.reclaimed_file, t.reclaimed_anon),
+            (112 * MI, 90 * MI, 10 * MI)
+        );
+        // The working set (current less inactive file) lost 62 MiB.
+        assert_eq!(t.headroom, 62 * MI);
+        // A figure that grew meanwhile (the container allocated) counts nothing.
+        let grew = sample(520 * MI, 300 * MI, 100 * MI, 130 * MI);
+        let t = lost(&before, &grew);
+        assert_eq!((t.reclaimed, t.reclaimed_file, t.reclaimed_anon), (0, 0, 0));
     }
 
     #[test]

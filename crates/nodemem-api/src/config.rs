@@ -109,6 +109,20 @@ pub struct ReclaimSummary {
     /// Active: what the containers' memory.current lost at the steps, bytes (the kernel
     /// may take more than it is asked).
     pub reclaimed_bytes: i64,
+    /// Active: of what memory.current lost, the page cache (memory.stat active and
+    /// inactive file), bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reclaimed_file_bytes: i64,
+    /// Active: of what memory.current lost, the anonymous memory (only with swap),
+    /// bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reclaimed_anon_bytes: i64,
+    /// Whether this kernel's memory.reclaim takes the `swappiness=` key (Linux 6.11
+    /// and later, and kernels it was backported to), which steers a step between page
+    /// cache and anon; found out under Active by a write of "0 swappiness=60", which
+    /// reclaims nothing. Absent: not found out (Observe writes nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swappiness_key: Option<bool>,
     /// Active: what the containers' working set lost at the steps, bytes: the eviction
     /// headroom gained (the kubelet's memory.available counts the working set,
     /// memory.current less inactive page cache).

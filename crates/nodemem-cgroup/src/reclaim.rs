@@ -86,6 +86,23 @@ impl CgroupFs {
     }
 }
 
+impl CgroupFs {
+    /// Whether `cgroup`'s memory.reclaim takes the `swappiness=` key (Linux 6.11,
+    /// Documentation/admin-guide/cgroup-v2.rst "The following nested keys are
+    /// defined"): "0 swappiness=60" asks for nothing, so it reclaims nothing where it
+    /// is taken, and a kernel without the key refuses it (EINVAL). Any other error
+    /// carries the path.
+    pub fn reclaim_takes_swappiness(&self, cgroup: &CgroupPath) -> Result<bool, CgroupError> {
+        match self.write(cgroup, MEMORY_RECLAIM, "0 swappiness=60") {
+            Ok(()) => Ok(true),
+            Err(CgroupError::Io { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,10 +207,19 @@ fn reclaim_text(r: &nodemem_api::config::ReclaimSummary) -> String {
     }
     if r.mode == "Active" {
         out.push_str(&format!(
-            "\n  reclaimed {} (memory.current), eviction headroom gained {} (working set)",
+            "\n  reclaimed {} (memory.current: page cache {}, anon {}), eviction headroom gained {} (working set)",
             format_bytes(r.reclaimed_bytes),
+            format_bytes(r.reclaimed_file_bytes),
+            format_bytes(r.reclaimed_anon_bytes),
             format_bytes(r.headroom_gained_bytes)
         ));
+        if let Some(takes) = r.swappiness_key {
+            out.push_str(if takes {
+                "\n  this kernel's memory.reclaim takes swappiness= (page cache and anon can be steered)"
+            } else {
+                "\n  this kernel's memory.reclaim takes no swappiness= (Linux 6.11 added it): the kernel's own balance decides between page cache and anon"
+            });
+        }
     } else {
         out.push_str(&format!(
             "\n  would reclaim {} (nothing written: mode Observe)",
@@ -919,6 +928,8 @@ mod tests {
             containers: 4,
             steps: 12,
             reclaimed_bytes: 300 << 20,
+            reclaimed_file_bytes: 280 << 20,
+            swappiness_key: Some(false),
             headroom_gained_bytes: 120 << 20,
             resident_at_start_bytes: 1 << 30,
             resident_bytes: 724 << 20,
@@ -933,7 +944,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("reclaimed 300Mi (memory.current), eviction headroom gained 120Mi"),
+            text.contains("reclaimed 300Mi (memory.current: page cache 280Mi, anon 0), eviction headroom gained 120Mi"),
+            "{text}"
+        );
+        assert!(
+            text.contains("memory.reclaim takes no swappiness= (Linux 6.11 added it)"),
             "{text}"
         );
         assert!(

@@ -160,6 +160,27 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
         hot_refaults < 2 * HOT_PAGES,
         "the hot pod refaulted {hot_refaults} pages, twice its 48Mi ({HOT_PAGES} pages) or more: reclaim kept taking what it reads: {on:?}"
     );
+    // What was taken is page cache (no swap on the node), and whether the kernel's
+    // memory.reclaim takes swappiness= is found out as its version says (6.11).
+    let on = on.expect("status.reclaim under Active");
+    assert!(
+        !on.swap && on.reclaimed_anon_bytes == 0 && on.reclaimed_file_bytes >= taken * 9 / 10,
+        "page cache, {} MiB of the cold pod's {} MiB taken: {on:?}",
+        on.reclaimed_file_bytes / MI,
+        taken / MI
+    );
+    let (release, _) = node.run("cat /proc/sys/kernel/osrelease").unwrap();
+    let version: Vec<u32> = release
+        .split(['.', '-'])
+        .take(2)
+        .map(|n| n.trim().parse().unwrap_or(0))
+        .collect();
+    assert_eq!(
+        on.swappiness_key,
+        Some(version >= vec![6, 11]),
+        "kernel {}: {on:?}",
+        release.trim()
+    );
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
     pods.delete("cold", &Default::default()).await.unwrap();
     hot
