@@ -579,6 +579,15 @@ mod tests {
         }
     }
 
+    /// The verdict at the default limits, with neither a write error nor a relief.
+    fn judged(s: RevisionSignals, full: f64, refaults: Refaults) -> Verdict {
+        let now = Now {
+            full: Some(full),
+            refaults,
+        };
+        verdict(s, now, &HealthSpec::default(), 0, 0)
+    }
+
     fn at(seconds: u64) -> Instant {
         t0() + Duration::from_secs(seconds)
     }
@@ -610,16 +619,7 @@ mod tests {
             }
         );
         assert_eq!(s.peak_refaults_per_second, Some(100));
-        let v = verdict(
-            s.clone(),
-            Now {
-                full: Some(0.0),
-                refaults: b.refaults(Some(50)),
-            },
-            &HealthSpec::default(),
-            0,
-            0,
-        );
+        let v = judged(s.clone(), 0.0, b.refaults(Some(50)));
         assert_eq!((v.healthy, v.reason), (Some(false), "SustainedRefaults"));
         assert!(
             v.message.starts_with("a managed pod reads back 100 evicted page(s) a second (memory.stat workingset_refault_*; tolerated: 50)"),
@@ -627,16 +627,7 @@ mod tests {
             v.message
         );
         // The same rate under a gate of 100 passes (over, not at), and says so.
-        let v = verdict(
-            s,
-            Now {
-                full: Some(0.0),
-                refaults: b.refaults(Some(100)),
-            },
-            &HealthSpec::default(),
-            0,
-            0,
-        );
+        let v = judged(s, 0.0, b.refaults(Some(100)));
         assert_eq!(v.healthy, Some(true));
         assert!(
             v.message
@@ -700,16 +691,7 @@ mod tests {
                 gate: 1000
             }
         );
-        let v = verdict(
-            s.clone(),
-            Now {
-                full: Some(0.0),
-                refaults,
-            },
-            &HealthSpec::default(),
-            0,
-            0,
-        );
+        let v = judged(s.clone(), 0.0, refaults);
         assert_eq!((v.healthy, v.reason), (None, "RefaultsUnknown"));
         assert!(
             v.message.starts_with("the refaults of managed pod cgroup b cannot be read (memory.stat has no workingset_refault counts), so maxRefaultsPerSecond cannot be evaluated and this node is not counted ready; since revision r: 0 OOM kill(s)"),
@@ -717,16 +699,7 @@ mod tests {
             v.message
         );
         // Unmeasured reads as unknown too, and says when the next reading comes.
-        let v = verdict(
-            s.clone(),
-            Now {
-                full: Some(0.0),
-                refaults: Refaults::Unmeasured { gate: 1000 },
-            },
-            &HealthSpec::default(),
-            0,
-            0,
-        );
+        let v = judged(s.clone(), 0.0, Refaults::Unmeasured { gate: 1000 });
         assert_eq!(v.healthy, None);
         assert!(
             v.message.contains("the next comes within 10 s"),
@@ -734,16 +707,7 @@ mod tests {
             v.message
         );
         // A failing gate still decides over an unknown one.
-        let v = verdict(
-            s,
-            Now {
-                full: Some(50.0),
-                refaults: Refaults::Unmeasured { gate: 1000 },
-            },
-            &HealthSpec::default(),
-            0,
-            0,
-        );
+        let v = judged(s, 50.0, Refaults::Unmeasured { gate: 1000 });
         assert_eq!(v.reason, "SustainedMemoryPressure");
         // No managed pod: nothing refaults.
         let mut empty = Baseline::default();

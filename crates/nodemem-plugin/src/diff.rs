@@ -748,16 +748,21 @@ mod tests {
     /// What a diff must not hide: enforcement going from Observe (whose values were never
     /// written) to Agent, a rollout setting that changes no value, and a new policy
     /// that would tie with a live one.
+    /// One node `n1` of pool `a`, its config from `p`, and one pod on it.
+    fn one_node(p: &NodeMemoryPolicy) -> (Snapshot, BTreeMap<String, Vec<core::Pod>>) {
+        let snapshot = Snapshot {
+            policies: vec![p.clone()],
+            nodes: vec![node("n1", "a")],
+            configs: vec![config("n1", p)],
+        };
+        let pods = [("n1".to_string(), vec![pod_on("n1", "n1-uid")])].into();
+        (snapshot, pods)
+    }
+
     #[test]
     fn reclaim_turned_on_is_a_change_of_the_node_without_a_value() {
         let a = policy("a", "a", 0, 0.9);
-        let snapshot = Snapshot {
-            policies: vec![a.clone()],
-            nodes: vec![node("n1", "a")],
-            configs: vec![config("n1", &a)],
-        };
-        let pods: BTreeMap<String, Vec<core::Pod>> =
-            [("n1".to_string(), vec![pod_on("n1", "n1-uid")])].into();
+        let (snapshot, pods) = one_node(&a);
         let mut on = a.clone();
         on.spec.settings.reclaim = Some(nodemem_api::policy::ReclaimSpec {
             mode: nodemem_api::policy::ReclaimModeSpec::Active,
@@ -789,11 +794,7 @@ mod tests {
         disabled.spec.settings.reclaim.as_mut().unwrap().mode =
             nodemem_api::policy::ReclaimModeSpec::Disabled;
         assert_eq!(reclaim_line(disabled.spec.settings.reclaim.as_ref()), None);
-        let snapshot_on = Snapshot {
-            policies: vec![on.clone()],
-            nodes: vec![node("n1", "a")],
-            configs: vec![config("n1", &on)],
-        };
+        let (snapshot_on, _) = one_node(&on);
         let r = build(&snapshot_on, std::slice::from_ref(&disabled), &pods, &[]);
         assert!(r.nodes[0].reclaim.changed() && r.nodes[0].reclaim.to.is_none());
     }
@@ -803,13 +804,7 @@ mod tests {
         let mut a = policy("a", "a", 0, 0.9);
         a.spec.settings.enforcement = nodemem_api::policy::Enforcement::Observe;
         a.spec.rollout.min_ready_seconds = 60;
-        let snapshot = Snapshot {
-            policies: vec![a.clone()],
-            nodes: vec![node("n1", "a")],
-            configs: vec![config("n1", &a)],
-        };
-        let pods: BTreeMap<String, Vec<core::Pod>> =
-            [("n1".to_string(), vec![pod_on("n1", "n1-uid")])].into();
+        let (snapshot, pods) = one_node(&a);
 
         let mut enforced = a.clone();
         enforced.spec.settings.enforcement = nodemem_api::policy::Enforcement::Agent;
