@@ -34,16 +34,18 @@ pub struct Reading {
     pub refaults: Option<u64>,
 }
 
-/// memory.events, memory.pressure and memory.stat's refaults of these cgroups (the
-/// managed pods); a cgroup whose memory.events cannot be read or parsed is left out,
-/// one whose memory.pressure cannot (PSI is off) has no pressure reading, one whose
-/// memory.stat cannot no refault count. A memory.pressure without a `full` line
-/// (kernels before 4.20 had none for the root) reads as 0.
+/// memory.events, memory.pressure and, with `refaults` (the refault gate applies),
+/// memory.stat's refaults of these cgroups (the managed pods); a cgroup whose
+/// memory.events cannot be read or parsed is left out, one whose memory.pressure
+/// cannot (PSI is off) has no pressure reading, one whose memory.stat cannot (or is
+/// not read) no refault count. A memory.pressure without a `full` line (kernels
+/// before 4.20 had none for the root) reads as 0.
 pub fn read_signals<'a>(
     fs: &nodemem_cgroup::CgroupFs,
     cgroups: impl Iterator<Item = &'a str>,
+    refaults: bool,
 ) -> BTreeMap<String, Reading> {
-    use nodemem_cgroup::parse::{memory_events, memory_stat, pressure, refaults};
+    use nodemem_cgroup::parse::{memory_events, memory_stat, pressure, refaults as count_refaults};
     let mut out = BTreeMap::new();
     for path in cgroups {
         let Ok(p) = nodemem_cgroup::CgroupPath::new(path) else {
@@ -59,11 +61,12 @@ pub fn read_signals<'a>(
             .ok()
             .and_then(|t| pressure("memory.pressure", &t).ok())
             .map(|p| p.full.map_or(0.0, |f| f.avg60));
-        let refaults = fs
-            .read(&p, "memory.stat")
-            .ok()
+        // Only where gated: a file more per pod on every whole-node pass otherwise.
+        let refaults = refaults
+            .then(|| fs.read(&p, "memory.stat").ok())
+            .flatten()
             .and_then(|t| memory_stat("memory.stat", &t).ok())
-            .and_then(|stat| refaults(&stat));
+            .and_then(|stat| count_refaults(&stat));
         out.insert(
             path.to_string(),
             Reading {
@@ -131,16 +134,19 @@ pub enum Refaults {
     Unreadable { pod: String, gate: i32 },
 }
 
-/// Whether these settings reclaim actively (the refault gate's default applies): Active
-/// and written by the agent (validation refuses Active elsewhere).
-pub fn reclaim_active(settings: &nodemem_model::cluster::policy::PolicySettings) -> bool {
-    use nodemem_model::cluster::policy::Enforcement;
+/// The refault gate these settings are judged by under `limits` (pages a second per
+/// pod; None: not gated): the gate's default applies where reclaim is Active, as
+/// `Reclaim` runs it (validation refuses Active but under `enforcement: Agent`).
+pub fn refault_gate(
+    limits: &HealthSpec,
+    settings: &nodemem_model::cluster::policy::PolicySettings,
+) -> Option<i32> {
     use nodemem_model::feedback::reclaim::ReclaimMode;
-    settings.enforcement == Enforcement::Agent
-        && settings
-            .reclaim
-            .as_ref()
-            .is_some_and(|r| r.mode == ReclaimMode::Active)
+    let active = settings
+        .reclaim
+        .as_ref()
+        .is_some_and(|r| r.mode == ReclaimMode::Active);
+    limits.refault_gate(active)
 }
 
 /// What the gates read now, beyond the counts since the revision.
@@ -726,5 +732,41 @@ mod tests {
         limits.max_refaults_per_second = Some(20);
         assert_eq!(limits.refault_gate(false), Some(20));
         assert_eq!(limits.refault_gate(true), Some(20));
+    }
+
+    #[test]
+    fn refaults_are_read_from_memory_stat_only_where_gated() {
+        let root = tempfile::tempdir().unwrap();
+        let pod = root.path().join("kubepods/burstable/pod1");
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::write(
+            pod.join("memory.events"),
+            "low 0\nhigh 2\nmax 0\noom 0\noom_kill 1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            pod.join("memory.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=1.50 avg300=0.00 total=0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            pod.join("memory.stat"),
+            "anon 0\nworkingset_refault_anon 7\nworkingset_refault_file 40\n",
+        )
+        .unwrap();
+        let fs = nodemem_cgroup::CgroupFs::new(root.path());
+        let read = |gated: bool| {
+            read_signals(&fs, ["kubepods/burstable/pod1"].into_iter(), gated)
+                ["kubepods/burstable/pod1"]
+        };
+        let gated = read(true);
+        assert_eq!(
+            (gated.high, gated.oom_kill, gated.full_avg60, gated.refaults),
+            (2, 1, Some(1.5), Some(47))
+        );
+        assert_eq!(read(false).refaults, None, "memory.stat not read");
+        // A memory.stat without refault counts: none, which the gate holds on.
+        std::fs::write(pod.join("memory.stat"), "anon 0\n").unwrap();
+        assert_eq!(read(true).refaults, None);
     }
 }

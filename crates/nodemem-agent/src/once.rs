@@ -109,16 +109,13 @@ fn health_now(
         .iter()
         .filter(|p| p.admission == nodemem_model::node::Admission::Managed)
         .map(|p| p.path.as_str());
-    let readings = crate::health::read_signals(applier.cgroup_fs(), managed);
+    let gate = crate::health::refault_gate(&inputs.health, &inputs.settings);
+    let readings = crate::health::read_signals(applier.cgroup_fs(), managed, gate.is_some());
     let mut baseline = crate::health::Baseline::default();
     let signals = baseline.update(&inputs.revision, &readings, std::time::Instant::now());
     let now = crate::health::Now {
         full: crate::health::current_full(readings.values()),
-        refaults: baseline.refaults(
-            inputs
-                .health
-                .refault_gate(crate::health::reclaim_active(&inputs.settings)),
-        ),
+        refaults: baseline.refaults(gate),
     };
     let v = crate::health::verdict(
         signals,

@@ -437,15 +437,21 @@ impl Passes {
                 .iter()
                 .filter(|p| p.admission == Admission::Managed)
         };
-        let readings =
-            crate::health::read_signals(applier.cgroup_fs(), managed().map(|p| p.path.as_str()));
+        let gate = crate::health::refault_gate(&config.health, settings);
+        let readings = crate::health::read_signals(
+            applier.cgroup_fs(),
+            managed().map(|p| p.path.as_str()),
+            gate.is_some(),
+        );
         let current_full = crate::health::current_full(readings.values());
+        // Per container for metrics, which carry no refaults.
         let containers = if self.metrics.wants_containers() {
             crate::health::read_signals(
                 applier.cgroup_fs(),
                 managed()
                     .flat_map(|p| &p.containers)
                     .filter_map(|c| c.path.as_deref()),
+                false,
             )
         } else {
             Default::default()
@@ -472,9 +478,6 @@ impl Passes {
         let signals = self
             .baseline
             .update(&config.revision, &readings, Instant::now());
-        let gate = config
-            .health
-            .refault_gate(crate::health::reclaim_active(settings));
         let refaults = self.baseline.refaults(gate);
         if matches!(refaults, Refaults::Unmeasured { .. }) {
             // One reading gives no rate: the next whole-node pass measures one, so the
