@@ -10,7 +10,9 @@ NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 .PHONY: plugin test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-test: prereqs lint crds-check tidy unit kubelet-float nri apiserver image-check vm node
+TIERS = prereqs lint crds-check tidy unit kubelet-float nri apiserver image-check vm node
+test:
+	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS)
 
 ## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
 prereqs:

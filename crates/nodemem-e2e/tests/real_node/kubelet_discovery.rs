@@ -244,7 +244,7 @@ fn run_ok(node: &mut RealNode, command: &str) {
 /// waits for the Node to be Ready after it.
 async fn restart_with_args(node: &mut RealNode, bed: &Bed<'_>, default_kubelet: &str) {
     std::fs::write(node.share().join("kubelet.default"), default_kubelet).unwrap();
-    let before = k8s_openapi::jiff::Timestamp::now();
+    let before = node_clock(node);
     let (out, code) = node
         .run_within(
             "cp /mnt/nodemem/kubelet.default /etc/default/kubelet && systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done",
@@ -252,5 +252,5 @@ async fn restart_with_args(node: &mut RealNode, bed: &Bed<'_>, default_kubelet: 
         )
         .unwrap();
     assert_eq!(code, 0, "{out}");
-    node_ready_after_restart(&bed.client, &node.name, before).await;
+    node_ready_after_restart(node, &bed.client, before).await;
 }

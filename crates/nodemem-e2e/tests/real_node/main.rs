@@ -972,7 +972,14 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
         serde_json::to_string_pretty(&nodemem_testkit::real_node::kubelet_configuration(spec))
             .unwrap();
     std::fs::write(node.share().join("kubelet-config.yaml"), config).unwrap();
-    let before = k8s_openapi::jiff::Timestamp::now();
+    let before = node_clock(node);
+    let skew = k8s_openapi::jiff::Timestamp::now().as_second() - before.as_second();
+    if skew.abs() > 1 {
+        eprintln!(
+            "{}: the node's clock is {skew} s behind the host's",
+            node.name
+        );
+    }
     let (out, code) = node
         .run_within(
             "cp /mnt/nodemem/kubelet-config.yaml /var/lib/kubelet/config.yaml && systemctl restart kubelet && until systemctl is-active -q kubelet; do sleep 1; done",
@@ -980,36 +987,62 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
         )
         .unwrap();
     assert_eq!(code, 0, "{out}");
-    node_ready_after_restart(client, &node.name, before).await;
+    node_ready_after_restart(node, client, before).await;
 }
 
-/// The kubelet restarted after `before` posts a new heartbeat: waits for Ready after
-/// it. `before` is taken before the restart: a kubelet that starts quickly has posted
-/// its first status by the time the restart command returns.
+/// The node's own clock, to the second. The kubelet stamps its heartbeats with it, and
+/// a TCG guest's clock is not the host's: a host time taken before a restart can be
+/// after every heartbeat the restarted kubelet posts until its next full status report
+/// (5 minutes when nothing changes).
+fn node_clock(node: &mut RealNode) -> k8s_openapi::jiff::Timestamp {
+    let (out, code) = node.run("date +%s").unwrap();
+    assert_eq!(code, 0, "date: {out}");
+    let seconds: i64 = out
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the node's date {out:?}: {e}"));
+    k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap()
+}
+
+/// The kubelet restarted at `restarted` (the node's clock, [`node_clock`], taken before
+/// the restart: a kubelet that starts quickly has posted its first status by the time
+/// the restart command returns) posts a heartbeat at or after it: waits for Ready then.
 async fn node_ready_after_restart(
+    node: &mut RealNode,
     client: &kube::Client,
-    name: &str,
     restarted: k8s_openapi::jiff::Timestamp,
 ) {
     let nodes: Api<core::Node> = Api::all(client.clone());
-    let name = name.to_string();
-    eventually(
-        "the kubelet back and the node Ready",
-        Duration::from_secs(180),
-        || async {
-            let n = nodes.get_opt(&name).await.ok().flatten()?;
-            n.status?
-                .conditions?
-                .into_iter()
-                .any(|c| {
-                    c.type_ == "Ready"
-                        && c.status == "True"
-                        && c.last_heartbeat_time.is_some_and(|t| t.0 > restarted)
-                })
-                .then_some(())
-        },
-    )
+    let name = node.name.clone();
+    let budget = Duration::from_secs(180);
+    let ready = within(budget, || async {
+        let n = nodes.get_opt(&name).await.ok().flatten()?;
+        n.status?
+            .conditions?
+            .into_iter()
+            .any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.last_heartbeat_time.is_some_and(|t| t.0 >= restarted)
+            })
+            .then_some(())
+    })
     .await;
+    if ready.is_none() {
+        let condition = nodes
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.status?.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"));
+        let now = node_clock(node);
+        panic!(
+            "the kubelet back and the node Ready: not within {:?} of {restarted} (the node's clock; now {now} there, {} here); the Ready condition: {condition:?}",
+            paced(budget),
+            k8s_openapi::jiff::Timestamp::now()
+        );
+    }
 }
 
 /// The label of the pods a phase starts for itself (workloads, probes): they are removed

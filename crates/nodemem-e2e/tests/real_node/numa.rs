@@ -225,11 +225,17 @@ async fn pins_as_predicted(
     let work = installed.work.path();
     let agent_policy = work.join("policy-numa-agent.yaml");
     std::fs::write(&agent_policy, numa_policy("Agent", memory_qos)).unwrap();
+    let applied = Instant::now();
     kubectl(admin, &["apply", "-f", agent_policy.to_str().unwrap()]).unwrap();
     // Leaving Kubelet mode (the v1.35 node) restarts the kubelet: 300 s as for every
     // switch that restarts it.
     let status = config_applied(client, admin, name, superseded, Duration::from_secs(300)).await;
+    eprintln!(
+        "the Agent revision applied {:?} after the policy",
+        applied.elapsed()
+    );
     super::node_ready(client, name).await;
+    eprintln!("the node Ready {:?} after the policy", applied.elapsed());
 
     let agent_revision = status.observed_revision.clone();
     let topology = topology_file(&status.node.expect("node facts"), work);
@@ -246,6 +252,10 @@ async fn pins_as_predicted(
         .collect();
     let pairs: Vec<(&String, &String)> = wanted.iter().map(|(p, v)| (p, v)).collect();
     node_values_become(node, &pairs, "the agent's pinning is not simulate's");
+    eprintln!(
+        "the agent's pins in place {:?} after the policy",
+        applied.elapsed()
+    );
     for p in &pins {
         eprintln!("agent pinned {} to NUMA node(s) {}", p.pod, p.mems);
     }

@@ -176,7 +176,7 @@ impl std::fmt::Display for Seen {
 }
 
 /// Starts `pod` streaming and watches until the kubelet evicts it (Some(its message))
-/// or until it has streamed and held its cache for 40 s more (None).
+/// or until it has streamed and held its cache for 25 s more (None).
 async fn stream_until_evicted(
     node: &mut RealNode,
     bed: &Bed<'_>,
@@ -196,8 +196,9 @@ async fn stream_until_evicted(
         lowest_available: i64::MAX,
         ..Seen::default()
     };
-    // 400Mi at 6Mi a second is 67 s; then 40 s held.
-    let deadline = Instant::now() + paced(Duration::from_secs(110));
+    // 400Mi at 6Mi a second is 67 s; then 25 s held (the kubelet's housekeeping
+    // computes memory.available every 10 s).
+    let deadline = Instant::now() + paced(Duration::from_secs(95));
     let evicted = loop {
         let p = pods.get(pod).await.unwrap();
         let status = p.status.unwrap_or_default();

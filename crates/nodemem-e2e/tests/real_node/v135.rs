@@ -135,7 +135,7 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     .await
     .observed_revision;
     let kubelet_before = kubelet_invocation(node);
-    let restart_from = k8s_openapi::jiff::Timestamp::now();
+    let restart_from = node_clock(node);
     let policy = installed.work.path().join("policy-kubelet.yaml");
     let kubelet_policy = POLICY_V135.replace("enforcement: Agent", "enforcement: Kubelet");
     std::fs::write(&policy, &kubelet_policy).unwrap();
@@ -149,7 +149,7 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     assert!(dropin.contains("MemoryQoS: true"), "{dropin}");
     assert!(dropin.contains("memoryThrottlingFactor: 0.9"), "{dropin}");
     assert!(!dropin.contains("memoryReservationPolicy"), "{dropin}");
-    node_ready_after_restart(&bed.client, &name, restart_from).await;
+    node_ready_after_restart(node, &bed.client, restart_from).await;
 
     // What the kubelet writes under it: memory.min = the request, memory.high at 0.9.
     let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
