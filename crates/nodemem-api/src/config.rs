@@ -27,7 +27,10 @@ use crate::policy::{HealthSpec, NodeSettings};
     printcolumn = r#"{"name": "Applied", "type": "string", "description": "the agent applied the revision", "jsonPath": ".status.conditions[?(@.type==\"Applied\")].status"}"#,
     printcolumn = r#"{"name": "Healthy", "type": "string", "description": "no throttling storm or OOM burst", "jsonPath": ".status.conditions[?(@.type==\"Healthy\")].status"}"#,
     printcolumn = r#"{"name": "Kernel", "type": "string", "description": "the node's kernel", "jsonPath": ".status.node.kernelVersion"}"#,
-    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Reclaim", "type": "string", "priority": 1, "description": "the proactive reclaim the node's agent runs on its revision (Observe, Active; empty: none)", "jsonPath": ".status.reclaim.mode"}"#,
+    printcolumn = r#"{"name": "Reclaimed", "type": "integer", "priority": 1, "description": "Active: bytes the containers' memory.current lost to reclaim since the revision", "jsonPath": ".status.reclaim.reclaimedBytes"}"#,
+    printcolumn = r#"{"name": "Reclaimable", "type": "integer", "priority": 1, "description": "bytes reclaim could take now (page cache, and anon with swap, above each container's request)", "jsonPath": ".status.reclaim.reclaimableBytes"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMemoryConfigSpec {

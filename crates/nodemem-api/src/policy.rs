@@ -35,7 +35,8 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Revision", "type": "string", "priority": 1, "description": "the spec's revision", "jsonPath": ".status.revision"}"#,
     printcolumn = r#"{"name": "Target", "type": "string", "priority": 1, "description": "the revision the pool runs or moves to (the previous one after a rollback, the last accepted one while the spec is invalid)", "jsonPath": ".status.targetRevision"}"#,
     printcolumn = r#"{"name": "Leaving", "type": "integer", "priority": 1, "description": "nodes that still run this policy's values while they move to their next policy or are released", "jsonPath": ".status.leavingNodes"}"#,
-    printcolumn = r#"{"name": "MemoryHigh", "type": "string", "priority": 1, "description": "Throttle: memory.high from the factor; None: no memory.high (the factor is not used)", "jsonPath": ".spec.memoryQoS.memoryHigh"}"#
+    printcolumn = r#"{"name": "MemoryHigh", "type": "string", "priority": 1, "description": "Throttle: memory.high from the factor; None: no memory.high (the factor is not used)", "jsonPath": ".spec.memoryQoS.memoryHigh"}"#,
+    printcolumn = r#"{"name": "Reclaim", "type": "string", "priority": 1, "description": "proactive reclaim: Observe reports what it would take, Active takes it through memory.reclaim, Disabled or empty: none", "jsonPath": ".spec.reclaim.mode"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMemoryPolicySpec {

@@ -129,11 +129,12 @@ fn policy_crd_has_the_promised_shape() {
             "Age",
             // -o wide: the spec's revision beside the one the pool runs or moves to,
             // the nodes still leaving the policy, and whether memory.high is written
-            // (with None the Factor column is not used).
+            // (with None the Factor column is not used), and the reclaim asked for.
             "Revision",
             "Target",
             "Leaving",
-            "MemoryHigh"
+            "MemoryHigh",
+            "Reclaim"
         ]
     );
     let wide: Vec<i32> = crd.spec.versions[0]
@@ -141,10 +142,12 @@ fn policy_crd_has_the_promised_shape() {
         .as_ref()
         .unwrap()
         .iter()
-        .filter(|c| ["Revision", "Target", "Leaving", "MemoryHigh"].contains(&c.name.as_str()))
+        .filter(|c| {
+            ["Revision", "Target", "Leaving", "MemoryHigh", "Reclaim"].contains(&c.name.as_str())
+        })
         .map(|c| c.priority.unwrap_or(0))
         .collect();
-    assert_eq!(wide, [1, 1, 1, 1], "shown with -o wide only");
+    assert_eq!(wide, [1, 1, 1, 1, 1], "shown with -o wide only");
     assert_eq!(
         schema(crd)["properties"]["spec"]["properties"]["memoryQoS"]["properties"]["memoryHigh"],
         serde_json::json!({
@@ -219,8 +222,28 @@ fn config_crd_has_the_promised_shape() {
     let columns = check_names(crd, "nmc");
     assert_eq!(
         columns,
-        ["Policy", "Revision", "Applied", "Healthy", "Kernel", "Age"]
+        [
+            "Policy",
+            "Revision",
+            "Applied",
+            "Healthy",
+            "Kernel",
+            "Age",
+            // -o wide: the reclaim the node runs, as its agent reports it.
+            "Reclaim",
+            "Reclaimed",
+            "Reclaimable"
+        ]
     );
+    let wide: Vec<i32> = crd.spec.versions[0]
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|c| c.name.starts_with("Reclaim"))
+        .map(|c| c.priority.unwrap_or(0))
+        .collect();
+    assert_eq!(wide, [1, 1, 1], "shown with -o wide only");
     let s = schema(crd);
     let status = &s["properties"]["status"]["properties"];
     for field in [

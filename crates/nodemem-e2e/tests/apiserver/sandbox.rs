@@ -601,6 +601,37 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         );
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
+    // kubectl get -o wide says it too: the reclaim the policy asks, and the one the
+    // node's agent reports running with its figures.
+    let wide_row = |kind: &str, name: &str| -> (Vec<String>, Vec<String>) {
+        let out = shell.kubectl(&["get", kind, name, "-o", "wide"]);
+        let mut lines = out
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>());
+        (
+            lines.next().unwrap_or_default(),
+            lines.next().unwrap_or_default(),
+        )
+    };
+    let (header, row) = wide_row("nmp", "batch");
+    assert_eq!(
+        header.last().map(String::as_str),
+        Some("RECLAIM"),
+        "{header:?}"
+    );
+    assert_eq!(row.last().map(String::as_str), Some("Observe"), "{row:?}");
+    let (header, row) = wide_row("nmc", "batch-1");
+    assert!(
+        header.ends_with(&["RECLAIM", "RECLAIMED", "RECLAIMABLE"].map(String::from)),
+        "{header:?}"
+    );
+    let figures = &row[row.len() - 3..];
+    assert_eq!(figures[0], "Observe", "{row:?}");
+    assert_eq!(figures[1], "0", "Observe reclaims nothing: {row:?}");
+    assert!(
+        figures[2].parse::<i64>().is_ok(),
+        "reclaimable bytes: {row:?}"
+    );
     // Turning it Active (the example's file: its enforcement is Agent, the sandbox's
     // overlay observes) is said on each node, and not as a spec change of no effect.
     let batch = std::fs::read_to_string(repo().join("examples/batch/policy.yaml")).unwrap();
