@@ -162,7 +162,7 @@ impl NodeSync {
         let mut passes = Passes::new(
             self.metrics.clone(),
             announcer,
-            (relief, reclaim),
+            (relief, reclaim, self.kubelet.proc_root.clone()),
             nri,
             wake,
         );

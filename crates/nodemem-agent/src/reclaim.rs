@@ -116,6 +116,13 @@ impl Reclaim {
         }
     }
 
+    /// Whether the node has swap now: a swap device turned on or off while the agent
+    /// runs (`swapon`, `swapoff`) is seen at the next whole-node pass, not at the next
+    /// restart. The next readings count anon as reclaimable (or stop) accordingly.
+    pub fn set_swap(&mut self, swap: bool) {
+        self.swap = swap;
+    }
+
     /// After a pass: the containers to act on under `settings` (None: off), all
     /// managed ones of its classes but the agent's own (`own_cgroup`). A container
     /// kept keeps its controller; a new revision starts every figure again, but for
@@ -770,6 +777,30 @@ mod tests {
         assert_eq!(r.targets().0, 2);
         r.refresh("r1", Some(&all), &d, Some(&path_of(&d, "db")), None);
         assert_eq!(r.targets().0, 1);
+    }
+
+    #[test]
+    fn swap_turned_on_later_counts_anon_as_reclaimable() {
+        let node = node(true);
+        let (mut r, fs, cache) = run(&node, ReclaimMode::Observe);
+        std::fs::write(
+            node.root.path().join(&cache).join("memory.swap.max"),
+            "max\n",
+        )
+        .unwrap();
+        r.tick_at(0, &fs);
+        let s = r.summary().unwrap();
+        assert!(!s.swap);
+        assert_eq!(s.reclaimable_bytes, 400 * MI, "page cache only");
+        r.set_swap(true);
+        r.tick_at(2, &fs);
+        let s = r.summary().unwrap();
+        assert!(s.swap);
+        // Page cache and anon above the 64 MiB request: all of memory.current's 512.
+        assert_eq!(s.reclaimable_bytes, 448 * MI);
+        r.set_swap(false);
+        r.tick_at(4, &fs);
+        assert_eq!(r.summary().unwrap().reclaimable_bytes, 400 * MI, "swapoff");
     }
 
     #[test]

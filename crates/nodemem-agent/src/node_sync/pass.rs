@@ -63,6 +63,8 @@ pub struct Passes {
     relief: Relief,
     /// Proactive reclaim of cold memory.
     reclaim: Reclaim,
+    /// The node's /proc (its swaps read at whole-node passes, for reclaim).
+    proc_root: std::path::PathBuf,
     nri: NriLink,
     /// The values stay a while after the config goes (`super::grace`).
     grace: super::grace::Grace,
@@ -84,7 +86,7 @@ impl Passes {
     pub fn new(
         metrics: Arc<Metrics>,
         announcer: Announcer,
-        (relief, reclaim): (Relief, Reclaim),
+        (relief, reclaim, proc_root): (Relief, Reclaim, std::path::PathBuf),
         nri: NriLink,
         wake: tokio::sync::mpsc::UnboundedSender<()>,
     ) -> Self {
@@ -95,6 +97,7 @@ impl Passes {
             observer: Observer::default(),
             relief,
             reclaim,
+            proc_root,
             nri,
             grace: super::grace::Grace::default(),
             wake,
@@ -339,6 +342,10 @@ impl Passes {
         desired: &DesiredNode<'_>,
     ) -> Option<nodemem_api::config::ReclaimSummary> {
         let revision = &pass.config.revision;
+        if matches!(pass.reach, Reach::Node) {
+            self.reclaim
+                .set_swap(crate::reclaim::node_has_swap(&self.proc_root));
+        }
         self.reclaim.refresh(
             revision,
             settings.reclaim.as_ref(),
