@@ -52,8 +52,12 @@ skip() {
 green="$(cat "$record")"
 git cat-file -e "$green^{commit}" 2>/dev/null || skip "the recorded commit $green is not in this clone"
 git merge-base --is-ancestor "$green" HEAD || skip "the recorded commit $green is not an ancestor of HEAD"
+# One find over every fingerprint directory, stopping at the first newer file. (Not
+# `... | head -n1`: under pipefail the finds that head stopped reading from die of
+# SIGPIPE, xargs exits 125 and `set -e` ended `.ci/run` before it ran anything.)
 newer="$(find "$target" -maxdepth 3 -type d -name .fingerprint -print0 |
-  xargs -0 -r -I{} find {} -newer "$record" -print -quit | head -n1)"
+  xargs -0 -r sh -c 'find "$@" -newer "$0" -print -quit' "$record")"
+newer="${newer%%$'\n'*}"
 [[ -z "$newer" ]] || skip "a build wrote $newer after the green run"
 
 declare -A changed=()

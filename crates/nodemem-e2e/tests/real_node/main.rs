@@ -975,9 +975,11 @@ async fn restart_kubelet_with(node: &mut RealNode, spec: &RealNodeSpec, client: 
     let before = node_clock(node);
     let skew = k8s_openapi::jiff::Timestamp::now().as_second() - before.as_second();
     if skew.abs() > 1 {
+        let way = if skew > 0 { "behind" } else { "ahead of" };
         eprintln!(
-            "{}: the node's clock is {skew} s behind the host's",
-            node.name
+            "{}: the node's clock is {} s {way} the host's",
+            node.name,
+            skew.abs()
         );
     }
     let (out, code) = node
