@@ -1008,7 +1008,9 @@ fn node_clock(node: &mut RealNode) -> k8s_openapi::jiff::Timestamp {
 
 /// The kubelet restarted at `restarted` (the node's clock, [`node_clock`], taken before
 /// the restart: a kubelet that starts quickly has posted its first status by the time
-/// the restart command returns) posts a heartbeat at or after it: waits for Ready then.
+/// the restart command returns) posts a heartbeat in a later second (heartbeats are
+/// whole seconds; a new kubelet takes more than one to post, and the old one's in the
+/// same second does not count): waits for Ready then.
 async fn node_ready_after_restart(
     node: &mut RealNode,
     client: &kube::Client,
@@ -1025,7 +1027,7 @@ async fn node_ready_after_restart(
             .any(|c| {
                 c.type_ == "Ready"
                     && c.status == "True"
-                    && c.last_heartbeat_time.is_some_and(|t| t.0 >= restarted)
+                    && c.last_heartbeat_time.is_some_and(|t| t.0 > restarted)
             })
             .then_some(())
     })

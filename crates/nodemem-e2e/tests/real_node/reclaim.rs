@@ -68,7 +68,7 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
 
     // Observe: the kubelet evicts; the agent had said what there was to take.
     repolicy(client, bed.admin(), &name, &reclaim_patch("Observe")).await;
-    let (evicted, seen) = stream_until_evicted(node, bed, "stream-observed").await;
+    let (evicted, seen) = stream_until_evicted(node, bed, "stream-observed", true).await;
     assert!(
         evicted.is_some(),
         "the kubelet did not evict the streaming pod without reclaim: {seen}"
@@ -99,7 +99,7 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
     // ten times a second), which reclaim must leave resident.
     let refaults_before = super::reclaim_cold::refaults(node, hot);
     repolicy(client, bed.admin(), &name, &reclaim_patch("Active")).await;
-    let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed").await;
+    let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed", false).await;
     let hot_file = stat_value(node, hot, "file").unwrap_or(0);
     let hot_refaults = super::reclaim_cold::refaults(node, hot) - refaults_before;
     assert!(
@@ -175,12 +175,24 @@ impl std::fmt::Display for Seen {
     }
 }
 
+/// The stream's active page cache at which `stream_until_evicted` starts the nudge pod
+/// (the eviction comes at about 250 MiB).
+const NUDGE_AT: i64 = 180 * MI;
+
 /// Starts `pod` streaming and watches until the kubelet evicts it (Some(its message))
 /// or until it has streamed and held its cache for 25 s more (None).
+///
+/// `nudge`: status.reclaim's figures are written at most every 30 s (the agent's
+/// reclaim news and its status writer each hold figures back that long), and the
+/// kubelet may evict before a report carries the stream's cache. A container that
+/// comes is news, written at once with the figures of the moment: once the stream
+/// holds `NUDGE_AT` of active cache a small pod is started, and its arrival brings
+/// the report.
 async fn stream_until_evicted(
     node: &mut RealNode,
     bed: &Bed<'_>,
     pod: &str,
+    nudge: bool,
 ) -> (Option<String>, Seen) {
     let dirs = start_workloads(
         &bed.client,
@@ -196,6 +208,7 @@ async fn stream_until_evicted(
         lowest_available: i64::MAX,
         ..Seen::default()
     };
+    let mut nudged = false;
     // 400Mi at 6Mi a second is 67 s; then 25 s held (the kubelet's housekeeping
     // computes memory.available every 10 s).
     let deadline = Instant::now() + paced(Duration::from_secs(95));
@@ -207,6 +220,12 @@ async fn stream_until_evicted(
         }
         if let Some(active) = stat_value(node, dir, "active_file") {
             seen.most_active = seen.most_active.max(active);
+            if nudge && active >= NUDGE_AT && !nudged {
+                pods.create(&Default::default(), &nudge_pod(&node.name))
+                    .await
+                    .unwrap();
+                nudged = true;
+            }
         }
         seen.lowest_available = seen.lowest_available.min(memory_available(node));
         if let Some(r) = configs
@@ -233,7 +252,23 @@ async fn stream_until_evicted(
         seen.reclaim = Some(r);
     }
     pods.delete(pod, &Default::default()).await.unwrap();
+    if nudged {
+        pods.delete("nudge", &Default::default()).await.unwrap();
+    }
     (evicted, seen)
+}
+
+/// A small Burstable pod on `node` (the nudge of [`stream_until_evicted`]).
+fn nudge_pod(node: &str) -> core::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "nudge", "labels": {PHASE_POD: "true"}},
+        "spec": {"nodeName": node, "containers": [{
+            "name": "w", "image": "nodemem.local/workload:1", "imagePullPolicy": "Never",
+            "args": ["-allocate", "1Mi"],
+            "resources": {"requests": {"memory": "8Mi", "cpu": "10m"}, "limits": {"memory": "32Mi"}}
+        }]}
+    }))
+    .unwrap()
 }
 
 /// A key of a cgroup's memory.stat on the node.
