@@ -745,9 +745,6 @@ mod tests {
         assert!(table.contains("node n1: policy p -> -"), "{table}");
     }
 
-    /// What a diff must not hide: enforcement going from Observe (whose values were never
-    /// written) to Agent, a rollout setting that changes no value, and a new policy
-    /// that would tie with a live one.
     /// One node `n1` of pool `a`, its config from `p`, and one pod on it.
     fn one_node(p: &NodeMemoryPolicy) -> (Snapshot, BTreeMap<String, Vec<core::Pod>>) {
         let snapshot = Snapshot {
@@ -799,6 +796,9 @@ mod tests {
         assert!(r.nodes[0].reclaim.changed() && r.nodes[0].reclaim.to.is_none());
     }
 
+    /// What a diff must not hide: enforcement going from Observe (whose values were never
+    /// written) to Agent, a rollout setting that changes no value, and a new policy
+    /// that would tie with a live one.
     #[test]
     fn enforcement_rollout_settings_and_ties_are_said() {
         let mut a = policy("a", "a", 0, 0.9);
