@@ -158,11 +158,11 @@ impl NodeSync {
         let announcer = Announcer::new(Some(recorder), self.metrics.clone());
         let (nri, nri_news) = self.start_nri();
         let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
-        let reclaim = Reclaim::new(crate::reclaim::node_has_swap(&self.kubelet.proc_root));
         let mut passes = Passes::new(
             self.metrics.clone(),
             announcer,
-            (relief, reclaim, self.kubelet.proc_root.clone()),
+            (relief, Reclaim::new()),
+            self.kubelet.proc_root.clone(),
             nri,
             wake,
         );

@@ -98,14 +98,20 @@ pub struct Reclaim {
     reported_at: Option<Instant>,
 }
 
+impl Default for Reclaim {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Reclaim {
-    /// `swap`: whether the node has swap at all.
-    pub fn new(swap: bool) -> Self {
+    /// No swap until [`Reclaim::set_swap`] says otherwise (at whole-node passes).
+    pub fn new() -> Self {
         Reclaim {
             origin: Instant::now(),
             revision: String::new(),
             settings: None,
-            swap,
+            swap: false,
             unsupported: false,
             swappiness_key: None,
             tracked: BTreeMap::new(),
@@ -524,7 +530,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        let mut r = Reclaim::new(false);
+        let mut r = Reclaim::new();
         r.refresh("r1", Some(&reclaim(mode)), &d, None, None);
         (r, CgroupFs::new(node.root.path()), path_of(&d, "cache"))
     }
@@ -638,7 +644,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        let mut again = Reclaim::new(false);
+        let mut again = Reclaim::new();
         again.refresh(
             "r1",
             Some(&reclaim(ReclaimMode::Active)),
@@ -660,7 +666,7 @@ mod tests {
         again.tick_at(2, &fs);
         assert_eq!(again.summary().unwrap().steps, 2, "and counts on");
         // Another revision, or another mode on it, starts from nothing.
-        let mut other = Reclaim::new(false);
+        let mut other = Reclaim::new();
         other.refresh(
             "r2",
             Some(&reclaim(ReclaimMode::Active)),
@@ -669,7 +675,7 @@ mod tests {
             Some(&last),
         );
         assert_eq!(other.summary().unwrap().reclaimed_bytes, 0);
-        let mut observing = Reclaim::new(false);
+        let mut observing = Reclaim::new();
         observing.refresh(
             "r1",
             Some(&reclaim(ReclaimMode::Observe)),
@@ -772,7 +778,7 @@ mod tests {
         let d = desired(&s, &f, &node.pods);
         let mut all = reclaim(ReclaimMode::Active);
         all.classes.push(QosClass::Guaranteed);
-        let mut r = Reclaim::new(false);
+        let mut r = Reclaim::new();
         r.refresh("r1", Some(&all), &d, None, None);
         assert_eq!(r.targets().0, 2);
         r.refresh("r1", Some(&all), &d, Some(&path_of(&d, "db")), None);

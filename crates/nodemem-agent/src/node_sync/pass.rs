@@ -86,7 +86,8 @@ impl Passes {
     pub fn new(
         metrics: Arc<Metrics>,
         announcer: Announcer,
-        (relief, reclaim, proc_root): (Relief, Reclaim, std::path::PathBuf),
+        (relief, reclaim): (Relief, Reclaim),
+        proc_root: std::path::PathBuf,
         nri: NriLink,
         wake: tokio::sync::mpsc::UnboundedSender<()>,
     ) -> Self {
@@ -342,7 +343,9 @@ impl Passes {
         desired: &DesiredNode<'_>,
     ) -> Option<nodemem_api::config::ReclaimSummary> {
         let revision = &pass.config.revision;
-        if matches!(pass.reach, Reach::Node) {
+        // Whether the node has swap, read where reclaim is set: at each whole-node pass
+        // (a swapon or swapoff is seen within the resync), the revision's first among them.
+        if matches!(pass.reach, Reach::Node) && settings.reclaim.is_some() {
             self.reclaim
                 .set_swap(crate::reclaim::node_has_swap(&self.proc_root));
         }
