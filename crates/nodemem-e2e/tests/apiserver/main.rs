@@ -23,6 +23,7 @@ mod nodes;
 mod observe;
 mod outage;
 mod parallel;
+mod reclaim;
 mod recommend;
 mod relief;
 mod restart_mid_fanout;
