@@ -1253,6 +1253,25 @@ async fn repolicy(
 /// A workload pod: its name, its arguments, its memory request and limit.
 type Workload<'a> = (&'a str, &'a [&'a str], &'a str, &'a str);
 
+/// A Burstable pod of the phase (`PHASE_POD`) on `node`: one container `w` running the
+/// workload with `args`, its memory `request` and `limit`.
+pub(crate) fn workload_pod(
+    node: &str,
+    name: &str,
+    args: &[&str],
+    request: &str,
+    limit: &str,
+) -> core::Pod {
+    let resources = json!({"requests": {"memory": request, "cpu": "10m"},
+        "limits": {"memory": limit}});
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {PHASE_POD: "true"}}, "spec": {"nodeName": node,
+        "containers": [{"name": "w", "image": "nodemem.local/workload:1",
+            "imagePullPolicy": "Never", "args": args, "resources": resources}]}}),
+    )
+    .unwrap()
+}
+
 /// Starts workload pods in `default` (one container `w` each) and returns their
 /// container cgroups, in order.
 async fn start_workloads(
@@ -1263,14 +1282,7 @@ async fn start_workloads(
 ) -> Vec<String> {
     let pods: Vec<core::Pod> = workloads
         .iter()
-        .map(|(pod, args, request, limit)| {
-            let resources = json!({"requests": {"memory": request, "cpu": "10m"},
-                "limits": {"memory": limit}});
-            serde_json::from_value(json!({"metadata": {"name": pod, "labels": {PHASE_POD: "true"}}, "spec": {"nodeName": node,
-                "containers": [{"name": "w", "image": "nodemem.local/workload:1",
-                    "imagePullPolicy": "Never", "args": args, "resources": resources}]}}))
-            .unwrap()
-        })
+        .map(|(pod, args, request, limit)| workload_pod(node, pod, args, request, limit))
         .collect();
     start_pods(client, &pods).await;
     let api: Api<core::Pod> = Api::namespaced(client.clone(), "default");

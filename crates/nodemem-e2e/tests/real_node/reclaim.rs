@@ -221,9 +221,12 @@ async fn stream_until_evicted(
         if let Some(active) = stat_value(node, dir, "active_file") {
             seen.most_active = seen.most_active.max(active);
             if nudge && active >= NUDGE_AT && !nudged {
-                pods.create(&Default::default(), &nudge_pod(&node.name))
-                    .await
-                    .unwrap();
+                pods.create(
+                    &Default::default(),
+                    &workload_pod(&node.name, "nudge", &["-allocate", "1Mi"], "8Mi", "32Mi"),
+                )
+                .await
+                .unwrap();
                 nudged = true;
             }
         }
@@ -256,19 +259,6 @@ async fn stream_until_evicted(
         pods.delete("nudge", &Default::default()).await.unwrap();
     }
     (evicted, seen)
-}
-
-/// A small Burstable pod on `node` (the nudge of [`stream_until_evicted`]).
-fn nudge_pod(node: &str) -> core::Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": "nudge", "labels": {PHASE_POD: "true"}},
-        "spec": {"nodeName": node, "containers": [{
-            "name": "w", "image": "nodemem.local/workload:1", "imagePullPolicy": "Never",
-            "args": ["-allocate", "1Mi"],
-            "resources": {"requests": {"memory": "8Mi", "cpu": "10m"}, "limits": {"memory": "32Mi"}}
-        }]}
-    }))
-    .unwrap()
 }
 
 /// A key of a cgroup's memory.stat on the node.
