@@ -95,6 +95,20 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
         evicted.unwrap_or_default()
     );
 
+    // The kubelet may evict the hot pod too, right after the stream: its next round can
+    // read memory.available from before the stream's memory went (seen 2026-11-28). The
+    // hot pod is started again then, as before reclaim_cold's Active part.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let again;
+    let hot = if stat_value(node, hot, "file").is_some() {
+        hot
+    } else {
+        eprintln!("reclaim Observe: the kubelet evicted the hot pod too; started again");
+        super::remove_pods_or_say(bed, &ListParams::default().fields("metadata.name=hot")).await;
+        again = super::reclaim_cold::hot_pod_started(node, bed).await;
+        again.as_str()
+    };
+
     // Active: the same pod, not evicted; beside it the pod whose page cache is hot (read
     // ten times a second), which reclaim must leave resident.
     let refaults_before = super::reclaim_cold::refaults(node, hot);

@@ -86,20 +86,7 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
     );
 
     // The hot pod, settled before reclaim starts: its file wholly in page cache.
-    let hot = start_workloads(
-        client,
-        &name,
-        bed.driver,
-        &[("hot", &["-hot", "48Mi"], "16Mi", "256Mi")],
-    )
-    .await
-    .remove(0);
-    eventually(
-        "the hot pod's 48Mi in page cache",
-        Duration::from_secs(60),
-        async || (stat_value(node, &hot, "file")? >= 48 * MI).then_some(()),
-    )
-    .await;
+    let hot = hot_pod_started(node, bed).await;
     let hot_start = (stall_us(node, &hot), refaults(node, &hot), Instant::now());
 
     // Active: the cold container goes to its floor, what it lost is the prediction.
@@ -195,6 +182,26 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
     );
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
     pods.delete("cold", &Default::default()).await.unwrap();
+    hot
+}
+
+/// Starts the pod that reads its 48Mi file ten times a second and waits for the file
+/// wholly in page cache; its container's cgroup.
+pub(crate) async fn hot_pod_started(node: &mut RealNode, bed: &Bed<'_>) -> String {
+    let hot = start_workloads(
+        &bed.client,
+        &node.name,
+        bed.driver,
+        &[("hot", &["-hot", "48Mi"], "16Mi", "256Mi")],
+    )
+    .await
+    .remove(0);
+    eventually(
+        "the hot pod's 48Mi in page cache",
+        Duration::from_secs(60),
+        async || (stat_value(node, &hot, "file")? >= HOT_PAGES * 4096).then_some(()),
+    )
+    .await;
     hot
 }
 
