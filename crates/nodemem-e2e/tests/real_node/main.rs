@@ -110,12 +110,7 @@ const KUBELET_V135: &str = "v1.35.4";
 
 #[test]
 fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
-    real_node_runs_pods_and_nodemem(Driver::Systemd, "real-systemd");
-}
-
-#[test]
-fn a_real_cgroupfs_driver_node_runs_pods_and_nodemem_as_users_install_it() {
-    real_node_runs_pods_and_nodemem(Driver::Cgroupfs, "real-cgroupfs");
+    real_node_runs_pods_and_nodemem("real-systemd");
 }
 
 #[test]
@@ -123,9 +118,12 @@ fn a_real_v1_35_node_is_the_reference_and_runs_nodemem_as_predicted() {
     v135::a_v1_35_node(Driver::Systemd, "real-v135");
 }
 
+/// The v1.37 node runs the cgroupfs driver: one boot per kubelet version, and the
+/// driver the v1.35 and v1.36 nodes do not run (the cgroupfs phases were a v1.36 node of
+/// their own until 2026-11-29).
 #[test]
-fn a_real_v1_37_node_is_the_reference_and_runs_nodemem_beside_its_defaults() {
-    v137::a_v1_37_node(Driver::Systemd, "real-v137");
+fn a_real_v1_37_cgroupfs_node_is_the_reference_and_runs_nodemem_beside_its_defaults() {
+    v137::a_v1_37_node(Driver::Cgroupfs, "real-v137");
 }
 
 /// The node image with the kubelet of `version` (cached per kubelet).
@@ -208,8 +206,11 @@ impl Bed<'_> {
     }
 }
 
-/// A node boots and joins; then each phase is reported on its own (`Phases`).
-fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
+/// The v1.36 node (systemd driver) boots and joins; then each phase is reported on its
+/// own (`Phases`). It runs the agent's phases that do not depend on the kubelet's
+/// version (TESTING.md's matrix says which version runs what, and why).
+fn real_node_runs_pods_and_nodemem(name: &str) {
+    let driver = Driver::Systemd;
     let _slot = side_by_side::slot();
     let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
     spec.kubelet = kubelets_memory_qos(true);
@@ -236,13 +237,6 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
                 },
             )
         });
-        // The kubelet's float64 at factors 0.7 and 0.35 (the cgroupfs node: the systemd
-        // node has more phases; beside each other both end sooner).
-        if driver == Driver::Cgroupfs {
-            phase!(phases, node, bed, "kubelet-float", &[], || {
-                kubelet_float::the_kubelet_writes_nodemems_pages(&mut node, &bed, &mut spec)
-            });
-        }
         // From here on nodemem enforces: the kubelet's own Memory QoS goes off (with it
         // on, nodemem would leave those files to the kubelet: KubeletConflict).
         spec.kubelet = kubelets_memory_qos(false);
@@ -269,12 +263,10 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             let installed = installed.as_ref().expect("install passed");
             install::it_reports_through_its_config(&mut node, &bed, installed)
         });
-        // The systemd node: the cgroupfs node reads its kubelet the same way.
-        if driver == Driver::Systemd {
-            phase!(phases, node, bed, "kubelet-discovery", &["install"], || {
-                kubelet_discovery::the_kubelet_is_read_where_it_runs_from(&mut node, &bed)
-            });
-        }
+        // Here only: the v1.35 and v1.37 nodes read their kubelet the same way.
+        phase!(phases, node, bed, "kubelet-discovery", &["install"], || {
+            kubelet_discovery::the_kubelet_is_read_where_it_runs_from(&mut node, &bed)
+        });
         nodemem_as_predicted(
             &mut phases,
             &mut node,
@@ -287,56 +279,38 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
         // The owners' pods (every QoS class, the resized workload) are no later phase's:
         // gone, the node starts the next phases' pods without them.
         remove_pods_or_say(&bed, &ListParams::default()).await;
-        if driver == Driver::Systemd {
-            let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
-            let agent_ip = || agent_ip.clone().expect("install passed");
-            let nri_start = phase!(phases, node, bed, "nri", &["install"], || async {
-                nri::values_before_the_first_instruction(&mut node, &bed, &agent_ip()).await
-            });
-            phase!(phases, node, bed, "nri-restarts", &["nri"], || async {
-                nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
-            });
-            phase!(phases, node, bed, "reaction", &["install"], || async {
-                nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start).await
-            });
-            phase!(phases, node, bed, "observation", &["install"], || {
-                observation::observation_on_a_real_kernel(
-                    &mut node,
-                    driver,
-                    &bed.client,
-                    bed.admin(),
-                )
-            });
-            phase!(phases, node, bed, "relief", &["install"], || async {
-                relief::relief_on_a_real_kernel(
-                    &mut node,
-                    driver,
-                    &bed.client,
-                    bed.admin(),
-                    &agent_ip(),
-                )
-                .await
-            });
-        }
-        // Reclaim against the kubelet's eviction manager (the cgroupfs node: it has the
-        // fewer phases; the kubelet restarts twice, for its threshold and back).
-        if driver == Driver::Cgroupfs {
-            let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
-            phase!(phases, node, bed, "reclaim", &["install"], || async {
-                let agent_ip = agent_ip.expect("install passed");
-                reclaim::reclaim_on_a_real_kernel(&mut node, &bed, &mut spec, &agent_ip).await
-            });
-        }
+        let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
+        let agent_ip = || agent_ip.clone().expect("install passed");
+        let nri_start = phase!(phases, node, bed, "nri", &["install"], || async {
+            nri::values_before_the_first_instruction(&mut node, &bed, &agent_ip()).await
+        });
+        phase!(phases, node, bed, "nri-restarts", &["nri"], || async {
+            nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
+        });
+        phase!(phases, node, bed, "reaction", &["install"], || async {
+            nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start).await
+        });
+        phase!(phases, node, bed, "observation", &["install"], || {
+            observation::observation_on_a_real_kernel(&mut node, driver, &bed.client, bed.admin())
+        });
+        phase!(phases, node, bed, "relief", &["install"], || async {
+            relief::relief_on_a_real_kernel(
+                &mut node,
+                driver,
+                &bed.client,
+                bed.admin(),
+                &agent_ip(),
+            )
+            .await
+        });
         // Before the token phase, which stops the controller (AgentsBlocked is its
         // word); the agent's pod is another one after it.
-        if driver == Driver::Systemd {
-            phase!(phases, node, bed, "agents-blocked", &["install"], || {
-                let installed = installed.as_mut().expect("install passed");
-                agents_blocked::an_agent_that_cannot_pull_is_named_on_its_policy(
-                    &mut node, &bed, installed,
-                )
-            });
-        }
+        phase!(phases, node, bed, "agents-blocked", &["install"], || {
+            let installed = installed.as_mut().expect("install passed");
+            agents_blocked::an_agent_that_cannot_pull_is_named_on_its_policy(
+                &mut node, &bed, installed,
+            )
+        });
         phase!(phases, node, bed, "token", &["install"], || {
             let installed = installed.as_mut().expect("install passed");
             install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
@@ -347,20 +321,18 @@ fn real_node_runs_pods_and_nodemem(driver: Driver, name: &str) {
             give_back::an_uninstall_gives_the_node_back(&mut node, &bed, installed)
         });
         // After the give-back, with nothing of nodemem's on the node: the chart's own
-        // life, the controller and the hook as pods on the node (the systemd node only:
-        // the chart is the same for both drivers).
-        if driver == Driver::Systemd {
-            phase!(phases, node, bed, "helm", &["give-back"], || {
-                let installed = installed.as_ref().expect("install passed");
-                helm::helm_install_and_uninstall_leave_nothing_behind(&mut node, &bed, installed)
-            });
-            // Last: the kubelet's Memory Manager restarts the kubelet with a policy no
-            // other phase runs under. Here rather than on a node of its own: a boot, a
-            // control plane and an install less (about three minutes).
-            phase!(phases, node, bed, "numa", &["helm"], || {
-                numa::pins_after_a_reinstall(&mut node, &bed)
-            });
-        }
+        // life, the controller and the hook as pods on the node (here only: the chart is
+        // the same for every driver and version).
+        phase!(phases, node, bed, "helm", &["give-back"], || {
+            let installed = installed.as_ref().expect("install passed");
+            helm::helm_install_and_uninstall_leave_nothing_behind(&mut node, &bed, installed)
+        });
+        // Last: the kubelet's Memory Manager restarts the kubelet with a policy no
+        // other phase runs under. Here rather than on a node of its own: a boot, a
+        // control plane and an install less (about three minutes).
+        phase!(phases, node, bed, "numa", &["helm"], || {
+            numa::pins_after_a_reinstall(&mut node, &bed)
+        });
         phases.finish();
     });
 }

@@ -1,7 +1,10 @@
 //! The v1.37.2 kubelet (Memory QoS beta, its gate on by default, no throttling factor
 //! by default): its own Memory QoS is the reference with nothing left to differ, with
 //! a factor and without one; then nodemem is installed beside it at its defaults, and
-//! its conflict detection does not misfire.
+//! its conflict detection does not misfire. It runs the cgroupfs driver (the v1.35 and
+//! v1.36 nodes run systemd's), and with it the phases that need a driver's files more
+//! than a kubelet's version: the kubelet's float64, reclaim against the kubelet's
+//! eviction manager, the give-back on cgroupfs.
 
 use nodemem_testkit::real_node::KUBELET_CONFIG_DIR;
 
@@ -116,34 +119,28 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 );
             }
         );
+        // The kubelet's float64 at factors 0.7 and 0.35 (its own Memory QoS, gate named).
+        phase!(phases, node, bed, "kubelet-float", &[], || {
+            kubelet_float::the_kubelet_writes_nodemems_pages(&mut node, &bed, &mut spec)
+        });
         // The kubelet at its defaults: nothing of Memory QoS in its configuration.
         spec.kubelet = json!({});
         phase!(phases, node, bed, "kubelet-at-defaults", &[], || async {
             restart_kubelet_with(&mut node, &spec, &bed.client).await;
             a_workload_runs(&mut node, &bed, name).await;
         });
-        let installed = phase!(
+        let mut installed = phase!(
             phases,
             node,
             bed,
             "install",
             &["kubelet-at-defaults"],
-            || {
-                install_nodemem(
-                    bed.cp,
-                    &mut node,
-                    &bed.client,
-                    POLICY,
-                    &[
-                        "--agent-kubelet-config-dir",
-                        KUBELET_CONFIG_DIR,
-                        "--agent-kubelet-restart-unit",
-                        "kubelet.service",
-                    ],
-                )
-            }
+            || install_v137(&bed, &mut node)
         );
-        let installed_now = || installed.as_ref().expect("install passed");
+        phase!(phases, node, bed, "reports", &["install"], || {
+            let installed = installed.as_ref().expect("install passed");
+            install::it_reports_through_its_config(&mut node, &bed, installed)
+        });
         phase!(
             phases,
             node,
@@ -182,11 +179,47 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             V137_REPAIRED,
         )
         .await;
+        // The owners' pods are no later phase's.
+        remove_pods_or_say(&bed, &ListParams::default()).await;
+        // Reclaim against the kubelet's eviction manager (the kubelet restarts twice,
+        // for its threshold and back).
+        let agent_ip = installed.as_ref().map(|i| i.agent_ip.clone());
+        phase!(phases, node, bed, "reclaim", &["install"], || async {
+            let agent_ip = agent_ip.expect("install passed");
+            reclaim::reclaim_on_a_real_kernel(&mut node, &bed, &mut spec, &agent_ip).await
+        });
+        // The give-back on cgroupfs: the kubelet at its defaults writes none of these
+        // files, so every one must read what it leaves there.
+        phase!(phases, node, bed, "give-back", &["install"], || {
+            let installed = installed.as_mut().expect("install passed");
+            give_back::an_uninstall_gives_the_node_back(&mut node, &bed, installed)
+        });
+        // Last, on nodemem installed again (the give-back left nothing of it): the
+        // kubelet then enforces, and its values would stay for any phase after.
         phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
-            kubelet_mode_on_v1_37(&mut node, &bed, installed_now()).await
+            let installed = install_v137(&bed, &mut node).await;
+            kubelet_mode_on_v1_37(&mut node, &bed, &installed).await
         });
         phases.finish();
     });
+}
+
+/// nodemem installed as users install it, the agent told where the kubelet's drop-ins
+/// go and which unit to restart (Kubelet mode).
+async fn install_v137(bed: &Bed<'_>, node: &mut RealNode) -> Installed {
+    install_nodemem(
+        bed.cp,
+        node,
+        &bed.client,
+        POLICY,
+        &[
+            "--agent-kubelet-config-dir",
+            KUBELET_CONFIG_DIR,
+            "--agent-kubelet-restart-unit",
+            "kubelet.service",
+        ],
+    )
+    .await
 }
 
 /// `enforcement: Kubelet` on the v1.37 node: the agent renders its drop-in for v1.37

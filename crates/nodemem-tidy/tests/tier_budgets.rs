@@ -1,0 +1,180 @@
+//! Every tier `make test` runs has its time budget in TESTING.md (issue 57), and
+//! `tests/scripts/tiers.sh`, which reads that table, prints each tier's time against its
+//! budget and warns when a tier overspends or has no budget: run here with a stand-in
+//! for `make` that takes a known time per tier.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use nodemem_tidy::repo_root as repo;
+
+/// TESTING.md's Budgets table: tier -> (cold seconds, warm seconds).
+fn budgets(testing_md: &str) -> BTreeMap<String, (u64, u64)> {
+    let mut inside = false;
+    let mut out = BTreeMap::new();
+    for line in testing_md.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            inside = title == "Budgets";
+            continue;
+        }
+        if !inside || !line.starts_with("| `") {
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let seconds = |cell: &str| -> u64 {
+            cell.chars()
+                .filter(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .unwrap_or_else(|_| panic!("a number of seconds in {line:?}"))
+        };
+        out.insert(
+            cells[1].trim_matches('`').to_string(),
+            (seconds(cells[2]), seconds(cells[3])),
+        );
+    }
+    out
+}
+
+/// The tiers of the Makefile's `TIERS =` line, in order.
+fn make_test_tiers() -> Vec<String> {
+    let makefile = std::fs::read_to_string(repo().join("Makefile")).unwrap();
+    let line = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("TIERS = "))
+        .expect("a TIERS = line in the Makefile");
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+#[test]
+fn every_tier_has_a_cold_and_a_warm_budget_that_add_up_to_the_runs_own() {
+    let testing = std::fs::read_to_string(repo().join("TESTING.md")).unwrap();
+    let table = budgets(&testing);
+    let tiers = make_test_tiers();
+    assert!(tiers.len() >= 10, "{tiers:?}");
+    let missing: Vec<&String> = tiers.iter().filter(|t| !table.contains_key(*t)).collect();
+    assert!(
+        missing.is_empty(),
+        "tiers without a row in TESTING.md's Budgets table: {missing:?}"
+    );
+    let stray: Vec<&String> = table
+        .keys()
+        .filter(|t| *t != "in-all" && !tiers.contains(t))
+        .collect();
+    assert!(stray.is_empty(), "budgets for no tier: {stray:?}");
+    let (cold, warm) = table["in-all"];
+    // The issue's targets: 45 minutes cold, 30 warm.
+    assert!(cold <= 45 * 60 && warm <= 30 * 60, "{cold} {warm}");
+    let sum = |pick: fn(&(u64, u64)) -> u64| -> u64 { tiers.iter().map(|t| pick(&table[t])).sum() };
+    assert!(
+        sum(|b| b.0) <= cold,
+        "cold budgets add up to {} s, over the run's {cold} s",
+        sum(|b| b.0)
+    );
+    assert!(
+        sum(|b| b.1) <= warm,
+        "warm budgets add up to {} s, over the run's {warm} s",
+        sum(|b| b.1)
+    );
+    for t in &tiers {
+        let (c, w) = table[t];
+        assert!(w <= c, "{t}: a warm budget over its cold one ({w} > {c})");
+    }
+}
+
+/// Runs tiers.sh with a stand-in `make` that sleeps `secs` for each tier (and fails the
+/// tier named `fail`), a budgets table and a cache that is empty or not.
+fn run_tiers(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> (i32, String) {
+    let make = dir.join("make");
+    std::fs::write(
+        &make,
+        format!(
+            "#!/bin/bash\n# $1 is --no-print-directory, $2 the tier\necho \"tier $2 ran\"\n\
+             [ \"$2\" = fast ] || sleep 2\n[ \"$2\" = {fail:?} ] && exit 3\n\
+             [ \"$2\" = node ] && echo 'real-x: Ready 30 s after qemu started (reference 65 s): budgets x1.00; VM speed: 200k shell rounds in 0.40 s'\nexit 0\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&make, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let testing = dir.join("TESTING.md");
+    std::fs::write(
+        &testing,
+        "# T\n\n## Budgets\n\n| tier | cold (s) | warm (s) | set from |\n| --- | --- | --- | --- |\n\
+         | `fast` | 5 | 5 | x |\n| `node` | 1 | 1 | x |\n| `in-all` | 100 | 1 | x |\n\n## Other\n\n| `late` | 1 | 1 | x |\n",
+    )
+    .unwrap();
+    let cache = dir.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    std::fs::create_dir_all(cache.join("bin")).unwrap();
+    if warm {
+        std::fs::write(cache.join("bin/etcd"), "").unwrap();
+    }
+    let out = Command::new("bash")
+        .arg(repo().join("tests/scripts/tiers.sh"))
+        .args(tiers)
+        .env("MAKE", &make)
+        .env("NODEMEM_TESTING_MD", &testing)
+        .env("NODEMEM_CACHE", &cache)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn tiers_sh_prints_each_tiers_time_against_its_budget_and_warns_when_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = run_tiers(dir.path(), &["fast", "node", "late"], false, "none");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("tier fast ran") && out.contains("tier late ran"),
+        "{out}"
+    );
+    assert!(out.contains("against their cold budgets"), "{out}");
+    let row = |tier: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(tier) && l.contains(" s"))
+            .unwrap_or_else(|| panic!("no row for {tier} in\n{out}"))
+            .to_string()
+    };
+    assert!(
+        row("fast").contains("of     5 s") && !row("fast").contains("OVER"),
+        "{out}"
+    );
+    assert!(row("node").contains("of     1 s  OVER"), "{out}");
+    // A row outside the Budgets section is not a budget.
+    assert!(row("late").contains("(no budget)"), "{out}");
+    assert!(row("in all").contains("of   100 s"), "{out}");
+    assert!(
+        out.contains("WARNING: tier node took 2 s, over its cold budget of 1 s")
+            || out.contains("WARNING: tier node took 3 s, over its cold budget of 1 s"),
+        "{out}"
+    );
+    assert!(
+        out.contains("WARNING: tier late has no row in TESTING.md's Budgets table"),
+        "{out}"
+    );
+    assert!(!out.contains("WARNING: make test took"), "{out}");
+    assert!(
+        out.contains("real-x: Ready 30 s after qemu started")
+            && out.contains("shell rounds in 0.40 s"),
+        "the nodes' speed: {out}"
+    );
+
+    // Warm: the warm column, the run's own budget overspent, and a failing tier ends
+    // the run with its exit status and its row.
+    let (code, out) = run_tiers(dir.path(), &["fast", "node", "late"], true, "node");
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("against their warm budgets"), "{out}");
+    assert!(!out.contains("tier late ran"), "{out}");
+    assert!(out.contains("FAILED (exit 3)"), "{out}");
+    assert!(
+        out.contains("WARNING: make test took") && out.contains("over its warm budget of 1 s"),
+        "{out}"
+    );
+}
