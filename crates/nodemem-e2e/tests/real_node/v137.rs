@@ -86,7 +86,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 let throttled = with_factor.as_ref().expect("kubelet-reference passed");
                 let pod_level: Vec<&String> = throttled
                     .keys()
-                    .filter(|p| p.contains("-pod") && p.ends_with(".slice/memory.high"))
+                    .filter(|p| p.ends_with("/memory.high") && in_a_pods_own_cgroup(p))
                     .collect();
                 assert_eq!(pod_level.len(), 1, "{throttled:#?}");
             }
@@ -202,6 +202,14 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
         });
         phases.finish();
     });
+}
+
+/// Whether `path` is a file of a pod's own cgroup (not a container's, not a QoS
+/// level's), as the kubelet names a pod's cgroup on either driver:
+/// `kubepods-burstable-pod<uid>.slice` (systemd) or `pod<uid>` (cgroupfs).
+fn in_a_pods_own_cgroup(path: &str) -> bool {
+    let dir = path.rsplit('/').nth(1).unwrap_or("");
+    (dir.contains("-pod") && dir.ends_with(".slice")) || dir.starts_with("pod")
 }
 
 /// nodemem installed as users install it, the agent told where the kubelet's drop-ins
