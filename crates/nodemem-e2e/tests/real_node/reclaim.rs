@@ -20,16 +20,6 @@ pub(crate) async fn reclaim_on_a_real_kernel(
     let hot = super::reclaim_cold::cold_cache_goes_as_observe_predicted(node, bed).await;
     super::reclaim_rollback::a_reclaim_that_refaults_is_rolled_back(node, bed, &hot).await;
     reclaim_keeps_a_streaming_pod_from_eviction(node, bed, spec, agent_ip, &hot).await;
-    // The pool's policy as the phase found it: reclaim off. A later `kubectl apply` of
-    // the policy keeps a field it never set (the three-way merge), and Active reclaim
-    // refuses any enforcement but Agent at admission (the v1.37 node's kubelet-mode).
-    repolicy(
-        &bed.client,
-        bed.admin(),
-        &node.name.clone(),
-        r#"{"spec":{"reclaim":null}}"#,
-    )
-    .await;
 }
 
 /// The phase's reclaim settings in `mode`: a step every 2 s of up to 10 % of a

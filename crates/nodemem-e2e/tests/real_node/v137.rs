@@ -198,6 +198,22 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
         // kubelet then enforces, and its values would stay for any phase after.
         phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
             let installed = install_v137(&bed, &mut node).await;
+            // The reinstall's `kubectl apply` keeps what the reclaim phase patched in
+            // (the three-way merge leaves a field it never set), and Active reclaim is
+            // refused at admission under any enforcement but Agent: reclaim off first,
+            // whether that phase ended well or not.
+            kubectl(
+                bed.admin(),
+                &[
+                    "patch",
+                    "nmp",
+                    "real",
+                    "--type=merge",
+                    "-p",
+                    r#"{"spec":{"reclaim":null}}"#,
+                ],
+            )
+            .unwrap();
             kubelet_mode_on_v1_37(&mut node, &bed, &installed).await
         });
         phases.finish();
