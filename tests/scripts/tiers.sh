@@ -9,6 +9,10 @@
 # empty when it began, warm otherwise. A tier over its budget gets a WARNING line; a
 # tier without a row in the table gets one too. Budgets warn, they never fail a run:
 # the machine's speed varies (each run prints its VMs' speed below the table).
+#
+# Stopped by a signal (CI ends a run at its time limit with SIGTERM), it prints the
+# same table first, the stopped tier's row saying so: the last lines of a run CI
+# ended say where its time went, as a run that ended by itself does.
 set -uo pipefail
 make_cmd="${MAKE:-make}"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -41,9 +45,40 @@ warnings=()
 status=0
 spent=0
 began=$(date +%s)
+tier=
+start=$began
+
+# The table of the tiers run so far, the run's own time and the nodes' speed.
+summary() {
+  total=$(($(date +%s) - began))
+  all="$(budget "in-all")"
+  echo "== make test: the tiers' times against their $kind budgets ($why)"
+  printf '   %s\n' "${lines[@]}"
+  printf '   %-14s %5d s  of %5d s\n' "in all" "$total" "${all:-$spent}"
+  if [ -n "$all" ] && [ "$total" -gt "$all" ]; then
+    warnings+=("WARNING: make test took $total s, over its $kind budget of $all s")
+  fi
+  speeds="$(grep -o '[^ ]*: Ready [0-9]* s after qemu started.*' "$log" 2>/dev/null)"
+  if [ -n "$speeds" ]; then
+    echo "== the real nodes' pace and speed in this run"
+    printf '   %s\n' "$speeds"
+  fi
+  for w in "${warnings[@]+"${warnings[@]}"}"; do echo "$w"; done
+}
+
+stopped() {
+  if [ -n "$tier" ]; then
+    lines+=("$(printf '%-14s %5d s  STOPPED by a signal' "$tier" $(($(date +%s) - start)))")
+  fi
+  summary
+  exit 143
+}
+trap stopped TERM INT HUP
+
 for tier in "$@"; do
   start=$(date +%s)
   # The tier's output goes on as it comes; a copy is kept for the VMs' speed lines.
+  # (A signal to the process group ends this pipeline at once, then the trap runs.)
   "$make_cmd" --no-print-directory "$tier" 2>&1 | tee -a "$log"
   status=${PIPESTATUS[0]}
   took=$(($(date +%s) - start))
@@ -65,18 +100,6 @@ for tier in "$@"; do
   fi
   lines+=("$shown")
 done
-total=$(($(date +%s) - began))
-all="$(budget "in-all")"
-echo "== make test: the tiers' times against their $kind budgets ($why)"
-printf '   %s\n' "${lines[@]}"
-printf '   %-14s %5d s  of %5d s\n' "in all" "$total" "${all:-$spent}"
-if [ -n "$all" ] && [ "$total" -gt "$all" ]; then
-  warnings+=("WARNING: make test took $total s, over its $kind budget of $all s")
-fi
-speeds="$(grep -o '[^ ]*: Ready [0-9]* s after qemu started.*' "$log" 2>/dev/null)"
-if [ -n "$speeds" ]; then
-  echo "== the real nodes' pace and speed in this run"
-  printf '   %s\n' "$speeds"
-fi
-for w in "${warnings[@]+"${warnings[@]}"}"; do echo "$w"; done
+tier=
+summary
 exit "$status"

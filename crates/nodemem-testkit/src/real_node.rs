@@ -148,6 +148,9 @@ pub struct RealNode {
     next_request: AtomicU64,
     /// How long [`RealNode::run`] waits for an answer.
     request_budget: Duration,
+    /// The host's end of the node's virtio port `nodemem.wake` (qemu's socket), once
+    /// connected: a line written after each request wakes the node's runner at once.
+    wake: Option<std::os::unix::net::UnixStream>,
 }
 
 /// The initramfs: busybox, the disk's modules, and an init that loads them, mounts the
@@ -378,6 +381,7 @@ impl RealNode {
             "-nic".into(),
             "user,model=virtio-net-pci".into(),
         ]);
+        args.extend(wake_port(&dir.join(WAKE_SOCKET)));
         let console = dir.join("console.log");
         let qemu = Process::spawn(
             "qemu-system-x86_64",
@@ -393,6 +397,7 @@ impl RealNode {
             console,
             next_request: AtomicU64::new(0),
             request_budget: Self::REQUEST_BUDGET,
+            wake: None,
         };
         // The runner answering means systemd ran the setup and the share works.
         node.run_within("true", spec.ready_timeout)?;
@@ -429,11 +434,12 @@ impl RealNode {
     /// [`RealNode::run`] with its own timeout.
     pub fn run_within(&mut self, script: &str, timeout: Duration) -> Result<(String, i32), Error> {
         let n = self.next_request.fetch_add(1, Ordering::SeqCst);
-        let dir = self.share.path();
+        let dir = self.share.path().to_path_buf();
         let tmp = dir.join(format!("requests/.{n}.sh"));
         std::fs::write(&tmp, script).map_err(|e| node_err(e.to_string()))?;
         std::fs::rename(&tmp, dir.join(format!("requests/{n}.sh")))
             .map_err(|e| node_err(e.to_string()))?;
+        self.wake_runner();
         let rc_path = dir.join(format!("responses/{n}.rc"));
         let started = Instant::now();
         loop {
@@ -458,6 +464,49 @@ impl RealNode {
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The socket, in the node's share directory, behind the node's virtio port.
+const WAKE_SOCKET: &str = "wake.sock";
+
+/// qemu's arguments for the virtio port `nodemem.wake` (`/dev/virtio-ports/nodemem.wake`
+/// on the node) behind the unix socket `socket`, qemu listening, not waiting for the
+/// host: the runner (`tests/node/rootfs/usr/local/sbin/nodemem-node-runner`) waits on
+/// it instead of looking for requests over 9p 20 times a second.
+fn wake_port(socket: &Path) -> Vec<String> {
+    vec![
+        "-device".into(),
+        "virtio-serial-pci,id=nodemem-serial".into(),
+        "-chardev".into(),
+        format!(
+            "socket,id=nodemem-wake,path={},server=on,wait=off",
+            socket.display()
+        ),
+        "-device".into(),
+        "virtserialport,bus=nodemem-serial.0,chardev=nodemem-wake,name=nodemem.wake".into(),
+    ]
+}
+
+impl RealNode {
+    /// Tells the runner a request is there. Best effort: a node without the port, or a
+    /// full buffer, leaves the runner to find the request at its next look (at most
+    /// half a second later).
+    fn wake_runner(&mut self) {
+        use std::io::Write;
+        if self.wake.is_none() {
+            self.wake =
+                std::os::unix::net::UnixStream::connect(self.share.path().join(WAKE_SOCKET))
+                    .ok()
+                    .filter(|s| s.set_nonblocking(true).is_ok());
+        }
+        if let Some(stream) = self.wake.as_mut() {
+            match stream.write(b"\n") {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => self.wake = None,
+            }
         }
     }
 }

@@ -83,15 +83,16 @@ fn every_tier_has_a_cold_and_a_warm_budget_that_add_up_to_the_runs_own() {
     }
 }
 
-/// Runs tiers.sh with a stand-in `make` that sleeps `secs` for each tier (and fails the
-/// tier named `fail`), a budgets table and a cache that is empty or not.
-fn run_tiers(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> (i32, String) {
+/// tiers.sh with a stand-in `make` that sleeps 2 s for each tier but `fast` (30 s for
+/// `slow`; it fails the tier named `fail`), a budgets table and a cache that is empty or
+/// not: the command, to be run.
+fn tiers_command(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> Command {
     let make = dir.join("make");
     std::fs::write(
         &make,
         format!(
             "#!/bin/bash\n# $1 is --no-print-directory, $2 the tier\necho \"tier $2 ran\"\n\
-             [ \"$2\" = fast ] || sleep 2\n[ \"$2\" = {fail:?} ] && exit 3\n\
+             [ \"$2\" = fast ] || sleep 2\n[ \"$2\" = slow ] && sleep 30\n[ \"$2\" = {fail:?} ] && exit 3\n\
              [ \"$2\" = node ] && echo 'real-x: Ready 30 s after qemu started (reference 65 s): budgets x1.00; VM speed: 200k shell rounds in 0.40 s'\nexit 0\n"
         ),
     )
@@ -110,14 +111,19 @@ fn run_tiers(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> (i32, String
     if warm {
         std::fs::write(cache.join("bin/etcd"), "").unwrap();
     }
-    let out = Command::new("bash")
+    let mut command = Command::new("bash");
+    command
         .arg(repo().join("tests/scripts/tiers.sh"))
         .args(tiers)
         .env("MAKE", &make)
         .env("NODEMEM_TESTING_MD", &testing)
-        .env("NODEMEM_CACHE", &cache)
-        .output()
-        .unwrap();
+        .env("NODEMEM_CACHE", &cache);
+    command
+}
+
+/// [`tiers_command`] run to its end: its exit code and output.
+fn run_tiers(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> (i32, String) {
+    let out = tiers_command(dir, tiers, warm, fail).output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -177,4 +183,43 @@ fn tiers_sh_prints_each_tiers_time_against_its_budget_and_warns_when_over() {
         out.contains("WARNING: make test took") && out.contains("over its warm budget of 1 s"),
         "{out}"
     );
+}
+
+/// CI ends a run at its limit with SIGTERM: the table still comes, with the tiers done
+/// and the stopped one (before, the last lines of such a run said nothing of where its
+/// time had gone).
+#[test]
+fn tiers_sh_stopped_by_a_signal_prints_the_table_so_far() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let child = tiers_command(dir.path(), &["fast", "slow", "late"], false, "none")
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Well into `slow` (fast ends at once, slow sleeps 2 s and then 30).
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let group = format!("-{}", child.id());
+    let killed = Command::new("kill")
+        .args(["-TERM", "--", &group])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(143), "{text}");
+    assert!(text.contains("against their cold budgets"), "{text}");
+    let slow = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("slow"))
+        .unwrap_or_else(|| panic!("no row for the stopped tier in\n{text}"));
+    assert!(slow.contains("STOPPED by a signal"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("fast") && l.contains("of     5 s")),
+        "{text}"
+    );
+    assert!(!text.contains("tier late ran"), "{text}");
+    assert!(text.contains("in all"), "{text}");
 }
