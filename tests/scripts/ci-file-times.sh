@@ -15,10 +15,13 @@
 # run (they are built again), when all of these hold; otherwise it changes nothing and
 # every workspace crate is built again, as in any clean clone:
 #   - TARGET holds the record of a green run (`record`), whose commit is an ancestor of
-#     HEAD: that run built or checked every crate `make test` builds, from its files;
-#   - no build wrote to TARGET since (no fingerprint newer than the record): a build of a
-#     working tree with uncommitted edits would leave crates built from files no commit
-#     holds, which old times would then take as current.
+#     HEAD: that run built or checked every crate `make test` builds, from its files.
+# A workspace crate that a build compiled after the record (a fingerprint of it newer
+# than the record: a red run of another commit, a working tree with uncommitted edits)
+# may hold files no commit since the record holds; its files keep the checkout's time
+# too, so it is built again. (Until 2026-11-29 any such build made every crate build
+# again: after a red CI run, the next one rebuilt the whole workspace, in debug for
+# every tier and in release for both architectures.)
 # A file's last commit is older than any build of it from a clone, so a crate built from
 # the same files stays fresh and a crate whose files changed since the record is rebuilt.
 # Not covered: a crate no `make test` build uses, last built from other files before the
@@ -52,13 +55,40 @@ skip() {
 green="$(cat "$record")"
 git cat-file -e "$green^{commit}" 2>/dev/null || skip "the recorded commit $green is not in this clone"
 git merge-base --is-ancestor "$green" HEAD || skip "the recorded commit $green is not an ancestor of HEAD"
-# One find over every fingerprint directory, stopping at the first newer file. (Not
-# `... | head -n1`: under pipefail the finds that head stopped reading from die of
-# SIGPIPE, xargs exits 125 and `set -e` ended `.ci/run` before it ran anything.)
-newer="$(find "$target" -maxdepth 3 -type d -name .fingerprint -print0 |
-  xargs -0 -r sh -c 'find "$@" -newer "$0" -print -quit' "$record")"
-newer="${newer%%$'\n'*}"
-[[ -z "$newer" ]] || skip "a build wrote $newer after the green run"
+# The workspace's packages by name: the directory of each tracked Cargo.toml with a
+# [package] (its first `name = "..."` line).
+declare -A package_dir=()
+while IFS= read -r manifest; do
+  name="$(awk -F'"' '/^\[package\]/ { p = 1 } p && /^name *=/ { print $2; exit }' "$manifest")"
+  [[ -n "$name" ]] || continue
+  dir="$(dirname "$manifest")"
+  package_dir["$name"]="$dir"
+done < <(git ls-files -- 'Cargo.toml' '*/Cargo.toml')
+
+# Workspace packages a build compiled after the record: every fingerprint file newer
+# than it names its unit's directory, `<package>-<hash>`.
+declare -A rebuilt_dir=()
+rebuilt_names=()
+while IFS= read -r -d '' file; do
+  unit="${file#*/.fingerprint/}"
+  unit="${unit%%/*}"
+  name="${unit%-*}"
+  [[ -n "${package_dir[$name]+x}" && -z "${rebuilt_dir[${package_dir[$name]}]+x}" ]] || continue
+  rebuilt_dir["${package_dir[$name]}"]=1
+  rebuilt_names+=("$name")
+done < <(find "$target" -maxdepth 3 -type d -name .fingerprint -print0 |
+  xargs -0 -r sh -c 'find "$@" -type f -newer "$0" -print0' "$record")
+
+# Whether PATH (relative) lies in a package a build compiled after the record (no
+# process per call: the history walk below asks for every file).
+in_rebuilt() {
+  local dir="$1"
+  while [[ "$dir" == */* ]]; do
+    dir="${dir%/*}"
+    [[ -z "${rebuilt_dir[$dir]+x}" ]] || return 0
+  done
+  [[ -n "${rebuilt_dir[.]+x}" ]]
+}
 
 declare -A changed=()
 while IFS= read -r -d '' path; do
@@ -78,7 +108,7 @@ while IFS= read -r line; do
   [[ -n "$line" && -z "${seen[$line]+x}" ]] || continue
   seen["$line"]=1
   [[ -f "$line" ]] || continue
-  if [[ -n "${changed[$line]+x}" ]]; then
+  if [[ -n "${changed[$line]+x}" ]] || { [[ ${#rebuilt_dir[@]} -gt 0 ]] && in_rebuilt "$line"; }; then
     kept=$((kept + 1))
     continue
   fi
@@ -87,3 +117,6 @@ while IFS= read -r line; do
 done < <(git log --no-renames --format='@%ct' --name-only HEAD)
 
 echo ">> file times: $set_times files at their last commit's time, $kept changed since the green run $green kept new" >&2
+if [[ ${#rebuilt_names[@]} -gt 0 ]]; then
+  echo ">> file times: built since the green run, so built again: ${rebuilt_names[*]}" >&2
+fi

@@ -1,7 +1,8 @@
 //! `.ci/run`'s file times (`tests/scripts/ci-file-times.sh`): a clean clone reuses what
 //! the last green run built where its files did not change, and never takes a crate as
-//! built when its files changed or when another build wrote to the target directory.
-//! Checked with real cargo and git on a one-crate repository, each clone as CI makes it.
+//! built when its files changed or when another build (a red run, a working tree)
+//! compiled it since. Checked with real cargo and git on a repository of two crates,
+//! each clone as CI makes it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,7 +28,8 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> String {
     text
 }
 
-/// A repository holding one crate and the script, as this one holds them.
+/// A repository holding two crates (`one`, `two`: neither uses the other) and the
+/// script, as this one holds them.
 struct Origin {
     dir: tempfile::TempDir,
 }
@@ -36,7 +38,6 @@ impl Origin {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        std::fs::create_dir_all(root.join("src")).unwrap();
         std::fs::create_dir_all(root.join("tests/scripts")).unwrap();
         std::fs::copy(
             repo().join("tests/scripts/ci-file-times.sh"),
@@ -45,19 +46,54 @@ impl Origin {
         .unwrap();
         std::fs::write(
             root.join("Cargo.toml"),
-            "[package]\nname = \"one\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n",
+            "[workspace]\nresolver = \"2\"\nmembers = [\"crates/one\", \"crates/two\"]\n",
         )
         .unwrap();
-        std::fs::write(root.join("src/lib.rs"), "pub fn one() -> u32 { 1 }\n").unwrap();
+        for name in ["one", "two"] {
+            let krate = root.join("crates").join(name);
+            std::fs::create_dir_all(krate.join("src")).unwrap();
+            std::fs::write(
+                krate.join("Cargo.toml"),
+                format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
+            )
+            .unwrap();
+            std::fs::write(
+                krate.join("src/lib.rs"),
+                format!("pub fn {name}() -> u32 {{ 1 }}\n"),
+            )
+            .unwrap();
+        }
         run(root, "git", &["init", "-q", "-b", "main"]);
         let origin = Origin { dir };
         origin.commit("first");
         origin
     }
 
+    /// Writes `crates/NAME/src/lib.rs` returning `value`.
+    fn set(&self, name: &str, value: u32) {
+        write_crate(self.dir.path(), name, value);
+    }
+
     fn commit(&self, message: &str) {
         run(self.dir.path(), "git", &["add", "-A"]);
         run(self.dir.path(), "git", &["commit", "-q", "-m", message]);
+    }
+
+    /// A commit whose time is `date` (a commit made on a machine whose clock is behind
+    /// the one that builds, or one whose time a rebase kept).
+    fn commit_dated(&self, message: &str, date: &str) {
+        run(self.dir.path(), "git", &["add", "-A"]);
+        let out = Command::new("git")
+            .args(["commit", "-q", "-m", message])
+            .current_dir(self.dir.path())
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_DATE", date)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
     }
 
     /// A clean clone, as CI makes one (every file's time is now).
@@ -79,6 +115,14 @@ impl Origin {
         );
         dir
     }
+}
+
+fn write_crate(root: &Path, name: &str, value: u32) {
+    std::fs::write(
+        root.join("crates").join(name).join("src/lib.rs"),
+        format!("pub fn {name}() -> u32 {{ {value} }}\n"),
+    )
+    .unwrap();
 }
 
 fn checkout(clone: &tempfile::TempDir) -> PathBuf {
@@ -105,8 +149,8 @@ fn restored(origin: &Origin, target: &Path, says: &str) -> tempfile::TempDir {
     clone
 }
 
-/// Whether cargo compiled the crate (`Compiling one`) or took it as built.
-fn cargo_compiles(clone: &Path, target: &Path) -> bool {
+/// The crates cargo compiled (`Compiling NAME`) rather than took as built.
+fn cargo_compiles(clone: &Path, target: &Path) -> Vec<String> {
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--offline"])
         .current_dir(clone)
@@ -115,7 +159,11 @@ fn cargo_compiles(clone: &Path, target: &Path) -> bool {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    text.contains("Compiling one")
+    ["one", "two"]
+        .into_iter()
+        .filter(|name| text.contains(&format!("Compiling {name} ")))
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -125,53 +173,70 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     let target = target_dir.path();
     // A second and more between builds and commits: commit times are whole seconds.
     let tick = || std::thread::sleep(std::time::Duration::from_millis(1100));
+    let both = vec!["one".to_string(), "two".to_string()];
+    let only = |name: &str| vec![name.to_string()];
 
     // The first run: nothing recorded, the checkout's times, built; then recorded.
     let first = restored(&origin, target, "no green run recorded");
-    assert!(cargo_compiles(&checkout(&first), target));
+    assert_eq!(cargo_compiles(&checkout(&first), target), both);
     tick();
     script(&checkout(&first), "record", target);
 
-    // A later clean clone of the same commit: the crate is taken as built.
+    // A later clean clone of the same commit: both crates are taken as built.
     tick();
     let same = restored(&origin, target, "at their last commit's time");
     assert!(
-        !cargo_compiles(&checkout(&same), target),
+        cargo_compiles(&checkout(&same), target).is_empty(),
         "nothing changed, yet it compiled"
     );
 
-    // A commit changing the crate: its file keeps the clone's time and it is rebuilt.
+    // A commit changing `one`: its file keeps the clone's time and it alone is rebuilt.
     tick();
-    std::fs::write(
-        origin.dir.path().join("src/lib.rs"),
-        "pub fn one() -> u32 { 2 }\n",
-    )
-    .unwrap();
+    origin.set("one", 2);
     origin.commit("second");
     let changed = restored(&origin, target, "1 changed since the green run");
-    assert!(
+    assert_eq!(
         cargo_compiles(&checkout(&changed), target),
-        "a changed file was taken as built"
+        only("one"),
+        "a changed file was taken as built, or an unchanged crate rebuilt"
     );
-    // That run was not green (no record): its build is newer than the record, and the
-    // next clone is built again rather than trusted.
-    let after_red = restored(&origin, target, "a build wrote");
+    // That run was red (no record). The next commit takes `one` back to the green
+    // run's file, with a commit time from before that red build (another machine's
+    // clock): no file differs from the recorded commit and none is newer than the
+    // build, but the target holds the red run's `one`. It is built again, because a
+    // build compiled it since the record; `two` is still taken as built.
+    tick();
+    origin.set("one", 1);
+    origin.commit_dated("back", "2001-01-01T00:00:00Z");
+    let after_red = restored(
+        &origin,
+        target,
+        "built since the green run, so built again: one",
+    );
+    assert_eq!(
+        cargo_compiles(&checkout(&after_red), target),
+        only("one"),
+        "the red run's build was reused, or the untouched crate rebuilt"
+    );
     tick();
     script(&checkout(&after_red), "record", target);
 
-    // A working tree's build (an edit no commit holds) written after the record: the
-    // next clone does not trust the target directory.
+    // A working tree's build (an edit of `two` no commit holds; the tree's other files
+    // as old as their commits) written after the record: the next clone builds `two`
+    // again, and only `two`.
     tick();
-    let worktree = origin.clone();
-    std::fs::write(
-        checkout(&worktree).join("src/lib.rs"),
-        "pub fn one() -> u32 { 3 }\n",
-    )
-    .unwrap();
-    assert!(cargo_compiles(&checkout(&worktree), target));
-    let next = restored(&origin, target, "a build wrote");
-    assert!(
+    let worktree = restored(&origin, target, "at their last commit's time");
+    tick();
+    write_crate(&checkout(&worktree), "two", 3);
+    assert_eq!(cargo_compiles(&checkout(&worktree), target), only("two"));
+    let next = restored(
+        &origin,
+        target,
+        "built since the green run, so built again: two",
+    );
+    assert_eq!(
         cargo_compiles(&checkout(&next), target),
+        only("two"),
         "the working tree's build was reused"
     );
     tick();
@@ -185,7 +250,7 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     let shallow = origin.shallow_clone();
     let said = script(&checkout(&shallow), "restore", target);
     assert!(said.contains("is not in this clone"), "{said}");
-    assert!(cargo_compiles(&checkout(&shallow), target));
+    assert_eq!(cargo_compiles(&checkout(&shallow), target), both);
     tick();
     script(&checkout(&shallow), "record", target);
 
@@ -196,12 +261,8 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
         "git",
         &["checkout", "-q", "-b", "other", "HEAD~1"],
     );
-    std::fs::write(
-        origin.dir.path().join("src/lib.rs"),
-        "pub fn one() -> u32 { 4 }\n",
-    )
-    .unwrap();
+    origin.set("one", 4);
     origin.commit("elsewhere");
     let other = restored(&origin, target, "not an ancestor of HEAD");
-    assert!(cargo_compiles(&checkout(&other), target));
+    assert_eq!(cargo_compiles(&checkout(&other), target), both);
 }
