@@ -70,8 +70,8 @@ fn guaranteed_pods(node: &str, tag: &str) -> Vec<core::Pod> {
                 "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
                     "containers": [{"name": "w", "image": "nodemem.local/workload:1",
                         "imagePullPolicy": "Never", "args": ["-allocate", "8Mi"],
-                        "resources": {"requests": {"memory": memory, "cpu": "50m"},
-                                      "limits": {"memory": memory, "cpu": "50m"}}}]}
+                        "resources": {"requests": {"memory": memory, "cpu": super::GUARANTEED_CPU},
+                                      "limits": {"memory": memory, "cpu": super::GUARANTEED_CPU}}}]}
             }))
             .unwrap()
         })
