@@ -15,9 +15,22 @@ use nodemem_testkit::real_node::RealNode;
 /// Boot to Ready on the machine the base budgets were set on (TESTING.md: ~65 s).
 const REFERENCE_READY: Duration = Duration::from_secs(65);
 
+/// The VM's 200k shell rounds where the reclaim phase's stall target was first held
+/// (the issue 57 cold run's nodes: 2.85-3.04 s).
+const REFERENCE_ROUNDS_SECONDS: f64 = 3.0;
+
 thread_local! {
     /// Each test runs its node on its own thread (and its own runtime).
     static PACE: Cell<f64> = const { Cell::new(1.0) };
+    /// This node's CPU against [`REFERENCE_ROUNDS_SECONDS`] (never below 1).
+    static CPU_SLOWNESS: Cell<f64> = const { Cell::new(1.0) };
+}
+
+/// How many times slower this node's CPU is than the reference one (never below 1):
+/// for figures a CPU's speed sets and the machine, not nodemem, decides, such as the
+/// wall time a page refault costs a task under TCG.
+pub(crate) fn cpu_slowness() -> f64 {
+    CPU_SLOWNESS.get()
 }
 
 /// A base budget at this node's pace.
@@ -36,6 +49,8 @@ pub(crate) fn measure(node: &mut RealNode, ready: Duration) -> f64 {
         .run("TIMEFORMAT=%R; { time for ((i = 0; i < 200000; i++)); do :; done; } 2>&1")
         .ok()
         .and_then(|(out, _)| out.trim().parse::<f64>().ok());
+    // Unknown: as slow as the reference (the figures it scales are then held as set).
+    CPU_SLOWNESS.set(loop_seconds.map_or(1.0, |s| (s / REFERENCE_ROUNDS_SECONDS).max(1.0)));
     let speed = loop_seconds.map_or("unknown".to_string(), |s| format!("{s:.2} s"));
     eprintln!(
         "{}: Ready {:.0} s after qemu started (reference {} s): budgets x{pace:.2}; VM speed: 200k shell rounds in {speed}",

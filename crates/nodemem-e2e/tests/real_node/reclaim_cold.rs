@@ -126,13 +126,14 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
     };
     eprintln!(
         "reclaim on the kernel: Observe predicted {} MiB, Active took {} MiB from the cold pod ({} -> {} MiB, floor {}); \
-         the hot pod stalled {:.0} us/s (target {TARGET_STALL_US_PER_S}), refaulted {hot_refaults} pages, kept {} MiB of cache in {seconds:.0} s; {on:?}",
+         the hot pod stalled {:.0} us/s (target {TARGET_STALL_US_PER_S}, x{:.2} at this node's CPU speed), refaulted {hot_refaults} pages, kept {} MiB of cache in {seconds:.0} s; {on:?}",
         p / MI,
         taken / MI,
         before / MI,
         end / MI,
         FLOOR / MI,
         stall as f64 / seconds,
+        super::pace::cpu_slowness(),
         hot_file / MI,
     );
     assert!(
@@ -141,9 +142,16 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
         p / MI,
         taken / MI
     );
+    // The stall is the wall time the hot pod's refaults cost it, and under TCG a
+    // refault costs a slower CPU more: the same 14,612 refaults stalled it 90 ms on a
+    // node of 9.49 s per 200k shell rounds (2,040 us/s, 2026-11-29) where 12,883-14,929
+    // stalled it 10-25 ms on faster ones. What nodemem decides, how often it takes what
+    // the pod reads again, is held by the refault bound below, on any machine; the
+    // stall's target is held at the CPU's speed.
+    let target = TARGET_STALL_US_PER_S as f64 * super::pace::cpu_slowness();
     assert!(
-        stall as f64 / seconds <= TARGET_STALL_US_PER_S as f64,
-        "the hot pod stalled {:.0} us/s over {seconds:.0} s, over the {TARGET_STALL_US_PER_S} us/s target: {on:?}",
+        stall as f64 / seconds <= target,
+        "the hot pod stalled {:.0} us/s over {seconds:.0} s, over the {TARGET_STALL_US_PER_S} us/s target ({target:.0} at this node's CPU speed): {on:?}",
         stall as f64 / seconds
     );
     assert!(
