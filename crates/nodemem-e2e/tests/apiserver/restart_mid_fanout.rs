@@ -149,9 +149,9 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         spawn_controller_with(&kubeconfig, "restart-fan", "nodemem:test", &log, extra)
     };
     // A fan-out of 1000 configs beside the tier's other tests (the storm's 5,000 nodes
-    // among them): 180 s let a slow machine (2026-11-29, real nodes at 6.5-9.5 s per
-    // 200k shell rounds) bring 156 of 1000 nodes to the newest revision; a wait, not a
-    // promise of speed (the controller's rate is BENCHMARKS.md's).
+    // among them) on a slow machine, with the controller's restarts after a lost Lease
+    // (`until_restarting`): a wait, not a promise of speed (the controller's rate is
+    // BENCHMARKS.md's).
     let wait = Duration::from_secs(360);
     let policies = policies(client.clone());
     let mut seen = Seen::default();
