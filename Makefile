@@ -4,6 +4,10 @@
 CARGO_TARGET_DIR ?= $(HOME)/.cache/nodemem/target
 CARGO_BUILD_JOBS ?= 2
 export CARGO_TARGET_DIR CARGO_BUILD_JOBS
+# A failing test's panic message and place (file:line) are what tell; a backtrace of
+# the async runtime's frames pushed the message out of the part of a CI log that is
+# kept (its first and last lines). NODEMEM_BACKTRACE=1 brings the backtraces back.
+export RUST_BACKTRACE := $(if $(NODEMEM_BACKTRACE),1,0)
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 

@@ -379,11 +379,19 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             return Ok(());
         }
         tracing::info!(identity = %lock.identity, "leading");
+        // The Lease is kept by a task of its own: a poll of the controller's loop that
+        // runs long (a decision over many nodes) would otherwise delay its renewals
+        // past the renew deadline, and the leader would lose the Lease to its own work.
+        let lock = std::sync::Arc::new(lock);
+        let mut kept = AbortOnDrop(tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.keep(renewed).await }
+        }));
         // Whichever ends first: losing the Lease stops this replica (its pod restarts
         // as a follower) so two never write at once.
         tokio::select! {
             r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
-            () = lock.keep(renewed) => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
+            _ = &mut kept.0 => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
             // Stops deciding before its SIGTERM: an uninstall's hook is about to give
             // the nodes back and delete what this controller would put back.
             () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
@@ -402,3 +410,13 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
 
 #[cfg(test)]
 mod tests;
+
+/// A task that ends with its handle: the Lease is not renewed after the replica stopped
+/// leading for another reason.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

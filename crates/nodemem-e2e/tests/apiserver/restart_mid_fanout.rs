@@ -176,20 +176,32 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         at_kill < NODES,
         "the fan-out had finished before the kill ({at_kill} configs)"
     );
-    let _controller = spawn(&[]);
+    let mut _controller = spawn(&[]);
+    let (reached, restarts) = until_restarting(
+        &mut seen,
+        &mut watch,
+        wait,
+        |s| s.on(&r1) == NODES,
+        &mut _controller,
+        || spawn(&[]),
+    )
+    .await;
     assert!(
-        seen.until(&mut watch, wait, |s| s.on(&r1) == NODES).await,
-        "the fan-out did not finish after the restart: {} of {NODES}",
-        seen.on(&r1)
+        reached,
+        "the fan-out did not finish after the restart: {} of {NODES}; the controllers' log ends:\n{}",
+        seen.on(&r1),
+        log_tail(&log, 30)
     );
     let applies = config_applies(&client).await - before;
-    eprintln!("first fan-out: killed at {at_kill} configs; {applies} applies for {NODES} nodes");
+    eprintln!(
+        "first fan-out: killed at {at_kill} configs; {applies} applies for {NODES} nodes ({restarts} restart(s) after a lost Lease)"
+    );
     assert!(
         seen.0.values().all(|r| r.len() == 1),
         "a config was written more than once"
     );
     assert!(
-        applies <= (NODES + 1) as f64,
+        applies <= (NODES + 1 + in_flight(restarts)) as f64,
         "{applies} applies for {NODES} nodes: the restarted controller wrote again what was written"
     );
     drop(_controller);
@@ -251,8 +263,10 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         );
     }
     assert!(
-        applies <= (at_kill + NODES + 1) as f64,
-        "{applies} applies: more than the second fan-out's {at_kill} and one each to the newest"
+        applies <= (at_kill + NODES + 1 + in_flight(restarts)) as f64,
+        "{applies} applies: more than the second fan-out's {at_kill}, one each to the newest \
+         and {} in flight when a Lease was lost",
+        in_flight(restarts)
     );
     drop(_controller);
 
@@ -272,18 +286,28 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
     )
     .await;
     set_factor(0.7).await;
-    let _controller = spawn(&[]);
+    let mut _controller = spawn(&[]);
+    let (reached, restarts) = until_restarting(
+        &mut seen,
+        &mut watch,
+        wait,
+        |s| s.on(&r3) == NODES,
+        &mut _controller,
+        || spawn(&[]),
+    )
+    .await;
     assert!(
-        seen.until(&mut watch, wait, |s| s.on(&r3) == NODES).await,
-        "not every node went back to {r3}: {} of {NODES}",
-        seen.on(&r3)
+        reached,
+        "not every node went back to {r3}: {} of {NODES}; the controllers' log ends:\n{}",
+        seen.on(&r3),
+        log_tail(&log, 30)
     );
     // A moment for a stray write to show.
     seen.until(&mut watch, Duration::from_secs(3), |_| false)
         .await;
     let applies = config_applies(&client).await - before;
     eprintln!(
-        "third fan-out: killed at {at_kill} configs on {r4}; {applies} applies to go back to {r3}"
+        "third fan-out: killed at {at_kill} configs on {r4}; {applies} applies to go back to {r3} ({restarts} restart(s) after a lost Lease)"
     );
     for (node, revisions) in &seen.0 {
         let new = &revisions[seen_before[node]..];
@@ -293,7 +317,7 @@ async fn a_controller_killed_in_a_fan_out_finishes_it_writing_nothing_twice_and_
         );
     }
     assert!(
-        applies <= (2 * at_kill + 1) as f64,
+        applies <= (2 * at_kill + 1 + in_flight(restarts)) as f64,
         "{applies} applies: more than the {at_kill} configs written on {r4} and each of them back"
     );
 }
@@ -441,6 +465,15 @@ async fn until_restarting(
             restarts += 1;
         }
     }
+}
+
+/// The applies a controller may have had in flight when it lost its Lease, `restarts`
+/// times: its writes stop with it, but the apiserver may carry out those it had taken
+/// after the next controller listed the configs (a loaded apiserver answers in seconds),
+/// and the next one then writes them again. Bounded by the writes in flight at once
+/// (`--write-concurrency`, at its default in these restarts).
+fn in_flight(restarts: usize) -> usize {
+    restarts * usize::from(nodemem_controller::DEFAULT_WRITE_CONCURRENCY)
 }
 
 /// The last `lines` lines of the controllers' log (every controller a test started
