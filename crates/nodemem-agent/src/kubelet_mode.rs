@@ -234,6 +234,9 @@ impl KubeletMode {
         match files.current_dropin() {
             Ok(Some(current)) if current == dropin.text => {}
             Ok(_) => {
+                if let Err(e) = self.restart_reaches_kubelet() {
+                    return e;
+                }
                 if let Err(e) = self.change(OwnDropIn::As(&dropin.text), state) {
                     return e;
                 }
@@ -258,6 +261,9 @@ impl KubeletMode {
             Ok(None) if !self.record.restart_pending => return None,
             Ok(None) => {}
             Ok(Some(_)) => {
+                if let Err(e) = self.restart_reaches_kubelet() {
+                    return Some(e);
+                }
                 if let Err(e) = self.change(OwnDropIn::Without, state) {
                     return Some(e);
                 }
@@ -275,6 +281,33 @@ impl KubeletMode {
             )
             .await,
         )
+    }
+
+    /// Under a unit restart, the kubelet whose files nodemem writes must run in that
+    /// unit: restarting another unit would leave it running without the drop-in.
+    /// Checked before the drop-in is written and again before the restart.
+    fn restart_reaches_kubelet(&self) -> Result<(), KubeletOutcome> {
+        let Some(RestartBy::Unit { unit, .. }) = &self.config.restart.by else {
+            return Ok(());
+        };
+        let process = match self.config.files.kubelet_process() {
+            Ok(Some(p)) => p,
+            // Files given to the agent: which process reads them is not known.
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(failed(e.reason(), e)),
+        };
+        let who = format!("{} (pid {})", process.command(), process.pid);
+        let why = match process.runs_in_unit(unit) {
+            Ok(true) => return Ok(()),
+            Ok(false) => format!("runs in cgroup {}, not in {unit}", process.cgroup()),
+            Err(e) => format!("its cgroup cannot be read ({e})"),
+        };
+        Err(KubeletOutcome::Failed {
+            reason: "KubeletNotInRestartUnit",
+            message: format!(
+                "the kubelet nodemem reads, {who}, {why}: restarting {unit} would not make it read nodemem's drop-in, so nothing is written or restarted (give the agent the kubelet's own unit with --kubelet-restart-unit)"
+            ),
+        })
     }
 
     /// Before the drop-in changes: when the kubelet's Memory Manager changes with it,
@@ -353,6 +386,9 @@ impl KubeletMode {
                 .clone()
                 .unwrap_or(("KubeletRestartFailed", "restart failed".into()));
             return KubeletOutcome::Failed { reason, message };
+        }
+        if let Err(e) = self.restart_reaches_kubelet() {
+            return e;
         }
         // The running kubelet may have checkpointed its state again since it was removed.
         if self.record.remove_memory_manager_state {
@@ -734,6 +770,63 @@ mod mode_tests {
             format!("4242 (kubelet) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"),
         )
         .unwrap();
+        std::fs::write(
+            proc.join("4242/cgroup"),
+            "0::/../../system.slice/kubelet.service\n",
+        )
+        .unwrap();
+        // The host's mount namespace, PID 1's and the kubelet's.
+        for pid in ["1", "4242"] {
+            let ns = proc.join(pid).join("ns");
+            std::fs::create_dir_all(&ns).unwrap();
+            if std::fs::symlink_metadata(ns.join("mnt")).is_err() {
+                std::os::unix::fs::symlink("mnt:[4026531841]", ns.join("mnt")).unwrap();
+            }
+        }
+    }
+
+    /// Under a unit restart, a kubelet that does not run in that unit (its drop-in
+    /// would not be read by the process the restart starts) gets nothing written and
+    /// nothing restarted; once it runs in the unit, the drop-in is written.
+    #[tokio::test]
+    async fn a_unit_restart_that_would_miss_the_kubelet_writes_nothing() {
+        let bed = Bed::new();
+        bed.kubelet_started(-100);
+        let proc = bed.root.join("proc");
+        std::fs::write(
+            proc.join("4242/cmdline"),
+            "/usr/bin/kubelet\0--config=/config.yaml\0--config-dir=/conf.d\0",
+        )
+        .unwrap();
+        for link in ["root", "cwd"] {
+            std::os::unix::fs::symlink(&bed.root, proc.join("4242").join(link)).unwrap();
+        }
+        std::fs::write(
+            proc.join("4242/cgroup"),
+            "0::/../../system.slice/kubelet-custom.service\n",
+        )
+        .unwrap();
+        let mut mode = bed.unit_mode("kubelet.service", Duration::from_secs(2));
+        mode.config.files = KubeletFiles {
+            memory_manager_state: Some(bed.root.join("memory_manager_state")),
+            ..KubeletFiles::process(proc.clone(), None)
+        };
+        let out = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
+        let (ok, why, message) = out.applied();
+        assert_eq!((ok, why), (false, "KubeletNotInRestartUnit"), "{message}");
+        assert!(
+            message.starts_with("the kubelet nodemem reads, kubelet (pid 4242), runs in cgroup /../../system.slice/kubelet-custom.service, not in kubelet.service"),
+            "{message}"
+        );
+        assert_eq!(bed.dropin(), None, "nothing written");
+        std::fs::write(
+            proc.join("4242/cgroup"),
+            "0::/../../system.slice/kubelet.service\n",
+        )
+        .unwrap();
+        let out = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
+        assert_ne!(reason(&out), "KubeletNotInRestartUnit", "{out:?}");
+        assert!(bed.dropin().is_some(), "written: {out:?}");
     }
 
     fn q(s: &str) -> Quantity {

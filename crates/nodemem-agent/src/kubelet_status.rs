@@ -40,6 +40,7 @@ impl KubeletRead<'_> {
             config: o.config.clone(),
             drop_ins: o.drop_ins.iter().take(64).cloned().collect(),
             flags: o.flags.iter().take(64).cloned().collect(),
+            ignored: o.ignored.iter().take(16).map(ToString::to_string).collect(),
         })
     }
 
@@ -126,6 +127,11 @@ mod tests {
                 drop_ins: vec!["/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf".into()],
                 flags: vec!["--feature-gates=MemoryQoS=true".into()],
                 memory_manager_state: None,
+                ignored: vec![nodemem_apply::kubelet::IgnoredKubelet {
+                    pid: 4100,
+                    command: "kubelet".into(),
+                    why: "runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)".into(),
+                }],
             },
             ..KubeletSettings::default()
         };
@@ -142,6 +148,10 @@ mod tests {
         assert_eq!(facts.version.as_deref(), Some("v1.35.4"));
         assert_eq!(facts.drop_ins.len(), 1);
         assert_eq!(facts.flags, ["--feature-gates=MemoryQoS=true"]);
+        assert_eq!(
+            facts.ignored,
+            ["kubelet (pid 4100): runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)"]
+        );
     }
 
     #[test]

@@ -307,6 +307,12 @@ pub struct KubeletFacts {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub flags: Vec<String>,
+    /// Processes named like a kubelet that are not the host's, and why (another mount
+    /// namespace than the host's, a pod's cgroup, below a container runtime's shim):
+    /// none of their files was read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub ignored: Vec<String>,
 }
 
 /// How a new container gets nodemem's values: `NRI`, in its spec at creation (the

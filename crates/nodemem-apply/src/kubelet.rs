@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use nodemem_model::kubelet::defaults::DEFAULT_EVICTION_HARD;
 use nodemem_model::kubelet::dropin::{KubeletReserved, DROPIN_FILE};
 use nodemem_model::kubelet::eviction::MemoryEviction;
 use nodemem_model::kubelet::writes::{KubeletQosConfig, Named};
@@ -23,7 +24,10 @@ use serde_json::Value;
 
 use crate::state::write_atomically;
 use command_line::{flag_settings, FlagError, K3sFiles, KubeletCommandLine, KubeletHost};
-pub use process::{find_kubelet, kubelet_started_at, KubeletProcess};
+pub use process::{
+    find_kubelet, find_kubelets, kubelet_started_at, IgnoredKubelet, KubeletProcess, KubeletSearch,
+    NoHostKubelet,
+};
 
 /// Why the kubelet's configuration could not be read, and what stands in for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +83,9 @@ pub struct KubeletOrigin {
     pub flags: Vec<String>,
     /// The Memory Manager's state file.
     pub memory_manager_state: Option<String>,
+    /// Processes named like a kubelet that are not the host's, and why: none of their
+    /// files was read.
+    pub ignored: Vec<IgnoredKubelet>,
 }
 
 impl KubeletOrigin {
@@ -165,8 +172,16 @@ impl KubeletSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletFileError {
-    #[error("no kubelet process under {}: the agent finds the kubelet in the host's PID namespace (hostPID) and reads its files through its root", .proc_root.display())]
-    NoKubeletProcess { proc_root: PathBuf },
+    #[error("no kubelet process under {}: the agent finds the kubelet in the host's PID namespace (hostPID) and reads its files through its root{}", .proc_root.display(), ignoring(.ignored))]
+    NoKubeletProcess {
+        proc_root: PathBuf,
+        ignored: Vec<IgnoredKubelet>,
+    },
+    #[error("{} processes could each be the host's kubelet ({}): nodemem does not guess which the node runs, and reads neither{}", .candidates.len(), .candidates.join(", "), ignoring(.ignored))]
+    AmbiguousKubelet {
+        candidates: Vec<String>,
+        ignored: Vec<IgnoredKubelet>,
+    },
     #[error("{named}: not a KubeletConfiguration: {reason}")]
     NotAConfiguration { named: String, reason: String },
     #[error("{named}: {source}")]
@@ -198,6 +213,7 @@ impl KubeletFileError {
     pub fn reason(&self) -> &'static str {
         match self {
             KubeletFileError::NoKubeletProcess { .. } => "NoKubeletProcess",
+            KubeletFileError::AmbiguousKubelet { .. } => "AmbiguousKubelet",
             KubeletFileError::NotAConfiguration { .. } => "NotAKubeletConfiguration",
             KubeletFileError::Io { .. } | KubeletFileError::K3sConfig { .. } => {
                 "KubeletConfigUnreadable"
@@ -207,6 +223,34 @@ impl KubeletFileError {
             KubeletFileError::ConfigDirMismatch { .. } => "KubeletConfigDirMismatch",
         }
     }
+}
+
+/// The host's kubelet under `proc_root`, and the processes named like one that are
+/// not; an error when none or more than one qualifies.
+fn host_kubelet(
+    proc_root: &Path,
+) -> Result<(KubeletProcess, Vec<IgnoredKubelet>), KubeletFileError> {
+    let search = find_kubelets(proc_root);
+    match search.the_host_kubelet() {
+        Ok(p) => Ok((p.clone(), search.ignored)),
+        Err(NoHostKubelet::None) => Err(KubeletFileError::NoKubeletProcess {
+            proc_root: proc_root.to_path_buf(),
+            ignored: search.ignored,
+        }),
+        Err(NoHostKubelet::More(candidates)) => Err(KubeletFileError::AmbiguousKubelet {
+            candidates,
+            ignored: search.ignored,
+        }),
+    }
+}
+
+/// `; not the host's kubelet: kubelet (pid 9): ...` for an error's message, or nothing.
+fn ignoring(ignored: &[IgnoredKubelet]) -> String {
+    if ignored.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = ignored.iter().map(ToString::to_string).collect();
+    format!("; not the host's kubelet: {}", each.join("; "))
 }
 
 /// The files of one kubelet as the agent reaches them.
@@ -263,10 +307,7 @@ impl KubeletFiles {
     }
 
     fn locate_process(&self, proc_root: &Path) -> Result<Located, KubeletFileError> {
-        let process =
-            find_kubelet(proc_root).ok_or_else(|| KubeletFileError::NoKubeletProcess {
-                proc_root: proc_root.to_path_buf(),
-            })?;
+        let (process, ignored) = host_kubelet(proc_root)?;
         let mut line = KubeletCommandLine::parse(&process.argv, &K3sFiles::default());
         if let KubeletHost::K3s { config, .. } = &line.host {
             let files = k3s_files(&process, config)?;
@@ -299,6 +340,7 @@ impl KubeletFiles {
                 drop_ins: Vec::new(),
                 flags: line.flags.iter().map(ToString::to_string).collect(),
                 memory_manager_state: Some(state_named.clone()),
+                ignored,
             },
             config: line.config.as_deref().map(|c| process.path(c)),
             config_dir,
@@ -308,6 +350,15 @@ impl KubeletFiles {
                 .unwrap_or_else(|| process.path(&state_named)),
             flags: line.flags,
         })
+    }
+
+    /// The host's kubelet process these files are read from; None when the files were
+    /// given to the agent.
+    pub fn kubelet_process(&self) -> Result<Option<KubeletProcess>, KubeletFileError> {
+        let KubeletSource::Process { proc_root } = &self.source else {
+            return Ok(None);
+        };
+        host_kubelet(proc_root).map(|(p, _)| Some(p))
     }
 
     /// nodemem's drop-in.
@@ -523,15 +574,6 @@ fn parse_config(text: &str, named: &str, dropin: bool) -> Result<Value, KubeletF
     }
     Ok(doc)
 }
-
-/// The kubelet's Linux `DefaultEvictionHard` (v1.37.2 pkg/kubelet/eviction/defaults_linux.go).
-const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
-    ("memory.available", "100Mi"),
-    ("nodefs.available", "10%"),
-    ("nodefs.inodesFree", "5%"),
-    ("imagefs.available", "15%"),
-    ("imagefs.inodesFree", "5%"),
-];
 
 /// `loadConfigFile`: a file without evictionHard gets the defaults; with
 /// `mergeDefaultEvictionSettings: true` the defaults fill what it leaves out.

@@ -13,6 +13,18 @@ use nodemem_model::kubelet::eviction::MemoryEviction;
 use nodemem_model::kubelet::writes::Named;
 use nodemem_model::quantity::Quantity;
 
+/// Where a process runs: its mount namespace (as `readlink /proc/<pid>/ns/mnt` names
+/// it), its cgroup, its parent and its root.
+struct Place<'a> {
+    mnt: &'a str,
+    cgroup: &'a str,
+    ppid: u32,
+    root: &'a Path,
+}
+
+/// The host's mount namespace as `readlink /proc/1/ns/mnt` names it.
+const HOST_MNT: &str = "mnt:[4026531841]";
+
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
 /// A node: its root file system, and a procfs whose process `pid` runs `argv` as
@@ -30,9 +42,12 @@ impl Node {
         let proc = dir.path().join("proc");
         fs::create_dir_all(&root).unwrap();
         fs::create_dir_all(&proc).unwrap();
-        // Another process that is no kubelet.
+        // Another process that is no kubelet: the host's init, whose mount namespace
+        // is the host's.
         write(&proc.join("1/comm"), "systemd\n");
         write(&proc.join("1/stat"), &stat(1, "systemd", 1));
+        std::fs::create_dir_all(proc.join("1/ns")).unwrap();
+        std::os::unix::fs::symlink(HOST_MNT, proc.join("1/ns/mnt")).unwrap();
         Node {
             _dir: dir,
             root,
@@ -40,15 +55,45 @@ impl Node {
         }
     }
 
+    /// A process of the host's, as systemd runs the kubelet: the host's mount
+    /// namespace, the unit's cgroup.
     fn run(&self, pid: u32, comm: &str, argv: &[&str]) {
+        let host = Place {
+            mnt: HOST_MNT,
+            cgroup: "/system.slice/kubelet.service",
+            ppid: 1,
+            root: &self.root,
+        };
+        self.run_as(pid, comm, argv, &host);
+    }
+
+    /// A process in `place`.
+    fn run_as(&self, pid: u32, comm: &str, argv: &[&str], place: &Place<'_>) {
+        let Place {
+            mnt,
+            cgroup,
+            ppid,
+            root,
+        } = place;
         let d = self.proc.join(pid.to_string());
+        std::fs::create_dir_all(d.join("ns")).unwrap();
+        std::os::unix::fs::symlink(mnt, d.join("ns/mnt")).unwrap();
+        write(&d.join("cgroup"), &format!("0::{cgroup}\n"));
         write(&d.join("comm"), &format!("{comm}\n"));
-        write(&d.join("stat"), &stat(pid, comm, 1000 + u64::from(pid)));
+        write(
+            &d.join("stat"),
+            &stat(pid, comm, 1000 + u64::from(pid)).replacen(" S 1 ", &format!(" S {ppid} "), 1),
+        );
         let mut cmdline = argv.join("\0");
         cmdline.push('\0');
         write(&d.join("cmdline"), &cmdline);
-        std::os::unix::fs::symlink(&self.root, d.join("root")).unwrap();
-        std::os::unix::fs::symlink(&self.root, d.join("cwd")).unwrap();
+        std::os::unix::fs::symlink(root, d.join("root")).unwrap();
+        std::os::unix::fs::symlink(root, d.join("cwd")).unwrap();
+    }
+
+    /// The process ends (its procfs directory goes).
+    fn stop(&self, pid: u32) {
+        fs::remove_dir_all(self.proc.join(pid.to_string())).unwrap();
     }
 
     fn file(&self, path: &str, text: &str) {
@@ -414,7 +459,8 @@ fn what_cannot_be_read_is_named() {
         err.to_string(),
         "kubelet (pid 55): kubelet flag --kube-reserved=memory: malformed pair \"memory\", expect string=string"
     );
-    // A newer kubelet process (a restart) with good flags is the one read.
+    // After a restart (the old process gone) the new one, with good flags, is read.
+    node.stop(55);
     node.run(
         56,
         "kubelet",
@@ -441,5 +487,96 @@ fn what_cannot_be_read_is_named() {
         same.dropin_path().unwrap(),
         node.root.join("etc/kubelet/conf.d").join(DROPIN_FILE),
         "the same directory: written through the agent's mount"
+    );
+}
+
+/// Only the host's kubelet is read (issue 58): a process named `kubelet` in another
+/// mount namespace (kind's node, a kubelet in a CI pod), in a pod's cgroup, or below a
+/// container runtime's shim is named with the reason and none of its files is read,
+/// though it started later and its files say otherwise; two that qualify are an error,
+/// never a guess; and when the host's mount namespace cannot be read, no process is
+/// taken for the host's.
+#[test]
+fn only_the_hosts_kubelet_is_read() {
+    let node = Node::new();
+    node.file(
+        "/var/lib/kubelet/config.yaml",
+        &format!("{HEADER}evictionHard:\n  memory.available: 300Mi\n"),
+    );
+    let argv = ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml"];
+    node.run(100, "kubelet", &argv);
+    // The decoys' own root says Memory QoS is on and another threshold.
+    let decoy_root = node.root.parent().unwrap().join("decoy");
+    write(
+        &decoy_root.join("var/lib/kubelet/config.yaml"),
+        &format!(
+            "{HEADER}featureGates:\n  MemoryQoS: true\nevictionHard:\n  memory.available: 1Gi\n"
+        ),
+    );
+    let pod = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-ab.scope";
+    let decoy = |mnt, cgroup, ppid| Place {
+        mnt,
+        cgroup,
+        ppid,
+        root: &decoy_root,
+    };
+    node.run_as(200, "kubelet", &argv, &decoy("mnt:[4026532999]", pod, 1));
+    node.run_as(
+        201,
+        "kubelet",
+        &argv,
+        &decoy(HOST_MNT, "/kubepods/besteffort/pod2/cd", 1),
+    );
+    write(&node.proc.join("150/comm"), "containerd-shim\n");
+    write(
+        &node.proc.join("150/stat"),
+        &stat(150, "containerd-shim", 500),
+    );
+    node.run_as(202, "kubelet", &argv, &decoy(HOST_MNT, "/../../ef", 150));
+    let s = node.read();
+    assert_eq!(s.origin.process, Some((100, "kubelet".into())));
+    assert_eq!(s.memory_eviction, MemoryEviction::Bytes(300 << 20));
+    assert_eq!(s.qos.gate, None, "the decoys' gate is not read");
+    let ignored: Vec<String> = s.origin.ignored.iter().map(ToString::to_string).collect();
+    assert_eq!(ignored.len(), 3, "{ignored:#?}");
+    assert!(
+        ignored[0].starts_with("kubelet (pid 200): runs in another mount namespace (mnt:[4026532999]) than the host's (mnt:[4026531841])"),
+        "{}",
+        ignored[0]
+    );
+    assert_eq!(
+        ignored[1],
+        "kubelet (pid 201): runs in a pod's cgroup (/kubepods/besteffort/pod2/cd)"
+    );
+    assert_eq!(
+        ignored[2],
+        "kubelet (pid 202): runs below a container runtime's shim (containerd-shim, pid 150): a container's"
+    );
+
+    // A second process that qualifies: neither is read.
+    node.run(300, "kubelet", &argv);
+    let err = node.files().read(OwnDropIn::OnDisk).unwrap_err();
+    assert_eq!(err.reason(), "AmbiguousKubelet", "{err}");
+    assert!(
+        err.to_string().starts_with(
+            "2 processes could each be the host's kubelet (kubelet (pid 100), kubelet (pid 300))"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("kubelet (pid 201): runs in a pod's cgroup"),
+        "{err}"
+    );
+    node.stop(300);
+
+    // The host's mount namespace unknown: nothing is the host's.
+    fs::remove_file(node.proc.join("1/ns/mnt")).unwrap();
+    let err = node.files().read(OwnDropIn::OnDisk).unwrap_err();
+    assert_eq!(err.reason(), "NoKubeletProcess", "{err}");
+    assert!(
+        err.to_string()
+            .contains("kubelet (pid 100): the host's mount namespace"),
+        "{err}"
     );
 }

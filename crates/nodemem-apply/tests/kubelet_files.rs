@@ -166,15 +166,43 @@ fn the_kubelets_start_is_read_from_procfs() {
     write(&proc.path().join("12/comm"), "containerd\n");
     write(&proc.path().join("12/stat"), &stat(5 * ticks));
     assert_eq!(kubelet_started_at(proc.path()), None, "no kubelet running");
+    let mnt = |pid: &str, ns: &str| {
+        fs::create_dir_all(proc.path().join(pid).join("ns")).unwrap();
+        std::os::unix::fs::symlink(ns, proc.path().join(pid).join("ns/mnt")).unwrap();
+    };
+    let host = "mnt:[4026531841]";
+    mnt("1", host);
     write(&proc.path().join("77/comm"), "kubelet\n");
     write(&proc.path().join("77/stat"), &stat(60 * ticks));
+    write(
+        &proc.path().join("77/cgroup"),
+        "0::/system.slice/kubelet.service\n",
+    );
+    mnt("77", host);
+    // A newer process named kubelet in a container's mount namespace is not the host's.
     write(&proc.path().join("78/comm"), "kubelet\n");
     write(&proc.path().join("78/stat"), &stat(90 * ticks));
+    write(
+        &proc.path().join("78/cgroup"),
+        "0::/system.slice/kubelet.service\n",
+    );
+    mnt("78", "mnt:[4026532777]");
+    let at = |s: u64| Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
     assert_eq!(
         kubelet_started_at(proc.path()),
-        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_090)),
-        "the newest kubelet, 90 s after boot"
+        at(1_700_000_060),
+        "the host's kubelet, 60 s after boot, not the container's"
     );
+    // Restarted: the old process gone, a new one of the host's.
+    fs::remove_dir_all(proc.path().join("77")).unwrap();
+    write(&proc.path().join("79/comm"), "kubelet\n");
+    write(&proc.path().join("79/stat"), &stat(120 * ticks));
+    write(
+        &proc.path().join("79/cgroup"),
+        "0::/system.slice/kubelet.service\n",
+    );
+    mnt("79", host);
+    assert_eq!(kubelet_started_at(proc.path()), at(1_700_000_120));
 }
 
 /// v1.37's fields as the kubelet merges them: a later drop-in's value wins, its

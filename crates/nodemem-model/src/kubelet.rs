@@ -3,6 +3,7 @@
 //! hard eviction threshold ([`eviction`]) and the drop-in that asks it to enforce
 //! ([`dropin`]).
 
+pub mod defaults;
 pub mod dropin;
 pub mod eviction;
 pub mod version;

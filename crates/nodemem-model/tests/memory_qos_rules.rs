@@ -598,6 +598,35 @@ fn pod_overhead_is_protected_at_the_pod_level() {
     assert_eq!(get(&plan.kubepods, MEMORY_MIN), Some(576 * MI));
 }
 
+/// A BestEffort pod with a RuntimeClass overhead (issue 58, found on the real v1.37.2
+/// node: 494 of 495 files equal, this one apart). `ResourceConfigForPod` gives every
+/// pod that is not Guaranteed and whose effective request (the overhead here) is above
+/// 0 memory.low under TieredReservation; the QoS class stays BestEffort (containers
+/// alone decide it), so the QoS-class sums leave it out. Under HardReservation (the
+/// v1.35 gate) it is memory.min, and under None nothing.
+#[test]
+fn a_besteffort_pods_overhead_is_protected_at_the_pod_level_as_the_kubelet_does() {
+    let besteffort = || {
+        let mut p = pod("be", vec![app("c", &[], &[])]);
+        p.spec.overhead = list(&[("memory", "7Mi")]);
+        p
+    };
+    let tiered = plan(ReservationPolicy::TieredReservation, vec![besteffort()]);
+    assert_eq!(get(pod_values(&tiered, "be"), MEMORY_LOW), Some(7 * MI));
+    assert_eq!(get(pod_values(&tiered, "be"), MEMORY_MIN), None);
+    assert_eq!(get(container_values(&tiered, "be", "c"), MEMORY_LOW), None);
+    assert_eq!(
+        get(&tiered.kubepods, MEMORY_MIN).unwrap_or(0),
+        0,
+        "kubepods' sums count Guaranteed and Burstable pods only"
+    );
+    let hard = plan(ReservationPolicy::HardReservation, vec![besteffort()]);
+    assert_eq!(get(pod_values(&hard, "be"), MEMORY_MIN), Some(7 * MI));
+    let none = plan(ReservationPolicy::None, vec![besteffort()]);
+    assert_eq!(get(pod_values(&none, "be"), MEMORY_LOW), None);
+    assert_eq!(get(pod_values(&none, "be"), MEMORY_MIN), None);
+}
+
 // ---------------------------------------------------------------- seed 003 (v1.36 blog)
 
 #[test]

@@ -279,6 +279,7 @@ fn kubelet_read(config: &nodemem_api::NodeMemoryConfig) -> Vec<String> {
     )];
     lines.extend(k.drop_ins.iter().map(|d| format!("drop-in {d}")));
     lines.extend(k.flags.iter().map(|f| format!("flag {f}")));
+    lines.extend(k.ignored.iter().map(|i| format!("ignored {i}")));
     lines
 }
 
@@ -688,7 +689,8 @@ mod tests {
                     "message": "m", "lastTransitionTime": "2026-11-26T00:00:00Z"}],
                 "node": {"kubelet": {"process": "k3s agent (pid 90)",
                     "dropIns": ["/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf"],
-                    "flags": ["--kube-reserved=memory=512Mi"]}}}))
+                    "flags": ["--kube-reserved=memory=512Mi"],
+                    "ignored": ["kubelet (pid 4100): runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)"]}}}))
             .unwrap(),
         );
         assert_eq!(
@@ -697,6 +699,7 @@ mod tests {
                 "k3s agent (pid 90): no --config file (the kubelet's built-in defaults)",
                 "drop-in /var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf",
                 "flag --kube-reserved=memory=512Mi",
+                "ignored kubelet (pid 4100): runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)",
             ]
         );
         let status = c.status.as_mut().unwrap();

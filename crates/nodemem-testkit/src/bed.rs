@@ -158,7 +158,8 @@ fn write_node_files(dir: &Path, node: &SimNode) -> Result<(), Error> {
 }
 
 /// The simulated node's kubelet as the agent finds it: a process in its procfs
-/// (`proc/4242`: comm, stat, cmdline, and its root at `kubelet-root`) whose command
+/// (`proc/4242`: comm, stat, cmdline, cgroup, mount namespace, and its root at
+/// `kubelet-root`) whose command
 /// line names its configuration file, which names nothing but what it is (the
 /// kubelet's defaults, as the fake kubelet runs).
 fn write_kubelet_process(dir: &Path) -> Result<(), Error> {
@@ -179,6 +180,10 @@ fn write_kubelet_process(dir: &Path) -> Result<(), Error> {
             "/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--kubeconfig=/etc/kubernetes/kubelet.conf\0".to_string(),
         ),
         (
+            process.join("cgroup"),
+            "0::/system.slice/kubelet.service\n".to_string(),
+        ),
+        (
             config.join("config.yaml"),
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n".to_string(),
         ),
@@ -190,6 +195,15 @@ fn write_kubelet_process(dir: &Path) -> Result<(), Error> {
         let at = process.join(link);
         if !at.exists() {
             std::os::unix::fs::symlink(&root, &at).map_err(io(&at))?;
+        }
+    }
+    // The host's mount namespace, init's and the kubelet's: only a process in it is
+    // taken for the host's kubelet.
+    for ns in [dir.join("proc/1/ns"), process.join("ns")] {
+        std::fs::create_dir_all(&ns).map_err(io(&ns))?;
+        let at = ns.join("mnt");
+        if std::fs::symlink_metadata(&at).is_err() {
+            std::os::unix::fs::symlink("mnt:[4026531841]", &at).map_err(io(&at))?;
         }
     }
     Ok(())

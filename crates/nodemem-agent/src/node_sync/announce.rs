@@ -87,6 +87,26 @@ impl Announcer {
             self.publish(EventType::Warning, &reference, &reason, &message, "Recover")
                 .await;
         }
+        // A process named like a kubelet that is not the host's: named once, when it
+        // first shows in the status (a pod may run one on purpose to be read).
+        let ignored = |s: Option<&NodeMemoryConfigStatus>| -> Vec<String> {
+            s.and_then(|s| s.node.as_ref())
+                .and_then(|n| n.kubelet.as_ref())
+                .map(|k| k.ignored.clone())
+                .unwrap_or_default()
+        };
+        let before = ignored(last);
+        for other in ignored(Some(new)).iter().filter(|i| !before.contains(i)) {
+            let note = format!("not the host's kubelet, so none of its files is read: {other}");
+            self.publish(
+                EventType::Warning,
+                &reference,
+                "KubeletIgnored",
+                &note,
+                "Read",
+            )
+            .await;
+        }
         if let Some(failed) = new
             .conditions
             .iter()

@@ -223,6 +223,19 @@ fn kubelet_started(proc: &Path, secs_from_now: i64) {
         ),
     )
     .unwrap();
+    std::fs::write(
+        proc.join("4242/cgroup"),
+        "0::/system.slice/kubelet.service\n",
+    )
+    .unwrap();
+    // The host's mount namespace, PID 1's and the kubelet's.
+    for pid in ["1", "4242"] {
+        let ns = proc.join(pid).join("ns");
+        std::fs::create_dir_all(&ns).unwrap();
+        if std::fs::symlink_metadata(ns.join("mnt")).is_err() {
+            std::os::unix::fs::symlink("mnt:[4026531841]", ns.join("mnt")).unwrap();
+        }
+    }
 }
 
 const NODE: &str = "kubelet-node-1";

@@ -102,13 +102,15 @@ impl KubeletVersion {
     /// Whether the `MemoryQoS` gate is on when the kubelet's configuration does not
     /// name it (beta and on by default from v1.37).
     pub fn memory_qos_gate_default(self) -> bool {
-        self >= MEMORY_QOS_ON_BY_DEFAULT
+        super::defaults::KubeletDefaults::of(self).memory_qos_gate
     }
 
     /// `memoryThrottlingFactor` when the kubelet's configuration does not name it:
     /// 0.9 before v1.37, unset (no memory.high) from v1.37.
     pub fn throttling_factor_default(self) -> Option<ThrottlingFactor> {
-        (self < MEMORY_QOS_ON_BY_DEFAULT).then_some(ThrottlingFactor::DEFAULT)
+        super::defaults::KubeletDefaults::of(self)
+            .memory_throttling_factor
+            .and_then(|f| ThrottlingFactor::from_f64(f).ok())
     }
 }
 

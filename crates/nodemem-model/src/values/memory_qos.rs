@@ -446,16 +446,23 @@ fn pod_values(
     request: i64,
 ) -> CgroupValues {
     let mut values = CgroupValues::new();
+    // `ResourceConfigForPod` (v1.36.3 and v1.37.2 `pkg/kubelet/cm/helpers_linux.go`):
+    // every pod whose effective request is above 0 and that is not Guaranteed gets
+    // memory.low, a BestEffort pod with a RuntimeClass overhead too (its request is the
+    // overhead; its QoS class comes from the containers alone). The KEP speaks of
+    // Burstable pods; the code wins. v1.35's gate gives every such pod memory.min
+    // (HardReservation here). The QoS-class cgroups' sums leave BestEffort pods out
+    // (`getQoSMemoryRequests` buckets by class; `setMemoryQoS` reads two buckets).
     if request > 0 {
         match (settings.reservation_policy, qos) {
             (ReservationPolicy::HardReservation, _) => set_bytes(&mut values, MEMORY_MIN, request),
             (ReservationPolicy::TieredReservation, QosClass::Guaranteed) => {
                 set_bytes(&mut values, MEMORY_MIN, request)
             }
-            (ReservationPolicy::TieredReservation, QosClass::Burstable) => {
+            (ReservationPolicy::TieredReservation, QosClass::Burstable | QosClass::BestEffort) => {
                 set_bytes(&mut values, MEMORY_LOW, request)
             }
-            _ => {}
+            (ReservationPolicy::None, _) => {}
         }
     }
     if let Some(high) = pod_memory_high(settings, node, profile) {
