@@ -231,6 +231,24 @@ impl KubeletMode {
             Ok(d) => d,
             Err(refusals) => return KubeletOutcome::Refused(refusals),
         };
+        // The kubelet applies drop-ins in name order and its flags last: a later file
+        // or a flag that sets a field again wins over nodemem's. Nothing is written or
+        // restarted for a drop-in that would not decide what the kubelet runs.
+        match files.overrides_of(&dropin.text) {
+            Ok(found) if found.is_empty() => {}
+            Ok(found) => {
+                let each: Vec<String> = found.iter().map(ToString::to_string).collect();
+                return KubeletOutcome::Failed {
+                    reason: "KubeletDropInOverridden",
+                    message: format!(
+                        "nodemem's drop-in {} would not decide what the kubelet runs: {}; nothing is written or restarted (the kubelet applies its drop-ins in name order, then its command-line flags: remove those settings or give them nodemem's values)",
+                        path.display(),
+                        each.join("; ")
+                    ),
+                };
+            }
+            Err(e) => return failed(e.reason(), e),
+        }
         match files.current_dropin() {
             Ok(Some(current)) if current == dropin.text => {}
             Ok(_) => {
@@ -831,6 +849,42 @@ mod mode_tests {
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap()
+    }
+
+    /// A site drop-in that sorts after nodemem's and turns the gate off: nodemem's
+    /// values would not be what the kubelet runs, so nothing is written or restarted
+    /// and the condition names the file; once it agrees, the drop-in is written.
+    #[tokio::test]
+    async fn a_later_drop_in_that_overrides_nodemems_values_is_named_and_nothing_is_written() {
+        let bed = Bed::new();
+        let site = bed.root.join("conf.d/zz-site.conf");
+        std::fs::write(
+            &site,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: false\n",
+        )
+        .unwrap();
+        let mut mode = bed.mode(bed.counting_command());
+        let out = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
+        let (ok, why, message) = out.applied();
+        assert_eq!((ok, why), (false, "KubeletDropInOverridden"), "{message}");
+        assert!(
+            message.contains(&format!(
+                "featureGates.MemoryQoS is set again by drop-in {}",
+                site.display()
+            )),
+            "{message}"
+        );
+        assert_eq!(bed.dropin(), None, "nothing written");
+        assert_eq!(bed.restarts(), 0, "nothing restarted");
+        std::fs::write(
+            &site,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\n",
+        )
+        .unwrap();
+        let out = bed.configure(&mut mode, MemoryManagerPolicy::None).await;
+        assert_eq!(reason(&out), "KubeletConfigured", "{out:?}");
+        assert!(bed.dropin().is_some());
+        assert_eq!(bed.restarts(), 1);
     }
 
     fn settings(policy: MemoryManagerPolicy) -> PolicySettings {

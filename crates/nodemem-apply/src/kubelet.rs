@@ -9,6 +9,7 @@
 
 pub mod command_line;
 pub mod conflict;
+pub mod overrides;
 pub mod process;
 
 use std::collections::BTreeMap;
@@ -431,6 +432,47 @@ impl KubeletFiles {
         })?;
         Ok(settings_of(&merged, flags, origin))
     }
+    /// What the kubelet would run other than nodemem's drop-in `text` says: each field
+    /// it sets that a drop-in sorting after it or a command-line flag sets to another
+    /// value, with what sets it. Empty when nodemem's drop-in decides every field it
+    /// names.
+    pub fn overrides_of(&self, text: &str) -> Result<Vec<overrides::Overridden>, KubeletFileError> {
+        let located = self.locate()?;
+        let Some(dir) = &located.config_dir else {
+            return Err(KubeletFileError::NoConfigDir {
+                who: located.origin.who(),
+            });
+        };
+        let own = dir.join(DROPIN_FILE);
+        let ours = parse_config(text, &own.display().to_string(), true)?;
+        let mut dropins = Vec::new();
+        walk_dropins(dir, &mut dropins);
+        let named_dir = located.origin.config_dir.clone().unwrap_or_default();
+        let mut later = Vec::new();
+        for (path, _) in dropins.into_iter().filter(|(p, _)| *p > own) {
+            let relative = path.strip_prefix(dir).unwrap_or(&path);
+            let named = format!("{}/{}", named_dir.trim_end_matches('/'), relative.display());
+            let text = fs::read_to_string(&path).map_err(|source| KubeletFileError::Io {
+                named: named.clone(),
+                source,
+            })?;
+            let doc = parse_config(&text, &named, true)?;
+            later.push((named, doc));
+        }
+        let settings = flag_settings(&located.flags).map_err(|source| {
+            KubeletFileError::FlagNotUnderstood {
+                who: located.origin.who(),
+                source,
+            }
+        })?;
+        Ok(overrides::overrides(
+            &ours,
+            &later,
+            &located.flags,
+            &settings,
+        ))
+    }
+
     /// nodemem's drop-in as on disk, if any.
     pub fn current_dropin(&self) -> Result<Option<String>, KubeletFileError> {
         let path = self.dropin_path()?;

@@ -580,3 +580,54 @@ fn only_the_hosts_kubelet_is_read() {
         "{err}"
     );
 }
+
+/// Kubelet mode checks that its drop-in decides what the kubelet runs (issue 58): the
+/// kubelet applies its drop-ins in name order and its flags last, so a site drop-in
+/// sorting after `99-nodemem.conf` or a flag on the kubelet's command line that sets a
+/// field again is named, with the field.
+#[test]
+fn a_drop_in_or_flag_that_overrides_nodemems_drop_in_is_named() {
+    let node = Node::new();
+    node.file("/etc/kubelet/config.yaml", HEADER);
+    node.file(
+        "/etc/kubelet/conf.d/10-early.conf",
+        &format!("{HEADER}featureGates:\n  MemoryQoS: false\n"),
+    );
+    node.run(
+        70,
+        "kubelet",
+        &[
+            "/usr/bin/kubelet",
+            "--config=/etc/kubelet/config.yaml",
+            "--config-dir=/etc/kubelet/conf.d",
+            "--eviction-hard=memory.available<300Mi",
+        ],
+    );
+    let ours = format!(
+        "{HEADER}featureGates:\n  MemoryQoS: true\nmemoryThrottlingFactor: 0.8\nevictionHard:\n  memory.available: \"100Mi\"\n"
+    );
+    let said = |files: &KubeletFiles| -> Vec<String> {
+        files
+            .overrides_of(&ours)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    // An earlier drop-in is overridden by nodemem's, not the other way round.
+    assert_eq!(
+        said(&node.files()),
+        ["evictionHard.memory.available is set again by flag --eviction-hard=memory.available<300Mi"]
+    );
+    node.file(
+        "/etc/kubelet/conf.d/zz-site.conf",
+        &format!("{HEADER}memoryThrottlingFactor: 0.6\n"),
+    );
+    assert_eq!(
+        said(&node.files()),
+        [
+            "memoryThrottlingFactor is set again by drop-in /etc/kubelet/conf.d/zz-site.conf",
+            "evictionHard.memory.available is set again by flag --eviction-hard=memory.available<300Mi",
+        ]
+    );
+}
