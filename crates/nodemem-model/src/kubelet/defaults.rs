@@ -141,20 +141,12 @@ mod tests {
         assert_eq!(d.kube_and_system_reserved_memory, None);
     }
 
-    /// A patch release has its minor's defaults; the version's own rules ask this table.
+    /// A patch release has its minor's defaults; a later minor keeps v1.37's until
+    /// its own code is read (issue 60).
     #[test]
-    fn the_versions_rules_follow_the_table() {
-        for text in [
-            "v1.35.0", "v1.35.4", "v1.36.3", "v1.37.0", "v1.37.2", "v1.38.0",
-        ] {
-            let v = KubeletVersion::parse(text).unwrap();
-            let d = KubeletDefaults::of(v);
-            assert_eq!(v.memory_qos_gate_default(), d.memory_qos_gate, "{text}");
-            assert_eq!(
-                v.throttling_factor_default().map(|f| f.as_f64()),
-                d.memory_throttling_factor,
-                "{text}"
-            );
-        }
+    fn a_patch_release_has_its_minors_defaults() {
+        assert_eq!(of("v1.35.0"), of("v1.35.4"));
+        assert_eq!(of("v1.36.0"), of("v1.36.3"));
+        assert_eq!(of("v1.37.0"), of("v1.37.2"));
     }
 }

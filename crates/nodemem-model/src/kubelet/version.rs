@@ -18,8 +18,6 @@
 
 use std::fmt;
 
-use crate::values::factor::ThrottlingFactor;
-
 /// A kubelet version as the Node reports it (`status.nodeInfo.kubeletVersion`:
 /// `v1.36.3`, `v1.36.0-rc.1`, `v1.35.2+k3s1`, `v1.34.1-eks-113cf36`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -97,20 +95,6 @@ impl KubeletVersion {
     /// This version's minor release (`v1.37.2` -> `v1.37.0`).
     fn minor_of(self) -> Self {
         KubeletVersion { patch: 0, ..self }
-    }
-
-    /// Whether the `MemoryQoS` gate is on when the kubelet's configuration does not
-    /// name it (beta and on by default from v1.37).
-    pub fn memory_qos_gate_default(self) -> bool {
-        super::defaults::KubeletDefaults::of(self).memory_qos_gate
-    }
-
-    /// `memoryThrottlingFactor` when the kubelet's configuration does not name it:
-    /// 0.9 before v1.37, unset (no memory.high) from v1.37.
-    pub fn throttling_factor_default(self) -> Option<ThrottlingFactor> {
-        super::defaults::KubeletDefaults::of(self)
-            .memory_throttling_factor
-            .and_then(|f| ThrottlingFactor::from_f64(f).ok())
     }
 }
 
@@ -215,18 +199,5 @@ mod tests {
         assert!(QosRules::V1_37.pod_level_memory_high());
         assert!(!QosRules::UpToV1_36.pod_level_memory_high());
         assert_eq!(QosRules::UpToV1_36.name(), "v1.36");
-    }
-
-    #[test]
-    fn kubelet_defaults_change_at_v1_37() {
-        let v136 = KubeletVersion::parse("v1.36.3").unwrap();
-        let v137 = KubeletVersion::parse("v1.37.2").unwrap();
-        assert!(!v136.memory_qos_gate_default());
-        assert!(v137.memory_qos_gate_default());
-        assert_eq!(
-            v136.throttling_factor_default(),
-            Some(ThrottlingFactor::DEFAULT)
-        );
-        assert_eq!(v137.throttling_factor_default(), None);
     }
 }

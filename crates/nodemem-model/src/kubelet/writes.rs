@@ -20,8 +20,8 @@
 
 use std::fmt;
 
+use crate::kubelet::defaults::KubeletDefaults;
 use crate::kubelet::version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
-use crate::values::factor::ThrottlingFactor;
 
 /// The first kubelet with `memoryReservationPolicy`.
 const RESERVATION_POLICY: KubeletVersion = KubeletVersion::v1(36);
@@ -79,15 +79,14 @@ impl KubeletQosWrites {
     /// None when it writes no values (gate off, or on with nothing to write).
     pub fn of(version: Option<KubeletVersion>, config: &KubeletQosConfig) -> Option<Self> {
         let version = version.unwrap_or(MEMORY_QOS_ON_BY_DEFAULT);
-        if !config.gate.unwrap_or(version.memory_qos_gate_default()) {
+        let defaults = KubeletDefaults::of(version);
+        if !config.gate.unwrap_or(defaults.memory_qos_gate) {
             return None;
         }
         // A null is removed by the merge patch and the field defaulted again.
         let memory_high = match &config.throttling_factor {
             Named::Value(f) => Some(*f),
-            Named::Null | Named::Absent => version
-                .throttling_factor_default()
-                .map(|f: ThrottlingFactor| f.as_f64()),
+            Named::Null | Named::Absent => defaults.memory_throttling_factor,
         };
         let writes = KubeletQosWrites {
             memory_high,
