@@ -963,3 +963,125 @@ async fn the_agent_enforces_a_cgroupfs_node() {
     .await;
     assert_tree(&tree, &want, &agent);
 }
+
+/// Only the host's kubelet is read (issue 58), by the real agent against the real
+/// apiserver: the node's procfs holds the host's kubelet (threshold 300Mi in its file)
+/// and, started later, a process named `kubelet` in a container's mount namespace whose
+/// own root says Memory QoS on and 1Gi. The config reports the host's kubelet, names the
+/// other in `status.node.kubelet.ignored` and in one `KubeletIgnored` Warning Event, and
+/// nothing of the decoy's files is read.
+#[tokio::test]
+async fn the_agent_reads_the_hosts_kubelet_and_names_a_decoy() {
+    const NODE5: &str = "agent-node-decoy";
+    const NS5: &str = "agent-decoy";
+    let cp = cluster();
+    let client = admin().await;
+    let (tree, _kubelet) = simulated_node(&client, NODE5, NS5, CgroupDriver::Systemd).await;
+    set_config_on(
+        &client,
+        NODE5,
+        "rev-1",
+        json!({"throttlingFactor": 0.9, "reservationPolicy": "TieredReservation"}),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let proc = dir.path().join("proc");
+    let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    // A process: comm, stat (started `start` ticks after boot), cmdline, cgroup, its
+    // mount namespace and its root.
+    let process = |pid: u32, mnt: &str, cgroup: &str, start: u64, root: &std::path::Path| {
+        let d = proc.join(pid.to_string());
+        std::fs::create_dir_all(d.join("ns")).unwrap();
+        std::fs::write(d.join("comm"), "kubelet\n").unwrap();
+        std::fs::write(
+            d.join("stat"),
+            format!("{pid} (kubelet) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("cmdline"),
+            "/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0",
+        )
+        .unwrap();
+        std::fs::write(d.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
+        std::os::unix::fs::symlink(mnt, d.join("ns/mnt")).unwrap();
+        std::os::unix::fs::symlink(root, d.join("root")).unwrap();
+        std::os::unix::fs::symlink(root, d.join("cwd")).unwrap();
+    };
+    let host_mnt = "mnt:[4026531841]";
+    std::fs::create_dir_all(proc.join("1/ns")).unwrap();
+    std::os::unix::fs::symlink(host_mnt, proc.join("1/ns/mnt")).unwrap();
+    let (host_root, decoy_root) = (dir.path().join("host"), dir.path().join("decoy"));
+    for (root, text) in [
+        (&host_root, format!("{header}evictionHard:\n  memory.available: 300Mi\n")),
+        (
+            &decoy_root,
+            format!("{header}featureGates:\n  MemoryQoS: true\nevictionHard:\n  memory.available: 1Gi\n"),
+        ),
+    ] {
+        std::fs::create_dir_all(root.join("var/lib/kubelet")).unwrap();
+        std::fs::write(root.join("var/lib/kubelet/config.yaml"), text).unwrap();
+    }
+    process(
+        4242,
+        host_mnt,
+        "/system.slice/kubelet.service",
+        100,
+        &host_root,
+    );
+    process(
+        5151,
+        "mnt:[4026532999]",
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podd.slice/cri-containerd-d.scope",
+        900,
+        &decoy_root,
+    );
+    let kubeconfig = cp.kubeconfig(&Identity::Agent(NODE5.into())).await.unwrap();
+    let agent = spawn_agent(NODE5, tree.root(), dir.path(), &kubeconfig, "agent.log");
+    let status = applied_on(&client, NODE5, &agent, "rev-1").await;
+    let kubelet = &status["node"]["kubelet"];
+    assert_eq!(kubelet["process"], "kubelet (pid 4242)", "{status:#}");
+    assert_eq!(kubelet["config"], "/var/lib/kubelet/config.yaml");
+    let ignored = kubelet["ignored"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ignored.len(), 1, "{kubelet:#}");
+    assert!(
+        ignored[0]
+            .as_str()
+            .unwrap()
+            .starts_with("kubelet (pid 5151): runs in another mount namespace (mnt:[4026532999])"),
+        "{kubelet:#}"
+    );
+    let read = condition(&status, "KubeletConfigRead").unwrap();
+    assert_eq!(read["status"], "True", "{read:#}");
+    // The decoy's gate is not read: no KubeletConflict (the host's kubelet runs no
+    // Memory QoS of its own).
+    let conflict = condition(&status, "KubeletConflict");
+    assert!(
+        conflict.is_none_or(|c| c["status"] != "True"),
+        "{conflict:#?}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let event = wait_for("a KubeletIgnored event on the config", &agent, async || {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("KubeletIgnored")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NODE5)
+                    && e.type_.as_deref() == Some("Warning")
+            })
+    })
+    .await;
+    assert!(
+        event
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("kubelet (pid 5151): runs in another mount namespace"),
+        "{event:?}"
+    );
+}
