@@ -3,9 +3,10 @@
 //! to what one list of every container would give) and handed to
 //! [`nodemem_model::feedback::recommend`]. One node cannot steer its pool (issue 44): a
 //! recommendation needs a quorum of observing nodes ([`quorum`]), each observed for
-//! the minimum, and no node weighs more than twice the median node ([`capped_tally`]),
-//! so a broken or hostile agent that reports a million containers counts as a large
-//! node, not as the pool. Pure: each node's share in, the status field out.
+//! the minimum, no node weighs more than twice the median of the others ([`capped`]),
+//! and no node brings the recommendation below what the others' containers allow
+//! ([`guarded`]), so a broken or hostile agent that reports a million containers, or
+//! containers that fit any factor, counts as one large node, not as the pool. Pure: each node's share in, the status field out.
 
 use nodemem_api::policy::{
     Enforcement, FactorShare, NodeMemoryPolicySpec, RecommendationReason, RecommendationStatus,
@@ -49,32 +50,87 @@ pub(crate) fn quorum(pool: usize) -> usize {
     }
 }
 
-/// The pool's tally from its nodes' (each a node's own); a node with more containers
-/// than twice the median node's counts as that many, its figures scaled down.
-pub(crate) fn capped_tally(nodes: &[&Tally]) -> Tally {
+/// The pool's tally from its nodes' (each a node's own), such that no single node
+/// moves the recommendation: each node is weighed against the others ([`capped`]), and
+/// at each factor step the share of containers that fit is the lowest of the whole
+/// pool's and of every pool with one node left out ([`guarded`]). A node that says its
+/// containers fit a low factor cannot bring the recommendation below what the other
+/// nodes' working sets allow; one that says nothing fits can hold it higher (less
+/// throttling, the safe side) only as far as its capped weight goes.
+pub(crate) fn pool_tally(nodes: &[&Tally]) -> Tally {
+    let capped = capped(nodes);
+    guarded(&capped)
+}
+
+/// Each node's tally with its containers capped at twice the median of the *other*
+/// nodes' (so no node sets its own cap: in a pool of two each is capped by the other),
+/// its figures scaled down with it. A pool of one node is that node.
+pub(crate) fn capped(nodes: &[&Tally]) -> Vec<Tally> {
     let mut sizes: Vec<u64> = nodes.iter().map(|t| t.containers).collect();
     sizes.sort_unstable();
-    let median = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
-    let cap = median.saturating_mul(2).max(1);
+    let n = sizes.len();
+    // The median of the others: with the sorted sizes, leaving one value out moves the
+    // median position by one when the value sits at or before it.
+    let cap_of = |containers: u64| -> u64 {
+        if n < 2 {
+            return u64::MAX;
+        }
+        let m = (n - 1) / 2;
+        let at = sizes.partition_point(|&s| s < containers);
+        let median = if at <= m { sizes[m + 1] } else { sizes[m] };
+        median.saturating_mul(2).max(1)
+    };
+    nodes
+        .iter()
+        .map(|t| {
+            let cap = cap_of(t.containers);
+            if t.containers <= cap {
+                return Tally {
+                    containers: t.containers,
+                    fitting: t.fitting.map(|f| f.min(t.containers)),
+                    throttled: t.throttled.min(t.containers),
+                };
+            }
+            // Scaled in u128: counts reported by an agent can be anything.
+            let scale = |n: u64| {
+                (u128::from(n.min(t.containers)) * u128::from(cap) / u128::from(t.containers))
+                    as u64
+            };
+            Tally {
+                containers: cap,
+                fitting: t.fitting.map(scale),
+                throttled: scale(t.throttled),
+            }
+        })
+        .collect()
+}
+
+/// The sum of `nodes`, with each step's fitting count lowered to the lowest share of
+/// the whole pool and of the pool without each one node (rounded down): the
+/// recommended factor is then at least what every pool of all nodes but one supports.
+pub(crate) fn guarded(nodes: &[Tally]) -> Tally {
     let mut total = Tally::default();
     for t in nodes {
-        if t.containers <= cap {
-            total.add(t);
-            continue;
+        total.add(t);
+    }
+    if nodes.len() < 2 || total.containers == 0 {
+        return total;
+    }
+    // Shares as fractions (fitting, containers), compared and applied in integers: a
+    // float's rounding must not take a container off an honest pool.
+    for step in 0..STEPS {
+        let (mut num, mut den) = (
+            u128::from(total.fitting[step]),
+            u128::from(total.containers),
+        );
+        for t in nodes {
+            let rest = u128::from(total.containers - t.containers);
+            let fit = u128::from(total.fitting[step] - t.fitting[step]);
+            if rest > 0 && fit * den < num * rest {
+                (num, den) = (fit, rest);
+            }
         }
-        // Scaled in u128: counts reported by an agent can be anything.
-        let scale = |n: u64| {
-            (u128::from(n.min(t.containers)) * u128::from(cap) / u128::from(t.containers)) as u64
-        };
-        let mut capped = Tally {
-            containers: cap,
-            throttled: scale(t.throttled),
-            ..Tally::default()
-        };
-        for (c, f) in capped.fitting.iter_mut().zip(t.fitting) {
-            *c = scale(f);
-        }
-        total.add(&capped);
+        total.fitting[step] = (u128::from(total.containers) * num / den) as u64;
     }
     total
 }
@@ -232,23 +288,27 @@ mod tests {
         assert_eq!(q, [1, 1, 2, 2, 2, 3, 5, 6, 10_000]);
     }
 
+    fn sum(nodes: &[Tally]) -> Tally {
+        let mut t = Tally::default();
+        for n in nodes {
+            t.add(n);
+        }
+        t
+    }
+
     #[test]
-    fn no_node_weighs_more_than_twice_the_median_node() {
+    fn no_node_weighs_more_than_twice_the_median_of_the_others() {
         // Three honest nodes of 30 containers, all fitting; one that reports a million
         // containers, none fitting, all throttled.
         let honest = tally(30, 30, 0);
         let hostile = tally(1_000_000, 0, 1_000_000);
-        let t = capped_tally(&[&honest, &honest, &honest, &hostile]);
+        let t = sum(&capped(&[&honest, &honest, &honest, &hostile]));
         assert_eq!(t.containers, 90 + 60, "the hostile node counts as 60");
         assert_eq!((t.fitting[0], t.throttled), (90, 60));
-        // Without the cap it would be the whole pool's verdict: 1,000,090 containers,
-        // 99.99 % throttled. With it, 60 % fit: a recommendation still reads the pool.
-        let share = t.fitting[0] as f64 / t.containers as f64;
-        assert!((share - 0.6).abs() < 1e-9, "{share}");
         // Honest pools of similar nodes are summed exactly.
         let a = tally(20, 18, 2);
         let b = tally(35, 30, 5);
-        let exact = capped_tally(&[&a, &b, &a]);
+        let exact = sum(&capped(&[&a, &b, &a]));
         assert_eq!(
             (exact.containers, exact.fitting[0], exact.throttled),
             (75, 66, 9)
@@ -259,9 +319,91 @@ mod tests {
             fitting: [u64::MAX; STEPS],
             throttled: u64::MAX,
         };
-        let t = capped_tally(&[&a, &a, &odd]);
+        let t = sum(&capped(&[&a, &a, &odd]));
         assert_eq!(t.containers, 80);
         assert_eq!((t.fitting[0], t.throttled), (18 * 2 + 40, 2 * 2 + 40));
-        assert_eq!(capped_tally(&[]), Tally::default());
+        assert_eq!(pool_tally(&[]), Tally::default());
+        // In a pool of two neither sets its own cap: each is capped by the other.
+        let t = sum(&capped(&[&honest, &hostile]));
+        assert_eq!(t.containers, 30 + 60);
+        // A pool of one is that node.
+        assert_eq!(sum(&capped(&[&hostile])), hostile);
+    }
+
+    /// Honest nodes whose 30 containers each fit from factor 0.6 up.
+    fn honest_node() -> Tally {
+        let mut t = Tally {
+            containers: 30,
+            ..Tally::default()
+        };
+        for (f, factor) in t
+            .fitting
+            .iter_mut()
+            .zip(nodemem_model::feedback::recommend::steps())
+        {
+            if factor.as_f64() >= 0.6 - 1e-9 {
+                *f = 30;
+            }
+        }
+        t
+    }
+
+    /// The recommended factor of a pool's tally (a target of 50 %, where one node's
+    /// capped weight can decide a small pool; 20 containers; the pool's quorum), or
+    /// None when none is made.
+    fn recommended_of(tally: &Tally, nodes: usize) -> Option<f64> {
+        let params = RecommendParams {
+            target_share: 0.5,
+            min_containers: 20,
+            min_observed_seconds: 0,
+            min_nodes: quorum(nodes),
+        };
+        match recommend_tally(tally, nodes, 86_400, &params) {
+            Recommendation::Factor { factor, .. } => Some(factor.as_f64()),
+            _ => None,
+        }
+    }
+
+    fn recommended(nodes: &[Tally]) -> Option<f64> {
+        let refs: Vec<&Tally> = nodes.iter().collect();
+        recommended_of(&pool_tally(&refs), nodes.len())
+    }
+
+    /// Issue 58: in pools of 2, 3, 4 and 20 nodes, one hostile node that says every
+    /// container fits any factor (a million containers) does not bring the
+    /// recommendation below the 0.6 the others' working sets need; one that says none
+    /// fits holds it higher or withholds it (the safe side: less throttling), never
+    /// lower. Without the guard, the first would recommend 0.05 in the pools of 2 and 3.
+    #[test]
+    fn one_hostile_node_never_brings_the_recommendation_below_what_the_others_allow() {
+        let all_fit = tally(1_000_000, 1_000_000, 0);
+        let none_fit = tally(1_000_000, 0, 1_000_000);
+        for pool in [2usize, 3, 4, 20] {
+            let honest = vec![honest_node(); pool - 1];
+            if pool > 2 {
+                assert_eq!(recommended(&honest), Some(0.6), "{pool}: the honest ones");
+            }
+            let mut with = honest.clone();
+            with.push(all_fit);
+            assert_eq!(
+                recommended(&with),
+                Some(0.6),
+                "{pool} nodes, one saying every container fits any factor"
+            );
+            // The guard is what holds it in the small pools: the capped weight alone
+            // lets the hostile node's containers be half the pool.
+            let refs: Vec<&Tally> = with.iter().collect();
+            let unguarded = recommended_of(&sum(&capped(&refs)), pool);
+            if pool <= 3 {
+                assert_eq!(unguarded, Some(0.05), "{pool}: without the guard");
+            }
+            let mut with = honest.clone();
+            with.push(none_fit);
+            assert!(
+                recommended(&with).is_none_or(|f| f >= 0.6),
+                "{pool} nodes, one saying none fits: {:?}",
+                recommended(&with)
+            );
+        }
     }
 }

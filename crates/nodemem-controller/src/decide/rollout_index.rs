@@ -330,7 +330,7 @@ impl RolloutIndex {
     }
 
     /// The observations on the spec's revision: their tally with each node's weight
-    /// capped (`recommendation::capped_tally`), how many nodes, and how long at least
+    /// weighed against the others (`recommendation::pool_tally`), how many nodes, and how long at least
     /// `quorum` of them have observed (0 while fewer observe): one node cannot meet
     /// the observation minimum for its pool.
     pub(crate) fn observed(&self, quorum: usize) -> (Tally, usize, u64) {
@@ -349,7 +349,7 @@ impl RolloutIndex {
             }
         }
         (
-            crate::recommendation::capped_tally(&tallies),
+            crate::recommendation::pool_tally(&tallies),
             self.observed_nodes,
             seconds,
         )
