@@ -16,7 +16,7 @@ use nodemem_api::k8s::{
 use nodemem_api::NodeMemoryConfig;
 use nodemem_apply::ApplyReport;
 use nodemem_cgroup::{check_identifier, Roots};
-use nodemem_model::cluster::policy::PolicySettings;
+use nodemem_model::cluster::policy::{Enforcement, PolicySettings};
 use nodemem_model::node::NodePod;
 
 use crate::args::{AgentArgs, DriverArg};
@@ -28,6 +28,25 @@ use nodemem_plumbing::Outcome;
 
 /// Exit code of a run where some writes failed.
 pub const PARTIAL_FAILURE: u8 = 3;
+
+/// Said when the config's enforcement is Observe: the run shows what it would write.
+const OBSERVE_WRITES_NOTHING: &str =
+    "enforcement: Observe: nothing is written (as the in-cluster agent under Observe); the values shown are what enforcement: Agent would write";
+
+/// The config's `enforcement` decides what the run may write, as it decides the
+/// in-cluster agent's: Agent writes (unless `--dry-run`), Observe writes nothing, and
+/// Kubelet is refused: the kubelet enforces through nodemem's drop-in, which this
+/// command does not write, and cgroup values written by hand would fight the kubelet's.
+fn write_mode(inputs: &Inputs, dry_run: bool) -> Result<WriteMode, CliError> {
+    match inputs.settings.enforcement {
+        Enforcement::Agent => Ok(WriteMode::dry_run(dry_run)),
+        Enforcement::Observe => Ok(WriteMode::DryRun),
+        Enforcement::Kubelet => Err(CliError::one(format!(
+            "{}: enforcement: Kubelet: the kubelet enforces these values through nodemem's drop-in in its --config-dir, which `nodemem agent --once` does not write (the in-cluster agent does, and restarts the kubelet); to write the cgroup values by hand, set enforcement: Agent in the file",
+            inputs.config_name
+        ))),
+    }
+}
 
 struct Inputs {
     config_name: String,
@@ -48,13 +67,14 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         ));
     };
     let inputs = read_inputs(config, node, pods)?;
+    let mode = write_mode(&inputs, args.dry_run)?;
     let mut applier = NodeApplier::open(&applier_config(args)).map_err(apply_error)?;
     let (desired, report) = applier
         .apply(
             &inputs.settings,
             &inputs.node,
             &inputs.pods,
-            WriteMode::dry_run(args.dry_run),
+            mode,
             Reach::Node,
         )
         .map_err(|e| match e.category() {
@@ -70,13 +90,18 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         &inputs.node_name,
         &inputs.config_name,
         &inputs.revision,
-        WriteMode::dry_run(args.dry_run),
+        mode,
         &desired,
         &report,
     );
     output.health = Some(health_now(&applier, &inputs, &desired, &report));
     if let Some(c) = applier.conflict() {
         output.warnings.insert(0, c.message.clone());
+    }
+    if inputs.settings.enforcement == Enforcement::Observe && !args.dry_run {
+        output
+            .warnings
+            .insert(0, OBSERVE_WRITES_NOTHING.to_string());
     }
     // A state record that could not be trusted was set aside and re-derived: said
     // first, it is what the operator must know before the values.
@@ -145,6 +170,7 @@ fn follow(
     first_report: &str,
 ) -> Result<Outcome, CliError> {
     use std::io::Write as _;
+    let mode = write_mode(inputs, args.dry_run)?;
     let top = nodemem_cgroup::CgroupPath::new(nodemem_model::values::cgroup_layout::kubepods(
         applier.discovery().cgroup_driver,
     ))
@@ -156,7 +182,7 @@ fn follow(
         &inputs.settings,
         &inputs.node,
         &inputs.pods,
-        WriteMode::dry_run(args.dry_run),
+        mode,
         Reach::Node,
     );
     {
@@ -189,7 +215,7 @@ fn follow(
             &inputs.settings,
             &inputs.node,
             &inputs.pods,
-            WriteMode::dry_run(args.dry_run),
+            mode,
             Reach::Cgroups(&scope),
         ) {
             Ok((_, report)) => format!(

@@ -309,6 +309,41 @@ fn the_table_lists_cgroup_file_old_and_new_and_dry_run_writes_nothing() {
     assert_ne!(node.read("kubepods", "memory.min"), "0");
 }
 
+/// `agent --once` follows the config's `enforcement` as the in-cluster agent does
+/// (issue 58): Observe writes nothing and says so (the table shows what Agent would
+/// write); Kubelet is refused with a message, nothing written, no state recorded.
+#[test]
+fn the_configs_enforcement_decides_what_a_run_writes() {
+    let node = Node::new(CgroupDriver::Systemd);
+    let observe = edited_config(node.dir.path(), "observe.yaml", |t| {
+        t.replace("spec:\n", "spec:\n  enforcement: Observe\n")
+    });
+    let (code, out, err) = node.run(&observe, &[]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains(" would write "), "{out}");
+    assert!(
+        out.contains("enforcement: Observe: nothing is written"),
+        "{out}"
+    );
+    assert_eq!(node.read("kubepods.slice", "memory.min"), "0", "Observe");
+    let kubelet = edited_config(node.dir.path(), "kubelet.yaml", |t| {
+        t.replace("spec:\n", "spec:\n  enforcement: Kubelet\n")
+    });
+    let (code, out, err) = node.run(&kubelet, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("agent-1: enforcement: Kubelet: the kubelet enforces these values through nodemem's drop-in"),
+        "{err}"
+    );
+    assert_eq!(node.read("kubepods.slice", "memory.min"), "0", "Kubelet");
+    assert!(!node.dir.path().join("state/ownership.json").exists());
+    // Agent writes.
+    let (code, out, err) = node.run(&config(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" wrote "), "{out}");
+    assert_ne!(node.read("kubepods.slice", "memory.min"), "0");
+}
+
 #[test]
 fn disabling_memory_qos_restores_what_the_first_run_set() {
     let node = Node::new(CgroupDriver::Systemd);
