@@ -459,9 +459,9 @@ fn next_check(p: &NodeProgress<'_>, key: &RolloutKey, now: i64) -> Option<i64> {
             AgentReport::Bad => {}
             // Ready stays ready: only time passes.
             AgentReport::Good { for_seconds } if for_seconds >= key.min_ready_seconds => {}
+            // Good and waiting out minReadySeconds: the deadline no longer applies.
             AgentReport::Good { for_seconds } => {
                 times.push(after(for_seconds, key.min_ready_seconds));
-                times.push(after(p.since_spec_change, key.progress_deadline_seconds) + 1);
             }
             AgentReport::Pending => {
                 times.push(after(p.since_spec_change, key.progress_deadline_seconds) + 1)

@@ -138,6 +138,10 @@ pub fn phase(node: &NodeProgress<'_>, target: &str, params: &RolloutParams) -> N
         AgentReport::Good { for_seconds } if for_seconds >= params.min_ready_seconds => {
             NodePhase::Ready
         }
+        // Good and waiting out minReadySeconds: the deadline is for reaching a good
+        // report, so a node that reported good just before it is not failed by it
+        // (it is ready minReadySeconds later, or fails on a bad report).
+        AgentReport::Good { .. } => NodePhase::Updating,
         _ if node.since_spec_change > params.progress_deadline_seconds => NodePhase::Failed,
         _ => NodePhase::Updating,
     }
@@ -298,6 +302,13 @@ mod tests {
         n.report = AgentReport::Pending;
         n.since_spec_change = 601;
         assert_eq!(phase(&n, "new", &PARAMS), NodePhase::Failed);
+        // Good since 10 s before the deadline, waiting out its minReadySeconds (issue
+        // 58): not failed at the deadline, ready 60 s after it turned good.
+        n.report = AgentReport::Good { for_seconds: 11 };
+        assert_eq!(phase(&n, "new", &PARAMS), NodePhase::Updating);
+        n.since_spec_change = 650;
+        n.report = AgentReport::Good { for_seconds: 60 };
+        assert_eq!(phase(&n, "new", &PARAMS), NodePhase::Ready);
         assert_eq!(phase(&n, "other", &PARAMS), NodePhase::Waiting);
         n.draining_for = Some(30);
         assert_eq!(
