@@ -148,16 +148,44 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Polls `check` every second (the node's checks read the VM) until it returns Some,
 /// or None once `timeout` passed.
 /// `timeout` is a base budget, taken at the node's pace (`pace::paced`).
-async fn within<T>(timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
-    nodemem_e2e::within(paced(timeout), Duration::from_secs(1), check).await
+/// A wait of [`LONG_WAIT`] or more is printed with its place in the test: the node
+/// tier's time is spent in waits, and a run's log says which (issue 57).
+#[track_caller]
+fn within<T>(
+    timeout: Duration,
+    check: impl AsyncFnMut() -> Option<T>,
+) -> impl std::future::Future<Output = Option<T>> {
+    let at = std::panic::Location::caller();
+    async move {
+        let began = Instant::now();
+        let value = nodemem_e2e::within(paced(timeout), Duration::from_secs(1), check).await;
+        let took = began.elapsed();
+        if took >= LONG_WAIT {
+            let how = if value.is_some() { "waited" } else { "gave up after" };
+            eprintln!("   ({how} {:.0?} at {}:{})", took, at.file(), at.line());
+        }
+        value
+    }
 }
+
+/// The waits [`within`] prints.
+const LONG_WAIT: Duration = Duration::from_secs(5);
 
 /// Polls `check` until it returns Some; fails the test once `timeout` (a base budget,
 /// at the node's pace) passed.
-async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> T {
-    within(timeout, check)
-        .await
-        .unwrap_or_else(|| panic!("{what}: not within {:?}", paced(timeout)))
+#[track_caller]
+fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    check: impl AsyncFnMut() -> Option<T>,
+) -> impl std::future::Future<Output = T> {
+    let waiting = within(timeout, check);
+    let what = what.to_string();
+    async move {
+        waiting
+            .await
+            .unwrap_or_else(|| panic!("{what}: not within {:?}", paced(timeout)))
+    }
 }
 
 /// A control plane with its kube-scheduler, and a node of kubelet `version` booted from
