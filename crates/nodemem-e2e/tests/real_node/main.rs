@@ -161,7 +161,11 @@ fn within<T>(
         let value = nodemem_e2e::within(paced(timeout), Duration::from_secs(1), check).await;
         let took = began.elapsed();
         if took >= LONG_WAIT {
-            let how = if value.is_some() { "waited" } else { "gave up after" };
+            let how = if value.is_some() {
+                "waited"
+            } else {
+                "gave up after"
+            };
             eprintln!("   ({how} {:.0?} at {}:{})", took, at.file(), at.line());
         }
         value
