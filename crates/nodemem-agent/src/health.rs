@@ -30,12 +30,16 @@ pub struct Reading {
     /// (PSI is off).
     pub full_avg60: Option<f64>,
     /// memory.stat refaults, cumulative (`nodemem_cgroup::parse::refaults`); None:
-    /// memory.stat cannot be read or counts none.
+    /// memory.stat cannot be read or counts none (or, not judged, is not read).
     pub refaults: Option<u64>,
+    /// Whether the refault gate judges this pod: under Active reclaim, a pod whose
+    /// containers reclaim took from under the revision; otherwise every managed pod
+    /// where the revision is gated.
+    pub judged: bool,
 }
 
-/// memory.events, memory.pressure and, with `refaults` (the refault gate applies),
-/// memory.stat's refaults of these cgroups (the managed pods); a cgroup whose
+/// memory.events, memory.pressure and, for the pods `judged` names (the refault gate
+/// judges them), memory.stat's refaults of these cgroups (the managed pods); a cgroup whose
 /// memory.events cannot be read or parsed is left out, one whose memory.pressure
 /// cannot (PSI is off) has no pressure reading, one whose memory.stat cannot (or is
 /// not read) no refault count. A memory.pressure without a `full` line (kernels
@@ -43,7 +47,7 @@ pub struct Reading {
 pub fn read_signals<'a>(
     fs: &nodemem_cgroup::CgroupFs,
     cgroups: impl Iterator<Item = &'a str>,
-    refaults: bool,
+    judged: &dyn Fn(&str) -> bool,
 ) -> BTreeMap<String, Reading> {
     use nodemem_cgroup::parse::{memory_events, memory_stat, pressure, refaults as count_refaults};
     let mut out = BTreeMap::new();
@@ -61,8 +65,9 @@ pub fn read_signals<'a>(
             .ok()
             .and_then(|t| pressure("memory.pressure", &t).ok())
             .map(|p| p.full.map_or(0.0, |f| f.avg60));
-        // Only where gated: a file more per pod on every whole-node pass otherwise.
-        let refaults = refaults
+        // Only where judged: a file more per pod on every whole-node pass otherwise.
+        let judged = judged(path);
+        let refaults = judged
             .then(|| fs.read(&p, "memory.stat").ok())
             .flatten()
             .and_then(|t| memory_stat("memory.stat", &t).ok())
@@ -74,6 +79,7 @@ pub fn read_signals<'a>(
                 oom_kill: events.oom_kill,
                 full_avg60: full,
                 refaults,
+                judged,
             },
         );
     }
@@ -119,6 +125,9 @@ impl RefaultMeter {
     }
 }
 
+/// The verdict's reason when the refault gate fails.
+pub const SUSTAINED_REFAULTS: &str = "SustainedRefaults";
+
 /// The refault gate's input this pass.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Refaults {
@@ -141,12 +150,18 @@ pub fn refault_gate(
     limits: &HealthSpec,
     settings: &nodemem_model::cluster::policy::PolicySettings,
 ) -> Option<i32> {
+    limits.refault_gate(reclaim_active(settings))
+}
+
+/// Whether these settings' reclaim is Active: then the refault gate judges only the
+/// pods reclaim took from (a pod that refaults on its own is not reclaim's doing), and
+/// a node whose gate fails stops reclaiming.
+pub fn reclaim_active(settings: &nodemem_model::cluster::policy::PolicySettings) -> bool {
     use nodemem_model::feedback::reclaim::ReclaimMode;
-    let active = settings
+    settings
         .reclaim
         .as_ref()
-        .is_some_and(|r| r.mode == ReclaimMode::Active);
-    limits.refault_gate(active)
+        .is_some_and(|r| r.mode == ReclaimMode::Active)
 }
 
 /// What the gates read now, beyond the counts since the revision.
@@ -202,7 +217,8 @@ impl Baseline {
             .filter(|p| !readings.contains_key(*p))
             .cloned()
             .collect();
-        self.refaults.retain(|p, _| readings.contains_key(p));
+        self.refaults
+            .retain(|p, _| readings.get(p).is_some_and(|r| r.judged));
         self.refaults_unread = None;
         for p in gone {
             let (h, o) = self.delta(&p, self.last[&p]);
@@ -220,7 +236,9 @@ impl Baseline {
             high += h;
             oom += o;
             self.peak_full = self.peak_full.max(r.full_avg60.unwrap_or(0.0));
-            self.read_refaults(p, r.refaults, at);
+            if r.judged {
+                self.read_refaults(p, r.refaults, at);
+            }
         }
         RevisionSignals {
             revision: self.revision.clone(),
@@ -340,7 +358,7 @@ pub fn verdict(
     } else if let Some((rate, gate)) = over_gate(&now.refaults) {
         (
             Some(false),
-            "SustainedRefaults",
+            SUSTAINED_REFAULTS,
             format!(
                 "a managed pod reads back {rate:.0} evicted page(s) a second (memory.stat workingset_refault_*; tolerated: {gate}): it is losing memory it still uses, since revision {}",
                 signals.revision
@@ -425,6 +443,7 @@ mod tests {
             oom_kill,
             full_avg60: Some(full),
             refaults: Some(0),
+            judged: true,
         }
     }
 
@@ -680,6 +699,41 @@ mod tests {
         assert_eq!(b.refaults(Some(50)), Refaults::Unmeasured { gate: 50 });
     }
 
+    /// Issue 58: under Active reclaim the gate judges the pods reclaim took from. A pod
+    /// it never touched that refaults on its own (reading back 1,000 pages a second)
+    /// does not fail the node; once reclaim takes from it, the same rate does.
+    #[test]
+    fn a_pod_the_gate_does_not_judge_may_refault_without_failing_the_node() {
+        let mut b = Baseline::default();
+        let pods = |untouched: u64, judged: bool| {
+            BTreeMap::from([
+                (
+                    "busy".to_string(),
+                    Reading {
+                        judged,
+                        ..refaulted(Some(untouched))
+                    },
+                ),
+                ("quiet".to_string(), refaulted(Some(0))),
+            ])
+        };
+        b.update("r", &pods(0, false), at(0));
+        let s = b.update("r", &pods(12_000, false), at(12));
+        assert_eq!(
+            b.refaults(Some(100)),
+            Refaults::Measured {
+                rate: 0.0,
+                gate: 100
+            }
+        );
+        assert_eq!(judged(s, 0.0, b.refaults(Some(100))).healthy, Some(true));
+        // Reclaim took from it: judged from its next readings on.
+        b.update("r", &pods(12_000, true), at(13));
+        let s = b.update("r", &pods(24_000, true), at(25));
+        let v = judged(s, 0.0, b.refaults(Some(100)));
+        assert_eq!((v.healthy, v.reason), (Some(false), SUSTAINED_REFAULTS));
+    }
+
     #[test]
     fn refaults_that_cannot_be_read_hold_the_node_where_gated() {
         let mut b = Baseline::default();
@@ -756,7 +810,7 @@ mod tests {
         .unwrap();
         let fs = nodemem_cgroup::CgroupFs::new(root.path());
         let read = |gated: bool| {
-            read_signals(&fs, ["kubepods/burstable/pod1"].into_iter(), gated)
+            read_signals(&fs, ["kubepods/burstable/pod1"].into_iter(), &|_| gated)
                 ["kubepods/burstable/pod1"]
         };
         let gated = read(true);

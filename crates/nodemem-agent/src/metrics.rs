@@ -794,6 +794,7 @@ mod tests {
             oom_kill,
             full_avg60,
             refaults: None,
+            judged: false,
         }
     }
 

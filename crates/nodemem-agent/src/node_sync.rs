@@ -158,10 +158,20 @@ impl NodeSync {
         let announcer = Announcer::new(Some(recorder), self.metrics.clone());
         let (nri, nri_news) = self.start_nri();
         let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
+        let mut reclaim = Reclaim::new();
+        // What one memory.reclaim write can take grows with the NUMA nodes.
+        reclaim.set_numa_nodes(
+            writers
+                .applier
+                .discovery()
+                .topology
+                .as_ref()
+                .map_or(0, |t| t.nodes.len()),
+        );
         let mut passes = Passes::new(
             self.metrics.clone(),
             announcer,
-            (relief, Reclaim::new()),
+            (relief, reclaim),
             self.kubelet.proc_root.clone(),
             nri,
             wake,

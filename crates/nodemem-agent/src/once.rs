@@ -135,7 +135,9 @@ fn health_now(
         .filter(|p| p.admission == nodemem_model::node::Admission::Managed)
         .map(|p| p.path.as_str());
     let gate = crate::health::refault_gate(&inputs.health, &inputs.settings);
-    let readings = crate::health::read_signals(applier.cgroup_fs(), managed, gate.is_some());
+    // Reclaim does not run here: under Active it has touched nothing to judge.
+    let judged = gate.is_some() && !crate::health::reclaim_active(&inputs.settings);
+    let readings = crate::health::read_signals(applier.cgroup_fs(), managed, &|_| judged);
     let mut baseline = crate::health::Baseline::default();
     let signals = baseline.update(&inputs.revision, &readings, std::time::Instant::now());
     let now = crate::health::Now {

@@ -2,23 +2,33 @@
 //! name, each with its own step controller ([`nodemem_model::feedback::reclaim`]). On
 //! every tick the containers whose interval passed are read (memory.current,
 //! memory.stat, memory.pressure: three small reads) and stepped; under `Active` a step is
-//! written to memory.reclaim and the container read again, so that what is reported
-//! is what memory.current and the working set lost, not what was asked (the kernel
-//! may take more). Under `Observe` nothing is written: the steps are what Active would
-//! ask. The figures go to status on whole-node passes: at once when its headline changes,
-//! at most every 30 s when only its figures moved.
+//! a job for the writer's thread ([`writer`]), which writes it to memory.reclaim in
+//! parts that never take the container below its request and reads it again, so that
+//! what is reported is what memory.current and the working set lost, not what was
+//! asked (the kernel may take more). A container whose last job has not finished is
+//! not stepped again; that is counted as reclaim being behind. Under `Observe` nothing
+//! is written: the steps are what Active would ask. The figures go to status on
+//! whole-node passes: at once when its headline changes, at most every 30 s when only
+//! its figures moved. A node whose refault gate fails stops reclaiming until the next
+//! revision ([`Reclaim::halt`]).
 
-use std::collections::BTreeMap;
-use std::time::Instant;
+pub mod reading;
+pub mod writer;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use nodemem_api::config::ReclaimSummary;
-use nodemem_cgroup::reclaim::{sample, ReclaimFiles, Reclaimed, MEMORY_RECLAIM};
-use nodemem_cgroup::{CgroupError, CgroupFs, CgroupPath};
+use nodemem_cgroup::reclaim::MEMORY_RECLAIM;
+use nodemem_cgroup::{CgroupFs, CgroupPath};
 pub use nodemem_model::feedback::reclaim::ReclaimMode;
 use nodemem_model::feedback::reclaim::{Hold, Reclaim as Settings, Reclaimer, Sample, Step};
+use nodemem_model::feedback::reclaim_parts::UNKNOWN_NUMA_NODES;
 use nodemem_model::feedback::reclaim_targets::targets;
 use nodemem_model::node::DesiredNode;
+use reading::read;
 use tracing::warn;
+use writer::{Done, Job, Writer};
 
 /// How often containers are looked at; each is read only when its interval passed.
 pub const TICK: std::time::Duration = std::time::Duration::from_secs(2);
@@ -40,6 +50,8 @@ struct Tracked {
     refaults_per_s: u64,
     /// Its files did not parse once: said once, not on every tick.
     warned: bool,
+    /// A job of its is queued or being written.
+    in_flight: bool,
 }
 
 /// One tick's outcome, for metrics; summed, what reclaim did since the revision was
@@ -60,6 +72,13 @@ pub struct TickReport {
     pub pressure_back_offs: usize,
     pub refault_back_offs: usize,
     pub failed_writes: usize,
+    /// Due steps not taken because the container's last job had not finished (or the
+    /// writer's queue was full): reclaim is behind.
+    pub behind: usize,
+    /// Jobs finished, their time from queueing to done in all, and the longest.
+    pub writes: usize,
+    pub write_time: Duration,
+    pub longest_write: Duration,
 }
 
 impl TickReport {
@@ -74,8 +93,15 @@ impl TickReport {
         self.pressure_back_offs += o.pressure_back_offs;
         self.refault_back_offs += o.refault_back_offs;
         self.failed_writes += o.failed_writes;
+        self.behind += o.behind;
+        self.writes += o.writes;
+        self.write_time += o.write_time;
+        self.longest_write = self.longest_write.max(o.longest_write);
     }
 }
+
+/// What of reclaim's summary is news at once (see [`Reclaim::news`]).
+type Headline = (String, bool, i64, bool, bool);
 
 /// Every target container's reclaim.
 pub struct Reclaim {
@@ -90,10 +116,24 @@ pub struct Reclaim {
     /// Active writes to find out).
     swappiness_key: Option<bool>,
     tracked: BTreeMap<String, Tracked>,
+    /// Where Active steps are written (made at the first).
+    writer: Option<Writer>,
+    /// Write steps where they are sent rather than on a thread (tests).
+    inline_writes: bool,
+    /// The node's NUMA nodes, which bound what one write can take (see
+    /// `nodemem_model::feedback::reclaim_parts`).
+    numa_nodes: u32,
+    /// Counts revisions (and settings): a job of an earlier one is not counted.
+    generation: u64,
+    /// The containers Active reclaim took from under this revision: what the refault
+    /// gate judges.
+    touched: BTreeSet<String>,
+    /// Why reclaim stopped on this node until the next revision; None: it runs.
+    halted: Option<String>,
     /// Every tick's report since the revision was applied, summed.
     totals: TickReport,
     /// The headline last put in status (see [`Reclaim::news`]), its figures and when.
-    reported: Option<(String, bool, i64, bool)>,
+    reported: Option<Headline>,
     reported_figures: Option<ReclaimSummary>,
     reported_at: Option<Instant>,
 }
@@ -115,11 +155,52 @@ impl Reclaim {
             unsupported: false,
             swappiness_key: None,
             tracked: BTreeMap::new(),
+            writer: None,
+            inline_writes: false,
+            numa_nodes: UNKNOWN_NUMA_NODES,
+            generation: 0,
+            touched: BTreeSet::new(),
+            halted: None,
             totals: TickReport::default(),
             reported: None,
             reported_figures: None,
             reported_at: None,
         }
+    }
+
+    /// Steps written where they are sent, in the tick (tests that read what a step
+    /// took in the same tick).
+    #[cfg(test)]
+    pub fn with_inline_writes(mut self) -> Self {
+        self.inline_writes = true;
+        self
+    }
+
+    /// The node's NUMA nodes (0: not known, the safe assumption is taken).
+    pub fn set_numa_nodes(&mut self, nodes: usize) {
+        self.numa_nodes = match u32::try_from(nodes) {
+            Ok(0) | Err(_) => UNKNOWN_NUMA_NODES,
+            Ok(n) => n,
+        };
+    }
+
+    /// Stops reclaim on this node for `revision` (its refault gate failed: what it took
+    /// was in use), whatever the policy's failure policy, until the next revision;
+    /// `why` goes to status.
+    pub fn halt(&mut self, revision: &str, why: &str) {
+        if self.revision == revision && self.halted.is_none() {
+            warn!(revision, why, "reclaim stopped until the next revision");
+            self.halted = Some(why.to_string());
+        }
+    }
+
+    /// The pod cgroups whose containers Active reclaim took from under this revision
+    /// (a container's cgroup is a child of its pod's in both cgroup drivers).
+    pub fn touched_pods(&self) -> BTreeSet<&str> {
+        self.touched
+            .iter()
+            .filter_map(|c| c.rsplit_once('/').map(|(pod, _)| pod))
+            .collect()
     }
 
     /// Whether the node has swap now: a swap device turned on or off while the agent
@@ -149,6 +230,9 @@ impl Reclaim {
             });
             self.tracked.clear();
             self.unsupported = false;
+            self.generation += 1;
+            self.touched.clear();
+            self.halted = None;
         }
         self.settings = settings.cloned();
         let Some(settings) = settings else {
@@ -173,6 +257,7 @@ impl Reclaim {
                     stall_us_per_s: 0,
                     refaults_per_s: 0,
                     warned: false,
+                    in_flight: false,
                 },
             };
             kept.insert(t.path.to_string(), tracked);
@@ -197,8 +282,18 @@ impl Reclaim {
         let Some(settings) = self.settings.clone() else {
             return report;
         };
+        self.fold_finished(&mut report);
+        if self.halted.is_some() {
+            self.totals.add(&report);
+            return report;
+        }
+        let mut jobs = Vec::new();
         for (path, t) in &mut self.tracked {
             if !t.reclaimer.due(at) {
+                continue;
+            }
+            if t.in_flight {
+                report.behind += 1;
                 continue;
             }
             let Ok(cgroup) = CgroupPath::new(path) else {
@@ -236,19 +331,18 @@ impl Reclaim {
                         ReclaimMode::Observe => {}
                         ReclaimMode::Active if self.unsupported => {}
                         ReclaimMode::Active => {
-                            if self.swappiness_key.is_none() {
-                                self.swappiness_key = takes_swappiness(fs, &cgroup);
-                            }
-                            match write(fs, &cgroup, bytes, &now, at, t.floor, self.swap) {
-                                Ok(after) => {
-                                    report.add(&lost(&now, &after));
-                                    t.last = Some(after);
-                                }
-                                Err(e) => {
-                                    warn!(cgroup = %path, bytes, error = %e, "memory.reclaim refused");
-                                    report.failed_writes += 1;
-                                }
-                            }
+                            t.in_flight = true;
+                            jobs.push(Job {
+                                cgroup,
+                                bytes,
+                                before: now,
+                                numa_nodes: self.numa_nodes,
+                                swap: self.swap,
+                                queued: Instant::now(),
+                                // Once a job has found out, no later one asks again.
+                                probe_swappiness: self.swappiness_key.is_none(),
+                                generation: self.generation,
+                            });
                         }
                     }
                 }
@@ -261,8 +355,62 @@ impl Reclaim {
                 Step::Hold(_) => {}
             }
         }
+        self.send(fs, jobs, &mut report);
+        // Written in the tick (inline), or finished already: counted now.
+        self.fold_finished(&mut report);
         self.totals.add(&report);
         report
+    }
+
+    /// Queues `jobs` with the writer (made at the first: a thread, or inline); a job
+    /// the queue has no room for is not written, and counted behind.
+    fn send(&mut self, fs: &CgroupFs, jobs: Vec<Job>, report: &mut TickReport) {
+        if jobs.is_empty() {
+            return;
+        }
+        let inline = self.inline_writes;
+        let writer = self.writer.get_or_insert_with(|| {
+            if inline {
+                return Writer::inline(fs.clone());
+            }
+            Writer::thread(fs.clone()).unwrap_or_else(|e| {
+                warn!(error = %e, "cannot start reclaim's writer thread: steps are written on the agent's thread");
+                Writer::inline(fs.clone())
+            })
+        });
+        for job in jobs {
+            if let Err(cgroup) = writer.send(job) {
+                report.behind += 1;
+                if let Some(t) = self.tracked.get_mut(cgroup.as_str()) {
+                    t.in_flight = false;
+                }
+            }
+        }
+    }
+
+    /// Counts the jobs the writer finished: what each took, the reading after it.
+    fn fold_finished(&mut self, report: &mut TickReport) {
+        let Some(writer) = self.writer.as_mut() else {
+            return;
+        };
+        for done in writer.finished() {
+            if done.generation != self.generation {
+                continue; // a job of an earlier revision
+            }
+            let path = done.cgroup.as_str().to_string();
+            let Some(t) = self.tracked.get_mut(&path) else {
+                continue; // the container went meanwhile
+            };
+            t.in_flight = false;
+            if done.swappiness.is_some() {
+                self.swappiness_key = done.swappiness;
+            }
+            fold(report, &done);
+            if done.parts > 0 {
+                t.last = Some(done.after);
+                self.touched.insert(path);
+            }
+        }
     }
 
     /// The figures for status; None while reclaim is off.
@@ -307,6 +455,10 @@ impl Reclaim {
             target_stall_microseconds_per_second: wide(settings.settings.target_stall_us_per_s),
             refaults_per_second: read.iter().map(|(t, _)| wide(t.refaults_per_s)).sum(),
             failed_writes: i64::try_from(self.totals.failed_writes).unwrap_or(i64::MAX),
+            writes_behind: i64::try_from(self.totals.behind).unwrap_or(i64::MAX),
+            longest_write_milliseconds: i64::try_from(self.totals.longest_write.as_millis())
+                .unwrap_or(i64::MAX),
+            stopped: self.halted.clone(),
         })
     }
 
@@ -334,11 +486,17 @@ impl Reclaim {
     }
 
     /// What of a summary is news at once: the mode, the kernel's support, the number
-    /// of containers and whether any was read yet.
-    fn headline(&self, s: Option<&ReclaimSummary>) -> Option<(String, bool, i64, bool)> {
+    /// of containers, whether any was read yet and whether reclaim stopped.
+    fn headline(&self, s: Option<&ReclaimSummary>) -> Option<Headline> {
         let s = s?;
         let read = self.tracked.values().any(|t| t.last.is_some());
-        Some((s.mode.clone(), s.supported, s.containers, read))
+        Some((
+            s.mode.clone(),
+            s.supported,
+            s.containers,
+            read,
+            s.stopped.is_some(),
+        ))
     }
 
     /// Containers acted on now, and the mode (for metrics).
@@ -357,18 +515,6 @@ fn lost(before: &Sample, after: &Sample) -> TickReport {
         reclaimed_file: (file(before) - file(after)).max(0),
         reclaimed_anon: (before.anon - after.anon).max(0),
         ..TickReport::default()
-    }
-}
-
-/// Whether memory.reclaim takes `swappiness=`; None when the probe's write failed for
-/// another reason (it is tried again at the next step).
-fn takes_swappiness(fs: &CgroupFs, cgroup: &CgroupPath) -> Option<bool> {
-    match fs.reclaim_takes_swappiness(cgroup) {
-        Ok(takes) => Some(takes),
-        Err(e) => {
-            warn!(cgroup = %cgroup, error = %e, "cannot find out whether memory.reclaim takes swappiness=");
-            None
-        }
     }
 }
 
@@ -398,53 +544,27 @@ fn counted_before(last: Option<&ReclaimSummary>, revision: &str, mode: ReclaimMo
         pressure_back_offs: count(l.pressure_back_offs),
         refault_back_offs: count(l.refault_back_offs),
         failed_writes: count(l.failed_writes),
+        behind: count(l.writes_behind),
+        writes: 0,
+        write_time: Duration::ZERO,
+        longest_write: Duration::from_millis(
+            u64::try_from(l.longest_write_milliseconds).unwrap_or(0),
+        ),
     }
 }
 
-/// A container's reading: None when its cgroup cannot be read (gone, or not there
-/// yet: the next tick tries again), an error when a file does not parse. Anon counts
-/// as reclaimable only where the node has swap and the container's memory.swap.max is
-/// not 0.
-fn read(
-    fs: &CgroupFs,
-    cgroup: &CgroupPath,
-    at: u64,
-    floor: i64,
-    node_swap: bool,
-) -> Result<Option<Sample>, nodemem_cgroup::parse::ParseError> {
-    let files = ["memory.current", "memory.stat", "memory.pressure"].map(|f| fs.read(cgroup, f));
-    let [Ok(current), Ok(stat), Ok(pressure)] = files else {
-        return Ok(None);
-    };
-    let swap = node_swap
-        && fs
-            .read(cgroup, "memory.swap.max")
-            .is_ok_and(|v| v.trim() != "0");
-    let files = ReclaimFiles {
-        current: &current,
-        stat: &stat,
-        pressure: &pressure,
-    };
-    sample(at, files, floor, swap).map(Some)
-}
-
-/// Writes a step and reads the container again. "Less found" (EAGAIN) is no failure.
-fn write(
-    fs: &CgroupFs,
-    cgroup: &CgroupPath,
-    bytes: i64,
-    before: &Sample,
-    at: u64,
-    floor: i64,
-    swap: bool,
-) -> Result<Sample, CgroupError> {
-    let _: Reclaimed = fs.reclaim(cgroup, bytes)?;
-    // Counted from the reading after; if the cgroup went in between, nothing is
-    // counted as taken.
-    Ok(read(fs, cgroup, at, floor, swap)
-        .ok()
-        .flatten()
-        .unwrap_or(*before))
+/// A finished job's figures, into `report`.
+fn fold(report: &mut TickReport, done: &Done) {
+    if let Some(e) = &done.error {
+        warn!(cgroup = %done.cgroup, asked = done.asked, error = %e, "memory.reclaim refused");
+        report.failed_writes += 1;
+    }
+    if done.parts > 0 {
+        report.add(&lost(&done.before, &done.after));
+    }
+    report.writes += 1;
+    report.write_time += done.took;
+    report.longest_write = report.longest_write.max(done.took);
 }
 
 /// Whether the node has swap: a device or file listed in `/proc/swaps` (past its
@@ -530,7 +650,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        let mut r = Reclaim::new();
+        let mut r = Reclaim::new().with_inline_writes();
         r.refresh("r1", Some(&reclaim(mode)), &d, None, None);
         (r, CgroupFs::new(node.root.path()), path_of(&d, "cache"))
     }
@@ -592,6 +712,102 @@ mod tests {
         );
     }
 
+    /// Issue 58: the kernel reclaims in the writer's context, so a write it holds (here
+    /// a FIFO nobody reads, as a slow writeback would) must not hold the agent's loop:
+    /// the ticks go on at once, the container's next due step is counted behind, and the
+    /// write (the swappiness probe, then the step) is counted when the kernel lets go.
+    #[test]
+    fn a_write_the_kernel_holds_never_holds_the_tick_and_is_counted_behind() {
+        let node = node(true);
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        let fifo = node
+            .root
+            .path()
+            .join(path_of(&d, "cache"))
+            .join(MEMORY_RECLAIM);
+        std::fs::remove_file(&fifo).unwrap();
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mut r = Reclaim::new();
+        r.refresh("r1", Some(&reclaim(ReclaimMode::Active)), &d, None, None);
+        let fs = CgroupFs::new(node.root.path());
+        r.tick_at(0, &fs);
+        let began = Instant::now();
+        assert_eq!(r.tick_at(2, &fs).steps, 1);
+        let t = r.tick_at(4, &fs);
+        assert_eq!((t.behind, t.steps, t.writes), (1, 0, 0));
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "the ticks waited for the kernel: {:?}",
+            began.elapsed()
+        );
+        let reader = std::thread::spawn(move || {
+            // The kernel holds the write a while yet.
+            std::thread::sleep(Duration::from_millis(100));
+            // Two writes, which one read may see as one (a writer that opens again
+            // before the reader saw the end of the first).
+            let want = format!("0 swappiness=60{STEP}");
+            let mut got = String::new();
+            while got.len() < want.len() {
+                got += &std::fs::read_to_string(&fifo).unwrap();
+            }
+            got
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while r.tracked.values().any(|t| t.in_flight) {
+            assert!(Instant::now() < deadline, "the write never finished");
+            std::thread::sleep(Duration::from_millis(20));
+            // Not due again (the next step is due at 4): only what finished is counted.
+            r.tick_at(3, &fs);
+        }
+        assert_eq!(
+            reader.join().unwrap(),
+            format!("0 swappiness=60{STEP}"),
+            "the probe, then the step in one part"
+        );
+        let s = r.summary().unwrap();
+        assert_eq!((s.writes_behind, s.swappiness_key), (1, Some(true)));
+        assert!(s.longest_write_milliseconds >= 100, "{s:?}");
+        assert_eq!(r.touched_pods().len(), 1, "the cache pod was written to");
+    }
+
+    #[test]
+    fn a_halted_node_steps_no_more_until_the_next_revision() {
+        let node = node(true);
+        let (mut r, fs, _) = run(&node, ReclaimMode::Active);
+        r.tick_at(0, &fs);
+        assert_eq!(r.tick_at(2, &fs).steps, 1);
+        assert_eq!(r.touched_pods().len(), 1);
+        r.halt("other", "not this revision");
+        assert_eq!(r.summary().unwrap().stopped, None);
+        let before = r.report();
+        r.halt("r1", "SustainedRefaults: what reclaim took is read back");
+        assert!(r.news(), "a stop is news at once");
+        for at in [4, 6, 8] {
+            assert_eq!(r.tick_at(at, &fs).read, 0, "nothing read or stepped");
+        }
+        let s = r.summary().unwrap();
+        assert_eq!(
+            s.stopped.as_deref(),
+            Some("SustainedRefaults: what reclaim took is read back")
+        );
+        assert_eq!(s.steps, before.unwrap().steps);
+        let s = settings(0.5, ReservationPolicy::None);
+        let f = facts();
+        let d = desired(&s, &f, &node.pods);
+        r.refresh("r2", Some(&reclaim(ReclaimMode::Active)), &d, None, None);
+        assert_eq!(r.summary().unwrap().stopped, None);
+        assert!(
+            r.touched_pods().is_empty(),
+            "a new revision has touched nothing"
+        );
+        r.tick_at(10, &fs);
+        assert_eq!(r.tick_at(12, &fs).steps, 1, "it runs again");
+    }
+
     #[test]
     fn turned_off_or_without_a_config_it_stops_at_once_and_reports_nothing() {
         let node = node(true);
@@ -644,7 +860,7 @@ mod tests {
         let s = settings(0.5, ReservationPolicy::None);
         let f = facts();
         let d = desired(&s, &f, &node.pods);
-        let mut again = Reclaim::new();
+        let mut again = Reclaim::new().with_inline_writes();
         again.refresh(
             "r1",
             Some(&reclaim(ReclaimMode::Active)),
@@ -666,7 +882,7 @@ mod tests {
         again.tick_at(2, &fs);
         assert_eq!(again.summary().unwrap().steps, 2, "and counts on");
         // Another revision, or another mode on it, starts from nothing.
-        let mut other = Reclaim::new();
+        let mut other = Reclaim::new().with_inline_writes();
         other.refresh(
             "r2",
             Some(&reclaim(ReclaimMode::Active)),
@@ -675,7 +891,7 @@ mod tests {
             Some(&last),
         );
         assert_eq!(other.summary().unwrap().reclaimed_bytes, 0);
-        let mut observing = Reclaim::new();
+        let mut observing = Reclaim::new().with_inline_writes();
         observing.refresh(
             "r1",
             Some(&reclaim(ReclaimMode::Observe)),
@@ -778,7 +994,7 @@ mod tests {
         let d = desired(&s, &f, &node.pods);
         let mut all = reclaim(ReclaimMode::Active);
         all.classes.push(QosClass::Guaranteed);
-        let mut r = Reclaim::new();
+        let mut r = Reclaim::new().with_inline_writes();
         r.refresh("r1", Some(&all), &d, None, None);
         assert_eq!(r.targets().0, 2);
         r.refresh("r1", Some(&all), &d, Some(&path_of(&d, "db")), None);

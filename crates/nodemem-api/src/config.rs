@@ -153,6 +153,20 @@ pub struct ReclaimSummary {
     /// memory.reclaim writes the kernel refused with something else than "less found".
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failed_writes: i64,
+    /// Active: steps due but not taken because the container's last one was still
+    /// being written (or the writer's queue was full): reclaim is behind the policy's
+    /// interval on this node.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub writes_behind: i64,
+    /// Active: the longest a step took from its queueing to its last part written
+    /// (each step is written in parts off the agent's thread), milliseconds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub longest_write_milliseconds: i64,
+    /// Why reclaim stopped on this node until the next revision: the revision's
+    /// refault gate failed here (what reclaim took was in use), whatever the policy's
+    /// failure policy. Absent while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// What relief did on a node since its revision was applied.

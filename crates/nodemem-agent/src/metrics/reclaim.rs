@@ -29,6 +29,9 @@ pub struct ReclaimMetrics {
     headroom_bytes: Counter,
     back_offs: Family<SignalLabel, Counter>,
     write_errors: Counter,
+    writes: Counter,
+    write_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    writes_behind: Counter,
 }
 
 fn mode_label(mode: ReclaimMode) -> ModeLabel {
@@ -77,6 +80,21 @@ impl ReclaimMetrics {
             "memory.reclaim writes the kernel refused (other than finding less than asked)",
             self.write_errors.clone(),
         );
+        registry.register(
+            "reclaim_writes",
+            "Reclaim steps written (each in parts, off the agent's thread)",
+            self.writes.clone(),
+        );
+        registry.register(
+            "reclaim_write_seconds",
+            "Time the written reclaim steps took, from queueing to their last part (divided by reclaim_writes: the mean)",
+            self.write_seconds.clone(),
+        );
+        registry.register(
+            "reclaim_writes_behind",
+            "Reclaim steps due but not taken because the container's last step was still being written or the writer's queue was full: reclaim is behind",
+            self.writes_behind.clone(),
+        );
     }
 
     /// One tick under `mode` over `containers` targets (None: reclaim is off).
@@ -106,5 +124,8 @@ impl ReclaimMetrics {
                 .inc_by(n as u64);
         }
         self.write_errors.inc_by(t.failed_writes as u64);
+        self.writes.inc_by(t.writes as u64);
+        self.write_seconds.inc_by(t.write_time.as_secs_f64());
+        self.writes_behind.inc_by(t.behind as u64);
     }
 }

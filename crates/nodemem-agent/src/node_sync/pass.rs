@@ -448,10 +448,15 @@ impl Passes {
                 .filter(|p| p.admission == Admission::Managed)
         };
         let gate = crate::health::refault_gate(&config.health, settings);
+        let active = crate::health::reclaim_active(settings);
+        let touched = self.reclaim.touched_pods();
+        // Under Active reclaim the gate judges what reclaim took from; otherwise (a gate
+        // set without it) every managed pod.
+        let judged = |pod: &str| gate.is_some() && (!active || touched.contains(pod));
         let readings = crate::health::read_signals(
             applier.cgroup_fs(),
             managed().map(|p| p.path.as_str()),
-            gate.is_some(),
+            &judged,
         );
         let current_full = crate::health::current_full(readings.values());
         // Per container for metrics, which carry no refaults.
@@ -461,7 +466,7 @@ impl Passes {
                 managed()
                     .flat_map(|p| &p.containers)
                     .filter_map(|c| c.path.as_deref()),
-                false,
+                &|_| false,
             )
         } else {
             Default::default()
@@ -498,7 +503,7 @@ impl Passes {
                 let _ = wake.send(());
             });
         }
-        verdict(
+        let verdict = verdict(
             signals,
             Now {
                 full: current_full,
@@ -507,7 +512,13 @@ impl Passes {
             &config.health,
             report.failed.len() + report.deferred.len(),
             self.relief.reliefs_since(&config.revision),
-        )
+        );
+        if active && verdict.reason == crate::health::SUSTAINED_REFAULTS {
+            // What reclaim took is in use: it stops here, whatever the failure policy
+            // does with the rollout, until the next revision.
+            self.reclaim.halt(&config.revision, &verdict.message);
+        }
+        verdict
     }
 
     /// The observation summary: it moves with every sample, so it goes to status on

@@ -19,9 +19,10 @@
 //! pressure and refault signals judge whether what it took was cold. The kernel may
 //! take more than it is asked: on
 //! the real node's Linux 6.1 a request of 50 MiB from 200 MiB of cold page cache took
-//! 87 MiB (2026-11-28), so what holds the floor is the kernel's own protection
-//! (memory.min or memory.low at the request, which Memory QoS sets), and the agent
-//! counts what memory.current lost, not what it asked.
+//! 87 MiB (2026-11-28), and its own protection does not hold the floor (the cgroup
+//! written to is the root of the reclaim, which has none): a step is written in parts
+//! that keep even the kernel's worst above the floor (`super::reclaim_parts`), and the
+//! agent counts what memory.current lost, not what it asked.
 
 use crate::pod::qos::QosClass;
 

@@ -17,6 +17,7 @@ pub fn one_of_each() -> String {
         oom_kill: 1,
         full_avg60: Some(0.5),
         refaults: Some(1),
+        judged: true,
     };
     agent.signals(&[PodSignals {
         namespace: "ns",
