@@ -21,6 +21,50 @@ const READING_MARGIN_PERCENT: i64 = 5;
 const HOT_PAGES: i64 = 48 * MI / 4096;
 /// The step controller's stall target (the policy's default: 0.1 % of the time).
 const TARGET_STALL_US_PER_S: u64 = 1000;
+/// A page: the floor's tolerance (issue 58: never below the request less a page).
+const PAGE: i64 = 4096;
+
+/// Samples the cold container's memory.current every 50 ms on the node (bash builtins
+/// only: a fork and an exec cost about 20 ms each under TCG) until told to stop, then
+/// writes the lowest reading and the number of readings.
+const FLOOR_SAMPLER: &str = r#"#!/bin/bash
+mkfifo /run/nodemem-floor/wait
+exec 3<>/run/nodemem-floor/wait
+min=
+n=0
+while [ ! -e /run/nodemem-floor/stop ]; do
+  if read -r v < "$1/memory.current"; then
+    n=$((n + 1))
+    if [ -z "$min" ] || [ "$v" -lt "$min" ]; then min=$v; fi
+  fi
+  read -r -t 0.05 -u 3 _
+done
+echo "$min $n" > /run/nodemem-floor/result
+"#;
+
+/// Starts [`FLOOR_SAMPLER`] on `cgroup` (a container's directory on the node).
+fn floor_sampler_started(node: &mut RealNode, cgroup: &str) {
+    std::fs::write(node.share().join("floor.sh"), FLOOR_SAMPLER).unwrap();
+    let (out, code) = node
+        .run(&format!(
+            "rm -rf /run/nodemem-floor && mkdir -p /run/nodemem-floor && systemd-run --unit=nodemem-floor bash /mnt/nodemem/floor.sh {cgroup}"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Stops the sampler: the lowest memory.current it read, and how many readings.
+fn floor_sampler_stopped(node: &mut RealNode) -> (i64, u64) {
+    let (out, code) = node
+        .run("touch /run/nodemem-floor/stop; for i in $(seq 100); do [ -s /run/nodemem-floor/result ] && break; sleep 0.1; done; cat /run/nodemem-floor/result")
+        .unwrap();
+    assert_eq!(code, 0, "the floor sampler wrote nothing: {out}");
+    let mut f = out
+        .split_whitespace()
+        .map(|v| v.parse::<i64>().unwrap_or(-1));
+    let (min, n) = (f.next().unwrap_or(-1), f.next().unwrap_or(0));
+    (min, u64::try_from(n).unwrap_or(0))
+}
 
 /// Issue 46 on the real kernel: a pod writes 160Mi of page cache and goes idle. Under
 /// Observe the agent's status says how much of it could be taken (memory.current above
@@ -89,7 +133,9 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
     let hot = hot_pod_started(node, bed).await;
     let hot_start = (stall_us(node, &hot), refaults(node, &hot), Instant::now());
 
-    // Active: the cold container goes to its floor, what it lost is the prediction.
+    // Active: the cold container goes to its floor, what it lost is the prediction,
+    // and no reading every 50 ms on the way finds it below its request (issue 58).
+    floor_sampler_started(node, &cold);
     repolicy(client, bed.admin(), &name, &reclaim_patch("Active")).await;
     let end = within(Duration::from_secs(120), async || {
         let c = memory_current(node, &cold);
@@ -107,6 +153,16 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
     // The hot pod is watched a while longer: reclaim keeps trying it (and the next
     // parts go on trying it for minutes).
     tokio::time::sleep(Duration::from_secs(10)).await;
+    let (lowest, readings) = floor_sampler_stopped(node);
+    eprintln!(
+        "reclaim floor: the cold container's memory.current read {readings} times (every 50 ms) under Active, the lowest {} KiB, its request {} KiB",
+        lowest / 1024,
+        FLOOR / 1024
+    );
+    assert!(
+        readings >= 100 && lowest >= FLOOR - PAGE,
+        "reclaim took the cold container below its request: {lowest} bytes at the lowest of {readings} readings, request {FLOOR}"
+    );
     let seconds = hot_start.2.elapsed().as_secs_f64();
     let stall = stall_us(node, &hot) - hot_start.0;
     let hot_refaults = refaults(node, &hot) - hot_start.1;
