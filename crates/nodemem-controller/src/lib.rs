@@ -17,6 +17,7 @@
 //! An agent's report on its config is read with `nodemem_api::report`, the rule
 //! `kubectl nodemem` shows too.
 
+pub mod agent_placement;
 pub mod agent_pod;
 mod agent_upkeep;
 pub mod agents;
