@@ -97,6 +97,7 @@ mod pace;
 mod reaction;
 mod reclaim;
 mod reclaim_cold;
+mod reclaim_latency;
 mod reclaim_rollback;
 mod relief;
 mod side_by_side;

@@ -68,7 +68,9 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
 
     // Observe: the kubelet evicts; the agent had said what there was to take.
     repolicy(client, bed.admin(), &name, &reclaim_patch("Observe")).await;
+    let probe = super::reclaim_latency::started(node, agent_ip, "Observe");
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-observed", true).await;
+    let observed_cost = super::reclaim_latency::stopped(node, agent_ip, probe);
     assert!(
         evicted.is_some(),
         "the kubelet did not evict the streaming pod without reclaim: {seen}"
@@ -113,7 +115,10 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
     // ten times a second), which reclaim must leave resident.
     let refaults_before = super::reclaim_cold::refaults(node, hot);
     repolicy(client, bed.admin(), &name, &reclaim_patch("Active")).await;
+    let probe = super::reclaim_latency::started(node, agent_ip, "Active");
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed", false).await;
+    let active_cost = super::reclaim_latency::stopped(node, agent_ip, probe);
+    eprintln!("reclaim beside the agent's loop: {observed_cost}; {active_cost}");
     let hot_file = stat_value(node, hot, "file").unwrap_or(0);
     let hot_refaults = super::reclaim_cold::refaults(node, hot) - refaults_before;
     assert!(
