@@ -223,13 +223,20 @@ pub(crate) async fn cold_cache_goes_as_observe_predicted(
         hot_refaults < 2 * HOT_PAGES,
         "the hot pod refaulted {hot_refaults} pages, twice its 48Mi ({HOT_PAGES} pages) or more: reclaim kept taking what it reads: {on:?}"
     );
-    // What was taken is page cache (no swap on the node), and whether the kernel's
-    // memory.reclaim takes swappiness= is found out as its version says (6.11).
+    // What nodemem took is page cache (no swap on the node), and whether the kernel's
+    // memory.reclaim takes swappiness= is found out as its version says (6.11). The
+    // share is of what nodemem's own ledger took, not of the cold pod's drop in
+    // memory.current: that drop also holds the kernel memory (slab, page tables) the
+    // cold pod gave back, 129 of 145 MiB in a CI run (2026-11-29) where nodemem's
+    // ledger held 130 MiB of file pages in 134 MiB taken.
     let on = on.expect("status.reclaim under Active");
     assert!(
-        !on.swap && on.reclaimed_anon_bytes == 0 && on.reclaimed_file_bytes >= taken * 9 / 10,
-        "page cache, {} MiB of the cold pod's {} MiB taken: {on:?}",
+        !on.swap
+            && on.reclaimed_anon_bytes == 0
+            && on.reclaimed_file_bytes * 10 >= on.reclaimed_bytes * 9,
+        "page cache, {} MiB of the {} MiB nodemem took (the cold pod gave back {} MiB): {on:?}",
         on.reclaimed_file_bytes / MI,
+        on.reclaimed_bytes / MI,
         taken / MI
     );
     let (release, _) = node.run("cat /proc/sys/kernel/osrelease").unwrap();
