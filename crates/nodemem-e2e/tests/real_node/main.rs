@@ -146,20 +146,30 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Polls `check` every second (the node's checks read the VM) until it returns Some,
-/// or None once `timeout` passed.
+/// Polls `check` until it returns Some, or None once `timeout` passed, at a pace set
+/// by what a look costs (`poll_pause`).
 /// `timeout` is a base budget, taken at the node's pace (`pace::paced`).
 /// A wait of [`LONG_WAIT`] or more is printed with its place in the test: the node
 /// tier's time is spent in waits, and a run's log says which (issue 57).
 #[track_caller]
 fn within<T>(
     timeout: Duration,
-    check: impl AsyncFnMut() -> Option<T>,
+    mut check: impl AsyncFnMut() -> Option<T>,
 ) -> impl std::future::Future<Output = Option<T>> {
     let at = std::panic::Location::caller();
     async move {
         let began = Instant::now();
-        let value = nodemem_e2e::within(paced(timeout), Duration::from_secs(1), check).await;
+        let deadline = began + paced(timeout);
+        let value = loop {
+            let look = Instant::now();
+            if let Some(v) = check().await {
+                break Some(v);
+            }
+            if Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(poll_pause(look.elapsed())).await;
+        };
         let took = began.elapsed();
         if took >= LONG_WAIT {
             let how = if value.is_some() {
@@ -175,6 +185,30 @@ fn within<T>(
 
 /// The waits [`within`] prints.
 const LONG_WAIT: Duration = Duration::from_secs(5);
+
+/// The pause after a look that found nothing: four times what the look took, between
+/// [`POLL_FASTEST`] and [`POLL_SLOWEST`]. A look at the apiserver (a few ms, on the
+/// host) comes five times a second, so a wait ends within 200 ms of its event instead
+/// of half a second on average after it; a look on the node (a script through the
+/// runner, a fork and an exec at 40 ms each under TCG) keeps to a fifth of the time,
+/// at most once a second, so polling never becomes the node's load (issue 57: a node
+/// test has a few hundred waits).
+fn poll_pause(look: Duration) -> Duration {
+    (look * 4).clamp(POLL_FASTEST, POLL_SLOWEST)
+}
+
+const POLL_FASTEST: Duration = Duration::from_millis(200);
+const POLL_SLOWEST: Duration = Duration::from_secs(1);
+
+#[test]
+fn a_look_at_the_apiserver_is_repeated_sooner_than_one_on_the_node() {
+    assert_eq!(poll_pause(Duration::from_millis(3)), POLL_FASTEST);
+    assert_eq!(
+        poll_pause(Duration::from_millis(120)),
+        Duration::from_millis(480)
+    );
+    assert_eq!(poll_pause(Duration::from_millis(900)), POLL_SLOWEST);
+}
 
 /// Polls `check` until it returns Some; fails the test once `timeout` (a base budget,
 /// at the node's pace) passed.
