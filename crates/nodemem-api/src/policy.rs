@@ -28,6 +28,7 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Manager", "type": "string", "description": "Memory Manager policy", "jsonPath": ".spec.memoryManager.policy"}"#,
     printcolumn = r#"{"name": "Enforcement", "type": "string", "description": "Agent writes cgroups; Kubelet renders a kubelet drop-in; Observe writes nothing", "jsonPath": ".spec.enforcement"}"#,
     printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
+    printcolumn = r#"{"name": "Excluded", "type": "integer", "description": "selected nodes where nodemem's agent cannot run (Windows, kept off by the agent's nodeSelector or affinity): not governed, not waited for", "jsonPath": ".status.excludedNodes"}"#,
     printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
     printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, OneNodeFailed, RollingBack, RolledBack, Releasing, InvalidSpec, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
@@ -775,6 +776,16 @@ pub struct NodeMemoryPolicyStatus {
     /// Selected nodes where another policy has the same top priority.
     #[serde(default)]
     pub conflicting_nodes: i32,
+    /// Nodes the policy would govern where nodemem's agent cannot run (its nodeSelector
+    /// or required node affinity keeps it off: Windows nodes, nodes a team keeps it
+    /// away from). Not governed: no config is written for them and no rollout waits
+    /// for them.
+    #[serde(default)]
+    pub excluded_nodes: i32,
+    /// The first excluded nodes by name, each with why the agent cannot run there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub excluded_node_names: Vec<ExcludedNode>,
     /// Accepted, Conflicting (a tie), Progressing (the rollout's state) and Degraded;
     /// Ready, Reconciling and Stalled as GitOps tools read them (kstatus): Ready only
     /// when the spec's revision runs on every node the policy governs.
@@ -801,6 +812,16 @@ pub struct NodeMemoryPolicyStatus {
     /// the nodes on the current revision (`kubectl nodemem recommend`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommendation: Option<RecommendationStatus>,
+}
+
+/// A node a policy selects where nodemem's agent cannot run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExcludedNode {
+    /// The Node's name.
+    pub name: String,
+    /// Why the agent's pod cannot run there, as the scheduler would judge it.
+    pub reason: String,
 }
 
 /// What the pool's observation says about the throttling factor.

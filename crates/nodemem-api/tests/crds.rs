@@ -123,6 +123,7 @@ fn policy_crd_has_the_promised_shape() {
             "Manager",
             "Enforcement",
             "Matched",
+            "Excluded",
             "Updated",
             "Ready",
             "Rollout",

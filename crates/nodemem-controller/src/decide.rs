@@ -94,6 +94,7 @@ fn decide_with(world: &World, views: &[PolicyView<'_>], index: &Index, now: i64)
             conflicts: index.ties(v.name),
             would_take: index.would_take(v.name),
             leaving: &leaving,
+            excluded: index.excluded(v.name),
         };
         decide_policy(
             world,

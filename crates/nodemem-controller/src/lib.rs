@@ -410,6 +410,8 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
 }
 
 #[cfg(test)]
+mod excluded_tests;
+#[cfg(test)]
 mod tests;
 
 /// A task that ends with its handle: the Lease is not renewed after the replica stopped

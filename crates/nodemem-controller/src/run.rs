@@ -346,6 +346,7 @@ impl Controller {
         });
         let mut world = World::default();
         world.installed_modes = self.enforcement;
+        world.agent_pod = self.agents.as_ref().map(|deploy| deploy.pod.clone());
         world.agents = self
             .agents
             .as_ref()

@@ -106,6 +106,11 @@ pub struct World {
     /// The enforcement modes the install deploys its agents for: a policy asking for
     /// another is refused (`crate::modes`).
     pub installed_modes: crate::modes::EnforcementModes,
+    /// The agents' pod as this controller deploys it: a node its nodeSelector or
+    /// required node affinity keeps it off is excluded from the policies' pools
+    /// (`crate::agent_placement`). None (agents deployed some other way): every node
+    /// counts. Set once at the start; it never changes while the controller runs.
+    pub agent_pod: Option<crate::agent_pod::AgentPod>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -245,6 +250,24 @@ impl World {
         let changed =
             self.newer(Kind::Policy, name, version) && self.policies.remove(name).is_some();
         self.noted_policy(changed)
+    }
+
+    /// Why nodemem's agent cannot run on `node` (its labels as the world has them);
+    /// None: it can, or the node is unknown, or this controller does not deploy the
+    /// agents. Taints are not read (the controller watches the Nodes' metadata only):
+    /// the agent's default tolerations take every taint, and a narrower set is the
+    /// team's to keep in step (docs/operations.md).
+    pub fn agent_excluded(&self, node: &str) -> Option<String> {
+        let agent = self.agent_pod.as_ref()?;
+        let labels = self.nodes.get(node)?;
+        crate::agent_placement::refused(
+            agent,
+            &crate::agent_placement::NodePlace {
+                name: node,
+                labels,
+                taints: &[],
+            },
+        )
     }
 
     /// A node's labels are all the controller reads of it.

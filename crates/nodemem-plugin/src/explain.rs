@@ -154,9 +154,11 @@ pub fn build(
     let current = s.config(&name).map(|c| c.spec.policy.as_str());
     let r = governing(&s.policies, &labels, current);
     let winner = r.winner.as_deref().and_then(|w| s.policy(w));
+    let excluded = winner.and_then(|p| excluded_reason(p, &name));
     let config = s.config(&name);
     let policy_revision = winner.and_then(crate::status::target_revision);
     let rollout_state = match config {
+        _ if excluded.is_some() => "Excluded".to_string(),
         None => "NoConfig".to_string(),
         Some(c) => crate::status::node_state(
             c,
@@ -169,8 +171,13 @@ pub fn build(
     let (pods_out, problems) = pod_values(node, config, &node_pods);
     ExplainReport {
         node: name,
-        policy: r.winner.clone(),
-        why: why_this_policy(&r),
+        policy: r.winner.clone().filter(|_| excluded.is_none()),
+        why: match (&excluded, &r.winner) {
+            (Some(reason), Some(w)) => format!(
+                "{w} selects it, but nodemem's agent cannot run on it ({reason}): no policy governs it, no config is written for it and no rollout waits for it"
+            ),
+            _ => why_this_policy(&r),
+        },
         candidates: candidates(s, &labels, &r),
         config_revision: config.map(|c| c.spec.revision.clone()),
         policy_revision,
@@ -190,6 +197,18 @@ pub fn build(
         pods: pods_out,
         problems,
     }
+}
+
+/// Why the agent cannot run on `node`, as `policy`'s status names it (the controller's
+/// judgement of the agent's nodeSelector and node affinity against the node's labels).
+fn excluded_reason(policy: &nodemem_api::NodeMemoryPolicy, node: &str) -> Option<String> {
+    policy
+        .status
+        .as_ref()?
+        .excluded_node_names
+        .iter()
+        .find(|e| e.name == node)
+        .map(|e| e.reason.clone())
 }
 
 /// Proactive reclaim's figures in a few lines: what it took or would take, and the

@@ -41,6 +41,10 @@ pub struct PolicyRow {
     /// Deleted: held by the handoff finalizer until its nodes have left.
     pub deleting: bool,
     pub matched: i32,
+    /// Selected nodes where the agent cannot run (not governed), with why.
+    pub excluded: i32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub excluded_nodes: Vec<nodemem_api::policy::ExcludedNode>,
     pub updated: i32,
     pub ready: i32,
     pub failed: i32,
@@ -102,6 +106,8 @@ fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
         leaving: status.leaving_nodes,
         deleting: p.metadata.deletion_timestamp.is_some(),
         matched: status.matched_nodes,
+        excluded: status.excluded_nodes,
+        excluded_nodes: status.excluded_node_names.clone(),
         updated: status.updated_nodes,
         ready: status.ready_nodes,
         failed: status.failed_nodes,
@@ -225,6 +231,7 @@ pub fn render_table(r: &StatusReport) -> String {
             "REVISION",
             "TARGET",
             "NODES",
+            "EXCLUDED",
             "UPDATED",
             "READY",
             "FAILED",
@@ -243,6 +250,7 @@ pub fn render_table(r: &StatusReport) -> String {
                 p.revision.clone().unwrap_or_else(|| "-".into()),
                 p.target_revision.clone().unwrap_or_else(|| "-".into()),
                 p.matched.to_string(),
+                p.excluded.to_string(),
                 p.updated.to_string(),
                 p.ready.to_string(),
                 p.failed.to_string(),
@@ -253,6 +261,26 @@ pub fn render_table(r: &StatusReport) -> String {
         let _ = writeln!(out, "{}", crate::render::text(&t));
         for p in r.policies.iter().filter(|p| p.state != "Complete") {
             let _ = writeln!(out, "  {}: {}", p.name, p.message);
+        }
+        for p in r.policies.iter().filter(|p| p.excluded > 0) {
+            let named: Vec<String> = p
+                .excluded_nodes
+                .iter()
+                .map(|e| format!("{} ({})", e.name, e.reason))
+                .collect();
+            let more = p.excluded as usize - named.len().min(p.excluded as usize);
+            let _ = writeln!(
+                out,
+                "  {}: {} selected node(s) where nodemem's agent cannot run, not governed: {}{}",
+                p.name,
+                p.excluded,
+                named.join("; "),
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            );
         }
     }
     if !r.failing_nodes.is_empty() {

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodemem_api::policy::ExcludedNode;
 use nodemem_api::NodeMemoryPolicyStatus;
 
 use super::view::{PolicyView, Pool};
@@ -21,9 +22,23 @@ pub(super) fn opening_status(v: &PolicyView<'_>, pool: &Pool<'_>) -> NodeMemoryP
         matched_nodes: pool.nodes.len() as i32,
         conflicting_nodes: pool.conflicts.map_or(0, |c| c.len() as i32),
         leaving_nodes: pool.leaving.count() as i32,
+        excluded_nodes: pool.excluded.map_or(0, |e| e.len() as i32),
+        excluded_node_names: pool
+            .excluded
+            .into_iter()
+            .flatten()
+            .take(NAMED_EXCLUSIONS)
+            .map(|(name, reason)| ExcludedNode {
+                name: name.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
         ..NodeMemoryPolicyStatus::default()
     }
 }
+
+/// How many excluded nodes status names (the CRD's bound).
+const NAMED_EXCLUSIONS: usize = 20;
 
 /// `Accepted`, and `Conflicting` when another policy of the same priority selects
 /// some of the pool's nodes.

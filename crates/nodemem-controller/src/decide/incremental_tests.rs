@@ -15,7 +15,8 @@ use crate::world::World;
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Node `n` joins, or moves to, pool `pool` (3: none).
+    /// Node `n` joins, or moves to, pool `pool` (3: none; 4: the first pool, as a
+    /// Windows node, where the agent cannot run).
     Label {
         n: u8,
         pool: u8,
@@ -46,7 +47,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0..8u8, 0..4u8).prop_map(|(n, pool)| Op::Label { n, pool }),
+        3 => (0..8u8, 0..5u8).prop_map(|(n, pool)| Op::Label { n, pool }),
         1 => (0..8u8).prop_map(Op::RemoveNode),
         6 => (0..8u8, any::<bool>(), any::<bool>()).prop_map(|(n, healthy, observed)| Op::Report {
             n,
@@ -97,6 +98,12 @@ fn name(n: u8) -> String {
 /// tell the world what they changed).
 fn step(w: &mut World, op: &Op, now: &mut i64) {
     match op {
+        Op::Label { n, pool: 4 } => {
+            let mut windows = node(&name(*n), POOLS[0]);
+            let labels = windows.metadata.labels.get_or_insert_default();
+            labels.insert("kubernetes.io/os".into(), "windows".into());
+            w.apply_node(&windows);
+        }
         Op::Label { n, pool } => {
             let pool = POOLS.get(*pool as usize).copied().unwrap_or("none");
             w.apply_node(&node(&name(*n), pool));
@@ -173,6 +180,13 @@ fn observe(w: &mut World, node: &str, n: u8, at: i64) {
 
 fn run(ops: &[Op]) {
     let mut w = World::default();
+    // Kept off Windows nodes by its affinity (the test's other nodes carry no OS label).
+    w.agent_pod = Some(
+        crate::agent_pod::AgentPod::parse(
+            r#"{"nodeSelector": {}, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["windows"]}]}]}}}}"#,
+        )
+        .unwrap(),
+    );
     let mut now = T0;
     let mut decider = Decider::default();
     for (i, op) in ops.iter().enumerate() {

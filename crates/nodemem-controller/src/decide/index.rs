@@ -34,6 +34,9 @@ struct NodeFacts {
     would_take: Option<String>,
     /// The policy its config names.
     config_policy: Option<String>,
+    /// The policy that would govern it and why nodemem's agent cannot run there: the
+    /// node is then governed by none (`World::agent_excluded`).
+    excluded: Option<(String, String)>,
 }
 
 /// What resolution reads of a policy: when any of it changes, every node is resolved
@@ -58,6 +61,8 @@ pub(crate) struct Index {
     ties: BTreeMap<String, BTreeSet<String>>,
     would_take: BTreeMap<String, BTreeSet<String>>,
     unselected: BTreeSet<String>,
+    /// Policy -> the nodes it would govern where the agent cannot run -> why.
+    excluded: BTreeMap<String, BTreeMap<String, String>>,
     /// Policy -> the policy that governs now some nodes still on its config -> those
     /// nodes (grouped by where they go, as the status tells them).
     moving: BTreeMap<String, Moving>,
@@ -147,6 +152,14 @@ impl<'a> Resolver<'a> {
         let Some(winner) = r.winner else {
             return facts;
         };
+        if let Some(reason) = world.agent_excluded(node) {
+            // No agent will come: the node is counted apart, never waited for.
+            return NodeFacts {
+                excluded: Some((winner.to_string(), reason)),
+                would_take: None,
+                ..facts
+            };
+        }
         facts.governor = Some(winner.to_string());
         if !r.conflicting.is_empty() {
             facts.ties = std::iter::once(winner.to_string())
@@ -337,6 +350,14 @@ impl Index {
         if f.exists && f.governor.is_none() {
             self.unselected.remove(node);
         }
+        if let Some((p, _)) = &f.excluded {
+            if let Some(nodes) = self.excluded.get_mut(p) {
+                nodes.remove(node);
+                if nodes.is_empty() {
+                    self.excluded.remove(p);
+                }
+            }
+        }
         if let Some(c) = &f.config_policy {
             if let Some(n) = self.in_use.get_mut(c) {
                 *n -= 1;
@@ -386,6 +407,12 @@ impl Index {
         if f.exists && f.governor.is_none() {
             self.unselected.insert(node.to_string());
         }
+        if let Some((p, why)) = &f.excluded {
+            self.excluded
+                .entry(p.clone())
+                .or_default()
+                .insert(node.to_string(), why.clone());
+        }
         if let Some(c) = &f.config_policy {
             *self.in_use.entry(c.clone()).or_default() += 1;
             if !f.exists {
@@ -404,6 +431,11 @@ impl Index {
                 None => {}
             }
         }
+    }
+
+    /// The nodes `policy` would govern where the agent cannot run, with why.
+    pub(crate) fn excluded(&self, policy: &str) -> Option<&BTreeMap<String, String>> {
+        self.excluded.get(policy)
     }
 
     /// The nodes `policy` governs, by name.

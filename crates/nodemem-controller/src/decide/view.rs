@@ -1,7 +1,7 @@
 //! A policy as the decision sees it (its selector, what is wrong with its spec, its
 //! revision, the revision it holds while invalid) and the pool it governs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_api::convert::{last_accepted, node_settings, takes_nodes, to_selector};
 use nodemem_api::policy::RevisionRecord;
@@ -81,4 +81,6 @@ pub(super) struct Pool<'a> {
     /// Never accepted: the nodes it would take once valid.
     pub(super) would_take: Option<&'a BTreeSet<String>>,
     pub(super) leaving: &'a Leaving<'a>,
+    /// The nodes it would govern where the agent cannot run, with why.
+    pub(super) excluded: Option<&'a BTreeMap<String, String>>,
 }

@@ -278,6 +278,8 @@ mod tests {
             leaving: 0,
             deleting: false,
             matched,
+            excluded: 0,
+            excluded_nodes: Vec::new(),
             updated: ready,
             ready,
             failed: 0,
