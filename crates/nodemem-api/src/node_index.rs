@@ -147,6 +147,9 @@ struct IndexedPod {
 pub struct NodeIndex {
     node_name: String,
     config: Option<IndexedConfig>,
+    /// The config went on purpose with its values still on the node (it carried
+    /// [`crate::GIVE_BACK_ANNOTATION`] naming its revision): give back at once.
+    config_given_back: bool,
     /// The Node's memory figures and kubelet version.
     node: NodeStatusFacts,
     pods: BTreeMap<String, IndexedPod>,
@@ -159,6 +162,17 @@ pub struct NodeIndex {
     /// first) until their cgroup goes away. As many as live new containers: a few
     /// hundred at most, so finding an ID by value is a short scan.
     runtime_named: BTreeMap<(String, String), ContainerId>,
+}
+
+/// A config marked by the controller (or `kubectl nodemem release --now`) before it
+/// deleted it: [`crate::GIVE_BACK_ANNOTATION`] names the revision it carries.
+fn given_back_on_purpose(config: &NodeMemoryConfig) -> bool {
+    config
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::GIVE_BACK_ANNOTATION))
+        .is_some_and(|r| *r == config.spec.revision)
 }
 
 fn terminated(pod: &core::Pod) -> bool {
@@ -213,11 +227,20 @@ impl NodeIndex {
         };
         let changed = self.config.as_ref() != Some(&indexed);
         self.config = Some(indexed);
+        self.config_given_back = false;
         changed
     }
 
-    pub fn delete_config(&mut self) -> bool {
+    /// The config is gone (`last`: its last state, when the watch delivered it).
+    pub fn delete_config(&mut self, last: Option<&NodeMemoryConfig>) -> bool {
+        self.config_given_back = last.is_some_and(given_back_on_purpose);
         self.config.take().is_some()
+    }
+
+    /// Whether the config went on purpose with its values still on the node: its
+    /// agent gives back at once rather than after its grace.
+    pub fn config_given_back(&self) -> bool {
+        self.config.is_none() && self.config_given_back
     }
 
     /// The Node changed; true when its memory figures or kubelet version did.
@@ -447,12 +470,13 @@ impl WatchIndex<NodeMemoryConfig> for NodeIndex {
     fn apply(&mut self, config: &NodeMemoryConfig) -> bool {
         self.apply_config(config)
     }
-    fn delete(&mut self, _: &NodeMemoryConfig) -> bool {
+    fn delete(&mut self, last: &NodeMemoryConfig) -> bool {
         // The watch selects this node's config by name: a deletion is of it.
-        self.delete_config()
+        self.delete_config(Some(last))
     }
     fn relisted(&mut self, listed: &BTreeSet<String>) -> bool {
-        !listed.contains(&self.node_name) && self.delete_config()
+        // Gone while the watch was down: why is not known, the grace applies.
+        !listed.contains(&self.node_name) && self.delete_config(None)
     }
 }
 
@@ -590,7 +614,35 @@ mod tests {
             problems[0].starts_with("spec.memoryQoS.throttlingFactor"),
             "{problems:?}"
         );
-        assert!(index.delete_config() && index.config().is_none());
+        assert!(index.delete_config(Some(&bad)) && index.config().is_none());
+        assert!(
+            !index.config_given_back(),
+            "deleted without a mark: the grace"
+        );
+
+        // Marked with its own revision before it went: given back at once; a mark
+        // naming another revision (set before the config was written again) is not.
+        let mark = |mut c: NodeMemoryConfig, revision: &str| {
+            c.metadata.annotations = Some(
+                [(
+                    crate::GIVE_BACK_ANNOTATION.to_string(),
+                    revision.to_string(),
+                )]
+                .into(),
+            );
+            c
+        };
+        let r4 = config("n1", "r4", 0.9);
+        index.apply_config(&r4);
+        assert!(index.delete_config(Some(&mark(r4.clone(), "r4"))));
+        assert!(index.config_given_back());
+        index.apply_config(&r4);
+        assert!(!index.config_given_back(), "written again");
+        assert!(index.delete_config(Some(&mark(r4.clone(), "r3"))));
+        assert!(!index.config_given_back(), "an old mark");
+        index.apply_config(&r4);
+        assert!(index.delete_config(None), "gone while the watch was down");
+        assert!(!index.config_given_back());
 
         let node: core::Node = serde_json::from_value(json!({
             "metadata": {"name": "n1"}, "status": {"allocatable": {"memory": "8Gi"}}}))

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 /// The first delay.
 pub const BASE: Duration = Duration::from_secs(1);
-/// The longest delay (a Retry-After above it is still honoured).
-pub const CAP: Duration = Duration::from_secs(60);
+/// The longest delay (a Retry-After above it is still honoured). The agents' grace
+/// for a deleted config outlasts it (`nodemem_api::WRITE_BACKOFF_CAP`).
+pub const CAP: Duration = nodemem_api::WRITE_BACKOFF_CAP;
 
 /// The kinds of write that back off: a node's config applied or deleted, a policy's
 /// status (one per decision per policy; the rarer writes are retried at the next

@@ -642,6 +642,51 @@ impl Controller {
 
     /// The decision's config deletions, `write_concurrency` at a time: each node's
     /// answer (one already gone is deleted), for the backoffs.
+    /// Marks the configs about to be deleted whose nodes still run their values (a
+    /// pool rolled back to no config): their agents then give back at once instead of
+    /// after their grace. A mark that fails leaves the grace; the deletion goes on.
+    /// The marked objects are taken into the world before the deletions: the watch's
+    /// event for a mark, arriving after the deletion's answer, is then not newer, and
+    /// does not bring back a config the controller deleted (to be repaired as one
+    /// someone else deleted).
+    async fn mark_to_give_back(
+        &self,
+        nodes: &[&String],
+        world: &mut World,
+        inbox: &mut Inbox,
+        configs: &Api<NodeMemoryConfig>,
+    ) {
+        let marks: Vec<(&String, String)> = nodes
+            .iter()
+            .filter_map(|node| Some((*node, world.give_back_mark(node)?)))
+            .collect();
+        let params = PatchParams {
+            field_manager: Some(crate::field_managers::FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let params = &params;
+        let mut answers = futures::stream::iter(marks)
+            .map(|(node, revision)| async move {
+                let patch = json!({"metadata": {"annotations": {
+                    nodemem_api::GIVE_BACK_ANNOTATION: revision}}});
+                (
+                    node,
+                    configs.patch(node, params, &Patch::Merge(&patch)).await,
+                )
+            })
+            .buffer_unordered(self.write_concurrency.max(1));
+        while let Some((node, answer)) = inbox.beside(world, answers.next()).await {
+            match answer {
+                Ok(marked) => {
+                    world.apply_config(&marked);
+                }
+                Err(e) => {
+                    warn!(node = %node, error = %e, "the config could not be marked to be given back at once: its agent gives back after its grace")
+                }
+            }
+        }
+    }
+
     async fn delete_configs(
         &self,
         nodes: &[&String],
@@ -649,6 +694,7 @@ impl Controller {
         inbox: &mut Inbox,
         configs: &Api<NodeMemoryConfig>,
     ) -> Vec<(String, Result<(), kube::Error>)> {
+        self.mark_to_give_back(nodes, world, inbox, configs).await;
         let mut answers = futures::stream::iter(nodes.iter().copied())
             .map(|node| async move { (node, configs.delete(node, &DeleteParams::default()).await) })
             .buffer_unordered(self.write_concurrency.max(1));

@@ -270,6 +270,17 @@ impl World {
         )
     }
 
+    /// The revision to mark `node`'s config with before the controller deletes it
+    /// ([`nodemem_api::GIVE_BACK_ANNOTATION`]), so that its agent gives back at once:
+    /// the node exists and its config still carries values (not the released
+    /// revision, whose values are given back already). None: no mark is needed.
+    pub fn give_back_mark(&self, node: &str) -> Option<String> {
+        let config = self.configs.get(node)?;
+        let released = nodemem_api::revision::revision(&nodemem_api::NodeSettings::released());
+        (self.nodes.contains_key(node) && config.spec.revision != released)
+            .then(|| config.spec.revision.clone())
+    }
+
     /// A node's labels are all the controller reads of it.
     pub fn apply_node(&mut self, n: &Node) -> bool {
         self.apply_node_meta(&n.metadata)
@@ -579,6 +590,34 @@ mod tests {
         fresh.apply_config(&reported("r1", "True", "2026-11-22T10:00:30Z", "5"));
         assert_eq!(fresh.configs["n1"].good_seen_at, None);
         assert_eq!(ready_for(&fresh, t0 + 100), Some(70));
+    }
+
+    #[test]
+    fn a_config_whose_values_are_on_its_node_is_marked_before_it_goes() {
+        let mut w = World::default();
+        let config = |node: &str, revision: &str| -> NodeMemoryConfig {
+            serde_json::from_value(json!({"metadata": {"name": node},
+                "spec": {"policy": "p", "revision": revision}}))
+            .unwrap()
+        };
+        let node = |name: &str| ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        };
+        let released = nodemem_api::revision::revision(&nodemem_api::NodeSettings::released());
+        w.apply_node_meta(&node("runs"));
+        w.apply_node_meta(&node("released"));
+        w.apply_config(&config("runs", "r1"));
+        w.apply_config(&config("released", &released));
+        w.apply_config(&config("gone", "r1"));
+        assert_eq!(w.give_back_mark("runs").as_deref(), Some("r1"));
+        assert_eq!(
+            w.give_back_mark("released"),
+            None,
+            "its values are given back already"
+        );
+        assert_eq!(w.give_back_mark("gone"), None, "no node, no agent");
+        assert_eq!(w.give_back_mark("unknown"), None);
     }
 
     #[test]

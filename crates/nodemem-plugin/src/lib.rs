@@ -260,6 +260,11 @@ async fn release_now(
     }
     let leaving = policy.status.as_ref().map_or(0, |s| s.leaving_nodes);
     let api = Api::<NodeMemoryPolicy>::all(client.clone());
+    let unmarked = if dry.sends() {
+        mark_to_give_back(client, name, dry).await
+    } else {
+        None
+    };
     let released = if dry.sends() {
         nodemem_plumbing::finalizer::let_go(&api, name, &dry.params())
             .await
@@ -278,9 +283,45 @@ async fn release_now(
         )));
     }
     Ok(Outcome::ok(format!(
-        "nodememorypolicy.nodemem.io/{name} released now{}: its {leaving} remaining node(s) lose its values at once (their configs are garbage-collected); the policy that selects each next takes it through its rollout\n",
-        dry.suffix()
+        "nodememorypolicy.nodemem.io/{name} released now{}: its {leaving} remaining node(s) lose its values at once (their configs are garbage-collected); the policy that selects each next takes it through its rollout\n{}",
+        dry.suffix(),
+        unmarked.map_or(String::new(), |why| format!(
+            "note: its configs could not be marked to be given back at once ({why}): their agents give back {} s after their config goes\n",
+            nodemem_api::DELETED_CONFIG_GRACE.as_secs()
+        ))
     )))
+}
+
+/// Marks every config that still runs `policy`'s values to be given back at once
+/// (`nodemem_api::GIVE_BACK_ANNOTATION`, naming its revision): released now, those
+/// configs are garbage-collected, and an agent whose config goes unmarked keeps its
+/// values for its grace, in case the controller writes it again. Returns why a mark
+/// failed (a user who may release policies but not patch configs): the release goes
+/// on, and its nodes give back after the grace.
+async fn mark_to_give_back(client: &Client, policy: &str, dry: DryRun) -> Option<String> {
+    let configs = Api::<nodemem_api::NodeMemoryConfig>::all(client.clone());
+    let listed = match configs.list(&Default::default()).await {
+        Ok(l) => l,
+        Err(e) => return Some(format!("listing nodememoryconfigs: {e}")),
+    };
+    let released = revision(&nodemem_api::NodeSettings::released());
+    for c in listed.items.iter().filter(|c| c.spec.policy == policy) {
+        let Some(node) = c.metadata.name.as_deref() else {
+            continue;
+        };
+        if c.spec.revision == released {
+            continue;
+        }
+        let patch = json!({"metadata": {"annotations": {
+            nodemem_api::GIVE_BACK_ANNOTATION: c.spec.revision}}});
+        if let Err(e) = configs
+            .patch(node, &dry.params(), &Patch::Merge(&patch))
+            .await
+        {
+            return Some(format!("nodememoryconfig {node}: {e}"));
+        }
+    }
+    None
 }
 
 /// True when the program was started as the kubectl plugin.

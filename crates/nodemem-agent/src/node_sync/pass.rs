@@ -182,7 +182,10 @@ impl Passes {
     /// and a pass when it ends gives back if the config is still gone.
     async fn without_config(&mut self, writers: &mut Writers, input: &PassInput<'_>) {
         use super::grace::{Gone, GRACE};
-        match self.grace.absent(Instant::now()) {
+        match self
+            .grace
+            .absent(Instant::now(), input.index.config_given_back())
+        {
             Gone::GiveBack => self.give_back(writers, input).await,
             Gone::Wait { left, first } => {
                 if first {

@@ -13,6 +13,7 @@ mod controller;
 mod crd_skew;
 mod crds;
 mod defaults;
+mod deleted_config;
 mod excluded;
 mod faults;
 mod gitops_health;
