@@ -28,7 +28,6 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Manager", "type": "string", "description": "Memory Manager policy", "jsonPath": ".spec.memoryManager.policy"}"#,
     printcolumn = r#"{"name": "Enforcement", "type": "string", "description": "Agent writes cgroups; Kubelet renders a kubelet drop-in; Observe writes nothing", "jsonPath": ".spec.enforcement"}"#,
     printcolumn = r#"{"name": "Matched", "type": "integer", "description": "nodes this policy governs", "jsonPath": ".status.matchedNodes"}"#,
-    printcolumn = r#"{"name": "Excluded", "type": "integer", "description": "selected nodes where nodemem's agent cannot run (Windows, kept off by the agent's nodeSelector or affinity): not governed, not waited for", "jsonPath": ".status.excludedNodes"}"#,
     printcolumn = r#"{"name": "Updated", "type": "integer", "description": "nodes on the current revision", "jsonPath": ".status.updatedNodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "integer", "description": "nodes applied and healthy on the current revision", "jsonPath": ".status.readyNodes"}"#,
     printcolumn = r#"{"name": "Rollout", "type": "string", "description": "what the rollout does or waits for (Updating, WaitingForCanary, Paused, MaxFailures, OneNodeFailed, RollingBack, RolledBack, Releasing, InvalidSpec, Complete)", "jsonPath": ".status.conditions[?(@.type==\"Progressing\")].reason"}"#,
@@ -37,6 +36,7 @@ use crate::quantity::QuantityString;
     printcolumn = r#"{"name": "Target", "type": "string", "priority": 1, "description": "the revision the pool runs or moves to (the previous one after a rollback, the last accepted one while the spec is invalid)", "jsonPath": ".status.targetRevision"}"#,
     printcolumn = r#"{"name": "Leaving", "type": "integer", "priority": 1, "description": "nodes that still run this policy's values while they move to their next policy or are released", "jsonPath": ".status.leavingNodes"}"#,
     printcolumn = r#"{"name": "MemoryHigh", "type": "string", "priority": 1, "description": "Throttle: memory.high from the factor; None: no memory.high (the factor is not used)", "jsonPath": ".spec.memoryQoS.memoryHigh"}"#,
+    printcolumn = r#"{"name": "Excluded", "type": "integer", "priority": 1, "description": "selected nodes where nodemem's agent cannot run (Windows, kept off by the agent's nodeSelector or affinity): not governed, not waited for; empty when none", "jsonPath": ".status.excludedNodes"}"#,
     printcolumn = r#"{"name": "Reclaim", "type": "string", "priority": 1, "description": "proactive reclaim: Observe reports what it would take, Active takes it through memory.reclaim, Disabled or empty: none", "jsonPath": ".spec.reclaim.mode"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -779,8 +779,9 @@ pub struct NodeMemoryPolicyStatus {
     /// Nodes the policy would govern where nodemem's agent cannot run (its nodeSelector
     /// or required node affinity keeps it off: Windows nodes, nodes a team keeps it
     /// away from). Not governed: no config is written for them and no rollout waits
-    /// for them.
-    #[serde(default)]
+    /// for them. Absent when none: a controller newer than its CRDs (Helm never
+    /// upgrades them) then writes nothing an older schema lacks.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub excluded_nodes: i32,
     /// The first excluded nodes by name, each with why the agent cannot run there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -812,6 +813,10 @@ pub struct NodeMemoryPolicyStatus {
     /// the nodes on the current revision (`kubectl nodemem recommend`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommendation: Option<RecommendationStatus>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// A node a policy selects where nodemem's agent cannot run.

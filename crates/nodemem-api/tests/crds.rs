@@ -123,18 +123,19 @@ fn policy_crd_has_the_promised_shape() {
             "Manager",
             "Enforcement",
             "Matched",
-            "Excluded",
             "Updated",
             "Ready",
             "Rollout",
             "Age",
             // -o wide: the spec's revision beside the one the pool runs or moves to,
             // the nodes still leaving the policy, and whether memory.high is written
-            // (with None the Factor column is not used), and the reclaim asked for.
+            // (with None the Factor column is not used), the selected nodes the
+            // agent cannot run on, and the reclaim asked for.
             "Revision",
             "Target",
             "Leaving",
             "MemoryHigh",
+            "Excluded",
             "Reclaim"
         ]
     );
@@ -144,11 +145,19 @@ fn policy_crd_has_the_promised_shape() {
         .unwrap()
         .iter()
         .filter(|c| {
-            ["Revision", "Target", "Leaving", "MemoryHigh", "Reclaim"].contains(&c.name.as_str())
+            [
+                "Revision",
+                "Target",
+                "Leaving",
+                "MemoryHigh",
+                "Excluded",
+                "Reclaim",
+            ]
+            .contains(&c.name.as_str())
         })
         .map(|c| c.priority.unwrap_or(0))
         .collect();
-    assert_eq!(wide, [1, 1, 1, 1, 1], "shown with -o wide only");
+    assert_eq!(wide, [1, 1, 1, 1, 1, 1], "shown with -o wide only");
     assert_eq!(
         schema(crd)["properties"]["spec"]["properties"]["memoryQoS"]["properties"]["memoryHigh"],
         serde_json::json!({

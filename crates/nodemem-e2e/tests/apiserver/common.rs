@@ -509,7 +509,7 @@ pub fn kubectl_with_plugin(kubeconfig: &Path, plugin_dir: &Path, args: &[&str]) 
 }
 
 /// `count` kubelet-less Node objects `<prefix>-<i, zero-padded to width>` labelled
-/// `nodemem.io/pool: <pool>`, `at_once` created at a time (the fan-out tests' pools).
+/// `nodemem.io/pool: <pool>` (and `kubernetes.io/os: linux`), `at_once` created at a time (the fan-out tests' pools).
 pub async fn create_pool_nodes(
     client: &Client,
     prefix: &str,
@@ -523,8 +523,11 @@ pub async fn create_pool_nodes(
     futures::stream::iter(0..count)
         .map(|i| {
             let nodes = nodes.clone();
+            // The OS label every kubelet sets on its Node (nodemem's agent runs on
+            // Linux nodes only, and the controller counts others apart).
             let node = serde_json::from_value(serde_json::json!({"metadata": {
-                "name": format!("{prefix}-{i:0width$}"), "labels": {"nodemem.io/pool": pool}}}))
+                "name": format!("{prefix}-{i:0width$}"),
+                "labels": {"nodemem.io/pool": pool, "kubernetes.io/os": "linux"}}}))
             .unwrap();
             async move {
                 nodes

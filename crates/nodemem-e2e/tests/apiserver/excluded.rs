@@ -141,7 +141,7 @@ async fn a_rollout_completes_over_the_nodes_the_agent_can_run_on() {
         );
         ran.stdout
     };
-    let table = user(&["get", "nmp", POOL]);
+    let table = user(&["get", "nmp", POOL, "-o", "wide"]);
     let column = |table: &str, header: &str| -> String {
         let mut lines = table.lines();
         let head = lines.next().unwrap();

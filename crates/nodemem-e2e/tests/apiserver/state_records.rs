@@ -213,12 +213,24 @@ async fn a_damaged_state_record_is_reported_and_rederived_and_never_stops_the_ag
     assert!(agent.child_running(), "{}", logs());
     assert!(!logs().contains(" ERROR "), "{}", logs());
 
-    // 3. The re-derived record still gives back everything: the config deleted, every
-    //    file is what the node held before nodemem.
-    configs(client.clone())
-        .delete(NODE, &Default::default())
-        .await
-        .unwrap();
+    // 3. The re-derived record still gives back everything: the config deleted as the
+    //    controller deletes one on purpose (marked with its revision first, so that
+    //    the agent gives back at once rather than after its grace), every file is
+    //    what the node held before nodemem.
+    let api = configs(client.clone());
+    let revision = api.get(NODE).await.unwrap().data["spec"]["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.patch(
+        NODE,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+            nodemem_api::GIVE_BACK_ANNOTATION: revision}}})),
+    )
+    .await
+    .unwrap();
+    api.delete(NODE, &Default::default()).await.unwrap();
     eventually(
         "every value given back",
         Duration::from_secs(30),
