@@ -299,7 +299,14 @@ async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     eprintln!("while the override's nodes leave it:\n{wide}");
     let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
     assert!(
-        header.ends_with(&["REVISION", "TARGET", "LEAVING", "MEMORYHIGH", "RECLAIM"]),
+        header.ends_with(&[
+            "REVISION",
+            "TARGET",
+            "LEAVING",
+            "MEMORYHIGH",
+            "EXCLUDED",
+            "RECLAIM"
+        ]),
         "{wide}"
     );
     eventually(
