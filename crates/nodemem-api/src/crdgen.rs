@@ -118,6 +118,49 @@ pub fn missing_fields(name: &str, installed: &CustomResourceDefinition) -> Vec<S
     missing
 }
 
+/// `object` without the fields `missing` names (as [`missing_fields`] names them:
+/// `status.excludedNodeNames`, `status.pools[].excluded`; its other entries, a
+/// default or a version, name no field and are passed over). A controller newer than
+/// the installed CRDs writes through server-side apply, which refuses a field the
+/// schema does not declare: the whole write would fail, status and all, where the
+/// older schema's fields can still be written (issue 58).
+pub fn without_missing(object: &mut serde_json::Value, missing: &[String]) {
+    for path in missing {
+        if path.contains(' ') {
+            continue;
+        }
+        let segments: Vec<&str> = path.split('.').collect();
+        remove_at(object, &segments);
+    }
+}
+
+/// Removes the field at `path` (`name[]` goes into every item of the array `name`).
+fn remove_at(value: &mut serde_json::Value, path: &[&str]) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    let (name, each) = match first.strip_suffix("[]") {
+        Some(name) => (name, true),
+        None => (*first, false),
+    };
+    let Some(map) = value.as_object_mut() else {
+        return;
+    };
+    if rest.is_empty() && !each {
+        map.remove(name);
+        return;
+    }
+    match map.get_mut(name) {
+        Some(serde_json::Value::Array(items)) if each => {
+            for item in items {
+                remove_at(item, rest);
+            }
+        }
+        Some(inner) if !each => remove_at(inner, rest),
+        _ => {}
+    }
+}
+
 /// Walks `wanted`'s properties (and array items), naming those `have` does not have,
 /// and the scalar defaults it has otherwise: an older default is what the apiserver
 /// stores in every new object (`the default of spec.rollout.minReadySeconds (60)`).
@@ -192,6 +235,31 @@ mod tests {
             "not its fields too"
         );
         assert!(missing_fields("other.example.com", &older).is_empty());
+    }
+
+    #[test]
+    fn what_an_older_crd_lacks_is_left_out_of_a_write_and_nothing_else() {
+        let mut status = serde_json::json!({"status": {
+            "excludedNodes": 2,
+            "excludedNodeNames": [{"name": "w1", "reason": "windows"}],
+            "pools": [{"name": "a", "excluded": 1, "nodes": 3}, {"name": "b", "nodes": 1}],
+            "conditions": []
+        }});
+        let missing = [
+            "status.excludedNodeNames".to_string(),
+            "status.pools[].excluded".to_string(),
+            "the default of spec.rollout.minReadySeconds (60)".to_string(),
+            "status.absent.deeper".to_string(),
+        ];
+        without_missing(&mut status, &missing);
+        assert_eq!(
+            status,
+            serde_json::json!({"status": {
+                "excludedNodes": 2,
+                "pools": [{"name": "a", "nodes": 3}, {"name": "b", "nodes": 1}],
+                "conditions": []
+            }})
+        );
     }
 
     /// The previous release's rollout defaults (minReadySeconds 0, no canary): every

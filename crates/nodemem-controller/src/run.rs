@@ -433,7 +433,8 @@ impl Controller {
         // (an answer older than what the watches taught meanwhile is left out).
         let statuses = retries.keep_due(STATUS, &d.statuses, |(name, _)| name, &self.metrics);
         let configs_due = retries.keep_due(CONFIG, &d.writes, |w| &w.node, &self.metrics);
-        let statuses = write_statuses(&statuses, policies, &self.metrics);
+        let lacking = lacking_in_installed::<NodeMemoryPolicy>(world);
+        let statuses = write_statuses(&statuses, &lacking, policies, &self.metrics);
         let writes = self.write_configs(&configs_due, world, inbox, configs, now);
         let (status_answers, config_answers) = futures::join!(statuses, writes);
         for (name, answer) in status_answers {
@@ -543,18 +544,37 @@ const CONFIG: &str = "config";
 const DELETE: &str = "config_delete";
 const STATUS: &str = "policy_status";
 
+/// The fields this build writes that the installed CRD of `K` lacks (`crate::crd_check`;
+/// none while unknown: a write then fails as it would have and says why).
+fn lacking_in_installed<K: kube::CustomResourceExt>(world: &World) -> Vec<String> {
+    world
+        .crd_gaps
+        .as_ref()
+        .and_then(|gaps| gaps.get(K::crd_name()))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The policies' statuses by server-side apply, one after the other: each policy's
-/// answer (a failure backs off and is summarised in the log by the caller).
+/// answer (a failure backs off and is summarised in the log by the caller). The
+/// fields the installed CRD lacks (`lacking`) are left out: server-side apply refuses
+/// an undeclared field, and the whole status would go unwritten with it (a
+/// controller upgraded by Helm, which never upgrades CRDs, meets older ones). Status
+/// only: a config's spec is what its node enforces, and one written without a field
+/// would carry a revision its agent does not run; that write fails instead, the node
+/// stays on its revision and `CRDOutdated` says why.
 async fn write_statuses(
     statuses: &[&(String, NodeMemoryPolicyStatus)],
+    lacking: &[String],
     policies: &Api<NodeMemoryPolicy>,
     metrics: &Metrics,
 ) -> Vec<(String, Result<NodeMemoryPolicy, kube::Error>)> {
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let mut answers = Vec::new();
     for (name, status) in statuses.iter().copied() {
-        let patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+        let mut patch = json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
             "status": status});
+        nodemem_api::crdgen::without_missing(&mut patch, lacking);
         let answer = policies
             .patch_status(name, &apply, &Patch::Apply(&patch))
             .await;

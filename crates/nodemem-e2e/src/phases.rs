@@ -18,6 +18,8 @@ pub enum PhaseResult {
 pub struct Phases {
     node: String,
     results: Vec<(String, PhaseResult)>,
+    /// The node's CPU time each phase used, where measured ([`Phases::spent`]).
+    cpu: Vec<Option<Duration>>,
 }
 
 impl Phases {
@@ -25,6 +27,7 @@ impl Phases {
         Phases {
             node: node.to_string(),
             results: Vec::new(),
+            cpu: Vec::new(),
         }
     }
 
@@ -66,11 +69,33 @@ impl Phases {
         value
     }
 
-    /// Prints every phase's result; fails the test when any did not pass.
+    /// Records the CPU time the node spent in the phase run last (the difference of two
+    /// readings, either of which may be missing), printed with its result by
+    /// [`Phases::finish`]: the node tier's time follows its CPU, so its cuts go by this
+    /// column (issue 57).
+    pub fn spent(&mut self, before: Option<Duration>, after: Option<Duration>) {
+        let used = before.zip(after).map(|(b, a)| a.saturating_sub(b));
+        self.cpu.resize(self.results.len().saturating_sub(1), None);
+        self.cpu.push(used);
+    }
+
+    /// Prints every phase's result (and the node's CPU in it, where measured) and the
+    /// sum; fails the test when any did not pass.
     pub fn finish(self) {
         eprintln!("== {}: phases", self.node);
-        for (name, result) in &self.results {
-            eprintln!("   {name:<28} {}", short(result));
+        let mut total = Duration::ZERO;
+        for (i, (name, result)) in self.results.iter().enumerate() {
+            let cpu = match self.cpu.get(i).copied().flatten() {
+                Some(c) => {
+                    total += c;
+                    format!(", node CPU {:.0?}", c)
+                }
+                None => String::new(),
+            };
+            eprintln!("   {name:<28} {}{cpu}", short(result));
+        }
+        if !total.is_zero() {
+            eprintln!("   the node's CPU in its phases: {:.0?}", total);
         }
         let not_passed: Vec<String> = self
             .results
@@ -108,6 +133,20 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn each_phase_keeps_the_cpu_it_used_also_after_one_not_measured() {
+        let mut phases = Phases::new("n1");
+        let s = Duration::from_secs;
+        phases.run("boot", &[], || async {}).await;
+        phases.spent(Some(s(10)), Some(s(25)));
+        phases.run("install", &[], || async {}).await; // not measured
+        phases.run("reports", &["nothing"], || async {}).await;
+        phases.spent(Some(s(25)), None);
+        phases.run("token", &[], || async {}).await;
+        phases.spent(Some(s(30)), Some(s(32)));
+        assert_eq!(phases.cpu, vec![Some(s(15)), None, None, Some(s(2))]);
+    }
 
     #[tokio::test]
     async fn a_failed_phase_is_reported_and_skips_only_what_needs_it() {

@@ -405,6 +405,21 @@ impl RealNode {
     }
 
     /// The directory shared with the node (the run's files, requests and responses).
+    /// The CPU time qemu (the whole node: its guest and the emulation) has used so far,
+    /// from `/proc/<pid>/stat`; None where that cannot be read. A phase's share of the
+    /// node tier's time is its CPU, not its wall time: two nodes side by side fill both
+    /// cores (issue 57).
+    pub fn cpu_used(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.qemu.pid())).ok()?;
+        // After the command's parenthesis: utime and stime are fields 14 and 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (hz > 0).then(|| Duration::from_millis(ticks * 1000 / hz as u64))
+    }
+
     pub fn share(&self) -> &Path {
         self.share.path()
     }

@@ -3,7 +3,11 @@
 //! prunes it. The controller names the field, in its log and as `CRDOutdated` on the
 //! policy, instead of losing it silently; once this release's CRDs are applied
 //! (`kubectl apply --server-side --force-conflicts -f crds/`, the documented upgrade
-//! step) it says the CRDs are current.
+//! step) it says the CRDs are current. The older CRD also lacks the status fields that
+//! name the nodes nodemem's agent cannot run on, and the pool has such a node: the
+//! controller leaves those fields out of its status writes (server-side apply refuses
+//! an undeclared field, and the whole status went unwritten with it) and writes them
+//! once the CRDs are current.
 
 use std::time::Duration;
 
@@ -30,6 +34,10 @@ async fn a_controller_newer_than_its_crds_names_the_fields_they_prune() {
         forget(schema, "maxReliefs"),
         "maxReliefs in the current CRD"
     );
+    // A release before excluded nodes were counted.
+    for field in ["excludedNodes", "excludedNodeNames"] {
+        assert!(forget(schema, field), "{field} in the current CRD");
+    }
     let dir = tempfile::tempdir().unwrap();
     let older_file = dir.path().join("older.json");
     std::fs::write(&older_file, older.to_string()).unwrap();
@@ -43,6 +51,18 @@ async fn a_controller_newer_than_its_crds_names_the_fields_they_prune() {
 
     let client = cp.client(&Identity::Admin).await.unwrap();
     let policies = policies(client.clone());
+    // A Windows node in the pool: nodemem's agent does not run there, the status
+    // names it (once the CRD has the fields).
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    nodes
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "skew-win", "labels":
+                {"nodemem.io/pool": "skew", "kubernetes.io/os": "windows"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     crate::common::create_policy(
         &policies,
         "skew",
@@ -99,10 +119,23 @@ async fn a_controller_newer_than_its_crds_names_the_fields_they_prune() {
         message.contains("nodememorypolicies.nodemem.io lacks spec.rollout.health.maxReliefs"),
         "{message}"
     );
+    assert!(message.contains("status.excludedNodeNames"), "{message}");
     assert!(
         logs().contains("spec.rollout.health.maxReliefs"),
         "the log names the field:\n{}",
         logs()
+    );
+    let written: Value = serde_json::from_str(&kubectl(&[
+        "get",
+        "nmp",
+        "skew",
+        "-o",
+        "jsonpath={.status}",
+    ]))
+    .unwrap();
+    assert!(
+        written.get("excludedNodes").is_none() && written.get("excludedNodeNames").is_none(),
+        "nothing the older CRD lacks: {written}"
     );
 
     // This release's CRDs, as the upgrade notes say: the gap is gone within the
@@ -122,6 +155,23 @@ async fn a_controller_newer_than_its_crds_names_the_fields_they_prune() {
     )
     .await;
     assert_eq!(cleared["reason"], "AsExpected", "{cleared}");
+    let names = eventually(
+        "the excluded node named in status once the CRD has the field",
+        Duration::from_secs(30),
+        &logs,
+        async || {
+            let s = policies
+                .get_status("skew")
+                .await
+                .ok()?
+                .data
+                .get("status")?
+                .clone();
+            (s["excludedNodeNames"][0]["name"] == "skew-win").then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(names["excludedNodes"], 1, "{names}");
     kubectl(&[
         "patch",
         "nmp",

@@ -76,8 +76,12 @@ fn container_dir(driver: Driver, pod_dir: &str, id: &str) -> String {
 /// it failed, the node's logs in the output; its own pods removed.
 macro_rules! phase {
     ($phases:ident, $node:ident, $bed:ident, $name:expr, $needs:expr, $body:expr) => {{
+        let before = ($node.cpu_used(), guest_cpu(&mut $node));
         let value = $phases.run($name, $needs, $body).await;
         after_phase(&$phases, &mut $node, &$bed).await;
+        let after = ($node.cpu_used(), guest_cpu(&mut $node));
+        $phases.spent(before.0, after.0);
+        say_where_the_cpu_went(&$node.name, $name, &before.1, &after.1);
         value
     }};
 }
@@ -965,7 +969,10 @@ fn node_values_become(node: &mut RealNode, wanted: &[(&String, &String)], what: 
     }
 }
 
-/// Reads files on the node in one request: path -> its text, or `<unreadable>`.
+/// Reads files on the node in one request: path -> its first line, or `<unreadable>`
+/// where it cannot be opened. The reads are bash's own (`read`): a `$(cat ...)` per
+/// file was a fork and an exec each, 40 ms and more under TCG, seconds for the 60
+/// files of a node's QoS pods, on every look of a wait (issue 57).
 fn node_read_all(
     node: &mut RealNode,
     paths: &[&str],
@@ -973,7 +980,7 @@ fn node_read_all(
     let mut script = String::new();
     for p in paths {
         script.push_str(&format!(
-            "v=$(cat '{p}' 2>/dev/null) || v='<unreadable>'; printf '%s\\t%s\\n' '{p}' \"$v\"\n"
+            "v='<unreadable>'; {{ read -r v || :; }} 2>/dev/null < '{p}'; printf '%s\\t%s\\n' '{p}' \"$v\"\n"
         ));
     }
     let (out, code) = node.run(&script).unwrap();
@@ -1101,6 +1108,52 @@ async fn after_phase(phases: &Phases, node: &mut RealNode, bed: &Bed<'_>) {
         eprintln!("{}", diagnosis(node, bed));
     }
     remove_pods_or_say(bed, &ListParams::default().labels(PHASE_POD)).await;
+}
+
+/// The node's own CPU accounting: microseconds of CPU by whom (the kubelet, containerd
+/// and the shims in its unit, every pod, the nodemem agent's container among them, the
+/// harness's runner, all of the guest). One script through the runner, its reads
+/// builtins but for the agent's `pgrep`. Empty where the node did not answer.
+fn guest_cpu(node: &mut RealNode) -> std::collections::BTreeMap<String, u64> {
+    const SCRIPT: &str = r#"u() { local l; while read -r l; do case $l in "usage_usec "*) echo "$1 ${l#usage_usec }"; return;; esac; done < "/sys/fs/cgroup/$2/cpu.stat" 2>/dev/null; }
+u kubelet system.slice/kubelet.service
+u containerd system.slice/containerd.service
+u runner system.slice/nodemem-node-runner.service
+if [ -d /sys/fs/cgroup/kubepods.slice ]; then u pods kubepods.slice; else u pods kubepods; fi
+a=$(pgrep -o -x nodemem) && read -r c < "/proc/$a/cgroup" && u agent "${c#0::/}"
+read -r _ us ni sy _ _ ir so _ < /proc/stat; echo "all $(( (us + ni + sy + ir + so) * 10000 ))""#;
+    let Ok((out, 0)) = node.run(SCRIPT) else {
+        return Default::default();
+    };
+    out.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Prints a phase's guest CPU by whom (`guest_cpu` before and after it): the node
+/// tier's time follows the node's CPU, and this line says whose it was (issue 57).
+fn say_where_the_cpu_went(
+    node: &str,
+    phase: &str,
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) {
+    let spent = |k: &str| match (before.get(k), after.get(k)) {
+        (Some(b), Some(a)) => Some(a.saturating_sub(*b) as f64 / 1e6),
+        _ => None,
+    };
+    let Some(all) = spent("all") else { return };
+    let parts: Vec<String> = ["kubelet", "containerd", "pods", "agent", "runner"]
+        .iter()
+        .filter_map(|k| spent(k).map(|s| format!("{k} {s:.1}")))
+        .collect();
+    eprintln!(
+        "== {node}: {phase}: the guest's CPU {all:.1} s: {}",
+        parts.join(", ")
+    );
 }
 
 /// What explains a failed phase: the pods that do not run and their events, the

@@ -53,7 +53,8 @@ pub(crate) async fn relief_on_a_real_kernel(
     let high = (160 * MI).to_string();
     let raised = (256 * MI).to_string();
     let read = |node: &mut RealNode, file: &str| {
-        node.run(&format!("cat {file}"))
+        // bash's own read: no process but the request's own (issue 57).
+        node.run(&format!("read -r v < {file}; echo \"$v\""))
             .map(|(out, _)| out.trim().to_string())
             .unwrap_or_default()
     };
