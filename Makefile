@@ -14,9 +14,12 @@ NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 .PHONY: plugin test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-TIERS = prereqs lint crds-check tidy unit kubelet-float nri apiserver image-check vm node
+## The first lane's tiers in order; BESIDE's run in a second lane beside them from the end
+## of prereqs on, at the lowest priority (tests/scripts/tiers.sh says how and why)
+TIERS = prereqs nri apiserver vm node
+BESIDE = lint crds-check tidy unit kubelet-float image-check
 test:
-	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS)
+	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS) --beside $(BESIDE)
 
 ## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
 prereqs:
@@ -114,10 +117,11 @@ vm:
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem-e2e --features vm-tests --test vm_kernel --test vm_agent --locked
 
-# What the real-node tests need: the control plane, the project's image, the kernel.
+# What the real-node tests need: the control plane, the project's image (amd64: the node's
+# architecture; image-check builds and checks both), the kernel.
 NODE_ENV = NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
-	  NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
+	  NODEMEM_IMAGE_LAYOUT="$$(NODEMEM_IMAGE_ARCHES=amd64 bash image/build-oci.sh)" && \
 	  export NODEMEM_IMAGE_LAYOUT && \
 	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL

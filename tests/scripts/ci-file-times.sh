@@ -7,8 +7,11 @@
 # builds for amd64 and arm64) compiled every workspace crate again, minutes on two cores,
 # though the cached target directory held them built from the same files.
 #
-#   ci-file-times.sh restore TARGET   before `make test`
-#   ci-file-times.sh record TARGET    after a green `make test`
+#   ci-file-times.sh restore TARGET [TARGET...]   before `make test`
+#   ci-file-times.sh record TARGET [TARGET...]    after a green `make test`
+#
+# The first TARGET holds the record; every TARGET's builds count (`make test` builds in
+# two: its second lane's tiers in TARGET-beside, tests/scripts/tiers.sh).
 #
 # `restore` gives every tracked file the time of the last commit that changed it, and
 # leaves the checkout's time to the files that differ from the commit of the last green
@@ -31,17 +34,20 @@ cd "$(dirname "$0")/../.."
 
 mode="${1:?restore or record}"
 target="${2:?the cargo target directory}"
+targets=("${@:2}")
 record="$target/nodemem-ci-green"
 
 case "$mode" in
   record)
-    mkdir -p "$target"
-    git rev-parse HEAD >"$record"
+    for t in "${targets[@]}"; do
+      mkdir -p "$t"
+      git rev-parse HEAD >"$t/nodemem-ci-green"
+    done
     exit 0
     ;;
   restore) ;;
   *)
-    echo "usage: $0 restore|record TARGET" >&2
+    echo "usage: $0 restore|record TARGET [TARGET...]" >&2
     exit 2
     ;;
 esac
@@ -76,7 +82,7 @@ while IFS= read -r -d '' file; do
   [[ -n "${package_dir[$name]+x}" && -z "${rebuilt_dir[${package_dir[$name]}]+x}" ]] || continue
   rebuilt_dir["${package_dir[$name]}"]=1
   rebuilt_names+=("$name")
-done < <(find "$target" -maxdepth 3 -type d -name .fingerprint -print0 |
+done < <(find "${targets[@]}" -maxdepth 3 -type d -name .fingerprint -print0 2>/dev/null |
   xargs -0 -r sh -c 'find "$@" -type f -newer "$0" -print0' "$record")
 
 # Whether PATH (relative) lies in a package a build compiled after the record (no

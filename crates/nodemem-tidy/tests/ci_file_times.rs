@@ -130,15 +130,14 @@ fn checkout(clone: &tempfile::TempDir) -> PathBuf {
 }
 
 fn script(clone: &Path, mode: &str, target: &Path) -> String {
-    run(
-        clone,
-        "bash",
-        &[
-            "tests/scripts/ci-file-times.sh",
-            mode,
-            target.to_str().unwrap(),
-        ],
-    )
+    script_for(clone, mode, &[target])
+}
+
+/// The script with several target directories (`make test`'s two lanes').
+fn script_for(clone: &Path, mode: &str, targets: &[&Path]) -> String {
+    let mut args = vec!["tests/scripts/ci-file-times.sh", mode];
+    args.extend(targets.iter().map(|t| t.to_str().unwrap()));
+    run(clone, "bash", &args)
 }
 
 /// A clean clone with `restore` run in it, which said `says`.
@@ -265,4 +264,61 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     origin.commit("elsewhere");
     let other = restored(&origin, target, "not an ancestor of HEAD");
     assert_eq!(cargo_compiles(&checkout(&other), target), both);
+}
+
+/// `make test` builds in two target directories (its second lane's, TARGET-beside): a
+/// red run that built a crate in the second alone still makes the next clone build it
+/// again there, though the first holds nothing newer than the record.
+#[test]
+fn a_build_in_the_second_lanes_target_counts_as_one_in_the_first() {
+    let origin = Origin::new();
+    let (first_dir, beside_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (first, beside) = (first_dir.path(), beside_dir.path());
+    let both_targets = [first, beside];
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(1100));
+    let both = vec!["one".to_string(), "two".to_string()];
+
+    let green = origin.clone();
+    let said = script_for(&checkout(&green), "restore", &both_targets);
+    assert!(said.contains("no green run recorded"), "{said}");
+    assert_eq!(cargo_compiles(&checkout(&green), first), both);
+    assert_eq!(cargo_compiles(&checkout(&green), beside), both);
+    tick();
+    script_for(&checkout(&green), "record", &both_targets);
+    assert!(
+        beside.join("nodemem-ci-green").is_file(),
+        "recorded in both"
+    );
+
+    // A red run of a commit changing `one`, built in the second lane's target only.
+    tick();
+    origin.set("one", 2);
+    origin.commit("second");
+    let red = origin.clone();
+    script_for(&checkout(&red), "restore", &both_targets);
+    assert_eq!(
+        cargo_compiles(&checkout(&red), beside),
+        vec!["one".to_string()]
+    );
+
+    // The next commit takes `one` back, dated before the red build: no file differs
+    // from the recorded commit, yet the second target holds the red run's `one`.
+    tick();
+    origin.set("one", 1);
+    origin.commit_dated("back", "2001-01-01T00:00:00Z");
+    let next = origin.clone();
+    let said = script_for(&checkout(&next), "restore", &both_targets);
+    assert!(
+        said.contains("built since the green run, so built again: one"),
+        "{said}"
+    );
+    assert_eq!(
+        cargo_compiles(&checkout(&next), beside),
+        vec!["one".to_string()],
+        "the red run's build in the second target was reused"
+    );
+    assert_eq!(
+        cargo_compiles(&checkout(&next), first),
+        vec!["one".to_string()]
+    );
 }
