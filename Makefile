@@ -14,12 +14,14 @@ NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 .PHONY: plugin test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
-## The first lane's tiers in order; BESIDE's run in a second lane beside them from the end
-## of prereqs on, at the lowest priority (tests/scripts/tiers.sh says how and why)
+## The first lane's tiers in order; BESIDE's run in a second lane beside the first from
+## the start of its tier BESIDE_FROM on, at the lowest priority (tests/scripts/tiers.sh
+## says how and why)
 TIERS = prereqs nri apiserver vm node
+BESIDE_FROM = node
 BESIDE = lint crds-check tidy unit kubelet-float image-check
 test:
-	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS) --beside $(BESIDE)
+	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS) --beside $(BESIDE_FROM) $(BESIDE)
 
 ## prereqs: the Debian packages the tiers need, installed when missing (root or sudo)
 prereqs:

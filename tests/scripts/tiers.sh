@@ -3,13 +3,14 @@
 # each tier's time printed at the end either way, beside its budget, so that a run's
 # output (CI keeps its last lines) says where the time went and which tier overspent.
 #
-#   tiers.sh TIER... [--beside TIER...]
+#   tiers.sh TIER... [--beside FROM TIER...]
 #
-# The tiers after `--beside` run in a second lane, one after another, beside the first
-# lane from the end of its first tier (`prereqs`: the packages both lanes need) on:
-# at the lowest CPU and I/O priority (nice 19, ionice idle), so that they take only
-# what the first lane leaves (a real node keeps about 1.5 of the two cores busy, the
-# control-plane tests wait on timers), and with a cargo target directory of their own
+# The tiers after `--beside FROM` run in a second lane, one after another, beside the
+# first lane from the start of its tier FROM on (`node`: a real node keeps about 1.5 of
+# the two cores busy for half an hour; not the control-plane tests, whose storm test
+# timed its catch-up against its own first step and missed it beside the builds), at
+# the lowest CPU priority (nice 19; I/O: the lowest of best effort), so that they take
+# only what the first lane leaves, and with a cargo target directory of their own
 # (TARGET-beside, no incremental caches): cargo locks a target directory for a whole
 # build, and a low-priority build holding the first lane's lock would hold its tier
 # back. Their output goes to TARGET-beside/make-test-beside.log, the last lines of a
@@ -53,9 +54,11 @@ budget() {
 
 first=()
 beside=()
+beside_from=
 while [ $# -gt 0 ]; do
   if [ "$1" = --beside ]; then
-    shift
+    beside_from="${2:?--beside FROM: the tier of the first lane the second starts with}"
+    shift 2
     beside=("$@")
     break
   fi
@@ -119,7 +122,9 @@ row() {
 run_beside() {
   local t s code
   local low=(nice -n 19)
-  command -v ionice >/dev/null && low+=(ionice -c 3)
+  # Not the idle class: under the control-plane tests' steady writes it got no disk at
+  # all (a lint of 500 s that had not ended in ten minutes, 2026-11-30).
+  command -v ionice >/dev/null && low+=(ionice -c 2 -n 7)
   for t in "${beside[@]}"; do
     s=$(date +%s)
     echo "== beside: make $t" >>"$beside_log"
@@ -135,7 +140,7 @@ run_beside() {
 beside_summary() {
   local t took code failed=
   [ ${#beside[@]} -gt 0 ] || return 0
-  echo "   beside, at the lowest priority from the end of ${first[0]} on ($beside_target):"
+  echo "   beside, at the lowest priority from the start of $beside_from on ($beside_target):"
   while read -r t took code; do
     row "$t" "$took"
     if [ "$code" -ne 0 ]; then
@@ -198,6 +203,11 @@ trap stopped TERM INT HUP
 
 for tier in "${first[@]}"; do
   start=$(date +%s)
+  if [ "$tier" = "$beside_from" ] && [ ${#beside[@]} -gt 0 ]; then
+    echo "== make test: ${beside[*]} beside $tier, at the lowest priority (their output: $beside_log)"
+    run_beside &
+    beside_pid=$!
+  fi
   # The tier's output goes on as it comes; a copy is kept for the VMs' speed lines.
   # (A signal to the process group ends this pipeline at once, then the trap runs.)
   "$make_cmd" --no-print-directory "$tier" 2>&1 | tee -a "$log"
@@ -208,11 +218,6 @@ for tier in "${first[@]}"; do
     break
   fi
   lines+=("$shown")
-  if [ "$tier" = "${first[0]}" ] && [ ${#beside[@]} -gt 0 ]; then
-    echo "== make test: ${beside[*]} beside the next tiers, at the lowest priority (their output: $beside_log)"
-    run_beside &
-    beside_pid=$!
-  fi
 done
 tier=
 if [ "$status" -ne 0 ]; then

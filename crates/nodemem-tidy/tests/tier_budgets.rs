@@ -75,12 +75,17 @@ fn every_tier_has_a_cold_and_a_warm_budget_that_add_up_to_the_runs_own() {
     // The targets: 45 minutes cold, 30 warm.
     assert!(cold <= 45 * 60 && warm <= 30 * 60, "{cold} {warm}");
     // Each lane within the run's budget: the first lane's tiers one after the other,
-    // the second's beside them from the end of the first tier on.
+    // the second's beside them from the start of BESIDE_FROM on.
     let (first, beside) = (make_line("TIERS"), make_line("BESIDE"));
+    let from = make_line("BESIDE_FROM").remove(0);
+    let at = first
+        .iter()
+        .position(|t| *t == from)
+        .unwrap_or_else(|| panic!("BESIDE_FROM {from} is not a tier of TIERS {first:?}"));
     let sum = |lane: &[String], pick: fn(&(u64, u64)) -> u64| -> u64 {
         lane.iter().map(|t| pick(&table[t])).sum()
     };
-    let head = table[&first[0]];
+    let before = &first[..at];
     for (what, pick, whole) in [
         (
             "cold",
@@ -95,10 +100,9 @@ fn every_tier_has_a_cold_and_a_warm_budget_that_add_up_to_the_runs_own() {
             sum(&first, pick)
         );
         assert!(
-            sum(&beside, pick) + pick(&head) <= whole,
-            "the second lane's {what} budgets add up to {} s, over the run's {whole} s after {}",
+            sum(&beside, pick) + sum(before, pick) <= whole,
+            "the second lane's {what} budgets add up to {} s, over the run's {whole} s after {before:?}",
             sum(&beside, pick),
-            first[0]
         );
     }
     for t in &tiers {
@@ -260,16 +264,17 @@ fn tiers_sh_stopped_by_a_signal_prints_the_table_so_far() {
     assert!(text.contains("in all"), "{text}");
 }
 
-/// The second lane (`--beside`): its tiers run after the first lane's first tier, at nice
-/// 19 in a target directory of their own, their rows under the first lane's; one that
-/// fails fails the run with its last lines; a failure in the first lane stops them.
+/// The second lane (`--beside FROM`): its tiers run from the start of the first lane's
+/// FROM on, at nice 19 in a target directory of their own, their rows under the first
+/// lane's; one that fails fails the run with its last lines; a failure in the first lane
+/// stops them.
 #[test]
 fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("target");
     let (code, out) = run_tiers(
         dir.path(),
-        &["fast", "node", "--beside", "late", "fast"],
+        &["fast", "node", "--beside", "node", "late", "fast"],
         false,
         "none",
     );
@@ -281,7 +286,7 @@ fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
         "{log}"
     );
     let summary = &out[out.find("against their cold budgets").expect(&out)..];
-    let lane = summary.find("beside, at the lowest priority from the end of fast on");
+    let lane = summary.find("beside, at the lowest priority from the start of node on");
     let late = summary.find("late ");
     assert!(
         lane.is_some() && late > lane,
@@ -292,7 +297,7 @@ fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
     // A tier beside fails: the run does, its output's last lines shown.
     let (code, out) = run_tiers(
         dir.path(),
-        &["fast", "node", "--beside", "late", "fast"],
+        &["fast", "node", "--beside", "node", "late", "fast"],
         false,
         "late",
     );
@@ -307,7 +312,7 @@ fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
     // The first lane fails while `slow` runs beside: the second lane is stopped.
     let (code, out) = run_tiers(
         dir.path(),
-        &["fast", "node", "--beside", "slow", "late"],
+        &["fast", "node", "--beside", "node", "slow", "late"],
         false,
         "node",
     );
