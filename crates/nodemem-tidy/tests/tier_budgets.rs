@@ -153,6 +153,12 @@ fn tiers_command(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> Command 
     command
 }
 
+/// This process's nice value, as `nice` prints it.
+fn own_nice() -> String {
+    let out = Command::new("nice").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// [`tiers_command`] run to its end: its exit code and output.
 fn run_tiers(dir: &Path, tiers: &[&str], warm: bool, fail: &str) -> (i32, String) {
     let out = tiers_command(dir, tiers, warm, fail).output().unwrap();
@@ -173,7 +179,12 @@ fn tiers_sh_prints_each_tiers_time_against_its_budget_and_warns_when_over() {
         out.contains("tier fast ran") && out.contains("tier late ran"),
         "{out}"
     );
-    assert!(out.contains("tier fast ran at nice 0"), "{out}");
+    // The first lane at the run's own priority (`make test` beside a real node runs
+    // this test at nice 19 itself).
+    assert!(
+        out.contains(&format!("tier fast ran at nice {}", own_nice())),
+        "{out}"
+    );
     assert!(out.contains("against their cold budgets"), "{out}");
     let row = |tier: &str| {
         out.lines()
@@ -189,9 +200,11 @@ fn tiers_sh_prints_each_tiers_time_against_its_budget_and_warns_when_over() {
     // A row outside the Budgets section is not a budget.
     assert!(row("late").contains("(no budget)"), "{out}");
     assert!(row("in all").contains("of   100 s"), "{out}");
+    // (2 s or more: beside a real node this test runs at nice 19.)
     assert!(
-        out.contains("WARNING: tier node took 2 s, over its cold budget of 1 s")
-            || out.contains("WARNING: tier node took 3 s, over its cold budget of 1 s"),
+        out.lines()
+            .any(|l| l.starts_with("WARNING: tier node took ")
+                && l.ends_with(" s, over its cold budget of 1 s")),
         "{out}"
     );
     assert!(
