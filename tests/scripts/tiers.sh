@@ -190,7 +190,7 @@ summary() {
   speeds="$(grep -o '[^ ]*: Ready [0-9]* s after qemu started.*' "$log" 2>/dev/null)"
   if [ -n "$speeds" ]; then
     echo "== the real nodes' pace and speed in this run"
-    printf '   %s\n' "$speeds"
+    while IFS= read -r line; do printf '   %s\n' "$line"; done <<<"$speeds"
   fi
   for w in "${warnings[@]+"${warnings[@]}"}"; do echo "$w"; done
 }
