@@ -27,6 +27,10 @@
 # every tier and in release for both architectures.)
 # A file's last commit is older than any build of it from a clone, so a crate built from
 # the same files stays fresh and a crate whose files changed since the record is rebuilt.
+#   - the green run was made in this same checkout directory: a test binary holds its
+#     checkout's path (`env!("CARGO_MANIFEST_DIR")`, which cargo does not track), and
+#     one taken as built from a clone at another path runs against files that may be
+#     gone (seen 2026-11-30: a clone at a new path ran the CLI tests of a deleted one).
 # Not covered: a crate no `make test` build uses, last built from other files before the
 # record, and used again later (its files unchanged since the record).
 set -euo pipefail
@@ -41,7 +45,7 @@ case "$mode" in
   record)
     for t in "${targets[@]}"; do
       mkdir -p "$t"
-      git rev-parse HEAD >"$t/nodemem-ci-green"
+      printf '%s\n%s\n' "$(git rev-parse HEAD)" "$(pwd -P)" >"$t/nodemem-ci-green"
     done
     exit 0
     ;;
@@ -58,7 +62,9 @@ skip() {
 }
 
 [[ -s "$record" ]] || skip "no green run recorded in $target"
-green="$(cat "$record")"
+green="$(sed -n 1p "$record")"
+built_in="$(sed -n 2p "$record")"
+[[ "$built_in" == "$(pwd -P)" ]] || skip "the green run was built in another checkout (${built_in:-a record without one}), not $(pwd -P)"
 git cat-file -e "$green^{commit}" 2>/dev/null || skip "the recorded commit $green is not in this clone"
 git merge-base --is-ancestor "$green" HEAD || skip "the recorded commit $green is not an ancestor of HEAD"
 # The workspace's packages by name: the directory of each tracked Cargo.toml with a

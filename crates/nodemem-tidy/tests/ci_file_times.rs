@@ -32,7 +32,12 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> String {
 /// script, as this one holds them.
 struct Origin {
     dir: tempfile::TempDir,
+    /// Where CI's clones go: one path, each clone replacing the one before.
+    clones: tempfile::TempDir,
 }
+
+/// A clean clone: the directory that holds its checkout (`c`).
+struct Clone(PathBuf);
 
 impl Origin {
     fn new() -> Self {
@@ -64,7 +69,10 @@ impl Origin {
             .unwrap();
         }
         run(root, "git", &["init", "-q", "-b", "main"]);
-        let origin = Origin { dir };
+        let origin = Origin {
+            dir,
+            clones: tempfile::tempdir().unwrap(),
+        };
         origin.commit("first");
         origin
     }
@@ -96,24 +104,31 @@ impl Origin {
         assert!(out.status.success(), "{out:?}");
     }
 
-    /// A clean clone, as CI makes one (every file's time is now).
-    fn clone(&self) -> tempfile::TempDir {
+    /// A clean clone, as CI makes one (every file's time is now), at CI's one path.
+    fn clone(&self) -> Clone {
+        self.clone_into(self.clones.path(), &[])
+    }
+
+    /// A clean clone at a path of its own (another machine's, another job's).
+    fn clone_elsewhere(&self) -> (tempfile::TempDir, Clone) {
         let dir = tempfile::tempdir().unwrap();
-        let from = self.dir.path().display().to_string();
-        run(dir.path(), "git", &["clone", "-q", &from, "c"]);
-        dir
+        let clone = self.clone_into(dir.path(), &[]);
+        (dir, clone)
     }
 
     /// A clone of the last commit only (`--depth 1`; git honours it for a file:// URL).
-    fn shallow_clone(&self) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
+    fn shallow_clone(&self) -> Clone {
+        self.clone_into(self.clones.path(), &["--depth", "1"])
+    }
+
+    fn clone_into(&self, dir: &Path, options: &[&str]) -> Clone {
+        let _ = std::fs::remove_dir_all(dir.join("c"));
         let from = format!("file://{}", self.dir.path().display());
-        run(
-            dir.path(),
-            "git",
-            &["clone", "-q", "--depth", "1", &from, "c"],
-        );
-        dir
+        let mut args = vec!["clone", "-q"];
+        args.extend(options);
+        args.extend([from.as_str(), "c"]);
+        run(dir, "git", &args);
+        Clone(dir.to_path_buf())
     }
 }
 
@@ -125,8 +140,8 @@ fn write_crate(root: &Path, name: &str, value: u32) {
     .unwrap();
 }
 
-fn checkout(clone: &tempfile::TempDir) -> PathBuf {
-    clone.path().join("c")
+fn checkout(clone: &Clone) -> PathBuf {
+    clone.0.join("c")
 }
 
 fn script(clone: &Path, mode: &str, target: &Path) -> String {
@@ -141,7 +156,7 @@ fn script_for(clone: &Path, mode: &str, targets: &[&Path]) -> String {
 }
 
 /// A clean clone with `restore` run in it, which said `says`.
-fn restored(origin: &Origin, target: &Path, says: &str) -> tempfile::TempDir {
+fn restored(origin: &Origin, target: &Path, says: &str) -> Clone {
     let clone = origin.clone();
     let said = script(&checkout(&clone), "restore", target);
     assert!(said.contains(says), "{said}");
@@ -240,6 +255,22 @@ fn a_clean_clone_reuses_the_green_runs_build_only_where_nothing_changed() {
     );
     tick();
     script(&checkout(&next), "record", target);
+
+    // A clone of the same commit at another path: its test binaries would hold the
+    // green run's checkout path, so nothing is taken as built.
+    tick();
+    let (_elsewhere_dir, elsewhere) = origin.clone_elsewhere();
+    let said = script(&checkout(&elsewhere), "restore", target);
+    assert!(said.contains("built in another checkout"), "{said}");
+    assert_eq!(cargo_compiles(&checkout(&elsewhere), target), both);
+    tick();
+    script(&checkout(&elsewhere), "record", target);
+    // And back at CI's path, after a green run elsewhere: the same.
+    tick();
+    let back = restored(&origin, target, "built in another checkout");
+    assert_eq!(cargo_compiles(&checkout(&back), target), both);
+    tick();
+    script(&checkout(&back), "record", target);
 
     // A shallow clone of a later commit does not hold the recorded one: not used (and
     // the script does not fail on a history it cannot walk).
