@@ -17,9 +17,9 @@ NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 ## The first lane's tiers in order; BESIDE's run in a second lane beside the first from
 ## the start of its tier BESIDE_FROM on, at the lowest priority (tests/scripts/tiers.sh
 ## says how and why)
-TIERS = prereqs nri unit apiserver vm node
+TIERS = prereqs nri unit apiserver image-check vm node
 BESIDE_FROM = node
-BESIDE = lint crds-check tidy kubelet-float image-check
+BESIDE = lint crds-check tidy kubelet-float
 test:
 	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS) --beside $(BESIDE_FROM) $(BESIDE)
 
@@ -119,11 +119,10 @@ vm:
 	  export NODEMEM_KERNEL && \
 	  $(CARGO) test -p nodemem-e2e --features vm-tests --test vm_kernel --test vm_agent --locked
 
-# What the real-node tests need: the control plane, the project's image (amd64: the node's
-# architecture; image-check builds and checks both), the kernel.
+# What the real-node tests need: the control plane, the project's image, the kernel.
 NODE_ENV = NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
-	  NODEMEM_IMAGE_LAYOUT="$$(NODEMEM_IMAGE_ARCHES=amd64 bash image/build-oci.sh)" && \
+	  NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
 	  export NODEMEM_IMAGE_LAYOUT && \
 	  NODEMEM_KERNEL="$$(bash tests/scripts/fetch-kernel.sh)" && \
 	  export NODEMEM_KERNEL

@@ -20,12 +20,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$HOME/.cache/nodemem/target}"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)"
+out="${NODEMEM_IMAGE_OUT:-$target_dir/image/nodemem-$version-oci}"
 arches="${NODEMEM_IMAGE_ARCHES:-amd64 arm64}"
-# A layout of fewer architectures (the real-node tier's: amd64) has a path of its own,
-# so that it never stands where the whole image is expected.
-suffix=""
-[[ "$arches" == "amd64 arm64" ]] || suffix="-${arches// /-}"
-out="${NODEMEM_IMAGE_OUT:-$target_dir/image/nodemem-$version-oci$suffix}"
 
 triple_of() {
   case "$1" in

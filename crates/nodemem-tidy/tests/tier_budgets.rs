@@ -285,12 +285,13 @@ fn tiers_sh_stopped_by_a_signal_prints_the_table_so_far() {
 fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("target");
-    let (code, out) = run_tiers(
-        dir.path(),
-        &["fast", "node", "--beside", "node", "late", "fast"],
-        false,
-        "none",
-    );
+    // `fast` then `node`, and BESIDE beside `node`; the tier `fail` fails.
+    let lanes = |beside: [&str; 2], fail: &str| {
+        let mut tiers = vec!["fast", "node", "--beside", "node"];
+        tiers.extend(beside);
+        run_tiers(dir.path(), &tiers, false, fail)
+    };
+    let (code, out) = lanes(["late", "fast"], "none");
     assert_eq!(code, 0, "{out}");
     let beside = format!("{}-beside", target.display());
     let log = std::fs::read_to_string(format!("{beside}/make-test-beside.log")).expect(&out);
@@ -308,12 +309,7 @@ fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
     assert!(out.contains("WARNING: tier late has no row"), "{out}");
 
     // A tier beside fails: the run does, its output's last lines shown.
-    let (code, out) = run_tiers(
-        dir.path(),
-        &["fast", "node", "--beside", "node", "late", "fast"],
-        false,
-        "late",
-    );
+    let (code, out) = lanes(["late", "fast"], "late");
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("FAILED (exit 3)"), "{out}");
     assert!(
@@ -323,12 +319,7 @@ fn tiers_sh_runs_the_second_lane_beside_at_the_lowest_priority() {
     assert!(out.contains("   | tier late ran at nice 19"), "{out}");
 
     // The first lane fails while `slow` runs beside: the second lane is stopped.
-    let (code, out) = run_tiers(
-        dir.path(),
-        &["fast", "node", "--beside", "node", "slow", "late"],
-        false,
-        "node",
-    );
+    let (code, out) = lanes(["slow", "late"], "node");
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("STOPPED: a tier before it failed"), "{out}");
     assert!(!out.contains("tier late ran"), "{out}");
