@@ -17,6 +17,9 @@ pub enum PhaseResult {
 
 pub struct Phases {
     node: String,
+    /// The part of the node's run the phases now belong to ([`Phases::part`]): their
+    /// names and the names they need are taken within it.
+    part: Option<String>,
     results: Vec<(String, PhaseResult)>,
     /// The node's CPU time each phase used, where measured ([`Phases::spent`]).
     cpu: Vec<Option<Duration>>,
@@ -26,8 +29,37 @@ impl Phases {
     pub fn new(node: &str) -> Self {
         Phases {
             node: node.to_string(),
+            part: None,
             results: Vec::new(),
             cpu: Vec::new(),
+        }
+    }
+
+    /// From here on the phases are part `label` of the node's run (one boot running two
+    /// kubelets, one after the other: issue 57): each is named `label name`. What a
+    /// phase needs is looked for in its part first, so a second `install` is needed by
+    /// the phases after it and not the first one's, then among the phases before the
+    /// part (the node state the part starts from).
+    pub fn part(&mut self, label: &str) {
+        self.part = Some(label.to_string());
+    }
+
+    /// `name` within the current part.
+    fn named(&self, name: &str) -> String {
+        match &self.part {
+            Some(part) => format!("{part} {name}"),
+            None => name.to_string(),
+        }
+    }
+
+    /// The phase a phase's need `name` is: the part's own of that name once it ran (or
+    /// was skipped), otherwise the one before the part.
+    fn needed(&self, name: &str) -> String {
+        let own = self.named(name);
+        if self.results.iter().any(|(n, _)| *n == own) {
+            own
+        } else {
+            name.to_string()
         }
     }
 
@@ -50,6 +82,8 @@ impl Phases {
         needs: &[&str],
         phase: impl FnOnce() -> F,
     ) -> Option<T> {
+        let name = &self.named(name);
+        let needs: Vec<String> = needs.iter().map(|n| self.needed(n)).collect();
         if let Some(missing) = needs.iter().find(|n| !self.passed(n)) {
             let why = format!("needs phase {missing}, which did not pass");
             eprintln!("== {}: {name} skipped: {why}", self.node);
@@ -92,7 +126,7 @@ impl Phases {
                 }
                 None => String::new(),
             };
-            eprintln!("   {name:<28} {}{cpu}", short(result));
+            eprintln!("   {name:<36} {}{cpu}", short(result));
         }
         if !total.is_zero() {
             eprintln!("   the node's CPU in its phases: {:.0?}", total);
@@ -188,6 +222,67 @@ mod tests {
         );
         assert!(
             message.contains("reports: Skipped(\"needs phase install, which did not pass\")"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_part_names_its_phases_and_needs_its_own() {
+        let mut phases = Phases::new("n1");
+        phases.run("install", &[], || async {}).await;
+        phases
+            .run("helm", &[], || async {
+                panic!("a release left behind");
+            })
+            .await;
+        phases.part("v1.35.4");
+        phases.run("swap", &["install"], || async {}).await;
+        phases.run("reference", &["helm"], || async {}).await;
+        let failed = phases
+            .run("install", &["swap"], || async {
+                panic!("the agent is not Ready");
+            })
+            .await;
+        assert_eq!(failed, None::<()>);
+        let mut ran = false;
+        phases
+            .run("owners", &["install"], || async {
+                ran = true;
+            })
+            .await;
+        assert!(
+            !ran,
+            "the part's own install failed: the first one does not count"
+        );
+        let names: Vec<&str> = phases.results.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "install",
+                "helm",
+                "v1.35.4 swap",
+                "v1.35.4 reference",
+                "v1.35.4 install",
+                "v1.35.4 owners"
+            ]
+        );
+        assert!(
+            matches!(phases.results[2].1, PhaseResult::Passed(_)),
+            "a need not yet in the part is the one before it: {:?}",
+            phases.results[2]
+        );
+        assert!(
+            matches!(&phases.results[3].1, PhaseResult::Skipped(why) if why.contains("needs phase helm")),
+            "{:?}",
+            phases.results[3]
+        );
+        let summary = std::panic::catch_unwind(AssertUnwindSafe(|| phases.finish()))
+            .expect_err("the run fails at the end");
+        let message = panic_message(summary.as_ref());
+        assert!(
+            message.contains(
+                "v1.35.4 owners: Skipped(\"needs phase v1.35.4 install, which did not pass\")"
+            ),
             "{message}"
         );
     }

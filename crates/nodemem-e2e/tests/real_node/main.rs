@@ -1,6 +1,7 @@
 //! The real-node tier: a qemu VM with Debian's kernel, systemd as PID 1, containerd,
-//! runc and a kubelet of each supported version (v1.36.3, v1.37.2), joined to a test
-//! control plane (TESTING.md). nodemem is
+//! runc and a kubelet of each supported version (v1.35.4 and v1.36.3 on one systemd
+//! node, one after the other; v1.37.2 on a cgroupfs node), joined to a test control
+//! plane (TESTING.md). nodemem is
 //! installed as users install it (CRDs, `deploy/`, the controller deploying its agent
 //! DaemonSet from the project's image), and the node is the judge of what it does.
 
@@ -113,14 +114,10 @@ const KUBELET_V136: &str = "v1.36.3";
 const KUBELET_V137: &str = "v1.37.2";
 const KUBELET_V135: &str = "v1.35.4";
 
+/// Kubelet v1.36.3, then v1.35.4 in its place (`v135.rs`).
 #[test]
 fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
     real_node_runs_pods_and_nodemem("real-systemd");
-}
-
-#[test]
-fn a_real_v1_35_node_is_the_reference_and_runs_nodemem_as_predicted() {
-    v135::a_v1_35_node(Driver::Systemd, "real-v135");
 }
 
 /// The v1.37 node runs the cgroupfs driver: one boot per kubelet version, and the
@@ -277,9 +274,10 @@ impl Bed<'_> {
     }
 }
 
-/// The v1.36 node (systemd driver) boots and joins; then each phase is reported on its
-/// own (`Phases`). It runs the agent's phases that do not depend on the kubelet's
-/// version (TESTING.md's matrix says which version runs what, and why).
+/// The systemd node boots with the v1.36 kubelet and joins; then each phase is reported
+/// on its own (`Phases`). It runs the agent's phases that do not depend on the
+/// kubelet's version (TESTING.md's matrix says which version runs what, and why), then
+/// the v1.35 kubelet's in its place.
 fn real_node_runs_pods_and_nodemem(name: &str) {
     let driver = Driver::Systemd;
     let _slot = side_by_side::slot();
@@ -328,7 +326,22 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
             bed,
             "install",
             &["kubelet-without-memory-qos"],
-            || { install_nodemem(bed.cp, &mut node, &bed.client, POLICY, &[]) }
+            || {
+                // The kubelet's drop-in directory and unit: the numa phase's Kubelet
+                // mode (the DaemonSet mounts them only once a policy asks for it).
+                install_nodemem(
+                    bed.cp,
+                    &mut node,
+                    &bed.client,
+                    POLICY,
+                    &[
+                        "--agent-kubelet-config-dir",
+                        nodemem_testkit::real_node::KUBELET_CONFIG_DIR,
+                        "--agent-kubelet-restart-unit",
+                        "kubelet.service",
+                    ],
+                )
+            }
         );
         phase!(phases, node, bed, "reports", &["install"], || {
             let installed = installed.as_ref().expect("install passed");
@@ -345,6 +358,7 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
             installed.as_ref(),
             "v1.36.3 (v1.36 rules",
             &[],
+            owners::Events::All,
         )
         .await;
         // The owners' pods (every QoS class, the resized workload) are no later phase's:
@@ -382,6 +396,12 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
                 &mut node, &bed, installed,
             )
         });
+        // Before the token phase stops the controller (the switch to Kubelet mode is
+        // its drain), and back to the installed policy for the phases after it.
+        phase!(phases, node, bed, "numa", &["install"], || {
+            let installed = installed.as_ref().expect("install passed");
+            numa::pins_and_back_to_agent(&mut node, &bed, installed)
+        });
         phase!(phases, node, bed, "token", &["install"], || {
             let installed = installed.as_mut().expect("install passed");
             install::its_token_reaches_only_its_own_config(&mut node, &bed, installed)
@@ -398,12 +418,11 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
             let installed = installed.as_ref().expect("install passed");
             helm::helm_install_and_uninstall_leave_nothing_behind(&mut node, &bed, installed)
         });
-        // Last: the kubelet's Memory Manager restarts the kubelet with a policy no
-        // other phase runs under. Here rather than on a node of its own: a boot, a
-        // control plane and an install less (about three minutes).
-        phase!(phases, node, bed, "numa", &["helm"], || {
-            numa::pins_after_a_reinstall(&mut node, &bed)
-        });
+        // Then the v1.35.4 kubelet in the v1.36.3 one's place, on the node the helm
+        // phase left with nothing of nodemem's: its phases, the Static Memory Manager
+        // last (issue 57: a boot, a control plane and an image import less than a v1.35
+        // node of its own).
+        v135::phases_after_a_kubelet_swap(&mut phases, &mut node, &bed, &mut spec, &["helm"]).await;
         phases.finish();
     });
 }
@@ -419,6 +438,7 @@ async fn nodemem_as_predicted(
     installed: Option<&Installed>,
     rules: &str,
     repaired: owners::Repaired,
+    events: owners::Events,
 ) {
     let installed = || installed.expect("install passed");
     let expected = phase!(
@@ -440,7 +460,14 @@ async fn nodemem_as_predicted(
         &["simulate-prediction"],
         || {
             let expected = expected.expect("simulate-prediction passed");
-            owners::values_survive_their_owners(&mut *node, bed, installed(), expected, repaired)
+            owners::values_survive_their_owners(
+                &mut *node,
+                bed,
+                installed(),
+                expected,
+                repaired,
+                events,
+            )
         }
     );
 }

@@ -1,5 +1,6 @@
-//! Item 5 of issue 17: NUMA on a real kubelet, the last phase of the systemd node
-//! (v1.36) and of the v1.35 node (two NUMA nodes each): the pool's policy becomes one
+//! Item 5 of issue 17: NUMA on a real kubelet, the last phase of the v1.35 kubelet's
+//! part of the systemd node and of the v1.37 cgroupfs node (two NUMA nodes each),
+//! the oldest and the newest Memory Manager: the pool's policy becomes one
 //! with the Static Memory Manager: first `enforcement: Agent`, where the agent pins
 //! Guaranteed containers itself (cpuset.mems, and AllowedMemoryNodes for systemd), then
 //! `enforcement: Kubelet`, where the controller drains the node and the agent brings the
@@ -23,9 +24,8 @@ use nodemem_api::NodeMemoryConfig;
 use nodemem_testkit::real_node::RealNode;
 
 use super::{
-    config_applied, container_dir, eventually, install_nodemem, kubelet_invocation,
-    kubelet_took_over, node_read_all, node_values_become, pod_dir, simulate_node, start_pods, Bed,
-    Installed,
+    config_applied, container_dir, eventually, kubelet_invocation, kubelet_took_over,
+    node_read_all, node_values_become, pod_dir, simulate_node, start_pods, Bed, Installed,
 };
 
 /// The pool's policy (the node's pool, `real`: this phase replaces the one before): the
@@ -117,20 +117,18 @@ async fn pods_started_and_predicted(
         start_pods(&bed.client, &[p]).await;
     }
     let work = policy.parent().expect("the policy's directory");
-    let sim = simulate_node(
-        bed.admin(),
-        policy,
-        work,
-        Driver::Systemd,
-        node,
-        Some(topology),
-    );
-    let pins = predicted_pins(&bed.client, &sim, tag).await;
+    let sim = simulate_node(bed.admin(), policy, work, bed.driver, node, Some(topology));
+    let pins = predicted_pins(&bed.client, bed.driver, &sim, tag).await;
     (sim, pins)
 }
 
 /// simulate's pinning of the `tag` pods' containers, with their cgroups on the node.
-async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pinned> {
+async fn predicted_pins(
+    client: &kube::Client,
+    driver: Driver,
+    sim: &Value,
+    tag: &str,
+) -> Vec<Pinned> {
     let pods: Api<core::Pod> = Api::namespaced(client.clone(), "default");
     let mut out = Vec::new();
     for pod in sim["pods"].as_array().unwrap() {
@@ -146,11 +144,7 @@ async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pi
         let uid = pod["uid"].as_str().unwrap().to_string();
         let id = super::container_id(&pods, name).await;
         assert!(!id.is_empty(), "{name} has a container");
-        let dir = container_dir(
-            Driver::Systemd,
-            &pod_dir(Driver::Systemd, "Guaranteed", &uid),
-            &id,
-        );
+        let dir = container_dir(driver, &pod_dir(driver, "Guaranteed", &uid), &id);
         out.push(Pinned {
             pod: name.to_string(),
             uid,
@@ -167,35 +161,75 @@ async fn predicted_pins(client: &kube::Client, sim: &Value, tag: &str) -> Vec<Pi
     out
 }
 
-/// Phase `numa` on the systemd node (kubelet v1.36), its last: after the helm phase's
-/// uninstall left nothing of nodemem's, nodemem installed again as users install it,
-/// with the Static Memory Manager policy for the node's pool.
-pub(crate) async fn pins_after_a_reinstall(node: &mut RealNode, bed: &Bed<'_>) {
-    let installed = install_nodemem(
-        bed.cp,
-        node,
-        &bed.client,
-        &numa_policy("Agent", ""),
-        &[
-            "--agent-kubelet-config-dir",
-            KUBELET_CONFIG_DIR,
-            "--agent-kubelet-restart-unit",
-            "kubelet.service",
-        ],
+/// Phase `numa` on the v1.36 kubelet, from nodemem as installed (`enforcement: Agent`,
+/// Memory QoS at the policy's defaults, no Memory Manager) and back to it, so that the
+/// phases after it (the token, the give-back, helm, the v1.35 kubelet) find the node
+/// as before: the pool's policy becomes the Static Memory Manager under Agent, then
+/// Kubelet (the drop-in carrying Memory QoS and the Memory Manager together); then
+/// the installed policy again: the agent leaves Kubelet mode, its drop-in removed, the
+/// Memory Manager's state removed and the kubelet restarted through systemd, which
+/// comes back with the None policy.
+pub(crate) async fn pins_and_back_to_agent(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &Installed,
+) {
+    super::remove_pods(&bed.client, &Default::default())
+        .await
+        .unwrap_or_else(|left| panic!("the pods of default not gone: {left:?}"));
+    let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
+    let before = configs.get(&node.name).await.unwrap().spec.revision;
+    pins_as_predicted(node, bed, installed, "", Some(&before)).await;
+
+    // Back to the installed policy: Kubelet mode left.
+    super::remove_pods(&bed.client, &Default::default())
+        .await
+        .unwrap_or_else(|left| panic!("the pinned pods not gone: {left:?}"));
+    let numa_revision = configs.get(&node.name).await.unwrap().spec.revision;
+    let kubelet_before = kubelet_invocation(node);
+    let restart_from = super::node_clock(node);
+    let (client, admin) = (&bed.client, bed.admin());
+    kubectl(admin, &["apply", "-f", installed.policy.to_str().unwrap()]).unwrap();
+    config_applied(
+        client,
+        admin,
+        &node.name,
+        Some(&numa_revision),
+        Duration::from_secs(300),
     )
     .await;
-    pins_as_predicted(node, bed, &installed, "", None).await;
+    super::node_ready_after_restart(node, client, restart_from).await;
+    assert_ne!(
+        kubelet_invocation(node),
+        kubelet_before,
+        "leaving Kubelet mode did not restart the kubelet"
+    );
+    let (out, code) = node
+        .run(&format!(
+            "test ! -e {KUBELET_CONFIG_DIR}/99-nodemem.conf && cat /var/lib/kubelet/memory_manager_state"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "the drop-in is still there: {out}");
+    let state: Value = serde_json::from_str(&out).expect(&out);
+    assert_eq!(
+        state["policyName"], "None",
+        "the kubelet back without the Static Memory Manager: {state}"
+    );
 }
 
-/// Phase `numa` on the v1.35 node, after `kubelet-mode`: the pool's policy becomes the
-/// Static Memory Manager under `enforcement: Agent` (Memory QoS off: v1.35 could express
-/// it only as HardReservation), so the agent first leaves Kubelet mode (its drop-in
-/// removed, the kubelet restarted without it). v1.35's Memory Manager is GA as in v1.36.
+/// Phase `numa` on the v1.35 kubelet and on the v1.37 node, after `kubelet-mode`: the
+/// pool's policy becomes the Static Memory Manager under `enforcement: Agent` (Memory
+/// QoS off: v1.35 could express it only as HardReservation), so the agent first leaves
+/// Kubelet mode (its drop-in removed, the kubelet restarted without it). The pods of
+/// `default` go first: a Guaranteed one left there would take its NUMA node's memory.
 pub(crate) async fn pins_after_kubelet_mode(
     node: &mut RealNode,
     bed: &Bed<'_>,
     installed: &Installed,
 ) {
+    super::remove_pods(&bed.client, &Default::default())
+        .await
+        .unwrap_or_else(|left| panic!("the pods of default not gone: {left:?}"));
     let configs: Api<NodeMemoryConfig> = Api::all(bed.client.clone());
     let before = configs.get(&node.name).await.unwrap().spec.revision;
     pins_as_predicted(
@@ -259,20 +293,23 @@ async fn pins_as_predicted(
     for p in &pins {
         eprintln!("agent pinned {} to NUMA node(s) {}", p.pod, p.mems);
     }
-    // systemd's record holds the pinning: a reload re-applies AllowedMemoryNodes.
-    // Two minutes at the node's pace: once (2026-11-28, v1.35 node) the reload had
-    // not returned after the minute a node request gets by default.
-    let (out, code) = node
-        .run_within(
-            "systemctl daemon-reload && sleep 3",
-            super::pace::paced(Duration::from_secs(120)),
-        )
-        .unwrap();
-    assert_eq!(code, 0, "{out}");
-    let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
-    let read = node_read_all(node, &paths);
-    for (path, want) in &wanted {
-        assert_eq!(read.get(path), Some(want), "{path} after daemon-reload");
+    // systemd's record holds the pinning (systemd driver): a reload re-applies
+    // AllowedMemoryNodes, which must be the agent's. On cgroupfs no unit holds a pod.
+    if bed.driver == Driver::Systemd {
+        // Two minutes at the node's pace: once (2026-11-28, v1.35 node) the reload had
+        // not returned after the minute a node request gets by default.
+        let (out, code) = node
+            .run_within(
+                "systemctl daemon-reload && sleep 3",
+                super::pace::paced(Duration::from_secs(120)),
+            )
+            .unwrap();
+        assert_eq!(code, 0, "{out}");
+        let paths: Vec<&str> = wanted.iter().map(|(p, _)| p.as_str()).collect();
+        let read = node_read_all(node, &paths);
+        for (path, want) in &wanted {
+            assert_eq!(read.get(path), Some(want), "{path} after daemon-reload");
+        }
     }
 
     // enforcement: Kubelet. The controller drains the node (the pinned pods lose

@@ -38,6 +38,22 @@ fn owner_event(node: &mut RealNode, what: &'static str, script: &str) -> OwnerEv
 /// fails.
 pub(crate) type Repaired = &'static [(&'static str, f64)];
 
+/// Which owners' events a node's owners phase brings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Events {
+    /// Every owner's: systemd's reload and a slice's property change, containerd's
+    /// restart, and the kubelet's (its restart and QoS update, a resize, a container
+    /// restart).
+    All,
+    /// The kubelet's only, for a second kubelet on a node whose first ran them all
+    /// (issue 57): systemd re-applies its record and containerd restarts without
+    /// either reading the kubelet, and a kubelet with its Memory QoS gate off (the
+    /// v1.35 one under nodemem, as the v1.36 one before it) puts nothing of its own in
+    /// the records of nodemem's values, so those events do to them what they did under
+    /// the first kubelet.
+    KubeletOnly,
+}
+
 /// Item 4 of issue 17: the programs that own the cgroups nodemem writes (systemd, the
 /// kubelet, containerd) rewrite them on their own occasions. Every value nodemem
 /// holds must read back as nodemem's through all of them; the monitor on the node
@@ -50,6 +66,7 @@ pub(crate) async fn values_survive_their_owners(
     installed: &Installed,
     expected: std::collections::BTreeMap<String, (String, String)>,
     repaired: Repaired,
+    brought: Events,
 ) {
     let (driver, client, admin) = (bed.driver, &bed.client, bed.admin());
     let (policy, work) = (installed.policy.as_path(), installed.work.path());
@@ -77,27 +94,29 @@ pub(crate) async fn values_survive_their_owners(
         Driver::Systemd => "kubepods-burstable.slice",
         Driver::Cgroupfs => "",
     };
-    events.push(owner_event(
-        node,
-        "systemctl daemon-reload",
-        "systemctl daemon-reload && sleep 3",
-    ));
-    if driver == Driver::Systemd {
-        // What the kubelet's periodic QoS update does to a slice (a property change),
-        // without waiting for it; the real one comes below.
+    if brought == Events::All {
         events.push(owner_event(
             node,
-            "a property change on the burstable slice",
-            &format!(
-                "systemctl set-property --runtime {burstable_unit} TasksAccounting=yes && sleep 3"
-            ),
+            "systemctl daemon-reload",
+            "systemctl daemon-reload && sleep 3",
+        ));
+        if driver == Driver::Systemd {
+            // What the kubelet's periodic QoS update does to a slice (a property change),
+            // without waiting for it; the real one comes below.
+            events.push(owner_event(
+                node,
+                "a property change on the burstable slice",
+                &format!(
+                    "systemctl set-property --runtime {burstable_unit} TasksAccounting=yes && sleep 3"
+                ),
+            ));
+        }
+        events.push(owner_event(
+            node,
+            "containerd restart",
+            "systemctl restart containerd && sleep 5",
         ));
     }
-    events.push(owner_event(
-        node,
-        "containerd restart",
-        "systemctl restart containerd && sleep 5",
-    ));
     let kubelet_restart = owner_event(
         node,
         "kubelet restart",

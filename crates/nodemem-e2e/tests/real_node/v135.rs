@@ -1,7 +1,8 @@
 //! The v1.35.4 kubelet (Memory QoS alpha, its gate off by default, no
 //! `memoryReservationPolicy`: every memory request is memory.min): its own Memory QoS,
 //! gate on, is the reference; then nodemem is installed as users install it and its
-//! values are `nodemem simulate`'s and survive their owners (issue 42, item 2).
+//! values are `nodemem simulate`'s and survive their owners (issue 42, item 2). On the
+//! systemd node after its v1.36 phases, the kubelet swapped in place (issue 57).
 
 use super::*;
 use nodemem_testkit::real_node::KUBELET_CONFIG_DIR;
@@ -30,27 +31,41 @@ fn kubelets_v135_memory_qos(on: bool) -> Value {
     json!({"featureGates": {"MemoryQoS": on}, "memoryThrottlingFactor": 0.9})
 }
 
-pub(crate) fn a_v1_35_node(driver: Driver, name: &str) {
-    let _slot = super::side_by_side::slot();
-    let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
+/// The v1.35 phases on the systemd node after its v1.36 ones (issue 57: one boot for two
+/// kubelets of one driver, instead of a boot, a control plane and an image import of its
+/// own): the helm phase's uninstall left nothing of nodemem's on the node, its pods are
+/// gone, and the v1.35.4 kubelet takes the node's place (`swap_kubelet`) with its own
+/// Memory QoS on. `phases` is in its own part: `v1.35.4 install` is what the phases
+/// after it need; the swap needs `clean`, the phases that left the node clean.
+pub(crate) async fn phases_after_a_kubelet_swap(
+    phases: &mut Phases,
+    mut node: &mut RealNode,
+    bed: &Bed<'_>,
+    spec: &mut RealNodeSpec,
+    clean: &[&str],
+) {
+    let driver = bed.driver;
+    let name = node.name.clone();
+    let name = name.as_str();
+    phases.part(KUBELET_V135);
     spec.kubelet = kubelets_v135_memory_qos(true);
-    let (cp, mut node, started) = boot(&spec, KUBELET_V135);
-    let rt = runtime();
-    rt.block_on(async {
-        let client = joined(&cp, &mut node, started).await;
-        let bed = Bed {
-            cp: &cp,
-            driver,
-            client,
-        };
-        let mut phases = Phases::new(name);
-        phase!(phases, node, bed, "kubelet-version", &[], || {
-            reports_kubelet_version(&bed, name, KUBELET_V135)
-        });
-        phase!(phases, node, bed, "kubelet-reference", &[], || {
+    phase!(phases, node, bed, "kubelet-version", clean, || async {
+        super::remove_pods(&bed.client, &ListParams::default())
+            .await
+            .unwrap_or_else(|left| panic!("the pods of default not gone: {left:?}"));
+        swap_kubelet(&mut *node, spec, &bed.client, KUBELET_V135).await;
+        reports_kubelet_version(bed, name, KUBELET_V135).await
+    });
+    phase!(
+        phases,
+        node,
+        bed,
+        "kubelet-reference",
+        &["kubelet-version"],
+        || {
             kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
                 bed.cp,
-                &mut node,
+                &mut *node,
                 driver,
                 &bed.client,
                 kubelet_reference::Reference {
@@ -61,57 +76,92 @@ pub(crate) fn a_v1_35_node(driver: Driver, name: &str) {
                     departures: &[kubelet_reference::V137_BESTEFFORT_HIGH],
                 },
             )
-        });
-        // nodemem enforces from here: the kubelet's own Memory QoS goes off.
-        spec.kubelet = kubelets_v135_memory_qos(false);
-        phase!(
-            phases,
-            node,
-            bed,
-            "kubelet-without-memory-qos",
-            &[],
-            || async {
-                restart_kubelet_with(&mut node, &spec, &bed.client).await;
-                a_workload_runs(&mut node, &bed, name).await;
-            }
-        );
-        let installed = phase!(
-            phases,
-            node,
-            bed,
-            "install",
-            &["kubelet-without-memory-qos"],
-            || {
-                // No drop-in directory given: the agent finds the kubelet's own.
-                install_nodemem(
-                    bed.cp,
-                    &mut node,
-                    &bed.client,
-                    POLICY_V135,
-                    &["--agent-kubelet-restart-unit", "kubelet.service"],
-                )
-            }
-        );
-        nodemem_as_predicted(
-            &mut phases,
-            &mut node,
-            &bed,
-            installed.as_ref(),
-            "v1.35.4 (v1.36 rules",
-            &[],
-        )
-        .await;
-        phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
-            kubelet_mode_on_v1_35(&mut node, &bed, installed.as_ref().expect("install passed"))
-                .await
-        });
-        // Last, as on the systemd node: the Static Memory Manager on v1.35.
-        phase!(phases, node, bed, "numa", &["install"], || {
-            let installed = installed.as_ref().expect("install passed");
-            numa::pins_after_kubelet_mode(&mut node, &bed, installed)
-        });
-        phases.finish();
+        }
+    );
+    // nodemem enforces from here: the kubelet's own Memory QoS goes off.
+    spec.kubelet = kubelets_v135_memory_qos(false);
+    phase!(
+        phases,
+        node,
+        bed,
+        "kubelet-without-memory-qos",
+        &["kubelet-version"],
+        || async {
+            restart_kubelet_with(&mut *node, spec, &bed.client).await;
+            a_workload_runs(&mut *node, bed, name).await;
+        }
+    );
+    let installed = phase!(
+        phases,
+        node,
+        bed,
+        "install",
+        &["kubelet-without-memory-qos"],
+        || {
+            // No drop-in directory given: the agent finds the kubelet's own.
+            install_nodemem(
+                bed.cp,
+                &mut *node,
+                &bed.client,
+                POLICY_V135,
+                &["--agent-kubelet-restart-unit", "kubelet.service"],
+            )
+        }
+    );
+    nodemem_as_predicted(
+        phases,
+        &mut *node,
+        bed,
+        installed.as_ref(),
+        "v1.35.4 (v1.36 rules",
+        &[],
+        owners::Events::KubeletOnly,
+    )
+    .await;
+    phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
+        kubelet_mode_on_v1_35(&mut *node, bed, installed.as_ref().expect("install passed")).await
     });
+    // Last: the Static Memory Manager on the oldest kubelet (the v1.37 node runs it on
+    // the newest; v1.36's Memory Manager is v1.35's: TESTING.md's matrix).
+    phase!(phases, node, bed, "numa", &["install"], || {
+        let installed = installed.as_ref().expect("install passed");
+        numa::pins_after_kubelet_mode(&mut *node, bed, installed)
+    });
+}
+
+/// The node's kubelet replaced by the one of `version` (the control plane build's,
+/// through the share) on a node without pods, as a node's re-provisioning does it: the
+/// old one stopped, the binary installed, the old kubelet's checkpoints removed (the
+/// CPU, Memory and DRA managers' `*_state` and the device plugins': a kubelet refuses
+/// to start on a checkpoint of another policy, and an older one may not read a newer
+/// one's), `spec`'s configuration written, the new one started; waits for the Node
+/// Ready under it. The Node object stays: the new kubelet registers with it as a
+/// kubelet restarted on its node does.
+async fn swap_kubelet(
+    node: &mut RealNode,
+    spec: &RealNodeSpec,
+    client: &kube::Client,
+    version: &str,
+) {
+    let bin = control_plane_binaries().expect("control plane binaries");
+    let kubelet = bin
+        .kubelet_of(version)
+        .unwrap_or_else(|| panic!("no kubelet {version} in {:?}", bin.kubelets));
+    std::fs::copy(kubelet, node.share().join("kubelet-next")).unwrap();
+    let config =
+        serde_json::to_string_pretty(&nodemem_testkit::real_node::kubelet_configuration(spec))
+            .unwrap();
+    std::fs::write(node.share().join("kubelet-config.yaml"), config).unwrap();
+    let before = node_clock(node);
+    let (out, code) = node
+        .run_within(
+            "systemctl stop kubelet && install -m 0755 /mnt/nodemem/kubelet-next /usr/local/bin/kubelet && rm -f /var/lib/kubelet/*_state /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint && cp /mnt/nodemem/kubelet-config.yaml /var/lib/kubelet/config.yaml && systemctl start kubelet && until systemctl is-active -q kubelet; do sleep 1; done",
+            Duration::from_secs(120),
+        )
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    std::fs::remove_file(node.share().join("kubelet-next")).unwrap();
+    node_ready_after_restart(node, client, before).await;
 }
 
 /// `enforcement: Kubelet` on the v1.35 node: HardReservation is what its gate does, so

@@ -177,6 +177,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             installed.as_ref(),
             "v1.37.2 (v1.37 rules",
             V137_REPAIRED,
+            owners::Events::All,
         )
         .await;
         // The owners' pods are no later phase's.
@@ -194,9 +195,9 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             let installed = installed.as_mut().expect("install passed");
             give_back::an_uninstall_gives_the_node_back(&mut node, &bed, installed)
         });
-        // Last, on nodemem installed again (the give-back left nothing of it): the
-        // kubelet then enforces, and its values would stay for any phase after.
-        phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
+        // On nodemem installed again (the give-back left nothing of it): the kubelet
+        // then enforces.
+        let reinstalled = phase!(phases, node, bed, "kubelet-mode", &["install"], || async {
             let installed = install_v137(&bed, &mut node).await;
             // The reinstall's `kubectl apply` keeps what the reclaim phase patched in
             // (the three-way merge leaves a field it never set), and Active reclaim is
@@ -214,7 +215,15 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
                 ],
             )
             .unwrap();
-            kubelet_mode_on_v1_37(&mut node, &bed, &installed).await
+            kubelet_mode_on_v1_37(&mut node, &bed, &installed).await;
+            installed
+        });
+        // Last: the Static Memory Manager on the newest kubelet, whose Memory Manager
+        // takes each pod's lifecycle operation (in-place resize) where v1.35's and
+        // v1.36's did not (TESTING.md's matrix); from Kubelet mode, as on v1.35.
+        phase!(phases, node, bed, "numa", &["kubelet-mode"], || {
+            let installed = reinstalled.as_ref().expect("kubelet-mode passed");
+            numa::pins_after_kubelet_mode(&mut node, &bed, installed)
         });
         phases.finish();
     });
