@@ -553,6 +553,22 @@ fn only_the_hosts_kubelet_is_read() {
         "kubelet (pid 202): runs below a container runtime's shim (containerd-shim, pid 150): a container's"
     );
 
+    // The kubelet's own child between its fork and its exec (to run `umount`, say):
+    // the kubelet's name, command line, namespace and cgroup, the kubelet its parent.
+    // No second kubelet, and no other process named like one: the kubelet is read, the
+    // child is not among the ignored (each fork a pass saw would be a Warning Event).
+    let child = Place {
+        mnt: HOST_MNT,
+        cgroup: "/system.slice/kubelet.service",
+        ppid: 100,
+        root: &node.root,
+    };
+    node.run_as(101, "kubelet", &argv, &child);
+    let s = node.read();
+    assert_eq!(s.origin.process, Some((100, "kubelet".into())));
+    assert_eq!(s.origin.ignored.len(), 3, "{:#?}", s.origin.ignored);
+    node.stop(101);
+
     // A second process that qualifies: neither is read.
     node.run(300, "kubelet", &argv);
     let err = node.files().read(OwnDropIn::OnDisk).unwrap_err();

@@ -148,7 +148,8 @@ pub enum NoHostKubelet {
 }
 
 /// Every process named like a kubelet under `proc_root`, sorted into the host's and
-/// the others (zombies left out: they run nothing). A missing signal (a namespace or
+/// the others (zombies and the host kubelet's children before their exec left out:
+/// they run no kubelet). A missing signal (a namespace or
 /// cgroup that cannot be read) never makes a process the host's.
 pub fn find_kubelets(proc_root: &Path) -> KubeletSearch {
     let mut search = KubeletSearch::default();
@@ -156,6 +157,8 @@ pub fn find_kubelets(proc_root: &Path) -> KubeletSearch {
         return search;
     };
     let host_mnt = fs::read_link(proc_root.join("1/ns/mnt")).ok();
+    // The host's candidates with their parents.
+    let mut host: Vec<(KubeletProcess, u32)> = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -192,7 +195,7 @@ pub fn find_kubelets(proc_root: &Path) -> KubeletSearch {
             dir,
         };
         match not_the_hosts(proc_root, &process, stat.ppid, host_mnt.as_deref()) {
-            None => search.host.push(process),
+            None => host.push((process, stat.ppid)),
             Some(why) => search.ignored.push(IgnoredKubelet {
                 pid,
                 command: process.command(),
@@ -200,9 +203,25 @@ pub fn find_kubelets(proc_root: &Path) -> KubeletSearch {
             }),
         }
     }
+    search.host = own_children_left_out(host);
     search.host.sort_by_key(|p| p.pid);
     search.ignored.sort_by_key(|p| p.pid);
     search
+}
+
+/// The host's candidates less those whose parent is another of them: a process the
+/// kubelet forked (to run `umount`, `nsenter`, a probe's command) carries the kubelet's
+/// name, namespace and cgroup until it execs, which under a slow node's load is long
+/// enough for a pass to see it (seen on a real node, 2026-11-30, while the kubelet tore
+/// down the volumes of deleted pods: `AmbiguousKubelet`). It is the kubelet's own
+/// passing child, never a second kubelet, and left out like a zombie: listed among the
+/// ignored it would be a `KubeletIgnored` Warning for every fork a pass happens to see.
+fn own_children_left_out(host: Vec<(KubeletProcess, u32)>) -> Vec<KubeletProcess> {
+    let pids: Vec<u32> = host.iter().map(|(p, _)| p.pid).collect();
+    host.into_iter()
+        .filter(|(_, ppid)| !pids.contains(ppid))
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// Why `process` is not the host's kubelet; None when it is.

@@ -327,19 +327,16 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
             "install",
             &["kubelet-without-memory-qos"],
             || {
-                // The kubelet's drop-in directory and unit: the numa phase's Kubelet
-                // mode (the DaemonSet mounts them only once a policy asks for it).
+                // The kubelet's unit, for the numa phase's Kubelet mode; no drop-in
+                // directory given: the agent finds the kubelet's own (a directory
+                // given is the agent's, which the kubelet-discovery phase's moved
+                // kubelet would not read: KubeletConfigDirMismatch).
                 install_nodemem(
                     bed.cp,
                     &mut node,
                     &bed.client,
                     POLICY,
-                    &[
-                        "--agent-kubelet-config-dir",
-                        nodemem_testkit::real_node::KUBELET_CONFIG_DIR,
-                        "--agent-kubelet-restart-unit",
-                        "kubelet.service",
-                    ],
+                    &["--agent-kubelet-restart-unit", "kubelet.service"],
                 )
             }
         );
@@ -1219,6 +1216,11 @@ fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
         ("containerd: last lines", "journalctl -u containerd --no-pager -n 40"),
         ("the agent: last lines", "tail -n 40 /var/log/pods/nodemem-system_*/agent/*.log"),
         ("memory and the kernel", "free -m; cat /proc/pressure/memory /proc/pressure/cpu; dmesg | tail -n 20"),
+        // What the agent takes for the host's kubelet (a second one is AmbiguousKubelet).
+        (
+            "processes named kubelet",
+            "for d in /proc/[0-9]*; do if [ \"$(cat $d/comm 2>/dev/null)\" = kubelet ]; then echo \"${d#/proc/} ppid $(cut -d' ' -f4 $d/stat) state $(cut -d' ' -f3 $d/stat) cgroup $(cat $d/cgroup) exe $(readlink $d/exe)\"; fi; done",
+        ),
     ] {
         let said = match node.run(script) {
             Ok((text, _)) => text,

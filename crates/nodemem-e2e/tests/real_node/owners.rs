@@ -84,8 +84,12 @@ pub(crate) async fn values_survive_their_owners(
         .collect();
     let watch_list: String = watched.iter().map(|p| format!("{p}\n")).collect();
     std::fs::write(node.share().join("watch"), watch_list).unwrap();
+    // A fresh directory and unit: a node that runs this phase twice (one kubelet after
+    // another) would otherwise find the first run's stop file (the monitor would stop
+    // at once) and its log, which `file:` does not truncate: the first kubelet's
+    // values read as the second's (seen 2026-11-30).
     let (out, code) = node
-        .run(&format!("mkdir -p /run/nodemem-monitor && cp /mnt/nodemem/watch /run/nodemem-monitor/watch && systemd-run --unit=nodemem-monitor --property=StandardOutput=file:/run/nodemem-monitor/log {MONITOR}"))
+        .run(&format!("systemctl stop nodemem-monitor 2>/dev/null; systemctl reset-failed nodemem-monitor 2>/dev/null; rm -rf /run/nodemem-monitor && mkdir -p /run/nodemem-monitor && cp /mnt/nodemem/watch /run/nodemem-monitor/watch && systemd-run --unit=nodemem-monitor --property=StandardOutput=file:/run/nodemem-monitor/log {MONITOR}"))
         .unwrap();
     assert_eq!(code, 0, "{out}");
     let started = owner_event(node, "monitor started", "sleep 2");
