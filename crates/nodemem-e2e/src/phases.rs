@@ -23,6 +23,9 @@ pub struct Phases {
     results: Vec<(String, PhaseResult)>,
     /// The node's CPU time each phase used, where measured ([`Phases::spent`]).
     cpu: Vec<Option<Duration>>,
+    /// When the node's run is over its time ([`Phases::deadline`]): no phase starts
+    /// after it.
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl Phases {
@@ -32,7 +35,17 @@ impl Phases {
             part: None,
             results: Vec::new(),
             cpu: Vec::new(),
+            deadline: None,
         }
+    }
+
+    /// No phase starts once `budget` from now has passed: each is skipped and says so,
+    /// and the summary still comes. A node that cannot start its pods fails each
+    /// phase only after that phase's own waits, and a CI run ended by its time limit
+    /// shows none of it (issue 57: 4,173 s of a node whose first pods never started,
+    /// stopped by CI's limit before its summary).
+    pub fn deadline(&mut self, budget: Duration) {
+        self.deadline = Some((Instant::now() + budget, budget));
     }
 
     /// From here on the phases are part `label` of the node's run (one boot running two
@@ -84,8 +97,17 @@ impl Phases {
     ) -> Option<T> {
         let name = &self.named(name);
         let needs: Vec<String> = needs.iter().map(|n| self.needed(n)).collect();
-        if let Some(missing) = needs.iter().find(|n| !self.passed(n)) {
-            let why = format!("needs phase {missing}, which did not pass");
+        let late = self
+            .deadline
+            .filter(|(at, _)| Instant::now() >= *at)
+            .map(|(_, budget)| format!("the node's run is past its budget of {budget:.0?}"));
+        let unmet = || {
+            needs
+                .iter()
+                .find(|n| !self.passed(n))
+                .map(|missing| format!("needs phase {missing}, which did not pass"))
+        };
+        if let Some(why) = late.or_else(unmet) {
             eprintln!("== {}: {name} skipped: {why}", self.node);
             self.results
                 .push((name.to_string(), PhaseResult::Skipped(why)));
@@ -222,6 +244,32 @@ mod tests {
         );
         assert!(
             message.contains("reports: Skipped(\"needs phase install, which did not pass\")"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_phase_starts_past_the_deadline_and_the_summary_names_it() {
+        let mut phases = Phases::new("n1");
+        phases.deadline(Duration::from_secs(3600));
+        assert_eq!(phases.run("boot", &[], || async { 1 }).await, Some(1));
+        phases.deadline(Duration::ZERO);
+        let mut ran = false;
+        let late = phases
+            .run("install", &[], || async {
+                ran = true;
+            })
+            .await;
+        assert!(
+            late.is_none() && !ran,
+            "a phase past the deadline does not run"
+        );
+        assert!(!phases.last_failed(), "skipped, not failed");
+        let summary = std::panic::catch_unwind(AssertUnwindSafe(|| phases.finish()))
+            .expect_err("a skipped phase fails the run at the end");
+        let message = panic_message(summary.as_ref());
+        assert!(
+            message.contains("install: Skipped(\"the node's run is past its budget of 0ns\")"),
             "{message}"
         );
     }

@@ -114,6 +114,13 @@ const KUBELET_V136: &str = "v1.36.3";
 const KUBELET_V137: &str = "v1.37.2";
 const KUBELET_V135: &str = "v1.35.4";
 
+/// How long a node's phases may take in all (at the node's pace) before no more start:
+/// about twice what they take when they pass (TESTING.md: the systemd node's 27 phases
+/// 967 s with its boot, the v1.37 node's 16 phases 716 s), so that a node whose pods
+/// hang still prints its summary inside CI's limit.
+const SYSTEMD_NODE_PHASES: Duration = Duration::from_secs(1_800);
+const V137_NODE_PHASES: Duration = Duration::from_secs(1_400);
+
 /// Kubelet v1.36.3, then v1.35.4 in its place (`v135.rs`).
 #[test]
 fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
@@ -293,6 +300,7 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
             client,
         };
         let mut phases = Phases::new(name);
+        phases.deadline(paced(SYSTEMD_NODE_PHASES));
         phase!(phases, node, bed, "kubelet-reference", &[], || {
             kubelet_reference::the_kubelets_memory_qos_is_nodemems_prediction(
                 bed.cp,
@@ -584,12 +592,15 @@ async fn a_workload_runs(node: &mut RealNode, bed: &Bed<'_>, name: &str) {
     })
     .await;
     let Some((uid, container_id)) = running else {
-        let status = pods.get("workload").await.map(|p| p.status);
+        let status = match pods.get("workload").await {
+            Ok(p) => p.status.as_ref().map_or("no status".into(), pod_state),
+            Err(e) => format!("not read: {e}"),
+        };
         let (journal, _) = node
             .run("journalctl -u kubelet -u containerd --no-pager | grep -iE 'error|fail|warn' | tail -40")
             .unwrap_or_default();
         panic!(
-            "pod workload not Running within {:?}: {status:?}\nnode journal:\n{journal}",
+            "pod workload not Running within {:?}: {status}\nnode journal:\n{journal}",
             paced(Duration::from_secs(180))
         );
     };
@@ -1180,10 +1191,29 @@ fn say_where_the_cpu_went(
     );
 }
 
-/// What explains a failed phase: the pods that do not run and their events, the
-/// kubelet's and containerd's journal, the agent's log and the node's memory.
+/// What explains a failed phase, the node's own word first (CI shows a part of a long
+/// output: its start and its end): the kubelet's and containerd's errors and last
+/// lines, the node's memory and kernel, the processes named kubelet, then the pods and
+/// the events of those that do not run (not `describe`: 60 lines a pod buried the
+/// journal, issue 57), the agent's log.
 fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
     let mut out = format!("==== {}: the node after the failed phase\n", node.name);
+    for (what, script) in [
+        (
+            "kubelet and containerd: errors and warnings of the last 15 minutes",
+            "journalctl -u kubelet -u containerd --no-pager --since -15min | grep -E ' [EW][0-9]{4} |level=(error|warning)' | tail -n 40",
+        ),
+        ("kubelet: last lines", "journalctl -u kubelet --no-pager -n 25"),
+        ("containerd: last lines", "journalctl -u containerd --no-pager -n 25"),
+        ("memory and the kernel", "free -m; cat /proc/pressure/memory /proc/pressure/cpu; dmesg | tail -n 10"),
+        // What the agent takes for the host's kubelet (a second one is AmbiguousKubelet).
+        (
+            "processes named kubelet",
+            "for d in /proc/[0-9]*; do if [ \"$(cat $d/comm 2>/dev/null)\" = kubelet ]; then echo \"${d#/proc/} ppid $(cut -d' ' -f4 $d/stat) state $(cut -d' ' -f3 $d/stat) cgroup $(cat $d/cgroup) exe $(readlink $d/exe)\"; fi; done",
+        ),
+    ] {
+        out.push_str(&format!("---- {what}\n{}\n", said(node, script)));
+    }
     let admin = bed.admin();
     let pods =
         kubectl(admin, &["get", "pods", "-A", "-o", "wide"]).unwrap_or_else(|e| e.to_string());
@@ -1193,42 +1223,46 @@ fn diagnosis(node: &mut RealNode, bed: &Bed<'_>) -> String {
         &[
             "get",
             "pods",
-            "-n",
-            "default",
+            "-A",
             "--field-selector",
             "status.phase!=Running",
             "-o",
-            "name",
+            "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}",
         ],
     )
     .unwrap_or_default();
-    for pod in not_running.lines().filter(|l| !l.is_empty()) {
-        let described =
-            kubectl(admin, &["describe", "-n", "default", pod]).unwrap_or_else(|e| e.to_string());
-        out.push_str(&format!("---- {pod} (not Running)\n{described}\n"));
+    for (namespace, pod) in not_running.lines().filter_map(|l| l.split_once(' ')) {
+        let selector = format!("involvedObject.name={pod}");
+        let events = kubectl(
+            admin,
+            &[
+                "get",
+                "events",
+                "-n",
+                namespace,
+                "--field-selector",
+                &selector,
+            ],
+        )
+        .unwrap_or_else(|e| e.to_string());
+        out.push_str(&format!(
+            "---- {namespace}/{pod} (not Running): its events\n{events}\n"
+        ));
     }
-    for (what, script) in [
-        (
-            "kubelet and containerd: errors and warnings of the last 15 minutes",
-            "journalctl -u kubelet -u containerd --no-pager --since -15min | grep -E ' [EW][0-9]{4} |level=(error|warning)' | tail -n 80",
-        ),
-        ("kubelet: last lines", "journalctl -u kubelet --no-pager -n 40"),
-        ("containerd: last lines", "journalctl -u containerd --no-pager -n 40"),
-        ("the agent: last lines", "tail -n 40 /var/log/pods/nodemem-system_*/agent/*.log"),
-        ("memory and the kernel", "free -m; cat /proc/pressure/memory /proc/pressure/cpu; dmesg | tail -n 20"),
-        // What the agent takes for the host's kubelet (a second one is AmbiguousKubelet).
-        (
-            "processes named kubelet",
-            "for d in /proc/[0-9]*; do if [ \"$(cat $d/comm 2>/dev/null)\" = kubelet ]; then echo \"${d#/proc/} ppid $(cut -d' ' -f4 $d/stat) state $(cut -d' ' -f3 $d/stat) cgroup $(cat $d/cgroup) exe $(readlink $d/exe)\"; fi; done",
-        ),
-    ] {
-        let said = match node.run(script) {
-            Ok((text, _)) => text,
-            Err(e) => format!("(the node did not answer: {e})"),
-        };
-        out.push_str(&format!("---- {what}\n{said}\n"));
-    }
+    let agent = said(
+        node,
+        "tail -n 25 /var/log/pods/nodemem-system_*/agent/*.log",
+    );
+    out.push_str(&format!("---- the agent: last lines\n{agent}\n"));
     out
+}
+
+/// What `script` printed on the node, or why the node did not answer.
+fn said(node: &mut RealNode, script: &str) -> String {
+    match node.run(script) {
+        Ok((text, _)) => text,
+        Err(e) => format!("(the node did not answer: {e})"),
+    }
 }
 
 /// Deletes the pods of `default` that `listed` selects and waits until the kubelet has
@@ -1346,13 +1380,68 @@ async fn start_pods(client: &kube::Client, pods: &[core::Pod]) {
         })
         .await;
         if ready.is_none() {
-            let status = api.get(&name).await.map(|p| p.status);
+            let state = match api.get(&name).await {
+                Ok(p) => p.status.as_ref().map_or("no status".into(), pod_state),
+                Err(e) => format!("not read: {e}"),
+            };
             panic!(
-                "pod {name} not Running with all its containers within {:?}: {status:?}",
+                "pod {name} not Running with all its containers within {:?}: {state}",
                 paced(Duration::from_secs(240))
             );
         }
     }
+}
+
+/// A pod's state in a line: its phase, the conditions not true (with their reasons),
+/// each container's state (a status's Debug is 2,000 characters on one line).
+fn pod_state(status: &core::PodStatus) -> String {
+    let conditions = status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| c.status != "True");
+    let conditions: Vec<String> = conditions
+        .map(|c| {
+            format!(
+                "{} ({})",
+                c.type_,
+                c.reason.as_deref().unwrap_or("no reason")
+            )
+        })
+        .collect();
+    let statuses = [&status.init_container_statuses, &status.container_statuses];
+    let containers: Vec<String> = statuses
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|c| {
+            let state = c.state.as_ref();
+            let said = match (
+                state.and_then(|s| s.waiting.as_ref()),
+                state.and_then(|s| s.terminated.as_ref()),
+            ) {
+                (Some(w), _) => format!(
+                    "waiting: {} {}",
+                    w.reason.as_deref().unwrap_or(""),
+                    w.message.as_deref().unwrap_or("")
+                ),
+                (_, Some(t)) => format!(
+                    "terminated: {} exit {}",
+                    t.reason.as_deref().unwrap_or(""),
+                    t.exit_code
+                ),
+                _ if state.is_some_and(|s| s.running.is_some()) => "running".to_string(),
+                _ => "no state".to_string(),
+            };
+            format!("{}: {}", c.name, said.trim())
+        })
+        .collect();
+    format!(
+        "phase {}; not true: [{}]; containers: [{}]",
+        status.phase.as_deref().unwrap_or("none"),
+        conditions.join(", "),
+        containers.join("; ")
+    )
 }
 
 /// The notes of the Events of `reason` on pod `pod` in `default`.

@@ -58,6 +58,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             client,
         };
         let mut phases = Phases::new(name);
+        phases.deadline(paced(V137_NODE_PHASES));
         phase!(phases, node, bed, "kubelet-version", &[], || {
             reports_kubelet_version(&bed, name, KUBELET_V137)
         });
