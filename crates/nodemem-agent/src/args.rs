@@ -33,6 +33,18 @@ pub struct AgentArgs {
     /// Compute and apply the node once from files, then exit (no apiserver).
     #[arg(long)]
     pub once: bool,
+    /// Print what the agent reads of the host's kubelet, then exit: the process it
+    /// takes for the kubelet (and those it ignores), the files and flags read, and each
+    /// field nodemem uses in the kubelet's own names, with the defaults of
+    /// --kubelet-version where nothing names it (as the kubelet's /configz prints
+    /// them). Writes nothing; needs no apiserver.
+    #[arg(long, conflicts_with = "once")]
+    pub print_kubelet: bool,
+    /// With --print-kubelet: the kubelet's version (v1.36.3), whose defaults fill the
+    /// fields its configuration leaves out. Default: the newest version nodemem is
+    /// tested with.
+    #[arg(long, requires = "print_kubelet")]
+    pub kubelet_version: Option<String>,
     /// This node's name (default: the NODE_NAME environment variable).
     #[arg(long)]
     pub node_name: Option<String>,

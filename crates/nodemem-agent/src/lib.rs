@@ -19,6 +19,7 @@
 //! * [`nri`]: the agent as the runtime's NRI plugin: new containers created with
 //!   nodemem's values.
 //! * [`once`] and `output`: `--once` from files, and what it prints.
+//! * `print_kubelet`: `--print-kubelet`, what the agent reads of the host's kubelet.
 
 pub mod args;
 pub mod cgroup_events;
@@ -32,6 +33,7 @@ pub mod nri;
 pub mod observer;
 pub mod once;
 mod output;
+mod print_kubelet;
 pub mod reclaim;
 pub mod relief;
 pub mod runtime_record;
@@ -64,6 +66,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             "{}={n}: this agent kills itself (SIGKILL) right after its cgroup write number {n} (a test's fault)",
             nodemem_apply::fault::KILL_AFTER_WRITES_ENV
         );
+    }
+    if args.print_kubelet {
+        return print_kubelet::run(args);
     }
     if args.once {
         return once::run(args);

@@ -257,7 +257,7 @@ pub fn applier_config(args: &AgentArgs) -> ApplierConfig {
 
 /// The kubelet's files as given to the agent, or else those of the kubelet process
 /// it finds.
-fn kubelet_files(args: &AgentArgs) -> nodemem_apply::kubelet::KubeletFiles {
+pub(crate) fn kubelet_files(args: &AgentArgs) -> nodemem_apply::kubelet::KubeletFiles {
     use nodemem_apply::kubelet::KubeletFiles;
     let files = match &args.kubelet_config {
         Some(config) => KubeletFiles::given(config.clone(), args.kubelet_config_dir.clone()),

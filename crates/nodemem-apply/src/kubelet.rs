@@ -7,6 +7,7 @@
 //! its own root ([`KubeletSource::Process`], the agent on a node), or given to the agent
 //! ([`KubeletSource::Given`], a node whose kubelet process it cannot see, and tests).
 
+mod as_run;
 pub mod command_line;
 pub mod conflict;
 pub mod overrides;

@@ -88,6 +88,7 @@ macro_rules! phase {
 }
 
 mod agents_blocked;
+mod configz;
 mod give_back;
 mod helm;
 mod install;
@@ -355,6 +356,10 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
         // Here only: the v1.35 and v1.37 nodes read their kubelet the same way.
         phase!(phases, node, bed, "kubelet-discovery", &["install"], || {
             kubelet_discovery::the_kubelet_is_read_where_it_runs_from(&mut node, &bed)
+        });
+        // The kubelet's /configz against what nodemem reads, layout by layout (issue 58).
+        phase!(phases, node, bed, "configz", &["install"], || {
+            configz::nodemem_reads_what_the_kubelet_runs(&mut node, &bed, KUBELET_V136)
         });
         nodemem_as_predicted(
             &mut phases,

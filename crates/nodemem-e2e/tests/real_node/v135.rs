@@ -108,6 +108,9 @@ pub(crate) async fn phases_after_a_kubelet_swap(
             )
         }
     );
+    phase!(phases, node, bed, "configz", &["install"], || {
+        configz::nodemem_reads_what_the_kubelet_runs(&mut *node, bed, KUBELET_V135)
+    });
     nodemem_as_predicted(
         phases,
         &mut *node,

@@ -142,6 +142,10 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             let installed = installed.as_ref().expect("install passed");
             install::it_reports_through_its_config(&mut node, &bed, installed)
         });
+        // The kubelet's /configz against what nodemem reads, layout by layout (issue 58).
+        phase!(phases, node, bed, "configz", &["install"], || {
+            configz::nodemem_reads_what_the_kubelet_runs(&mut node, &bed, KUBELET_V137)
+        });
         phase!(
             phases,
             node,
