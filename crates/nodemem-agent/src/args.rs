@@ -111,7 +111,7 @@ pub struct AgentArgs {
     /// override the file. Without it: a mount of the kubelet's --config-dir (checked to
     /// be that directory) for the drop-in; by default the drop-in is written through
     /// the kubelet's root. Under enforcement: Kubelet the agent writes its drop-in
-    /// (99-nodemem.conf) there, so it must be writable then.
+    /// (~nodemem.conf) there, so it must be writable then.
     #[arg(long)]
     pub kubelet_config_dir: Option<PathBuf>,
     /// The kubelet's Memory Manager state file, removed before a change of its

@@ -675,6 +675,7 @@ mod mode_tests {
     use nodemem_model::cluster::policy::{
         Enforcement, MemoryManagerPolicy, NodeReserved, ReservedMemory,
     };
+    use nodemem_model::kubelet::dropin::DROPIN_FILE;
     use nodemem_model::quantity::Quantity;
     use nodemem_model::values::memory_qos::ReservationPolicy;
     use std::path::Path;
@@ -749,7 +750,7 @@ mod mode_tests {
         }
 
         fn dropin(&self) -> Option<String> {
-            std::fs::read_to_string(self.root.join("conf.d/99-nodemem.conf")).ok()
+            std::fs::read_to_string(self.root.join("conf.d").join(DROPIN_FILE)).ok()
         }
 
         fn restarts(&self) -> usize {
@@ -851,13 +852,14 @@ mod mode_tests {
         Quantity::parse(s).unwrap()
     }
 
-    /// A site drop-in that sorts after nodemem's and turns the gate off: nodemem's
-    /// values would not be what the kubelet runs, so nothing is written or restarted
-    /// and the condition names the file; once it agrees, the drop-in is written.
+    /// A site drop-in that sorts after nodemem's (`~site.conf` after `~nodemem.conf`)
+    /// and turns the gate off: nodemem's values would not be what the kubelet runs, so
+    /// nothing is written or restarted and the condition names the file; once it
+    /// agrees, the drop-in is written.
     #[tokio::test]
     async fn a_later_drop_in_that_overrides_nodemems_values_is_named_and_nothing_is_written() {
         let bed = Bed::new();
-        let site = bed.root.join("conf.d/zz-site.conf");
+        let site = bed.root.join("conf.d/~site.conf");
         std::fs::write(
             &site,
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: false\n",
@@ -940,7 +942,7 @@ mod mode_tests {
                 "KubeletConfigured",
                 format!(
                     "{} is in effect",
-                    bed.root.join("conf.d/99-nodemem.conf").display()
+                    bed.root.join("conf.d").join(DROPIN_FILE).display()
                 )
             )
         );

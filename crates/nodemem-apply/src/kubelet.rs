@@ -18,7 +18,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use nodemem_model::kubelet::defaults::DEFAULT_EVICTION_HARD;
-use nodemem_model::kubelet::dropin::{KubeletReserved, DROPIN_FILE};
+use nodemem_model::kubelet::dropin::{KubeletReserved, DROPIN_FILE, LEGACY_DROPIN_FILES};
 use nodemem_model::kubelet::eviction::MemoryEviction;
 use nodemem_model::kubelet::writes::{KubeletQosConfig, Named};
 use nodemem_model::quantity::Quantity;
@@ -403,7 +403,15 @@ impl KubeletFiles {
             let own = dir.join(DROPIN_FILE);
             let mut dropins: Vec<(PathBuf, Option<String>)> = Vec::new();
             walk_dropins(dir, &mut dropins);
-            dropins.retain(|(p, _)| *p != own);
+            // On disk, a drop-in under a name nodemem used before is read where it
+            // sorts, as the kubelet reads it; without nodemem's own or with its text
+            // in its place, it is nodemem's and goes.
+            match dropin {
+                OwnDropIn::OnDisk => dropins.retain(|(p, _)| *p != own),
+                OwnDropIn::Without | OwnDropIn::As(_) => {
+                    dropins.retain(|(p, _)| *p != own && !is_legacy(dir, p))
+                }
+            }
             match dropin {
                 OwnDropIn::OnDisk if own.exists() => dropins.push((own.clone(), None)),
                 OwnDropIn::As(text) => dropins.push((own.clone(), Some(text.to_string()))),
@@ -474,9 +482,14 @@ impl KubeletFiles {
         ))
     }
 
-    /// nodemem's drop-in as on disk, if any.
+    /// nodemem's drop-in as on disk, if any. One found only under a name nodemem used
+    /// before ([`LEGACY_DROPIN_FILES`]) is moved to [`DROPIN_FILE`] first when no other
+    /// drop-in sorts between the two names: the kubelet then runs the same fields from
+    /// it, and no restart is needed. Otherwise it is not current: written again under
+    /// the new name, the old one removed and the kubelet restarted, as for a change.
     pub fn current_dropin(&self) -> Result<Option<String>, KubeletFileError> {
         let path = self.dropin_path()?;
+        move_legacy_dropin(&path)?;
         match fs::read_to_string(&path) {
             Ok(t) => Ok(Some(t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -494,13 +507,23 @@ impl KubeletFiles {
         write_atomically(&path, text.as_bytes(), 0o644).map_err(|source| KubeletFileError::Io {
             named: path.display().to_string(),
             source,
-        })
+        })?;
+        // The old name's file after the new one is in place: the kubelet never starts
+        // on neither.
+        for name in LEGACY_DROPIN_FILES {
+            remove_if_present(&path.with_file_name(name))?;
+        }
+        Ok(())
     }
 
-    /// Removes nodemem's drop-in; true when there was one.
+    /// Removes nodemem's drop-in (under every name it had); true when there was one.
     pub fn remove_dropin(&self) -> Result<bool, KubeletFileError> {
         let path = self.dropin_path()?;
-        remove_if_present(&path)
+        let mut removed = remove_if_present(&path)?;
+        for name in LEGACY_DROPIN_FILES {
+            removed |= remove_if_present(&path.with_file_name(name))?;
+        }
+        Ok(removed)
     }
 }
 
@@ -517,6 +540,40 @@ pub enum OwnDropIn<'a> {
 /// (KEP-1769, "known failure modes").
 pub fn remove_memory_manager_state(path: &Path) -> Result<bool, KubeletFileError> {
     remove_if_present(path)
+}
+
+/// Whether `path` is nodemem's drop-in under a name it used before, in `dir`.
+fn is_legacy(dir: &Path, path: &Path) -> bool {
+    LEGACY_DROPIN_FILES.iter().any(|n| dir.join(n) == path)
+}
+
+/// Moves nodemem's drop-in from a name it used before to `path` when `path` does not
+/// exist and no other drop-in sorts between the two names (the kubelet applies the
+/// same files in the same order after the move). A rename in one directory: the
+/// kubelet, whenever it starts, finds the file under one name or the other.
+fn move_legacy_dropin(path: &Path) -> Result<(), KubeletFileError> {
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    if path.exists() {
+        return Ok(());
+    }
+    for name in LEGACY_DROPIN_FILES {
+        let old = dir.join(name);
+        if !old.exists() {
+            continue;
+        }
+        let mut dropins = Vec::new();
+        walk_dropins(dir, &mut dropins);
+        if dropins.iter().any(|(p, _)| *p > old && p.as_path() < path) {
+            return Ok(());
+        }
+        return fs::rename(&old, path).map_err(|source| KubeletFileError::Io {
+            named: old.display().to_string(),
+            source,
+        });
+    }
+    Ok(())
 }
 
 fn remove_if_present(path: &Path) -> Result<bool, KubeletFileError> {

@@ -599,8 +599,9 @@ fn only_the_hosts_kubelet_is_read() {
 
 /// Kubelet mode checks that its drop-in decides what the kubelet runs (issue 58): the
 /// kubelet applies its drop-ins in name order and its flags last, so a site drop-in
-/// sorting after `99-nodemem.conf` or a flag on the kubelet's command line that sets a
-/// field again is named, with the field.
+/// sorting after `~nodemem.conf` or a flag on the kubelet's command line that sets a
+/// field again is named, with the field; `zz-site.conf`, which sorted after nodemem's
+/// `99-nodemem.conf` until 2026-11-30, sorts before its drop-in now and loses to it.
 #[test]
 fn a_drop_in_or_flag_that_overrides_nodemems_drop_in_is_named() {
     let node = Node::new();
@@ -641,8 +642,17 @@ fn a_drop_in_or_flag_that_overrides_nodemems_drop_in_is_named() {
     );
     assert_eq!(
         said(&node.files()),
+        ["evictionHard.memory.available is set again by flag --eviction-hard=memory.available<300Mi"],
+        "zz-site.conf sorts before ~nodemem.conf"
+    );
+    node.file(
+        "/etc/kubelet/conf.d/~site.conf",
+        &format!("{HEADER}memoryThrottlingFactor: 0.6\n"),
+    );
+    assert_eq!(
+        said(&node.files()),
         [
-            "memoryThrottlingFactor is set again by drop-in /etc/kubelet/conf.d/zz-site.conf",
+            "memoryThrottlingFactor is set again by drop-in /etc/kubelet/conf.d/~site.conf",
             "evictionHard.memory.available is set again by flag --eviction-hard=memory.available<300Mi",
         ]
     );

@@ -108,7 +108,7 @@ fn the_kubelets_own_memory_settings_are_read_with_its_drop_ins() {
         Some("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryManagerPolicy: None\n")
     );
     assert!(
-        !dropins.join(".99-nodemem.conf.tmp").exists(),
+        !dropins.join(".~nodemem.conf.tmp").exists(),
         "the temporary file is renamed into place"
     );
     assert!(files.remove_dropin().unwrap());
@@ -253,4 +253,110 @@ fn memory_qos_fields_merge_as_the_kubelets_drop_ins_do() {
         Named::Value(0.6),
         "a drop-in that does not name it leaves it"
     );
+}
+
+/// nodemem's drop-in under its old name (`99-nodemem.conf`, until 2026-11-30) is still
+/// its own, and moves to `~nodemem.conf`, which sorts after a site's drop-ins (issue
+/// 58): renamed in place where no other drop-in sorts between the two names (the
+/// kubelet runs the same files in the same order), otherwise written anew under the
+/// new name with the old one removed (the kubelet must restart to read it last).
+#[test]
+fn the_drop_in_moves_off_its_old_name_without_changing_what_the_kubelet_runs() {
+    use nodemem_model::kubelet::dropin::{DROPIN_FILE, LEGACY_DROPIN_FILES};
+    const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    assert_eq!(DROPIN_FILE, "~nodemem.conf");
+    for site in [
+        "zz-site.conf",
+        "kubelet-site.conf",
+        "99-other.conf",
+        "zz/late.conf",
+    ] {
+        assert!(
+            site < DROPIN_FILE,
+            "{site} sorts before nodemem's drop-in, whose fields win"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    write(&config, HEADER);
+    let dropins = dir.path().join("conf.d");
+    let files = KubeletFiles::given(config.clone(), Some(dropins.clone()));
+    let legacy = dropins.join(LEGACY_DROPIN_FILES[0]);
+    let ours = format!("{HEADER}memoryThrottlingFactor: 0.8\n");
+
+    // Alone under its old name, with only earlier drop-ins: moved, the same text.
+    write(
+        &dropins.join("10-site.conf"),
+        &format!("{HEADER}memoryThrottlingFactor: 0.6\n"),
+    );
+    write(&legacy, &ours);
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
+        Named::Value(0.8),
+        "on disk, the old name is read where it sorts, as the kubelet reads it"
+    );
+    assert_eq!(
+        files
+            .read(OwnDropIn::Without)
+            .unwrap()
+            .qos
+            .throttling_factor,
+        Named::Value(0.6),
+        "without nodemem's own, the old name is nodemem's too"
+    );
+    assert_eq!(
+        files.current_dropin().unwrap().as_deref(),
+        Some(ours.as_str())
+    );
+    assert!(
+        !legacy.exists() && dropins.join(DROPIN_FILE).exists(),
+        "moved"
+    );
+
+    // Back under its old name with a site's drop-in between the names: not current
+    // (the kubelet runs the site's value now; nodemem's wins only after a restart).
+    fs::rename(dropins.join(DROPIN_FILE), &legacy).unwrap();
+    write(
+        &dropins.join("zz-site.conf"),
+        &format!("{HEADER}memoryThrottlingFactor: 0.5\n"),
+    );
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
+        Named::Value(0.5),
+        "the kubelet runs zz-site.conf's value over the old name's"
+    );
+    assert_eq!(files.current_dropin().unwrap(), None, "not moved");
+    assert!(legacy.exists());
+    assert_eq!(
+        files
+            .read(OwnDropIn::As(&ours))
+            .unwrap()
+            .qos
+            .throttling_factor,
+        Named::Value(0.8),
+        "as it would be written: after zz-site.conf, the old name gone"
+    );
+    assert!(
+        files.overrides_of(&ours).unwrap().is_empty(),
+        "zz-site.conf sorts before"
+    );
+    files.write_dropin(&ours).unwrap();
+    assert!(
+        !legacy.exists(),
+        "the old name removed once the new one is written"
+    );
+    assert_eq!(
+        files.current_dropin().unwrap().as_deref(),
+        Some(ours.as_str())
+    );
+    assert_eq!(
+        files.read(OwnDropIn::OnDisk).unwrap().qos.throttling_factor,
+        Named::Value(0.8)
+    );
+
+    // Given back: under either name.
+    write(&legacy, &ours);
+    assert!(files.remove_dropin().unwrap());
+    assert!(!legacy.exists() && !dropins.join(DROPIN_FILE).exists());
+    assert!(!files.remove_dropin().unwrap(), "already gone");
 }

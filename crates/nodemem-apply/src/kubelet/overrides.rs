@@ -2,7 +2,7 @@
 //! `--config-dir` drop-ins in name order, each a JSON merge patch over the ones before
 //! (v1.37.2 `cmd/kubelet/app/server.go` `mergeKubeletConfigurations`), and then its
 //! command-line flags over all of them (`kubeletConfigFlagPrecedence`). A drop-in that
-//! sorts after nodemem's (`zz-site.conf` after `99-nodemem.conf`), or a flag such as
+//! sorts after nodemem's (`~site.conf` after `~nodemem.conf`), or a flag such as
 //! `--feature-gates=MemoryQoS=false`, sets a field again; the kubelet then runs that
 //! value, not nodemem's. Pure: the documents are read by the caller.
 

@@ -658,7 +658,7 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         .unwrap();
     assert_eq!(config.data["spec"]["enforcement"], "Kubelet");
     assert!(
-        std::fs::read_to_string(dir.path().join("ctl-k-1/kubelet/conf.d/99-nodemem.conf"))
+        std::fs::read_to_string(dir.path().join("ctl-k-1/kubelet/conf.d/~nodemem.conf"))
             .unwrap()
             .contains("memoryManagerPolicy: Static"),
         "the agent configured the kubelet"

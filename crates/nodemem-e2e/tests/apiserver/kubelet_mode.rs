@@ -93,7 +93,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
             settings.enforcement = Enforcement::Kubelet;
             match render(&settings, version, &KubeletReserved::default(), owner) {
                 Ok(dropin) => {
-                    std::fs::write(conf_d.join("99-nodemem.conf"), &dropin.text).unwrap();
+                    std::fs::write(conf_d.join("~nodemem.conf"), &dropin.text).unwrap();
                     assert_eq!(
                         kubelet_of_version_validates(kubelet, &conf_d),
                         Ok(()),
@@ -129,7 +129,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
             Ok(dropin) => {
                 assert!(version.as_str() >= "v1.37", "{version}");
                 assert!(dropin.text.contains("memoryThrottlingFactor: null\n"));
-                std::fs::write(conf_d.join("99-nodemem.conf"), &dropin.text).unwrap();
+                std::fs::write(conf_d.join("~nodemem.conf"), &dropin.text).unwrap();
                 assert_eq!(
                     kubelet_of_version_validates(kubelet, &conf_d),
                     Ok(()),
@@ -145,7 +145,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
 
         // The check can fail: the value nodemem refuses to render, written by hand.
         std::fs::write(
-            conf_d.join("99-nodemem.conf"),
+            conf_d.join("~nodemem.conf"),
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryReservationPolicy: HardReservation\n",
         )
         .unwrap();
@@ -172,7 +172,7 @@ fn the_example_policies_drop_ins_pass_each_kubelets_own_validation() {
         // nodemem refuses to render it (KubeletCannotExpress) rather than trust the
         // kubelet to refuse it.
         std::fs::write(
-            conf_d.join("99-nodemem.conf"),
+            conf_d.join("~nodemem.conf"),
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmemoryNotAField: 1\n",
         )
         .unwrap();
@@ -320,7 +320,7 @@ async fn kubelet_mode_renders_a_valid_drop_in_and_restarts_the_kubelet() {
     }
     let p = Paths {
         conf_d: dir.path().join("kubelet/conf.d"),
-        dropin: dir.path().join("kubelet/conf.d/99-nodemem.conf"),
+        dropin: dir.path().join("kubelet/conf.d/~nodemem.conf"),
         mm_state: dir.path().join("kubelet/memory_manager_state"),
         restarts: dir.path().join("restarts"),
     };

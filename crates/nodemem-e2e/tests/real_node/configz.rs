@@ -32,6 +32,9 @@ struct Layout {
     args: String,
     /// (path under [`LAYOUT_DIR`], contents).
     files: Vec<(&'static str, String)>,
+    /// The `memory.available` threshold the kubelet runs with it: /configz must say
+    /// it, or the kubelet asked is not the layout's.
+    threshold: Option<&'static str>,
 }
 
 /// The layouts, each built from the configuration the node's kubelet runs now (`base`,
@@ -88,6 +91,7 @@ fn layouts(base: &Value) -> Vec<Layout> {
         Layout {
             name: "file",
             args: format!("--config={LAYOUT_DIR}/config.yaml"),
+            threshold: Some("150Mi"),
             files: vec![(
                 "config.yaml",
                 yaml(&with(json!({
@@ -98,6 +102,7 @@ fn layouts(base: &Value) -> Vec<Layout> {
         },
         Layout {
             name: "flags",
+            threshold: None,
             args: format!(
                 "{} --kube-reserved=memory=48Mi --system-reserved=memory=32Mi",
                 flags.join(" ")
@@ -106,6 +111,7 @@ fn layouts(base: &Value) -> Vec<Layout> {
         },
         Layout {
             name: "config-dir",
+            threshold: Some("250Mi"),
             args: format!("--config-dir={LAYOUT_DIR}/conf.d"),
             files: vec![
                 ("conf.d/10-node.conf", json(base)),
@@ -117,6 +123,7 @@ fn layouts(base: &Value) -> Vec<Layout> {
         },
         Layout {
             name: "json-file-and-drop-ins",
+            threshold: Some("5%"),
             args: format!("--config={LAYOUT_DIR}/config.json --config-dir={LAYOUT_DIR}/conf.d"),
             files: vec![
                 (
@@ -131,6 +138,7 @@ fn layouts(base: &Value) -> Vec<Layout> {
         },
         Layout {
             name: "file-and-flags",
+            threshold: Some("180Mi"),
             args: format!(
                 "--config={LAYOUT_DIR}/config.yaml --eviction-hard=memory.available<180Mi,nodefs.available<1%,imagefs.available<1% --kube-reserved=memory=80Mi"
             ),
@@ -192,6 +200,14 @@ async fn each_layout(node: &mut RealNode, bed: &Bed<'_>, version: &str, original
         let configz = configz(node, layout.name);
         let read = print_kubelet(node, bed, version, layout.name).await;
         let configuration = &read["configuration"];
+        let runs = normalized(THRESHOLD.of(&configz["kubeletconfig"]));
+        assert_eq!(
+            runs,
+            normalized(layout.threshold.map(|t| json!(t)).as_ref()),
+            "{}: the kubelet's /configz is not the layout's: {configz}",
+            layout.name
+        );
+        let before = differences.len();
         for field in FIELDS {
             let kubelets = normalized(field.of(&configz["kubeletconfig"]));
             let nodemems = normalized(field.of(configuration));
@@ -203,12 +219,14 @@ async fn each_layout(node: &mut RealNode, bed: &Bed<'_>, version: &str, original
             }
         }
         eprintln!(
-            "{}: layout {}: nodemem read {} ({} drop-ins, {} flags) as the kubelet's /configz says",
+            "{}: layout {}: nodemem read {} ({} drop-ins, {} flags); {} of {} fields differ from /configz (the threshold {runs:?})",
             node.name,
             layout.name,
             read["config"],
             read["dropIns"].as_array().map_or(0, Vec::len),
             read["flags"].as_array().map_or(0, Vec::len),
+            differences.len() - before,
+            FIELDS.len(),
         );
         // Where it read from is the layout's (a field equal by chance from the wrong
         // file does not pass).
@@ -260,6 +278,11 @@ impl Field {
     }
 }
 
+const THRESHOLD: Field = Field {
+    name: "evictionHard.memory.available",
+    path: &["evictionHard", "memory.available"],
+};
+
 const FIELDS: &[Field] = &[
     Field {
         name: "featureGates.MemoryQoS",
@@ -293,10 +316,7 @@ const FIELDS: &[Field] = &[
         name: "systemReserved.memory",
         path: &["systemReserved", "memory"],
     },
-    Field {
-        name: "evictionHard.memory.available",
-        path: &["evictionHard", "memory.available"],
-    },
+    THRESHOLD,
 ];
 
 /// A value as compared: a quantity as its bytes, a percentage as its number, an empty

@@ -37,7 +37,17 @@ pub(crate) async fn the_kubelets_memory_qos_is_nodemems_prediction(
     client: &kube::Client,
     reference: Reference<'_>,
 ) -> std::collections::BTreeMap<String, String> {
-    let pods = qos_pods(&node.name, reference.tag, false);
+    // The listed shapes, and shapes drawn from a seed beside them (issue 58).
+    let seed = shapes::seed();
+    let drawn = shapes::drawn_pods(&node.name, reference.tag, seed);
+    eprintln!(
+        "{}: {} pods drawn from seed {seed} (NODEMEM_SHAPES_SEED={seed} draws them again)",
+        node.name,
+        drawn.len()
+    );
+    shapes::overhead_class(client).await;
+    let mut pods = qos_pods(&node.name, reference.tag, false);
+    pods.extend(drawn.iter().cloned());
     start_pods(client, &pods).await;
     let work = tempfile::tempdir().unwrap();
     let policy = work.path().join("policy.yaml");
@@ -101,8 +111,9 @@ pub(crate) async fn the_kubelets_memory_qos_is_nodemems_prediction(
     );
     assert!(
         differences.is_empty(),
-        "the kubelet's own Memory QoS ({driver:?} driver) differs from nodemem's prediction:\n{}",
-        differences.join("\n")
+        "the kubelet's own Memory QoS ({driver:?} driver) differs from nodemem's prediction:\n{}\n(the drawn pods, seed {seed}: {})",
+        differences.join("\n"),
+        serde_json::to_string(&drawn).unwrap()
     );
     eprintln!(
         "{}: the kubelet's own Memory QoS equals nodemem's prediction in {} files compared ({} memory.high set), except where nodemem follows the v1.37 fixes: {v137:?}",

@@ -106,6 +106,7 @@ mod reclaim_cold;
 mod reclaim_latency;
 mod reclaim_rollback;
 mod relief;
+mod shapes;
 mod side_by_side;
 mod v135;
 mod v137;

@@ -206,7 +206,7 @@ pub(crate) async fn pins_and_back_to_agent(
     );
     let (out, code) = node
         .run(&format!(
-            "test ! -e {KUBELET_CONFIG_DIR}/99-nodemem.conf && cat /var/lib/kubelet/memory_manager_state"
+            "test ! -e {KUBELET_CONFIG_DIR}/~nodemem.conf && cat /var/lib/kubelet/memory_manager_state"
         ))
         .unwrap();
     assert_eq!(code, 0, "the drop-in is still there: {out}");
@@ -353,7 +353,7 @@ async fn pins_as_predicted(
         switched.elapsed()
     );
     let (dropin, code) = node
-        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/~nodemem.conf"))
         .unwrap();
     assert_eq!(code, 0, "{dropin}");
     assert!(dropin.contains("memoryManagerPolicy: Static"), "{dropin}");

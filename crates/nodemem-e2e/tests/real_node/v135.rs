@@ -5,6 +5,7 @@
 //! systemd node after its v1.36 phases, the kubelet swapped in place (issue 57).
 
 use super::*;
+use nodemem_model::kubelet::dropin::DROPIN_FILE;
 use nodemem_testkit::real_node::KUBELET_CONFIG_DIR;
 
 /// The reference policy in nodemem's words for what the v1.35 kubelet does: memory.min
@@ -195,7 +196,7 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
     let status = kubelet_took_over(node, bed, before.as_deref(), &kubelet_before).await;
     let (dropin, code) = node
-        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/{DROPIN_FILE}"))
         .unwrap();
     assert_eq!(code, 0, "{dropin}");
     assert!(dropin.contains("(kubelet v1.35.4)"), "{dropin}");
@@ -282,7 +283,49 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         "{refused:?}"
     );
     let (after, _) = node
-        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/{DROPIN_FILE}"))
         .unwrap();
     assert_eq!(after, dropin, "the drop-in stays as it was");
+
+    // nodemem's drop-in sorts after a site's and moves off its old name (issue 58:
+    // `zz-site.conf` overrode `99-nodemem.conf`, its name until 2026-11-30). The
+    // drop-in put back under its old name, as an agent from before left it, with a
+    // site's drop-in between the two names that sets the factor again; then a revision
+    // of factor 0.8: the agent writes its drop-in under the new name, removes the old
+    // one and restarts the kubelet, which runs nodemem's 0.8, not the site's 0.6.
+    let site = format!("{KUBELET_CONFIG_DIR}/zz-site.conf");
+    let (out, code) = node
+        .run(&format!(
+            "printf 'apiVersion: kubelet.config.k8s.io/v1beta1\\nkind: KubeletConfiguration\\nmemoryThrottlingFactor: 0.6\\n' > {site} && mv {KUBELET_CONFIG_DIR}/{DROPIN_FILE} {KUBELET_CONFIG_DIR}/99-nodemem.conf"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    let kubelet_before = kubelet_invocation(node);
+    let restart_from = node_clock(node);
+    let revision = configs.get(&name).await.unwrap().spec.revision;
+    std::fs::write(
+        &policy,
+        kubelet_policy.replace("throttlingFactor: 0.9", "throttlingFactor: 0.8"),
+    )
+    .unwrap();
+    kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
+    kubelet_took_over(node, bed, Some(&revision), &kubelet_before).await;
+    node_ready_after_restart(node, &bed.client, restart_from).await;
+    let (dropins, code) = node
+        .run(&format!(
+            "test ! -e {KUBELET_CONFIG_DIR}/99-nodemem.conf && cat {KUBELET_CONFIG_DIR}/{DROPIN_FILE}"
+        ))
+        .unwrap();
+    assert_eq!(code, 0, "the drop-in under its old name is gone: {dropins}");
+    assert!(dropins.contains("memoryThrottlingFactor: 0.8"), "{dropins}");
+    let (configz, code) = node.run("/mnt/nodemem/tools/kubelet-configz").unwrap();
+    assert_eq!(code, 0, "{configz}");
+    let configz: Value = serde_json::from_str(&configz).unwrap();
+    assert_eq!(
+        configz["kubeletconfig"]["memoryThrottlingFactor"],
+        json!(0.8),
+        "nodemem's drop-in decides over the site's zz-site.conf: {configz}"
+    );
+    let (out, code) = node.run(&format!("rm {site}")).unwrap();
+    assert_eq!(code, 0, "{out}");
 }

@@ -288,7 +288,7 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
     kubelet_took_over(node, bed, before.as_deref(), &kubelet_before).await;
     let (dropin, code) = node
-        .run(&format!("cat {KUBELET_CONFIG_DIR}/99-nodemem.conf"))
+        .run(&format!("cat {KUBELET_CONFIG_DIR}/~nodemem.conf"))
         .unwrap();
     assert_eq!(code, 0, "{dropin}");
     assert!(dropin.contains("(kubelet v1.37.2)"), "{dropin}");

@@ -26,9 +26,22 @@ use crate::kubelet::version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
 use crate::quantity::{format_bytes, Quantity};
 use crate::values::memory_qos::ReservationPolicy;
 
-/// The drop-in's file name: `.conf` (the kubelet reads nothing else), sorted after the
-/// usual numbered drop-ins so its fields win.
-pub const DROPIN_FILE: &str = "99-nodemem.conf";
+/// The drop-in's file name: `.conf` (the kubelet reads nothing else), and a name that
+/// sorts after the names sites give their drop-ins, so that its fields win (the kubelet
+/// applies its drop-ins in name order, by bytes, each over the ones before): `~` comes
+/// after every digit, letter and other printable ASCII character but itself, so only a
+/// name that starts with `~` followed by a later byte, or with a byte beyond ASCII,
+/// sorts after it. Until 2026-11-30 it was `99-nodemem.conf`, which `zz-site.conf` or
+/// `kubelet-site.conf` overrode (issue 58); a drop-in that does override nodemem's is
+/// named either way (`KubeletDropInOverridden`).
+pub const DROPIN_FILE: &str = "~nodemem.conf";
+
+/// The names nodemem's drop-in had before [`DROPIN_FILE`]. Such a file is still
+/// nodemem's own: never one of the kubelet's drop-ins when nodemem asks what the
+/// kubelet runs without its own, moved to [`DROPIN_FILE`] where no other drop-in sorts
+/// between the two names (the kubelet then runs the same fields: no restart), and
+/// removed once [`DROPIN_FILE`] is written.
+pub const LEGACY_DROPIN_FILES: &[&str] = &["99-nodemem.conf"];
 
 /// The first kubelet with the MemoryQoS gate, memoryThrottlingFactor and a beta Memory
 /// Manager.
