@@ -83,13 +83,15 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             &["kubelet-reference"],
             || async {
                 // The v1.37 rule shows on this pod set: the pod-level pod's own cgroup
-                // carries memory.high, its containers without a limit none.
+                // carries memory.high (every value was simulate's in the reference:
+                // this says the rule was met). A drawn pod with pod-level resources
+                // may carry one too, so at least one.
                 let throttled = with_factor.as_ref().expect("kubelet-reference passed");
                 let pod_level: Vec<&String> = throttled
                     .keys()
                     .filter(|p| p.ends_with("/memory.high") && in_a_pods_own_cgroup(p))
                     .collect();
-                assert_eq!(pod_level.len(), 1, "{throttled:#?}");
+                assert!(!pod_level.is_empty(), "{throttled:#?}");
             }
         );
         // The v1.37 default: no factor, no memory.high; a policy says the same.
