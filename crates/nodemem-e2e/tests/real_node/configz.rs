@@ -406,8 +406,3 @@ fn node_text(node: &mut RealNode, path: &str) -> String {
     assert_eq!(code, 0, "{path}: {out}");
     out
 }
-
-fn run_ok(node: &mut RealNode, command: &str) {
-    let (out, code) = node.run(command).unwrap();
-    assert_eq!(code, 0, "{command}: {out}");
-}

@@ -235,11 +235,6 @@ fn node_file(node: &mut RealNode, path: &str) -> String {
     out
 }
 
-fn run_ok(node: &mut RealNode, command: &str) {
-    let (out, code) = node.run(command).unwrap();
-    assert_eq!(code, 0, "{command}: {out}");
-}
-
 /// Rewrites /etc/default/kubelet (the unit's KUBELET_ARGS) and restarts the kubelet;
 /// waits for the Node to be Ready after it.
 async fn restart_with_args(node: &mut RealNode, bed: &Bed<'_>, default_kubelet: &str) {

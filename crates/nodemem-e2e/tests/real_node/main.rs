@@ -89,6 +89,7 @@ macro_rules! phase {
 
 mod agents_blocked;
 mod configz;
+mod decoy;
 mod give_back;
 mod helm;
 mod install;
@@ -551,6 +552,12 @@ async fn kubelet_took_over(
         "the agent did not restart the kubelet"
     );
     status
+}
+
+/// Runs `command` on the node; it must succeed.
+fn run_ok(node: &mut RealNode, command: &str) {
+    let (out, code) = node.run(command).unwrap();
+    assert_eq!(code, 0, "{command}: {out}");
 }
 
 /// systemd's invocation ID of `kubelet.service`: a new one each time it starts.

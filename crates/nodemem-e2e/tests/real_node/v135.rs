@@ -300,6 +300,8 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         ))
         .unwrap();
     assert_eq!(code, 0, "{out}");
+    // With a decoy kubelet beside it, started after the node's (issue 58).
+    let decoy = decoy::start(node, bed).await;
     let kubelet_before = kubelet_invocation(node);
     let restart_from = node_clock(node);
     let revision = configs.get(&name).await.unwrap().spec.revision;
@@ -310,6 +312,7 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     .unwrap();
     kubectl(bed.admin(), &["apply", "-f", policy.to_str().unwrap()]).unwrap();
     kubelet_took_over(node, bed, Some(&revision), &kubelet_before).await;
+    let invocation = kubelet_invocation(node);
     node_ready_after_restart(node, &bed.client, restart_from).await;
     let (dropins, code) = node
         .run(&format!(
@@ -326,6 +329,7 @@ async fn kubelet_mode_on_v1_35(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         json!(0.8),
         "nodemem's drop-in decides over the site's zz-site.conf: {configz}"
     );
+    decoy::was_ignored(node, bed, &decoy, &invocation).await;
     let (out, code) = node.run(&format!("rm {site}")).unwrap();
     assert_eq!(code, 0, "{out}");
 }
