@@ -12,6 +12,29 @@ use crate::config::{NodeMemoryConfig, NodeMemoryConfigSpec, NodeMemoryConfigStat
 /// how long a node has been updating survives a controller restart.
 pub const SPEC_CHANGED_AT: &str = "nodemem.io/spec-changed-at";
 
+/// The annotation on a NodeMemoryConfig recording when the controller saw its agent's
+/// report on a revision turn good, on the controller's clock: `<revision> <RFC 3339>`.
+/// A controller that starts or takes over counts minReadySeconds from it, never from
+/// the agent's own condition times (an agent whose clock is behind would pass
+/// minReadySeconds early), and `kubectl nodemem` reads it the same way.
+pub const READY_SINCE: &str = "nodemem.io/ready-since";
+
+/// The value of [`READY_SINCE`] for `revision` seen good at `at` (seconds).
+pub fn ready_since_value(revision: &str, at: i64) -> String {
+    let time = k8s_openapi::jiff::Timestamp::from_second(at)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    format!("{revision} {time}")
+}
+
+/// The revision and time (seconds) of a config's [`READY_SINCE`]; None when it has
+/// none or it does not read as one.
+pub fn ready_since(c: &NodeMemoryConfig) -> Option<(String, i64)> {
+    let value = c.metadata.annotations.as_ref()?.get(READY_SINCE)?;
+    let (revision, time) = value.rsplit_once(' ')?;
+    Some((revision.to_string(), parse_time(time)?))
+}
+
 /// A NodeMemoryConfig as a rollout reads it: its spec, what its agent reported, and
 /// since when the spec has been what it is.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,11 +44,14 @@ pub struct ConfigEntry {
     pub status: NodeMemoryConfigStatus,
     /// Seconds since the epoch, from [`SPEC_CHANGED_AT`].
     pub spec_changed_at: Option<i64>,
-    /// When the reader saw the agent's report on this revision turn good, on the
-    /// reader's own clock (seconds since the epoch); None when it was already good the
-    /// first time the reader saw it. The controller stamps it
-    /// (`nodemem_controller::world`): an agent whose clock is behind writes condition
-    /// times that would pass minReadySeconds early.
+    /// When the controller saw the agent's report on this revision turn good, on the
+    /// controller's clock (seconds since the epoch): its [`READY_SINCE`] stamp of the
+    /// current revision as read, or what the controller keeps
+    /// (`nodemem_controller::world`: when it saw it turn good, or, good the first time
+    /// it saw it without a stamp, that first time). None: the report's own times
+    /// count, bounded below by the spec's change (a reader without a stamp to go by).
+    /// An agent whose clock is behind writes condition times that would pass
+    /// minReadySeconds early.
     pub good_seen_at: Option<i64>,
 }
 
@@ -38,6 +64,9 @@ pub fn parse_time(text: &str) -> Option<i64> {
 
 impl From<&NodeMemoryConfig> for ConfigEntry {
     fn from(c: &NodeMemoryConfig) -> Self {
+        let stamped = ready_since(c)
+            .filter(|(revision, _)| *revision == c.spec.revision)
+            .map(|(_, at)| at);
         ConfigEntry {
             generation: c.metadata.generation,
             spec: c.spec.clone(),
@@ -48,7 +77,7 @@ impl From<&NodeMemoryConfig> for ConfigEntry {
                 .as_ref()
                 .and_then(|a| a.get(SPEC_CHANGED_AT))
                 .and_then(|t| parse_time(t)),
-            good_seen_at: None,
+            good_seen_at: stamped,
         }
     }
 }
@@ -130,9 +159,9 @@ pub fn report(c: &ConfigEntry, now: i64) -> AgentReport {
     if !good {
         return AgentReport::Pending;
     }
-    // Good since the reader saw it turn good, on the reader's clock alone; else (good
-    // when first seen) since the later of the spec change and the conditions turning
-    // True, as written.
+    // Good since the controller saw it turn good, on the controller's clock alone;
+    // else (a reader without a stamp) since the later of the spec change and the
+    // conditions turning True, as written.
     let since = c.good_seen_at.unwrap_or_else(|| {
         [applied, healthy]
             .into_iter()

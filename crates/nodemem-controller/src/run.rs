@@ -26,7 +26,7 @@ use crate::decision::{ConfigWrite, Decision, FinalizerOrder};
 use crate::drain::rfc3339;
 use crate::metrics::{ErrorCategory, Metrics};
 use crate::world::World;
-use nodemem_api::report::SPEC_CHANGED_AT;
+use nodemem_api::report::{READY_SINCE, SPEC_CHANGED_AT};
 use nodemem_api::watch_index::{Learned, Watched};
 
 pub use crate::field_managers::{FIELD_MANAGER, FINALIZER_MANAGER};
@@ -459,6 +459,7 @@ impl Controller {
                 Err(e) => retries.failed(DELETE, &node, &e),
             }
         }
+        self.stamp_ready(world, inbox, configs).await;
         for order in &d.finalizers {
             self.set_finalizer(policies, order, world).await;
         }
@@ -543,6 +544,7 @@ impl Controller {
 const CONFIG: &str = "config";
 const DELETE: &str = "config_delete";
 const STATUS: &str = "policy_status";
+const READY_STAMP: &str = "config_ready_stamp";
 
 /// The fields this build writes that the installed CRD of `K` lacks (`crate::crd_check`;
 /// none while unknown: a write then fails as it would have and says why).
@@ -660,6 +662,32 @@ impl Controller {
         results
     }
 
+    /// Stamps the configs whose report this controller saw turn good (or saw good
+    /// first without a stamp) with that time on its clock
+    /// ([`nodemem_api::report::READY_SINCE`]), `write_concurrency` at a time: a
+    /// controller that takes over counts minReadySeconds from it. A stamp that is not
+    /// written is logged and due again when its config is next learned; until then a
+    /// controller that takes over waits minReadySeconds from when it sees the node.
+    async fn stamp_ready(
+        &self,
+        world: &mut World,
+        inbox: &mut Inbox,
+        configs: &Api<NodeMemoryConfig>,
+    ) {
+        let stamps = world.take_ready_stamps();
+        let written = stamps.len();
+        let failed = self
+            .annotate(world, inbox, configs, READY_SINCE, stamps)
+            .await;
+        for _ in failed.len()..written {
+            self.metrics.write(READY_STAMP, true);
+        }
+        for (node, e) in failed {
+            self.metrics.write(READY_STAMP, false);
+            warn!(node = %node, error = %e, "the time its report turned good could not be stamped on the config: a controller that takes over waits minReadySeconds for it again")
+        }
+    }
+
     /// The decision's config deletions, `write_concurrency` at a time: each node's
     /// answer (one already gone is deleted), for the backoffs.
     /// Marks the configs about to be deleted whose nodes still run their values (a
@@ -676,35 +704,59 @@ impl Controller {
         inbox: &mut Inbox,
         configs: &Api<NodeMemoryConfig>,
     ) {
-        let marks: Vec<(&String, String)> = nodes
+        let marks: Vec<(String, String)> = nodes
             .iter()
-            .filter_map(|node| Some((*node, world.give_back_mark(node)?)))
+            .filter_map(|node| Some((node.to_string(), world.give_back_mark(node)?)))
             .collect();
+        let answers = self
+            .annotate(
+                world,
+                inbox,
+                configs,
+                nodemem_api::GIVE_BACK_ANNOTATION,
+                marks,
+            )
+            .await;
+        for (node, e) in answers {
+            warn!(node = %node, error = %e, "the config could not be marked to be given back at once: its agent gives back after its grace")
+        }
+    }
+
+    /// Sets the annotation `key` on each node's config to its value by a merge patch
+    /// (the controller's field manager), `write_concurrency` at a time; the world
+    /// takes each patched config as it comes back (before any deletion that follows:
+    /// a watch event for the patch, arriving after the deletion's answer, is then not
+    /// newer). The nodes whose patch failed, with the error.
+    async fn annotate(
+        &self,
+        world: &mut World,
+        inbox: &mut Inbox,
+        configs: &Api<NodeMemoryConfig>,
+        key: &'static str,
+        values: Vec<(String, String)>,
+    ) -> Vec<(String, kube::Error)> {
         let params = PatchParams {
             field_manager: Some(crate::field_managers::FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
         let params = &params;
-        let mut answers = futures::stream::iter(marks)
-            .map(|(node, revision)| async move {
-                let patch = json!({"metadata": {"annotations": {
-                    nodemem_api::GIVE_BACK_ANNOTATION: revision}}});
-                (
-                    node,
-                    configs.patch(node, params, &Patch::Merge(&patch)).await,
-                )
+        let mut answers = futures::stream::iter(values)
+            .map(|(node, value)| async move {
+                let patch = json!({"metadata": {"annotations": {key: value}}});
+                let answer = configs.patch(&node, params, &Patch::Merge(&patch)).await;
+                (node, answer)
             })
             .buffer_unordered(self.write_concurrency.max(1));
+        let mut failed = Vec::new();
         while let Some((node, answer)) = inbox.beside(world, answers.next()).await {
             match answer {
-                Ok(marked) => {
-                    world.apply_config(&marked);
+                Ok(annotated) => {
+                    world.apply_config(&annotated);
                 }
-                Err(e) => {
-                    warn!(node = %node, error = %e, "the config could not be marked to be given back at once: its agent gives back after its grace")
-                }
+                Err(e) => failed.push((node, e)),
             }
         }
+        failed
     }
 
     async fn delete_configs(

@@ -111,6 +111,11 @@ pub struct World {
     /// (`crate::agent_placement`). None (agents deployed some other way): every node
     /// counts. Set once at the start; it never changes while the controller runs.
     pub agent_pod: Option<crate::agent_pod::AgentPod>,
+    /// Nodes whose config's [`nodemem_api::report::READY_SINCE`] stamp is not what
+    /// this controller keeps as `good_seen_at` (a report it saw turn good, or saw good
+    /// first without a stamp): to be stamped, so that a controller after it counts
+    /// minReadySeconds from the same time ([`World::take_ready_stamps`]).
+    ready_stamps_due: BTreeSet<String>,
 }
 
 /// What changed in the world since the decisions last looked: the nodes whose labels,
@@ -270,6 +275,27 @@ impl World {
         )
     }
 
+    /// The stamps to write ([`nodemem_api::report::READY_SINCE`]), by node: the
+    /// revision and the time this controller keeps for its report turning good. Only
+    /// where the node's policy waits (minReadySeconds above 0): with none a good
+    /// report is ready at once, and a fan-out of 20,000 nodes writes no stamp. Taken:
+    /// a stamp whose write fails is due again when its config is next learned.
+    pub fn take_ready_stamps(&mut self) -> Vec<(String, String)> {
+        let due = std::mem::take(&mut self.ready_stamps_due);
+        due.into_iter()
+            .filter_map(|node| {
+                let c = self.configs.get(&node)?;
+                let waits = self
+                    .policies
+                    .get(&c.spec.policy)
+                    .is_some_and(|p| p.spec.rollout.min_ready_seconds > 0);
+                let at = c.good_seen_at.filter(|_| waits)?;
+                let value = nodemem_api::report::ready_since_value(&c.spec.revision, at);
+                Some((node, value))
+            })
+            .collect()
+    }
+
     /// The revision to mark `node`'s config with before the controller deletes it
     /// ([`nodemem_api::GIVE_BACK_ANNOTATION`]), so that its agent gives back at once:
     /// the node exists and its config still carries values (not the released
@@ -336,6 +362,15 @@ impl World {
             .clock
             .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().as_second());
         entry.good_seen_at = good_seen_at(self.configs.get(&name), &entry, now);
+        let stamped = nodemem_api::report::ready_since(c);
+        let keeps = entry
+            .good_seen_at
+            .map(|at| (entry.spec.revision.clone(), at));
+        if keeps.is_some() && stamped != keeps {
+            self.ready_stamps_due.insert(name.clone());
+        } else {
+            self.ready_stamps_due.remove(&name);
+        }
         let held = self.configs.insert(name.clone(), entry.clone());
         self.placement += u64::from(held.is_none());
         let changed = held != Some(entry);
@@ -353,6 +388,7 @@ impl World {
             None
         };
         let changed = removed.is_some();
+        self.ready_stamps_due.remove(name);
         if let Some(entry) = removed {
             self.vanished.insert(name.to_string(), entry.spec);
         }
@@ -370,11 +406,15 @@ impl World {
     }
 }
 
-/// When this controller saw the agent's report on `entry`'s revision turn good, on its
-/// own clock: kept while the report stays good on that revision, `now` when it turns
-/// good in front of this controller, None when it was good the first time this
-/// controller saw the config (after a start or relist the report's own times count, so
-/// that a failover does not make every ready node wait minReadySeconds again).
+/// When the agent's report on `entry`'s revision turned good, on a controller's clock:
+/// kept while the report stays good on that revision, `now` when it turns good in
+/// front of this controller. Good the first time this controller sees the config (a
+/// start, a failover, a relist): the stamp a controller left on it
+/// ([`nodemem_api::report::READY_SINCE`], in `entry.good_seen_at` as read), else
+/// `now`, never the agent's own condition times (issue 58: an agent whose clock is
+/// behind would pass minReadySeconds early). A ready node whose stamp is missing (the
+/// stamp's write failed, a controller from before the stamps) waits minReadySeconds
+/// once more.
 fn good_seen_at(held: Option<&ConfigEntry>, entry: &ConfigEntry, now: i64) -> Option<i64> {
     let good = |c: &ConfigEntry| matches!(report(c, now), AgentReport::Good { .. });
     if !good(entry) {
@@ -383,7 +423,7 @@ fn good_seen_at(held: Option<&ConfigEntry>, entry: &ConfigEntry, now: i64) -> Op
     match held {
         Some(h) if h.spec.revision == entry.spec.revision && good(h) => h.good_seen_at,
         Some(_) => Some(now),
-        None => None,
+        None => entry.good_seen_at.or(Some(now)),
     }
 }
 
@@ -581,15 +621,110 @@ mod tests {
         w.clock = Some(t0 + 60);
         w.apply_config(&reported("r2", "True", "2026-11-22T09:00:55Z", "4"));
         assert_eq!(w.configs["n1"].good_seen_at, Some(t0 + 60));
-        // Good the first time this controller sees it (a start, a failover): the
-        // report's own times, so that ready nodes stay ready.
+        // Good the first time this controller sees it (a start, a failover) without
+        // a stamp: from then on this controller's clock, not from the report's own
+        // times (the agent says 70 s).
         let mut fresh = World {
             clock: Some(t0 + 100),
             ..World::default()
         };
         fresh.apply_config(&reported("r1", "True", "2026-11-22T10:00:30Z", "5"));
-        assert_eq!(fresh.configs["n1"].good_seen_at, None);
-        assert_eq!(ready_for(&fresh, t0 + 100), Some(70));
+        assert_eq!(fresh.configs["n1"].good_seen_at, Some(t0 + 100));
+        assert_eq!(ready_for(&fresh, t0 + 100), Some(0));
+        assert_eq!(ready_for(&fresh, t0 + 130), Some(30));
+    }
+
+    /// A config with the stamp a controller left (`nodemem.io/ready-since`).
+    fn stamped(revision: &str, stamp: &str, version: &str) -> NodeMemoryConfig {
+        let mut c = reported(revision, "True", "2026-11-22T09:00:00Z", version);
+        c.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(nodemem_api::report::READY_SINCE.into(), stamp.into());
+        c
+    }
+
+    fn waiting_policy(min_ready: i64) -> nodemem_api::NodeMemoryPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryPolicy",
+            "metadata": {"name": "p", "uid": "uid-p", "generation": 1},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "a"}},
+                "memoryQoS": {"throttlingFactor": 0.8},
+                "rollout": {"minReadySeconds": min_ready}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_controller_that_takes_over_counts_from_the_stamp_its_predecessor_left() {
+        let t0 = 1_795_341_600; // 2026-11-22T10:00:00Z
+        let ready_for = |w: &World, now: i64| match report(&w.configs["n1"], now) {
+            AgentReport::Good { for_seconds } => Some(for_seconds),
+            _ => None,
+        };
+        let mut leader = World {
+            clock: Some(t0 + 20),
+            ..World::default()
+        };
+        leader.apply_policy(&waiting_policy(60));
+        leader.apply_config(&reported("r1", "True", "2026-11-22T09:00:15Z", "1"));
+        // Seen good first here, without a stamp: stamped with this controller's time.
+        assert_eq!(
+            leader.take_ready_stamps(),
+            [("n1".to_string(), "r1 2026-11-22T10:00:20Z".to_string())]
+        );
+        assert!(leader.take_ready_stamps().is_empty(), "taken once");
+        // The stamp's write comes back: nothing more is due.
+        leader.apply_config(&stamped("r1", "r1 2026-11-22T10:00:20Z", "2"));
+        assert!(leader.take_ready_stamps().is_empty());
+        assert_eq!(leader.configs["n1"].good_seen_at, Some(t0 + 20));
+
+        // The next leader, 30 s later, reads the stamp: 30 s ready, not 0, not the
+        // agent's hour.
+        let mut next = World {
+            clock: Some(t0 + 50),
+            ..World::default()
+        };
+        next.apply_policy(&waiting_policy(60));
+        next.apply_config(&stamped("r1", "r1 2026-11-22T10:00:20Z", "2"));
+        assert_eq!(ready_for(&next, t0 + 50), Some(30));
+        assert!(next.take_ready_stamps().is_empty(), "its stamp is kept");
+        // A stamp of another revision (the spec moved on since) counts for nothing:
+        // from when this controller sees the new revision good, stamped anew.
+        let mut moved = World {
+            clock: Some(t0 + 50),
+            ..World::default()
+        };
+        moved.apply_policy(&waiting_policy(60));
+        moved.apply_config(&stamped("r2", "r1 2026-11-22T10:00:20Z", "3"));
+        assert_eq!(moved.configs["n1"].good_seen_at, Some(t0 + 50));
+        assert_eq!(
+            moved.take_ready_stamps(),
+            [("n1".to_string(), "r2 2026-11-22T10:00:50Z".to_string())]
+        );
+        // A stamp that does not read as one is no stamp.
+        let mut odd = World {
+            clock: Some(t0 + 50),
+            ..World::default()
+        };
+        odd.apply_config(&stamped("r1", "r1 yesterday", "4"));
+        assert_eq!(odd.configs["n1"].good_seen_at, Some(t0 + 50));
+        // A policy without a wait stamps nothing (a fan-out of 20,000 nodes writes none).
+        let mut quick = World {
+            clock: Some(t0 + 50),
+            ..World::default()
+        };
+        quick.apply_policy(&waiting_policy(0));
+        quick.apply_config(&reported("r1", "True", "2026-11-22T09:00:15Z", "5"));
+        assert!(quick.take_ready_stamps().is_empty());
+        // A report that is not good is not stamped, and loses a stamp due.
+        let mut pending = World {
+            clock: Some(t0 + 50),
+            ..World::default()
+        };
+        pending.apply_policy(&waiting_policy(60));
+        pending.apply_config(&reported("r1", "True", "2026-11-22T09:00:15Z", "6"));
+        pending.apply_config(&reported("r1", "False", "2026-11-22T09:00:55Z", "7"));
+        assert!(pending.take_ready_stamps().is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodemem_api::report::READY_SINCE;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_testkit::kubelet::FakeKubelet;
@@ -561,6 +562,26 @@ async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
         metrics.contains("nodemem_controller_policies 3"),
         "{metrics}"
     );
+    // Each ready node's config carries, for the leader after this one, when this one
+    // saw its report turn good on its revision (issue 58: a controller that takes over
+    // counts minReadySeconds from it, not from the agent's clock).
+    let configs = dynamic::<NodeMemoryConfig>(&client);
+    for node in ["ctl-a-1", "ctl-a-2", "ctl-a-3"] {
+        let stamp = wait("the ready stamp on each config", &logs, async || {
+            let c = configs.get(node).await.ok()?;
+            let revision = c.data["spec"]["revision"].as_str()?.to_string();
+            let stamp = c.metadata.annotations?.get(READY_SINCE)?.clone();
+            stamp
+                .strip_prefix(&format!("{revision} "))
+                .and_then(nodemem_api::report::parse_time)
+        })
+        .await;
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        assert!(
+            (now - 120..=now).contains(&stamp),
+            "{node}: stamped at {stamp}, now {now}"
+        );
+    }
 
     // 5. enforcement: Kubelet with a Memory Manager change: the node is cordoned and
     //    drained through the Eviction API before its config changes. A

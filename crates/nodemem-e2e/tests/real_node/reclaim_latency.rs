@@ -27,11 +27,54 @@ touch "$d/done"
 exit 0
 "#;
 
-/// The probe running (its name: a unit and a directory of its own), and the pass
-/// histogram's count and sum when it began.
+/// The probe running (its name: a unit and a directory of its own), the pass
+/// histogram's count and sum when it began, and the agent's CPU then.
 pub(crate) struct Probe {
     what: &'static str,
     passes: (f64, f64),
+    cpu: Option<AgentCpu>,
+}
+
+/// The agent container's CPU from its cgroup's `cpu.stat` at a time on the node's clock:
+/// the kernel's reclaim runs in the context of the thread that writes `memory.reclaim`
+/// (the agent's writer), so its work is the agent's system time.
+#[derive(Clone, Copy, Debug)]
+struct AgentCpu {
+    at_seconds: f64,
+    user_usec: f64,
+    system_usec: f64,
+}
+
+fn agent_cpu(node: &mut RealNode) -> Option<AgentCpu> {
+    let (out, code) = node
+        .run("p=$(pgrep -f '^/nodemem agent' | head -n1); c=$(cut -d: -f3 /proc/$p/cgroup); echo at $(date +%s.%N); grep -E '^(user|system)_usec ' /sys/fs/cgroup$c/cpu.stat")
+        .ok()?;
+    let field = |name: &str| -> Option<f64> {
+        out.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    };
+    (code == 0).then_some(())?;
+    Some(AgentCpu {
+        at_seconds: field("at ")?,
+        user_usec: field("user_usec ")?,
+        system_usec: field("system_usec ")?,
+    })
+}
+
+/// The agent's CPU between two readings, in ms of CPU per second of the node's clock.
+fn cpu_between(from: Option<AgentCpu>, to: Option<AgentCpu>) -> String {
+    match (from, to) {
+        (Some(a), Some(b)) if b.at_seconds > a.at_seconds && b.user_usec >= a.user_usec => {
+            let wall = b.at_seconds - a.at_seconds;
+            let per_second = |usec: f64| usec / 1000.0 / wall;
+            format!(
+                "the agent's CPU {:.1} ms/s user, {:.1} ms/s system over {wall:.0} s",
+                per_second(b.user_usec - a.user_usec),
+                per_second(b.system_usec - a.system_usec)
+            )
+        }
+        _ => "the agent's CPU not measured (its cgroup not read, or it restarted)".into(),
+    }
 }
 
 pub(crate) fn started(node: &mut RealNode, agent_ip: &str, what: &'static str) -> Probe {
@@ -45,6 +88,7 @@ pub(crate) fn started(node: &mut RealNode, agent_ip: &str, what: &'static str) -
     Probe {
         what,
         passes: passes(node, agent_ip),
+        cpu: agent_cpu(node),
     }
 }
 
@@ -60,6 +104,7 @@ fn passes(node: &mut RealNode, agent_ip: &str) -> (f64, f64) {
 /// Stops the probe; a line of its figures.
 pub(crate) fn stopped(node: &mut RealNode, agent_ip: &str, probe: Probe) -> String {
     let what = probe.what;
+    let cpu = cpu_between(probe.cpu, agent_cpu(node));
     let (out, _) = node
         .run(&format!(
             "d=/run/nodemem-latency-{what}; touch $d/stop; for i in $(seq 50); do [ -e $d/done ] && break; sleep 0.1; done; cat $d/out"
@@ -85,7 +130,7 @@ pub(crate) fn stopped(node: &mut RealNode, agent_ip: &str, probe: Probe) -> Stri
     let (count, sum) = passes(node, agent_ip);
     let (n, s) = (count - probe.passes.0, sum - probe.passes.1);
     format!(
-        "{what}: /healthz answered 200 {answered} of {asked} times, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {n:.0} passes, mean {:.1} ms",
+        "{what}: /healthz answered 200 {answered} of {asked} times, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {n:.0} passes, mean {:.1} ms; {cpu}",
         at(0.5),
         at(0.99),
         ms.last().copied().unwrap_or(f64::NAN),
