@@ -359,7 +359,7 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
         };
         let pod_values = match mode {
             Mode::Nothing => CgroupValues::new(),
-            Mode::Unprotected => unprotected_pod_cgroup(profile),
+            Mode::Unprotected => unprotected_pod_cgroup(profile, facts.memory.rules()),
             Mode::Protected => acc.add_pod_cgroup(profile),
         };
         let path = pod_dir(driver, qos, &pod.uid);

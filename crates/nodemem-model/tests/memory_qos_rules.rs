@@ -524,6 +524,117 @@ fn old_kernel_is_a_warning_not_a_failure() {
     assert!(get(container_values(&p, "b", "c"), MEMORY_HIGH).is_some());
 }
 
+/// The pod cgroup's memory.max where an init container or a sidecar declares no memory
+/// limit, by each kubelet's own rule (issue 60: found by running the kubelets' own
+/// `ResourceConfigForPod` over random pods). v1.35.4 and v1.36.3 judge "every limit
+/// declared" through the `ContainerFn` of `resourcehelper.PodLimits`, called with what
+/// `AggregateContainerLimits` aggregates: a sidecar's limit carries over to the init
+/// containers and sidecars after it. v1.37.2 asks every container for a limit of its
+/// own. The limit written is `PodLimits`' either way.
+#[test]
+fn a_pods_memory_max_follows_each_kubelets_rule_for_declared_limits() {
+    let limited = |name: &str, kind, mem: &str| {
+        container(name, kind, res(&[("memory", "32Mi")], &[("memory", mem)]))
+    };
+    let unlimited = |name: &str, kind| container(name, kind, res(&[("memory", "32Mi")], &[]));
+    let with_inits = |name: &str, inits: Vec<Container>| {
+        let mut p = pod(name, vec![limited("a", ContainerKind::App, "256Mi")]);
+        p.spec.init_containers = inits;
+        defaulted(p)
+    };
+    let cases = [
+        // A sidecar with a limit, then an init container without one: v1.36 counts the
+        // sidecar's limit as the init container's (its ContainerFn sees 64Mi).
+        (
+            with_inits(
+                "sidecar-then-init",
+                vec![
+                    limited("proxy", ContainerKind::Sidecar, "64Mi"),
+                    unlimited("setup", ContainerKind::Init),
+                ],
+            ),
+            Some(320 * MI),
+            None,
+        ),
+        // A sidecar without a limit after one with a limit: the cumulative 64Mi.
+        (
+            with_inits(
+                "sidecar-then-sidecar",
+                vec![
+                    limited("proxy", ContainerKind::Sidecar, "64Mi"),
+                    unlimited("logs", ContainerKind::Sidecar),
+                ],
+            ),
+            Some(320 * MI),
+            None,
+        ),
+        // The init container before the sidecar: nothing carries back to it.
+        (
+            with_inits(
+                "init-then-sidecar",
+                vec![
+                    unlimited("setup", ContainerKind::Init),
+                    limited("proxy", ContainerKind::Sidecar, "64Mi"),
+                ],
+            ),
+            None,
+            None,
+        ),
+        // A sidecar without a limit first: none declared for it.
+        (
+            with_inits(
+                "unlimited-sidecar-first",
+                vec![
+                    unlimited("logs", ContainerKind::Sidecar),
+                    limited("proxy", ContainerKind::Sidecar, "64Mi"),
+                ],
+            ),
+            None,
+            None,
+        ),
+        // Every container limited: both set PodLimits' max(256 + 64, 512 + 64).
+        (
+            with_inits(
+                "all-limited",
+                vec![
+                    limited("proxy", ContainerKind::Sidecar, "64Mi"),
+                    limited("setup", ContainerKind::Init, "512Mi"),
+                ],
+            ),
+            Some(576 * MI),
+            Some(576 * MI),
+        ),
+    ];
+    for (p, up_to_v136, v137) in cases {
+        let name = p.name.clone();
+        for (facts, want) in [(node(8 * GI), up_to_v136), (node_v137(8 * GI), v137)] {
+            let planned = plan_node(
+                &settings(ReservationPolicy::TieredReservation, 0.9),
+                &facts,
+                std::slice::from_ref(&p),
+            );
+            assert_eq!(
+                get(pod_values(&planned, &name), MEMORY_MAX),
+                want,
+                "{name} under {:?}",
+                facts.rules()
+            );
+            // The pod opted out (nothing protected): the same informational memory.max.
+            let opted_out = nodemem_model::values::memory_qos::plan_pods(
+                &settings(ReservationPolicy::TieredReservation, 0.9),
+                &facts,
+                std::iter::once((&p, true)),
+            );
+            assert_eq!(
+                get(pod_values(&opted_out, &name), MEMORY_MAX),
+                want,
+                "{name} opted out under {:?}",
+                facts.rules()
+            );
+        }
+    }
+}
+
 #[test]
 fn init_containers_are_not_summed_and_sidecars_are() {
     let init = |name: &str, mem: &str| {

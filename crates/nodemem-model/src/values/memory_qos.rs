@@ -213,7 +213,7 @@ pub fn plan_pods<'a>(
     for (pod, opted_out) in pods {
         let qos = qos_class(&pod.spec);
         if opted_out {
-            planned.push(unprotected_pod_plan(pod, qos, true));
+            planned.push(unprotected_pod_plan(pod, qos, true, node.rules()));
             continue;
         }
         let values = acc.add_pod(&PodMemoryProfile::of(&pod.spec));
@@ -345,9 +345,9 @@ impl<'s> NodeAccumulator<'s> {
 }
 
 /// Values of a pod nodemem does not protect: only the informational memory.max.
-pub fn unprotected_values(profile: &PodMemoryProfile) -> PodValues {
+pub fn unprotected_values(profile: &PodMemoryProfile, rules: QosRules) -> PodValues {
     PodValues {
-        pod: unprotected_pod_cgroup(profile),
+        pod: unprotected_pod_cgroup(profile, rules),
         containers: profile
             .containers
             .iter()
@@ -356,10 +356,11 @@ pub fn unprotected_values(profile: &PodMemoryProfile) -> PodValues {
     }
 }
 
-/// The informational memory.max of an unprotected pod's cgroup.
-pub fn unprotected_pod_cgroup(profile: &PodMemoryProfile) -> CgroupValues {
+/// The informational memory.max of an unprotected pod's cgroup, as the kubelet of
+/// `rules` sets it.
+pub fn unprotected_pod_cgroup(profile: &PodMemoryProfile, rules: QosRules) -> CgroupValues {
     let mut pod = CgroupValues::new();
-    if let Some(limit) = profile.memory_max {
+    if let Some(limit) = profile.memory_max_under(rules) {
         set_bytes(&mut pod, MEMORY_MAX, limit);
     }
     pod
@@ -405,12 +406,12 @@ pub fn plan_rollback(pods: &[Pod]) -> NodePlan {
 
 /// A pod nodemem protects nothing of (opted out, refused, or Memory QoS off): only
 /// the informational memory.max.
-pub fn unprotected_pod_plan(pod: &Pod, qos: QosClass, opted_out: bool) -> PodPlan {
+pub fn unprotected_pod_plan(pod: &Pod, qos: QosClass, opted_out: bool, rules: QosRules) -> PodPlan {
     pod_plan(
         pod,
         qos,
         opted_out,
-        unprotected_values(&PodMemoryProfile::of(&pod.spec)),
+        unprotected_values(&PodMemoryProfile::of(&pod.spec), rules),
     )
 }
 
@@ -468,7 +469,7 @@ fn pod_values(
     if let Some(high) = pod_memory_high(settings, node, profile) {
         set_bytes(&mut values, MEMORY_HIGH, high);
     }
-    if let Some(limit) = profile.memory_max {
+    if let Some(limit) = profile.memory_max_under(node.rules()) {
         set_bytes(&mut values, MEMORY_MAX, limit);
     }
     values
@@ -486,7 +487,7 @@ pub fn pod_memory_high(
     if !node.rules().pod_level_memory_high() || !profile.pod_level_resources {
         return None;
     }
-    let (request, limit) = (profile.request, profile.memory_max?);
+    let (request, limit) = (profile.request, profile.memory_max_under(node.rules())?);
     if request == limit && request != 0 {
         return None;
     }
