@@ -277,6 +277,13 @@ impl Bed {
                         &["apply", "-f", path.to_str().unwrap_or_default()],
                     )?;
                 }
+                // What deploy/install/controller.yaml writes beside the controller's
+                // flags, for the controller this bed runs.
+                crate::admission::write_agent_admission(
+                    &kubeconfig,
+                    crate::control_plane::SYSTEM_NAMESPACE,
+                    &spec.controller_args,
+                )?;
             }
             Install::Chart { release, args } => {
                 step("installing nodemem with its Helm chart (helm install)");

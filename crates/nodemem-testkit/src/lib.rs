@@ -14,6 +14,7 @@
 //! - [`nri_runtime`]: NRI's runtime side (containerd/nri's adaptation) as a process.
 //! - [`stats`]: quantiles of measured samples.
 
+pub mod admission;
 pub mod bed;
 pub mod binaries;
 pub mod cgroup_tree;

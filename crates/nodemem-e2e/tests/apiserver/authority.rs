@@ -459,3 +459,270 @@ async fn the_controller_patches_a_node_only_to_drain_it() {
         .keys()
         .all(|k| !k.starts_with("nodemem.io/drain-")));
 }
+
+/// The controller's one DaemonSet (deploy/controller/admission-policy.yaml,
+/// `nodemem-controller-agent-daemonset`, with the parameters deploy/install ships): its
+/// own agent DaemonSet, as the controller builds and applies it for each set of modes,
+/// is admitted; the same with another image, another container, a host path of its
+/// own choosing, an added capability, a privileged container, the host's network or
+/// another name is refused with the policy's word, though RBAC lets the controller
+/// create and patch it. A kubelet drop-in directory is admitted once the install names
+/// it. And RBAC reaches no other DaemonSet of the namespace. On a control plane of its
+/// own (the shared one's controller identity has no RBAC until a test grants it).
+#[tokio::test]
+async fn the_controller_writes_only_its_own_agent_daemonset() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use nodemem_controller::daemonset::{agent_daemonset, AgentDeploy, AgentNri};
+    let cp = crate::common::own_control_plane().await;
+    let client = cp.client(&Identity::Admin).await.unwrap();
+    apply_manifest(&client, "deploy/namespace.yaml").await;
+    apply_manifest(&client, "deploy/controller/rbac.yaml").await;
+    apply_manifest(&client, "deploy/controller/admission-policy.yaml").await;
+    // The parameters as deploy/install/controller.yaml ships them beside the
+    // controller's --agent-image.
+    let install = std::fs::read_to_string(repo().join("deploy/install/controller.yaml")).unwrap();
+    let params = crate::chart::documents(&install)
+        .into_iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "nodemem-agent-admission")
+        .expect("deploy/install/controller.yaml has the agents' admission parameters");
+    let config_maps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "nodemem-system",
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+    );
+    let as_installer = PatchParams::apply("nodemem-install").force();
+    config_maps
+        .patch(
+            "nodemem-agent-admission",
+            &as_installer,
+            &Patch::Apply(&params),
+        )
+        .await
+        .unwrap();
+    let image = params["data"]["image"].as_str().unwrap().to_string();
+    let deploy = |modes: &str, kubelet_config_dir: Option<&str>| AgentDeploy {
+        namespace: "nodemem-system".into(),
+        image: image.clone(),
+        image_pull_secrets: Vec::new(),
+        pod_security_labels: false,
+        owner: None,
+        cgroup_driver: None,
+        kubelet_config_dir: kubelet_config_dir.map(str::to_string),
+        kubelet_restart_command: None,
+        kubelet_restart_unit: Some("kubelet.service".into()),
+        state_dir: params["data"]["stateDir"].as_str().unwrap().into(),
+        nri: AgentNri::Auto,
+        enforcement: modes.parse().unwrap(),
+        pod: Default::default(),
+    };
+    let built = |d: &AgentDeploy| {
+        serde_json::to_value(agent_daemonset(
+            d,
+            &nodemem_controller::world::World::default(),
+        ))
+        .unwrap()
+    };
+    let controller = cp.client(&Identity::Controller).await.unwrap();
+    let daemonsets: Api<DaemonSet> = Api::namespaced(controller.clone(), "nodemem-system");
+    let apply = PatchParams::apply("nodemem-controller").force();
+    let write = |ds: serde_json::Value, dry_run: bool| {
+        let daemonsets = daemonsets.clone();
+        let params = if dry_run {
+            apply.clone().dry_run()
+        } else {
+            apply.clone()
+        };
+        async move {
+            let name = ds["metadata"]["name"].as_str().unwrap().to_string();
+            daemonsets.patch(&name, &params, &Patch::Apply(&ds)).await
+        }
+    };
+    // Its own, in each set of modes it is deployed for: admitted (once the policy and
+    // its binding are in force, a first write may still pass before).
+    let own = built(&deploy("Agent,Kubelet,Observe", None));
+    let message = refused("another image", || {
+        let mut ds = own.clone();
+        ds["spec"]["template"]["spec"]["containers"][0]["image"] = json!("evil.example/x:1");
+        write(ds, true)
+    })
+    .await;
+    assert!(
+        message.contains(&format!(
+            "the agent DaemonSet runs one container of the install's image {image}"
+        )),
+        "{message}"
+    );
+    for modes in [
+        "Agent",
+        "Kubelet",
+        "Observe",
+        "Agent,Observe",
+        "Agent,Kubelet,Observe",
+    ] {
+        write(built(&deploy(modes, None)), false)
+            .await
+            .unwrap_or_else(|e| panic!("the controller's own DaemonSet for {modes}: {e}"));
+    }
+    /// What is changed in the controller's own DaemonSet, and the policy's word.
+    type Escalation = (
+        &'static str,
+        Box<dyn Fn(&mut serde_json::Value)>,
+        &'static str,
+    );
+    let escalations: Vec<Escalation> = vec![
+        (
+            "a second container",
+            Box::new(|ds| {
+                let c = ds["spec"]["template"]["spec"]["containers"][0].clone();
+                let mut other = c.clone();
+                other["name"] = json!("other");
+                ds["spec"]["template"]["spec"]["containers"] = json!([c, other]);
+            }),
+            "the agent DaemonSet runs one container",
+        ),
+        (
+            "a host path of its own",
+            Box::new(|ds| {
+                let spec = &mut ds["spec"]["template"]["spec"];
+                spec["volumes"].as_array_mut().unwrap().push(
+                    json!({"name": "etc", "hostPath": {"path": "/etc", "type": "Directory"}}),
+                );
+                spec["containers"][0]["volumeMounts"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "etc", "mountPath": "/host/etc"}));
+            }),
+            "the agent's volumes are host paths from its own list",
+        ),
+        (
+            "an added capability",
+            Box::new(|ds| {
+                ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+                    ["capabilities"]["add"] = json!(["SYS_PTRACE", "SYS_ADMIN"]);
+            }),
+            "the agent's container drops every capability but SYS_PTRACE",
+        ),
+        (
+            "a privileged container",
+            Box::new(|ds| {
+                // (The API refuses privileged without escalation.)
+                let security =
+                    &mut ds["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+                security["privileged"] = json!(true);
+                security["allowPrivilegeEscalation"] = json!(true);
+            }),
+            "the agent's container drops every capability but SYS_PTRACE",
+        ),
+        (
+            "the host's network",
+            Box::new(|ds| ds["spec"]["template"]["spec"]["hostNetwork"] = json!(true)),
+            "the agent's pod runs as nodemem-agent in the host's PID namespace only",
+        ),
+        (
+            "another name",
+            Box::new(|ds| ds["metadata"]["name"] = json!("nodemem-agent-2")),
+            "the nodemem controller writes one DaemonSet, nodemem-agent",
+        ),
+        (
+            "the kubelet's drop-in directory the install does not name",
+            Box::new(|_| {}),
+            "the agent's volumes are host paths from its own list",
+        ),
+    ];
+    let with_dir = built(&deploy(
+        "Agent,Kubelet,Observe",
+        Some("/etc/kubernetes/kubelet.conf.d"),
+    ));
+    for (what, change, says) in &escalations {
+        let base = if what.starts_with("the kubelet's drop-in") {
+            &with_dir
+        } else {
+            &own
+        };
+        let mut ds = base.clone();
+        change(&mut ds);
+        // Another name is a create (RBAC narrows patch to the agent DaemonSet's name,
+        // not create): the policy is what refuses it.
+        let answer = if *what == "another name" {
+            let dry = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            daemonsets
+                .create(&dry, &serde_json::from_value(ds).unwrap())
+                .await
+        } else {
+            write(ds, true).await
+        };
+        let message = match answer {
+            Err(kube::Error::Api(s)) if s.code == 403 => s.message,
+            other => panic!("{what}: not refused: {other:?}"),
+        };
+        assert!(message.contains(says), "{what}: {message}");
+        assert!(
+            message.contains("nodemem-controller-agent-daemonset"),
+            "{what}: {message}"
+        );
+    }
+    // The install names the kubelet's drop-in directory (the chart's
+    // agent.kubeletConfigDir): the controller's DaemonSet with it is admitted.
+    let mut named = params.clone();
+    named["data"]["kubeletConfigDir"] = json!("/etc/kubernetes/kubelet.conf.d");
+    config_maps
+        .patch(
+            "nodemem-agent-admission",
+            &as_installer,
+            &Patch::Apply(&named),
+        )
+        .await
+        .unwrap();
+    nodemem_e2e::eventually(
+        "the DaemonSet with the named drop-in directory admitted",
+        Duration::from_secs(30),
+        &|| String::new(),
+        async || write(with_dir.clone(), false).await.ok(),
+    )
+    .await;
+    // RBAC: another DaemonSet of the namespace is not the controller's to read, change
+    // or delete.
+    let admin_ds: Api<DaemonSet> = Api::namespaced(client.clone(), "nodemem-system");
+    let mut other = own.clone();
+    other["metadata"]["name"] = json!("someone-elses");
+    admin_ds
+        .patch(
+            "someone-elses",
+            &PatchParams::apply("someone"),
+            &Patch::Apply(&other),
+        )
+        .await
+        .unwrap();
+    let forbidden =
+        |r: Result<(), kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    assert!(forbidden(daemonsets.get("someone-elses").await.map(|_| ())));
+    assert!(forbidden(
+        daemonsets
+            .patch(
+                "someone-elses",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))
+            )
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        daemonsets
+            .delete("someone-elses", &Default::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        daemonsets.list(&ListParams::default()).await.map(|_| ())
+    ));
+    // Its own, by name: read, and listed with a field selector on its name.
+    daemonsets.get("nodemem-agent").await.unwrap();
+    let listed = daemonsets
+        .list(&ListParams::default().fields("metadata.name=nodemem-agent"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+}

@@ -75,6 +75,7 @@ fn deploy_docs() -> Vec<Value> {
         "deploy/agent/rbac.yaml",
         "deploy/agent/admission-policy.yaml",
         "deploy/controller/rbac.yaml",
+        "deploy/controller/admission-policy.yaml",
     ]
     .iter()
     .flat_map(|f| documents(&std::fs::read_to_string(repo().join(f)).unwrap()))
@@ -138,6 +139,13 @@ fn the_chart_lints_and_renders_what_production_needs() {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
     assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
+    // What the admission policy admits for the agents is what the controller is told.
+    let admitted = find(&docs, "ConfigMap", "nodemem-agent-admission");
+    assert_eq!(
+        admitted["data"],
+        json!({"image": "ghcr.io/nodemem/nodemem:1.2.3", "stateDir": "/var/lib/nodemem",
+            "kubeletConfigDir": "/etc/kubernetes/kubelet.conf.d"})
+    );
     // The agents' pod settings: the values.yaml defaults, as the controller's own.
     let agent_pod = rendered_agent_pod(&[]);
     let agent_pod: Value =
@@ -323,11 +331,18 @@ fn the_chart_lints_and_renders_what_production_needs() {
             "nodemem-agent-node-scope"
         )["spec"]["validations"]
     );
+    let policy = "nodemem-controller-agent-daemonset";
+    for part in ["validations", "variables", "matchConstraints", "paramKind"] {
+        assert_eq!(
+            find(&docs, "ValidatingAdmissionPolicy", policy)["spec"][part],
+            find(&deploy, "ValidatingAdmissionPolicy", policy)["spec"][part],
+            "{policy}: {part}"
+        );
+    }
     // Off by default: no ServiceMonitor (its CRD may not exist) and no dashboard.
     let plain = documents(&helm(&["template", "nodemem", chart]));
-    assert!(!plain
-        .iter()
-        .any(|d| d["kind"] == "ServiceMonitor" || d["kind"] == "ConfigMap"));
+    assert!(!plain.iter().any(|d| d["kind"] == "ServiceMonitor"
+        || (d["kind"] == "ConfigMap" && d["metadata"]["name"] == "nodemem-dashboard")));
 }
 
 fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
@@ -356,11 +371,17 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         agent_resync_seconds: 5,
         install: Install::Chart {
             release: "nodemem".into(),
-            args: ["controller.replicas=2"]
-                .iter()
-                .chain(AGENT_VALUES.iter())
-                .flat_map(|v| ["--set".to_string(), v.to_string()])
-                .collect(),
+            // The image the chart's admission policy admits for the agents is the
+            // controller's --agent-image below.
+            args: [
+                "controller.replicas=2",
+                "image.repository=nodemem",
+                "image.tag=chart-test",
+            ]
+            .iter()
+            .chain(AGENT_VALUES.iter())
+            .flat_map(|v| ["--set".to_string(), v.to_string()])
+            .collect(),
         },
         controller_args: vec![
             "--namespace=nodemem-system".into(),

@@ -23,6 +23,11 @@ pub(crate) async fn an_agent_that_cannot_pull_is_named_on_its_policy(
             .position(|a| a == "--agent-image")
             .expect("the controller runs with --agent-image");
         args[at + 1] = image.to_string();
+        // As `helm upgrade --set image.tag=...` would: the admission policy's image
+        // with the controller's (otherwise the policy refuses the DaemonSet, and the
+        // kubelet never meets the image).
+        nodemem_testkit::admission::write_agent_admission(bed.admin(), "nodemem-system", &args)
+            .unwrap();
         installed.controller.stop(Duration::from_secs(10));
         installed
             .controller

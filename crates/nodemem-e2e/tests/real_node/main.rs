@@ -710,6 +710,9 @@ async fn install_nodemem(
         image.clone(),
     ];
     args.extend(controller_args.iter().map(|a| a.to_string()));
+    // What deploy/install/controller.yaml writes beside the controller's flags: the
+    // image its agent DaemonSet may run (nodemem-controller-agent-daemonset).
+    nodemem_testkit::admission::write_agent_admission(admin, "nodemem-system", &args).unwrap();
     let controller = Process::spawn(
         "controller",
         nodemem_e2e::nodemem(),
