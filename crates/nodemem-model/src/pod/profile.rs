@@ -27,7 +27,7 @@ pub struct PodMemoryProfile {
     /// through [`PodMemoryProfile::memory_max_under`]).
     pub memory_max: Option<i64>,
     /// The same as kubelets up to v1.36 set it, whose rule for "every container
-    /// declares a memory limit" differs ([`limits_declared_up_to_v1_36`]).
+    /// declares a memory limit" differs (see `limits_declared_up_to_v1_36`).
     pub memory_max_up_to_v1_36: Option<i64>,
     /// KEP-2837: the pod-level memory limit standing in for a missing container limit.
     pub pod_level_limit: i64,
