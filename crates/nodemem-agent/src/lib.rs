@@ -23,6 +23,7 @@
 
 pub mod args;
 pub mod cgroup_events;
+pub mod confine;
 mod crd_skew;
 pub mod health;
 pub mod kubelet_mode;
@@ -138,6 +139,15 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let kubeconfig = args.kubeconfig.clone();
     runtime.block_on(async move {
         let client = nodemem_plumbing::kubeclient::client(kubeconfig.as_deref(), None).await?;
+        // Started (its kubeconfig read, its client built): from here on the agent
+        // makes none of the system calls its filter refuses.
+        match confine::confine() {
+            Ok(refused) => tracing::info!(
+                refused,
+                "the agent confines itself: its seccomp filter refuses ptrace, process_vm_readv/writev, mounts, BPF, kernel modules, kexec and the other calls it never makes (no_new_privs set)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "the agent runs without its own seccomp filter"),
+        }
         agent
             .run(client)
             .await

@@ -367,10 +367,13 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                         // (/proc/<pid>/root) only with it, as the kubelet holds every
                         // capability (ptrace_may_access, read mode). Unconfined
                         // AppArmor: the runtime's default profile allows ptrace reads
-                        // of its own containers only, not of the kubelet.
+                        // of its own containers only, not of the kubelet. The runtime's
+                        // default seccomp profile beneath the agent's own filter
+                        // (nodemem_agent::confine), which it installs once started.
                         "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": true,
                             "allowPrivilegeEscalation": false,
                             "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]},
+                            "seccompProfile": {"type": "RuntimeDefault"},
                             "appArmorProfile": {"type": "Unconfined"}},
                         "volumeMounts": mounts,
                     }],

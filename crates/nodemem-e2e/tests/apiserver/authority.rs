@@ -464,7 +464,8 @@ async fn the_controller_patches_a_node_only_to_drain_it() {
 /// `nodemem-controller-agent-daemonset`, with the parameters deploy/install ships): its
 /// own agent DaemonSet, as the controller builds and applies it for each set of modes,
 /// is admitted; the same with another image, another container, a host path of its
-/// own choosing, an added capability, a privileged container, the host's network or
+/// own choosing, an added capability, a privileged container, no seccomp profile, the
+/// host's network or
 /// another name is refused with the policy's word, though RBAC lets the controller
 /// create and patch it. A kubelet drop-in directory is admitted once the install names
 /// it. And RBAC reaches no other DaemonSet of the namespace. On a control plane of its
@@ -612,6 +613,14 @@ async fn the_controller_writes_only_its_own_agent_daemonset() {
                 security["allowPrivilegeEscalation"] = json!(true);
             }),
             "the agent's container drops every capability but SYS_PTRACE",
+        ),
+        (
+            "no seccomp profile",
+            Box::new(|ds| {
+                ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+                    ["seccompProfile"] = json!({"type": "Unconfined"});
+            }),
+            "runs under the runtime's default seccomp profile",
         ),
         (
             "the host's network",

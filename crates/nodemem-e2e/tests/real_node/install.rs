@@ -49,6 +49,41 @@ pub(crate) async fn it_reports_through_its_config(
     // /metrics, from the node (the pod network is the node's).
     let metrics = agent_metrics(node, &installed.agent_ip);
     assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
+    the_agent_runs_confined(node);
+}
+
+/// The agent's process as the node sees it (issue 59): in seccomp's filter mode with
+/// two filters, the runtime's default profile (`seccompProfile: RuntimeDefault`) and
+/// the agent's own (`nodemem_agent::confine`, installed once started), with
+/// `no_new_privs`, and holding no capability but `SYS_PTRACE` (bit 19) in its
+/// effective and permitted sets.
+fn the_agent_runs_confined(node: &mut RealNode) {
+    let (status, code) = node
+        .run("p=$(pgrep -f '^/nodemem agent' | head -n1); grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/$p/status")
+        .unwrap();
+    assert_eq!(code, 0, "{status}");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(field("Seccomp"), "2", "{status}");
+    assert_eq!(
+        field("Seccomp_filters"),
+        "2",
+        "the runtime's filter and the agent's own: {status}"
+    );
+    assert_eq!(field("NoNewPrivs"), "1", "{status}");
+    for set in ["CapEff", "CapPrm"] {
+        assert_eq!(
+            field(set),
+            format!("{:016x}", 1u64 << 19),
+            "{set}: SYS_PTRACE alone: {status}"
+        );
+    }
 }
 
 /// Pods of every QoS class (init containers, a restartable sidecar, pod-level
