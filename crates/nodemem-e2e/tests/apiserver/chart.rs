@@ -448,8 +448,11 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let ds = bed
-        .kubectl(&[
+    // The DaemonSet is written after a decision, not before the rollout's first step:
+    // waited for (its write may be retried on the next reconcile).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ds = loop {
+        let image = bed.kubectl(&[
             "get",
             "daemonset",
             "nodemem-agent",
@@ -457,8 +460,16 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             "nodemem-system",
             "-o",
             "jsonpath={.spec.template.spec.containers[0].image}",
-        ])
-        .unwrap();
+        ]);
+        match image {
+            Ok(image) => break image,
+            Err(e) if Instant::now() >= deadline => panic!(
+                "no agent DaemonSet: {e}\ncontroller:\n{}",
+                nodemem_testkit::process::tail(bed.controller_log(), 30)
+            ),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    };
     assert_eq!(ds, "nodemem:chart-test");
     let pull = bed
         .kubectl(&[
@@ -576,7 +587,12 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             .unwrap_or_default();
         assert!(
             Instant::now() < deadline,
-            "the agents' pods were not created: {pods}; refused: {refused}"
+            "the agents' pods were not created: {pods}; refused: {refused}\nDaemonSet:\n{}\nevents:\n{}\ncontroller:\n{}",
+            bed.kubectl(&["get", "daemonset", "-n", "nodemem-system", "-o", "yaml"])
+                .unwrap_or_default(),
+            bed.kubectl(&["get", "events", "-n", "nodemem-system"])
+                .unwrap_or_default(),
+            nodemem_testkit::process::tail(bed.controller_log(), 20)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
