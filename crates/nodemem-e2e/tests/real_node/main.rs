@@ -776,13 +776,22 @@ async fn install_nodemem(
 
 /// The agent's /metrics, scraped from the node (the pod network is the node's).
 fn agent_metrics(node: &mut RealNode, agent_ip: &str) -> String {
-    let (metrics, code) = node
-        .run(&format!(
-            "exec 3<>/dev/tcp/{agent_ip}/9180 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
-        ))
-        .unwrap();
+    let (metrics, code) = scrape(node, agent_ip);
     assert_eq!(code, 0, "{metrics}");
     metrics
+}
+
+/// The same, or None while nothing listens (an agent restarting after a kill).
+fn agent_metrics_if_up(node: &mut RealNode, agent_ip: &str) -> Option<String> {
+    let (metrics, code) = scrape(node, agent_ip);
+    (code == 0).then_some(metrics)
+}
+
+fn scrape(node: &mut RealNode, agent_ip: &str) -> (String, i32) {
+    node.run(&format!(
+        "exec 3<>/dev/tcp/{agent_ip}/9180 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+    ))
+    .unwrap()
 }
 
 /// One series of the agent's /metrics (0 when absent).

@@ -289,10 +289,14 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
     assert_eq!(code, 0, "no agent process to kill: {out}");
     let away = one_pod(&bed.client, &name, "nri-agent-away").await;
     eprintln!("NRI: a pod started while the agent was away");
+    // Its /metrics refuses connections until the kubelet has restarted it.
     eventually(
         "the restarted agent registered",
         Duration::from_secs(120),
-        async || (agent_metric(node, agent_ip, REGISTERED) == 1.0).then_some(()),
+        async || {
+            let metrics = super::agent_metrics_if_up(node, agent_ip)?;
+            (series_value(&metrics, REGISTERED) == 1.0).then_some(())
+        },
     )
     .await;
     // Same resources as nri-after-restart: the same values, repaired.
