@@ -45,6 +45,16 @@ pub struct AgentArgs {
     /// tested with.
     #[arg(long, requires = "print_kubelet")]
     pub kubelet_version: Option<String>,
+    /// Run as the agent's kubelet reader (started by the agent itself; see
+    /// docs/security.md): answer requests for the host kubelet's files on stdin.
+    #[arg(long, hide = true, conflicts_with_all = ["once", "print_kubelet"])]
+    pub kubelet_reader: bool,
+    /// The agent may write the kubelet's files (nodemem's drop-in, the Memory Manager's
+    /// state file) where `enforcement: Kubelet` asks it to; without it, they are only
+    /// read. The controller's DaemonSet gives it when a policy enforces through the
+    /// kubelet.
+    #[arg(long)]
+    pub kubelet_writes: bool,
     /// This node's name (default: the NODE_NAME environment variable).
     #[arg(long)]
     pub node_name: Option<String>,

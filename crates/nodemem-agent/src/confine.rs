@@ -8,15 +8,20 @@
 //! A deny list, not an allow list: the agent's libraries (tokio, rustls, zbus, ttrpc,
 //! inotify) and the kernels it meets make a complete allow list brittle, and a missed
 //! call would stop an agent on a node nodemem has never seen. Each entry says why the
-//! agent never needs it. What the filter cannot hold: `SYS_PTRACE` still lets the agent
-//! open another process's `/proc/<pid>/mem` (a file, not a system call); only a
-//! separate reader of the kubelet's files would let the agent drop the capability
-//! (docs/security.md).
+//! agent never needs it.
+//!
+//! Before the filter, while it runs one thread, the agent drops every capability
+//! ([`drop_capabilities`]; its kubelet reader keeps `SYS_PTRACE`, see
+//! `kubelet_reader`) and restricts its writes with Landlock ([`restrict_writes`]) to
+//! the trees it writes: the cgroup tree, its state directory and, under
+//! `enforcement: Kubelet`, the kubelet's drop-in directory and the Memory Manager's
+//! state file. Landlock also denies it ptrace access to every process outside its
+//! domain (`/proc/<pid>/mem`, `/proc/<pid>/root`) and, from Linux 6.12, signals to them.
 
 /// Each refused system call: its name, and why the agent never makes it.
 #[cfg(target_os = "linux")]
 pub const REFUSED: &[(&str, i64, &str)] = &[
-    ("ptrace", libc::SYS_ptrace, "attaching to another process: the agent reads the kubelet's files through /proc/<pid>/root, which needs the capability's access check, not the call"),
+    ("ptrace", libc::SYS_ptrace, "attaching to another process: the kubelet reader opens the kubelet's /proc/<pid>/root, which needs the capability's access check, not the call"),
     ("process_vm_readv", libc::SYS_process_vm_readv, "reading another process's memory"),
     ("process_vm_writev", libc::SYS_process_vm_writev, "writing another process's memory"),
     ("kexec_load", libc::SYS_kexec_load, "loading another kernel"),
@@ -83,4 +88,82 @@ pub fn confine() -> Result<usize, String> {
 #[cfg(not(target_os = "linux"))]
 pub fn confine() -> Result<usize, String> {
     Err("seccomp filters exist on Linux only".into())
+}
+
+/// Drops every capability of this thread (effective, permitted, inheritable, ambient):
+/// the agent needs none once its kubelet reader runs (root writes root-owned cgroup
+/// files without one; systemd and the runtime authorize uid 0 on their sockets). Call
+/// it while the process has one thread: capabilities are per thread. With
+/// `no_new_privs` (the DaemonSet's `allowPrivilegeEscalation: false`), no later
+/// `execve` gives them back. The capabilities held before.
+#[cfg(target_os = "linux")]
+pub fn drop_capabilities() -> Result<Vec<String>, String> {
+    use caps::CapSet;
+    let held =
+        caps::read(None, CapSet::Permitted).map_err(|e| format!("reading capabilities: {e}"))?;
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set).map_err(|e| format!("dropping {set:?} capabilities: {e}"))?;
+    }
+    let mut names: Vec<String> = held.iter().map(ToString::to_string).collect();
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn drop_capabilities() -> Result<Vec<String>, String> {
+    Ok(Vec::new())
+}
+
+/// How far Landlock confines the agent on this kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Restricted {
+    /// Every right nodemem asks for is enforced.
+    Fully,
+    /// The kernel's Landlock is older than the rights asked for (on 6.1: files, not
+    /// truncation or signals); what it has is enforced.
+    Partly,
+    /// The kernel has no Landlock, or it is not among its security modules.
+    Not,
+}
+
+/// Restricts this thread and the threads and processes it starts later to reading
+/// and executing anywhere and writing beneath `writable` only (Landlock; files and
+/// directories). Call it while the process has one thread. The ruleset's status on
+/// this kernel.
+#[cfg(target_os = "linux")]
+pub fn restrict_writes(writable: &[std::path::PathBuf]) -> Result<Restricted, String> {
+    use landlock::{
+        path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        RulesetStatus, Scope, ABI,
+    };
+    let abi = ABI::V3;
+    let err = |e: landlock::RulesetError| format!("Landlock: {e}");
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(err)?
+        .scope(Scope::Signal)
+        .map_err(err)?
+        .create()
+        .map_err(err)?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))
+        .map_err(err)?
+        .add_rules(path_beneath_rules(writable, AccessFs::from_all(abi)))
+        .map_err(err)?
+        .restrict_self()
+        .map_err(err)?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => Restricted::Fully,
+        RulesetStatus::PartiallyEnforced => Restricted::Partly,
+        RulesetStatus::NotEnforced => Restricted::Not,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn restrict_writes(_: &[std::path::PathBuf]) -> Result<Restricted, String> {
+    Ok(Restricted::Not)
 }

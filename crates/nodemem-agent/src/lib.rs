@@ -24,9 +24,11 @@
 pub mod args;
 pub mod cgroup_events;
 pub mod confine;
+pub mod confine_probe;
 mod crd_skew;
 pub mod health;
 pub mod kubelet_mode;
+pub mod kubelet_reader;
 pub mod kubelet_status;
 pub mod metrics;
 pub mod node_sync;
@@ -59,6 +61,62 @@ fn restart_by(args: &AgentArgs) -> Option<kubelet_mode::RestartBy> {
     given(&args.kubelet_restart_command).map(kubelet_mode::RestartBy::Command)
 }
 
+/// The agent's confinement before it starts a thread (docs/security.md): its kubelet
+/// reader started where it reads the kubelet through procfs, every capability dropped,
+/// its writes restricted to its trees.
+fn confine_at_start(args: &AgentArgs) -> Result<(), CliError> {
+    if args.kubelet_config.is_none() {
+        let reader = kubelet_reader::start(&args.proc_root, args.kubelet_writes)
+            .map_err(|e| CliError::one(format!("cannot start nodemem's kubelet reader: {e}")))?;
+        let pid = reader.pid();
+        nodemem_apply::kubelet::access::install(
+            &args.proc_root,
+            Box::new(move |request| reader.call(request)),
+        )
+        .map_err(CliError::one)?;
+        tracing::info!(pid, "nodemem's kubelet reader runs: it alone holds CAP_SYS_PTRACE and reads only the files the host's kubelet names");
+    }
+    match confine::drop_capabilities() {
+        Ok(held) => tracing::info!(dropped = ?held, "the agent holds no capability"),
+        Err(e) => {
+            return Err(CliError::one(format!(
+                "the agent cannot drop its capabilities: {e}"
+            )))
+        }
+    }
+    if args.kubelet_restart_command.is_some() {
+        tracing::warn!("the agent's writes are not restricted (Landlock): --kubelet-restart-command runs a command whose writes nodemem cannot know");
+        return Ok(());
+    }
+    let writable = writable_trees(args);
+    match confine::restrict_writes(&writable) {
+        Ok(confine::Restricted::Not) => tracing::warn!("the agent's writes are not restricted: this kernel has no Landlock (Linux 5.13 and later, with landlock among its security modules)"),
+        Ok(how) => tracing::info!(?how, writable = ?writable, "the agent writes only beneath these (Landlock)"),
+        Err(e) => tracing::warn!(error = %e, "the agent's writes are not restricted (Landlock)"),
+    }
+    Ok(())
+}
+
+/// What the agent writes beneath: the cgroup tree, its state directory (created now:
+/// Landlock names existing files), the kubelet's drop-in directory and the Memory
+/// Manager's state file's directory when given, and /dev/null (a child's stdin).
+fn writable_trees(args: &AgentArgs) -> Vec<std::path::PathBuf> {
+    let _ = std::fs::create_dir_all(&args.state_dir);
+    let mut trees = vec![
+        args.cgroup_root.clone(),
+        args.state_dir.clone(),
+        "/dev/null".into(),
+    ];
+    trees.extend(args.kubelet_config_dir.clone());
+    trees.extend(
+        args.kubelet_memory_manager_state
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map(std::path::Path::to_path_buf),
+    );
+    trees
+}
+
 /// Runs `nodemem agent`: `--once` from files, else the in-cluster agent until it fails.
 pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     if let Some(n) = nodemem_apply::fault::arm_from_env() {
@@ -74,6 +132,11 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     if args.once {
         return once::run(args);
     }
+    if args.kubelet_reader {
+        return kubelet_reader::serve(args.proc_root.clone(), args.kubelet_writes)
+            .map(|()| Outcome::default())
+            .map_err(|e| CliError::one(format!("nodemem's kubelet reader: {e}")));
+    }
     let node_name = args
         .node_name
         .clone()
@@ -83,6 +146,8 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
             CliError::one("the agent needs its node's name: --node-name or NODE_NAME (the downward API's spec.nodeName)")
         })?;
     init_logs(args.log_format);
+    // While the agent runs one thread: capabilities and Landlock are per thread.
+    confine_at_start(args)?;
     let applier = once::applier_config(args);
     let kubelet = kubelet_mode::KubeletModeConfig {
         files: applier.kubelet.clone(),
@@ -137,6 +202,8 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     let kubeconfig = args.kubeconfig.clone();
+    let proc_root = args.proc_root.clone();
+    let own = writable_trees(args);
     runtime.block_on(async move {
         let client = nodemem_plumbing::kubeclient::client(kubeconfig.as_deref(), None).await?;
         // Started (its kubeconfig read, its client built): from here on the agent
@@ -147,6 +214,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
                 "the agent confines itself: its seccomp filter refuses ptrace, process_vm_readv/writev, mounts, BPF, kernel modules, kexec and the other calls it never makes (no_new_privs set)"
             ),
             Err(e) => tracing::warn!(error = %e, "the agent runs without its own seccomp filter"),
+        }
+        if std::env::var_os(confine_probe::PROBE_ENV).is_some_and(|v| v == "1") {
+            confine_probe::run(&proc_root, &own);
         }
         agent
             .run(client)

@@ -7,6 +7,8 @@
 //! its own root ([`KubeletSource::Process`], the agent on a node), or given to the agent
 //! ([`KubeletSource::Given`], a node whose kubelet process it cannot see, and tests).
 
+pub mod access;
+pub mod allowance;
 mod as_run;
 pub mod command_line;
 pub mod conflict;
@@ -14,7 +16,6 @@ pub mod overrides;
 pub mod process;
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use nodemem_model::kubelet::defaults::DEFAULT_EVICTION_HARD;
@@ -24,7 +25,6 @@ use nodemem_model::kubelet::writes::{KubeletQosConfig, Named};
 use nodemem_model::quantity::Quantity;
 use serde_json::Value;
 
-use crate::state::write_atomically;
 use command_line::{flag_settings, FlagError, K3sFiles, KubeletCommandLine, KubeletHost};
 pub use process::{
     find_kubelet, find_kubelets, kubelet_started_at, IgnoredKubelet, KubeletProcess, KubeletSearch,
@@ -263,6 +263,25 @@ struct Located {
     config_dir: Option<PathBuf>,
     flags: Vec<command_line::KubeletFlag>,
     memory_manager_state: PathBuf,
+    /// k3s's own configuration file, through which its kubelet's flags are given.
+    k3s_config: Option<PathBuf>,
+}
+
+/// What of the host kubelet's file system nodemem reads or writes: the files its
+/// command line names, as reached through its root. The kubelet reader answers for
+/// these only ([`allowance`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reachable {
+    /// `<proc_root>/<pid>`.
+    pub process_dir: PathBuf,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--config-dir` (its `*.conf` files, subdirectories included).
+    pub config_dir: Option<PathBuf>,
+    /// The Memory Manager's state file.
+    pub memory_manager_state: PathBuf,
+    /// k3s's `config.yaml` (and its `config.yaml.d/*.yaml`).
+    pub k3s_config: Option<PathBuf>,
 }
 
 impl KubeletFiles {
@@ -302,6 +321,7 @@ impl KubeletFiles {
                     config_dir: config_dir.clone(),
                     flags: Vec::new(),
                     memory_manager_state: state,
+                    k3s_config: None,
                 })
             }
             KubeletSource::Process { proc_root } => self.locate_process(proc_root),
@@ -311,7 +331,9 @@ impl KubeletFiles {
     fn locate_process(&self, proc_root: &Path) -> Result<Located, KubeletFileError> {
         let (process, ignored) = host_kubelet(proc_root)?;
         let mut line = KubeletCommandLine::parse(&process.argv, &K3sFiles::default());
+        let mut k3s_config = None;
         if let KubeletHost::K3s { config, .. } = &line.host {
+            k3s_config = Some(process.path(config));
             let files = k3s_files(&process, config)?;
             line = KubeletCommandLine::parse(&process.argv, &files);
         }
@@ -351,6 +373,25 @@ impl KubeletFiles {
                 .clone()
                 .unwrap_or_else(|| process.path(&state_named)),
             flags: line.flags,
+            k3s_config,
+        })
+    }
+
+    /// The host kubelet's files that nodemem reaches through its root (see
+    /// [`Reachable`]); an error when no single host kubelet runs or its k3s
+    /// configuration cannot be read.
+    pub fn reachable(&self) -> Result<Reachable, KubeletFileError> {
+        let KubeletSource::Process { proc_root } = &self.source else {
+            return Ok(Reachable::default());
+        };
+        let (process, _) = host_kubelet(proc_root)?;
+        let located = self.locate_process(proc_root)?;
+        Ok(Reachable {
+            process_dir: process.dir().to_path_buf(),
+            config: located.config,
+            config_dir: located.config_dir,
+            memory_manager_state: located.memory_manager_state,
+            k3s_config: located.k3s_config,
         })
     }
 
@@ -392,7 +433,7 @@ impl KubeletFiles {
         let mut origin = located.origin.clone();
         let mut merged = Value::Object(serde_json::Map::new());
         if let (Some(path), Some(named)) = (&located.config, &origin.config) {
-            let text = fs::read_to_string(path).map_err(|source| KubeletFileError::Io {
+            let text = access::read_to_string(path).map_err(|source| KubeletFileError::Io {
                 named: named.clone(),
                 source,
             })?;
@@ -413,7 +454,7 @@ impl KubeletFiles {
                 }
             }
             match dropin {
-                OwnDropIn::OnDisk if own.exists() => dropins.push((own.clone(), None)),
+                OwnDropIn::OnDisk if access::exists(&own) => dropins.push((own.clone(), None)),
                 OwnDropIn::As(text) => dropins.push((own.clone(), Some(text.to_string()))),
                 _ => {}
             }
@@ -424,10 +465,12 @@ impl KubeletFiles {
                 let named = format!("{}/{}", named_dir.trim_end_matches('/'), relative.display());
                 let text = match text {
                     Some(t) => t,
-                    None => fs::read_to_string(&path).map_err(|source| KubeletFileError::Io {
-                        named: named.clone(),
-                        source,
-                    })?,
+                    None => {
+                        access::read_to_string(&path).map_err(|source| KubeletFileError::Io {
+                            named: named.clone(),
+                            source,
+                        })?
+                    }
                 };
                 merge_patch(&mut merged, parse_config(&text, &named, true)?);
                 origin.drop_ins.push(named);
@@ -461,7 +504,7 @@ impl KubeletFiles {
         for (path, _) in dropins.into_iter().filter(|(p, _)| *p > own) {
             let relative = path.strip_prefix(dir).unwrap_or(&path);
             let named = format!("{}/{}", named_dir.trim_end_matches('/'), relative.display());
-            let text = fs::read_to_string(&path).map_err(|source| KubeletFileError::Io {
+            let text = access::read_to_string(&path).map_err(|source| KubeletFileError::Io {
                 named: named.clone(),
                 source,
             })?;
@@ -490,7 +533,7 @@ impl KubeletFiles {
     pub fn current_dropin(&self) -> Result<Option<String>, KubeletFileError> {
         let path = self.dropin_path()?;
         move_legacy_dropin(&path)?;
-        match fs::read_to_string(&path) {
+        match access::read_to_string(&path) {
             Ok(t) => Ok(Some(t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(KubeletFileError::Io {
@@ -504,7 +547,7 @@ impl KubeletFiles {
     /// the whole new one, whenever it starts).
     pub fn write_dropin(&self, text: &str) -> Result<(), KubeletFileError> {
         let path = self.dropin_path()?;
-        write_atomically(&path, text.as_bytes(), 0o644).map_err(|source| KubeletFileError::Io {
+        access::write_atomically(&path, text, 0o644).map_err(|source| KubeletFileError::Io {
             named: path.display().to_string(),
             source,
         })?;
@@ -555,12 +598,12 @@ fn move_legacy_dropin(path: &Path) -> Result<(), KubeletFileError> {
     let Some(dir) = path.parent() else {
         return Ok(());
     };
-    if path.exists() {
+    if access::exists(path) {
         return Ok(());
     }
     for name in LEGACY_DROPIN_FILES {
         let old = dir.join(name);
-        if !old.exists() {
+        if !access::exists(&old) {
             continue;
         }
         let mut dropins = Vec::new();
@@ -568,7 +611,7 @@ fn move_legacy_dropin(path: &Path) -> Result<(), KubeletFileError> {
         if dropins.iter().any(|(p, _)| *p > old && p.as_path() < path) {
             return Ok(());
         }
-        return fs::rename(&old, path).map_err(|source| KubeletFileError::Io {
+        return access::rename(&old, path).map_err(|source| KubeletFileError::Io {
             named: old.display().to_string(),
             source,
         });
@@ -577,7 +620,7 @@ fn move_legacy_dropin(path: &Path) -> Result<(), KubeletFileError> {
 }
 
 fn remove_if_present(path: &Path) -> Result<bool, KubeletFileError> {
-    match fs::remove_file(path) {
+    match access::remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(source) => Err(KubeletFileError::Io {
@@ -594,11 +637,11 @@ fn k3s_files(process: &KubeletProcess, config: &str) -> Result<K3sFiles, Kubelet
     let path = process.path(config);
     let mut paths = vec![(path.clone(), config.to_string())];
     let dir = PathBuf::from(format!("{}.d", path.display()));
-    let mut extra: Vec<PathBuf> = fs::read_dir(&dir)
+    let mut extra: Vec<PathBuf> = access::read_dir(&dir)
         .into_iter()
         .flatten()
-        .flatten()
-        .map(|e| e.path())
+        .filter(|(_, dir)| !dir)
+        .map(|(p, _)| p)
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
     extra.sort();
@@ -610,7 +653,7 @@ fn k3s_files(process: &KubeletProcess, config: &str) -> Result<K3sFiles, Kubelet
         (p, named)
     }));
     for (path, named) in paths {
-        let text = match fs::read_to_string(&path) {
+        let text = match access::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(KubeletFileError::Io { named, source }),
@@ -627,9 +670,8 @@ fn k3s_files(process: &KubeletProcess, config: &str) -> Result<K3sFiles, Kubelet
 
 /// The two paths name one directory (the same device and inode).
 fn same_directory(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (fs::metadata(a), fs::metadata(b)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+    match (access::identity(a), access::identity(b)) {
+        (Ok(a), Ok(b)) => a == b,
         _ => false,
     }
 }
@@ -637,15 +679,10 @@ fn same_directory(a: &Path, b: &Path) -> bool {
 /// `*.conf` files under `dir`, subdirectories included, as filepath.WalkDir visits
 /// them (lexical order within each directory). A missing directory holds none.
 fn walk_dropins(dir: &Path, out: &mut Vec<(PathBuf, Option<String>)>) {
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let mut entries: Vec<(PathBuf, bool)> = access::read_dir(dir).unwrap_or_default();
     entries.sort();
-    for path in entries {
-        if path.is_dir() {
+    for (path, is_dir) in entries {
+        if is_dir {
             walk_dropins(&path, out);
         } else if path.extension().is_some_and(|e| e == "conf") {
             out.push((path, None));

@@ -302,6 +302,8 @@ fn kubelet_access(
     mounts: &mut Vec<Value>,
     volumes: &mut Vec<Value>,
 ) {
+    // Without it the agent's kubelet reader writes nothing of the kubelet's.
+    args.push("--kubelet-writes".into());
     if let Some(dir) = &d.kubelet_config_dir {
         args.push("--kubelet-config-dir=/host/kubelet-config-dir".into());
         mounts.push(json!({"name": "kubelet-config-dir", "mountPath": "/host/kubelet-config-dir"}));
@@ -363,9 +365,11 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                         "readinessProbe": probe("/readyz"),
                         "resources": d.pod.resources,
                         // Root writes root-owned cgroup files without any capability.
-                        // SYS_PTRACE: the kernel lets a process read another's root
-                        // (/proc/<pid>/root) only with it, as the kubelet holds every
-                        // capability (ptrace_may_access, read mode). Unconfined
+                        // SYS_PTRACE, for the agent's kubelet reader alone (the agent
+                        // drops it once the reader runs): the kernel lets a process
+                        // read another's root (/proc/<pid>/root) only with it, as the
+                        // kubelet holds every capability (ptrace_may_access, read
+                        // mode). Unconfined
                         // AppArmor: the runtime's default profile allows ptrace reads
                         // of its own containers only, not of the kubelet. The runtime's
                         // default seccomp profile beneath the agent's own filter

@@ -34,6 +34,11 @@ impl KubeletProcess {
         }
     }
 
+    /// `<proc_root>/<pid>`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// What the process runs as: `kubelet` or `k3s agent`.
     pub fn command(&self) -> String {
         let program = self
@@ -156,7 +161,7 @@ pub fn find_kubelets(proc_root: &Path) -> KubeletSearch {
     let Ok(entries) = fs::read_dir(proc_root) else {
         return search;
     };
-    let host_mnt = fs::read_link(proc_root.join("1/ns/mnt")).ok();
+    let host_mnt = super::access::read_link(&proc_root.join("1/ns/mnt")).ok();
     // The host's candidates with their parents.
     let mut host: Vec<(KubeletProcess, u32)> = Vec::new();
     for entry in entries.flatten() {
@@ -237,7 +242,7 @@ fn not_the_hosts(
             proc_root.join("1/ns/mnt").display()
         ));
     };
-    match fs::read_link(process.dir.join("ns/mnt")) {
+    match super::access::read_link(&process.dir.join("ns/mnt")) {
         Ok(mnt) if mnt == host_mnt => {}
         Ok(mnt) => {
             return Some(format!(

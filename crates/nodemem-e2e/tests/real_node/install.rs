@@ -49,41 +49,130 @@ pub(crate) async fn it_reports_through_its_config(
     // /metrics, from the node (the pod network is the node's).
     let metrics = agent_metrics(node, &installed.agent_ip);
     assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
-    the_agent_runs_confined(node);
+    the_agent_runs_confined(node, "enforcement: Agent");
 }
 
-/// The agent's process as the node sees it (issue 59): in seccomp's filter mode with
-/// two filters, the runtime's default profile (`seccompProfile: RuntimeDefault`) and
-/// the agent's own (`nodemem_agent::confine`, installed once started), with
-/// `no_new_privs`, and holding no capability but `SYS_PTRACE` (bit 19) in its
-/// effective and permitted sets.
-fn the_agent_runs_confined(node: &mut RealNode) {
-    let (status, code) = node
-        .run("p=$(pgrep -f '^/nodemem agent' | head -n1); grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/$p/status")
+/// The agent's processes as the node sees them (issue 59), in the mode the node's
+/// policy runs (`mode`, for messages): the agent and its kubelet reader, each in
+/// seccomp's filter mode with two filters (the runtime's default profile,
+/// `seccompProfile: RuntimeDefault`, and the agent's own) and `no_new_privs`; the
+/// agent holding no capability, the reader (its child) `SYS_PTRACE` (bit 19) alone.
+/// Then the escape attempts the agent made from inside itself at start-up
+/// (`NODEMEM_CONFINEMENT_PROBE=1`, `nodemem_agent::confine_probe`): attaching to
+/// systemd and the kubelet, opening their memory for writing, reading systemd's
+/// memory, creating a file in the host's /tmp, writing on each writable mount outside
+/// its trees: every one refused, as its log says.
+pub(crate) fn the_agent_runs_confined(node: &mut RealNode, mode: &str) {
+    let (pids, code) = node
+        .run("r=$(pgrep -f '^/nodemem agent --kubelet-reader' | head -n1); echo $r $(awk '{print $4}' /proc/$r/stat)")
         .unwrap();
-    assert_eq!(code, 0, "{status}");
-    let field = |name: &str| {
-        status
-            .lines()
+    assert_eq!(code, 0, "{pids}");
+    let pids: Vec<u32> = pids
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let [reader, agent] = pids[..] else {
+        panic!("{mode}: no kubelet reader and agent found: {pids:?}");
+    };
+    let status = |pid: u32, node: &mut RealNode| {
+        let (text, code) = node
+            .run(&format!(
+                "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs|CapEff|CapPrm):' /proc/{pid}/status; tr '\\0' ' ' < /proc/{pid}/cmdline"
+            ))
+            .unwrap();
+        assert_eq!(code, 0, "{text}");
+        text
+    };
+    let field = |text: &str, name: &str| {
+        text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
             .unwrap_or_default()
             .to_string()
     };
-    assert_eq!(field("Seccomp"), "2", "{status}");
-    assert_eq!(
-        field("Seccomp_filters"),
-        "2",
-        "the runtime's filter and the agent's own: {status}"
-    );
-    assert_eq!(field("NoNewPrivs"), "1", "{status}");
-    for set in ["CapEff", "CapPrm"] {
+    for (pid, who, caps) in [
+        (agent, "the agent", 0u64),
+        (reader, "its kubelet reader", 1u64 << 19),
+    ] {
+        let text = status(pid, node);
+        assert!(text.contains("/nodemem agent"), "{mode}: {who}: {text}");
+        assert_eq!(field(&text, "Seccomp"), "2", "{mode}: {who}: {text}");
         assert_eq!(
-            field(set),
-            format!("{:016x}", 1u64 << 19),
-            "{set}: SYS_PTRACE alone: {status}"
+            field(&text, "Seccomp_filters"),
+            "2",
+            "{mode}: {who}: the runtime's filter and the agent's own: {text}"
+        );
+        assert_eq!(field(&text, "NoNewPrivs"), "1", "{mode}: {who}: {text}");
+        for set in ["CapEff", "CapPrm"] {
+            assert_eq!(
+                field(&text, set),
+                format!("{caps:016x}"),
+                "{mode}: {who}: {set}: {text}"
+            );
+        }
+    }
+    let (log, _) = node
+        .run(&format!(
+            "cat /var/log/pods/nodemem-system_nodemem-agent-*/agent/*.log | grep 'confinement probe' | grep '\"pid\":{agent}[,}}]'"
+        ))
+        .unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| l.split_once(" F ").map(|(_, json)| json))
+        .filter_map(|json| serde_json::from_str(json).ok())
+        .collect();
+    let message = |v: &serde_json::Value| v["fields"]["message"].as_str().unwrap_or("").to_string();
+    let done = lines
+        .iter()
+        .find(|v| message(v) == "confinement probe: done")
+        .unwrap_or_else(|| panic!("{mode}: the agent {agent} logged no probe: {log}"));
+    let allowed: Vec<_> = lines
+        .iter()
+        .filter(|v| message(v) == "confinement probe: ALLOWED")
+        .map(|v| v["fields"]["attempt"].clone())
+        .collect();
+    assert!(
+        allowed.is_empty(),
+        "{mode}: escapes allowed: {allowed:?}\n{log}"
+    );
+    let attempts = done["fields"]["attempts"].as_u64().unwrap_or(0);
+    assert_eq!(
+        done["fields"]["refused"].as_u64(),
+        Some(attempts),
+        "{mode}: {log}"
+    );
+    let refused: Vec<String> = lines
+        .iter()
+        .filter(|v| message(v) == "confinement probe: refused")
+        .map(|v| v["fields"]["attempt"].as_str().unwrap_or("").to_string())
+        .collect();
+    for wanted in [
+        "ptrace(PTRACE_ATTACH, 1)",
+        "open /host/proc/1/mem for writing",
+        "process_vm_readv(1)",
+        "create /host/proc/1/root/tmp/nodemem-confinement-probe",
+    ] {
+        assert!(
+            refused.iter().any(|r| r == wanted),
+            "{mode}: {wanted} not attempted: {refused:?}"
         );
     }
+    // A writable mount of the pod's beside the agent's trees (/dev, /etc/hosts, ...).
+    assert!(
+        refused.iter().any(|r| r.starts_with("write to /")),
+        "{mode}: no writable mount tried: {refused:?}"
+    );
+    // The kubelet too: attached to and its memory opened.
+    assert!(
+        refused
+            .iter()
+            .filter(|r| r.starts_with("ptrace(PTRACE_ATTACH, "))
+            .count()
+            == 2,
+        "{mode}: {refused:?}"
+    );
+    let (gone, _) = node.run("ls /tmp/nodemem-confinement-probe 2>&1").unwrap();
+    assert!(gone.contains("No such file"), "{mode}: {gone}");
 }
 
 /// Pods of every QoS class (init containers, a restartable sidecar, pod-level

@@ -551,6 +551,7 @@ async fn kubelet_took_over(
         kubelet_before,
         "the agent did not restart the kubelet"
     );
+    install::the_agent_runs_confined(node, "enforcement: Kubelet");
     status
 }
 
@@ -708,6 +709,9 @@ async fn install_nodemem(
         "1".into(),
         "--agent-image".into(),
         image.clone(),
+        // The agent's escape attempts at start-up, for the_agent_runs_confined.
+        "--agent-pod".into(),
+        r#"{"env":[{"name":"NODEMEM_CONFINEMENT_PROBE","value":"1"}]}"#.into(),
     ];
     args.extend(controller_args.iter().map(|a| a.to_string()));
     // What deploy/install/controller.yaml writes beside the controller's flags: the
