@@ -11,7 +11,7 @@ export RUST_BACKTRACE := $(if $(NODEMEM_BACKTRACE),1,0)
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: plugin test kubelet-float tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: plugin test kubelet-float kubelet-oracle tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
 ## The first lane's tiers in order; BESIDE's run in a second lane beside the first from
@@ -19,7 +19,7 @@ NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 ## says how and why)
 TIERS = prereqs nri unit apiserver image-check vm node
 BESIDE_FROM = node
-BESIDE = lint crds-check tidy kubelet-float
+BESIDE = lint crds-check tidy kubelet-float kubelet-oracle
 test:
 	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS) --beside $(BESIDE_FROM) $(BESIDE)
 
@@ -68,6 +68,14 @@ kubelet-float:
 	NODEMEM_KUBELET_FLOAT="$$(bash tests/scripts/build-kubelet-float.sh)" && \
 	  export NODEMEM_KUBELET_FLOAT && \
 	  $(CARGO) test -p nodemem-e2e --features float-tests --test kubelet_float --locked -- --nocapture
+
+## kubelet-oracle: each pod cgroup value nodemem plans against the kubelet's own code of
+## every supported version (v1.35-v1.38), built from that version's modules, over
+## generated pods (NODEMEM_ORACLE_CASES, 100,000 by default)
+kubelet-oracle:
+	NODEMEM_KUBELET_ORACLE="$$(bash tests/scripts/build-kubelet-oracle.sh)" && \
+	  export NODEMEM_KUBELET_ORACLE && \
+	  $(CARGO) test -p nodemem-e2e --features oracle-tests --test kubelet_oracle --locked -- --nocapture
 
 ## nri: the NRI plugin protocol against NRI's own runtime side (containerd/nri adaptation),
 ## and the agent's plugin answering while its loop is busy

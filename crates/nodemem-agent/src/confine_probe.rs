@@ -55,11 +55,15 @@ pub fn attempts(proc_root: &Path, own: &[PathBuf]) -> Vec<Attempt> {
             what: format!("ptrace(PTRACE_ATTACH, {pid})"),
             refused: ptrace_attach(*pid).err(),
         });
-        let mem = proc_root.join(pid.to_string()).join("mem");
-        out.push(Attempt {
-            what: format!("open {} for writing", mem.display()),
-            refused: OpenOptions::new().write(true).open(&mem).err(),
-        });
+        // The pod's own procfs is mounted read-write (the host's, at proc_root, is
+        // read-only, which would refuse the open before the kernel's ptrace check).
+        for procfs in [Path::new("/proc"), proc_root] {
+            let mem = procfs.join(pid.to_string()).join("mem");
+            out.push(Attempt {
+                what: format!("open {} for writing", mem.display()),
+                refused: OpenOptions::new().write(true).open(&mem).err(),
+            });
+        }
         out.push(Attempt {
             what: format!("process_vm_readv({pid})"),
             refused: process_vm_read(*pid).err(),
@@ -160,11 +164,22 @@ fn writable_mounts(own: &[PathBuf]) -> Vec<PathBuf> {
                 .and_then(|i| fields.get(i + 1))?;
             let writable = options.split(',').any(|o| o == "rw");
             let kernels = ["proc", "sysfs", "cgroup2", "cgroup", "mqueue", "devpts"];
-            (writable
-                && mount_point != "/"
-                && !kernels.contains(fs_type)
-                && !own.iter().any(|o| Path::new(mount_point).starts_with(o)))
-            .then(|| PathBuf::from(mount_point.replace("\\040", " ")))
+            let path = PathBuf::from(mount_point.replace("\\040", " "));
+            (writable && mount_point != "/" && !kernels.contains(fs_type) && !is_own(&path, own))
+                .then_some(path)
         })
         .collect()
+}
+
+/// Whether `path` is one of the agent's own trees or beneath one, by path or by
+/// identity: the same directory reached through another mount (the state directory
+/// as the runtime's task directory shows it) or the same file (runc masks /proc's
+/// files with /dev/null, which the agent may write).
+fn is_own(path: &Path, own: &[PathBuf]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    own.iter().any(|o| path.starts_with(o)) || {
+        let mine = id(path);
+        mine.is_some() && own.iter().any(|o| id(o) == mine)
+    }
 }

@@ -161,7 +161,7 @@ pub fn find_kubelets(proc_root: &Path) -> KubeletSearch {
     let Ok(entries) = fs::read_dir(proc_root) else {
         return search;
     };
-    let host_mnt = super::access::read_link(&proc_root.join("1/ns/mnt")).ok();
+    let host_mnt = super::access::read_link(&proc_root.join("1/ns/mnt"));
     // The host's candidates with their parents.
     let mut host: Vec<(KubeletProcess, u32)> = Vec::new();
     for entry in entries.flatten() {
@@ -234,13 +234,21 @@ fn not_the_hosts(
     proc_root: &Path,
     process: &KubeletProcess,
     ppid: u32,
-    host_mnt: Option<&Path>,
+    host_mnt: Result<&Path, &std::io::Error>,
 ) -> Option<String> {
-    let Some(host_mnt) = host_mnt else {
-        return Some(format!(
-            "the host's mount namespace ({}) cannot be read, so no process is known to be the host's",
-            proc_root.join("1/ns/mnt").display()
-        ));
+    let host_mnt = match host_mnt {
+        Ok(mnt) => mnt,
+        Err(e) => {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (the kernel lets only a process holding CAP_SYS_PTRACE read it: the agent's DaemonSet adds it for the agent's kubelet reader)"
+            } else {
+                ""
+            };
+            return Some(format!(
+                "the host's mount namespace ({}) cannot be read: {e}{hint}, so no process is known to be the host's",
+                proc_root.join("1/ns/mnt").display()
+            ));
+        }
     };
     match super::access::read_link(&process.dir.join("ns/mnt")) {
         Ok(mnt) if mnt == host_mnt => {}

@@ -50,6 +50,7 @@ pub(crate) async fn it_reports_through_its_config(
     let metrics = agent_metrics(node, &installed.agent_ip);
     assert!(metrics.contains("nodemem_agent_passes_total"), "{metrics}");
     the_agent_runs_confined(node, "enforcement: Agent");
+    sys_ptrace_is_needed_to_read_the_kubelet(node, bed, installed).await;
 }
 
 /// The agent's processes as the node sees them (issue 59), in the mode the node's
@@ -59,8 +60,8 @@ pub(crate) async fn it_reports_through_its_config(
 /// agent holding no capability, the reader (its child) `SYS_PTRACE` (bit 19) alone.
 /// Then the escape attempts the agent made from inside itself at start-up
 /// (`NODEMEM_CONFINEMENT_PROBE=1`, `nodemem_agent::confine_probe`): attaching to
-/// systemd and the kubelet, opening their memory for writing, reading systemd's
-/// memory, creating a file in the host's /tmp, writing on each writable mount outside
+/// systemd and the kubelet, opening their memory for writing (through the pod's own
+/// procfs, which is read-write, and the host's), reading systemd's memory, creating a file in the host's /tmp, writing on each writable mount outside
 /// its trees: every one refused, as its log says.
 pub(crate) fn the_agent_runs_confined(node: &mut RealNode, mode: &str) {
     let (pids, code) = node
@@ -148,6 +149,7 @@ pub(crate) fn the_agent_runs_confined(node: &mut RealNode, mode: &str) {
         .collect();
     for wanted in [
         "ptrace(PTRACE_ATTACH, 1)",
+        "open /proc/1/mem for writing",
         "open /host/proc/1/mem for writing",
         "process_vm_readv(1)",
         "create /host/proc/1/root/tmp/nodemem-confinement-probe",
@@ -297,4 +299,66 @@ pub(crate) async fn its_token_reaches_only_its_own_config(
         ],
     )
     .unwrap();
+}
+
+/// The one capability the agent's DaemonSet asks for is needed, and only by the
+/// kubelet reader (issue 59): `nodemem agent --print-kubelet` (which reads the kubelet
+/// as the reader does) in a pod with the agent's image, `hostPID` and `/proc`, every
+/// capability dropped, fails naming `CAP_SYS_PTRACE` (the host's mount namespace
+/// cannot be read, so no process is known to be the host's kubelet); the same pod with
+/// `SYS_PTRACE` added reads the node's kubelet. The agent itself runs with none
+/// ([`the_agent_runs_confined`]).
+pub(crate) async fn sys_ptrace_is_needed_to_read_the_kubelet(
+    node: &mut RealNode,
+    bed: &Bed<'_>,
+    installed: &Installed,
+) {
+    let pods: Api<core::Pod> = Api::namespaced(bed.client.clone(), "nodemem-system");
+    let mut ended = Vec::new();
+    for (name, add) in [
+        ("nodemem-caps-none", json!([])),
+        ("nodemem-caps-sys-ptrace", json!(["SYS_PTRACE"])),
+    ] {
+        let pod: core::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node.name, "hostPID": true, "restartPolicy": "Never",
+                "containers": [{"name": "print", "image": installed.image,
+                    "imagePullPolicy": "Never", "command": ["/nodemem"],
+                    "args": ["agent", "--print-kubelet", "--proc-root=/host/proc", "-o", "json"],
+                    "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"], "add": add},
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "appArmorProfile": {"type": "Unconfined"}},
+                    "volumeMounts": [{"name": "proc", "mountPath": "/host/proc", "readOnly": true}]}],
+                "volumes": [{"name": "proc", "hostPath": {"path": "/proc", "type": "Directory"}}]}}))
+        .unwrap();
+        nodemem_testkit::clients::create_pod(&pods, &pod)
+            .await
+            .unwrap();
+        let phase = eventually(
+            &format!("{name} ended"),
+            Duration::from_secs(180),
+            || async {
+                let phase = pods.get(name).await.ok()?.status?.phase?;
+                matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+            },
+        )
+        .await;
+        let (log, _) = node
+            .run(&format!(
+                "cat /var/log/pods/nodemem-system_{name}_*/print/*.log"
+            ))
+            .unwrap();
+        ended.push((name, phase, log));
+        let _ = pods.delete(name, &Default::default()).await;
+    }
+    let (_, phase, log) = &ended[0];
+    assert_eq!(phase, "Failed", "without any capability: {log}");
+    assert!(
+        log.contains("NoKubeletProcess") && log.contains("CAP_SYS_PTRACE"),
+        "without any capability the error names the capability: {log}"
+    );
+    let (_, phase, log) = &ended[1];
+    assert_eq!(phase, "Succeeded", "with SYS_PTRACE: {log}");
+    assert!(log.contains("\"kubelet\""), "with SYS_PTRACE: {log}");
 }
