@@ -30,7 +30,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	corev1defaults "k8s.io/kubernetes/pkg/apis/core/v1"
-	"k8s.io/kubernetes/pkg/kubelet/cm"
 )
 
 type request struct {
@@ -65,10 +64,12 @@ func main() {
 		corev1defaults.SetObjectDefaults_Pod(&pod)
 		rc := podConfig(&pod, req.MemoryQoS, req.Policy, req.Factor)
 		a := answer{Pod: &pod, Max: rc.Memory}
+		// The cgroup v2 file names as the kubelet's Unified map keys them (v1.35 has
+		// no constant for memory.low).
 		if rc.Unified != nil {
-			a.Min = rc.Unified[cm.Cgroup2MemoryMin]
-			a.Low = rc.Unified[cm.Cgroup2MemoryLow]
-			a.High = rc.Unified[cm.Cgroup2MemoryHigh]
+			a.Min = rc.Unified["memory.min"]
+			a.Low = rc.Unified["memory.low"]
+			a.High = rc.Unified["memory.high"]
 		}
 		if err := enc.Encode(a); err != nil {
 			fmt.Fprintln(os.Stderr, err)

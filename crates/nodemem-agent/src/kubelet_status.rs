@@ -89,10 +89,15 @@ impl KubeletRead<'_> {
         let v = self.version?;
         let range = format!("{OLDEST_SUPPORTED} to {NEWEST_TESTED}");
         Some(match v.support() {
-            KubeletSupport::Tested => (
+            KubeletSupport::Tested if v.on_a_real_node() => (
                 true,
                 "Tested",
                 format!("kubelet {v} is within the versions nodemem's rules are checked against ({range})"),
+            ),
+            KubeletSupport::Tested => (
+                true,
+                "Tested",
+                format!("kubelet {v} is within the versions nodemem's rules are checked against ({range}): its minor version against the kubelet's own code run as a library over generated pods; the real node of that version waits for its modules to be served"),
             ),
             KubeletSupport::OlderThanSupported => (
                 false,
@@ -233,7 +238,11 @@ mod tests {
             message.contains("v1.33.1 is older than v1.35.0"),
             "{message}"
         );
-        let (ok, reason, _) = cond("v1.38.0");
+        let (ok, reason, message) = cond("v1.38.0-beta.0");
+        assert!(ok && reason == "Tested", "{message}");
+        assert!(message.contains("as a library"), "{message}");
+        assert!(!cond("v1.37.2").2.contains("as a library"));
+        let (ok, reason, _) = cond("v1.39.0");
         assert!(!ok && reason == "NewerThanTested");
         assert_eq!(KubeletRead::default().support_condition(), None);
     }

@@ -72,8 +72,9 @@ fn every_tier_has_a_cold_and_a_warm_budget_that_add_up_to_the_runs_own() {
         .collect();
     assert!(stray.is_empty(), "budgets for no tier: {stray:?}");
     let (cold, warm) = table["in-all"];
-    // The issue's targets: 45 minutes cold, 30 warm.
-    assert!(cold <= 45 * 60 && warm <= 30 * 60, "{cold} {warm}");
+    // The targets: 60 minutes cold (issues 58-64; issue 57's 45 is out of reach while a
+    // cold run builds everything from source on two cores), 30 warm.
+    assert!(cold <= 60 * 60 && warm <= 30 * 60, "{cold} {warm}");
     // Each lane within the run's budget: the first lane's tiers one after the other,
     // the second's beside them from the start of BESIDE_FROM on.
     let (first, beside) = (make_line("TIERS"), make_line("BESIDE"));

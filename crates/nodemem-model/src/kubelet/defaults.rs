@@ -1,7 +1,7 @@
 //! What the kubelet runs with when its configuration does not name a field nodemem
 //! reads, per kubelet minor version, each with the kubelet file and function it comes
 //! from (read in the `k8s.io/kubernetes` module of each version: v1.35.4, v1.36.3,
-//! v1.37.2). The rest of nodemem asks this table; `tests` pins every cell per version.
+//! v1.37.2, v1.38.0-beta.0). The rest of nodemem asks this table; `tests` pins every cell per version.
 //!
 //! Where a default applies matters as much as its value: `evictionHard`'s is applied by
 //! `loadConfigFile` (`cmd/kubelet/app/server.go`) to the `--config` file only, so a
@@ -40,7 +40,8 @@ pub struct KubeletDefaults {
     pub kube_and_system_reserved_memory: Option<&'static str>,
 }
 
-/// The Linux `DefaultEvictionHard`, the same in v1.35.4, v1.36.3 and v1.37.2.
+/// The Linux `DefaultEvictionHard`, the same in v1.35.4, v1.36.3, v1.37.2 and
+/// v1.38.0-beta.0.
 pub const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
     ("memory.available", "100Mi"),
     ("nodefs.available", "10%"),
@@ -141,8 +142,28 @@ mod tests {
         assert_eq!(d.kube_and_system_reserved_memory, None);
     }
 
-    /// A patch release has its minor's defaults; a later minor keeps v1.37's until
-    /// its own code is read (issue 60).
+    /// v1.38.0-beta.0: v1.37's, read again in its own module
+    /// (`pkg/features/kube_features.go`: MemoryQoS beta and on from 1.37;
+    /// `pkg/kubelet/apis/config/v1beta1/defaults.go`: no factor default, reservation
+    /// policy `None`, memory manager `None`, cgroupfs, no merge of eviction defaults;
+    /// `pkg/kubelet/eviction/defaults_linux.go` and `cmd/kubelet/app/server.go`
+    /// `loadConfigFile` unchanged).
+    #[test]
+    fn v1_38_defaults() {
+        let d = of("v1.38.0-beta.0");
+        assert!(d.memory_qos_gate);
+        assert_eq!(d.memory_throttling_factor, None);
+        assert_eq!(d.memory_reservation_policy, Some("None"));
+        assert_eq!(d.memory_manager_policy, "None");
+        assert_eq!(d.cgroup_driver, "cgroupfs");
+        assert!(!d.merge_default_eviction_settings);
+        assert_eq!(d.memory_available(true), Some("100Mi"));
+        assert_eq!(d.memory_available(false), None);
+        assert_eq!(d.kube_and_system_reserved_memory, None);
+    }
+
+    /// A patch release has its minor's defaults; a later minor keeps v1.38's until
+    /// its own code is read.
     #[test]
     fn a_patch_release_has_its_minors_defaults() {
         assert_eq!(of("v1.35.0"), of("v1.35.4"));

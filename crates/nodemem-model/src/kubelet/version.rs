@@ -32,7 +32,12 @@ pub struct KubeletVersion {
 pub const OLDEST_SUPPORTED: KubeletVersion = KubeletVersion::v1(35);
 /// The newest kubelet minor version nodemem's rules are checked against. A newer one
 /// gets these rules, and a condition that says so.
-pub const NEWEST_TESTED: KubeletVersion = KubeletVersion::v1(37);
+pub const NEWEST_TESTED: KubeletVersion = KubeletVersion::v1(38);
+/// The newest kubelet minor version the real node runs. Newer tested versions are
+/// checked against the kubelet's own code as a library (`tests/kubelet-oracle`, issue
+/// 60: v1.38.0-beta.0, whose kubelet binary and control plane cannot be built from the
+/// modules served yet).
+pub const NEWEST_ON_A_REAL_NODE: KubeletVersion = KubeletVersion::v1(37);
 
 /// Where a kubelet stands against the versions nodemem is tested with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +84,12 @@ impl KubeletVersion {
             minor,
             patch: 0,
         }
+    }
+
+    /// Whether nodemem's rules were checked against this kubelet's minor version on a
+    /// real node (rather than against its code as a library only).
+    pub fn on_a_real_node(self) -> bool {
+        self.minor_of() <= NEWEST_ON_A_REAL_NODE
     }
 
     /// Whether nodemem's rules were checked against this kubelet's minor version.
@@ -158,7 +169,9 @@ mod tests {
         assert_eq!(v("v1.35.0"), KubeletSupport::Tested);
         assert_eq!(v("v1.35.4+k3s1"), KubeletSupport::Tested);
         assert_eq!(v("v1.37.99"), KubeletSupport::Tested);
-        assert_eq!(v("v1.38.0-rc.0"), KubeletSupport::NewerThanTested);
+        assert_eq!(v("v1.38.0-beta.0"), KubeletSupport::Tested);
+        assert_eq!(v("v1.38.0-rc.0"), KubeletSupport::Tested);
+        assert_eq!(v("v1.39.0-alpha.1"), KubeletSupport::NewerThanTested);
         assert_eq!(v("v2.0.0"), KubeletSupport::NewerThanTested);
     }
 
