@@ -71,8 +71,10 @@ kubelet-float:
 
 ## kubelet-oracle: each pod cgroup value nodemem plans against the kubelet's own code of
 ## every supported version (v1.35-v1.38), built from that version's modules, over
-## generated pods (NODEMEM_ORACLE_CASES, 100,000 by default)
+## generated pods (NODEMEM_ORACLE_CASES, 100,000 by default); first, what the newest
+## version's real node and control plane still lack from the module proxy (a report)
 kubelet-oracle:
+	bash tests/scripts/k8s-modules-served.sh
 	NODEMEM_KUBELET_ORACLE="$$(bash tests/scripts/build-kubelet-oracle.sh)" && \
 	  export NODEMEM_KUBELET_ORACLE && \
 	  $(CARGO) test -p nodemem-e2e --features oracle-tests --test kubelet_oracle --locked -- --nocapture

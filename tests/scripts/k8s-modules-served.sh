@@ -4,8 +4,8 @@
 # proxy does not serve: the day this prints none, the real node and the control plane
 # take that version by changing one variable (K8S_VERSION, NODEMEM_OLDER_KUBELETS in
 # tests/scripts/build-control-plane.sh). Never fails a run: it says what it found, or
-# that it could not look. Resolves the module graph only (`go mod tidy -e`), builds
-# nothing.
+# that it could not look. Resolves the packages' imports only (`go list -deps`),
+# builds nothing.
 set -uo pipefail
 
 VERSION="${1:-${NODEMEM_NEWEST_K8S:-v1.38.0-beta.0}}"
@@ -33,12 +33,16 @@ staging="$(awk '/^\tk8s.io\/[A-Za-z0-9._-]+ v0\.0\.0$/{print $1}' "$upstream_mod
   for m in $staging; do echo "  $m => $m v0.${VERSION#v1.}"; done
   echo ")"
 } >>go.mod
-log="$(GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod go mod tidy -e 2>&1)"
-missing="$(echo "$log" | grep -E "not found|unknown revision|no matching versions|invalid version|reading .*: 404|410 Gone" | sed -E 's/^[[:space:]]+//' | sort -u)"
-if [[ -z "$missing" ]]; then
+# The packages the two commands build (not their tests), and every module version the
+# proxy refuses among their dependencies.
+log="$(GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod go list -e -deps -tags tools -f '{{with .Error}}{{.Err}}{{end}}' . 2>&1)"
+missing="$(echo "$log" | grep -oE "[A-Za-z0-9._/-]+@v[0-9][0-9A-Za-z.+-]*: (reading [^ ]+ [0-9]{3}|invalid version|unknown revision)" | sed -E 's/: .*//' | sort -u)"
+unprovided="$(echo "$log" | grep -oE "(no required module provides|cannot find module providing) package [^ ;:]+" | sed -E 's/.* package //' | sort -u)"
+if [[ -z "$missing$unprovided" ]]; then
   echo "modules served for Kubernetes $VERSION: all that its kubelet and kube-apiserver need: the real node and control plane can take it"
 else
-  echo "modules served for Kubernetes $VERSION: not yet; missing for its kubelet and kube-apiserver:"
-  echo "$missing" | sed 's/^/  /'
+  echo "modules served for Kubernetes $VERSION: not yet; its kubelet and kube-apiserver need, and the proxy does not serve:"
+  [[ -z "$missing" ]] || echo "$missing" | sed 's/^/  /'
+  [[ -z "$unprovided" ]] || echo "$unprovided" | sed 's/^/  a module providing /'
 fi
 exit 0
