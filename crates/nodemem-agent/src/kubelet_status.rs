@@ -4,6 +4,7 @@
 
 use nodemem_api::config::KubeletFacts;
 use nodemem_apply::kubelet::{KubeletSettings, KubeletUnread};
+use nodemem_model::kubelet::gates::removed_among;
 use nodemem_model::kubelet::version::{
     KubeletSupport, KubeletVersion, NEWEST_TESTED, OLDEST_SUPPORTED,
 };
@@ -81,7 +82,9 @@ impl KubeletRead<'_> {
         if !o.flags.is_empty() {
             parts.push(format!("flags {}", o.flags.join(" ")));
         }
-        (true, "Read", format!("{}: {}", o.who(), parts.join("; ")))
+        let mut message = format!("{}: {}", o.who(), parts.join("; "));
+        message.push_str(&removed_gates_note(&k.feature_gates));
+        (true, "Read", message)
     }
 
     /// `KubeletSupported`: (ok, reason, message); None while the version is unknown.
@@ -113,10 +116,55 @@ impl KubeletRead<'_> {
     }
 }
 
+/// What an upgrade would meet: the gates the kubelet's configuration names that a
+/// later kubelet no longer registers (it refuses to start on them); empty when none.
+fn removed_gates_note(named: &[String]) -> String {
+    let removed = removed_among(named.iter().map(String::as_str));
+    let Some(first) = removed.first() else {
+        return String::new();
+    };
+    let names: Vec<&str> = removed.iter().map(|g| g.name).collect();
+    format!(
+        "; it names the feature gate(s) {} that kubelet v{}.{} removed: a kubelet of that version refuses to start with them, so take them out of its configuration before upgrading",
+        names.join(", "),
+        first.removed_in.major,
+        first.removed_in.minor
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use nodemem_apply::kubelet::KubeletOrigin;
+
+    #[test]
+    fn a_configuration_naming_a_gate_v1_38_removed_says_so_before_the_upgrade() {
+        let settings = KubeletSettings {
+            feature_gates: vec!["MemoryQoS".into(), "NodeSwap".into()],
+            ..KubeletSettings::default()
+        };
+        let read = KubeletRead {
+            settings: Some(&settings),
+            unread: None,
+            version: KubeletVersion::parse("v1.37.2").ok(),
+        };
+        let (ok, reason, message) = read.read_condition();
+        assert!(ok && reason == "Read", "{message}");
+        assert!(
+            message.contains("NodeSwap that kubelet v1.38 removed"),
+            "{message}"
+        );
+        let clean = KubeletSettings {
+            feature_gates: vec!["MemoryQoS".into()],
+            ..KubeletSettings::default()
+        };
+        let (_, _, message) = KubeletRead {
+            settings: Some(&clean),
+            ..read
+        }
+        .read_condition();
+        assert!(!message.contains("removed"), "{message}");
+    }
 
     fn v(t: &str) -> Option<KubeletVersion> {
         Some(KubeletVersion::parse(t).unwrap())

@@ -127,6 +127,8 @@ pub struct KubeletSettings {
     pub memory_eviction: MemoryEviction,
     /// `cgroupDriver`, when named.
     pub cgroup_driver: Option<String>,
+    /// Every feature gate the files and flags name (sorted), whatever its value.
+    pub feature_gates: Vec<String>,
     /// Where it was read from.
     pub origin: KubeletOrigin,
 }
@@ -143,6 +145,7 @@ impl Default for KubeletSettings {
             memory_eviction: MemoryEviction::Bytes(reserved.eviction_hard.map_or(0, |q| q.value())),
             reserved,
             cgroup_driver: None,
+            feature_gates: Vec::new(),
             origin: KubeletOrigin::default(),
         }
     }
@@ -796,6 +799,7 @@ fn settings_of(
         },
         memory_eviction,
         cgroup_driver: flags.cgroup_driver.or(doc.cgroup_driver),
+        feature_gates: gates.keys().cloned().collect(),
         origin,
     }
 }

@@ -331,6 +331,15 @@ fn aks_flags_over_a_config_file() {
     );
     assert_eq!(s.memory_manager().0, "None");
     assert_eq!(s.origin.flags.len(), 3);
+    assert_eq!(
+        s.feature_gates,
+        [
+            "KubeletPodResources",
+            "MemoryQoS",
+            "RotateKubeletServerCertificate"
+        ],
+        "every gate named, the file's and the flag's"
+    );
 }
 
 /// k3s: the kubelet runs inside `k3s server`, configured by k3s's defaults drop-in

@@ -6,5 +6,6 @@
 pub mod defaults;
 pub mod dropin;
 pub mod eviction;
+pub mod gates;
 pub mod version;
 pub mod writes;

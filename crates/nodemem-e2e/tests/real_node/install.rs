@@ -65,7 +65,7 @@ pub(crate) async fn it_reports_through_its_config(
 /// its trees: every one refused, as its log says.
 pub(crate) fn the_agent_runs_confined(node: &mut RealNode, mode: &str) {
     let (pids, code) = node
-        .run("r=$(pgrep -f '^/nodemem agent --kubelet-reader' | head -n1); echo $r $(awk '{print $4}' /proc/$r/stat)")
+        .run("r=$(pgrep -n -f '^/nodemem agent --kubelet-reader'); echo $r $(awk '{print $4}' /proc/$r/stat)")
         .unwrap();
     assert_eq!(code, 0, "{pids}");
     let pids: Vec<u32> = pids

@@ -266,6 +266,74 @@ async fn install_v137(bed: &Bed<'_>, node: &mut RealNode) -> Installed {
 /// (the kubelet's own fields), the kubelet accepts it on a real restart the agent
 /// makes through systemd, and what the kubelet then writes for new pods of every QoS
 /// class (and at the QoS levels) is what `nodemem simulate` predicted.
+/// The node's config at a revision past `superseded`, applied as Observe applies it
+/// (`Applied=True`, `Observing`), by an agent started for that mode.
+async fn observed(
+    bed: &Bed<'_>,
+    name: &str,
+    superseded: Option<&str>,
+) -> nodemem_api::config::NodeMemoryConfigStatus {
+    let status = config_applied(
+        &bed.client,
+        bed.admin(),
+        name,
+        superseded,
+        Duration::from_secs(300),
+    )
+    .await;
+    let applied = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Applied")
+        .expect("an Applied condition");
+    assert_eq!(applied.reason, "Observing", "{applied:?}");
+    status
+}
+
+/// The agent DaemonSet as Observe deploys it (the cgroup tree mounted read-only), its
+/// pods all of that template, and one agent left on the node (the one it replaced
+/// gone): the process the confinement check reads is Observe's.
+async fn observe_agents_rolled_out(node: &mut RealNode, bed: &Bed<'_>) {
+    let sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(bed.client.clone(), "nodemem-system");
+    eventually(
+        "the agents of Observe rolled out",
+        Duration::from_secs(240),
+        || async {
+            let ds = sets.get("nodemem-agent").await.ok()?;
+            let read_only = ds
+                .spec
+                .as_ref()?
+                .template
+                .spec
+                .as_ref()?
+                .containers
+                .first()?
+                .volume_mounts
+                .as_ref()?
+                .iter()
+                .any(|m| m.name == "cgroup" && m.read_only == Some(true));
+            let st = ds.status.as_ref()?;
+            let done = st.observed_generation == ds.metadata.generation
+                && st.updated_number_scheduled == Some(st.desired_number_scheduled)
+                && st.number_available == Some(st.desired_number_scheduled);
+            (read_only && done).then_some(())
+        },
+    )
+    .await;
+    eventually(
+        "one agent on the node",
+        Duration::from_secs(120),
+        async || {
+            let (count, _) = node
+                .run("pgrep -c -f '^/nodemem agent --kubelet-reader'")
+                .ok()?;
+            (count.trim() == "1").then_some(())
+        },
+    )
+    .await;
+}
+
 async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &Installed) {
     let name = node.name.clone();
     super::remove_pods(&bed.client, &ListParams::default())
@@ -279,6 +347,17 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         Duration::from_secs(60),
     )
     .await;
+    // First Observe (issue 59): the agent of that mode, confined as every mode's.
+    let observe = installed.work.path().join("policy-observe.yaml");
+    std::fs::write(
+        &observe,
+        POLICY.replace("enforcement: Agent", "enforcement: Observe"),
+    )
+    .unwrap();
+    kubectl(bed.admin(), &["apply", "-f", observe.to_str().unwrap()]).unwrap();
+    let status = observed(bed, &name, status.observed_revision.as_deref()).await;
+    observe_agents_rolled_out(node, bed).await;
+    install::the_agent_runs_confined(node, "enforcement: Observe");
     let before = status.observed_revision.clone();
     let kubelet_before = kubelet_invocation(node);
     let policy = installed.work.path().join("policy-kubelet.yaml");
