@@ -51,8 +51,8 @@ pub struct AgentArgs {
     pub kubelet_reader: bool,
     /// The agent may write the kubelet's files (nodemem's drop-in, the Memory Manager's
     /// state file) where `enforcement: Kubelet` asks it to; without it, they are only
-    /// read. The controller's DaemonSet gives it when a policy enforces through the
-    /// kubelet.
+    /// read. The controller's DaemonSet gives it where the install allows
+    /// `enforcement: Kubelet` (`--agent-enforcement-modes`, every mode by default).
     #[arg(long)]
     pub kubelet_writes: bool,
     /// This node's name (default: the NODE_NAME environment variable).

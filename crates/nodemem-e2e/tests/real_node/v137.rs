@@ -290,37 +290,10 @@ async fn observed(
     status
 }
 
-/// The agent DaemonSet as Observe deploys it (the cgroup tree mounted read-only), its
-/// pods all of that template, and one agent left on the node (the one it replaced
-/// gone): the process the confinement check reads is Observe's.
-async fn observe_agents_rolled_out(node: &mut RealNode, bed: &Bed<'_>) {
-    let sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
-        Api::namespaced(bed.client.clone(), "nodemem-system");
-    eventually(
-        "the agents of Observe rolled out",
-        Duration::from_secs(240),
-        || async {
-            let ds = sets.get("nodemem-agent").await.ok()?;
-            let read_only = ds
-                .spec
-                .as_ref()?
-                .template
-                .spec
-                .as_ref()?
-                .containers
-                .first()?
-                .volume_mounts
-                .as_ref()?
-                .iter()
-                .any(|m| m.name == "cgroup" && m.read_only == Some(true));
-            let st = ds.status.as_ref()?;
-            let done = st.observed_generation == ds.metadata.generation
-                && st.updated_number_scheduled == Some(st.desired_number_scheduled)
-                && st.number_available == Some(st.desired_number_scheduled);
-            (read_only && done).then_some(())
-        },
-    )
-    .await;
+/// One agent on the node: the process the confinement check reads is the one that
+/// applied the revision (the DaemonSet is the install's, for every mode it allows, so
+/// a change of a policy's mode rolls no pod).
+async fn one_agent(node: &mut RealNode) {
     eventually(
         "one agent on the node",
         Duration::from_secs(120),
@@ -347,7 +320,8 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
         Duration::from_secs(60),
     )
     .await;
-    // First Observe (issue 59): the agent of that mode, confined as every mode's.
+    // First Observe (issue 59): the agent applying that mode, confined as in every
+    // mode.
     let observe = installed.work.path().join("policy-observe.yaml");
     std::fs::write(
         &observe,
@@ -356,7 +330,7 @@ async fn kubelet_mode_on_v1_37(node: &mut RealNode, bed: &Bed<'_>, installed: &I
     .unwrap();
     kubectl(bed.admin(), &["apply", "-f", observe.to_str().unwrap()]).unwrap();
     let status = observed(bed, &name, status.observed_revision.as_deref()).await;
-    observe_agents_rolled_out(node, bed).await;
+    one_agent(node).await;
     install::the_agent_runs_confined(node, "enforcement: Observe");
     let before = status.observed_revision.clone();
     let kubelet_before = kubelet_invocation(node);
