@@ -18,7 +18,7 @@ GO_FOR_1_38="${NODEMEM_GO_FOR_1_38:-go1.27.3}"
 # Modules required at versions the proxy does not serve (checked 2026-11-30).
 ORACLE_REPLACE_1_38="sigs.k8s.io/structured-merge-diff/v7 => sigs.k8s.io/structured-merge-diff/v7 v7.0.0"
 src="$(cd "$(dirname "$0")/../kubelet-oracle" && pwd)"
-key="$(cat "$src"/*.go "$0" | sha256sum | cut -c1-12)"
+key="$(cat "$src"/*.go "$src"/*.s "$0" | sha256sum | cut -c1-12)"
 out="$CACHE/bin/kubelet-oracle-$key"
 
 missing=()
@@ -34,12 +34,13 @@ source "$(dirname "$0")/go-modules.sh"
 go_work kubelet-oracle
 mkdir -p "$out"
 
-# The build tag of a version: its own signatures (oracle_v1XX.go); v1.38 has v1.37's.
+# The build tag of a version: its own signatures (oracle_v1XX.go).
 tag_of() {
   case "$1" in
     v1.35.*) echo oracle_v135 ;;
     v1.36.*) echo oracle_v136 ;;
-    *) echo oracle_v137 ;;
+    v1.37.*) echo oracle_v137 ;;
+    *) echo oracle_v138 ;;
   esac
 }
 
@@ -55,7 +56,16 @@ for v in "${missing[@]}"; do
   echo ">> building kubelet-oracle for Kubernetes $v (staging $staging_version, Go $toolchain)" >&2
   new_module "oracle-$v" k8s.io/kubernetes/pkg/kubelet/cm
   rm tools.go
-  cp "$src"/*.go .
+  # The common files and this version's own: go mod tidy reads every file whatever its
+  # build tag, and another version's imports would pull modules this one never asked
+  # for (a newer cadvisor, and with it a newer runc cgroups library).
+  tag="$(tag_of "$v")"
+  for f in "$src"/*.go "$src"/*.s; do
+    case "$(basename "$f")" in
+      oracle_v1*.go) [[ "$(basename "$f")" == "$tag.go" ]] && cp "$f" . ;;
+      *) cp "$f" . ;;
+    esac
+  done
   GOTOOLCHAIN=$toolchain go mod download -json "k8s.io/kubernetes@$v" >/dev/null
   upstream_mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$v.mod"
   [[ -f "$upstream_mod" ]] || { echo "error: cannot download k8s.io/kubernetes@$v's go.mod" >&2; exit 1; }
@@ -70,7 +80,7 @@ for v in "${missing[@]}"; do
   [[ -z "$replace" ]] || echo ">> $v: replaced (not served): $replace" >&2
   GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod go mod tidy -e >&2 2>&1 || true
   CGO_ENABLED=0 GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod \
-    go build -p "$JOBS" -trimpath -tags "$(tag_of "$v")" -ldflags "-s -w" -o "$out/kubelet-oracle-$v.tmp" .
+    go build -p "$JOBS" -trimpath -tags "$tag" -ldflags "-s -w" -o "$out/kubelet-oracle-$v.tmp" .
   mv "$out/kubelet-oracle-$v.tmp" "$out/kubelet-oracle-$v"
   cd "$work"
 done

@@ -42,6 +42,15 @@ impl KubeletRead<'_> {
             drop_ins: o.drop_ins.iter().take(64).cloned().collect(),
             flags: o.flags.iter().take(64).cloned().collect(),
             ignored: o.ignored.iter().take(16).map(ToString::to_string).collect(),
+            removed_gates: removed_among(k.feature_gates.iter().map(String::as_str))
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{} (removed in v{}.{})",
+                        g.name, g.removed_in.major, g.removed_in.minor
+                    )
+                })
+                .collect(),
         })
     }
 
@@ -154,6 +163,11 @@ mod tests {
             message.contains("NodeSwap that kubelet v1.38 removed"),
             "{message}"
         );
+        // And in the status's facts, which `kubectl nodemem explain` lists.
+        assert_eq!(
+            read.facts().unwrap().removed_gates,
+            ["NodeSwap (removed in v1.38)"]
+        );
         let clean = KubeletSettings {
             feature_gates: vec!["MemoryQoS".into()],
             ..KubeletSettings::default()
@@ -164,6 +178,12 @@ mod tests {
         }
         .read_condition();
         assert!(!message.contains("removed"), "{message}");
+        let facts = KubeletRead {
+            settings: Some(&clean),
+            ..read
+        }
+        .facts();
+        assert!(facts.unwrap().removed_gates.is_empty());
     }
 
     fn v(t: &str) -> Option<KubeletVersion> {

@@ -327,6 +327,12 @@ pub struct KubeletFacts {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub ignored: Vec<String>,
+    /// Feature gates the kubelet's configuration or flags name that a later kubelet
+    /// removed, each with that version (`NodeSwap (removed in v1.38)`): a kubelet of
+    /// that version refuses to start with them, so they come out before the upgrade.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub removed_gates: Vec<String>,
 }
 
 /// How a new container gets nodemem's values: `NRI`, in its spec at creation (the

@@ -61,6 +61,9 @@ pub struct DiffReport {
 #[serde(rename_all = "camelCase")]
 pub struct NodeDiff {
     pub node: String,
+    /// The node's kubelet version and the rules it chose, by which both sides'
+    /// values are computed (`QosRules::applied`).
+    pub kubelet_rules: String,
     pub policy: Change,
     pub revision: Change,
     /// How the values reach the node (Agent, Kubelet, Observe).
@@ -196,6 +199,8 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
     cgroups.sort_by(|x, y| (&x.owner, &x.file, &x.path).cmp(&(&y.owner, &y.file, &y.path)));
     NodeDiff {
         node: name.to_string(),
+        // Filled by the caller, which has the Node.
+        kubelet_rules: String::new(),
         policy: Change {
             from: before.map(|s| s.policy.clone()),
             to: after.map(|s| s.policy.clone()),
@@ -336,6 +341,7 @@ pub fn build(
             problems: after_problems.clone(),
         });
         let mut diff = diff_node(&name, before.as_ref(), after_side.as_ref());
+        diff.kubelet_rules = crate::explain::kubelet_rules(node);
         diff.pending = config.and_then(|c| crate::explain::handoff(c, winner_live.as_deref()));
         nodes.push(diff);
     }
@@ -449,6 +455,9 @@ pub fn render_table(report: &DiffReport) -> String {
             dash(&n.revision.from),
             dash(&n.revision.to)
         );
+        if !n.kubelet_rules.is_empty() {
+            let _ = writeln!(out, "  kubelet {}", n.kubelet_rules);
+        }
         if let Some(p) = &n.pending {
             let _ = writeln!(out, "  pending handoff: {p}");
         }
@@ -794,6 +803,25 @@ mod tests {
         let (snapshot_on, _) = one_node(&on);
         let r = build(&snapshot_on, std::slice::from_ref(&disabled), &pods, &[]);
         assert!(r.nodes[0].reclaim.changed() && r.nodes[0].reclaim.to.is_none());
+    }
+
+    /// Both sides of a node are computed by the rules its kubelet's version chooses:
+    /// the diff names them (a v1.38 kubelet keeps v1.37's, as its own code shows).
+    #[test]
+    fn the_kubelet_rules_of_each_node_are_named() {
+        let a = policy("a", "a", 0, 0.9);
+        let (mut snapshot, pods) = one_node(&a);
+        for (version, said) in [
+            ("v1.38.0-beta.0", "  kubelet v1.38.0 (v1.37 rules: memory.high on the pod cgroup of a pod with pod-level resources)"),
+            ("v1.36.3", "  kubelet v1.36.3 (v1.36 rules: memory.high on containers only)"),
+        ] {
+            snapshot.nodes[0].status.as_mut().unwrap().node_info.as_mut().unwrap().kubelet_version =
+                version.into();
+            let r = build(&snapshot, &[policy("a", "a", 0, 0.8)], &pods, &[]);
+            assert_eq!(r.nodes[0].kubelet_rules, said.trim_start().trim_start_matches("kubelet "));
+            let table = render_table(&r);
+            assert!(table.contains(&format!("{said}\n")), "{table}");
+        }
     }
 
     /// What a diff must not hide: enforcement going from Observe (whose values were never

@@ -299,6 +299,9 @@ fn kubelet_read(config: &nodemem_api::NodeMemoryConfig) -> Vec<String> {
     lines.extend(k.drop_ins.iter().map(|d| format!("drop-in {d}")));
     lines.extend(k.flags.iter().map(|f| format!("flag {f}")));
     lines.extend(k.ignored.iter().map(|i| format!("ignored {i}")));
+    lines.extend(k.removed_gates.iter().map(|g| {
+        format!("feature gate {g}: a kubelet of that version refuses to start with it; take it out of the kubelet's configuration before upgrading")
+    }));
     lines
 }
 
@@ -324,23 +327,9 @@ fn creation_path(config: &nodemem_api::NodeMemoryConfig) -> Option<String> {
 }
 
 /// Which version rule applies: the node's kubelet version and what its rules do.
-fn kubelet_rules(node: &core::Node) -> String {
-    use nodemem_model::kubelet::version::QosRules;
+pub(crate) fn kubelet_rules(node: &core::Node) -> String {
     let status = nodemem_api::k8s::node_status_facts(node);
-    let version = status.kubelet_version();
-    let rules = QosRules::for_kubelet(version);
-    let what = match rules {
-        QosRules::V1_37 => "memory.high on the pod cgroup of a pod with pod-level resources",
-        QosRules::UpToV1_36 => "memory.high on containers only",
-    };
-    match (version, status.kubelet_version) {
-        (Some(v), _) => format!("{v} ({} rules: {what})", rules.name()),
-        (None, Some(text)) => format!(
-            "{text:?} is not a version: the newest rules ({}: {what})",
-            rules.name()
-        ),
-        (None, None) => format!("not reported: the newest rules ({}: {what})", rules.name()),
-    }
+    nodemem_model::kubelet::version::QosRules::applied(status.kubelet_version.as_deref())
 }
 
 /// Every policy, and what it is to this node: it governs, does not select it, loses
@@ -709,7 +698,8 @@ mod tests {
                 "node": {"kubelet": {"process": "k3s agent (pid 90)",
                     "dropIns": ["/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf"],
                     "flags": ["--kube-reserved=memory=512Mi"],
-                    "ignored": ["kubelet (pid 4100): runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)"]}}}))
+                    "ignored": ["kubelet (pid 4100): runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)"],
+                    "removedGates": ["NodeSwap (removed in v1.38)"]}}}))
             .unwrap(),
         );
         assert_eq!(
@@ -719,6 +709,7 @@ mod tests {
                 "drop-in /var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf",
                 "flag --kube-reserved=memory=512Mi",
                 "ignored kubelet (pid 4100): runs in a pod's cgroup (/kubepods/besteffort/pod1/ab)",
+                "feature gate NodeSwap (removed in v1.38): a kubelet of that version refuses to start with it; take it out of the kubelet's configuration before upgrading",
             ]
         );
         let status = c.status.as_mut().unwrap();

@@ -51,9 +51,21 @@ fn general_pool_json_has_the_documented_shape_and_values() {
     let keys: Vec<_> = out.as_object().unwrap().keys().cloned().collect();
     assert_eq!(
         keys,
-        ["kubepods", "node", "pods", "policy", "qos", "warnings"]
+        [
+            "kubeletRules",
+            "kubepods",
+            "node",
+            "pods",
+            "policy",
+            "qos",
+            "warnings"
+        ]
     );
     assert_eq!(out["node"], "general-1");
+    assert_eq!(
+        out["kubeletRules"],
+        "v1.36.0 (v1.36 rules: memory.high on containers only)"
+    );
     assert_eq!(out["policy"], "general");
     assert_eq!(out["warnings"], serde_json::json!([]));
     // kubepods: memory.min = Guaranteed + Burstable requests, memory.low = Burstable.
@@ -199,8 +211,11 @@ fn table_output_and_page_size() {
         "65536",
     ]);
     assert_eq!(code, 0, "{stderr}");
+    // The node's kubelet (examples/general/node.yaml: v1.36.0) chooses the rules.
     assert!(
-        stdout.starts_with("node general-1: policy general\nCGROUP"),
+        stdout.starts_with(
+            "node general-1: policy general; kubelet v1.36.0 (v1.36 rules: memory.high on containers only)\nCGROUP"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("shop/api"));
@@ -480,4 +495,28 @@ fn the_kubelet_config_gives_the_hard_eviction_threshold_for_memory_high() {
             && stderr.to_lowercase().contains("no such file"),
         "{stderr}"
     );
+}
+
+/// A v1.38 node keeps v1.37's rules (the kubelet's own code of v1.38.0-beta.0 shows no
+/// difference: TESTING.md, kubelet-oracle), and simulate says which rules it used.
+#[test]
+fn the_kubelet_version_of_the_node_names_the_rules_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = std::fs::read_to_string("examples/general/node.yaml")
+        .or_else(|_| std::fs::read_to_string("../../examples/general/node.yaml"))
+        .unwrap();
+    for (version, said) in [
+        ("v1.38.0-beta.0", "v1.38.0 (v1.37 rules: memory.high on the pod cgroup of a pod with pod-level resources)"),
+        ("v1.37.2", "v1.37.2 (v1.37 rules: memory.high on the pod cgroup of a pod with pod-level resources)"),
+        ("not-a-version", "\"not-a-version\" is not a version: the newest rules (v1.37: memory.high on the pod cgroup of a pod with pod-level resources)"),
+    ] {
+        let path = dir.path().join(format!("{version}.yaml"));
+        std::fs::write(&path, node.replace("kubeletVersion: v1.36.0", &format!("kubeletVersion: {version}"))).unwrap();
+        let out = simulate_json(
+            "examples/general/policy.yaml",
+            path.to_str().unwrap(),
+            "examples/general/pods.yaml",
+        );
+        assert_eq!(out["kubeletRules"], said, "{version}");
+    }
 }

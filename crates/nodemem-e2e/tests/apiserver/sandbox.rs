@@ -979,9 +979,18 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         ],
     );
     assert_eq!(sim.code, 0, "{}", sim.stderr);
-    let predicted =
-        nodemem_testkit::simulate::predicted_values(&serde_json::from_str(&sim.stdout).unwrap());
+    let sim_json: Value = serde_json::from_str(&sim.stdout).unwrap();
+    let predicted = nodemem_testkit::simulate::predicted_values(&sim_json);
     let g1 = &diff["nodes"][0];
+    // Both computed by the rules the node's kubelet chooses, and both say which.
+    let rules = g1["kubeletRules"].as_str().unwrap_or_default();
+    assert!(rules.contains(" rules: "), "{g1}");
+    assert_eq!(sim_json["kubeletRules"].as_str(), Some(rules));
+    assert!(
+        people.stdout.contains(&format!("  kubelet {rules}\n")),
+        "{}",
+        people.stdout
+    );
     let rows = g1["cgroups"].as_array().unwrap();
     assert!(rows.len() >= 4, "{g1}");
     for row in rows {

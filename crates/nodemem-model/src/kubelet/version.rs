@@ -156,6 +156,30 @@ impl QosRules {
     pub fn pod_level_memory_high(self) -> bool {
         self == QosRules::V1_37
     }
+
+    /// What the rules do that the other rules do not, in words.
+    pub fn what(self) -> &'static str {
+        match self {
+            QosRules::V1_37 => "memory.high on the pod cgroup of a pod with pod-level resources",
+            QosRules::UpToV1_36 => "memory.high on containers only",
+        }
+    }
+
+    /// Which rules a node gets and why, for people (`explain`, `simulate`, `diff`): the
+    /// version its kubelet reports (`reported`, as the Node's status says it) and the
+    /// rules it chooses.
+    pub fn applied(reported: Option<&str>) -> String {
+        let version = reported.and_then(|r| KubeletVersion::parse(r).ok());
+        let rules = QosRules::for_kubelet(version);
+        let (name, what) = (rules.name(), rules.what());
+        match (version, reported) {
+            (Some(v), _) => format!("{v} ({name} rules: {what})"),
+            (None, Some(text)) => {
+                format!("{text:?} is not a version: the newest rules ({name}: {what})")
+            }
+            (None, None) => format!("not reported: the newest rules ({name}: {what})"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -212,5 +236,26 @@ mod tests {
         assert!(QosRules::V1_37.pod_level_memory_high());
         assert!(!QosRules::UpToV1_36.pod_level_memory_high());
         assert_eq!(QosRules::UpToV1_36.name(), "v1.36");
+    }
+
+    #[test]
+    fn the_rules_applied_are_named_with_the_version_that_chose_them() {
+        assert_eq!(
+            QosRules::applied(Some("v1.37.2")),
+            "v1.37.2 (v1.37 rules: memory.high on the pod cgroup of a pod with pod-level resources)"
+        );
+        assert_eq!(
+            QosRules::applied(Some("v1.38.0-beta.0")),
+            "v1.38.0 (v1.37 rules: memory.high on the pod cgroup of a pod with pod-level resources)"
+        );
+        assert_eq!(
+            QosRules::applied(Some("v1.36.3")),
+            "v1.36.3 (v1.36 rules: memory.high on containers only)"
+        );
+        assert_eq!(
+            QosRules::applied(Some("latest")),
+            "\"latest\" is not a version: the newest rules (v1.37: memory.high on the pod cgroup of a pod with pod-level resources)"
+        );
+        assert!(QosRules::applied(None).starts_with("not reported: the newest rules (v1.37"));
     }
 }

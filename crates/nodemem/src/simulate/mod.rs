@@ -13,6 +13,7 @@ use nodemem_api::k8s::{
     node_pod_from_k8s, node_status_facts,
 };
 use nodemem_model::kubelet::eviction::MemoryEviction;
+use nodemem_model::kubelet::version::QosRules;
 use nodemem_model::node::{desired_node, NodeError, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
 use nodemem_model::pod::Pod;
@@ -199,8 +200,9 @@ pub fn simulate(
         ),
         other => other.to_string(),
     }));
+    let rules = QosRules::applied(status.kubelet_version.as_deref());
     Ok(SimulateOutput::from_desired(
-        &node_name, &winner, &desired, warnings,
+        &node_name, &winner, rules, &desired, warnings,
     ))
 }
 

@@ -1,10 +1,12 @@
 //! The stable JSON document of `nodemem simulate -o json`, and the table for people.
 //!
-//! JSON: `{"node", "policy", "warnings", "kubepods", "qos": {"burstable", "besteffort"},
+//! JSON: `{"node", "policy", "kubeletRules", "warnings", "kubepods", "qos": {"burstable", "besteffort"},
 //! "pods": [{"namespace", "name", "uid", "qosClass", "cgroup", "containers": [{"name",
 //! "cgroup"}]}]}`, where every cgroup object maps file names to bytes or `"max"`, and a
 //! file nodemem does not set is absent. A pod annotated `nodemem.io/memory-qos:
-//! disabled` also has `"optedOut": true` (and no memory.min/low/high).
+//! disabled` also has `"optedOut": true` (and no memory.min/low/high). `kubeletRules`
+//! names the kubelet version the Node reports and the rules it chose (absent when no
+//! policy selects the node).
 //!
 //! With `--numa` and a Static memoryManager policy, a pinned container's cgroup also
 //! holds `cpuset.mems`, a refused one has `"numa": {"rejected": reason}`, and the
@@ -28,6 +30,9 @@ use serde::Serialize;
 pub struct SimulateOutput {
     pub node: String,
     pub policy: Option<String>,
+    /// The node's kubelet version and the rules it chose (`QosRules::applied`).
+    #[serde(rename = "kubeletRules", skip_serializing_if = "Option::is_none")]
+    pub kubelet_rules: Option<String>,
     pub warnings: Vec<String>,
     pub kubepods: CgroupValues,
     pub qos: QosCgroups,
@@ -115,6 +120,7 @@ impl SimulateOutput {
         SimulateOutput {
             node: node.to_string(),
             policy: None,
+            kubelet_rules: None,
             warnings: Vec::new(),
             kubepods: CgroupValues::new(),
             qos: QosCgroups::default(),
@@ -128,12 +134,14 @@ impl SimulateOutput {
     pub fn from_desired(
         node: &str,
         policy: &str,
+        kubelet_rules: String,
         desired: &DesiredNode,
         warnings: Vec<String>,
     ) -> Self {
         SimulateOutput {
             node: node.to_string(),
             policy: Some(policy.to_string()),
+            kubelet_rules: Some(kubelet_rules),
             warnings,
             kubepods: desired.kubepods.clone(),
             qos: QosCgroups {
@@ -255,7 +263,10 @@ pub fn render_table(output: &SimulateOutput) -> String {
         }
     }
     let mut text = match &output.policy {
-        Some(p) => format!("node {}: policy {p}\n", output.node),
+        Some(p) => match &output.kubelet_rules {
+            Some(r) => format!("node {}: policy {p}; kubelet {r}\n", output.node),
+            None => format!("node {}: policy {p}\n", output.node),
+        },
         None => format!(
             "node {}: no NodeMemoryPolicy selects this node; nodemem sets nothing\n",
             output.node
