@@ -953,6 +953,47 @@ fn uninstall_leaves_nothing_and_gives_every_value_back(
 /// A value misspelt or of the wrong type fails `helm template`, `helm lint` and `helm
 /// install` (on the real control plane) with a message that names it: the chart's
 /// values.schema.json, which Helm checks before rendering anything.
+/// The chart's `kubeVersion` admits every supported version, v1.38's pre-releases and
+/// managed clusters' suffixes included, and refuses what upstream no longer supports,
+/// as helm itself judges it (`--kube-version`).
+#[test]
+fn the_chart_admits_v1_35_to_v1_38_and_their_pre_releases() {
+    let chart = repo().join("charts/nodemem");
+    let chart = chart.to_str().unwrap();
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let template = |version: &str| {
+        Command::new(&bin.helm)
+            .args(["template", "nodemem", chart, "--kube-version", version])
+            .output()
+            .unwrap()
+    };
+    for admitted in [
+        "v1.35.0",
+        "v1.36.3",
+        "v1.37.2",
+        "v1.38.0-alpha.1",
+        "v1.38.0-beta.0",
+        "v1.38.0-rc.1",
+        "v1.38.0",
+        "v1.38.1-eks-113cf36",
+    ] {
+        let out = template(admitted);
+        assert!(
+            out.status.success(),
+            "{admitted}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for refused in ["v1.34.9", "v1.30.0"] {
+        let out = template(refused);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("kubeVersion"),
+            "{refused}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn the_chart_refuses_misspelt_values_by_name() {
     let chart = repo().join("charts/nodemem");

@@ -305,6 +305,35 @@ mod tests {
         });
     }
 
+    /// A v1.38 kubelet refuses to start on a gate it removed: the drop-in nodemem
+    /// writes names only MemoryQoS, for every version, Memory QoS on and off.
+    #[test]
+    fn no_version_is_given_a_gate_it_removed() {
+        for version in ["v1.35.4", "v1.36.3", "v1.37.2", "v1.38.0-beta.0", "v1.38.0"] {
+            for enabled in [true, false] {
+                let mut s = tiered();
+                s.memory_qos.enabled = enabled;
+                if version.starts_with("v1.35") {
+                    // What v1.35 can express: its gate is HardReservation.
+                    s.memory_qos.reservation_policy = ReservationPolicy::HardReservation;
+                }
+                let d = render(&s, version, &KubeletReserved::default(), OWNER).unwrap();
+                let gates: Vec<&str> = d
+                    .text
+                    .split("featureGates:\n")
+                    .nth(1)
+                    .unwrap()
+                    .lines()
+                    .take_while(|l| l.starts_with("  "))
+                    .map(|l| l.trim().split(':').next().unwrap())
+                    .collect();
+                assert_eq!(gates, ["MemoryQoS"], "{version}: {}", d.text);
+                let removed = crate::kubelet::gates::removed_among(gates.iter().copied());
+                assert!(removed.is_empty(), "{version}: {removed:?}");
+            }
+        }
+    }
+
     #[test]
     fn renders_every_field_in_a_stable_order() {
         let mut s = tiered();
