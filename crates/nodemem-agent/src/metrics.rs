@@ -89,9 +89,11 @@ pub struct PodSignals<'a> {
     pub containers: Vec<(&'a str, crate::health::Reading)>,
 }
 
-/// The config the agent enforces: its policy (the node's pool) and revision.
+/// The config the agent enforces: its node (the config's name), its policy (the node's
+/// pool) and revision. The node names the agent's series in alerts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConfigLabel {
+    node: String,
     policy: String,
     revision: String,
 }
@@ -592,12 +594,13 @@ impl Metrics {
         }
     }
 
-    /// The config the agent enforces now (None: none).
-    pub fn config(&self, config: Option<(&str, &str)>) {
+    /// The config the agent enforces now, (node, policy, revision) (None: none).
+    pub fn config(&self, config: Option<(&str, &str, &str)>) {
         self.config.clear();
-        if let Some((policy, revision)) = config {
+        if let Some((node, policy, revision)) = config {
             self.config
                 .get_or_create(&ConfigLabel {
+                    node: node.to_string(),
                     policy: policy.to_string(),
                     revision: revision.to_string(),
                 })

@@ -342,6 +342,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             nodemem_plumbing::kubeclient::client_with_brief_retries(args.kubeconfig.as_deref())
                 .await?;
         if !args.leader_elect {
+            controller.metrics.leading();
             return tokio::select! {
                 r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
                 () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
@@ -380,6 +381,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             return Ok(());
         }
         tracing::info!(identity = %lock.identity, "leading");
+        controller.metrics.leading();
         // The Lease is kept by a task of its own: a poll of the controller's loop that
         // runs long (a decision over many nodes) would otherwise delay its renewals
         // past the renew deadline, and the leader would lose the Lease to its own work.

@@ -76,6 +76,7 @@ pub struct Metrics {
     backing_off: Family<KindLabel, Gauge>,
     watch_events: Counter,
     queued_events: Gauge,
+    leader: Gauge,
     ready: AtomicBool,
 }
 
@@ -102,6 +103,7 @@ impl Metrics {
             backing_off: Family::default(),
             watch_events: Counter::default(),
             queued_events: Gauge::default(),
+            leader: Gauge::default(),
             ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -148,10 +150,20 @@ impl Metrics {
             "Watch events waiting behind the one that began the last decision (capped by --event-queue)",
             m.queued_events.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica leads (holds the Lease, or runs without leader election), 0 while it stands by",
+            m.leader.clone(),
+        );
         Metrics {
             registry: root,
             ..m
         }
+    }
+
+    /// This replica leads from now on: the NodememNoLeader alert's series.
+    pub fn leading(&self) {
+        self.leader.set(1);
     }
 
     pub fn reconciled(&self, seconds: f64) {

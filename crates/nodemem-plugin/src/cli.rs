@@ -76,8 +76,12 @@ pub struct PluginCli {
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
-    /// Every policy and its pool: rollout progress, failing nodes with reasons, conflicts.
-    Status,
+    /// Every policy and its pool: rollout progress, failing nodes with reasons, conflicts;
+    /// with POLICY, that policy's alone (as the alerts name it).
+    Status {
+        /// One policy's name.
+        policy: Option<String>,
+    },
     /// Which policy governs NODE and why, its rollout state, and the cgroup values
     /// nodemem sets for each of its pods.
     Explain {

@@ -106,7 +106,7 @@ pub fn want(words: &[String]) -> (Want, Connection) {
 fn positional(sub: &Command) -> Want {
     match sub.get_name() {
         "explain" => Want::Nodes,
-        "recommend" | "pause" | "resume" | "rollback" | "release" => Want::Policies,
+        "status" | "recommend" | "pause" | "resume" | "rollback" | "release" => Want::Policies,
         _ => sub.get_positionals().next().map_or(Want::Nothing, value_of),
     }
 }
@@ -304,6 +304,7 @@ mod tests {
         assert_eq!(want_of(&["explain", ""]), Want::Nodes);
         assert_eq!(want_of(&["pause", "g"]), Want::Policies);
         assert_eq!(want_of(&["-o", "json", "rollback", ""]), Want::Policies);
+        assert_eq!(want_of(&["status", ""]), Want::Policies);
         // One policy is all pause takes.
         assert_eq!(want_of(&["pause", "general", ""]), Want::Nothing);
         assert_eq!(

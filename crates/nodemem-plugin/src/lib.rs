@@ -82,9 +82,12 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
     };
     let client = cluster::client(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
     match &cli.command {
-        PluginCommand::Status => {
+        PluginCommand::Status { policy } => {
             let snapshot = cluster::Snapshot::read(&client).await?;
-            let report = status::build(&snapshot);
+            let mut report = status::build(&snapshot);
+            if let Some(policy) = policy {
+                report = status::only(report, policy).map_err(CliError::one)?;
+            }
             render::render(cli.output, &report, status::render_table).map(Outcome::ok)
         }
         PluginCommand::Explain { node } => {

@@ -219,6 +219,41 @@ pub fn build(s: &Snapshot) -> StatusReport {
     }
 }
 
+/// The report of one policy: its row, its failing nodes and the conflicts it is in
+/// (nodes no policy selects are not its); an error naming it when there is no such
+/// policy.
+pub fn only(r: StatusReport, policy: &str) -> Result<StatusReport, String> {
+    if !r.policies.iter().any(|p| p.name == policy) {
+        let known: Vec<&str> = r.policies.iter().map(|p| p.name.as_str()).collect();
+        return Err(format!(
+            "no NodeMemoryPolicy {policy:?} (the cluster has {})",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
+    Ok(StatusReport {
+        policies: r
+            .policies
+            .into_iter()
+            .filter(|p| p.name == policy)
+            .collect(),
+        unmanaged_nodes: Vec::new(),
+        failing_nodes: r
+            .failing_nodes
+            .into_iter()
+            .filter(|f| f.policy == policy)
+            .collect(),
+        conflicts: r
+            .conflicts
+            .into_iter()
+            .filter(|c| c.governs == policy || c.also.iter().any(|a| a == policy))
+            .collect(),
+    })
+}
+
 pub fn render_table(r: &StatusReport) -> String {
     let mut out = String::new();
     if r.policies.is_empty() {
@@ -361,6 +396,41 @@ mod tests {
     fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
         serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": pool}}}))
             .unwrap()
+    }
+
+    /// `kubectl nodemem status POLICY`, as the alerts say it: that policy's row, its
+    /// failing nodes and its conflicts; an unknown name is an error naming the known.
+    #[test]
+    fn one_policys_status_is_its_own_and_an_unknown_policy_is_an_error() {
+        let s = Snapshot {
+            policies: vec![
+                policy("a", "x", 0),
+                policy("b", "x", 0),
+                policy("c", "y", 5),
+            ],
+            nodes: vec![node("n1", "x"), node("n2", "y"), node("n3", "z")],
+            configs: vec![config("n1", "r2", ("False", "WriteFailed"), 2)],
+        };
+        let a = only(build(&s), "a").unwrap();
+        assert_eq!(
+            a.policies
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert_eq!(a.failing_nodes.len(), 1);
+        assert_eq!(a.conflicts.len(), 1, "a ties with b on n1");
+        assert!(a.unmanaged_nodes.is_empty());
+        let b = only(build(&s), "b").unwrap();
+        assert!(b.failing_nodes.is_empty(), "n1's config is a's");
+        assert_eq!(b.conflicts.len(), 1);
+        let c = only(build(&s), "c").unwrap();
+        assert!(c.conflicts.is_empty() && c.failing_nodes.is_empty());
+        assert_eq!(
+            only(build(&s), "general").unwrap_err(),
+            "no NodeMemoryPolicy \"general\" (the cluster has c, a, b)"
+        );
     }
 
     #[test]

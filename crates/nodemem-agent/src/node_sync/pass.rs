@@ -139,7 +139,7 @@ impl Passes {
         };
         self.grace.present();
         self.metrics
-            .config(Some((config.policy.as_str(), config.revision.as_str())));
+            .config(Some((&config.name, &config.policy, &config.revision)));
         let pass = Pass {
             input,
             config,

@@ -57,7 +57,7 @@ pub fn one_of_each() -> String {
         ),
     };
     agent.conditions(std::slice::from_ref(&condition));
-    agent.config(Some(("p", "r1")));
+    agent.config(Some(("n1", "p", "r1")));
     let controller = ControllerMetrics::new();
     controller.reconciled(0.01);
     controller.write("config", false);
