@@ -92,7 +92,46 @@ fn the_charts_alerts_pass_promtool_and_their_unit_tests() {
         .iter()
         .map(|r| r["alert"].as_str().unwrap())
         .collect();
-    assert_eq!(alerts.len(), 7, "{alerts:?}");
+    assert_eq!(alerts.len(), 9, "{alerts:?}");
+    // Each alert says how bad, what and why, and where its runbook is: a section of
+    // docs/runbooks.md that exists.
+    let runbooks = std::fs::read_to_string(repo().join("docs/runbooks.md")).unwrap();
+    let anchors: Vec<String> = runbooks
+        .lines()
+        .filter_map(|l| l.strip_prefix("## ").or_else(|| l.strip_prefix("### ")))
+        .map(|h| h.to_lowercase().replace(' ', "-"))
+        .collect();
+    for rule in rendered[0]["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+    {
+        let alert = rule["alert"].as_str().unwrap();
+        assert!(rule["labels"]["severity"].is_string(), "{alert}");
+        for key in ["summary", "description", "runbook_url"] {
+            assert!(rule["annotations"][key].is_string(), "{alert}: {key}");
+        }
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap();
+        let anchor = url.rsplit_once('#').map(|(_, a)| a).unwrap_or("");
+        // The stuck rollout's anchor is its reason's section (templated by Prometheus).
+        if !anchor.contains("{{") {
+            assert!(
+                anchors.iter().any(|a| a == anchor),
+                "{alert}: no section #{anchor}"
+            );
+        }
+    }
+    for reason in [
+        "MaxFailures",
+        "OneNodeFailed",
+        "AgentsBlocked",
+        "EqualPriority",
+        "InvalidSpec",
+    ] {
+        assert!(
+            anchors.contains(&reason.to_lowercase()),
+            "no runbook section for {reason}"
+        );
+    }
 
     let promtool = promtool();
     let dir = tempfile::tempdir().unwrap();
@@ -102,7 +141,7 @@ fn the_charts_alerts_pass_promtool_and_their_unit_tests() {
         dir.path(),
         &["check", "rules", "nodemem-rules.yaml"],
     );
-    assert!(ok && said.contains("SUCCESS: 7 rules found"), "{said}");
+    assert!(ok && said.contains("SUCCESS: 9 rules found"), "{said}");
     let (ok, said) = run(
         &promtool,
         dir.path(),
@@ -134,6 +173,49 @@ fn the_charts_alerts_pass_promtool_and_their_unit_tests() {
             );
         }
     }
+
+    // The agents' series name their node: the ServiceMonitor relabels it from the pod.
+    let chart = repo().join("charts/nodemem");
+    let monitors: Vec<Value> = crate::chart::documents(&crate::chart::helm(&[
+        "template",
+        "nodemem",
+        chart.to_str().unwrap(),
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+    ]))
+    .into_iter()
+    .filter(|d| d["kind"] == "ServiceMonitor")
+    .collect();
+    let agent = monitors
+        .iter()
+        .find(|m| m["metadata"]["name"] == "nodemem-agent")
+        .expect("the agents' ServiceMonitor");
+    assert_eq!(
+        agent["spec"]["endpoints"][0]["relabelings"],
+        serde_json::json!([{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}])
+    );
+
+    // An alert disabled by name is not rendered; rule labels go on every alert.
+    let tuned = rules(
+        &[
+            "prometheusRule.enabled=true",
+            "prometheusRule.disabled={NodememOOMKillBurst,NodememNoLeader}",
+            "prometheusRule.ruleLabels.team=platform",
+        ],
+        &[MONITORING],
+    );
+    let tuned_rules = tuned[0]["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let names: Vec<&str> = tuned_rules
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 7, "{names:?}");
+    assert!(!names.contains(&"NodememOOMKillBurst") && !names.contains(&"NodememNoLeader"));
+    assert!(tuned_rules
+        .iter()
+        .all(|r| r["labels"]["team"] == "platform" && r["labels"]["severity"].is_string()));
 
     // A threshold the tests do not expect: they fail, naming the alert.
     let moved = rules(
