@@ -1193,3 +1193,147 @@ fn the_kustomize_install_in_deploy_is_what_the_chart_renders() {
         "privileged"
     );
 }
+
+/// The roles for people, as the chart renders them, in the shared control plane (under
+/// test names: another test's release may own the real ones): Kubernetes' own view and
+/// edit take nodemem's rules by aggregation (its controller-manager's clusterrole
+/// aggregation), and nodemem-rollout lets its holder steer rollouts and nothing more.
+/// The apiserver judges each (`kubectl auth can-i --as`). deploy/ carries the same
+/// roles with the same aggregation labels.
+#[test]
+fn people_get_nodemem_through_view_edit_and_the_rollout_role() {
+    let chart = repo().join("charts/nodemem");
+    let rendered = documents(&helm(&["template", "nodemem", chart.to_str().unwrap()]));
+    let roles: Vec<Value> = rendered
+        .iter()
+        .filter(|d| {
+            d["kind"] == "ClusterRole"
+                && ["nodemem-view", "nodemem-edit", "nodemem-rollout"]
+                    .contains(&d["metadata"]["name"].as_str().unwrap_or(""))
+        })
+        .cloned()
+        .collect();
+    assert_eq!(roles.len(), 3);
+    let deploy =
+        documents(&std::fs::read_to_string(repo().join("deploy/users/rbac.yaml")).unwrap());
+    let aggregation = |d: &Value| -> Vec<String> {
+        d["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
+    };
+    for role in &roles {
+        let name = &role["metadata"]["name"];
+        let twin = deploy
+            .iter()
+            .find(|d| &d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("deploy/users/rbac.yaml has no {name}"));
+        assert_eq!(aggregation(role), aggregation(twin), "{name}");
+        assert_eq!(role["rules"], twin["rules"], "{name}");
+    }
+
+    let kubeconfig = crate::common::cluster().admin_kubeconfig().to_path_buf();
+    let suffix = format!("t{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let mut manifest = String::new();
+    for role in &roles {
+        let mut r = role.clone();
+        r["metadata"]["name"] = json!(format!(
+            "{}-{suffix}",
+            r["metadata"]["name"].as_str().unwrap()
+        ));
+        manifest.push_str(&serde_yaml::to_string(&r).unwrap());
+        manifest.push_str("---\n");
+    }
+    for (user, role) in [
+        ("viewer", "view"),
+        ("editor", "edit"),
+        ("roller", &format!("nodemem-rollout-{suffix}")),
+    ] {
+        manifest.push_str(&serde_yaml::to_string(&json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("{user}-{suffix}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": format!("{user}-{suffix}")}],
+        })).unwrap());
+        manifest.push_str("---\n");
+    }
+    let file = dir.path().join("roles.yaml");
+    std::fs::write(&file, &manifest).unwrap();
+    let (ok, said) = kubectl_as(&kubeconfig, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(ok, "{said}");
+
+    let can = |user: &str, verb: &str, resource: &str| -> bool {
+        let as_user = format!("{user}-{suffix}");
+        // `kubectl auth can-i VERB RESOURCE/NAME`: a subresource is a flag of its own.
+        let mut args = vec!["auth", "can-i", verb, "--as", &as_user];
+        match resource.split_once('/') {
+            Some((r, sub)) => args.extend([r, "--subresource", sub]),
+            None => args.push(resource),
+        }
+        let (_, said) = kubectl_as(&kubeconfig, &args);
+        // "yes" or "no" on stdout; kubectl warns on stderr that the resource is
+        // cluster-scoped.
+        said.lines().next().map(str::trim) == Some("yes")
+    };
+    // Aggregation is the controller-manager's: wait until view has taken nodemem's.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(can("viewer", "list", "nodememorypolicies.nodemem.io")
+        && can("editor", "create", "nodememorypolicies.nodemem.io"))
+    {
+        if Instant::now() > deadline {
+            let (_, view) = kubectl_as(&kubeconfig, &["get", "clusterrole", "view", "-o", "yaml"]);
+            let (_, said) = kubectl_as(
+                &kubeconfig,
+                &[
+                    "auth",
+                    "can-i",
+                    "list",
+                    "nodememorypolicies.nodemem.io",
+                    "--as",
+                    &format!("viewer-{suffix}"),
+                ],
+            );
+            panic!("view and edit never took nodemem's rules: {said}\n{view}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for (user, verb, resource, allowed) in [
+        ("viewer", "get", "nodememorypolicies.nodemem.io", true),
+        ("viewer", "watch", "nodememoryconfigs.nodemem.io", true),
+        (
+            "viewer",
+            "get",
+            "nodememorypolicies.nodemem.io/status",
+            true,
+        ),
+        ("viewer", "create", "nodememorypolicies.nodemem.io", false),
+        ("viewer", "patch", "nodememorypolicies.nodemem.io", false),
+        ("editor", "patch", "nodememorypolicies.nodemem.io", true),
+        ("editor", "delete", "nodememorypolicies.nodemem.io", true),
+        ("editor", "list", "nodememoryconfigs.nodemem.io", true),
+        ("editor", "patch", "nodememoryconfigs.nodemem.io", false),
+        (
+            "editor",
+            "patch",
+            "nodememorypolicies.nodemem.io/status",
+            false,
+        ),
+        ("roller", "patch", "nodememorypolicies.nodemem.io", true),
+        ("roller", "patch", "nodememoryconfigs.nodemem.io", true),
+        ("roller", "create", "nodememorypolicies.nodemem.io", false),
+        ("roller", "delete", "nodememorypolicies.nodemem.io", false),
+        ("roller", "delete", "nodememoryconfigs.nodemem.io", false),
+    ] {
+        assert_eq!(
+            can(user, verb, resource),
+            allowed,
+            "{user} {verb} {resource}"
+        );
+    }
+    let (ok, said) = kubectl_as(&kubeconfig, &["delete", "-f", file.to_str().unwrap()]);
+    assert!(ok, "{said}");
+}
