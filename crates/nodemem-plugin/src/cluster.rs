@@ -75,6 +75,33 @@ pub async fn namespaces(client: &Client) -> Result<Vec<core::Namespace>, CliErro
         .items)
 }
 
+/// Past this many nodes one list of every pod costs the apiserver less than one list
+/// per node.
+const NODES_LISTED_ONE_BY_ONE: usize = 32;
+
+/// The pods bound to `nodes`, by node name: a list per node (its field selector), or
+/// every bound pod at once for many nodes.
+pub async fn pods_of_nodes(
+    client: &Client,
+    nodes: &[String],
+) -> Result<std::collections::BTreeMap<String, Vec<core::Pod>>, CliError> {
+    if nodes.len() > NODES_LISTED_ONE_BY_ONE {
+        let mut all = pods_by_node(client).await?;
+        all.retain(|n, _| nodes.contains(n));
+        return Ok(all);
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for node in nodes {
+        let pods = Api::<core::Pod>::all(client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|e| api_error(&format!("listing the pods of node {node}"), e))?
+            .items;
+        out.insert(node.clone(), pods);
+    }
+    Ok(out)
+}
+
 /// Every bound pod, by node name.
 pub async fn pods_by_node(
     client: &Client,

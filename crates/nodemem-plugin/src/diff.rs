@@ -223,15 +223,8 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
     }
 }
 
-/// The difference the policies of a file would make on the cluster in `snapshot`:
-/// every node whose governing policy (live, after, or the one its config names) is one
-/// of the file's, with the file's policies replacing the live ones of the same name.
-pub fn build(
-    snapshot: &Snapshot,
-    file: &[NodeMemoryPolicy],
-    pods_by_node: &BTreeMap<String, Vec<core::Pod>>,
-    namespaces: &[core::Namespace],
-) -> DiffReport {
+/// The cluster's policies once the file's replace the live ones of the same name.
+fn after_policies(snapshot: &Snapshot, file: &[NodeMemoryPolicy]) -> Vec<NodeMemoryPolicy> {
     let name_of = |p: &NodeMemoryPolicy| p.metadata.name.clone().unwrap_or_default();
     let file_names: Vec<String> = file.iter().map(name_of).collect();
     let mut after: Vec<NodeMemoryPolicy> = snapshot
@@ -252,6 +245,61 @@ pub fn build(
         }
         p
     }));
+    after
+}
+
+/// Whether `node` is one a file changes: the policy that governs it after, the one
+/// that governs it now or the one its config names is one of the file's.
+fn involves(
+    snapshot: &Snapshot,
+    after: &[NodeMemoryPolicy],
+    file_names: &[String],
+    node: &core::Node,
+) -> bool {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let config = snapshot.config(&name);
+    let current = config.map(|c| c.spec.policy.as_str());
+    let winner_after = governing(after, &labels, current).winner;
+    let winner_live = governing(&snapshot.policies, &labels, current).winner;
+    let involved = [
+        winner_after.as_deref(),
+        winner_live.as_deref(),
+        config.map(|c| c.spec.policy.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|p| file_names.iter().any(|f| f == p));
+    involved
+}
+
+/// The nodes a file's policies change: the only ones whose pods `diff` needs.
+pub fn involved_nodes(snapshot: &Snapshot, file: &[NodeMemoryPolicy]) -> Vec<String> {
+    let after = after_policies(snapshot, file);
+    let file_names: Vec<String> = file
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    snapshot
+        .nodes
+        .iter()
+        .filter(|n| involves(snapshot, &after, &file_names, n))
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+/// The difference the policies of a file would make on the cluster in `snapshot`:
+/// every node whose governing policy (live, after, or the one its config names) is one
+/// of the file's, with the file's policies replacing the live ones of the same name.
+pub fn build(
+    snapshot: &Snapshot,
+    file: &[NodeMemoryPolicy],
+    pods_by_node: &BTreeMap<String, Vec<core::Pod>>,
+    namespaces: &[core::Namespace],
+) -> DiffReport {
+    let name_of = |p: &NodeMemoryPolicy| p.metadata.name.clone().unwrap_or_default();
+    let file_names: Vec<String> = file.iter().map(name_of).collect();
+    let after = after_policies(snapshot, file);
     let invalid_policies: Vec<String> = file
         .iter()
         .filter_map(|p| {
@@ -287,15 +335,7 @@ pub fn build(
         }
         let winner_after = resolved_after.winner;
         let winner_live = governing(&snapshot.policies, &labels, current).winner;
-        let involved = [
-            winner_after.as_deref(),
-            winner_live.as_deref(),
-            config.map(|c| c.spec.policy.as_str()),
-        ]
-        .into_iter()
-        .flatten()
-        .any(|p| file_names.iter().any(|f| f == p));
-        if !involved {
+        if !involves(snapshot, &after, &file_names, node) {
             continue;
         }
         let pods = pods_by_node.get(&name).unwrap_or(&no_pods);
@@ -803,6 +843,43 @@ mod tests {
         let (snapshot_on, _) = one_node(&on);
         let r = build(&snapshot_on, std::slice::from_ref(&disabled), &pods, &[]);
         assert!(r.nodes[0].reclaim.changed() && r.nodes[0].reclaim.to.is_none());
+    }
+
+    /// `diff` reads the pods of the nodes a file changes and no others: those its
+    /// policies govern now, would govern, or whose configs name them.
+    #[test]
+    fn only_the_nodes_a_file_changes_are_involved() {
+        let a = policy("a", "a", 0, 0.9);
+        let b = policy("b", "b", 0, 0.9);
+        let snapshot = Snapshot {
+            policies: vec![a.clone(), b.clone()],
+            nodes: vec![
+                node("a1", "a"),
+                node("a2", "a"),
+                node("b1", "b"),
+                node("c1", "c"),
+            ],
+            configs: vec![config("a1", &a), config("a2", &a), config("b1", &b)],
+        };
+        assert_eq!(
+            involved_nodes(&snapshot, &[policy("a", "a", 0, 0.8)]),
+            ["a1", "a2"]
+        );
+        assert_eq!(
+            involved_nodes(&snapshot, &[policy("b", "b", 0, 0.8)]),
+            ["b1"]
+        );
+        // A new policy for pool c, and a's moved to select c: c1 joins, a's nodes stay
+        // involved (they leave a).
+        assert_eq!(
+            involved_nodes(&snapshot, &[policy("new", "c", 0, 0.8)]),
+            ["c1"]
+        );
+        assert_eq!(
+            involved_nodes(&snapshot, &[policy("a", "c", 0, 0.8)]),
+            ["a1", "a2", "c1"]
+        );
+        assert!(involved_nodes(&snapshot, &[policy("other", "z", 0, 0.8)]).is_empty());
     }
 
     /// Both sides of a node are computed by the rules its kubelet's version chooses:

@@ -154,7 +154,8 @@ async fn run_diff(
     }
 
     let snapshot = cluster::Snapshot::read(client).await?;
-    let pods_by_node = cluster::pods_by_node(client).await?;
+    let involved = diff::involved_nodes(&snapshot, file_policies);
+    let pods_by_node = cluster::pods_of_nodes(client, &involved).await?;
     let namespaces = cluster::namespaces(client).await?;
     let report = diff::build(&snapshot, file_policies, &pods_by_node, &namespaces);
     let stdout = render::render(format, &report, diff::render_table)?;
