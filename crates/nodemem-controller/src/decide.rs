@@ -33,7 +33,7 @@ use crate::policy_status::finish;
 pub use crate::settings::released_settings;
 use crate::world::World;
 use admission::{admission_conditions, never_accepted_status, opening_status};
-use conditions::{announce_updating, record_progress, rollout_conditions};
+use conditions::{announce_no_nodes, announce_updating, record_progress, rollout_conditions};
 use drains::nodes_to_start;
 use index::{rollout_key, Index};
 use rollout_index::RolloutIndex;
@@ -194,5 +194,6 @@ fn decide_policy(
     ));
     conditions.extend(health_conditions(&conditions, v.entry.generation, now_time));
     announce_updating(&round, out);
+    announce_no_nodes(&round, old, out);
     finish(v.name, old, status, conditions, out);
 }

@@ -1745,3 +1745,38 @@ fn configs_deleted_by_hand_are_repaired_at_once_at_their_revision_not_rolled_out
         d.writes
     );
 }
+
+/// A policy whose selector matches no node is Ready over nothing, and says so: Ready's
+/// message and one Warning Event per spec (not one per decision), gone once a node
+/// carries its labels.
+#[test]
+fn a_policy_that_selects_no_node_says_so_once_per_spec() {
+    let no_nodes = |d: &Decision| {
+        d.events
+            .iter()
+            .filter(|e| e.reason == "NoNodesSelected" && e.warning)
+            .count()
+    };
+    let mut w = world(&[policy("p", "p", 0, 0.9, json!({}))], &[("a", "q")]);
+    let d = decide(&w, T0);
+    assert_eq!(no_nodes(&d), 1, "{:?}", d.events);
+    apply(&mut w, &d, T0);
+    let ready = condition(&w, "p", "Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "AllNodesReady"));
+    assert!(ready.message.contains("selects no node"), "{}", ready.message);
+    let d = decide(&w, T0 + 10);
+    assert_eq!(no_nodes(&d), 0, "said once for this spec");
+    apply(&mut w, &d, T0 + 10);
+    // A new spec that still selects nothing says it again.
+    edit_factor(&mut w, 0.8, json!({}));
+    let d = decide(&w, T0 + 20);
+    assert_eq!(no_nodes(&d), 1);
+    apply(&mut w, &d, T0 + 20);
+    // A node of the pool: nothing to say.
+    w.apply_node(&node("b", "p"));
+    let mut now = T0 + 30;
+    settle(&mut w, &mut now, 6);
+    let ready = condition(&w, "p", "Ready");
+    assert!(!ready.message.contains("selects no node"), "{}", ready.message);
+    assert_eq!(no_nodes(&decide(&w, now)), 0);
+}

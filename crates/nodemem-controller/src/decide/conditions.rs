@@ -121,6 +121,31 @@ pub(super) fn rollout_conditions(
     ]
 }
 
+/// What a policy that selects no node says (Ready's message, the Event): nothing is
+/// wrong with it, and nothing runs it.
+pub(super) const NO_NODES: &str = "selects no node: no node carries the labels of its nodeSelector (label a pool's nodes, or select a label your nodes have, such as eks.amazonaws.com/nodegroup, cloud.google.com/gke-nodepool or kubernetes.azure.com/agentpool)";
+
+/// `NoNodesSelected`, a Warning, once per spec that selects no node: a policy that
+/// reads Ready over no node would otherwise say nothing.
+pub(super) fn announce_no_nodes(
+    round: &Round<'_>,
+    old: &NodeMemoryPolicyStatus,
+    out: &mut Decision,
+) {
+    let said_for_this_spec = old.observed_generation == round.policy.entry.generation
+        && old.observed_generation.is_some()
+        && old.matched_nodes == 0;
+    if round.step.counts.matched != 0 || said_for_this_spec {
+        return;
+    }
+    out.events.push(PolicyEvent {
+        policy: round.policy.name.to_string(),
+        warning: true,
+        reason: "NoNodesSelected",
+        message: format!("policy {} {NO_NODES}", round.policy.name),
+    });
+}
+
 /// `NodesUpdating`: the nodes whose config this round writes.
 pub(super) fn announce_updating(round: &Round<'_>, out: &mut Decision) {
     if round.step.start.is_empty() {
@@ -151,6 +176,9 @@ fn planner_reason(round: &Round<'_>, summary: &str) -> (bool, &'static str, Stri
     let params = &round.params;
     let failures = &round.failures;
     match round.step.state {
+        RolloutState::Complete if round.step.counts.matched == 0 => {
+            (false, "Complete", format!("{summary}; {NO_NODES}"))
+        }
         RolloutState::Complete => (false, "Complete", summary.to_string()),
         RolloutState::Progressing => (
             true,
