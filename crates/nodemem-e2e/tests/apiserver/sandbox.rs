@@ -573,7 +573,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
         "numa-database",
         "batch",
         "database",
-        "kubelet-managed",
+        "starter",
     ] {
         let row = nmp
             .lines()
