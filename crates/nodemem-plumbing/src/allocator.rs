@@ -5,7 +5,12 @@
 //! stays small. mimalloc was faster by default but its heaps kept twice the memory of
 //! an idle in-cluster agent (BENCHMARKS.md).
 
+//!
+//! Elsewhere than glibc (the kubectl plugin built for macOS or Windows, a musl build)
+//! both are no-ops: the tuning is the agent's, which runs on Linux nodes.
+
 /// Call first thing in `main` (the `nodemem` binary and the benchmarks do).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune_allocator() {
     // SAFETY: mallopt only sets glibc's tunables.
     unsafe {
@@ -15,7 +20,16 @@ pub fn tune_allocator() {
 }
 
 /// Gives the memory a pass freed back to the kernel.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory() {
     // SAFETY: malloc_trim only walks glibc's own free lists.
     unsafe { libc::malloc_trim(0) };
 }
+
+/// No glibc: nothing to tune.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune_allocator() {}
+
+/// No glibc: the allocator gives memory back on its own terms.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_memory() {}
