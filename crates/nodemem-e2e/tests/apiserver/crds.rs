@@ -55,9 +55,12 @@ async fn crds_are_established_and_examples_are_accepted() {
         examples += 1;
     }
     assert_eq!(
-        examples, 5,
-        "general, database, batch, numa-database and kubelet"
+        examples, 6,
+        "starter, general, database, batch, numa-database and kubelet"
     );
+    let starter = api.get("starter").await.unwrap();
+    assert_eq!(starter.data["spec"]["enforcement"], "Observe");
+    assert_eq!(starter.data["spec"]["rollout"]["canary"], 1);
     let kubelet = api.get("kubelet-managed").await.unwrap();
     assert_eq!(kubelet.data["spec"]["enforcement"], "Kubelet");
     let numa = api.get("numa-database").await.unwrap();
