@@ -1762,8 +1762,15 @@ fn a_policy_that_selects_no_node_says_so_once_per_spec() {
     assert_eq!(no_nodes(&d), 1, "{:?}", d.events);
     apply(&mut w, &d, T0);
     let ready = condition(&w, "p", "Ready");
-    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "AllNodesReady"));
-    assert!(ready.message.contains("selects no node"), "{}", ready.message);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "AllNodesReady")
+    );
+    assert!(
+        ready.message.contains("selects no node"),
+        "{}",
+        ready.message
+    );
     let d = decide(&w, T0 + 10);
     assert_eq!(no_nodes(&d), 0, "said once for this spec");
     apply(&mut w, &d, T0 + 10);
@@ -1777,6 +1784,10 @@ fn a_policy_that_selects_no_node_says_so_once_per_spec() {
     let mut now = T0 + 30;
     settle(&mut w, &mut now, 6);
     let ready = condition(&w, "p", "Ready");
-    assert!(!ready.message.contains("selects no node"), "{}", ready.message);
+    assert!(
+        !ready.message.contains("selects no node"),
+        "{}",
+        ready.message
+    );
     assert_eq!(no_nodes(&decide(&w, now)), 0);
 }

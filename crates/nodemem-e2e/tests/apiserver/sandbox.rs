@@ -568,13 +568,7 @@ fn the_sandbox_runs_live_and_the_plugin_drives_it() {
 
     // kubectl get nmp shows every example policy rolled out.
     let nmp = shell.kubectl(&["get", "nmp", "--no-headers"]);
-    for name in [
-        "general",
-        "numa-database",
-        "batch",
-        "database",
-        "starter",
-    ] {
+    for name in ["general", "numa-database", "batch", "database", "starter"] {
         let row = nmp
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name))
