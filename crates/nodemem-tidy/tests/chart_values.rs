@@ -1,8 +1,10 @@
 //! The chart's values, its schema and its README agree (as the CRDs are checked against
 //! the code): every value in values.yaml has a schema of its own and a README row with
 //! its default, and neither names a value that does not exist. A value is a top-level
-//! key that is not a group, or a key of a group (`agent.resources` is one value, its
-//! default an object).
+//! key that is not a group (an empty mapping, `commonLabels: {}`, is one), or a key of a
+//! group (`agent.resources` is one value, its default an object). `global` is Helm's:
+//! a parent chart sets whatever globals it has there, so its schema takes any key, and
+//! the keys nodemem reads (`global.imageRegistry`) are values of their own.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +21,7 @@ fn values() -> BTreeMap<String, Value> {
     let values: Value = serde_yaml::from_str(&read("charts/nodemem/values.yaml")).unwrap();
     let mut all = BTreeMap::new();
     for (key, value) in values.as_object().expect("a mapping") {
-        match value.as_object() {
+        match value.as_object().filter(|g| !g.is_empty()) {
             Some(group) => {
                 for (k, v) in group {
                     all.insert(format!("{key}.{k}"), v.clone());
@@ -33,6 +35,9 @@ fn values() -> BTreeMap<String, Value> {
     all
 }
 
+/// Helm's values from a parent chart: any key.
+const GLOBAL: &str = "global";
+
 /// The schema's values, the same way.
 fn schema_keys() -> Vec<String> {
     let schema: Value = serde_json::from_str(&read("charts/nodemem/values.schema.json")).unwrap();
@@ -42,7 +47,8 @@ fn schema_keys() -> Vec<String> {
     );
     let mut keys = Vec::new();
     for (key, s) in schema["properties"].as_object().unwrap() {
-        let group = s["type"] == "object" && s["additionalProperties"] == false;
+        let group =
+            s["type"] == "object" && (s["additionalProperties"] == false || key == GLOBAL);
         match s["properties"]
             .as_object()
             .filter(|_| group && !is_kubernetes_type(s))
@@ -100,7 +106,7 @@ fn every_group_and_object_refuses_unknown_keys() {
     // Objects whose keys are the user's: maps of labels, selectors, quantities.
     fn walk(s: &Value, at: &str, open: &mut Vec<String>) {
         if let Some(props) = s["properties"].as_object() {
-            if s["additionalProperties"] != false {
+            if s["additionalProperties"] != false && at != format!(".{GLOBAL}") {
                 open.push(at.to_string());
             }
             for (k, v) in props {

@@ -1337,3 +1337,123 @@ fn people_get_nodemem_through_view_edit_and_the_rollout_role() {
     let (ok, said) = kubectl_as(&kubeconfig, &["delete", "-f", file.to_str().unwrap()]);
     assert!(ok, "{said}");
 }
+
+/// nodemem as a dependency of an umbrella chart, as platform teams ship it: the parent's
+/// `global` values and `nodemem.enabled` condition pass the schema (which refuses any
+/// other unknown key), `global.imageRegistry` mirrors the image, and the values teams
+/// set reach what is rendered: a digest pins the image (the agents' too, through the
+/// controller's --agent-image and the admission ConfigMap), `commonLabels` label every
+/// object, the controller's log level, pod metadata, topology spread and security
+/// contexts; the ResourceQuota GKE needs for system-node-critical pods is there by
+/// default and goes with the value or another priority class.
+#[test]
+fn the_chart_is_an_umbrella_charts_dependency_and_takes_the_values_teams_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let umbrella = dir.path().join("platform");
+    std::fs::create_dir_all(umbrella.join("charts")).unwrap();
+    std::fs::write(
+        umbrella.join("Chart.yaml"),
+        "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n- name: nodemem\n  version: \">=0.0.0-0\"\n  condition: nodemem.enabled\n",
+    )
+    .unwrap();
+    let copied = Command::new("cp")
+        .args(["-r", repo().join("charts/nodemem").to_str().unwrap()])
+        .arg(umbrella.join("charts/nodemem"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    std::fs::write(
+        umbrella.join("values.yaml"),
+        format!(
+            "global:\n  imageRegistry: mirror.example.com\n  anythingTheParentHas: {{a: 1}}\nnodemem:\n  enabled: true\n  commonLabels: {{team: platform}}\n  image: {{digest: \"{digest}\"}}\n  controller:\n    logLevel: debug\n    podAnnotations: {{example.com/owner: platform}}\n    topologySpreadConstraints: [{{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}}]\n"
+        ),
+    )
+    .unwrap();
+    let docs = documents(&helm(&[
+        "template",
+        "platform",
+        umbrella.to_str().unwrap(),
+        "--namespace",
+        "nodemem-system",
+    ]));
+    let image = format!("mirror.example.com/ghcr.io/nodemem/nodemem@{digest}");
+    let controller = find(&docs, "Deployment", "nodemem-controller");
+    let spec = &controller["spec"]["template"]["spec"];
+    assert_eq!(spec["containers"][0]["image"], image.as_str());
+    assert!(spec["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(format!("--agent-image={image}"))));
+    assert_eq!(
+        find(&docs, "ConfigMap", "nodemem-agent-admission")["data"]["image"],
+        image.as_str()
+    );
+    assert!(spec["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "RUST_LOG", "value": "debug"})));
+    assert_eq!(
+        controller["spec"]["template"]["metadata"]["annotations"]["example.com/owner"],
+        "platform"
+    );
+    assert_eq!(spec["topologySpreadConstraints"][0]["maxSkew"], 1);
+    assert_eq!(spec["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+    let unlabelled: Vec<String> = docs
+        .iter()
+        .filter(|d| d["metadata"]["labels"]["team"] != "platform")
+        .map(|d| format!("{} {}", d["kind"], d["metadata"]["name"]))
+        .collect();
+    assert!(
+        unlabelled.is_empty(),
+        "without commonLabels: {unlabelled:?}"
+    );
+    let quota = find(&docs, "ResourceQuota", "nodemem-critical-pods");
+    assert_eq!(
+        quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"],
+        json!(["system-node-critical"])
+    );
+
+    // The parent's condition off: nothing of nodemem's.
+    let off = helm(&[
+        "template",
+        "platform",
+        umbrella.to_str().unwrap(),
+        "--set",
+        "nodemem.enabled=false",
+    ]);
+    assert!(!off.contains("nodemem-controller"), "{off}");
+    // Without the quota (or with another priority class for the agents), none.
+    let chart = repo().join("charts/nodemem");
+    for set in [
+        "agent.criticalPodsQuota=false",
+        "agent.priorityClassName=high",
+    ] {
+        let docs = documents(&helm(&[
+            "template",
+            "nodemem",
+            chart.to_str().unwrap(),
+            "--set",
+            set,
+        ]));
+        assert!(!docs.iter().any(|d| d["kind"] == "ResourceQuota"), "{set}");
+    }
+    // A digest that is not one is refused by the schema, naming it.
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.helm)
+        .args([
+            "template",
+            "nodemem",
+            chart.to_str().unwrap(),
+            "--set",
+            "image.digest=latest",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("digest"));
+}
