@@ -153,7 +153,27 @@ async fn remove_everything(
     )?;
     wait_gone(&daemonsets, daemonset).await;
     info!("deleted every NodeMemoryConfig, the controller's Lease and the agent DaemonSet");
+    release_pod_security_labels(client, namespace).await;
     Ok(())
+}
+
+/// Takes back the PodSecurity labels the controller put on its namespace for the
+/// agents (`--agent-pod-security-labels`) and only those: an apply of the Namespace
+/// that names no label, by the same field manager, removes the labels that manager
+/// alone set and leaves any someone else set or also set (server-side apply's
+/// ownership). A failure is logged: the labels stay, nothing else depends on it.
+async fn release_pod_security_labels(client: &Client, namespace: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let nothing = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": namespace}});
+    match namespaces
+        .patch(namespace, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&nothing))
+        .await
+    {
+        Ok(_) => info!(%namespace, "released the PodSecurity labels the controller had set"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => warn!(%namespace, error = %e, "the PodSecurity labels the controller set stay on its namespace"),
+    }
 }
 
 /// Seconds the hook waits for the agent DaemonSet to be gone: a foreground deletion

@@ -741,7 +741,47 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     // runs pods here, so the test plays it: it runs the hook pod's command with the
     // pod's service account, stops the controller process once its Deployment is at
     // zero, and reports the hook pod Succeeded.
+    // The controller labelled its namespace for the agents; someone changes one of
+    // those labels (it is theirs now) and sets one of their own: the uninstall takes
+    // back only what is still nodemem's.
+    let labels = |bed: &Bed| {
+        bed.kubectl(&[
+            "get",
+            "ns",
+            "nodemem-system",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ])
+        .unwrap()
+    };
+    let before_labels = labels(&bed);
+    assert!(
+        before_labels.contains("\"pod-security.kubernetes.io/enforce\":\"privileged\""),
+        "{before_labels}"
+    );
+    bed.kubectl(&[
+        "label",
+        "ns",
+        "nodemem-system",
+        "pod-security.kubernetes.io/warn=baseline",
+        "team=platform",
+        "--overwrite",
+    ])
+    .unwrap();
     uninstall_leaves_no_policy_terminating(&mut bed, &controller).await;
+    let after_labels = labels(&bed);
+    for gone in [
+        "pod-security.kubernetes.io/enforce",
+        "pod-security.kubernetes.io/audit",
+    ] {
+        assert!(!after_labels.contains(gone), "{gone} left: {after_labels}");
+    }
+    for kept in [
+        "\"pod-security.kubernetes.io/warn\":\"baseline\"",
+        "\"team\":\"platform\"",
+    ] {
+        assert!(after_labels.contains(kept), "{kept} taken: {after_labels}");
+    }
     uninstall_leaves_nothing_and_gives_every_value_back(&bed, &before);
 }
 
@@ -950,9 +990,6 @@ fn uninstall_leaves_nothing_and_gives_every_value_back(
     );
 }
 
-/// A value misspelt or of the wrong type fails `helm template`, `helm lint` and `helm
-/// install` (on the real control plane) with a message that names it: the chart's
-/// values.schema.json, which Helm checks before rendering anything.
 /// The chart's `kubeVersion` admits every supported version, v1.38's pre-releases and
 /// managed clusters' suffixes included, and refuses what upstream no longer supports,
 /// as helm itself judges it (`--kube-version`).
@@ -994,6 +1031,9 @@ fn the_chart_admits_v1_35_to_v1_38_and_their_pre_releases() {
     }
 }
 
+/// A value misspelt or of the wrong type fails `helm template`, `helm lint` and `helm
+/// install` (on the real control plane) with a message that names it: the chart's
+/// values.schema.json, which Helm checks before rendering anything.
 #[test]
 fn the_chart_refuses_misspelt_values_by_name() {
     let chart = repo().join("charts/nodemem");
