@@ -167,12 +167,18 @@ async fn release_pod_security_labels(client: &Client, namespace: &str) {
     let nothing = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": namespace}});
     match namespaces
-        .patch(namespace, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&nothing))
+        .patch(
+            namespace,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&nothing),
+        )
         .await
     {
         Ok(_) => info!(%namespace, "released the PodSecurity labels the controller had set"),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => warn!(%namespace, error = %e, "the PodSecurity labels the controller set stay on its namespace"),
+        Err(e) => {
+            warn!(%namespace, error = %e, "the PodSecurity labels the controller set stay on its namespace")
+        }
     }
 }
 

@@ -47,8 +47,7 @@ fn schema_keys() -> Vec<String> {
     );
     let mut keys = Vec::new();
     for (key, s) in schema["properties"].as_object().unwrap() {
-        let group =
-            s["type"] == "object" && (s["additionalProperties"] == false || key == GLOBAL);
+        let group = s["type"] == "object" && (s["additionalProperties"] == false || key == GLOBAL);
         match s["properties"]
             .as_object()
             .filter(|_| group && !is_kubernetes_type(s))
