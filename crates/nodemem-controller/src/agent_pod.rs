@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -56,6 +57,11 @@ pub struct AgentPod {
     pub log_level: LogLevel,
     /// After the agent's own variables.
     pub env: Vec<EnvVar>,
+    /// How many nodes' agents a DaemonSet change restarts at once (a count, or a
+    /// percentage of the nodes): an agent's restart leaves its values in place, so the
+    /// bound is about the apiserver's load and how fast a new agent version reaches
+    /// every node.
+    pub max_unavailable: IntOrString,
 }
 
 /// The agent's memory limit: see BENCHMARKS.md ("The agent's memory at 110, 250 and
@@ -94,6 +100,7 @@ impl Default for AgentPod {
             pod_labels: BTreeMap::new(),
             log_level: LogLevel::Info,
             env: Vec::new(),
+            max_unavailable: IntOrString::String("10%".into()),
         }
     }
 }
@@ -102,6 +109,18 @@ impl Default for AgentPod {
 pub const OWN_LABELS: [&str; 2] = ["app.kubernetes.io/name", "app.kubernetes.io/managed-by"];
 /// Variables the controller sets on the agent itself.
 pub const OWN_ENV: [&str; 3] = ["NODE_NAME", "POD_NAME", "RUST_LOG"];
+
+/// What the apiserver takes for a DaemonSet's maxUnavailable, less the zero it refuses
+/// (`ValidateRollingUpdateDaemonSet`): a count from 1, or a percentage from 1% to 100%.
+fn max_unavailable_is_valid(v: &IntOrString) -> bool {
+    match v {
+        IntOrString::Int(n) => *n >= 1,
+        IntOrString::String(s) => s
+            .strip_suffix('%')
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|p| (1..=100).contains(&p)),
+    }
+}
 
 impl AgentPod {
     /// Parses `--agent-pod`: JSON, every field known (inside Kubernetes' own types
@@ -135,6 +154,12 @@ impl AgentPod {
             return Err(format!(
                 "--agent-pod: env may not set {} (the agent's own; the log level is logLevel)",
                 v.name
+            ));
+        }
+        if !max_unavailable_is_valid(&pod.max_unavailable) {
+            return Err(format!(
+                "--agent-pod: maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%, not {}",
+                serde_json::to_string(&pod.max_unavailable).expect("serializable")
             ));
         }
         Ok(pod)
@@ -272,6 +297,7 @@ mod tests {
             "podLabels": {"team": "platform"},
             "logLevel": "debug",
             "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+            "maxUnavailable": 5,
         });
         let pod = AgentPod::parse(&given.to_string()).unwrap();
         assert_eq!(to_value(&pod), given);
@@ -296,6 +322,19 @@ mod tests {
         assert!(err(json!({"env": [{"name": "RUST_LOG", "value": "x"}]}))
             .contains("env may not set RUST_LOG"));
         assert!(err(json!([])).contains("--agent-pod"));
+        for bad in [
+            json!(0),
+            json!("0%"),
+            json!("101%"),
+            json!("ten"),
+            json!(-1),
+        ] {
+            assert!(
+                err(json!({"maxUnavailable": bad})).contains("maxUnavailable must be"),
+                "{bad}"
+            );
+        }
+        assert!(AgentPod::parse(r#"{"maxUnavailable": "25%"}"#).is_ok());
         assert!(AgentPod::parse("{").unwrap_err().contains("not JSON"));
         // Empty values are not settings lost.
         assert!(AgentPod::parse(r#"{"affinity": null, "env": []}"#).is_ok());

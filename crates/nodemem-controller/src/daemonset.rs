@@ -338,7 +338,8 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
             "ownerReferences": owners},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            "updateStrategy": {"type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": d.pod.max_unavailable}},
             "template": {
                 "metadata": pod_metadata,
                 "spec": {
@@ -792,6 +793,22 @@ mod tests {
         assert_eq!(
             c["env"][3],
             json!({"name": "HTTPS_PROXY", "value": "http://proxy:3128"})
+        );
+        // How many agents a change restarts at once: 10% unless given.
+        let strategy = |d: &AgentDeploy| {
+            serde_json::to_value(agent_daemonset(d, &w).spec.unwrap().update_strategy).unwrap()
+        };
+        assert_eq!(
+            strategy(&deploy()),
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}})
+        );
+        let faster = AgentPod::parse(r#"{"maxUnavailable": 50}"#).unwrap();
+        assert_eq!(
+            strategy(&AgentDeploy {
+                pod: faster,
+                ..deploy()
+            })["rollingUpdate"]["maxUnavailable"],
+            50
         );
     }
 
