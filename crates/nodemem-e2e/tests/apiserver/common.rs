@@ -358,6 +358,40 @@ pub async fn node_states(client: &Client) -> BTreeMap<String, (String, String, b
         .collect()
 }
 
+/// Where each node is placed: node -> (policy, revision) of its config. What "a node
+/// moved" means; health is a report on top of it (`unwell` says why one is not good).
+pub async fn placements(client: &Client) -> BTreeMap<String, (String, String)> {
+    node_states(client)
+        .await
+        .into_iter()
+        .map(|(node, (policy, revision, _))| (node, (policy, revision)))
+        .collect()
+}
+
+/// Each config its agent does not report good, with the status that says why
+/// (observedRevision, Applied and Healthy): empty when every node is good.
+pub async fn unwell(client: &Client) -> Vec<String> {
+    let list = dynamic::<NodeMemoryConfig>(client)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    list.items
+        .iter()
+        .filter(|c| !reports_good(c))
+        .map(|c| {
+            let status = &c.data["status"];
+            format!(
+                "{}: observedRevision {} of {}, Applied {}, Healthy {}",
+                c.metadata.name.as_deref().unwrap_or(""),
+                status["observedRevision"],
+                c.data["spec"]["revision"],
+                condition(status, "Applied").cloned().unwrap_or_default(),
+                condition(status, "Healthy").cloned().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 /// Registers simulated nodes, each labelled into its pool (`nodemem.io/pool`), with a
 /// systemd-layout cgroup tree of two NUMA nodes each: node name -> tree.
 pub async fn pool_nodes(
