@@ -116,6 +116,9 @@ pub enum PluginCommand {
         #[arg(long)]
         now: bool,
     },
+    /// The plugin's version and the platform it was built for (as `kubectl version`
+    /// says its own): what a bug report and `kubectl krew info nodemem` should match.
+    Version,
     /// A completion script for `kubectl-nodemem` in SHELL. For `kubectl nodemem <TAB>`,
     /// link the binary as `kubectl_complete-nodemem` on PATH too (kubectl 1.26+).
     Completion {

@@ -297,6 +297,7 @@ mod tests {
             "rollback",
             "release",
             "completion",
+            "version",
         ] {
             assert!(all.contains(&sub.to_string()), "{sub} in {all:?}");
         }

@@ -54,6 +54,24 @@ pub fn run(cli: &PluginCli) -> Outcome {
     }
 }
 
+/// `kubectl nodemem version`: the version and the platform the binary was built for,
+/// in Go's names (as krew's selectors and release archives name them).
+fn version() -> String {
+    let os = match std::env::consts::OS {
+        "macos" => "darwin",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!(
+        "kubectl nodemem {} {os}/{arch}\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 fn failed(e: CliError, is_diff: bool) -> Outcome {
     Outcome {
         stdout: String::new(),
@@ -65,6 +83,9 @@ fn failed(e: CliError, is_diff: bool) -> Outcome {
 async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
     if let PluginCommand::Completion { shell } = &cli.command {
         return Ok(Outcome::ok(complete::script(*shell)));
+    }
+    if let PluginCommand::Version = &cli.command {
+        return Ok(Outcome::ok(version()));
     }
     // The file is read and checked before connecting: a bad file is the first thing
     // to report.
@@ -123,7 +144,9 @@ async fn run_async(cli: &PluginCli) -> Result<Outcome, CliError> {
         PluginCommand::Release { policy, now } => {
             release_now(&client, policy, *now, cli.dry_run).await
         }
-        PluginCommand::Completion { .. } => unreachable!("answered before connecting"),
+        PluginCommand::Completion { .. } | PluginCommand::Version => {
+            unreachable!("answered before connecting")
+        }
     }
 }
 

@@ -16,6 +16,20 @@ fn it_runs_without_a_cluster_and_says_what_it_is() {
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("kubectl nodemem {}", env!("CARGO_PKG_VERSION"))
     );
+    let out = plugin().arg("version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!(
+            "kubectl nodemem {} linux/{}",
+            env!("CARGO_PKG_VERSION"),
+            if cfg!(target_arch = "aarch64") {
+                "arm64"
+            } else {
+                "amd64"
+            }
+        )
+    );
     let out = plugin().arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     for command in ["status", "explain", "diff", "pause", "resume", "rollback"] {
