@@ -47,9 +47,15 @@ build_binary() {
       AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar)
   fi
   echo ">> building the static nodemem binary for $arch (release, --no-default-features)" >&2
-  # The sandbox (and its test harness) is not part of the image.
+  # The sandbox (and its test harness) is not part of the image. A release builds the
+  # plugin's binary in the same invocation: the same crates with the same features,
+  # compiled once.
+  local with_plugin=()
+  [[ -z "${NODEMEM_IMAGE_WITH_PLUGIN:-}" ]] ||
+    with_plugin=(-p nodemem-plugin --bin kubectl-nodemem --bin nodemem)
   env "${env[@]}" cargo build --release --locked -p nodemem --no-default-features \
-    --target "$triple" --manifest-path "$repo/Cargo.toml" -j "${CARGO_BUILD_JOBS:-2}" >&2
+    "${with_plugin[@]}" --target "$triple" --manifest-path "$repo/Cargo.toml" \
+    -j "${CARGO_BUILD_JOBS:-2}" >&2
   echo "$target_dir/$triple/release/nodemem"
 }
 

@@ -22,6 +22,16 @@ if [[ "$what" != sandbox ]]; then
   command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)   # links the arm64 image's static nodemem
   command -v faketime >/dev/null || need+=(faketime)   # a controller replica with its clock an hour ahead (leader election)
   command -v npm >/dev/null || need+=(nodejs npm)   # markdownlint (make tidy), from the npm registry
+  # A release (image/release.sh, checked in the image-check tier): signatures, the
+  # plugin for Windows and Wine to run it.
+  command -v minisign >/dev/null || need+=(minisign)
+  command -v x86_64-w64-mingw32-gcc >/dev/null || need+=(gcc-mingw-w64-x86-64)
+  command -v wine >/dev/null || need+=(wine wine64)
+fi
+# cargo-zigbuild and Zig (the plugin compiled for macOS), from PyPI, pinned.
+if [[ "$what" != sandbox ]] && ! command -v cargo-zigbuild >/dev/null; then
+  echo ">> installing cargo-zigbuild and ziglang (PyPI)" >&2
+  python3 -m pip install -q cargo-zigbuild==0.24.1 ziglang==0.17.1 >&2
 fi
 ((${#need[@]})) || exit 0
 
