@@ -11,7 +11,7 @@ export RUST_BACKTRACE := $(if $(NODEMEM_BACKTRACE),1,0)
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: plugin test kubelet-float kubelet-oracle tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: release test kubelet-float kubelet-oracle tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
 ## The first lane's tiers in order; BESIDE's run in a second lane beside the first from
@@ -110,18 +110,34 @@ soak:
 image:
 	bash image/build-oci.sh
 
-## plugin: the kubectl plugin's release archives (amd64, arm64) and krew manifest
-plugin:
-	bash image/plugin-archives.sh
+## release: a release into OUT (docs/releasing.md): make release VERSION=x.y.z
+## KEY=minisign.key [PUBLIC_KEY=minisign.pub] [DARWIN_BINARIES=dir] [OUT=dir]: the image
+## as an OCI layout, the packaged chart pinned to its digest, the plugin's archives, the
+## krew manifest, SBOMs, checksums and minisign signatures; image/verify-release.sh
+## checks one
+OUT ?= $(or $(CARGO_TARGET_DIR),$(HOME)/.cache/nodemem/target)/nodemem-release
+release:
+	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z KEY=minisign.key: VERSION is missing" >&2; exit 2; }
+	@test -n "$(KEY)" || { echo "make release VERSION=x.y.z KEY=minisign.key: KEY (a minisign secret key) is missing" >&2; exit 2; }
+	bash tests/scripts/install-prereqs.sh
+	bash image/release.sh --version "$(VERSION)" --key "$(KEY)" --out "$(OUT)" \
+	  $(if $(PUBLIC_KEY),--public-key "$(PUBLIC_KEY)") $(if $(DARWIN_BINARIES),--darwin-binaries "$(DARWIN_BINARIES)")
 
-## image-check: build the image and inspect it (layout, digests, entrypoint, user; each
-## architecture runs, arm64 under qemu-user, and computes what amd64 does); the plugin's
-## release archives installed with krew
+## image-check: a release made with a throwaway key (tests/scripts/release-for-tests.sh),
+## then its image inspected (layout, digests, entrypoint, user; each architecture runs,
+## arm64 under qemu-user, and computes what amd64 does) and the release verified as a
+## team would (checksums, signatures, krew installs on Linux and Windows under Wine,
+## SBOMs against what cargo compiles, the packaged chart installed on the test control
+## plane with the image's own binary)
 image-check:
-	NODEMEM_IMAGE_LAYOUT="$$(bash image/build-oci.sh)" && \
-	  export NODEMEM_IMAGE_LAYOUT && \
+	made="$$(bash tests/scripts/release-for-tests.sh)" && \
+	  NODEMEM_RELEASE_DIR="$$(echo "$$made" | tail -2 | head -1)" && \
+	  NODEMEM_RELEASE_PUBLIC_KEY="$$(echo "$$made" | tail -1)" && \
+	  NODEMEM_IMAGE_LAYOUT="$$(ls -d "$$NODEMEM_RELEASE_DIR"/nodemem_v*_oci)" && \
+	  NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+	  export NODEMEM_RELEASE_DIR NODEMEM_RELEASE_PUBLIC_KEY NODEMEM_IMAGE_LAYOUT NODEMEM_CONTROL_PLANE_BIN && \
 	  bash tests/scripts/build-krew.sh >/dev/null && \
-	  $(CARGO) test -p nodemem-e2e --features image-tests --test image --locked
+	  $(CARGO) test -p nodemem-e2e --features image-tests --test image --test release --locked
 
 ## vm: tests inside a real Linux kernel (qemu, two NUMA nodes, cgroup v2)
 vm:

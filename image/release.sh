@@ -72,6 +72,10 @@ done
 helm="$(command -v helm || echo "$(bash "$repo/tests/scripts/build-control-plane.sh")/helm")"
 cyclonedx="$(bash "$repo/tests/scripts/build-cyclonedx.sh")"
 
+# A release replaces an earlier release in DIR, never anything else.
+if [[ -d "$out" && -n "$(ls -A "$out")" && ! -f "$out/checksums.txt" ]]; then
+  die "$out holds files and no release: give a new or empty directory"
+fi
 rm -rf "$out"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"

@@ -68,9 +68,14 @@ impl PoolSpec {
 pub enum Install {
     /// `kubectl apply -f crds/ deploy/agent/ deploy/controller/`.
     Manifests,
-    /// `helm install RELEASE charts/nodemem -n nodemem-system --create-namespace` with
-    /// these extra arguments (CRDs, RBAC and the admission policy from the chart).
-    Chart { release: String, args: Vec<String> },
+    /// `helm install RELEASE CHART -n nodemem-system --create-namespace` with these
+    /// extra arguments (CRDs, RBAC and the admission policy from the chart). CHART:
+    /// the repository's `charts/nodemem` when None, else a packaged chart (`.tgz`).
+    Chart {
+        release: String,
+        args: Vec<String>,
+        chart: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -285,9 +290,15 @@ impl Bed {
                     &spec.controller_args,
                 )?;
             }
-            Install::Chart { release, args } => {
+            Install::Chart {
+                release,
+                args,
+                chart,
+            } => {
                 step("installing nodemem with its Helm chart (helm install)");
-                let chart = spec.repo.join("charts/nodemem");
+                let chart = chart
+                    .clone()
+                    .unwrap_or_else(|| spec.repo.join("charts/nodemem"));
                 let mut all: Vec<&str> = vec![
                     "install",
                     release,

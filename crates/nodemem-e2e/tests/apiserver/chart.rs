@@ -382,6 +382,7 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             .chain(AGENT_VALUES.iter())
             .flat_map(|v| ["--set".to_string(), v.to_string()])
             .collect(),
+            chart: None,
         },
         controller_args: vec![
             "--namespace=nodemem-system".into(),
