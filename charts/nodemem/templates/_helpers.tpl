@@ -19,13 +19,3 @@ the digest when pinned, else the tag (the appVersion by default). */}}
 {{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end }}
-
-{{/* The agent's service-account user name, which the admission policy matches. */}}
-{{- define "nodemem.agentUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:nodemem-agent
-{{- end }}
-
-{{/* The controller's service-account user name, which its Node admission policy matches. */}}
-{{- define "nodemem.controllerUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:nodemem-controller
-{{- end }}

@@ -1,12 +1,15 @@
 //! What a platform team sets on the agents' pods (the chart's `agent.*` values, passed
 //! to the controller as one JSON document in `--agent-pod`): resources, placement,
-//! priority, metadata, log level and environment. Parsed strictly (a field this
+//! priority, metadata, log level, environment, SELinux options, extra agent flags and
+//! extra volumes. Parsed strictly (a field this
 //! version does not know is an error naming it, not a setting silently dropped) and
 //! merged into the DaemonSet the controller builds.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, ResourceRequirements, SELinuxOptions, Toleration, Volume, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -62,7 +65,49 @@ pub struct AgentPod {
     /// bound is about the apiserver's load and how fast a new agent version reaches
     /// every node.
     pub max_unavailable: IntOrString,
+    /// The agent container's SELinux options (an SELinux-enforcing node's remedy, e.g.
+    /// `type: spc_t`, docs/operations.md); None: the runtime's default.
+    pub se_linux_options: Option<SELinuxOptions>,
+    /// More agent flags, each `--flag` or `--flag=value` and one of [`EXTRA_ARGS`].
+    pub extra_args: Vec<String>,
+    /// More volumes for the agent's pod (a kubelet configuration file where a layout
+    /// keeps it, for `--kubelet-config`), none named as one of the controller's own.
+    pub extra_volumes: Vec<Volume>,
+    /// Where the agent mounts them; each names one of `extra_volumes`.
+    pub extra_volume_mounts: Vec<VolumeMount>,
 }
+
+/// The agent's flags `extraArgs` may add: tuning, and the kubelet's files where a
+/// layout keeps them. Paths into the host, identity, enforcement and the runtime's
+/// hooks are the controller's (each has its own chart value, or follows the policies),
+/// so any other flag is refused by name. `nodemem`'s tests hold each against the
+/// agent's own command line.
+pub const EXTRA_ARGS: [&str; 10] = [
+    "--per-container-metrics",
+    "--per-container-metrics-cap",
+    "--status-refresh-seconds",
+    "--resync-seconds",
+    "--observe-seconds",
+    "--log-format",
+    "--kubelet-config",
+    "--kubelet-memory-manager-state",
+    "--kubelet-restart-timeout-seconds",
+    "--topology-manager-scope",
+];
+
+/// The volumes the controller gives the agent's pod (some only in some modes).
+pub const OWN_VOLUMES: [&str; 10] = [
+    "cgroup",
+    "containerd-tasks",
+    "crio-containers",
+    "dbus",
+    "kubelet-config-dir",
+    "nri",
+    "proc",
+    "state",
+    "sys",
+    "systemd",
+];
 
 /// The agent's memory limit: see BENCHMARKS.md ("The agent's memory at 110, 250 and
 /// 500 pods") for the peak it holds with a margin.
@@ -101,6 +146,10 @@ impl Default for AgentPod {
             log_level: LogLevel::Info,
             env: Vec::new(),
             max_unavailable: IntOrString::String("10%".into()),
+            se_linux_options: None,
+            extra_args: Vec::new(),
+            extra_volumes: Vec::new(),
+            extra_volume_mounts: Vec::new(),
         }
     }
 }
@@ -141,6 +190,14 @@ impl AgentPod {
         {
             pod.affinity = None;
         }
+        // `seLinuxOptions: {}` (the chart's default) is none.
+        if pod
+            .se_linux_options
+            .as_ref()
+            .is_some_and(|o| *o == SELinuxOptions::default())
+        {
+            pod.se_linux_options = None;
+        }
         let read = serde_json::to_value(&pod).expect("serializable");
         if let Some(path) = lost_field(&given, &read, "") {
             return Err(format!("--agent-pod: unknown field {path}"));
@@ -156,6 +213,7 @@ impl AgentPod {
                 v.name
             ));
         }
+        pod.check_extras()?;
         if !max_unavailable_is_valid(&pod.max_unavailable) {
             return Err(format!(
                 "--agent-pod: maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%, not {}",
@@ -163,6 +221,70 @@ impl AgentPod {
             ));
         }
         Ok(pod)
+    }
+
+    /// `extraArgs` are agent flags a team may set, `extraVolumes` are named apart from
+    /// the controller's, and each of `extraVolumeMounts` mounts one of them.
+    fn check_extras(&self) -> Result<(), String> {
+        for arg in &self.extra_args {
+            let flag = arg.split('=').next().unwrap_or_default();
+            if !flag.starts_with("--") {
+                return Err(format!(
+                    "--agent-pod: extraArgs takes flags (--flag or --flag=value), not {arg:?}"
+                ));
+            }
+            if !EXTRA_ARGS.contains(&flag) {
+                return Err(format!(
+                    "--agent-pod: extraArgs may not set {flag}: the agent's host access, identity and enforcement are the controller's; extraArgs takes {}",
+                    EXTRA_ARGS.join(", ")
+                ));
+            }
+        }
+        if let Some(o) = &self.se_linux_options {
+            if o.user.is_some() || o.role.is_some() || o.level.is_some() {
+                return Err(
+                    "--agent-pod: seLinuxOptions takes a type only (the admission policy admits the install's type and no other option)".into(),
+                );
+            }
+        }
+        if let Some(v) = self.extra_volumes.iter().find(|v| {
+            v.host_path
+                .as_ref()
+                .is_none_or(|h| !h.path.starts_with('/') || h.path.contains(','))
+                || serde_json::to_value(Volume {
+                    name: v.name.clone(),
+                    host_path: v.host_path.clone(),
+                    ..Default::default()
+                })
+                .ok()
+                    != serde_json::to_value(v).ok()
+        }) {
+            return Err(format!(
+                "--agent-pod: extraVolumes {} must be a hostPath volume with an absolute path and nothing else (the admission policy admits the install's host paths only)",
+                v.name
+            ));
+        }
+        if let Some(v) = self
+            .extra_volumes
+            .iter()
+            .find(|v| OWN_VOLUMES.contains(&v.name.as_str()))
+        {
+            return Err(format!(
+                "--agent-pod: extraVolumes may not name a volume {} (the controller's own)",
+                v.name
+            ));
+        }
+        if let Some(m) = self
+            .extra_volume_mounts
+            .iter()
+            .find(|m| !self.extra_volumes.iter().any(|v| v.name == m.name))
+        {
+            return Err(format!(
+                "--agent-pod: extraVolumeMounts mounts {}, which is not one of extraVolumes",
+                m.name
+            ));
+        }
+        Ok(())
     }
 
     /// [`AgentPod::parse`], boxed (the controller's arguments stay small).
@@ -298,6 +420,10 @@ mod tests {
             "logLevel": "debug",
             "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
             "maxUnavailable": 5,
+            "seLinuxOptions": {"type": "spc_t"},
+            "extraArgs": ["--per-container-metrics", "--status-refresh-seconds=30"],
+            "extraVolumes": [{"name": "kubelet-file", "hostPath": {"path": "/etc/kubelet.yaml", "type": "File"}}],
+            "extraVolumeMounts": [{"name": "kubelet-file", "mountPath": "/host/kubelet.yaml", "readOnly": true}],
         });
         let pod = AgentPod::parse(&given.to_string()).unwrap();
         assert_eq!(to_value(&pod), given);
@@ -335,6 +461,29 @@ mod tests {
             );
         }
         assert!(AgentPod::parse(r#"{"maxUnavailable": "25%"}"#).is_ok());
+        // Extra flags: only the agent's tuning; volumes apart from the controller's.
+        assert!(err(json!({"extraArgs": ["--cgroup-root=/x"]}))
+            .contains("extraArgs may not set --cgroup-root"));
+        assert!(err(json!({"extraArgs": ["per-container-metrics"]}))
+            .contains("takes flags (--flag or --flag=value)"));
+        assert!(
+            err(json!({"extraVolumes": [{"name": "state", "hostPath": {"path": "/x"}}]}))
+                .contains("may not name a volume state")
+        );
+        assert!(
+            err(json!({"extraVolumes": [{"name": "scratch", "emptyDir": {}}]}))
+                .contains("extraVolumes scratch must be a hostPath volume")
+        );
+        assert!(
+            err(json!({"seLinuxOptions": {"type": "spc_t", "level": "s0"}}))
+                .contains("seLinuxOptions takes a type only")
+        );
+        assert!(
+            err(json!({"extraVolumeMounts": [{"name": "cgroup", "mountPath": "/x"}]}))
+                .contains("mounts cgroup, which is not one of extraVolumes")
+        );
+        assert!(err(json!({"seLinuxOptions": {"typ": "spc_t"}}))
+            .contains("unknown field .seLinuxOptions.typ"));
         assert!(AgentPod::parse("{").unwrap_err().contains("not JSON"));
         // Empty values are not settings lost.
         assert!(AgentPod::parse(r#"{"affinity": null, "env": []}"#).is_ok());

@@ -324,7 +324,19 @@ fn kubelet_access(
 
 pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
     let affinity = d.pod.affinity(&node_affinity(world));
-    let (args, mounts, volumes) = host_access(d);
+    let (mut args, mut mounts, mut volumes) = host_access(d);
+    // A team's own, after the controller's (checked when --agent-pod was read).
+    args.extend(d.pod.extra_args.iter().cloned());
+    mounts.extend(d.pod.extra_volume_mounts.iter().map(|m| json!(m)));
+    volumes.extend(d.pod.extra_volumes.iter().map(|v| json!(v)));
+    let mut security = json!({"runAsUser": 0, "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "appArmorProfile": {"type": "Unconfined"}});
+    if let Some(selinux) = &d.pod.se_linux_options {
+        security["seLinuxOptions"] = json!(selinux);
+    }
     let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "nodemem-controller"});
     let mut pod_metadata = json!({"labels": d.pod.labels(&labels)});
     if !d.pod.pod_annotations.is_empty() {
@@ -375,11 +387,9 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
                         // of its own containers only, not of the kubelet. The runtime's
                         // default seccomp profile beneath the agent's own filter
                         // (nodemem_agent::confine), which it installs once started.
-                        "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": true,
-                            "allowPrivilegeEscalation": false,
-                            "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]},
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "appArmorProfile": {"type": "Unconfined"}},
+                        // seLinuxOptions where a team gives them (SELinux-enforcing
+                        // nodes).
+                        "securityContext": security,
                         "volumeMounts": mounts,
                     }],
                     "volumes": volumes,
@@ -431,6 +441,64 @@ mod tests {
             .filter_map(|v| v.host_path.as_ref().map(|h| h.path.clone()))
             .collect();
         (c.args.clone().unwrap(), mounts, hosts)
+    }
+
+    #[test]
+    fn a_teams_extra_flags_volumes_and_selinux_options_follow_the_controllers_own() {
+        let pod = AgentPod::parse(
+            &json!({
+                "seLinuxOptions": {"type": "spc_t"},
+                "extraArgs": ["--per-container-metrics", "--kubelet-config=/host/kubelet.yaml"],
+                "extraVolumes": [{"name": "kubelet-file",
+                    "hostPath": {"path": "/etc/kubelet.yaml", "type": "File"}}],
+                "extraVolumeMounts": [{"name": "kubelet-file", "mountPath": "/host/kubelet.yaml",
+                    "readOnly": true}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let plain = deploy();
+        let d = AgentDeploy { pod, ..deploy() };
+        let (args, mounts, hosts) = pod_of(&d);
+        let (plain_args, plain_mounts, plain_hosts) = pod_of(&plain);
+        assert_eq!(args[..plain_args.len()], plain_args[..]);
+        assert_eq!(
+            args[plain_args.len()..],
+            [
+                "--per-container-metrics",
+                "--kubelet-config=/host/kubelet.yaml"
+            ]
+        );
+        assert_eq!(mounts[..plain_mounts.len()], plain_mounts[..]);
+        assert_eq!(
+            mounts.last().unwrap(),
+            &("/host/kubelet.yaml".to_string(), true)
+        );
+        assert_eq!(hosts.last().unwrap(), "/etc/kubelet.yaml");
+        assert_eq!(hosts.len(), plain_hosts.len() + 1);
+        let w = World::default();
+        let security = |d: &AgentDeploy| {
+            agent_daemonset(d, &w)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .containers[0]
+                .security_context
+                .clone()
+                .unwrap()
+        };
+        let given = security(&d);
+        assert_eq!(
+            given.se_linux_options.as_ref().unwrap().type_.as_deref(),
+            Some("spc_t")
+        );
+        // Everything else as without it: no capability but SYS_PTRACE, no privilege.
+        let mut without = given.clone();
+        without.se_linux_options = None;
+        assert_eq!(without, security(&plain));
+        assert_eq!(security(&plain).se_linux_options, None);
     }
 
     #[test]

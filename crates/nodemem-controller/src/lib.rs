@@ -22,6 +22,7 @@ pub mod agent_pod;
 mod agent_upkeep;
 pub mod agents;
 pub mod backoff;
+pub mod check;
 mod crd_check;
 pub mod daemonset;
 pub mod decide;
@@ -157,6 +158,46 @@ pub struct ControllerArgs {
     pub deployment: Option<String>,
 }
 
+/// Arguments of `nodemem check`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CheckArgs {
+    /// A kubeconfig to reach the apiserver with (default: KUBECONFIG, else the pod's
+    /// service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The controller's namespace.
+    #[arg(long, default_value = "nodemem-system")]
+    pub namespace: String,
+    /// The controller's Deployment.
+    #[arg(long, default_value = "nodemem-controller")]
+    pub deployment: String,
+    /// Seconds to keep asking while the answer is no (a replica starting, a leader
+    /// being elected).
+    #[arg(long, default_value_t = 60)]
+    pub timeout_seconds: u64,
+}
+
+/// Runs `nodemem check` (the chart's `helm test`): exit 0 and what leads, or exit 1
+/// and what is wrong.
+pub fn check_command(args: &CheckArgs) -> Result<Outcome, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
+    let said = runtime.block_on(async {
+        let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        check::check(
+            &client,
+            &args.namespace,
+            &args.deployment,
+            std::time::Duration::from_secs(args.timeout_seconds),
+        )
+        .await
+        .map_err(CliError::one)
+    })?;
+    Ok(Outcome::ok(format!("{said}\n")))
+}
+
 /// Arguments of `nodemem stand-down`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct StandDownArgs {
@@ -182,6 +223,13 @@ pub struct StandDownArgs {
     /// Seconds to wait for the agents' reports with --give-back.
     #[arg(long, default_value_t = 300)]
     pub give_back_seconds: u64,
+    /// Run as the chart's uninstall hook of this Helm release: refuse (changing
+    /// nothing) unless the controller's Deployment was installed by that release or is
+    /// tracked by Argo CD, the only installs that run the hook at uninstall time
+    /// (`helm template | kubectl apply` would run it at install). Left out when a
+    /// person runs the command by hand.
+    #[arg(long, value_name = "RELEASE")]
+    pub hook_of_release: Option<String>,
 }
 
 /// Runs `nodemem stand-down`: the controller scaled to zero and every policy let go of
@@ -194,6 +242,11 @@ pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     let (released, given) = runtime.block_on(async {
         let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
+        if let Some(release) = &args.hook_of_release {
+            stand_down::check_hook(&client, &args.namespace, &args.deployment, release)
+                .await
+                .map_err(CliError::one)?;
+        }
         let released = stand_down::before_uninstall(
             &client,
             &args.namespace,

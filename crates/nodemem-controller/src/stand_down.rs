@@ -249,6 +249,62 @@ async fn pods_left(
 /// left (terminating ones included; each replica stops deciding when it sees the scale
 /// and stands down itself), and let go of every policy. Ok: how many
 /// policies it let go of.
+/// The annotation Helm sets on every object a release installs (`setMetadataVisitor`,
+/// `pkg/action/validate.go`), never in `helm template`'s output.
+pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+/// The annotation Argo CD tracks the objects of an Application by (its default from
+/// v3.0): Argo CD runs the chart's hook only when it deletes the Application.
+pub const ARGOCD_TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
+
+/// Whether the chart's uninstall hook of Helm release `release` may stand the
+/// controller down: only where its Deployment (`annotations`) was installed by that
+/// release or is tracked by Argo CD, whose uninstalls are the only times they run the
+/// hook. `helm template | kubectl apply` creates the hook's Job at install time, where
+/// it would scale the controller to zero and give every node back.
+pub fn hook_may_run(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    release: &str,
+    deployment: &str,
+) -> Result<(), String> {
+    let by_helm = annotations.and_then(|a| a.get(HELM_RELEASE_ANNOTATION));
+    let by_argocd = annotations.is_some_and(|a| a.contains_key(ARGOCD_TRACKING_ANNOTATION));
+    match (annotations, by_helm) {
+        (_, Some(r)) if r == release => Ok(()),
+        _ if by_argocd => Ok(()),
+        (None, _) => Err(format!(
+            "refusing to stand down as the uninstall hook of Helm release {release}: there is no Deployment {deployment}, so this cannot be told from a hook run outside an uninstall; to give every node back by hand, run nodemem stand-down --give-back without --hook-of-release"
+        )),
+        (Some(_), Some(other)) => Err(format!(
+            "refusing to stand down as the uninstall hook of Helm release {release}: Deployment {deployment} belongs to Helm release {other}; nothing was changed"
+        )),
+        (Some(_), None) => Err(format!(
+            "refusing to stand down as the uninstall hook of Helm release {release}: Deployment {deployment} was installed neither by Helm ({HELM_RELEASE_ANNOTATION}) nor by Argo CD ({ARGOCD_TRACKING_ANNOTATION}), so this hook runs outside an uninstall (helm template | kubectl apply creates it at install: render with --no-hooks); nothing was changed. To give every node back by hand, run nodemem stand-down --give-back without --hook-of-release"
+        )),
+    }
+}
+
+/// [`hook_may_run`] against the Deployment as the apiserver has it.
+pub async fn check_hook(
+    client: &Client,
+    namespace: &str,
+    deployment: &str,
+    release: &str,
+) -> Result<(), String> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let found = deployments
+        .get_opt(deployment)
+        .await
+        .map_err(|e| format!("deployment {namespace}/{deployment}: {e}"))?;
+    hook_may_run(
+        found
+            .as_ref()
+            .map(|d| d.metadata.annotations.clone().unwrap_or_default())
+            .as_ref(),
+        release,
+        deployment,
+    )
+}
+
 pub async fn before_uninstall(
     client: &Client,
     namespace: &str,
@@ -289,6 +345,38 @@ pub async fn before_uninstall(
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
     Ok(let_go_of_every_policy(client).await)
+}
+
+#[cfg(test)]
+mod hook_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn the_hook_stands_down_only_in_an_uninstall_of_its_release() {
+        let with = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        let helm = with(HELM_RELEASE_ANNOTATION, "nodemem");
+        assert!(hook_may_run(Some(&helm), "nodemem", "nodemem-controller").is_ok());
+        let argocd = with(
+            ARGOCD_TRACKING_ANNOTATION,
+            "app:apps/Deployment:ns/nodemem-controller",
+        );
+        assert!(hook_may_run(Some(&argocd), "nodemem", "nodemem-controller").is_ok());
+        let e = hook_may_run(Some(&BTreeMap::new()), "nodemem", "nodemem-controller").unwrap_err();
+        assert!(
+            e.contains("helm template | kubectl apply") && e.contains("nothing was changed"),
+            "{e}"
+        );
+        let e = hook_may_run(
+            Some(&with(HELM_RELEASE_ANNOTATION, "other")),
+            "nodemem",
+            "d",
+        )
+        .unwrap_err();
+        assert!(e.contains("belongs to Helm release other"), "{e}");
+        let e = hook_may_run(None, "nodemem", "d").unwrap_err();
+        assert!(e.contains("there is no Deployment d"), "{e}");
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! Windows (Wine); the SBOMs list every crate cargo compiles into the binaries, each
 //! one in Cargo.lock; the packaged chart (not the directory) installs on the test
 //! control plane and rolls a policy out with the image's own binary as controller and
-//! agents, the image pinned by the layout's digest.
+//! agents, the image pinned by the layout's digest, and its `helm test` pod's command
+//! says whether the controller leads.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -547,8 +548,25 @@ fn rendered_controller_args(helm: &Path, chart: &Path) -> Vec<String> {
                 && !a.starts_with("--tick-seconds")
                 && !a.starts_with("--metrics-addr")
         })
-        .map(str::to_string)
+        // As the kubelet expands the Deployment's $(POD_NAMESPACE) (its own namespace).
+        .map(|a| a.replace("$(POD_NAMESPACE)", "nodemem-system"))
         .collect()
+}
+
+/// A hook pod the packaged chart renders, by name.
+fn rendered_hook(helm: &Path, chart: &Path, name: &str) -> Value {
+    let out = Command::new(helm)
+        .args(["template", "nodemem"])
+        .arg(chart)
+        .args(["--namespace", "nodemem-system"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let found = serde_yaml::Deserializer::from_str(&text)
+        .filter_map(|d| Value::deserialize(d).ok())
+        .find(|d| d["kind"] == "Pod" && d["metadata"]["name"] == name);
+    found.unwrap_or_else(|| panic!("the packaged chart renders no pod {name}"))
 }
 
 /// The image's amd64 /nodemem, out of the layout.
@@ -666,6 +684,94 @@ async fn the_packaged_chart_installs_and_rolls_out_with_the_images_own_binary() 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // `helm test`'s pod asks the image's `nodemem check` whether the controller leads
+    // and is ready. Pods run nothing here, so the bed's controller process (not one of
+    // the Deployment's pods) is stopped and the Lease handed to a ready pod of the
+    // Deployment, as a leading replica holds it; the pod's command is run as the
+    // packaged chart renders it, with the controller's account, as the test pod has.
+    let test_pod = rendered_hook(&helm, &chart, "nodemem-test-controller-leads");
+    assert_eq!(test_pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(test_pod["spec"]["serviceAccountName"], "nodemem-controller");
+    let args: Vec<String> = test_pod["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args[0], "check");
+    bed.stop_controller(Duration::from_secs(5));
+    let leader = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = bed
+                .kubectl(&[
+                    "get", "pods", "-n", "nodemem-system", "-l",
+                    "app.kubernetes.io/name=nodemem-controller", "-o",
+                    r#"jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+                ])
+                .unwrap_or_default();
+            if let Some(name) = ready
+                .lines()
+                .find(|l| l.ends_with(" True"))
+                .map(|l| l.split(' ').next().unwrap().to_string())
+            {
+                break name;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no ready controller pod: {ready}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let controller_kubeconfig = bed
+        .cp
+        .kubeconfig(&nodemem_testkit::Identity::Controller)
+        .await
+        .unwrap();
+    let hand_lease = |renewed_seconds_ago: u64| {
+        let at = Command::new("date")
+            .args([
+                "-u",
+                "-d",
+                &format!("-{renewed_seconds_ago} seconds"),
+                "+%Y-%m-%dT%H:%M:%S.000000Z",
+            ])
+            .output()
+            .unwrap();
+        let at = String::from_utf8_lossy(&at.stdout).trim().to_string();
+        bed.kubectl(&[
+            "patch", "lease", "nodemem-controller", "-n", "nodemem-system", "--type=merge", "-p",
+            &format!(r#"{{"spec":{{"holderIdentity":"{leader}","leaseDurationSeconds":15,"renewTime":"{at}"}}}}"#),
+        ])
+        .unwrap();
+    };
+    let check = || {
+        Command::new(&nodemem)
+            .args(&args)
+            .arg("--timeout-seconds=3")
+            .env("KUBECONFIG", &controller_kubeconfig)
+            .output()
+            .unwrap()
+    };
+    hand_lease(1);
+    let led = check();
+    assert!(led.status.success(), "nodemem check: {}", said(&led));
+    assert!(
+        String::from_utf8_lossy(&led.stdout).starts_with(&format!("{leader} leads")),
+        "{}",
+        said(&led)
+    );
+    // A Lease nobody renewed for a minute: no replica leads, and it says so.
+    hand_lease(60);
+    let lost = check();
+    assert_eq!(lost.status.code(), Some(1), "{}", said(&lost));
+    assert!(
+        said(&lost).contains("past its 15 s: no replica leads"),
+        "{}",
+        said(&lost)
+    );
+
     // The agents' DaemonSet runs the same image, by the same digest.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

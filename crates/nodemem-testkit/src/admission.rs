@@ -34,10 +34,24 @@ pub fn agent_admission(namespace: &str, args: &[String]) -> Option<serde_json::V
     let image = flag(args, "--agent-image")?;
     let state_dir = flag(args, "--agent-state-dir").unwrap_or(DEFAULT_STATE_DIR);
     let kubelet_config_dir = flag(args, "--agent-kubelet-config-dir").unwrap_or("");
+    // The agents' pod settings: their extra host paths and SELinux type.
+    let pod: serde_json::Value = flag(args, "--agent-pod")
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default();
+    let extra_host_paths: Vec<&str> = pod["extraVolumes"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .filter_map(|v| v["hostPath"]["path"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let selinux_type = pod["seLinuxOptions"]["type"].as_str().unwrap_or("");
     Some(serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": AGENT_ADMISSION, "namespace": namespace},
-        "data": {"image": image, "stateDir": state_dir, "kubeletConfigDir": kubelet_config_dir},
+        "data": {"image": image, "stateDir": state_dir, "kubeletConfigDir": kubelet_config_dir,
+            "extraHostPaths": extra_host_paths.join(","), "seLinuxType": selinux_type},
     }))
 }
 

@@ -35,6 +35,8 @@ pub enum Command {
     Agent(Box<nodemem_agent::AgentArgs>),
     /// The cluster controller: NodeMemoryConfigs per node, rolled out per pool.
     Controller(nodemem_controller::ControllerArgs),
+    /// Whether the controller leads and is ready (the chart's `helm test`).
+    Check(nodemem_controller::CheckArgs),
     /// Before an uninstall (the chart's pre-delete hook): scale the controller to zero
     /// and remove its handoff finalizer from every policy, so none is left Terminating.
     StandDown(nodemem_controller::StandDownArgs),
@@ -50,8 +52,36 @@ pub fn run(cli: &Cli) -> Result<Outcome, CliError> {
         Command::Simulate(args) => simulate::run(args).map(Outcome::ok),
         Command::Agent(args) => nodemem_agent::run(args),
         Command::Controller(args) => nodemem_controller::run(args),
+        Command::Check(args) => nodemem_controller::check_command(args),
         Command::StandDown(args) => nodemem_controller::stand_down_command(args),
         #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => sandbox::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Each flag the chart's `agent.extraArgs` may add is one the agent's command line
+    /// takes: the controller's list cannot name a flag the agent lost or renamed.
+    #[test]
+    fn every_extra_agent_flag_is_one_the_agent_takes() {
+        let cli = super::Cli::command();
+        let agent = cli.find_subcommand("agent").expect("nodemem agent").clone();
+        let flags: Vec<String> = agent
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for flag in nodemem_controller::agent_pod::EXTRA_ARGS {
+            assert!(
+                flags.iter().any(|f| f == flag),
+                "{flag} is not in {flags:?}"
+            );
+        }
+        for own in ["--cgroup-root", "--kubelet-writes", "--nri-socket"] {
+            assert!(flags.iter().any(|f| f == own), "{own}");
+            assert!(!nodemem_controller::agent_pod::EXTRA_ARGS.contains(&own));
+        }
     }
 }

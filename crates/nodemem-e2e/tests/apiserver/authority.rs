@@ -637,7 +637,44 @@ async fn the_controller_writes_only_its_own_agent_daemonset() {
             Box::new(|_| {}),
             "the agent's volumes are host paths from its own list",
         ),
+        (
+            "an SELinux type the install does not name",
+            Box::new(|_| {}),
+            "the agent's container takes the SELinux type the install names (none",
+        ),
+        (
+            "an extra host path the install does not name",
+            Box::new(|_| {}),
+            "the agent's volumes are host paths from its own list",
+        ),
     ];
+    // The team's extras as the chart passes them (agent.seLinuxOptions,
+    // agent.extraVolumes): admitted only where the install names them.
+    let extras = |selinux: bool, volume: bool| {
+        let mut pod = serde_json::Map::new();
+        if selinux {
+            pod.insert("seLinuxOptions".into(), json!({"type": "spc_t"}));
+        }
+        if volume {
+            pod.insert(
+                "extraVolumes".into(),
+                json!([{"name": "kubelet-file", "hostPath": {"path": "/etc/kubelet.yaml", "type": "File"}}]),
+            );
+            pod.insert(
+                "extraVolumeMounts".into(),
+                json!([{"name": "kubelet-file", "mountPath": "/host/kubelet.yaml", "readOnly": true}]),
+            );
+        }
+        AgentDeploy {
+            pod: nodemem_controller::agent_pod::AgentPod::parse(
+                &serde_json::Value::Object(pod).to_string(),
+            )
+            .unwrap(),
+            ..deploy("Agent,Kubelet,Observe", None)
+        }
+    };
+    let with_selinux = built(&extras(true, false));
+    let with_volume = built(&extras(false, true));
     let with_dir = built(&deploy(
         "Agent,Kubelet,Observe",
         Some("/etc/kubernetes/kubelet.conf.d"),
@@ -645,6 +682,10 @@ async fn the_controller_writes_only_its_own_agent_daemonset() {
     for (what, change, says) in &escalations {
         let base = if what.starts_with("the kubelet's drop-in") {
             &with_dir
+        } else if what.starts_with("an SELinux type") {
+            &with_selinux
+        } else if what.starts_with("an extra host path") {
+            &with_volume
         } else {
             &own
         };
@@ -692,6 +733,39 @@ async fn the_controller_writes_only_its_own_agent_daemonset() {
         async || write(with_dir.clone(), false).await.ok(),
     )
     .await;
+    // And the chart's agent.seLinuxOptions and agent.extraVolumes, named by the
+    // install (the chart's ConfigMap: seLinuxType, extraHostPaths): admitted, and
+    // another SELinux type still refused.
+    named["data"]["seLinuxType"] = json!("spc_t");
+    named["data"]["extraHostPaths"] = json!("/etc/kubelet.yaml");
+    config_maps
+        .patch(
+            "nodemem-agent-admission",
+            &as_installer,
+            &Patch::Apply(&named),
+        )
+        .await
+        .unwrap();
+    let both = built(&extras(true, true));
+    nodemem_e2e::eventually(
+        "the DaemonSet with the named SELinux type and host path admitted",
+        Duration::from_secs(30),
+        &|| String::new(),
+        async || write(both.clone(), true).await.ok(),
+    )
+    .await;
+    let mut other_type = both.clone();
+    other_type["spec"]["template"]["spec"]["containers"][0]["securityContext"]["seLinuxOptions"] =
+        json!({"type": "unconfined_t"});
+    match write(other_type, true).await {
+        Err(kube::Error::Api(s)) if s.code == 403 => assert!(
+            s.message
+                .contains("takes the SELinux type the install names (spc_t"),
+            "{}",
+            s.message
+        ),
+        other => panic!("another SELinux type: not refused: {other:?}"),
+    }
     // RBAC: another DaemonSet of the namespace is not the controller's to read, change
     // or delete.
     let admin_ds: Api<DaemonSet> = Api::namespaced(client.clone(), "nodemem-system");

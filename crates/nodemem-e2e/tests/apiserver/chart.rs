@@ -61,13 +61,15 @@ fn rendered_agent_pod(sets: &[&str]) -> String {
 }
 
 /// The agents' values the install test sets, and what its DaemonSet must then hold.
-const AGENT_VALUES: [&str; 6] = [
+const AGENT_VALUES: [&str; 8] = [
     "agent.logLevel=debug",
     "agent.podLabels.team=platform",
     "agent.podAnnotations.note=chart",
     "agent.resources.limits.memory=128Mi",
     "agent.env[0].name=HTTPS_PROXY",
     "agent.env[0].value=http://proxy:3128",
+    "agent.seLinuxOptions.type=spc_t",
+    "agent.extraArgs[0]=--per-container-metrics",
 ];
 
 fn deploy_docs() -> Vec<Value> {
@@ -122,7 +124,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
         .collect();
     for expected in [
         "controller",
-        "--namespace=nodemem-system",
+        "--namespace=$(POD_NAMESPACE)",
         "--deployment=nodemem-controller",
         "--leader-elect=true",
         "--agent-image=ghcr.io/nodemem/nodemem:1.2.3",
@@ -144,7 +146,8 @@ fn the_chart_lints_and_renders_what_production_needs() {
     assert_eq!(
         admitted["data"],
         json!({"image": "ghcr.io/nodemem/nodemem:1.2.3", "stateDir": "/var/lib/nodemem",
-            "kubeletConfigDir": "/etc/kubernetes/kubelet.conf.d"})
+            "kubeletConfigDir": "/etc/kubernetes/kubelet.conf.d", "extraHostPaths": "",
+            "seLinuxType": ""})
     );
     // The agents' pod settings: the values.yaml defaults, as the controller's own.
     let agent_pod = rendered_agent_pod(&[]);
@@ -241,6 +244,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
             "stand-down",
             "--namespace=nodemem-system",
             "--deployment=nodemem-controller",
+            "--hook-of-release=nodemem",
             "--give-back",
             "--give-back-seconds=180"
         ]
@@ -255,6 +259,7 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "--deployment",
         "--give-back",
         "--give-back-seconds",
+        "--hook-of-release",
     ] {
         assert!(help.contains(flag), "nodemem stand-down has no {flag}");
     }
@@ -276,10 +281,11 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "ValidatingAdmissionPolicy",
         "nodemem-agent-node-scope",
     );
-    assert!(vap["spec"]["matchConditions"][0]["expression"]
-        .as_str()
-        .unwrap()
-        .contains("system:serviceaccount:nodemem-system:nodemem-agent"));
+    // The agents' service account by name, in whatever namespace the install is.
+    assert_eq!(
+        vap["spec"]["matchConditions"][0]["expression"],
+        r#"request.userInfo.username.startsWith("system:serviceaccount:") && request.userInfo.username.endsWith(":nodemem-agent")"#
+    );
     find(
         &docs,
         "ValidatingAdmissionPolicyBinding",
@@ -522,6 +528,15 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     );
     assert_eq!(template["metadata"]["labels"]["team"], "platform");
     assert_eq!(template["metadata"]["annotations"]["note"], "chart");
+    assert_eq!(
+        agent["securityContext"]["seLinuxOptions"]["type"], "spc_t",
+        "{template}"
+    );
+    assert_eq!(
+        agent["args"].as_array().unwrap().last().unwrap(),
+        "--per-container-metrics",
+        "{template}"
+    );
     assert_eq!(
         template["spec"]["nodeSelector"]["kubernetes.io/os"],
         "linux"
@@ -813,6 +828,36 @@ async fn uninstall_leaves_no_policy_terminating(bed: &mut Bed, controller_kubeco
         "every policy holds the finalizer: {:?}",
         held()
     );
+    // The hook run outside an uninstall of its release (as `helm template | kubectl
+    // apply` would at install; here another release's name): refused, nothing changed.
+    let refused = std::process::Command::new(nodemem_e2e::nodemem())
+        .args([
+            "stand-down",
+            "--namespace=nodemem-system",
+            "--deployment=nodemem-controller",
+            "--hook-of-release=other",
+            "--give-back",
+        ])
+        .env("KUBECONFIG", controller_kubeconfig)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("belongs to Helm release nodemem") && said.contains("nothing was changed"),
+        "{said}"
+    );
+    {
+        let deployments: kube::api::Api<Deployment> =
+            kube::api::Api::namespaced(client.clone(), "nodemem-system");
+        let d = deployments.get("nodemem-controller").await.unwrap();
+        assert_eq!(
+            d.spec.and_then(|s| s.replicas),
+            Some(2),
+            "the refused hook scaled"
+        );
+        assert!(held().len() >= 5, "the refused hook let go of policies");
+    }
     let helm_admin = admin.clone();
     let uninstall = std::thread::spawn(move || {
         nodemem_testkit::clients::helm(
@@ -1073,6 +1118,17 @@ fn the_chart_refuses_misspelt_values_by_name() {
             "agent:\n  resources: {limits: {memory: 96MB}}\n",
             "memory",
         ),
+        // A flag that reaches into the host is the controller's.
+        (
+            "extra-arg",
+            "agent:\n  extraArgs: [--cgroup-root=/x]\n",
+            "extraArgs",
+        ),
+        (
+            "extra-volume",
+            "agent:\n  extraVolumes: [{name: state, emptyDir: {}}]\n",
+            "extraVolumes",
+        ),
     ] {
         let file = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&file, values).unwrap();
@@ -1139,6 +1195,111 @@ fn comparable(object: &Value) -> Value {
     o["metadata"] = metadata;
     strip(&mut o);
     o
+}
+
+/// `deploy/` moved to another namespace by a kustomization of a team's own (`namespace:
+/// other`): the admission policies still match the agents' and the controller's
+/// service accounts (no namespace is named in them), the controller's parameters are
+/// read from its own namespace and it runs in the pod's namespace; the one name that
+/// cannot follow (the ClusterRole's namespace to label, a resource name) is the only
+/// `nodemem-system` left, and docs/operations.md says so.
+#[test]
+fn deploy_moved_to_another_namespace_keeps_every_restriction() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("deploy"))
+        .arg(&base)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: platform-memory\nresources:\n- ../base\n",
+    )
+    .unwrap();
+    let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
+    let out = Command::new(&bin.kubectl)
+        .args(["kustomize", overlay.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let docs = documents(&text);
+    let left: Vec<String> = docs
+        .iter()
+        .filter(|d| serde_json::to_string(d).unwrap().contains("nodemem-system"))
+        .map(|d| {
+            format!(
+                "{} {}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(left, ["ClusterRole nodemem-controller"], "{text}");
+    for d in &docs {
+        if d["metadata"]["namespace"].is_string() {
+            assert_eq!(d["metadata"]["namespace"], "platform-memory", "{d}");
+        }
+    }
+    // The policies match the service accounts by name in any namespace.
+    for policy in docs
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+    {
+        for c in policy["spec"]["matchConditions"].as_array().unwrap() {
+            let e = c["expression"].as_str().unwrap();
+            assert!(
+                e.contains(r#"startsWith("system:serviceaccount:")"#)
+                    && (e.contains(r#"endsWith(":nodemem-agent")"#)
+                        || e.contains(r#"endsWith(":nodemem-controller")"#)),
+                "{e}"
+            );
+        }
+        assert!(
+            policy["spec"]["matchConstraints"]["namespaceSelector"].is_null(),
+            "{policy}"
+        );
+    }
+    let binding = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicyBinding"
+                && d["metadata"]["name"] == "nodemem-controller-agent-daemonset"
+        })
+        .unwrap();
+    assert!(
+        binding["spec"]["paramRef"]["namespace"].is_null(),
+        "{binding}"
+    );
+    // The role bindings name the service accounts in the new namespace.
+    for b in docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+    {
+        for subject in b["subjects"].as_array().unwrap() {
+            if subject["kind"] == "ServiceAccount" {
+                assert_eq!(subject["namespace"], "platform-memory", "{b}");
+            }
+        }
+    }
+    let controller = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let args = &controller["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--namespace=$(POD_NAMESPACE)"),
+        "{args}"
+    );
 }
 
 /// `kubectl apply -k deploy/` installs what the chart installs with its defaults (CRDs

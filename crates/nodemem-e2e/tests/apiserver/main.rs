@@ -25,6 +25,7 @@ mod nodes;
 mod observe;
 mod outage;
 mod parallel;
+mod quickstart;
 mod reclaim;
 mod recommend;
 mod relief;
