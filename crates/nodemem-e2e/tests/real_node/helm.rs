@@ -91,6 +91,24 @@ pub(crate) async fn helm_install_and_uninstall_leave_nothing_behind(
         set.len()
     );
 
+    // `helm test`: the chart's test pod, run by this node's kubelet from the image,
+    // asks `nodemem check` whether the controller leads and is ready.
+    // (Its pod is deleted once it succeeds, so its log is not asked for: helm test's
+    // phase is the pod's, Succeeded only when `nodemem check` exited 0.)
+    let tested = nodemem_testkit::clients::helm(
+        admin,
+        &["test", RELEASE, "-n", NAMESPACE, "--timeout", "3m"],
+    );
+    let said = tested.unwrap_or_else(|e| panic!("helm test: {e}"));
+    assert!(
+        said.contains("nodemem-test-controller-leads") && said.contains("Succeeded"),
+        "helm test: {said}"
+    );
+    eprintln!(
+        "{}: helm test passed (nodemem check in the chart's test pod)",
+        node.name
+    );
+
     let started = Instant::now();
     let uninstall = nodemem_testkit::clients::helm(
         admin,
