@@ -700,6 +700,37 @@ async fn the_packaged_chart_installs_and_rolls_out_with_the_images_own_binary() 
         .collect();
     assert_eq!(args[0], "check");
     bed.stop_controller(Duration::from_secs(5));
+    // The bed has no scheduler (its kubelet binds only pods aimed at one node, as a
+    // DaemonSet's are): one controller pod is bound to a node as the scheduler would,
+    // and the bed's kubelet runs it.
+    {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(bed.client.clone(), "nodemem-system");
+        let listed = pods
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("app.kubernetes.io/name=nodemem-controller"),
+            )
+            .await
+            .unwrap();
+        let pod = listed.items.first().expect("a controller pod");
+        let name = pod.metadata.name.clone().unwrap();
+        let node = bed.nodes.keys().next().unwrap().clone();
+        let binding = serde_json::json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": "nodemem-system"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        let bound: Result<Value, _> = pods
+            .create_subresource(
+                "binding",
+                &name,
+                &kube::api::PostParams::default(),
+                &binding,
+            )
+            .await;
+        bound.unwrap_or_else(|e| panic!("binding {name} to {node}: {e}"));
+    }
     let leader = {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
