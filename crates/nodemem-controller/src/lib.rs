@@ -36,6 +36,7 @@ pub mod lease;
 pub mod metrics;
 pub mod modes;
 pub mod node_failure;
+mod own_image;
 mod policy_status;
 pub mod queue;
 mod recommendation;
@@ -99,8 +100,13 @@ pub struct ControllerArgs {
     pub identity: Option<String>,
     /// Deploy the node agents as a DaemonSet (in --namespace) with this image; without
     /// it the agents are deployed some other way.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "agent_image_from_container")]
     pub agent_image: Option<String>,
+    /// Deploy the node agents with the image of this container of the controller's own
+    /// pod (POD_NAME in --namespace), read once at start: an install then names its image
+    /// in one place (the chart and deploy/ pass `controller`).
+    #[arg(long, value_name = "CONTAINER")]
+    pub agent_image_from_container: Option<String>,
     /// A Secret in --namespace the agents' pods pull their image with (repeatable; the
     /// chart passes its imagePullSecrets): without it a private registry refuses every
     /// node's agent.
@@ -293,6 +299,43 @@ pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
     Ok(Outcome::ok(said))
 }
 
+/// The agents' image: --agent-image, or the named container's of the controller's own
+/// pod; none when the agents are deployed some other way.
+async fn agent_image(
+    args: &ControllerArgs,
+    client: &kube::Client,
+) -> Result<Option<String>, CliError> {
+    match (&args.agent_image, &args.agent_image_from_container) {
+        (Some(image), _) => Ok(Some(image.clone())),
+        (None, Some(container)) => {
+            let pod = std::env::var("POD_NAME").ok();
+            let image = own_image::read(client, &args.namespace, pod.as_deref(), container).await?;
+            tracing::info!(%image, container = %container, "the agents take the image of the controller's own container");
+            Ok(Some(image))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// How the agents' DaemonSet is built, from the controller's --agent-* arguments.
+fn agent_deploy(args: &ControllerArgs, image: String) -> daemonset::AgentDeploy {
+    daemonset::AgentDeploy {
+        namespace: args.namespace.clone(),
+        image,
+        image_pull_secrets: args.agent_image_pull_secrets.clone(),
+        pod_security_labels: args.agent_pod_security_labels,
+        owner: None,
+        cgroup_driver: args.agent_cgroup_driver.clone(),
+        kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
+        kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
+        kubelet_restart_unit: args.agent_kubelet_restart_unit.clone(),
+        state_dir: args.agent_state_dir.clone(),
+        nri: args.agent_nri,
+        enforcement: args.agent_enforcement_modes,
+        pod: args.agent_pod.as_deref().cloned().unwrap_or_default(),
+    }
+}
+
 fn identity(args: &ControllerArgs) -> String {
     args.identity
         .clone()
@@ -351,7 +394,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             ))
         })?),
     };
-    let controller = run::Controller {
+    let mut controller = run::Controller {
         metrics: Default::default(),
         draining: Default::default(),
         tick: std::time::Duration::from_secs(args.tick_seconds.max(1)),
@@ -359,24 +402,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         event_queue: usize::try_from(args.event_queue).unwrap_or(usize::MAX),
         enforcement: args.agent_enforcement_modes,
         deployment: args.deployment.clone(),
-        agents: args
-            .agent_image
-            .clone()
-            .map(|image| daemonset::AgentDeploy {
-                namespace: args.namespace.clone(),
-                image,
-                image_pull_secrets: args.agent_image_pull_secrets.clone(),
-                pod_security_labels: args.agent_pod_security_labels,
-                owner: None,
-                cgroup_driver: args.agent_cgroup_driver.clone(),
-                kubelet_config_dir: args.agent_kubelet_config_dir.clone(),
-                kubelet_restart_command: args.agent_kubelet_restart_command.clone(),
-                kubelet_restart_unit: args.agent_kubelet_restart_unit.clone(),
-                state_dir: args.agent_state_dir.clone(),
-                nri: args.agent_nri,
-                enforcement: args.agent_enforcement_modes,
-                pod: args.agent_pod.as_deref().cloned().unwrap_or_default(),
-            }),
+        agents: None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -394,6 +420,9 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         let client =
             nodemem_plumbing::kubeclient::client_with_brief_retries(args.kubeconfig.as_deref())
                 .await?;
+        controller.agents = agent_image(args, &client)
+            .await?
+            .map(|image| agent_deploy(args, image));
         if !args.leader_elect {
             controller.metrics.leading();
             return tokio::select! {

@@ -538,7 +538,9 @@ fn rendered_controller_args(helm: &Path, chart: &Path) -> Vec<String> {
         .filter_map(|d| Value::deserialize(d).ok())
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "nodemem-controller")
         .expect("the packaged chart renders the controller's Deployment");
-    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let image = container["image"].as_str().unwrap().to_string();
+    container["args"]
         .as_array()
         .unwrap()
         .iter()
@@ -550,6 +552,16 @@ fn rendered_controller_args(helm: &Path, chart: &Path) -> Vec<String> {
         })
         // As the kubelet expands the Deployment's $(POD_NAMESPACE) (its own namespace).
         .map(|a| a.replace("$(POD_NAMESPACE)", "nodemem-system"))
+        // The bed's controller is a process, not the Deployment's pod it would read its
+        // image from: given the image that pod's container names, as it would read it
+        // (tests/apiserver/own_image.rs runs the reading against a real pod).
+        .map(|a| {
+            if a == "--agent-image-from-container=controller" {
+                format!("--agent-image={image}")
+            } else {
+                a
+            }
+        })
         .collect()
 }
 

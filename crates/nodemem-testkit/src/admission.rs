@@ -29,7 +29,8 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 }
 
 /// The ConfigMap for a controller run with `args` in `namespace`; None when it deploys
-/// no agents (no `--agent-image`).
+/// no agents (no `--agent-image`: a bed's controller is a process, given the image
+/// the chart's controller would read from its own pod).
 pub fn agent_admission(namespace: &str, args: &[String]) -> Option<serde_json::Value> {
     let image = flag(args, "--agent-image")?;
     let state_dir = flag(args, "--agent-state-dir").unwrap_or(DEFAULT_STATE_DIR);

@@ -127,7 +127,8 @@ fn the_chart_lints_and_renders_what_production_needs() {
         "--namespace=$(POD_NAMESPACE)",
         "--deployment=nodemem-controller",
         "--leader-elect=true",
-        "--agent-image=ghcr.io/nodemem/nodemem:1.2.3",
+        // The agents follow the controller's container: the image is named once.
+        "--agent-image-from-container=controller",
         "--agent-kubelet-config-dir=/etc/kubernetes/kubelet.conf.d",
         "--agent-state-dir=/var/lib/nodemem",
         "--write-concurrency=64",
@@ -140,8 +141,13 @@ fn the_chart_lints_and_renders_what_production_needs() {
     ] {
         assert!(args.contains(&expected), "{expected} not in {args:?}");
     }
+    assert!(
+        !args.iter().any(|a| a.starts_with("--agent-image=")),
+        "{args:?}"
+    );
+    assert_eq!(container["name"], "controller");
     assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
-    // What the admission policy admits for the agents is what the controller is told.
+    // What the admission policy admits for the agents is the controller's image.
     let admitted = find(&docs, "ConfigMap", "nodemem-agent-admission");
     assert_eq!(
         admitted["data"],
@@ -378,7 +384,9 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
         install: Install::Chart {
             release: "nodemem".into(),
             // The image the chart's admission policy admits for the agents is the
-            // controller's --agent-image below.
+            // controller's --agent-image below: the chart's controller reads it from its
+            // own pod (--agent-image-from-container, tests/apiserver/own_image.rs), which
+            // the bed's controller process is not.
             args: [
                 "controller.replicas=2",
                 "image.repository=nodemem",
@@ -1197,8 +1205,10 @@ fn comparable(object: &Value) -> Value {
     o
 }
 
-/// `deploy/` moved to another namespace by a kustomization of a team's own (`namespace:
-/// other`): the admission policies still match the agents' and the controller's
+/// `deploy/` moved to another namespace and given another image by a kustomization of a
+/// team's own (`namespace: other`, one `images:` entry): the image is everywhere it is
+/// named (the controller's container, which the agents follow, and the admission
+/// ConfigMap) and the old one nowhere; the admission policies still match the agents' and the controller's
 /// service accounts (no namespace is named in them), the controller's parameters are
 /// read from its own namespace and it runs in the pod's namespace; the one name that
 /// cannot follow (the ClusterRole's namespace to label, a resource name) is the only
@@ -1216,9 +1226,11 @@ fn deploy_moved_to_another_namespace_keeps_every_restriction() {
     assert!(copied.success());
     let overlay = dir.path().join("overlay");
     std::fs::create_dir(&overlay).unwrap();
+    let digest = format!("sha256:{}", "cd".repeat(32));
+    let image = format!("registry.example.com/mirror/nodemem@{digest}");
     std::fs::write(
         overlay.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: platform-memory\nresources:\n- ../base\n",
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: platform-memory\nresources:\n- ../base\nimages:\n- name: ghcr.io/nodemem/nodemem\n  newName: registry.example.com/mirror/nodemem\n  digest: {digest}\n"),
     )
     .unwrap();
     let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
@@ -1245,6 +1257,18 @@ fn deploy_moved_to_another_namespace_keeps_every_restriction() {
         })
         .collect();
     assert_eq!(left, ["ClusterRole nodemem-controller"], "{text}");
+    assert!(!text.contains("ghcr.io/nodemem"), "{text}");
+    let deployment = find(&docs, "Deployment", "nodemem-controller");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], image.as_str());
+    assert!(container["args"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("--agent-image-from-container=controller")));
+    assert_eq!(
+        find(&docs, "ConfigMap", "nodemem-agent-admission")["data"]["image"],
+        image.as_str()
+    );
     for d in &docs {
         if d["metadata"]["namespace"].is_string() {
             assert_eq!(d["metadata"]["namespace"], "platform-memory", "{d}");
@@ -1544,7 +1568,7 @@ fn people_get_nodemem_through_view_edit_and_the_rollout_role() {
 /// `global` values and `nodemem.enabled` condition pass the schema (which refuses any
 /// other unknown key), `global.imageRegistry` mirrors the image, and the values teams
 /// set reach what is rendered: a digest pins the image (the agents' too, through the
-/// controller's --agent-image and the admission ConfigMap), `commonLabels` label every
+/// controller's own container, which the agents follow, and the admission ConfigMap), `commonLabels` label every
 /// object, the controller's log level, pod metadata, topology spread and security
 /// contexts; the ResourceQuota GKE needs for system-node-critical pods is there by
 /// default and goes with the value or another priority class.
@@ -1586,7 +1610,8 @@ fn the_chart_is_an_umbrella_charts_dependency_and_takes_the_values_teams_set() {
     assert!(spec["containers"][0]["args"]
         .as_array()
         .unwrap()
-        .contains(&json!(format!("--agent-image={image}"))));
+        .contains(&json!("--agent-image-from-container=controller")));
+    assert_eq!(spec["containers"][0]["name"], "controller");
     assert_eq!(
         find(&docs, "ConfigMap", "nodemem-agent-admission")["data"]["image"],
         image.as_str()

@@ -24,6 +24,7 @@ mod leader;
 mod nodes;
 mod observe;
 mod outage;
+mod own_image;
 mod parallel;
 mod quickstart;
 mod reclaim;
