@@ -1,14 +1,15 @@
 //! What a platform team sets on the agents' pods (the chart's `agent.*` values, passed
 //! to the controller as one JSON document in `--agent-pod`): resources, placement,
-//! priority, metadata, log level, environment, SELinux options, extra agent flags and
-//! extra volumes. Parsed strictly (a field this
+//! priority, metadata, log level, environment, SELinux options, AppArmor profile, extra
+//! agent flags and extra volumes. Parsed strictly (a field this
 //! version does not know is an error naming it, not a setting silently dropped) and
 //! merged into the DaemonSet the controller builds.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, ResourceRequirements, SELinuxOptions, Toleration, Volume, VolumeMount,
+    Affinity, AppArmorProfile, EnvVar, ResourceRequirements, SELinuxOptions, Toleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
@@ -68,6 +69,11 @@ pub struct AgentPod {
     /// The agent container's SELinux options (an SELinux-enforcing node's remedy, e.g.
     /// `type: spc_t`, docs/operations.md); None: the runtime's default.
     pub se_linux_options: Option<SELinuxOptions>,
+    /// The agent container's AppArmor profile: None is `Unconfined`; a `Localhost`
+    /// profile a team loads on its nodes may take its place. `RuntimeDefault` is
+    /// refused: the runtime's default profile allows ptrace reads of its own containers
+    /// only, and the agent's kubelet reader must open the kubelet's root.
+    pub app_armor_profile: Option<AppArmorProfile>,
     /// More agent flags, each `--flag` or `--flag=value` and one of [`EXTRA_ARGS`].
     pub extra_args: Vec<String>,
     /// More volumes for the agent's pod (a kubelet configuration file where a layout
@@ -147,10 +153,32 @@ impl Default for AgentPod {
             env: Vec::new(),
             max_unavailable: IntOrString::String("10%".into()),
             se_linux_options: None,
+            app_armor_profile: None,
             extra_args: Vec::new(),
             extra_volumes: Vec::new(),
             extra_volume_mounts: Vec::new(),
         }
+    }
+}
+
+/// `Unconfined`, or `Localhost` with its profile's name (what the kubelet's validation
+/// asks of each: `localhostProfile` with Localhost and only with it).
+fn check_app_armor(p: &AppArmorProfile) -> Result<(), String> {
+    match (p.type_.as_str(), p.localhost_profile.as_deref()) {
+        ("Unconfined", None) => Ok(()),
+        ("Localhost", Some(name)) if !name.trim().is_empty() => Ok(()),
+        ("Localhost", _) => Err(
+            "--agent-pod: appArmorProfile of type Localhost names its profile (localhostProfile: the name loaded on the nodes)".into(),
+        ),
+        ("Unconfined", Some(_)) => Err(
+            "--agent-pod: appArmorProfile takes localhostProfile with type Localhost only".into(),
+        ),
+        ("RuntimeDefault", _) => Err(
+            "--agent-pod: appArmorProfile may not be RuntimeDefault: the runtime's default profile allows ptrace reads of its own containers only, and the agent's kubelet reader opens the kubelet's root (docs/operations.md, AppArmor); give Unconfined or a Localhost profile".into(),
+        ),
+        (other, _) => Err(format!(
+            "--agent-pod: appArmorProfile type must be Unconfined or Localhost, not {other:?}"
+        )),
     }
 }
 
@@ -197,6 +225,14 @@ impl AgentPod {
             .is_some_and(|o| *o == SELinuxOptions::default())
         {
             pod.se_linux_options = None;
+        }
+        // `appArmorProfile: {}` (the chart's default) is none: Unconfined.
+        if pod
+            .app_armor_profile
+            .as_ref()
+            .is_some_and(|p| *p == AppArmorProfile::default())
+        {
+            pod.app_armor_profile = None;
         }
         let read = serde_json::to_value(&pod).expect("serializable");
         if let Some(path) = lost_field(&given, &read, "") {
@@ -247,6 +283,9 @@ impl AgentPod {
                 );
             }
         }
+        if let Some(p) = &self.app_armor_profile {
+            check_app_armor(p)?;
+        }
         if let Some(v) = self.extra_volumes.iter().find(|v| {
             v.host_path
                 .as_ref()
@@ -285,6 +324,14 @@ impl AgentPod {
             ));
         }
         Ok(())
+    }
+
+    /// The agent container's AppArmor profile, as the DaemonSet carries it.
+    pub fn app_armor(&self) -> Value {
+        match &self.app_armor_profile {
+            Some(p) => json!(p),
+            None => json!({"type": "Unconfined"}),
+        }
     }
 
     /// [`AgentPod::parse`], boxed (the controller's arguments stay small).
@@ -421,6 +468,7 @@ mod tests {
             "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
             "maxUnavailable": 5,
             "seLinuxOptions": {"type": "spc_t"},
+            "appArmorProfile": {"type": "Localhost", "localhostProfile": "nodemem-agent"},
             "extraArgs": ["--per-container-metrics", "--status-refresh-seconds=30"],
             "extraVolumes": [{"name": "kubelet-file", "hostPath": {"path": "/etc/kubelet.yaml", "type": "File"}}],
             "extraVolumeMounts": [{"name": "kubelet-file", "mountPath": "/host/kubelet.yaml", "readOnly": true}],
@@ -484,6 +532,29 @@ mod tests {
         );
         assert!(err(json!({"seLinuxOptions": {"typ": "spc_t"}}))
             .contains("unknown field .seLinuxOptions.typ"));
+        // AppArmor: Unconfined or a Localhost profile by name, never the runtime's default.
+        assert!(err(json!({"appArmorProfile": {"type": "RuntimeDefault"}}))
+            .contains("may not be RuntimeDefault"));
+        assert!(err(json!({"appArmorProfile": {"type": "Localhost"}}))
+            .contains("Localhost names its profile"));
+        assert!(
+            err(json!({"appArmorProfile": {"type": "Localhost", "localhostProfile": " "}}))
+                .contains("Localhost names its profile")
+        );
+        assert!(
+            err(json!({"appArmorProfile": {"type": "Unconfined", "localhostProfile": "x"}}))
+                .contains("localhostProfile with type Localhost only")
+        );
+        assert!(err(json!({"appArmorProfile": {"type": "unconfined"}}))
+            .contains("must be Unconfined or Localhost, not \"unconfined\""));
+        assert!(err(json!({"appArmorProfile": {"typ": "Unconfined"}}))
+            .contains("unknown field .appArmorProfile.typ"));
+        let unconfined = AgentPod::parse(r#"{"appArmorProfile": {"type": "Unconfined"}}"#).unwrap();
+        assert_eq!(unconfined.app_armor(), json!({"type": "Unconfined"}));
+        // The chart's default `{}` is Unconfined.
+        let default = AgentPod::parse(r#"{"appArmorProfile": {}}"#).unwrap();
+        assert_eq!(default.app_armor_profile, None);
+        assert_eq!(default.app_armor(), json!({"type": "Unconfined"}));
         assert!(AgentPod::parse("{").unwrap_err().contains("not JSON"));
         // Empty values are not settings lost.
         assert!(AgentPod::parse(r#"{"affinity": null, "env": []}"#).is_ok());

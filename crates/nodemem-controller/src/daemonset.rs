@@ -333,7 +333,7 @@ pub fn agent_daemonset(d: &AgentDeploy, world: &World) -> DaemonSet {
         "allowPrivilegeEscalation": false,
         "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]},
         "seccompProfile": {"type": "RuntimeDefault"},
-        "appArmorProfile": {"type": "Unconfined"}});
+        "appArmorProfile": d.pod.app_armor()});
     if let Some(selinux) = &d.pod.se_linux_options {
         security["seLinuxOptions"] = json!(selinux);
     }
@@ -497,6 +497,27 @@ mod tests {
         // Everything else as without it: no capability but SYS_PTRACE, no privilege.
         let mut without = given.clone();
         without.se_linux_options = None;
+        assert_eq!(without, security(&plain));
+        // AppArmor: Unconfined unless a team names its own Localhost profile.
+        assert_eq!(
+            security(&plain).app_armor_profile.unwrap().type_,
+            "Unconfined"
+        );
+        let localhost = AgentDeploy {
+            pod: AgentPod::parse(
+                r#"{"appArmorProfile": {"type": "Localhost", "localhostProfile": "nodemem-agent"}}"#,
+            )
+            .unwrap(),
+            ..deploy()
+        };
+        let confined = security(&localhost);
+        let profile = confined.app_armor_profile.clone().unwrap();
+        assert_eq!(
+            (profile.type_.as_str(), profile.localhost_profile.as_deref()),
+            ("Localhost", Some("nodemem-agent"))
+        );
+        let mut without = confined;
+        without.app_armor_profile = security(&plain).app_armor_profile;
         assert_eq!(without, security(&plain));
         assert_eq!(security(&plain).se_linux_options, None);
     }

@@ -61,7 +61,7 @@ fn rendered_agent_pod(sets: &[&str]) -> String {
 }
 
 /// The agents' values the install test sets, and what its DaemonSet must then hold.
-const AGENT_VALUES: [&str; 8] = [
+const AGENT_VALUES: [&str; 10] = [
     "agent.logLevel=debug",
     "agent.podLabels.team=platform",
     "agent.podAnnotations.note=chart",
@@ -69,6 +69,8 @@ const AGENT_VALUES: [&str; 8] = [
     "agent.env[0].name=HTTPS_PROXY",
     "agent.env[0].value=http://proxy:3128",
     "agent.seLinuxOptions.type=spc_t",
+    "agent.appArmorProfile.type=Localhost",
+    "agent.appArmorProfile.localhostProfile=nodemem-agent",
     "agent.extraArgs[0]=--per-container-metrics",
 ];
 
@@ -538,6 +540,11 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     assert_eq!(template["metadata"]["annotations"]["note"], "chart");
     assert_eq!(
         agent["securityContext"]["seLinuxOptions"]["type"], "spc_t",
+        "{template}"
+    );
+    assert_eq!(
+        agent["securityContext"]["appArmorProfile"],
+        json!({"type": "Localhost", "localhostProfile": "nodemem-agent"}),
         "{template}"
     );
     assert_eq!(
@@ -1136,6 +1143,17 @@ fn the_chart_refuses_misspelt_values_by_name() {
             "extra-volume",
             "agent:\n  extraVolumes: [{name: state, emptyDir: {}}]\n",
             "extraVolumes",
+        ),
+        // The runtime's default AppArmor profile forbids the kubelet reader.
+        (
+            "apparmor-default",
+            "agent:\n  appArmorProfile: {type: RuntimeDefault}\n",
+            "appArmorProfile",
+        ),
+        (
+            "apparmor-nameless",
+            "agent:\n  appArmorProfile: {type: Localhost}\n",
+            "appArmorProfile",
         ),
     ] {
         let file = dir.path().join(format!("{name}.yaml"));
