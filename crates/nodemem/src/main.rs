@@ -1,3 +1,7 @@
+//! The `nodemem` binary: parses the command line and hands each subcommand to its crate
+//! (agent, controller, plugin, simulate, crds, sandbox); invoked as `kubectl-nodemem` or
+//! `kubectl_complete-nodemem` it is the plugin.
+
 use std::io::Write;
 use std::process::ExitCode;
 
