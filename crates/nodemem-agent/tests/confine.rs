@@ -6,6 +6,7 @@
 //! started after; and the process's status says what a node's `/proc/<pid>/status`
 //! shows of a confined agent.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
 #![cfg(target_os = "linux")]
 
 use std::io::Error;

@@ -2,6 +2,8 @@
 //! schemas the apiserver accepts: typed nodes everywhere, no `$ref`, a description on
 //! every field, and the list-map and CEL markers the issue asks for.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::path::PathBuf;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

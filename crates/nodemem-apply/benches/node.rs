@@ -2,6 +2,8 @@
 //! common/mod.rs) with the allocator as the shipped `nodemem` binary sets it up (glibc,
 //! `nodemem_plumbing::allocator::tune_allocator`), so the figures are those of what ships.
 
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
+
 mod common;
 
 fn main() {

@@ -2,6 +2,8 @@
 //! harness's `CgroupTree`), both cgroup drivers and both runtimes. The VM tier repeats
 //! the important cases on a real kernel.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::collections::BTreeMap;
 
 use nodemem_apply::execute::{execute, observe};

@@ -4,6 +4,8 @@
 //! what that kubelet reads: its --config, its --config-dir drop-ins, the flags over
 //! them, and for k3s the kubelet-args of its own configuration.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,8 @@
 //! The kubelet as files: its layered configuration, nodemem's drop-in, the Memory
 //! Manager state file, and the kubelet's start time from a procfs tree.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::fs;
 use std::path::Path;
 

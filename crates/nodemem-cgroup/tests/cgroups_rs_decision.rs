@@ -1,6 +1,8 @@
 //! Why this crate does not build on cgroups-rs (the design card's suggestion, to be
 //! decided by a test): run cgroups-rs on the same temp-dir tree our layer is tested on.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::path::PathBuf;
 
 use cgroups_rs::fs::hierarchies::V2;

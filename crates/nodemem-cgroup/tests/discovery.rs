@@ -1,6 +1,8 @@
 //! Discovery on temp-dir roots shaped like the kernel's (the VM tier runs it on the
 //! real ones).
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::path::Path;
 
 use nodemem_cgroup::discover::{discover, DiscoveryError};

@@ -2,6 +2,8 @@
 //! toolchain). Any text at all, including bytes no kernel prints, gives a value or a
 //! ParseError naming the file, never a panic; what the kernel prints round-trips.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::collections::BTreeSet;
 
 use nodemem_cgroup::parse::*;

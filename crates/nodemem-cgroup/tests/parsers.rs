@@ -1,6 +1,8 @@
 //! Every parser on good kernel text (as the 6.1 kernel prints it) and on malformed text,
 //! each malformed case with its exact message.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::collections::BTreeMap;
 
 use nodemem_cgroup::parse::*;

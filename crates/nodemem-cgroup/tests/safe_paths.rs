@@ -2,6 +2,8 @@
 //! it by name or builds a path that stays under the cgroup root, one component per
 //! identifier; and a write through such a path never touches anything outside.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Component;

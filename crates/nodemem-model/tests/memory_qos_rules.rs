@@ -1,6 +1,8 @@
 //! Table-driven checks of the Memory QoS rules against the worked examples of
 //! KEP-2570 (seed 000), the v1.36 blog (seed 003) and KEP-2837 (seed 002).
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use nodemem_model::kubelet::version::KubeletVersion;
 use nodemem_model::pod::defaulting::apply_defaults;
 use nodemem_model::pod::qos::{qos_class, QosClass};

@@ -1,6 +1,8 @@
 //! The Static Memory Manager model against KEP-1769's scenarios, plus invariants over
 //! random topologies and request sequences.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::collections::BTreeMap;
 
 use nodemem_model::cluster::policy::ReservedMemory;

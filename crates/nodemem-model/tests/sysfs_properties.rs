@@ -4,6 +4,8 @@
 //! panic; every capacity is a byte count no smaller than zero; what the kernel prints
 //! round-trips.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use nodemem_model::numa::sysfs::{hugepage_resource, node_capacity, parse_meminfo_total};
 use proptest::prelude::*;
 

@@ -3,6 +3,8 @@
 //! CreateContainer's adjustment, RunPodSandbox, UpdateContainer, and the end of the
 //! connection when the runtime goes away.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! and `--version` without a cluster, names a missing kubeconfig clearly, and copied as
 //! `kubectl_complete-nodemem` it completes `kubectl nodemem` (kubectl 1.26+).
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::process::Command;
 
 fn plugin() -> Command {

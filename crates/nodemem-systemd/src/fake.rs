@@ -4,7 +4,7 @@
 //! know, and records each call with its wire signature. The real systemd is the real node's (tests/real_node).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::StreamExt;
 use zbus::zvariant::OwnedValue;
@@ -66,7 +66,7 @@ impl FakeSystemd {
                     unknown.clone(),
                     on_restart.clone(),
                 ));
-                served.lock().unwrap().push(task);
+                locked(&served).push(task);
             }
         });
         Ok(FakeSystemd {
@@ -79,17 +79,23 @@ impl FakeSystemd {
 
     /// The calls so far, taken.
     pub fn calls(&self) -> Vec<Call> {
-        std::mem::take(&mut self.calls.lock().unwrap())
+        std::mem::take(&mut locked(&self.calls))
     }
 
     /// Closes every connection and the socket: as systemd re-executing does.
     pub fn stop(self) {
         self.accept.abort();
-        for c in self.connections.lock().unwrap().drain(..) {
+        for c in locked(&self.connections).drain(..) {
             c.abort();
         }
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// The guarded value, also after a test thread panicked holding it: the fake keeps
+/// recording for the test's report.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 async fn serve(
@@ -135,7 +141,7 @@ async fn serve(
         let known = !unknown.contains(&unit);
         let restart = member == "RestartUnit";
         // Recorded before the answer, so a caller that got its answer sees the call.
-        calls.lock().unwrap().push(Call {
+        locked(&calls).push(Call {
             member,
             signature,
             unit: unit.clone(),

@@ -19,6 +19,8 @@
 //! memory.pressure) and, as a tmpfs tree never gives memory back, stepped, written to
 //! its memory.reclaim and read again: the most reclaim can cost at 250 pods.
 
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -21,6 +21,8 @@
 //! Then a policy over every node is created and the time until each agent's config
 //! watch delivers its config is measured.
 
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -26,6 +26,8 @@
 //! NODEMEM_FANOUT_VIEWS=1 adds a fan-out with `kubectl nodemem status` and `explain`
 //! read in its middle and after it.
 
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
+
 mod common;
 
 use std::collections::BTreeMap;

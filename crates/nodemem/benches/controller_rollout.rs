@@ -16,6 +16,8 @@
 //! acknowledgement answered, summed per node over the slots: what the simulated agents
 //! took, not the controller). The writes per node, from the apiserver's count.
 
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

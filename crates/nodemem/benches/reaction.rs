@@ -13,6 +13,8 @@
 //! planned, read and written) without the apiserver; the in-cluster agent adds its
 //! watch connections while idle.
 
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
+
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};

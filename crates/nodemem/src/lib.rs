@@ -34,7 +34,7 @@ pub enum Command {
     /// The node agent: `--once` applies one node from files (no apiserver).
     Agent(Box<nodemem_agent::AgentArgs>),
     /// The cluster controller: NodeMemoryConfigs per node, rolled out per pool.
-    Controller(nodemem_controller::ControllerArgs),
+    Controller(Box<nodemem_controller::ControllerArgs>),
     /// Whether the controller leads and is ready (the chart's `helm test`).
     Check(nodemem_controller::CheckArgs),
     /// Before an uninstall (the chart's pre-delete hook): scale the controller to zero

@@ -2,6 +2,8 @@
 //! roots (the VM tier runs it on a real kernel). Values are checked against what
 //! `nodemem simulate` predicts for the same settings and pods.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 mod cli_common;
 
 use std::path::{Path, PathBuf};

@@ -6,6 +6,8 @@
 //! `--kubelet-writes` and only nodemem's drop-in, and exits when the agent closes its
 //! input.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::symlink;

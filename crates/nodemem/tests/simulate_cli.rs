@@ -1,6 +1,8 @@
 //! `nodemem simulate` end to end through the real binary: the examples, the stable JSON
 //! shape, and clear one-line errors for bad input.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;

@@ -2,6 +2,8 @@
 //! on the NUMA database example, the memory map, pod scope, and one-line errors for bad
 //! topologies and reservations.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 use std::path::PathBuf;
 
 use serde_json::Value;

@@ -4,6 +4,8 @@
 //! the loop decides is tested apart in `src/tests.rs`; here, that it is carried out:
 //! which requests, to which object, with which field manager and owner, and when not.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
+
 mod api;
 
 use std::time::Duration;

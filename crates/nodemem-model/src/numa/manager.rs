@@ -355,7 +355,7 @@ impl MemoryManager {
                     .machine
                     .nodes
                     .get_mut(id)
-                    .unwrap()
+                    .expect("a mask names only this machine's NUMA nodes (chosen from them)")
                     .memory_map
                     .get_mut(kind);
                 let Some(table) = table else { continue };
