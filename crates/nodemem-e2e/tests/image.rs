@@ -5,6 +5,15 @@
 //! runs here: amd64 natively, arm64 under qemu-user (Debian's qemu-aarch64-static),
 //! where `simulate` on the README's example and `agent --once` on a temporary cgroup
 //! tree say and write what the amd64 binary does.
+//!
+//! What it checks: the test checks the layout (the image index, each manifest, config
+//! and layer digests and sizes, the layer's diff_id), the Dockerfile's entrypoint and
+//! user in each config, the config's architecture against the binary's ELF machine, a
+//! single executable `/nodemem` owned by root, no dynamic loader needed, and runs each
+//! (`--version`, `crds --check`; no `sandbox` in the image): amd64 here, arm64 under
+//! Debian's `qemu-aarch64-static`; the arm64 binary's `simulate` on the README's
+//! example and `agent --once` on a temporary cgroup tree print and write exactly what
+//! the amd64 binary's do.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

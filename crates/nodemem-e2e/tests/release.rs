@@ -72,6 +72,11 @@ fn image_digest(release: &Path) -> String {
         .to_string()
 }
 
+/// `image/verify-release.sh` verifies the release with the public key (signatures over
+/// the checksums and over the image index, every file, every blob of the layout); one
+/// byte changed in an archive fails naming the file, another key fails on the
+/// checksums' signature; `checksums.txt` lists every file; the packaged chart pins the
+/// layout's digest and carries its version and Artifact Hub's annotations.
 #[test]
 fn the_release_verifies_with_its_key_and_refuses_a_changed_file_or_another_key() {
     let release = release();
@@ -212,6 +217,13 @@ fn run_windows(prefix: &Path, shim: &Path, exe: &Path, args: &[&str]) -> Output 
         .unwrap()
 }
 
+/// Krew (built from its module, `tests/scripts/build-krew.sh`) installs each archive
+/// from the release's manifest (which names exactly the archives the release holds, by
+/// sha256) with its LICENSE; `kubectl-nodemem version` says its version and platform on
+/// linux/amd64, linux/arm64 (qemu-user) and windows/amd64 under Debian's Wine (with a
+/// ProcessPrng shim, `tests/wine/bcryptprimitives.c`: Wine 8 lacks the DLL Rust's
+/// standard library calls), which also prints `--help` and names a missing kubeconfig
+/// with exit 1; a manifest whose sha256 is another archive's is refused.
 #[test]
 fn the_plugin_archives_install_with_krew_and_run_on_linux_and_windows() {
     let release = release();
@@ -457,6 +469,11 @@ fn sbom(path: &Path) -> (BTreeSet<String>, Value) {
     (components, bom["metadata"]["component"].clone())
 }
 
+/// The build is run again as the release runs it (fresh) and every crates.io package
+/// cargo compiles for the target is in the binary's SBOM (nodemem amd64, the Windows
+/// plugin), every SBOM component is in Cargo.lock, the image's SBOM names the image by
+/// its digest; found on its first run: cargo-cyclonedx evaluates a proc-macro's
+/// host-only dependencies for the target (not in the binary, so not required).
 #[test]
 fn the_sboms_list_every_crate_cargo_compiles_into_the_binaries() {
     let release = release();
@@ -613,6 +630,14 @@ fn image_binary(release: &Path, dir: &Path) -> PathBuf {
     dir.join("nodemem")
 }
 
+/// `helm install` of the packaged `.tgz` on the test control plane; the controller and
+/// the agents run as the image's amd64 `/nodemem` taken out of the layout, with the
+/// arguments the packaged chart's Deployment passes; a policy rolls out to Ready on
+/// both nodes; the Deployment's and the agents' DaemonSet's image is
+/// `ghcr.io/nodemem/nodemem@` the layout's digest; the `helm test` pod's command as the
+/// packaged chart renders it (the image's `nodemem check`, the controller's account)
+/// says a ready pod of the Deployment holding a fresh Lease leads (exit 0), and that no
+/// replica leads once the Lease is a minute old (exit 1).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_packaged_chart_installs_and_rolls_out_with_the_images_own_binary() {
     let release = release();

@@ -124,6 +124,13 @@ fn json_section(output: &str, name: &str) -> Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"))
 }
 
+/// `nodemem agent --once` on a kubelet-shaped `kubepods.slice` tree with processes in
+/// every container cgroup: every value reads back as predicted, a second run writes
+/// nothing, crossing memory.high raises `memory.events high` (read with the agent's
+/// parser), a Guaranteed container is pinned to one NUMA node and a larger one spans
+/// both (`cpuset.mems.effective`), turning the policy off restores the defaults, and
+/// `agent --once --follow` gives a container cgroup created by the script its values
+/// from the inotify event (the reaction path).
 #[test]
 fn agent_once_applies_pins_and_restores_on_a_real_kernel() {
     let config_text = repo_file("examples/agent-once/config.yaml");
@@ -426,6 +433,13 @@ const PRINT_MANAGED_FILES: &str = r#"for f in $(find kubepods.slice -name memory
   echo "v ${f%/*} ${f##*/} $(cat $f)"
 done"#;
 
+/// The agent killed right after each write of a pass in turn
+/// (`NODEMEM_TEST_KILL_AFTER_WRITES=k`, a fault the shipped binary arms from its
+/// environment and announces on stderr), then given back directly or after a run on the
+/// same settings: every memory and cpuset file under `kubepods.slice` reads what it
+/// read before (the same on a temporary tree: `agent_once_cli.rs`); a state directory
+/// on a full, then read-only tmpfs: the pass stops before its first write, says
+/// `nothing was written` with the errno, and the record's bytes are unchanged.
 #[test]
 fn a_killed_agent_leaves_no_value_behind_and_a_full_state_directory_writes_nothing_on_a_real_kernel(
 ) {

@@ -1,7 +1,9 @@
 //! TESTING.md gives the control-plane and real-kernel tiers one test a line, named
 //! `file::test` as cargo lists it: every test of `crates/nodemem-e2e/tests/apiserver/`,
 //! `vm_kernel.rs` and `vm_agent.rs` is there, so a reader finds what a test checks and
-//! a new test cannot land undescribed.
+//! a new test cannot land undescribed. Each list line is a summary of at most
+//! [`LINE_CAP`] characters: the detail lives in the test's own doc comment, where it
+//! changes with the test.
 
 use std::collections::BTreeSet;
 
@@ -64,6 +66,34 @@ fn all_described(tests: BTreeSet<String>, least: usize, section: &str) {
         missing.is_empty(),
         "TESTING.md's {section} section names no line for {missing:?}"
     );
+}
+
+/// The longest a list line of TESTING.md may be.
+const LINE_CAP: usize = 400;
+
+/// TESTING.md's list lines (`- ...`) over the cap, by line number.
+fn over_cap(text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("- ") && l.chars().count() > LINE_CAP)
+        .map(|(i, l)| format!("line {}: {} characters", i + 1, l.chars().count()))
+        .collect()
+}
+
+#[test]
+fn every_line_of_testing_md_is_a_summary_under_the_cap() {
+    let testing = std::fs::read_to_string(repo_root().join("TESTING.md")).expect("TESTING.md");
+    let found = over_cap(&testing);
+    assert!(
+        found.is_empty(),
+        "over {LINE_CAP} characters (move the detail into the test's doc comment): {found:#?}"
+    );
+    let long = format!(
+        "- `x::y`: {}\n- short\nprose {}\n",
+        "a".repeat(400),
+        "b".repeat(500)
+    );
+    assert_eq!(over_cap(&long), ["line 1: 410 characters"]);
 }
 
 #[test]

@@ -307,6 +307,13 @@ pub(crate) async fn node_without_kubelet(
     Arc::new(CgroupTree::new(driver, numa_nodes).unwrap())
 }
 
+/// The in-cluster agent as the real binary for a simulated node: its values match the
+/// node computation for every QoS class, config changes acknowledged with
+/// `observedRevision`/`Applied`, a refused write gives `Applied=False WriteFailed` and
+/// an Event and is repaired with a hand-made drift on resync, metrics scraped by value,
+/// a restart with the apiserver unreachable enforces from the state directory and
+/// reports later without writing twice, a deleted pod is no error, disabling restores,
+/// per-pod and per-container metric series.
 #[tokio::test]
 async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     let cp = cluster();

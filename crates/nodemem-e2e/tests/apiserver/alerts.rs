@@ -79,6 +79,15 @@ fn rule_files(dir: &Path, rule: &Value) {
     .unwrap();
 }
 
+/// The PrometheusRule passes `promtool check rules` and its unit tests
+/// (`tests/alerts/nodemem_test.yaml`: each of the nine alerts firing and silent, the
+/// controller gone and no replica leading among them; the agents' series carry their
+/// `node`, and alerts join them to their pool on it; a moved threshold fails them),
+/// with promtool built from its module (`tests/scripts/build-promtool.sh`); every alert
+/// has a severity, a summary, a description and a `runbook_url` whose section of
+/// docs/runbooks.md exists (and one per reason a rollout stalls);
+/// `prometheusRule.disabled` leaves alerts out by name and `prometheusRule.ruleLabels`
+/// labels every one; the agents' ServiceMonitor relabels the pod's node to `node`.
 #[test]
 fn the_charts_alerts_pass_promtool_and_their_unit_tests() {
     // Off by default; on, only where the monitoring API is served.

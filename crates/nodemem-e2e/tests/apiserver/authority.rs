@@ -470,6 +470,19 @@ async fn the_controller_patches_a_node_only_to_drain_it() {
 /// create and patch it. A kubelet drop-in directory is admitted once the install names
 /// it. And RBAC reaches no other DaemonSet of the namespace. On a control plane of its
 /// own (the shared one's controller identity has no RBAC until a test grants it).
+///
+/// The controller's DaemonSets (`deploy/controller/admission-policy.yaml`
+/// `nodemem-controller-agent-daemonset`, with the parameters
+/// `deploy/install/controller.yaml` ships): its own agent DaemonSet as it builds and
+/// applies it for each set of modes is admitted; another image, a second container, a
+/// host path of its own, an added capability, a privileged container, an unconfined
+/// seccomp profile, the host's network and another name are refused with the policy's
+/// word, as are the kubelet's drop-in directory, an SELinux type
+/// (`agent.seLinuxOptions`) and an extra host path (`agent.extraVolumes`) until the
+/// install names them (the ConfigMap's `kubeletConfigDir`, `seLinuxType`,
+/// `extraHostPaths`), and another SELinux type after; RBAC reaches no other DaemonSet
+/// of the namespace (get, list, patch, delete: 403), its own by name and by a field
+/// selector on its name (on a control plane of its own).
 #[tokio::test]
 async fn the_controller_writes_only_its_own_agent_daemonset() {
     use k8s_openapi::api::apps::v1::DaemonSet;

@@ -376,6 +376,21 @@ fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// `helm install` into a control plane of its own, the controller and agents running on
+/// the chart's own service-account tokens: a rollout completes, the DaemonSet and Lease
+/// are written; `kubectl auth can-i` and the admission policy deny what they must not
+/// do; `kubectl apply -k examples/` and no drift after; the chart's `helm uninstall`
+/// runs its pre-delete hook (`nodemem stand-down --give-back`, the test playing the
+/// kubelet for the hook pod): every node is given back (every memory file of every
+/// node's tree reads what it read before nodemem), no NodeMemoryConfig, Lease or agent
+/// DaemonSet is left, and every policy is then deleted at once; the chart installs into
+/// a control plane whose PodSecurity default is `baseline` (the controller labels its
+/// namespace; without it the agents' pods are refused), the agents pull with its
+/// `imagePullSecrets`, their DaemonSet is owned by the controller's Deployment; the
+/// chart's agent values (resources, log level, labels, annotations, env) reach the
+/// DaemonSet the controller builds, and its defaults are the controller's own (issue
+/// 43); the uninstall takes back the PodSecurity labels the controller set on its
+/// namespace and leaves one a person changed (`warn=baseline`) and one of their own.
 #[tokio::test]
 async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
     let spec = BedSpec {
@@ -1231,6 +1246,15 @@ fn comparable(object: &Value) -> Value {
 /// read from its own namespace and it runs in the pod's namespace; the one name that
 /// cannot follow (the ClusterRole's namespace to label, a resource name) is the only
 /// `nodemem-system` left, and docs/operations.md says so.
+///
+/// An overlay with `namespace: platform-memory` and one `images:` entry over `deploy/`
+/// (the image reaches the controller's container and the admission ConfigMap, the old
+/// one is nowhere), rendered by the real kubectl: every namespaced object and every
+/// service-account subject moves, the admission policies match the service accounts by
+/// name in any namespace (no namespace selector, the DaemonSet policy's parameters from
+/// the object's own namespace), the controller's `--namespace` is `$(POD_NAMESPACE)`,
+/// and the only `nodemem-system` left is the ClusterRole's namespace to label
+/// (documented).
 #[test]
 fn deploy_moved_to_another_namespace_keeps_every_restriction() {
     let dir = tempfile::tempdir().unwrap();
@@ -1444,6 +1468,14 @@ fn the_kustomize_install_in_deploy_is_what_the_chart_renders() {
 /// aggregation), and nodemem-rollout lets its holder steer rollouts and nothing more.
 /// The apiserver judges each (`kubectl auth can-i --as`). deploy/ carries the same
 /// roles with the same aggregation labels.
+///
+/// The chart's nodemem-view, nodemem-edit and nodemem-rollout ClusterRoles
+/// (deploy/users/rbac.yaml the same, aggregation labels included), applied under test
+/// names to the shared control plane: its controller-manager aggregates them into
+/// Kubernetes' own view and edit, and the apiserver judges (`kubectl auth can-i --as`):
+/// view reads policies, their status and configs and writes nothing; edit writes
+/// policies but neither their status nor configs; the rollout role patches policies and
+/// configs (pause, resume, rollback, release) and creates and deletes nothing.
 #[test]
 fn people_get_nodemem_through_view_edit_and_the_rollout_role() {
     let chart = repo().join("charts/nodemem");
@@ -1590,6 +1622,16 @@ fn people_get_nodemem_through_view_edit_and_the_rollout_role() {
 /// object, the controller's log level, pod metadata, topology spread and security
 /// contexts; the ResourceQuota GKE needs for system-node-critical pods is there by
 /// default and goes with the value or another priority class.
+///
+/// The chart as a dependency of a parent chart (its `global` values, any key, and its
+/// `nodemem.enabled` condition pass the schema; `enabled=false` renders nothing of
+/// nodemem's): `global.imageRegistry` and `image.digest` make the controller's, the
+/// agents' (`--agent-image`) and the admission ConfigMap's image
+/// `mirror/...@sha256:...`; `commonLabels` label every object; the controller's log
+/// level (RUST_LOG), pod annotations, topology spread and security contexts render; the
+/// ResourceQuota for system-node-critical pods (GKE) is there by default and not with
+/// `agent.criticalPodsQuota=false` or another priority class; a digest that is not one
+/// is refused naming it.
 #[test]
 fn the_chart_is_an_umbrella_charts_dependency_and_takes_the_values_teams_set() {
     let dir = tempfile::tempdir().unwrap();

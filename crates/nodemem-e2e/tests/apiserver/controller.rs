@@ -59,6 +59,20 @@ fn policy(name: &str, factor: f64, rollout: Value) -> Value {
     })
 }
 
+/// The controller as the real binary on a control plane of its own with a real agent
+/// per simulated node: three pools converge; a new policy of the same priority over two
+/// running pools takes no node, reports `Conflicting` with the nodes and governs
+/// nothing, and nothing has moved after it is deleted; the agent DaemonSet's pods are
+/// created by the controller-manager on the selected nodes only; a spec change rolls
+/// out one node at a time, recorded from the watch; an OOM burst written into an
+/// updated node's `memory.events` rolls its pool back by itself, with
+/// `rolledBackRevision`, `Degraded=RolledBack` and Events; `kubectl get nmp` rows; a
+/// second replica with newer agent settings waits for the Lease, takes over when the
+/// leader is killed mid-rollout, resumes without moving a node early (every ready
+/// config carries the leader's `nodemem.io/ready-since` stamp of its revision), updates
+/// the DaemonSet and serves its metrics; under `enforcement: Kubelet` a Memory Manager
+/// change cordons the node, a PodDisruptionBudget holds the drain until the node fails,
+/// and without it the pod is evicted, the kubelet configured and the node uncordoned.
 #[tokio::test]
 async fn pools_converge_roll_out_in_batches_and_roll_back_on_an_oom_burst() {
     let cp = own_control_plane().await;

@@ -25,6 +25,13 @@ use crate::common::{
 
 const NODE: &str = "dc-1";
 
+/// The real controller stopped and a real agent's config deleted by hand: its
+/// memory.high, sampled every 20 ms, keeps nodemem's value for 20 s (the agent's grace,
+/// 75 s, outlasts the controller's 60 s write backoff; it was 10 s) and through the
+/// restarted controller's rewrite; then an OOM burst fails the first revision, the pool
+/// is rolled back to no config, the config goes marked
+/// (`nodemem.io/give-back-revision`) and the agent gives back at once (under a third of
+/// the grace; measured below a second).
 #[tokio::test]
 async fn a_config_deleted_by_hand_keeps_its_values_and_one_rolled_back_gives_back_at_once() {
     let cp = own_control_plane().await;

@@ -39,6 +39,13 @@ async fn label(client: &kube::Client, node: &str, labels: Value) {
         .unwrap();
 }
 
+/// The real controller with `--agent-pod` (an affinity that keeps the agent off
+/// `team=gpu`) and real agents on two Linux nodes; a Windows-labelled node and a
+/// `team=gpu` node in the same pool get no config, the rollout completes (`Ready=True`)
+/// over the two, `excludedNodes: 2` with each named and its reason, `kubectl get nmp -o
+/// wide` shows `EXCLUDED 2`, `kubectl nodemem status` names them, `kubectl nodemem
+/// explain` says `Excluded` and why; the GPU node relabelled joins the pool and the
+/// rollout completes over three.
 #[tokio::test]
 async fn a_rollout_completes_over_the_nodes_the_agent_can_run_on() {
     let cp = own_control_plane().await;

@@ -148,6 +148,12 @@ fn is(status: &Value, type_: &str, truth: &str, reason: &str) -> bool {
     condition(status, type_).is_some_and(|c| c["status"] == truth && c["reason"] == reason)
 }
 
+/// Every policy state (not yet seen, rolling out, complete, paused, rolled back
+/// automatically and on request, stopped at maxFailures, an invalid edit held, never
+/// accepted, tied, deleted handing off) judged on the live object by kstatus, Flux's
+/// fork and healthCheckExprs evaluator (`tests/kstatus`, built from their modules by
+/// `tests/scripts/build-kstatus.sh`), `kubectl wait --for=condition=Ready` and the
+/// shipped Argo CD health check in Debian's `lua5.1`.
 #[tokio::test]
 async fn gitops_tools_read_every_policy_state_as_what_its_nodes_run() {
     let cp = own_control_plane().await;

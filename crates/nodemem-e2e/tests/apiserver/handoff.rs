@@ -36,6 +36,16 @@ fn policy(name: &str, pool: &str, priority: i32, factor: f64, min_ready: i32) ->
     })
 }
 
+/// A node's config deleted 50 times in a row, every re-created one reported; an
+/// override at priority 1 deleted while it runs on two nodes: each node's container
+/// memory.high sampled every 20 ms never holds a value of neither policy (0.000 s), no
+/// config is deleted, owners change, `kubectl get nmp -o wide` shows `Releasing` with
+/// `TARGET` and `LEAVING`, every `NodesUpdating` batch is an Event line of its own; a
+/// selector shrunk to nothing releases one node per minReadySeconds and deletes the
+/// configs at the end; `kubectl nodemem release --now` (refused for a live policy and
+/// without `--now`) lets a deleted policy's held nodes go at once; a restarted
+/// controller keeps the finalizers, one stopped while its Deployment is at zero lets go
+/// of every policy and a deletion then needs no controller.
 #[tokio::test]
 async fn leaving_a_policy_is_a_rollout_and_never_strands_one() {
     let cp = own_control_plane().await;

@@ -295,6 +295,11 @@ fn restarts(p: &Paths) -> usize {
     std::fs::read_to_string(&p.restarts).map_or(0, |s| s.lines().count())
 }
 
+/// `enforcement: Kubelet` with the real agent: the drop-in passes the real kubelet's
+/// configuration validation; the Memory Manager state is removed when its policy
+/// changes; `KubeletRestartRequired` until a kubelet start shows in procfs; a restart
+/// command and a healthz wait; a kubelet version that cannot express the settings is
+/// refused and nothing is written; leaving Kubelet mode removes the drop-in.
 #[tokio::test]
 async fn kubelet_mode_renders_a_valid_drop_in_and_restarts_the_kubelet() {
     let cp = cluster();

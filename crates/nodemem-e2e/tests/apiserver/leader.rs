@@ -90,6 +90,14 @@ fn seconds_between(a: &AuditWrite, b: &AuditWrite) -> f64 {
     (b.received.as_millisecond() - a.received.as_millisecond()) as f64 / 1000.0
 }
 
+/// Two controller replicas as real processes with their own client certificates, one of
+/// them under Debian's `faketime -f +1h`, and a control plane whose audit log records
+/// every write (`control_plane::Options::audit_writes`): the replica an hour ahead
+/// writes nothing while the leader renews; the leader killed, restarted, the other
+/// killed, then the leader cut off by the proxy while an edit waits: it stops at its
+/// renew deadline, and the apiserver's writes read as four terms a b a b, never
+/// interleaved, each at least a Lease duration after the last write before it; the
+/// replica an hour ahead fails no node at its takeover.
 #[tokio::test]
 async fn replicas_with_clocks_an_hour_apart_and_a_cut_off_leader_never_write_at_once() {
     let cp = own_control_plane_with(Options {

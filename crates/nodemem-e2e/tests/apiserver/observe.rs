@@ -52,6 +52,12 @@ async fn reported(
     .await
 }
 
+/// `enforcement: Observe` on a real agent writes nothing, gives back what Agent set and
+/// reports `Applied=True Observing` with what Agent would write; its observation names
+/// the container whose working set (memory.current minus inactive page cache) stands
+/// above the would-be memory.high, with the kernel's memory.peak beside it, and not the
+/// one whose memory is page cache; an observed node writes its status at most once per
+/// `--status-refresh-seconds` when only figures change.
 #[tokio::test]
 async fn observe_writes_nothing_gives_back_and_reports_what_agent_would_write() {
     let cp = cluster();

@@ -72,6 +72,13 @@ fn until(
     }
 }
 
+/// The README's first-hour block, read from README.md and run line by line in bash with
+/// the real kubectl and `kubectl-nodemem` (the plugin's own binary) on the PATH against
+/// the kustomize install with two simulated nodes: label each node, apply the starter
+/// (Observe), `status` and `explain NODE` (the node under the starter, Observe), the
+/// starter switched to Agent with `sed`, `diff` (exit 1, cgroup values), apply,
+/// `kubectl wait` Ready, `status` (Agent, Complete); the starter's `minReadySeconds` at
+/// 1 second in the copy the commands read.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_readmes_first_hour_runs_as_written() {
     let repo = nodemem_e2e::repo_root();

@@ -34,6 +34,11 @@ async fn pod_events(client: &kube::Client, pod: &str, reason: &str) -> Vec<Event
     nodemem_testkit::clients::events_about(client, NS, pod, reason).await
 }
 
+/// `memoryQoS.relief` on a real agent: a container stalled at its memory.high is raised
+/// to its memory.max no sooner than sustainedSeconds, with a `MemoryHighRelieved`
+/// Event, `status.relief` and `Healthy=False ReliefNeeded`, kept over resyncs, restored
+/// after the period, then `ReliefRefused` when it chokes again; the page-cache
+/// container is never touched.
 #[tokio::test]
 async fn a_choking_container_is_relieved_then_restored_then_reported() {
     let cp = cluster();

@@ -533,6 +533,26 @@ fn an_agent_killed_comes_back(sandbox: &mut NoUi, shell: &Shell) {
     );
 }
 
+/// `nodemem sandbox` end to end: its live view driven in tmux (tables, one node's
+/// cgroup values, the ready text, Ctrl-C), then `--no-ui` with what a user types
+/// through the real kubectl and its plugin mechanism: `kubectl get nmp`, no drift in
+/// `kubectl diff -k` after the rollout and a GitOps field manager's server-side apply
+/// without conflicts, `kubectl nodemem status|explain` (JSON and tables, a NUMA node's
+/// pinned pods), `diff` (exit 0/1/2; its values equal `nodemem simulate`'s on the same
+/// node, pods and policy, and equal the cgroup files the agents write after `kubectl
+/// apply`), `pause` (nothing moves) and `resume`, `rollback` (files back to the old
+/// values, recorded in status, an Event; a second one refused), the ready text's "break
+/// a node" command stopping a new rollout at the node it broke (`MaxFailures`,
+/// `OOMKillBurst`), and a SIGINT that leaves no process or directory; the sandbox walks
+/// the delete-an-override path on its general pool (0.000 s without values of either
+/// policy), restarts an agent killed with SIGKILL as its DaemonSet would (the agent
+/// found among the sandbox's own descendants, `nodemem_testkit::process::descendants`,
+/// never by matching command lines across the machine) and waits for the pool to be
+/// ready again, checks the figures the README's tour quotes (explain, diff, status)
+/// against what it prints; the shell completes `kubectl nodemem` through the real
+/// kubectl's plugin completion (subcommands, `-o` values, the cluster's policies and
+/// nodes), a `--dry-run` (client and server) pauses nothing and says so, and the
+/// plugin's write names `kubectl-nodemem` in `managedFields`.
 #[test]
 fn the_sandbox_runs_live_and_the_plugin_drives_it() {
     live_view_in_tmux();

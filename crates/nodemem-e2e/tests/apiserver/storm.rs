@@ -191,6 +191,11 @@ fn diff(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>, code: &st
     after.get(code).unwrap_or(&0.0) - before.get(code).unwrap_or(&0.0)
 }
 
+/// The apiserver's priority and fairness refuses config writes (429, Retry-After)
+/// during a fan-out, then an admission webhook that cannot be called fails half the
+/// nodes' writes (500) for a minute while the policy changes: each fan-out completes,
+/// the refused writes and the controller's log lines about them stay bounded, and its
+/// metrics show the writes that waited for their backoff.
 #[tokio::test]
 async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log_lines() {
     let cp = own_control_plane().await;

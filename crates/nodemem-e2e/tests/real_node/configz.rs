@@ -17,6 +17,17 @@
 //!
 //! `/configz` is read on the node (`tests/node/probe/configz`): the bed's control plane
 //! cannot reach the node's kubelet port, so the apiserver's node proxy is not the way.
+//!
+//! The kubelet restarted with five layouts in turn (a YAML `--config` only; flags only,
+//! no file and no threshold; `--config-dir` only with JSON drop-ins; a JSON file with
+//! JSON drop-ins and a percentage threshold, as EKS; a file with `--eviction-hard` and
+//! `--kube-reserved` over it, as AKS), each setting the fields nodemem reads to values
+//! of its own: the kubelet's `/configz` (read on the node by `tests/node/probe/configz`
+//! with the node's client certificate: the control plane cannot reach the node's
+//! kubelet port) and `nodemem agent --print-kubelet -o json` run in the agent's
+//! container (`ctr tasks exec`: the agent's image, user and capabilities) agree on
+//! every field nodemem uses, and the file and drop-ins nodemem names are the layout's;
+//! the kubelet as installed again after, Ready.
 
 use super::*;
 

@@ -4,6 +4,21 @@
 //! start time and named like the kubelet, it was what nodemem took for the kubelet
 //! before it looked at mount namespaces; under `enforcement: Kubelet` it would have
 //! received nodemem's drop-in while the host's kubelet was restarted for it.
+//!
+//! The kubelet-mode phase it runs in: `enforcement: Kubelet`: the drop-in rendered into
+//! the kubelet's own `--config-dir` found from its process, the kubelet restarted, the
+//! config's `Applied` says the kubelet enforces the revision (`KubeletConfigured`); on
+//! v1.35, from the drop-in's old name `99-nodemem.conf` beside a site's `zz-site.conf`:
+//! the new name `~nodemem.conf` written, the old one removed, and the kubelet's
+//! `/configz` runs nodemem's factor, not the site's; beside it a decoy (`decoy.rs`): a
+//! pod whose process the kernel names `kubelet` (its command a link named `kubelet` to
+//! the workload's program), started after the node's kubelet, its command line naming a
+//! configuration of its own (Memory QoS on, 1Gi, factor 0.1) and a writable drop-in
+//! directory: the revision's drop-in lands in the host kubelet's directory only, the
+//! decoy's stays empty, the config reports the host's kubelet (systemd's MainPID) and
+//! names the decoy in `status.node.kubelet.ignored` and a `KubeletIgnored` Warning, the
+//! kubelet is restarted once for the revision and never for the decoy, and the decoy
+//! still runs.
 
 use super::*;
 

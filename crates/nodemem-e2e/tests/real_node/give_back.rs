@@ -5,6 +5,12 @@
 //! reports it, then the config, the Lease and the agent DaemonSet go. Afterwards no
 //! nodemem pod is left on the node and every memory.min, memory.low and memory.high
 //! under kubepods reads what this kubelet (Memory QoS off) leaves there: 0, 0, max.
+//!
+//! The chart's pre-delete hook command (`nodemem stand-down --give-back`, with the
+//! controller's identity) after the controller has stopped: the agent's pod releases
+//! what nodemem set on the real kernel and in systemd's units and reports it, then the
+//! config, the Lease and the agent DaemonSet go; every memory.min, memory.low and
+//! memory.high under kubepods reads what this kubelet leaves there: 0, 0, max.
 
 use super::*;
 

@@ -5,6 +5,14 @@
 //! pre-delete hook as the chart's pod, which gives the node back before the release's
 //! objects go. Afterwards no nodemem pod or object is left, the policies (the user's)
 //! hold no finalizer, and every memory file reads what this kubelet leaves there.
+//!
+//! `helm install` runs the controller as the chart's Deployment on the node itself,
+//! which deploys the agent and sets nodemem's values again; `helm test` runs the
+//! chart's test pod (the image's `nodemem check`) on the node and it succeeds; `helm
+//! uninstall` runs the pre-delete hook as the chart's pod (`--hook-of-release`: the
+//! Deployment is the release's), which gives the node back before the release's objects
+//! go; no nodemem pod or object is left, the policies hold no finalizer, and every
+//! memory file reads what the kubelet leaves there.
 
 use super::*;
 use give_back::{all_given_back, nodemem_values};

@@ -1,6 +1,25 @@
 //! Phase: the kubelet's own Memory QoS is the reference: what it writes at the QoS
 //! levels, pod slices and container scopes is what `nodemem simulate` predicts, on the
 //! v1.36.3 kubelet with its two known departures and on the v1.37.2 kubelet with none.
+//!
+//! The node boots with the kubelet's own Memory QoS (gate `MemoryQoS`,
+//! `memoryReservationPolicy: TieredReservation` where the version has it, factor 0.9)
+//! and pods of every QoS class (Guaranteed; Burstable with an init container, a
+//! restartable sidecar and a container without a limit; BestEffort; pod-level
+//! resources) run without nodemem, and beside them three pods drawn from a seed
+//! (`shapes.rs`, issue 58: one to three containers without resources, with a request, a
+//! request and a limit, a limit alone or Guaranteed; an init container, a sidecar,
+//! pod-level resources, a RuntimeClass with overhead; quantities in binary and decimal
+//! suffixes, bytes, fractions and exponents; the seed is the commit's: every commit
+//! draws new shapes and CI draws the ones a local run of that commit drew; printed,
+//! `NODEMEM_SHAPES_SEED` draws it again; their first run found two classes the listed
+//! pods never met: a sidecar without resources is one of the v1.36 kubelet's containers
+//! without memory.high, and a decimal quantity, `88M`, is held by the kernel in whole
+//! pages, so the comparison is of what the kernel holds): every memory.min/low/high/max
+//! the kubelet wrote equals `nodemem simulate`'s prediction for the same Node, pods and
+//! kubelet configuration, except the two places where the v1.36.3 kubelet differs from
+//! its KEP and nodemem follows the v1.37 fixes (named in the test, which requires both
+//! to show; docs/reference.md).
 
 use super::*;
 

@@ -125,6 +125,15 @@ const SYSTEMD_NODE_PHASES: Duration = Duration::from_secs(1_800);
 const V137_NODE_PHASES: Duration = Duration::from_secs(1_400);
 
 /// Kubelet v1.36.3, then v1.35.4 in its place (`v135.rs`).
+///
+/// Its phases: systemd driver, kubelet v1.36.3: kubelet-reference,
+/// kubelet-without-memory-qos, install, reports, kubelet-discovery, configz,
+/// simulate-prediction, explain, owners, nri, nri-restarts, reaction, observation,
+/// relief, agents-blocked, numa, token, give-back, helm; then, on the same node,
+/// kubelet v1.35.4 in its place (Memory QoS alpha, gate off by default, no
+/// `memoryReservationPolicy`), its phases named `v1.35.4 ...`: kubelet-version (the
+/// swap), kubelet-reference, kubelet-without-memory-qos, install, configz,
+/// simulate-prediction, explain, owners (the kubelet's events), kubelet-mode, numa.
 #[test]
 fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
     real_node_runs_pods_and_nodemem("real-systemd");
@@ -133,6 +142,13 @@ fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
 /// The v1.37 node runs the cgroupfs driver: one boot per kubelet version, and the
 /// driver the v1.35 and v1.36 nodes do not run (the cgroupfs phases were a v1.36 node of
 /// their own until 2026-11-29).
+///
+/// Its phases: kubelet v1.37.2 (Memory QoS beta, gate on by default, no factor by
+/// default), cgroupfs driver: kubelet-version, kubelet-reference,
+/// pod-level-memory-high, kubelet-reference-without-factor, kubelet-float,
+/// kubelet-at-defaults, install, reports, configz, no-conflict-at-defaults,
+/// simulate-prediction, explain, owners, reclaim, give-back, kubelet-mode (on nodemem
+/// installed again after the give-back), numa.
 #[test]
 fn a_real_v1_37_cgroupfs_node_is_the_reference_and_runs_nodemem_beside_its_defaults() {
     v137::a_v1_37_node(Driver::Cgroupfs, "real-v137");

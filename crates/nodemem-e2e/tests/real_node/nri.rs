@@ -3,6 +3,16 @@
 //! process reads them from its own cgroup at its start. The plugin survives containerd
 //! restarts and its own death without holding pods up, and without NRI the node reports
 //! the reaction as its path and the reaction holds the values.
+//!
+//! The config reports `containerValues.path: NRI` with `containerd v2.2.9`; over 6 real
+//! pod starts at once (`make bench-node`: 60; 10 until 2026-11-29, each start judged on
+//! its own) every container's OCI spec (containerd's bundle) carries nodemem's
+//! memory.low and memory.high in `linux.resources.unified` and the container's process
+//! (`workload -report-cgroup`) reads exactly those from its own cgroup at its start; no
+//! request is answered without values (`unknown_pod` 0) and the runtime never closes
+//! the plugin (a miss is explained with the agent's counters and containerd's words); a
+//! pod kept past the agent's passes holds its spec's values unchanged;
+//! CreateContainer's answer p99 stays under the 2 s budget.
 
 use std::collections::BTreeMap;
 

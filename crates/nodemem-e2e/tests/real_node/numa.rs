@@ -8,6 +8,27 @@
 //! kubelet's state file removed, the kubelet restarted through systemd's D-Bus API
 //! from the agent's pod). Both times the node's cpuset.mems, and the kubelet's own
 //! `memory_manager_state`, must be what `nodemem simulate --numa` predicts.
+//!
+//! Where it runs and what it checks: the Memory Manager's code differs in each version:
+//! v1.36 added pod-level resources to the Static policy (`AllocatePod`, the pod scope,
+//! a new state validation), v1.37 gave `AllocatePod` and the hints the pod's lifecycle
+//! operation, `pkg/kubelet/cm/memorymanager`; so on each: the last phase of the v1.35
+//! kubelet and of the v1.37 node, after kubelet-mode, which the agent first leaves: its
+//! drop-in removed, the kubelet restarted without it; on the v1.36 kubelet before the
+//! token phase, from the installed Agent policy and back to it at the end (the agent
+//! leaves Kubelet mode: its drop-in gone, the kubelet's `memory_manager_state` says
+//! `None`); the pods of `default` removed first): the pool's policy becomes one with
+//! the Static Memory Manager; under `enforcement: Agent` the agent pins three
+//! Guaranteed pods sized to need both NUMA nodes: cpuset.mems and cpuset.mems.effective
+//! of each container are what `nodemem simulate --numa` predicts for the topology the
+//! agent reported, on the systemd driver also after `systemctl daemon-reload`
+//! (AllowedMemoryNodes); then `enforcement: Kubelet`: the controller drains the node,
+//! the agent writes its drop-in into the kubelet's `--config-dir`, removes
+//! `memory_manager_state` and restarts `kubelet.service` through systemd's D-Bus API
+//! from its pod, the node comes back uncordoned; three new Guaranteed pods: the
+//! kubelet's own `memory_manager_state` (each container's NUMA affinity, and each NUMA
+//! node's memory map: total, systemReserved, allocatable, reserved, free) and
+//! cpuset.mems.effective equal simulate's prediction.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

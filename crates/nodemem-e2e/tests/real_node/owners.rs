@@ -1,4 +1,19 @@
 //! Phase: nodemem's values survive their files' other owners (systemd's reloads and property changes, containerd and kubelet restarts, a resize, a container restart): the longest stretch with a value not nodemem's.
+//!
+//! The agent's own container keeps its runtime's values (the kernel forbids the write);
+//! a monitor on the node records every change of every file nodemem holds through
+//! `systemctl daemon-reload`, a property change of the burstable slice, a containerd
+//! restart (these three not for the v1.35 kubelet, the systemd node's second:
+//! `owners::Events::KubeletOnly`, since 2026-11-30: systemd and containerd do them
+//! without reading the kubelet, and under the v1.36 kubelet before it they ran on the
+//! same node with the same programs), a kubelet restart and its QoS update
+//! (`UpdateCgroups`, which runs at the kubelet's start, every minute and in the sync of
+//! a pod whose cgroup does not exist yet: unless its minute has passed during the other
+//! events, a new BestEffort pod brings it at once instead of a wait for the minute,
+//! since 2026-11-29; on a slow machine, 88 s after the restart, the periodic one had
+//! run already), an in-place resize (nodemem's new memory.high follows) and a container
+//! restart (the new cgroup gets its values); any moment a value is not nodemem's fails
+//! the test with the file, both values and the event before it.
 
 use super::*;
 

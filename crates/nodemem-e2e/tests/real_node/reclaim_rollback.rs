@@ -1,5 +1,16 @@
 //! Phase "reclaim", second: a revision whose reclaim takes what a pod reads is rolled
 //! back by the refault gate, on the real kernel.
+//!
+//! From that Active revision, a revision whose reclaim heeds neither refaults
+//! (`maxRefaultsPerSecond: 1000000`) nor pressure, rolled out with `failurePolicy:
+//! Rollback`, `minReadySeconds: 60` and `health.maxRefaultsPerSecond: 20`. The agent
+//! measures the hot pod reading back what is taken (`Healthy=False SustainedRefaults`),
+//! the controller fails the node and the pool returns by itself: `rolledBackRevision`,
+//! `Degraded=True RolledBack`, the node's config back on the careful revision, and the
+//! policy's `RollingBack` Event carries the agent's words. Then the spec says the
+//! careful revision again and the rollback is cleared. Measured 2026-11-28: "a managed
+//! pod reads back 827 evicted page(s) a second (...; tolerated: 20)" (1,164 in another
+//! run), back in about 10 s.
 
 use super::reclaim_cold::refaults;
 use super::*;

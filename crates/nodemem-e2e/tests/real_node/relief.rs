@@ -1,4 +1,12 @@
 //! Phase (systemd driver): relief on a real kernel: a container memory.high chokes is relieved, restored and reported.
+//!
+//! Under `Agent` with `memoryQoS.relief`, a container that keeps mapping memory past
+//! its 160Mi memory.high stalls (PSI `full`); the agent, woken by its PSI trigger
+//! (every watched container has one armed from the agent's capability-less pod, none is
+//! read on every tick, `nodemem_agent_relief_triggers_fired_total` counts the firing),
+//! raises memory.high to the 256Mi memory.max, puts it back after the relief period and
+//! reports it (`ReliefRefused`) when it chokes again; the page-cache container is never
+//! relieved.
 
 use super::*;
 
