@@ -137,7 +137,7 @@ image-check:
 	  NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_RELEASE_DIR NODEMEM_RELEASE_PUBLIC_KEY NODEMEM_IMAGE_LAYOUT NODEMEM_CONTROL_PLANE_BIN && \
 	  bash tests/scripts/build-krew.sh >/dev/null && \
-	  $(CARGO) test -p nodemem-e2e --features image-tests --test image --test release --locked
+	  $(CARGO) test -p nodemem-e2e --features image-tests --test image --test release --test dependencies --locked
 
 ## vm: tests inside a real Linux kernel (qemu, two NUMA nodes, cgroup v2)
 vm:

@@ -23,6 +23,9 @@
 #   nodemem_vX.Y.Z_image.minisig           and over the image index (the image's digest)
 #   nodemem.pub                            the public key, when given
 #
+# Before anything is built, cargo-deny checks the dependencies against deny.toml
+# (licences, banned crates, sources): a release refuses what it does not allow.
+#
 # macOS: linking for darwin needs Apple's SDK (the Security and CoreFoundation
 # frameworks), which is not redistributable: on Linux the plugin is compiled for both
 # darwin targets (cargo-zigbuild check: every crate, no link) and the darwin archives
@@ -71,6 +74,14 @@ done
 # helm: the one on PATH, else the one the test bed builds from its module.
 helm="$(command -v helm || echo "$(bash "$repo/tests/scripts/build-control-plane.sh")/helm")"
 cyclonedx="$(bash "$repo/tests/scripts/build-cyclonedx.sh")"
+cargo_deny="$(bash "$repo/tests/scripts/build-cargo-deny.sh")"
+
+# 0. What the binaries link, as deny.toml allows: licences, no banned crate, crates.io
+#    only (advisories: the workflow's own step, their database being on GitHub).
+say "checking the dependencies' licences, bans and sources (cargo-deny, deny.toml)"
+(cd "$repo" && "$cargo_deny" --frozen --workspace --config deny.toml \
+  check licenses bans sources) >&2 ||
+  die "cargo deny check refused the dependencies (above): a release ships only what deny.toml allows"
 
 # A release replaces an earlier release in DIR, never anything else.
 if [[ -d "$out" && -n "$(ls -A "$out")" && ! -f "$out/checksums.txt" ]]; then
