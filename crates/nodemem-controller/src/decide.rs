@@ -6,16 +6,24 @@
 //! objects.
 
 mod admission;
+// The pure helpers the stages share: leaving a policy, the health gate, a node's
+// failure, the policy's status words, the recommendation, the rollout settings.
 mod agent_blocks;
 mod conditions;
 mod crd_outdated;
 mod drains;
+pub(crate) mod handoff;
+pub(crate) mod health;
 #[cfg(test)]
 mod incremental_tests;
 pub(crate) mod index;
+pub mod node_failure;
+pub(crate) mod policy_status;
+pub(crate) mod recommendation;
 mod repair;
 pub(crate) mod rollout_index;
 mod round;
+pub(crate) mod settings;
 mod signals;
 mod target;
 mod view;
@@ -26,11 +34,13 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::decide::handoff::{
+    decide_deleted_policy, finalizer_orders, release_unselected, Leaving,
+};
+use crate::decide::health::health_conditions;
+use crate::decide::policy_status::finish;
+pub use crate::decide::settings::released_settings;
 use crate::decision::Decision;
-use crate::handoff::{decide_deleted_policy, finalizer_orders, release_unselected, Leaving};
-use crate::health::health_conditions;
-use crate::policy_status::finish;
-pub use crate::settings::released_settings;
 use crate::world::World;
 use admission::{admission_conditions, never_accepted_status, opening_status};
 use conditions::{announce_no_nodes, announce_updating, record_progress, rollout_conditions};

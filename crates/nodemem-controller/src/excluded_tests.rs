@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::agent_pod::AgentPod;
+use crate::agents::pod::AgentPod;
 use crate::decide::decide;
 use crate::tests::{apply, policy, settle, T0};
 use crate::world::World;

@@ -3,49 +3,32 @@
 //!
 //! * [`world`]: what the watches said (pure index).
 //! * [`decide`]: resolution, rollout steps and config writes (pure), into a
-//!   [`decision::Decision`]; `policy_status` builds each policy's status in it,
-//!   `health` its `Ready`, `Reconciling` and `Stalled` (what GitOps tools read);
-//!   `handoff`: nodes leaving a policy (deleted, no longer selecting them) and its
-//!   finalizer; `settings`: rollout parameters and the released settings.
-//! * `stand_down`: a controller stopped for good lets go of every policy.
-//! * [`node_failure`]: why a node failed its rollout, for conditions and Events.
-//! * `recommendation`: the throttling factor a pool tolerates, from its nodes'
-//!   observation (policy status).
-//! * [`mod@run`]: the watches and the writes around them; [`lease`] elects the leader,
-//!   [`daemonset`] builds the agents' DaemonSet, [`metrics`] counts what happens.
+//!   [`decision::Decision`]; beside its stages, `decide::policy_status` builds each
+//!   policy's status, `decide::health` its `Ready`, `Reconciling` and `Stalled` (what
+//!   GitOps tools read), `decide::handoff` moves nodes leaving a policy and lets go of
+//!   its finalizer, [`decide::node_failure`] says why a node failed its rollout,
+//!   `decide::recommendation` the factor a pool tolerates, `decide::settings` the
+//!   rollout parameters.
+//! * [`mod@run`]: the watches and the writes around them, through [`queue`], [`mod@write`]
+//!   (backoff, retries, failures, field managers) and [`metrics`].
+//! * [`agents`]: the agents' DaemonSet ([`agents::daemonset`]) and what blocks them.
+//! * [`leadership`]: the Lease ([`leadership::lease`]), `nodemem check`, the stand-down
+//!   and the give-back.
 //!
 //! An agent's report on its config is read with `nodemem_api::report`, the rule
 //! `kubectl nodemem` shows too.
 
-pub mod agent_placement;
-pub mod agent_pod;
-mod agent_upkeep;
 pub mod agents;
-pub mod backoff;
-pub mod check;
 mod crd_check;
-pub mod daemonset;
 pub mod decide;
 pub mod decision;
 mod drain;
-mod field_managers;
-pub mod give_back;
-mod handoff;
-mod health;
-pub mod lease;
+pub mod leadership;
 pub mod metrics;
-pub mod modes;
-pub mod node_failure;
-mod own_image;
-mod policy_status;
 pub mod queue;
-mod recommendation;
-mod retries;
 pub mod run;
-mod settings;
-mod stand_down;
 pub mod world;
-pub mod write_failures;
+pub mod write;
 
 use std::path::PathBuf;
 
@@ -137,8 +120,8 @@ pub struct ControllerArgs {
     /// runtime's NRI socket where it answers, else the reaction (auto); NRI only, without
     /// mounting the runtimes' container records (on); the reaction only, without
     /// mounting the NRI socket (off).
-    #[arg(long, value_enum, default_value_t = daemonset::AgentNri::Auto)]
-    pub agent_nri: daemonset::AgentNri,
+    #[arg(long, value_enum, default_value_t = agents::daemonset::AgentNri::Auto)]
+    pub agent_nri: agents::daemonset::AgentNri,
     /// The agents' state directory on the hosts (a hostPath).
     #[arg(long, default_value = "/var/lib/nodemem")]
     pub agent_state_dir: String,
@@ -148,14 +131,14 @@ pub struct ControllerArgs {
     /// talks to systemd, the kubelet's restart and --config-dir only with Kubelet), and
     /// a policy asking for another mode is refused (Accepted=False).
     #[arg(long, default_value = "Agent,Kubelet,Observe")]
-    pub agent_enforcement_modes: modes::EnforcementModes,
+    pub agent_enforcement_modes: agents::modes::EnforcementModes,
     /// The agents' pods as a JSON object (the chart's agent values): resources,
     /// nodeSelector (default: Linux nodes), affinity (ANDed with the policies'
     /// selectors), tolerations (default: all), priorityClassName, podAnnotations,
     /// podLabels, logLevel (error, warn, info, debug, trace), env. Absent fields take
     /// their defaults; an unknown one is refused by name.
-    #[arg(long, value_name = "JSON", value_parser = agent_pod::AgentPod::parse_boxed)]
-    pub agent_pod: Option<Box<agent_pod::AgentPod>>,
+    #[arg(long, value_name = "JSON", value_parser = agents::pod::AgentPod::parse_boxed)]
+    pub agent_pod: Option<Box<agents::pod::AgentPod>>,
     /// The controller's own Deployment in --namespace: stopped (SIGTERM) while it is
     /// gone, being deleted or scaled to zero, the controller stands down: it removes its
     /// handoff finalizer from every policy, so that none is left Terminating without a
@@ -192,7 +175,7 @@ pub fn check_command(args: &CheckArgs) -> Result<Outcome, CliError> {
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     let said = runtime.block_on(async {
         let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
-        check::check(
+        leadership::check::check(
             &client,
             &args.namespace,
             &args.deployment,
@@ -249,11 +232,11 @@ pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
     let (released, given) = runtime.block_on(async {
         let client = nodemem_plumbing::kubeclient::client(args.kubeconfig.as_deref(), None).await?;
         if let Some(release) = &args.hook_of_release {
-            stand_down::check_hook(&client, &args.namespace, &args.deployment, release)
+            leadership::stand_down::check_hook(&client, &args.namespace, &args.deployment, release)
                 .await
                 .map_err(CliError::one)?;
         }
-        let released = stand_down::before_uninstall(
+        let released = leadership::stand_down::before_uninstall(
             &client,
             &args.namespace,
             &args.deployment,
@@ -263,11 +246,11 @@ pub fn stand_down_command(args: &StandDownArgs) -> Result<Outcome, CliError> {
         .map_err(CliError::one)?;
         let given = if args.give_back {
             Some(
-                give_back::give_back(
+                leadership::give_back::give_back(
                     &client,
                     &args.namespace,
-                    lease::LEASE,
-                    daemonset::NAME,
+                    leadership::lease::LEASE,
+                    agents::daemonset::NAME,
                     std::time::Duration::from_secs(args.give_back_seconds),
                 )
                 .await
@@ -309,7 +292,8 @@ async fn agent_image(
         (Some(image), _) => Ok(Some(image.clone())),
         (None, Some(container)) => {
             let pod = std::env::var("POD_NAME").ok();
-            let image = own_image::read(client, &args.namespace, pod.as_deref(), container).await?;
+            let image =
+                agents::own_image::read(client, &args.namespace, pod.as_deref(), container).await?;
             tracing::info!(%image, container = %container, "the agents take the image of the controller's own container");
             Ok(Some(image))
         }
@@ -318,8 +302,8 @@ async fn agent_image(
 }
 
 /// How the agents' DaemonSet is built, from the controller's --agent-* arguments.
-fn agent_deploy(args: &ControllerArgs, image: String) -> daemonset::AgentDeploy {
-    daemonset::AgentDeploy {
+fn agent_deploy(args: &ControllerArgs, image: String) -> agents::daemonset::AgentDeploy {
+    agents::daemonset::AgentDeploy {
         namespace: args.namespace.clone(),
         image,
         image_pull_secrets: args.agent_image_pull_secrets.clone(),
@@ -410,7 +394,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
         .build()
         .map_err(|e| CliError::one(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
-        let stop = stand_down::Stop::listen();
+        let stop = leadership::stand_down::Stop::listen();
         if let Some(addr) = metrics_addr {
             let bound = nodemem_plumbing::endpoints::serve(addr, controller.metrics.clone())
                 .await
@@ -427,21 +411,21 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             controller.metrics.leading();
             return tokio::select! {
                 r = controller.run(client.clone()) => r.map_err(|e| CliError::one(e.to_string())),
-                () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
-                    stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
+                () = leadership::stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
+                    leadership::stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                     stop.requested().await;
                     Ok(())
                 }
                 () = stop.requested() => {
-                    stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
+                    leadership::stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                     Ok(())
                 }
             };
         }
-        let lock = lease::LeaseLock::new(
+        let lock = leadership::lease::LeaseLock::new(
             client.clone(),
             &args.namespace,
-            lease::LEASE,
+            leadership::lease::LEASE,
             identity(args),
             std::time::Duration::from_secs(args.lease_seconds.max(3)),
         );
@@ -457,7 +441,7 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
                 return Ok(());
             }
         };
-        if stand_down::none_follows_now(&client, &args.namespace, args.deployment.as_deref()).await {
+        if leadership::stand_down::none_follows_now(&client, &args.namespace, args.deployment.as_deref()).await {
             tracing::info!("took the Lease, but the controller's Deployment is gone, being deleted or at zero: not deciding");
             stop.requested().await;
             return Ok(());
@@ -479,13 +463,13 @@ pub fn run(args: &ControllerArgs) -> Result<Outcome, CliError> {
             _ = &mut kept.0 => Err(CliError::one("lost the leader Lease; exiting so that one replica leads")),
             // Stops deciding before its SIGTERM: an uninstall's hook is about to give
             // the nodes back and delete what this controller would put back.
-            () = stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
-                stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
+            () = leadership::stand_down::no_controller_follows(&client, &args.namespace, args.deployment.as_deref()) => {
+                leadership::stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                 stop.requested().await;
                 Ok(())
             }
             () = stop.requested() => {
-                stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
+                leadership::stand_down::stand_down(&client, &args.namespace, args.deployment.as_deref()).await;
                 Ok(())
             }
         }

@@ -37,7 +37,7 @@ struct WriteLabel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCategory {
     /// The apiserver refused or failed a write (configs, deletions and statuses back off
-    /// per object, `crate::backoff`; the rest are retried at the next decision).
+    /// per object, `crate::write::backoff`; the rest are retried at the next decision).
     ApiWrite,
     /// A watch failed (retried with backoff).
     Watch,
@@ -212,7 +212,7 @@ impl Metrics {
     /// The objects backing off now, by kind (kinds not named have none; every kind has a
     /// series, so that a scrape never sees one missing).
     pub fn backing_off(&self, by_kind: &std::collections::BTreeMap<&'static str, usize>) {
-        for kind in crate::backoff::KINDS {
+        for kind in crate::write::backoff::KINDS {
             let n = by_kind.get(kind).copied().unwrap_or(0);
             self.backing_off
                 .get_or_create(&KindLabel { kind })

@@ -20,7 +20,7 @@ use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::daemonset::AgentDeploy;
+use crate::agents::daemonset::AgentDeploy;
 use crate::decide::Decider;
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder};
 use crate::drain::rfc3339;
@@ -29,7 +29,7 @@ use crate::world::World;
 use nodemem_api::report::{READY_SINCE, SPEC_CHANGED_AT};
 use nodemem_api::watch_index::{Learned, Watched};
 
-pub use crate::field_managers::{FIELD_MANAGER, FINALIZER_MANAGER};
+pub use crate::write::field_managers::{FIELD_MANAGER, FINALIZER_MANAGER};
 
 enum Update {
     Policy(Box<Event<NodeMemoryPolicy>>),
@@ -63,7 +63,7 @@ struct ControllerWatches {
     /// what they tell is unknown until both have listed.
     agents: Option<(Watched<Pod>, Watched<CoreEvent>)>,
     /// The agent DaemonSet (when the controller deploys the agents): until it listed,
-    /// no drift is known (`crate::agents::AgentPods::daemonset_drifted`).
+    /// no drift is known (`crate::agents::blocked::AgentPods::daemonset_drifted`).
     daemonset: Watched<DaemonSet>,
 }
 
@@ -241,8 +241,8 @@ pub struct Controller {
     pub write_concurrency: usize,
     /// Watch events queued for the decisions at most (`crate::queue`).
     pub event_queue: usize,
-    /// The enforcement modes the install allows (`crate::modes`).
-    pub enforcement: crate::modes::EnforcementModes,
+    /// The enforcement modes the install allows (`crate::agents::modes`).
+    pub enforcement: crate::agents::modes::EnforcementModes,
 }
 
 type UpdateStream = futures::stream::BoxStream<'static, Result<Update, watcher::Error>>;
@@ -254,7 +254,8 @@ fn agent_watches(client: &Client, namespace: &str) -> Vec<UpdateStream> {
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
     let daemonset = watcher::watcher(
         daemonsets,
-        watcher::Config::default().fields(&format!("metadata.name={}", crate::daemonset::NAME)),
+        watcher::Config::default()
+            .fields(&format!("metadata.name={}", crate::agents::daemonset::NAME)),
     )
     .default_backoff()
     .modify(|d| d.metadata.managed_fields = None)
@@ -265,7 +266,7 @@ fn agent_watches(client: &Client, namespace: &str) -> Vec<UpdateStream> {
         pods,
         watcher::Config::default().labels(&format!(
             "app.kubernetes.io/name={}",
-            crate::daemonset::NAME
+            crate::agents::daemonset::NAME
         )),
     )
     .default_backoff()
@@ -275,7 +276,7 @@ fn agent_watches(client: &Client, namespace: &str) -> Vec<UpdateStream> {
         events,
         watcher::Config::default().fields(&format!(
             "involvedObject.kind=DaemonSet,involvedObject.name={}",
-            crate::daemonset::NAME
+            crate::agents::daemonset::NAME
         )),
     )
     .default_backoff()
@@ -342,7 +343,7 @@ impl Controller {
         let (received, reader) = crate::queue::start(updates, self.event_queue);
         let _reader = AbortOnDrop(reader);
         let mut upkeep = self.agents.clone().map(|deploy| {
-            crate::agent_upkeep::AgentUpkeep::new(&client, deploy, self.deployment.clone())
+            crate::agents::upkeep::AgentUpkeep::new(&client, deploy, self.deployment.clone())
         });
         let mut world = World::default();
         world.installed_modes = self.enforcement;
@@ -350,9 +351,9 @@ impl Controller {
         world.agents = self
             .agents
             .as_ref()
-            .map(|_| crate::agents::AgentPods::of(crate::daemonset::NAME));
+            .map(|_| crate::agents::blocked::AgentPods::of(crate::agents::daemonset::NAME));
         let mut decider = Decider::default();
-        let mut retries = crate::retries::Retries::default();
+        let mut retries = crate::write::retries::Retries::default();
         let mut inbox = Inbox::new(received, self.metrics.clone(), self.agents.is_some());
         info!(
             agents = self.agents.is_some(),
@@ -415,7 +416,7 @@ impl Controller {
         world: &mut World,
         inbox: &mut Inbox,
         apis: &Apis<'_>,
-        retries: &mut crate::retries::Retries,
+        retries: &mut crate::write::retries::Retries,
         now: i64,
     ) {
         let Apis {
@@ -540,7 +541,7 @@ impl Controller {
     }
 }
 
-/// The kinds of write that back off per object (`crate::backoff::KINDS`).
+/// The kinds of write that back off per object (`crate::write::backoff::KINDS`).
 const CONFIG: &str = "config";
 const DELETE: &str = "config_delete";
 const STATUS: &str = "policy_status";
@@ -736,7 +737,7 @@ impl Controller {
         values: Vec<(String, String)>,
     ) -> Vec<(String, kube::Error)> {
         let params = PatchParams {
-            field_manager: Some(crate::field_managers::FIELD_MANAGER.into()),
+            field_manager: Some(crate::write::field_managers::FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
         let params = &params;

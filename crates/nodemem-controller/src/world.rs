@@ -78,7 +78,7 @@ pub struct World {
     placement: u64,
     /// What keeps agents from starting, when this controller deploys them (None: the
     /// agents are deployed some other way, and nothing is known of their pods).
-    pub agents: Option<crate::agents::AgentPods>,
+    pub agents: Option<crate::agents::blocked::AgentPods>,
     /// The fields the installed CRDs lack against this build's (`crate::crd_check`);
     /// None: not read (yet).
     pub crd_gaps: Option<BTreeMap<String, Vec<String>>>,
@@ -104,13 +104,13 @@ pub struct World {
     /// deletions ([`World::delete_own_config`]) are not remembered.
     pub vanished: BTreeMap<String, nodemem_api::NodeMemoryConfigSpec>,
     /// The enforcement modes the install deploys its agents for: a policy asking for
-    /// another is refused (`crate::modes`).
-    pub installed_modes: crate::modes::EnforcementModes,
+    /// another is refused (`crate::agents::modes`).
+    pub installed_modes: crate::agents::modes::EnforcementModes,
     /// The agents' pod as this controller deploys it: a node its nodeSelector or
     /// required node affinity keeps it off is excluded from the policies' pools
-    /// (`crate::agent_placement`). None (agents deployed some other way): every node
+    /// (`crate::agents::placement`). None (agents deployed some other way): every node
     /// counts. Set once at the start; it never changes while the controller runs.
-    pub agent_pod: Option<crate::agent_pod::AgentPod>,
+    pub agent_pod: Option<crate::agents::pod::AgentPod>,
     /// Nodes whose config's [`nodemem_api::report::READY_SINCE`] stamp is not what
     /// this controller keeps as `good_seen_at` (a report it saw turn good, or saw good
     /// first without a stamp): to be stamped, so that a controller after it counts
@@ -185,7 +185,7 @@ impl World {
     }
 
     /// Changes with every change to the policies, a node's labels, or which nodes
-    /// have a config (`crate::daemonset` reads nothing else of the world).
+    /// have a config (`crate::agents::daemonset` reads nothing else of the world).
     pub fn placement(&self) -> u64 {
         self.placement
     }
@@ -265,9 +265,9 @@ impl World {
     pub fn agent_excluded(&self, node: &str) -> Option<String> {
         let agent = self.agent_pod.as_ref()?;
         let labels = self.nodes.get(node)?;
-        crate::agent_placement::refused(
+        crate::agents::placement::refused(
             agent,
-            &crate::agent_placement::NodePlace {
+            &crate::agents::placement::NodePlace {
                 name: node,
                 labels,
                 taints: &[],
@@ -534,8 +534,8 @@ impl WatchIndex<k8s_openapi::api::apps::v1::DaemonSet> for World {
         d.metadata.name.clone()
     }
     fn apply(&mut self, d: &k8s_openapi::api::apps::v1::DaemonSet) -> bool {
-        let seen = crate::agents::SeenDaemonSet {
-            version: crate::agents::DaemonSetVersion {
+        let seen = crate::agents::blocked::SeenDaemonSet {
+            version: crate::agents::blocked::DaemonSetVersion {
                 uid: d.metadata.uid.clone().unwrap_or_default(),
                 generation: d.metadata.generation.unwrap_or(0),
             },

@@ -73,10 +73,7 @@ const SOURCES: &[&str] = &[
     "crates/nodemem-agent/src/kubelet_mode.rs",
     "crates/nodemem-controller/src/decide.rs",
     "crates/nodemem-controller/src/decide/",
-    "crates/nodemem-controller/src/policy_status.rs",
-    "crates/nodemem-controller/src/health.rs",
-    "crates/nodemem-controller/src/agents.rs",
-    "crates/nodemem-controller/src/handoff.rs",
+    "crates/nodemem-controller/src/agents/blocked.rs",
     "crates/nodemem-controller/src/run.rs",
     // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
     "crates/nodemem-model/src/warning.rs",
@@ -142,7 +139,7 @@ const NOT_REASONS: &[&str] = &[
     "Unknown",
     "Running",
     "Succeeded",
-    // A pod condition type the controller reads (agents.rs), not one it writes.
+    // A pod condition type the controller reads (agents/blocked.rs), not one it writes.
     "PodScheduled",
     "Failed",
     "Apply",

@@ -342,7 +342,7 @@ fn main() {
     // What a memory limit must hold: the most the agent was resident at any time since
     // it started (its first list of pods and first pass included), against the chart's
     // default limit.
-    let limit_mib: f64 = nodemem_controller::agent_pod::DEFAULT_MEMORY_LIMIT
+    let limit_mib: f64 = nodemem_controller::agents::pod::DEFAULT_MEMORY_LIMIT
         .trim_end_matches("Mi")
         .parse()
         .expect("the default limit in Mi");

@@ -73,7 +73,7 @@ mod tests {
             .get_arguments()
             .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
             .collect();
-        for flag in nodemem_controller::agent_pod::EXTRA_ARGS {
+        for flag in nodemem_controller::agents::pod::EXTRA_ARGS {
             assert!(
                 flags.iter().any(|f| f == flag),
                 "{flag} is not in {flags:?}"
@@ -81,7 +81,7 @@ mod tests {
         }
         for own in ["--cgroup-root", "--kubelet-writes", "--nri-socket"] {
             assert!(flags.iter().any(|f| f == own), "{own}");
-            assert!(!nodemem_controller::agent_pod::EXTRA_ARGS.contains(&own));
+            assert!(!nodemem_controller::agents::pod::EXTRA_ARGS.contains(&own));
         }
     }
 }

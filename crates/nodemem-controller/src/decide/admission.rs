@@ -9,9 +9,9 @@ use nodemem_api::policy::ExcludedNode;
 use nodemem_api::NodeMemoryPolicyStatus;
 
 use super::view::{PolicyView, Pool};
+use crate::decide::health::health_conditions;
+use crate::decide::policy_status::finish;
 use crate::decision::Decision;
-use crate::health::health_conditions;
-use crate::policy_status::finish;
 use nodemem_api::conditions::condition;
 
 /// The figures every status has, whatever the rollout does.

@@ -1,5 +1,5 @@
 //! `AgentsBlocked`: the pool's nodes whose agent cannot start, and why, in the words of
-//! the agents' pods and the DaemonSet's Events (`crate::agents`), so that an install
+//! the agents' pods and the DaemonSet's Events (`crate::agents::blocked`), so that an install
 //! that cannot work says so within a minute rather than at the progress deadline.
 
 use std::collections::BTreeSet;

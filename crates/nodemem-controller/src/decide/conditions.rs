@@ -9,10 +9,10 @@ use nodemem_model::cluster::rollout::{NodePhase, RolloutState};
 
 use super::round::{Round, NAMED_FAILURES};
 use super::target::rollback_cause;
+use crate::decide::handoff::Leaving;
+use crate::decide::node_failure::failed_text;
+use crate::decide::recommendation::recommendation;
 use crate::decision::{Decision, PolicyEvent};
-use crate::handoff::Leaving;
-use crate::node_failure::failed_text;
-use crate::recommendation::recommendation;
 use nodemem_api::conditions::condition;
 
 /// After a rollback the pool is back on a revision it runs well (or on its way there
@@ -56,7 +56,7 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
             reclaimable_bytes: sums.reclaim.reclaimable_bytes,
         }),
     });
-    let quorum = crate::recommendation::quorum(round.pool.len());
+    let quorum = crate::decide::recommendation::quorum(round.pool.len());
     let (tally, nodes, observed_seconds) = round.pool.observed(quorum);
     status.recommendation = recommendation(
         &round.policy.entry.spec,
@@ -69,7 +69,7 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
 
 /// `Progressing` and `Degraded` from the planner's state and what it does not know (a
 /// rollback, an invalid spec, nodes still leaving); `Ready` and the kstatus conditions
-/// follow from them (`crate::health`).
+/// follow from them (`crate::decide::health`).
 pub(super) fn rollout_conditions(
     round: &Round<'_>,
     status: &NodeMemoryPolicyStatus,
@@ -375,7 +375,7 @@ mod tests {
         assert_eq!((progressing, reason), (false, "InvalidSpec"));
         assert!(message.ends_with("the pool keeps revision r1, the last accepted"));
 
-        let moving = crate::handoff::Moving::from([("other".into(), ["n9".into()].into())]);
+        let moving = crate::decide::handoff::Moving::from([("other".into(), ["n9".into()].into())]);
         let leaving = Leaving {
             moving: Some(&moving),
             ..Leaving::default()

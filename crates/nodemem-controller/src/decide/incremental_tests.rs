@@ -182,7 +182,7 @@ fn run(ops: &[Op]) {
     let mut w = World::default();
     // Kept off Windows nodes by its affinity (the test's other nodes carry no OS label).
     w.agent_pod = Some(
-        crate::agent_pod::AgentPod::parse(
+        crate::agents::pod::AgentPod::parse(
             r#"{"nodeSelector": {}, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["windows"]}]}]}}}}"#,
         )
         .unwrap(),

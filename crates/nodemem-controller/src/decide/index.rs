@@ -17,9 +17,9 @@ use nodemem_model::cluster::resolve::{resolve_policy, PolicyCandidate};
 use super::rollout_index::{RolloutIndex, RolloutKey};
 use super::target::choose_target;
 use super::view::PolicyView;
+use crate::decide::handoff::Moving;
+use crate::decide::settings::{released_settings, rollout_params};
 use crate::decision::Decision;
-use crate::handoff::Moving;
-use crate::settings::{released_settings, rollout_params};
 use crate::world::{Changes, World};
 
 /// Where one node stands between the policies.

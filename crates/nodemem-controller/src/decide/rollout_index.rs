@@ -18,7 +18,7 @@ use nodemem_api::report::{report, ConfigEntry};
 use nodemem_model::cluster::rollout::{phase, AgentReport, NodePhase, NodeProgress, PhaseSets};
 use nodemem_model::feedback::recommend::Tally;
 
-use crate::recommendation::observed_tally;
+use crate::decide::recommendation::observed_tally;
 use crate::world::World;
 
 /// What a rollout's phases and figures depend on besides its nodes: when it changes,
@@ -349,7 +349,7 @@ impl RolloutIndex {
             }
         }
         (
-            crate::recommendation::pool_tally(&tallies),
+            crate::decide::recommendation::pool_tally(&tallies),
             self.observed_nodes,
             seconds,
         )

@@ -12,9 +12,9 @@ use nodemem_model::cluster::rollout::{
 use super::rollout_index::RolloutIndex;
 use super::target::TargetChoice;
 use super::view::PolicyView;
+use crate::decide::node_failure::{why_failed, NodeFailure};
+use crate::decide::settings::rollout_params;
 use crate::decision::{Decision, PolicyEvent};
-use crate::node_failure::{why_failed, NodeFailure};
-use crate::settings::rollout_params;
 use crate::world::World;
 use nodemem_api::NodeMemoryPolicyStatus;
 

@@ -7,9 +7,9 @@ use nodemem_api::policy::RevisionRecord;
 use nodemem_api::NodeMemoryPolicyStatus;
 
 use super::view::PolicyView;
+use crate::decide::health::health_conditions;
+use crate::decide::policy_status::finish;
 use crate::decision::{Decision, PolicyEvent};
-use crate::health::health_conditions;
-use crate::policy_status::finish;
 use nodemem_api::conditions::condition;
 
 /// The revisions the status records: while the spec is invalid, the ones it had (the

@@ -8,7 +8,7 @@ use nodemem_api::policy::RevisionRecord;
 use nodemem_api::revision::revision;
 use nodemem_model::cluster::selector::LabelSelector;
 
-use crate::handoff::Leaving;
+use crate::decide::handoff::Leaving;
 use crate::world::{PolicyEntry, World};
 
 pub(super) struct PolicyView<'a> {

@@ -486,7 +486,7 @@ async fn the_controller_patches_a_node_only_to_drain_it() {
 #[tokio::test]
 async fn the_controller_writes_only_its_own_agent_daemonset() {
     use k8s_openapi::api::apps::v1::DaemonSet;
-    use nodemem_controller::daemonset::{agent_daemonset, AgentDeploy, AgentNri};
+    use nodemem_controller::agents::daemonset::{agent_daemonset, AgentDeploy, AgentNri};
     let cp = crate::common::own_control_plane().await;
     let client = cp.client(&Identity::Admin).await.unwrap();
     apply_manifest(&client, "deploy/namespace.yaml").await;
@@ -679,7 +679,7 @@ async fn the_controller_writes_only_its_own_agent_daemonset() {
             );
         }
         AgentDeploy {
-            pod: nodemem_controller::agent_pod::AgentPod::parse(
+            pod: nodemem_controller::agents::pod::AgentPod::parse(
                 &serde_json::Value::Object(pod).to_string(),
             )
             .unwrap(),

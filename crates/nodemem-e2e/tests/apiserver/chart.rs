@@ -168,10 +168,10 @@ fn the_chart_lints_and_renders_what_production_needs() {
     assert_eq!(agent_pod["tolerations"], json!([{"operator": "Exists"}]));
     assert_eq!(
         agent_pod["resources"]["limits"]["memory"],
-        nodemem_controller::agent_pod::DEFAULT_MEMORY_LIMIT
+        nodemem_controller::agents::pod::DEFAULT_MEMORY_LIMIT
     );
     assert_eq!(
-        nodemem_controller::agent_pod::AgentPod::parse(&agent_pod.to_string()),
+        nodemem_controller::agents::pod::AgentPod::parse(&agent_pod.to_string()),
         Ok(Default::default()),
         "values.yaml's agent defaults are the controller's"
     );

@@ -207,7 +207,7 @@ pub async fn lease_holder(client: &Client) -> Option<String> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "nodemem-system");
     leases
-        .get_opt(nodemem_controller::lease::LEASE)
+        .get_opt(nodemem_controller::leadership::lease::LEASE)
         .await
         .ok()
         .flatten()

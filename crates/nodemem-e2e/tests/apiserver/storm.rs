@@ -290,7 +290,7 @@ async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log
         storm.as_secs()
     );
     // One line when the storm began, then at most one per summary interval.
-    let most = 2 + storm.as_secs() / nodemem_controller::write_failures::INTERVAL.as_secs();
+    let most = 2 + storm.as_secs() / nodemem_controller::write::failures::INTERVAL.as_secs();
     assert!(
         storm_lines.len() as u64 <= most,
         "{} lines about failed writes in {}s (at most {most})",
@@ -316,7 +316,7 @@ async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log
     // half the nodes, twice over: the tier's other tests share the cores).
     kubectl(&cp, "delete", &webhook);
     let healed = Instant::now();
-    let wait = nodemem_controller::backoff::CAP + Duration::from_secs(30) + took;
+    let wait = nodemem_controller::write::backoff::CAP + Duration::from_secs(30) + took;
     seen.until(&mut watch, &r2, NODES, wait).await;
     let after = config_applies(&client).await;
     eprintln!(
@@ -337,7 +337,7 @@ async fn fan_outs_under_429_and_500_storms_complete_with_bounded_retries_and_log
     // The failures after the last summary are summed up an interval after it, and the
     // all-clear follows at the next decision (a tick at most) with nothing waiting.
     let all_clear = "no write waits for a retry any more";
-    let wait = nodemem_controller::write_failures::INTERVAL + Duration::from_secs(30);
+    let wait = nodemem_controller::write::failures::INTERVAL + Duration::from_secs(30);
     let deadline = Instant::now() + wait;
     while !std::fs::read_to_string(&log).unwrap().contains(all_clear) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;

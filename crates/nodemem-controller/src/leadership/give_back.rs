@@ -20,8 +20,8 @@ use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigSpec};
 use tracing::{info, warn};
 
-use crate::field_managers::FIELD_MANAGER;
-use crate::settings::released_settings;
+use crate::decide::settings::released_settings;
+use crate::write::field_managers::FIELD_MANAGER;
 
 /// What the give-back did.
 #[derive(Debug, Default)]

@@ -46,14 +46,17 @@ pub fn leads(seen: &Seen<'_>, deployment: &str) -> Result<String, String> {
             "Deployment {deployment}: no replica ready (0 of {wanted})"
         ));
     }
-    let lease = seen
-        .lease
-        .ok_or_else(|| format!("no Lease {}: no replica has ever led", crate::lease::LEASE))?;
+    let lease = seen.lease.ok_or_else(|| {
+        format!(
+            "no Lease {}: no replica has ever led",
+            crate::leadership::lease::LEASE
+        )
+    })?;
     let spec = lease.spec.as_ref();
     let holder = spec
         .and_then(|s| s.holder_identity.as_deref())
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| format!("Lease {}: nobody holds it", crate::lease::LEASE))?;
+        .ok_or_else(|| format!("Lease {}: nobody holds it", crate::leadership::lease::LEASE))?;
     let duration = spec
         .and_then(|s| s.lease_duration_seconds)
         .unwrap_or(15)
@@ -61,13 +64,18 @@ pub fn leads(seen: &Seen<'_>, deployment: &str) -> Result<String, String> {
     let renewed = spec
         .and_then(|s| s.renew_time.as_ref())
         .map(|t| t.0)
-        .ok_or_else(|| format!("Lease {}: {holder} never renewed it", crate::lease::LEASE))?;
+        .ok_or_else(|| {
+            format!(
+                "Lease {}: {holder} never renewed it",
+                crate::leadership::lease::LEASE
+            )
+        })?;
     let age = seen.now.duration_since(renewed);
     let age_seconds = age.as_secs_f64();
     if age_seconds > f64::from(duration) {
         return Err(format!(
             "Lease {}: {holder} last renewed it {age_seconds:.0} s ago, past its {duration} s: no replica leads",
-            crate::lease::LEASE
+            crate::leadership::lease::LEASE
         ));
     }
     let pod = seen
@@ -77,7 +85,7 @@ pub fn leads(seen: &Seen<'_>, deployment: &str) -> Result<String, String> {
         .ok_or_else(|| {
             format!(
                 "Lease {}: its holder {holder} is not a pod of Deployment {deployment}",
-                crate::lease::LEASE
+                crate::leadership::lease::LEASE
             )
         })?;
     if !ready(pod) {
@@ -121,9 +129,9 @@ async fn read_and_decide(
         .await
         .map_err(|e| format!("Deployment {namespace}/{deployment}: {e}"))?;
     let lease = leases
-        .get_opt(crate::lease::LEASE)
+        .get_opt(crate::leadership::lease::LEASE)
         .await
-        .map_err(|e| format!("Lease {namespace}/{}: {e}", crate::lease::LEASE))?;
+        .map_err(|e| format!("Lease {namespace}/{}: {e}", crate::leadership::lease::LEASE))?;
     let selector = d
         .as_ref()
         .and_then(|d| d.spec.as_ref())

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 
-use crate::agent_pod::AgentPod;
+use crate::agents::pod::AgentPod;
 
 /// The taints every DaemonSet pod tolerates, whatever its own tolerations say: the
 /// DaemonSet controller adds these (`pkg/controller/daemon/util/daemonset_util.go`

@@ -1,6 +1,6 @@
 //! The enforcement modes an install deploys its agents for (`--agent-enforcement-modes`,
 //! the chart's `agent.enforcementModes`): the agents' DaemonSet carries only the
-//! privileges these modes need ([`crate::daemonset`]), and a policy asking for another
+//! privileges these modes need ([`crate::agents::daemonset`]), and a policy asking for another
 //! mode is refused by name instead of failing on its nodes.
 
 use std::fmt;

@@ -1,14 +1,14 @@
 //! The writes' backoffs and their summarised log on the process's monotonic clock: the
-//! glue between `run`'s writes and the pure [`crate::backoff`] and
-//! [`crate::write_failures`].
+//! glue between `run`'s writes and the pure [`crate::write::backoff`] and
+//! [`crate::write::failures`].
 
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use crate::backoff::{self, Backoffs};
 use crate::metrics::Metrics;
-use crate::write_failures::{self, FailureLog};
+use crate::write::backoff::{self, Backoffs};
+use crate::write::failures::{self, FailureLog};
 
 /// Objects nobody asked to write again for this long after their time are forgotten.
 const STALE: Duration = Duration::from_secs(600);
@@ -71,8 +71,8 @@ impl Retries {
             backoff::jitter(),
             backoff::retry_after(e),
         );
-        let answer = write_failures::answer(e);
-        let description = write_failures::description(e);
+        let answer = failures::answer(e);
+        let description = failures::description(e);
         if let Some(line) = self
             .log
             .failed(now, kind, name, &answer, &description, retry_in)

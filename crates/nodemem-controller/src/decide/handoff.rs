@@ -21,11 +21,11 @@ use nodemem_api::revision::revision;
 use nodemem_api::{NodeMemoryConfigSpec, NodeMemoryPolicyStatus};
 use nodemem_model::cluster::rollout::{plan_phases, OnFailure, RolloutState};
 
+use crate::decide::health::deleted_conditions;
+use crate::decide::policy_status::finish;
 use crate::decide::rollout_index::RolloutIndex;
+use crate::decide::settings::{released_settings, rollout_params};
 use crate::decision::{ConfigWrite, Decision, FinalizerOrder, PolicyEvent};
-use crate::health::deleted_conditions;
-use crate::policy_status::finish;
-use crate::settings::{released_settings, rollout_params};
 use crate::world::{PolicyEntry, World};
 use nodemem_api::conditions::condition;
 

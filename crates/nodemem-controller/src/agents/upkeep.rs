@@ -8,11 +8,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use tracing::{info, warn};
 
-use crate::agents::DaemonSetVersion;
-use crate::daemonset::{agent_daemonset, AgentDeploy};
-use crate::field_managers::FIELD_MANAGER;
+use crate::agents::blocked::DaemonSetVersion;
+use crate::agents::daemonset::{agent_daemonset, AgentDeploy};
 use crate::metrics::Metrics;
 use crate::world::World;
+use crate::write::field_managers::FIELD_MANAGER;
 
 pub(crate) struct AgentUpkeep {
     deploy: AgentDeploy,
@@ -48,7 +48,7 @@ impl AgentUpkeep {
         });
         if drifted && self.applied.is_some() {
             warn!(
-                daemonset = crate::daemonset::NAME,
+                daemonset = crate::agents::daemonset::NAME,
                 "the agent DaemonSet was deleted or changed by someone else; applying it again"
             );
             self.applied = None;
@@ -70,7 +70,11 @@ impl AgentUpkeep {
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         match self
             .api
-            .patch(crate::daemonset::NAME, &apply, &Patch::Apply(&wanted))
+            .patch(
+                crate::agents::daemonset::NAME,
+                &apply,
+                &Patch::Apply(&wanted),
+            )
             .await
         {
             Ok(written) => {
@@ -112,7 +116,7 @@ impl AgentUpkeep {
 /// done (a failure is logged and tried again with the next DaemonSet write).
 async fn label_namespace(client: &Client, metrics: &Metrics, namespace: &str) -> bool {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let labels = crate::daemonset::pod_security_labels(namespace);
+    let labels = crate::agents::daemonset::pod_security_labels(namespace);
     match namespaces
         .patch(
             namespace,

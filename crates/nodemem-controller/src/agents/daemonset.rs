@@ -8,8 +8,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use nodemem_api::policy::{NodeSelector, SelectorOperator};
 use serde_json::{json, Value};
 
-use crate::agent_pod::AgentPod;
-use crate::modes::EnforcementModes;
+use crate::agents::modes::EnforcementModes;
+use crate::agents::pod::AgentPod;
 use crate::world::World;
 
 /// How the agents are deployed (the controller's flags).
