@@ -81,6 +81,7 @@ pub fn governing<'p>(
     resolve_policy(&candidates, labels, current)
 }
 
+/// The model's label selector for a policy's `nodeSelector`.
 pub fn to_selector(selector: &NodeSelector) -> LabelSelector {
     LabelSelector {
         match_labels: selector.match_labels.clone(),
@@ -111,6 +112,8 @@ fn quantity(path: String, text: &QuantityString, problems: &mut Vec<Problem>) ->
     }
 }
 
+/// The model's Memory QoS settings from the spec's `memoryQoS`; a quantity that does not
+/// parse is a problem at `path`.
 pub fn to_memory_qos(
     spec: &MemoryQosSpec,
     path: &str,
@@ -140,6 +143,8 @@ pub fn to_memory_qos(
     }
 }
 
+/// The model's Memory Manager settings from the spec's `memoryManager`; a quantity that
+/// does not parse is a problem at `path`.
 pub fn to_memory_manager(
     spec: &MemoryManagerSpec,
     path: &str,
@@ -169,6 +174,8 @@ pub fn to_memory_manager(
     }
 }
 
+/// The model's node reservations from the spec's `nodeReserved`; a quantity that does
+/// not parse is a problem at `path`.
 pub fn to_node_reserved(
     spec: &NodeReservedSpec,
     path: &str,

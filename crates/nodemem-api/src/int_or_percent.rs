@@ -7,10 +7,13 @@ use std::fmt;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+/// A count or a percentage, as the spec writes it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum IntOrPercent {
+    /// A number of nodes.
     Int(i64),
+    /// A percentage of the pool, such as `"25%"`.
     Percent(String),
 }
 

@@ -1,6 +1,9 @@
 //! `nodemem.io/v1alpha1`: the `NodeMemoryPolicy` and `NodeMemoryConfig` custom
 //! resources, their CRDs, and the conversion of their specs into the model's settings.
 
+// Every public item says what it is; clippy -D warnings (make lint) makes this a gate.
+#![warn(missing_docs)]
+
 pub mod conditions;
 pub mod config;
 pub mod convert;

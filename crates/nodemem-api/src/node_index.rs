@@ -24,16 +24,21 @@ use nodemem_model::values::cgroup_layout::ContainerId;
 /// The config as the computation needs it, or why it cannot be used.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexedConfig {
+    /// The config's name (the node's).
     pub name: String,
     /// The policy the config is from (its pool).
     pub policy: String,
+    /// The revision of the policy the config carries.
     pub revision: String,
+    /// The config's `metadata.generation`, which the agent's report names.
     pub generation: Option<i64>,
+    /// The config's uid: a config deleted and made again is another one.
     pub uid: Option<String>,
     /// The spec's settings as written (kept for the last-known record).
     pub spec: NodeSettings,
     /// When the node counts as healthy.
     pub health: HealthSpec,
+    /// The settings the computation takes, or each reason they cannot be used.
     pub settings: Result<PolicySettings, Vec<String>>,
 }
 
@@ -42,13 +47,18 @@ pub struct IndexedConfig {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LastKnown {
+    /// The config's name.
     pub config: String,
     /// Empty in records written before it was kept.
     #[serde(default)]
     pub policy: String,
+    /// The revision enforced.
     pub revision: String,
+    /// The config's generation enforced.
     pub generation: Option<i64>,
+    /// The settings enforced, as the spec wrote them.
     pub settings: NodeSettings,
+    /// When the node counted as healthy.
     #[serde(default)]
     pub health: HealthSpec,
     /// The Node's figures (`allocatable` also in records written before the others).
@@ -143,6 +153,8 @@ struct IndexedPod {
     converted: Result<NodePod, Vec<String>>,
 }
 
+/// What an agent knows of its node from its watches: its config, the Node's figures and
+/// its pods, each reduced to what the computation reads. Pure: fed by watch events.
 #[derive(Debug, Default)]
 pub struct NodeIndex {
     node_name: String,
@@ -183,6 +195,7 @@ fn terminated(pod: &core::Pod) -> bool {
 }
 
 impl NodeIndex {
+    /// An empty index for the node `node_name`.
     pub fn new(node_name: &str) -> Self {
         NodeIndex {
             node_name: node_name.to_string(),
@@ -190,10 +203,12 @@ impl NodeIndex {
         }
     }
 
+    /// The node's config, if one is known.
     pub fn config(&self) -> Option<&IndexedConfig> {
         self.config.as_ref()
     }
 
+    /// The Node's allocatable memory in bytes, if reported.
     pub fn allocatable(&self) -> Option<i64> {
         self.node.allocatable_memory
     }
@@ -333,6 +348,7 @@ impl NodeIndex {
         before.as_ref() != Some(&self.pods[&uid].converted)
     }
 
+    /// Forgets a pod; whether the index knew it.
     pub fn delete_pod(&mut self, pod: &core::Pod) -> bool {
         pod.metadata
             .uid

@@ -234,6 +234,10 @@ pub struct NodeSelectorRequirement {
 
 /// Label selector operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum SelectorOperator {
     In,
     NotIn,
@@ -406,6 +410,10 @@ impl Default for ReclaimSpec {
 
 /// Whether reclaim reports, writes or does nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum ReclaimModeSpec {
     Disabled,
     #[default]
@@ -415,6 +423,10 @@ pub enum ReclaimModeSpec {
 
 /// A pod QoS class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum QosClassName {
     Guaranteed,
     Burstable,
@@ -423,6 +435,10 @@ pub enum QosClassName {
 
 /// Whether memory.high is written (`memoryQoS.memoryHigh`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum MemoryHighPolicy {
     #[default]
     Throttle,
@@ -439,6 +455,10 @@ impl MemoryHighPolicy {
 
 /// memory.min / memory.low reservation policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum ReservationPolicy {
     #[default]
     None,
@@ -478,6 +498,10 @@ pub struct MemoryManagerSpec {
 
 /// Memory Manager policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum MemoryManagerPolicy {
     #[default]
     None,
@@ -534,6 +558,10 @@ pub struct NodeReservedSpec {
 
 /// How settings reach the node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum Enforcement {
     #[default]
     Agent,
@@ -605,6 +633,10 @@ impl HealthSpec {
 
 /// See [`HealthSpec::pressure_unavailable`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum PressureUnavailable {
     #[default]
     Hold,
@@ -737,6 +769,10 @@ impl Default for RolloutSpec {
 
 /// Reaction to failed nodes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum FailurePolicy {
     #[default]
     Pause,
@@ -869,6 +905,10 @@ pub struct RecommendationStatus {
 
 /// How a recommendation came out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
 pub enum RecommendationReason {
     Recommended,
     NoFactorSuffices,

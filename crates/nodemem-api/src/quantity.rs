@@ -13,14 +13,17 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// negative", a rule of the schema) instead of the pattern.
 pub const QUANTITY_PATTERN: &str = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
+/// A quantity as the spec writes it (`"512Mi"`), kept as text and parsed when read.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QuantityString(pub String);
 
 impl QuantityString {
+    /// A quantity from its text, unparsed.
     pub fn new(text: impl Into<String>) -> Self {
         QuantityString(text.into())
     }
 
+    /// The quantity's value, or why its text is not one.
     pub fn parse(&self) -> Result<nodemem_model::Quantity, nodemem_model::quantity::QuantityError> {
         nodemem_model::Quantity::parse(&self.0)
     }

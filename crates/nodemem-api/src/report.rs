@@ -39,8 +39,11 @@ pub fn ready_since(c: &NodeMemoryConfig) -> Option<(String, i64)> {
 /// since when the spec has been what it is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigEntry {
+    /// The config's `metadata.generation`.
     pub generation: Option<i64>,
+    /// What the config asks of the node.
     pub spec: NodeMemoryConfigSpec,
+    /// What the node's agent reported.
     pub status: NodeMemoryConfigStatus,
     /// Seconds since the epoch, from [`SPEC_CHANGED_AT`].
     pub spec_changed_at: Option<i64>,

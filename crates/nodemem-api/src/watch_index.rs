@@ -29,6 +29,7 @@ pub trait WatchIndex<K> {
 /// What one watch event changed in the index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Learned {
+    /// Nothing the index keeps.
     Nothing,
     /// One object, created, changed or deleted: its key.
     Object(String),

@@ -79,6 +79,11 @@ pub struct ApplierConfig {
     pub systemd_units: bool,
 }
 
+/// The engine for one node: it takes the desired state of a pass, plans the writes
+/// against what the files hold, applies them and records what nodemem owns (saved in the
+/// state directory before each write, so a killed agent gives back everything), and
+/// holds what it learned of the node between passes (discovery, the kubelet's settings,
+/// the Memory Manager's record, relief's raised values, writes in backoff).
 pub struct NodeApplier {
     /// The agent's own container cgroup (relative), never written.
     own_cgroup: Option<String>,

@@ -19,15 +19,20 @@ pub struct ApplyOptions {
     pub leave_alone: &'static [&'static str],
 }
 
+/// What one application of a plan did to the node's files: each planned write applied,
+/// gone with its cgroup, failed, or held back by its backoff, and the cgroups it could
+/// not reach. The agent's conditions, Events and metrics are read from it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyReport {
     /// With `dry_run`, the writes that would be made, in plan order; otherwise empty
     /// (see `applied`, `vanished` and `failed`, which together are the plan).
     pub planned: Vec<Write>,
+    /// Writes the kernel took, in plan order.
     pub applied: Vec<Write>,
     /// Skipped because the cgroup disappeared meanwhile.
     pub vanished: Vec<Write>,
+    /// Writes the kernel refused, each with its error.
     pub failed: Vec<FailedWrite>,
     /// Desired cgroups that do not exist (yet).
     pub missing: Vec<String>,
@@ -40,6 +45,7 @@ pub struct ApplyReport {
 }
 
 impl ApplyReport {
+    /// Whether the node holds the whole plan: nothing failed, refused or held back.
     pub fn ok(&self) -> bool {
         self.failed.is_empty() && self.refused.is_empty() && self.deferred.is_empty()
     }

@@ -197,15 +197,25 @@ impl<'n> DesiredCgroup<'n> {
     }
 }
 
+/// Everything a node should run, computed in one call ([`desired_node`]) from its
+/// settings, its facts and its pods: the values of the QoS cgroups, of each pod and
+/// container, the Memory Manager's assignments, and the warnings on the way. Pure: the
+/// engine (`nodemem-apply`) plans the writes from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredNode<'a> {
+    /// The cgroup driver the values are laid out for.
     pub cgroup_driver: CgroupDriver,
+    /// The values of the `kubepods` cgroup (node allocatable's).
     pub kubepods: CgroupValues,
+    /// The values of the Burstable QoS cgroup.
     pub burstable: CgroupValues,
+    /// The values of the BestEffort QoS cgroup.
     pub besteffort: CgroupValues,
     /// In input order, refused pods included.
     pub pods: Vec<PodOutcome<'a>>,
+    /// What the computation warns of (a kernel without a file, a pod nodemem leaves).
     pub warnings: Vec<Warning>,
+    /// The sums over the node's pods that the QoS cgroups' values come from.
     pub totals: MemoryTotals,
     /// The Memory Manager after admitting the pods (Static policy with a topology).
     pub memory_manager: Option<MemoryManager>,

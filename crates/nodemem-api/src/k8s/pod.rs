@@ -217,6 +217,7 @@ pub fn node_status_facts(node: &core::Node) -> NodeStatusFacts {
     }
 }
 
+/// The kernel version the Node's kubelet reports, if any.
 pub fn node_kernel_version(node: &core::Node) -> Option<String> {
     node.status
         .as_ref()
@@ -225,6 +226,7 @@ pub fn node_kernel_version(node: &core::Node) -> Option<String> {
         .filter(|k| !k.is_empty())
 }
 
+/// The Node's labels (none: empty).
 pub fn node_labels(node: &core::Node) -> BTreeMap<String, String> {
     node.metadata.labels.clone().unwrap_or_default()
 }

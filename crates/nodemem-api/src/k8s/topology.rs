@@ -17,15 +17,19 @@ use serde_json::Value;
 /// The annotation a Node may carry its topology in (test harness, manual setups).
 pub const NUMA_TOPOLOGY_ANNOTATION: &str = "nodemem.io/numa-topology";
 
+/// A NUMA topology as the annotation writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TopologyDocument {
+    /// Each NUMA node, by id.
     pub numa_nodes: Vec<NumaNodeEntry>,
 }
 
+/// One NUMA node and its memory by type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NumaNodeEntry {
+    /// The NUMA node's id, as the kernel numbers it.
     pub id: i64,
     /// Memory type -> a quantity string or a byte count.
     pub memory: BTreeMap<String, Value>,

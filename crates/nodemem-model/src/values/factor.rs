@@ -14,6 +14,12 @@ use std::fmt;
 /// Largest number of decimal places accepted; more would not fit the integer math.
 pub const MAX_DECIMALS: u32 = 12;
 
+/// The throttling factor of Memory QoS (KEP-2570, the kubelet's
+/// `memoryThrottlingFactor`): memory.high sits at this fraction of the way from a
+/// container's request to its limit (or to node allocatable). Kept as an exact decimal
+/// (a numerator over a power of ten) so that the policy's `0.9` is 0.9 in every
+/// computation; the kubelet's float64 arithmetic is reproduced where it writes the
+/// value (`values::memory_qos`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ThrottlingFactor {
     /// factor = numerator / 10^scale
