@@ -15,7 +15,7 @@ use nodemem_apply::kubelet::{
 };
 use nodemem_apply::state::StateDir;
 use nodemem_model::cluster::policy::PolicySettings;
-use nodemem_model::kubelet::dropin::{render, DropInOwner, KubeletRefusal};
+use nodemem_model::node::kubelet_dropin::{render, DropInOwner, KubeletRefusal};
 use nodemem_systemd::{BusAddress, Systemd, SystemdError};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -675,7 +675,7 @@ mod mode_tests {
     use nodemem_model::cluster::policy::{
         Enforcement, MemoryManagerPolicy, NodeReserved, ReservedMemory,
     };
-    use nodemem_model::kubelet::dropin::DROPIN_FILE;
+    use nodemem_model::node::kubelet_dropin::DROPIN_FILE;
     use nodemem_model::quantity::Quantity;
     use nodemem_model::values::memory_qos::ReservationPolicy;
     use std::path::Path;

@@ -240,7 +240,7 @@ mod tests {
         let write = Request::Write {
             path: proc
                 .join("7/root/etc/kubernetes/conf.d")
-                .join(nodemem_model::kubelet::dropin::DROPIN_FILE),
+                .join(nodemem_model::node::kubelet_dropin::DROPIN_FILE),
             text: "x\n".into(),
             mode: 0o644,
         };

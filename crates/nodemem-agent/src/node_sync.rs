@@ -27,7 +27,7 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use nodemem_api::node_index::{LastKnown, NodeIndex};
 use nodemem_api::{NodeMemoryConfig, NodeMemoryConfigStatus};
-use nodemem_model::values::creation::CreationTable;
+use nodemem_model::node::creation::CreationTable;
 use nodemem_plumbing::events::Recorder;
 use serde_json::json;
 use tokio::sync::mpsc::{self, UnboundedReceiver};

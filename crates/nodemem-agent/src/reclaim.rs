@@ -24,7 +24,7 @@ use nodemem_cgroup::{CgroupFs, CgroupPath};
 pub use nodemem_model::feedback::reclaim::ReclaimMode;
 use nodemem_model::feedback::reclaim::{Hold, Reclaim as Settings, Reclaimer, Sample, Step};
 use nodemem_model::feedback::reclaim_parts::UNKNOWN_NUMA_NODES;
-use nodemem_model::feedback::reclaim_targets::targets;
+use nodemem_model::node::reclaim_targets::targets;
 use nodemem_model::node::DesiredNode;
 use reading::read;
 use tracing::warn;

@@ -74,9 +74,9 @@ pub fn path_of(desired: &DesiredNode<'_>, name: &str) -> String {
 
 /// What new containers are created with on a node of one Burstable pod `web` (uid-web,
 /// container `app`, not started yet) at factor 0.5: the NRI plugin's tests.
-pub fn web_creation_table() -> nodemem_model::values::creation::CreationTable {
+pub fn web_creation_table() -> nodemem_model::node::creation::CreationTable {
     let pods = [burstable("web", "ignored")];
     let s = settings(0.5, ReservationPolicy::TieredReservation);
     let f = facts();
-    nodemem_model::values::creation::CreationTable::of(&desired(&s, &f, &pods), &[])
+    nodemem_model::node::creation::CreationTable::of(&desired(&s, &f, &pods), &[])
 }

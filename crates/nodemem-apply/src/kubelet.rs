@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nodemem_model::kubelet::defaults::DEFAULT_EVICTION_HARD;
-use nodemem_model::kubelet::dropin::{KubeletReserved, DROPIN_FILE, LEGACY_DROPIN_FILES};
 use nodemem_model::kubelet::eviction::MemoryEviction;
 use nodemem_model::kubelet::writes::{KubeletQosConfig, Named};
+use nodemem_model::node::kubelet_dropin::{KubeletReserved, DROPIN_FILE, LEGACY_DROPIN_FILES};
 use nodemem_model::quantity::Quantity;
 use serde_json::Value;
 

@@ -10,9 +10,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use nodemem_apply::kubelet::{KubeletFiles, KubeletSettings, OwnDropIn};
-use nodemem_model::kubelet::dropin::DROPIN_FILE;
 use nodemem_model::kubelet::eviction::MemoryEviction;
 use nodemem_model::kubelet::writes::Named;
+use nodemem_model::node::kubelet_dropin::DROPIN_FILE;
 use nodemem_model::quantity::Quantity;
 
 /// Where a process runs: its mount namespace (as `readlink /proc/<pid>/ns/mnt` names

@@ -264,7 +264,7 @@ fn memory_qos_fields_merge_as_the_kubelets_drop_ins_do() {
 /// new name with the old one removed (the kubelet must restart to read it last).
 #[test]
 fn the_drop_in_moves_off_its_old_name_without_changing_what_the_kubelet_runs() {
-    use nodemem_model::kubelet::dropin::{DROPIN_FILE, LEGACY_DROPIN_FILES};
+    use nodemem_model::node::kubelet_dropin::{DROPIN_FILE, LEGACY_DROPIN_FILES};
     const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
     assert_eq!(DROPIN_FILE, "~nodemem.conf");
     for site in [

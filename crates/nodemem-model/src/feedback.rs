@@ -6,6 +6,5 @@
 pub mod observe;
 pub mod reclaim;
 pub mod reclaim_parts;
-pub mod reclaim_targets;
 pub mod recommend;
 pub mod relief;

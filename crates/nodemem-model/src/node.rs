@@ -5,7 +5,14 @@
 //!
 //! `nodemem simulate` renders this; the agent plans its writes from it. Nothing here
 //! reads a file: the caller supplies the facts (discovered on the node, or given).
+//!
+//! Beside it, what reads the computed node or the node's settings whole: [`status`],
+//! the values a new container is created with ([`creation`]), the kubelet's drop-in
+//! ([`kubelet_dropin`]) and proactive reclaim's targets ([`reclaim_targets`]).
 
+pub mod creation;
+pub mod kubelet_dropin;
+pub mod reclaim_targets;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -77,7 +77,7 @@ const SOURCES: &[&str] = &[
     "crates/nodemem-controller/src/run.rs",
     // Reasons the model names: kernel warnings (KernelSupported) and kubelet refusals.
     "crates/nodemem-model/src/warning.rs",
-    "crates/nodemem-model/src/kubelet/dropin.rs",
+    "crates/nodemem-model/src/node/kubelet_dropin.rs",
 ];
 
 fn source_files(source: &str) -> Vec<std::path::PathBuf> {

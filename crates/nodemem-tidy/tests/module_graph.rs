@@ -9,6 +9,9 @@
 //! in), and looks for strongly connected files. Test code (`#[cfg(test)] mod { }`
 //! blocks) is left out: a test may reach anywhere. `mod x;` declarations are not
 //! imports; a `pub use` re-export is.
+//!
+//! The model's folders are layers too: its top-level modules (a file with its folder,
+//! `node.rs` and `node/`) never reach each other both ways, through any of their files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -418,8 +421,16 @@ fn circles(src: &Path) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Circles of files, each with its edges (`a.rs -> b.rs (the path)`).
-fn circles_with_reasons(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
+/// A crate's files (by module path) and which import which, each edge with one path
+/// that makes it (to say in a failure why a file depends on another).
+struct FileGraph {
+    modules: Vec<Vec<String>>,
+    names: Vec<PathBuf>,
+    edges: Vec<BTreeSet<usize>>,
+    why: BTreeMap<(usize, usize), String>,
+}
+
+fn file_graph(src: &Path) -> FileGraph {
     let files = module_files(src);
     let names: Vec<&PathBuf> = files.values().collect();
     let index: BTreeMap<&PathBuf, usize> = names.iter().enumerate().map(|(i, f)| (*f, i)).collect();
@@ -452,6 +463,16 @@ fn circles_with_reasons(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
             }
         }
     }
+    FileGraph {
+        modules: files.keys().cloned().collect(),
+        names: names.into_iter().cloned().collect(),
+        edges,
+        why,
+    }
+}
+
+/// The strongly connected components of more than one node (Tarjan's).
+fn components(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
     // Tarjan's strongly connected components.
     struct Tarjan<'e> {
         edges: &'e [BTreeSet<usize>],
@@ -494,9 +515,9 @@ fn circles_with_reasons(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
             }
         }
     }
-    let n = names.len();
+    let n = edges.len();
     let mut t = Tarjan {
-        edges: &edges,
+        edges,
         index: vec![None; n],
         low: vec![0; n],
         on_stack: vec![false; n],
@@ -509,15 +530,22 @@ fn circles_with_reasons(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
             t.visit(v);
         }
     }
+    t.out
+}
+
+/// Circles of files, each with its edges (`a.rs -> b.rs (the path)`).
+fn circles_with_reasons(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
+    let FileGraph {
+        names, edges, why, ..
+    } = file_graph(src);
     let rel = |i: usize| {
         names[i]
             .strip_prefix(src)
-            .unwrap_or(names[i])
+            .unwrap_or(&names[i])
             .display()
             .to_string()
     };
-    let mut out: Vec<(Vec<String>, Vec<String>)> = t
-        .out
+    let mut out: Vec<(Vec<String>, Vec<String>)> = components(&edges)
         .into_iter()
         .map(|c| {
             let reasons: Vec<String> = why
@@ -530,7 +558,7 @@ fn circles_with_reasons(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
                 .map(|i| {
                     names[i]
                         .strip_prefix(src)
-                        .unwrap_or(names[i])
+                        .unwrap_or(&names[i])
                         .display()
                         .to_string()
                 })
@@ -672,5 +700,103 @@ fn use_trees_expand_with_aliases_and_self() {
         .into_iter()
         .map(|p| p.into_iter().map(str::to_string).collect::<Vec<_>>())
         .collect::<Vec<_>>()
+    );
+}
+
+/// Circles of a crate's top-level modules, each a file or a folder with its parent file
+/// (`node.rs` and `node/` are `node`): the folders are layers when none reaches back to
+/// one that reaches it. Each circle comes with the file edges that make it.
+fn folder_circles(src: &Path) -> Vec<(Vec<String>, Vec<String>)> {
+    let g = file_graph(src);
+    // The crate root (lib.rs) declares and re-exports everything: not a layer.
+    let top: Vec<Option<String>> = g.modules.iter().map(|m| m.first().cloned()).collect();
+    let mut folders: Vec<String> = top.iter().flatten().cloned().collect();
+    folders.sort();
+    folders.dedup();
+    let at = |name: &String| folders.binary_search(name).expect("a folder");
+    let mut edges = vec![BTreeSet::new(); folders.len()];
+    let mut why: BTreeMap<(usize, usize), Vec<String>> = BTreeMap::new();
+    for (from, tos) in g.edges.iter().enumerate() {
+        for &to in tos {
+            let (Some(a), Some(b)) = (&top[from], &top[to]) else {
+                continue;
+            };
+            if a != b {
+                edges[at(a)].insert(at(b));
+                let rel = |i: usize| {
+                    g.names[i]
+                        .strip_prefix(src)
+                        .unwrap_or(&g.names[i])
+                        .display()
+                        .to_string()
+                };
+                why.entry((at(a), at(b))).or_default().push(format!(
+                    "{} -> {} ({})",
+                    rel(from),
+                    rel(to),
+                    g.why[&(from, to)]
+                ));
+            }
+        }
+    }
+    let mut out: Vec<(Vec<String>, Vec<String>)> = components(&edges)
+        .into_iter()
+        .map(|c| {
+            let reasons = why
+                .iter()
+                .filter(|((a, b), _)| c.contains(a) && c.contains(b))
+                .flat_map(|(_, r)| r.clone())
+                .collect();
+            let mut names: Vec<String> = c.into_iter().map(|i| folders[i].clone()).collect();
+            names.sort();
+            (names, reasons)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_models_folders_are_layers() {
+    let found = folder_circles(&repo().join("crates/nodemem-model/src"));
+    let said: Vec<String> = found
+        .iter()
+        .map(|(c, r)| format!("{}\n    {}", c.join(" <-> "), r.join("\n    ")))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "folder circles in the model:\n{}",
+        said.join("\n")
+    );
+}
+
+#[test]
+fn the_folder_check_finds_folders_that_reach_each_other_through_files_in_one_direction() {
+    // No file circle: values/creation.rs reads node.rs, which reads values/cgroup.rs.
+    // The folders `values` and `node` reach each other all the same.
+    let dir = tree(&[
+        ("lib.rs", "pub mod node;\npub mod values;\n"),
+        ("values.rs", "pub mod cgroup;\npub mod creation;\n"),
+        ("values/cgroup.rs", "pub struct Value;\n"),
+        (
+            "values/creation.rs",
+            "use crate::node::Desired;\npub fn f(_: &Desired) {}\n",
+        ),
+        (
+            "node.rs",
+            "use crate::values::cgroup::Value;\npub struct Desired(pub Value);\n",
+        ),
+        ("warning.rs", "use crate::values::cgroup::Value;\n"),
+    ]);
+    assert!(circles(dir.path()).is_empty());
+    let found = folder_circles(dir.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, ["node", "values"]);
+    assert_eq!(
+        found[0].1,
+        [
+            "node.rs -> values/cgroup.rs (crate::values::cgroup::Value)",
+            "values/creation.rs -> node.rs (crate::node::Desired)"
+        ]
     );
 }

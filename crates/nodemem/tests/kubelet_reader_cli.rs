@@ -143,7 +143,7 @@ fn with_kubelet_writes_the_reader_writes_nodemems_drop_in_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     node(dir.path());
     let p = |rest: &str| dir.path().join("proc").join(rest);
-    let dropin = nodemem_model::kubelet::dropin::DROPIN_FILE;
+    let dropin = nodemem_model::node::kubelet_dropin::DROPIN_FILE;
     let replies = ask(
         dir.path(),
         &["--kubelet-writes"],

@@ -10,8 +10,8 @@ use nodemem_api::node_index::{IndexedConfig, NodeIndex};
 use nodemem_api::NodeMemoryConfigStatus;
 use nodemem_apply::ApplyReport;
 use nodemem_model::cluster::policy::{Enforcement, PolicySettings};
+use nodemem_model::node::creation::CreationTable;
 use nodemem_model::node::{Admission, DesiredNode, NodePod};
-use nodemem_model::values::creation::CreationTable;
 use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
@@ -655,7 +655,7 @@ async fn configure_kubelet(
 ) -> Option<KubeletOutcome> {
     let state = writers.applier.state();
     if settings.enforcement == Enforcement::Kubelet {
-        let owner = nodemem_model::kubelet::dropin::DropInOwner {
+        let owner = nodemem_model::node::kubelet_dropin::DropInOwner {
             node: &pass.config.name,
             revision: &pass.config.revision,
         };

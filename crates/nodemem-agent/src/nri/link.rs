@@ -126,7 +126,7 @@ fn set(state: &watch::Sender<NriState>, news: &mpsc::UnboundedSender<NriNews>, n
 mod tests {
     use std::time::Instant;
 
-    use nodemem_model::values::creation::CreationTable;
+    use nodemem_model::node::creation::CreationTable;
     use nodemem_testkit::nri_runtime::NriRuntime;
     use serde_json::json;
 

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use nodemem_model::node::creation::{ContainerCreation, CreationTable};
 use nodemem_model::values::cgroup_layout::{container_dir_under, ContainerId, ContainerRuntime};
-use nodemem_model::values::creation::{ContainerCreation, CreationTable};
 use nodemem_nri::api::{
     ContainerAdjustment, ContainerUpdate, CreateContainerRequest, CreateContainerResponse, Event,
     LinuxContainerAdjustment, LinuxContainerUpdate, LinuxCpu, LinuxResources, StateChangeEvent,

@@ -7,7 +7,7 @@
 
 use std::path::{Component, Path};
 
-use nodemem_model::kubelet::dropin::{DROPIN_FILE, LEGACY_DROPIN_FILES};
+use nodemem_model::node::kubelet_dropin::{DROPIN_FILE, LEGACY_DROPIN_FILES};
 
 use super::access::Request;
 use super::Reachable;

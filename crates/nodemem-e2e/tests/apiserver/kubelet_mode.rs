@@ -15,7 +15,7 @@ use kube::Client;
 use nodemem_api::NodeMemoryPolicy;
 use nodemem_e2e::repo_root;
 use nodemem_model::cluster::policy::Enforcement;
-use nodemem_model::kubelet::dropin::{render, DropInOwner, KubeletRefusal, KubeletReserved};
+use nodemem_model::node::kubelet_dropin::{render, DropInOwner, KubeletRefusal, KubeletReserved};
 use nodemem_testkit::binaries::control_plane_binaries;
 use nodemem_testkit::cgroup_tree::CgroupTree;
 use nodemem_testkit::nodes::SimNode;

@@ -5,7 +5,7 @@
 //! systemd node after its v1.36 phases, the kubelet swapped in place (issue 57).
 
 use super::*;
-use nodemem_model::kubelet::dropin::DROPIN_FILE;
+use nodemem_model::node::kubelet_dropin::DROPIN_FILE;
 use nodemem_testkit::real_node::KUBELET_CONFIG_DIR;
 
 /// The reference policy in nodemem's words for what the v1.35 kubelet does: memory.min

@@ -1,5 +1,5 @@
 //! The cgroups proactive reclaim acts on (issue 46): apart from the step controller
-//! (`super::reclaim`), which the policy's settings name, because choosing them reads
+//! (`crate::feedback::reclaim`), which the policy's settings name, because choosing them reads
 //! the computed node (`crate::node`), which reads the policy.
 
 use crate::node::DesiredNode;
