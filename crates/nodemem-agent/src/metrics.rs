@@ -609,7 +609,7 @@ impl Metrics {
     }
 
     /// Records one pass.
-    pub fn pass(&self, trigger: Trigger, seconds: f64) {
+    pub fn record_pass(&self, trigger: Trigger, seconds: f64) {
         self.passes
             .get_or_create(&TriggerLabel {
                 trigger: trigger.label(),
@@ -752,7 +752,7 @@ mod tests {
     #[test]
     fn metrics_encode_with_bounded_labels() {
         let m = Metrics::new();
-        m.pass(Trigger::Event, 0.002);
+        m.record_pass(Trigger::Event, 0.002);
         m.writes(3, 1, &[Some(libc::EINVAL), Some(12345)], false);
         m.writes(2, 0, &[], true);
         m.node(1 << 30, 1 << 29, 7, Some((5, 1)));

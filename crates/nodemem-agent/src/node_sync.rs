@@ -220,7 +220,7 @@ impl NodeSync {
                 .sample_and_relieve(&mut writers.applier, &mut batch)
                 .await;
             passes.reclaim(&writers.applier, &mut batch);
-            self.pass(&mut state, &batch, &mut writers, &mut passes, &status_out)
+            self.run_batch(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
             for done in batch.sandboxes_waiting.drain(..) {
                 let _ = done.send(());
@@ -230,7 +230,7 @@ impl NodeSync {
     }
 
     /// The pass a batch asks for, and what it leaves to remember.
-    async fn pass(
+    async fn run_batch(
         &self,
         state: &mut Loop,
         batch: &Batch,
@@ -398,11 +398,11 @@ impl NodeSync {
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
                     // The pass a config brings: under enforcement: Kubelet the drop-in
                     // is on disk already and nodemem's values are given back.
-                    match applier.pass(&settings, index.node(), &pods, Reach::Node) {
+                    match applier.enforce(&settings, index.node(), &pods, Reach::Node) {
                         Ok((_, report)) => {
                             nodemem_plumbing::allocator::release_free_memory();
                             passes.hold_in_systemd(writers).await;
-                            self.metrics.pass(Trigger::Start, 0.0);
+                            self.metrics.record_pass(Trigger::Start, 0.0);
                             info!(
                                 revision = %last.revision,
                                 pods = pods.len(),

@@ -70,7 +70,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let mode = write_mode(&inputs, args.dry_run)?;
     let mut applier = NodeApplier::open(&applier_config(args)).map_err(apply_error)?;
     let (desired, report) = applier
-        .apply(
+        .write_node(
             &inputs.settings,
             &inputs.node,
             &inputs.pods,
@@ -180,7 +180,7 @@ fn follow(
     let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
         .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
     // A cgroup created between the first pass and the watch: covered now.
-    let _ = applier.apply(
+    let _ = applier.write_node(
         &inputs.settings,
         &inputs.node,
         &inputs.pods,
@@ -213,7 +213,7 @@ fn follow(
             continue;
         }
         let appeared: Vec<String> = scope.iter().cloned().collect();
-        let line = match applier.apply(
+        let line = match applier.write_node(
             &inputs.settings,
             &inputs.node,
             &inputs.pods,

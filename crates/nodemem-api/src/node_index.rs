@@ -483,7 +483,7 @@ impl WatchIndex<NodeMemoryConfig> for NodeIndex {
     fn key(config: &NodeMemoryConfig) -> Option<String> {
         config.metadata.name.clone()
     }
-    fn apply(&mut self, config: &NodeMemoryConfig) -> bool {
+    fn upsert(&mut self, config: &NodeMemoryConfig) -> bool {
         self.apply_config(config)
     }
     fn delete(&mut self, last: &NodeMemoryConfig) -> bool {
@@ -501,7 +501,7 @@ impl WatchIndex<core::Pod> for NodeIndex {
     fn key(pod: &core::Pod) -> Option<String> {
         pod.metadata.uid.clone()
     }
-    fn apply(&mut self, pod: &core::Pod) -> bool {
+    fn upsert(&mut self, pod: &core::Pod) -> bool {
         self.apply_pod(pod)
     }
     fn delete(&mut self, pod: &core::Pod) -> bool {
@@ -516,7 +516,7 @@ impl WatchIndex<core::Node> for NodeIndex {
     fn key(node: &core::Node) -> Option<String> {
         node.metadata.name.clone()
     }
-    fn apply(&mut self, node: &core::Node) -> bool {
+    fn upsert(&mut self, node: &core::Node) -> bool {
         self.apply_node(node)
     }
     /// The agent runs on its node: a deletion leaves what the node had (the kubelet
@@ -533,7 +533,7 @@ impl WatchIndex<PartialObjectMeta<core::Namespace>> for NodeIndex {
     fn key(namespace: &PartialObjectMeta<core::Namespace>) -> Option<String> {
         namespace.metadata.name.clone()
     }
-    fn apply(&mut self, namespace: &PartialObjectMeta<core::Namespace>) -> bool {
+    fn upsert(&mut self, namespace: &PartialObjectMeta<core::Namespace>) -> bool {
         let name = namespace.metadata.name.clone().unwrap_or_default();
         self.apply_namespace(&name, namespace.metadata.labels.as_ref())
     }

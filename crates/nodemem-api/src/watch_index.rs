@@ -18,7 +18,7 @@ pub trait WatchIndex<K> {
     fn key(object: &K) -> Option<String>;
     /// The object was created or changed; true when anything the index's readers
     /// read changed.
-    fn apply(&mut self, object: &K) -> bool;
+    fn upsert(&mut self, object: &K) -> bool;
     /// The object was deleted; true when the index held it.
     fn delete(&mut self, object: &K) -> bool;
     /// A relist finished and `listed` are the keys of every object there is: any other
@@ -67,7 +67,7 @@ impl<K> Watched<K> {
         match event {
             Event::Apply(object) => {
                 let key = I::key(&object);
-                match (index.apply(&object), key) {
+                match (index.upsert(&object), key) {
                     (true, Some(key)) => Learned::Object(key),
                     (true, None) => Learned::Whole,
                     (false, _) => Learned::Nothing,
@@ -89,7 +89,7 @@ impl<K> Watched<K> {
                 if let (Some(seen), Some(key)) = (&mut self.relisting, I::key(&object)) {
                     seen.insert(key);
                 }
-                if index.apply(&object) {
+                if index.upsert(&object) {
                     Learned::Whole
                 } else {
                     Learned::Nothing
@@ -120,7 +120,7 @@ mod tests {
         fn key(object: &(&'static str, u32)) -> Option<String> {
             Some(object.0.to_string())
         }
-        fn apply(&mut self, (key, value): &(&'static str, u32)) -> bool {
+        fn upsert(&mut self, (key, value): &(&'static str, u32)) -> bool {
             self.0.insert(key.to_string(), *value) != Some(*value)
         }
         fn delete(&mut self, (key, _): &(&'static str, u32)) -> bool {

@@ -398,7 +398,7 @@ impl NodeApplier {
     /// Computes the node and applies it (or, in [`WriteMode::DryRun`], only plans) over
     /// `reach`: a row of named steps, the node computed once.
     /// Settings the node cannot carry out are refused before anything is written.
-    pub fn apply<'p>(
+    pub fn write_node<'p>(
         &mut self,
         settings: &PolicySettings,
         node: &NodeStatusFacts,
@@ -565,7 +565,7 @@ impl NodeApplier {
     /// computed and written; under Kubelet and Observe what nodemem set is given back
     /// (the kubelet enforces, or nothing is), and the node is computed for the status:
     /// what the kubelet is asked to do, what the agent would write.
-    pub fn pass<'p>(
+    pub fn enforce<'p>(
         &mut self,
         settings: &PolicySettings,
         node: &NodeStatusFacts,
@@ -573,7 +573,7 @@ impl NodeApplier {
         reach: Reach<'_>,
     ) -> Result<(DesiredNode<'p>, ApplyReport), ApplyError> {
         if settings.enforcement == Enforcement::Agent {
-            return self.apply(settings, node, pods, WriteMode::Write, reach);
+            return self.write_node(settings, node, pods, WriteMode::Write, reach);
         }
         self.give_back_and_predict(settings, node, pods, reach)
     }
@@ -582,7 +582,7 @@ impl NodeApplier {
     /// node computed once, for `settings`, for the status. The give-back needs no
     /// computation of its own: the settings that give back ([`off`]) manage no cgroup,
     /// and a pass reaches the same cgroups whatever the settings (both tested in
-    /// `applier/give_back_tests.rs`); its steps are [`NodeApplier::apply`]'s with no cgroup to set.
+    /// `applier/give_back_tests.rs`); its steps are [`NodeApplier::write_node`]'s with no cgroup to set.
     fn give_back_and_predict<'p>(
         &mut self,
         settings: &PolicySettings,
@@ -597,7 +597,7 @@ impl NodeApplier {
             Err(e) => {
                 // Settings the node cannot compute (a reservedMemory that does not fit)
                 // do not hold the give-back back: it is computed for `off` alone.
-                self.apply(&off, node, pods, WriteMode::Write, reach)?;
+                self.write_node(&off, node, pods, WriteMode::Write, reach)?;
                 return Err(e);
             }
         };
@@ -914,7 +914,7 @@ mod tests {
 
         let mut applier = NodeApplier::open(&config).unwrap();
         let (_, report) = applier
-            .apply(&off(), &node_of_8gi(), &[], WriteMode::Write, Reach::Node)
+            .write_node(&off(), &node_of_8gi(), &[], WriteMode::Write, Reach::Node)
             .unwrap();
         assert_eq!(
             std::fs::read_to_string(cgroup.join("memory.high")).unwrap(),
@@ -933,7 +933,7 @@ mod tests {
         let mut applier = NodeApplier::open(&config).unwrap();
         assert!(applier.holds_units());
         let (desired, report) = applier
-            .apply(
+            .write_node(
                 &settings,
                 &node_of_8gi(),
                 &pods,
@@ -948,7 +948,7 @@ mod tests {
         assert_eq!(applier.take_unit_handoff(), None, "a dry run wrote nothing");
 
         let (_, report) = applier
-            .apply(
+            .write_node(
                 &settings,
                 &node_of_8gi(),
                 &pods,
@@ -980,7 +980,7 @@ mod tests {
         // A second pass writes nothing: what it holds is still handed over, without
         // rewritten files.
         applier
-            .apply(
+            .write_node(
                 &settings,
                 &node_of_8gi(),
                 &pods,
@@ -1024,7 +1024,7 @@ mod tests {
         ] {
             settings.enforcement = mode;
             let (desired, report) = applier
-                .pass(&settings, &node_of_8gi(), &pods, Reach::Node)
+                .enforce(&settings, &node_of_8gi(), &pods, Reach::Node)
                 .unwrap();
             assert_eq!(high(&desired).as_deref(), Some("167772160"), "{mode:?}");
             assert_eq!(!report.applied.is_empty(), written, "{mode:?}: {report:?}");
@@ -1051,7 +1051,7 @@ mod tests {
         let mut applier = NodeApplier::open(&config).unwrap();
         let mut settings = at_half();
         applier
-            .pass(&settings, &node_of_8gi(), &pods, Reach::Node)
+            .enforce(&settings, &node_of_8gi(), &pods, Reach::Node)
             .unwrap();
         assert_eq!(std::fs::read_to_string(&high).unwrap(), "167772160");
 
@@ -1065,7 +1065,7 @@ mod tests {
             )]
             .into(),
         }];
-        let refused = applier.pass(&settings, &node_of_8gi(), &pods, Reach::Node);
+        let refused = applier.enforce(&settings, &node_of_8gi(), &pods, Reach::Node);
         assert!(
             format!("{refused:?}").contains("NUMA node 7 does not exist on this node"),
             "{refused:?}"

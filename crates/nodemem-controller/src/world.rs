@@ -433,7 +433,7 @@ impl WatchIndex<NodeMemoryPolicy> for World {
     fn key(p: &NodeMemoryPolicy) -> Option<String> {
         p.metadata.name.clone()
     }
-    fn apply(&mut self, p: &NodeMemoryPolicy) -> bool {
+    fn upsert(&mut self, p: &NodeMemoryPolicy) -> bool {
         self.apply_policy(p)
     }
     fn delete(&mut self, p: &NodeMemoryPolicy) -> bool {
@@ -456,7 +456,7 @@ impl WatchIndex<PartialObjectMeta<Node>> for World {
     fn key(n: &PartialObjectMeta<Node>) -> Option<String> {
         n.metadata.name.clone()
     }
-    fn apply(&mut self, n: &PartialObjectMeta<Node>) -> bool {
+    fn upsert(&mut self, n: &PartialObjectMeta<Node>) -> bool {
         self.apply_node_meta(&n.metadata)
     }
     fn delete(&mut self, n: &PartialObjectMeta<Node>) -> bool {
@@ -479,7 +479,7 @@ impl WatchIndex<NodeMemoryConfig> for World {
     fn key(c: &NodeMemoryConfig) -> Option<String> {
         c.metadata.name.clone()
     }
-    fn apply(&mut self, c: &NodeMemoryConfig) -> bool {
+    fn upsert(&mut self, c: &NodeMemoryConfig) -> bool {
         self.apply_config(c)
     }
     fn delete(&mut self, c: &NodeMemoryConfig) -> bool {
@@ -508,7 +508,7 @@ impl WatchIndex<k8s_openapi::api::core::v1::Pod> for World {
     fn key(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
         p.metadata.name.clone()
     }
-    fn apply(&mut self, p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    fn upsert(&mut self, p: &k8s_openapi::api::core::v1::Pod) -> bool {
         self.agents.as_mut().is_some_and(|a| a.apply_pod(p))
     }
     fn delete(&mut self, p: &k8s_openapi::api::core::v1::Pod) -> bool {
@@ -533,7 +533,7 @@ impl WatchIndex<k8s_openapi::api::apps::v1::DaemonSet> for World {
     fn key(d: &k8s_openapi::api::apps::v1::DaemonSet) -> Option<String> {
         d.metadata.name.clone()
     }
-    fn apply(&mut self, d: &k8s_openapi::api::apps::v1::DaemonSet) -> bool {
+    fn upsert(&mut self, d: &k8s_openapi::api::apps::v1::DaemonSet) -> bool {
         let seen = crate::agents::blocked::SeenDaemonSet {
             version: crate::agents::blocked::DaemonSetVersion {
                 uid: d.metadata.uid.clone().unwrap_or_default(),
@@ -561,7 +561,7 @@ impl WatchIndex<k8s_openapi::api::core::v1::Event> for World {
     fn key(e: &k8s_openapi::api::core::v1::Event) -> Option<String> {
         e.metadata.name.clone()
     }
-    fn apply(&mut self, e: &k8s_openapi::api::core::v1::Event) -> bool {
+    fn upsert(&mut self, e: &k8s_openapi::api::core::v1::Event) -> bool {
         self.agents.as_mut().is_some_and(|a| a.apply_event(e))
     }
     fn delete(&mut self, _: &k8s_openapi::api::core::v1::Event) -> bool {

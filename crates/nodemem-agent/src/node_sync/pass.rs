@@ -171,7 +171,7 @@ impl Passes {
             &pass.now,
         );
         self.metrics
-            .pass(next.trigger, started.elapsed().as_secs_f64());
+            .record_pass(next.trigger, started.elapsed().as_secs_f64());
         self.announcer.refusal_events(refused).await;
         self.report(config, new_status, input.last, status_out)
             .await
@@ -216,7 +216,7 @@ impl Passes {
                 "no NodeMemoryConfig: the kubelet drop-in is removed"
             );
         }
-        match writers.applier.apply(
+        match writers.applier.write_node(
             &off(),
             input.index.node(),
             input.pods,
@@ -251,7 +251,7 @@ impl Passes {
         let node = pass.input.index.node();
         match writers
             .applier
-            .pass(settings, node, pass.input.pods, pass.reach)
+            .enforce(settings, node, pass.input.pods, pass.reach)
         {
             Ok((desired, report)) => {
                 let refused = refusals(&desired);

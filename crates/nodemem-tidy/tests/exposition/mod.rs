@@ -26,7 +26,7 @@ pub fn one_of_each() -> String {
         reading,
         containers: vec![("c", reading)],
     }]);
-    agent.pass(Trigger::Start, 0.01);
+    agent.record_pass(Trigger::Start, 0.01);
     agent.reaction(0.001);
     agent.writes(1, 1, &[Some(28)], true);
     agent.node(1, 1, 1, Some((1, 0)));
