@@ -52,6 +52,37 @@ fn missing(document: &str, cell: impl Fn(&str) -> String) -> Vec<String> {
         .collect()
 }
 
+/// The longest a crate's row of the architecture document may be: one line, the job in
+/// a phrase (what each crate holds is told below the table).
+const ROW_CAP: usize = 200;
+
+/// The architecture document's crate rows over [`ROW_CAP`].
+fn long_rows(document: &str) -> Vec<String> {
+    document
+        .lines()
+        .filter(|l| l.starts_with("| `nodemem") && l.chars().count() > ROW_CAP)
+        .map(|l| l.chars().take(40).collect())
+        .collect()
+}
+
+#[test]
+fn every_crate_row_is_one_line_of_its_job() {
+    let text = std::fs::read_to_string(repo_root().join("docs/architecture.md")).expect("docs");
+    let long = long_rows(&text);
+    assert!(
+        long.is_empty(),
+        "crate rows over {ROW_CAP} characters: {long:?}"
+    );
+    let sample = format!(
+        "| `nodemem-x` | {} | y |\n| `nodemem-z` | short | y |\n",
+        "j".repeat(200)
+    );
+    assert_eq!(
+        long_rows(&sample),
+        [format!("| `nodemem-x` | {}", "j".repeat(24))]
+    );
+}
+
 #[test]
 fn every_crate_has_its_row_in_the_architecture_document() {
     let missing = missing("docs/architecture.md", |c| format!("`{c}`"));
