@@ -148,7 +148,7 @@ pub enum Refaults {
 /// `Reclaim` runs it (validation refuses Active but under `enforcement: Agent`).
 pub fn refault_gate(
     limits: &HealthSpec,
-    settings: &nodemem_model::cluster::policy::PolicySettings,
+    settings: &nodemem_model::settings::NodeSettings,
 ) -> Option<i32> {
     limits.refault_gate(reclaim_active(settings))
 }
@@ -156,7 +156,7 @@ pub fn refault_gate(
 /// Whether these settings' reclaim is Active: then the refault gate judges only the
 /// pods reclaim took from (a pod that refaults on its own is not reclaim's doing), and
 /// a node whose gate fails stops reclaiming.
-pub fn reclaim_active(settings: &nodemem_model::cluster::policy::PolicySettings) -> bool {
+pub fn reclaim_active(settings: &nodemem_model::settings::NodeSettings) -> bool {
     use nodemem_model::feedback::reclaim::ReclaimMode;
     settings
         .reclaim

@@ -14,8 +14,8 @@ use nodemem_apply::kubelet::{
     kubelet_started_at, remove_memory_manager_state, KubeletFileError, KubeletFiles, OwnDropIn,
 };
 use nodemem_apply::state::StateDir;
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::kubelet_dropin::{render, DropInOwner, KubeletRefusal};
+use nodemem_model::settings::NodeSettings;
 use nodemem_systemd::{BusAddress, Systemd, SystemdError};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -213,7 +213,7 @@ impl KubeletMode {
     /// Brings the kubelet's drop-in to `settings` for a kubelet of `version`.
     pub async fn configure(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         version: Option<&str>,
         owner: DropInOwner<'_>,
         state: &StateDir,
@@ -889,10 +889,10 @@ mod mode_tests {
         assert_eq!(bed.restarts(), 1);
     }
 
-    fn settings(policy: MemoryManagerPolicy) -> PolicySettings {
-        let mut s = PolicySettings {
+    fn settings(policy: MemoryManagerPolicy) -> NodeSettings {
+        let mut s = NodeSettings {
             enforcement: Enforcement::Kubelet,
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         };
         s.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
         if policy == MemoryManagerPolicy::Static {

@@ -313,13 +313,13 @@ fn observed(t: &Tracked) -> ObservedContainer {
 mod tests {
     use super::*;
     use crate::test_node::{burstable, desired as desired_of, facts, path_of, pod, settings, MI};
-    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{NodeFacts, NodePod};
+    use nodemem_model::settings::NodeSettings;
     use nodemem_model::values::memory_qos::ReservationPolicy;
     use serde_json::json;
 
     /// Settings at factor 0.5, the node, and its pods.
-    fn fixture() -> (PolicySettings, NodeFacts, Vec<NodePod>) {
+    fn fixture() -> (NodeSettings, NodeFacts, Vec<NodePod>) {
         (
             settings(0.5, ReservationPolicy::TieredReservation),
             facts(),

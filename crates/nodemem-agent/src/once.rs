@@ -16,8 +16,10 @@ use nodemem_api::k8s::{
 use nodemem_api::NodeMemoryConfig;
 use nodemem_apply::ApplyReport;
 use nodemem_cgroup::{check_identifier, Roots};
-use nodemem_model::cluster::policy::{Enforcement, PolicySettings};
+use nodemem_model::cluster::policy::Enforcement;
+
 use nodemem_model::node::NodePod;
+use nodemem_model::settings::NodeSettings;
 
 use crate::args::{AgentArgs, DriverArg};
 use crate::output::{render, OnceOutput};
@@ -51,7 +53,7 @@ fn write_mode(inputs: &Inputs, dry_run: bool) -> Result<WriteMode, CliError> {
 struct Inputs {
     config_name: String,
     revision: String,
-    settings: PolicySettings,
+    settings: NodeSettings,
     /// The rollout's health gates, for the `Healthy` verdict the pass would report.
     health: nodemem_api::policy::HealthSpec,
     node_name: String,

@@ -466,8 +466,8 @@ pub fn differs(a: &NodeMemoryConfigStatus, b: &NodeMemoryConfigStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+    use nodemem_model::settings::NodeSettings;
     use nodemem_model::values::memory_qos::MemoryQosSettings;
 
     #[test]
@@ -535,12 +535,12 @@ mod tests {
     }
 
     fn kernel_supported(kernel: &str) -> (Condition, Condition) {
-        let settings = PolicySettings {
+        let settings = NodeSettings {
             memory_qos: MemoryQosSettings {
                 enabled: true,
                 ..MemoryQosSettings::default()
             },
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         };
         let mut facts = NodeFacts::default();
         facts.memory.kernel_version = Some(kernel.into());

@@ -1,8 +1,8 @@
 //! A small node for the observation's and relief's unit tests: one-container pods in
 //! `shop` with container IDs, settings at a factor, facts with 8Gi allocatable.
 
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::factor::ThrottlingFactor;
 use nodemem_model::values::memory_qos::{MemoryQosSettings, ReservationPolicy};
 use serde_json::json;
@@ -30,14 +30,14 @@ pub fn burstable(name: &str, id: &str) -> NodePod {
     )
 }
 
-pub fn settings(factor: f64, reservation: ReservationPolicy) -> PolicySettings {
-    PolicySettings {
+pub fn settings(factor: f64, reservation: ReservationPolicy) -> NodeSettings {
+    NodeSettings {
         memory_qos: MemoryQosSettings {
             enabled: true,
             throttling_factor: Some(ThrottlingFactor::from_f64(factor).unwrap()),
             reservation_policy: reservation,
         },
-        ..PolicySettings::default()
+        ..NodeSettings::default()
     }
 }
 
@@ -49,7 +49,7 @@ pub fn facts() -> NodeFacts {
 }
 
 pub fn desired<'p>(
-    settings: &PolicySettings,
+    settings: &NodeSettings,
     facts: &NodeFacts,
     pods: &'p [NodePod],
 ) -> DesiredNode<'p> {

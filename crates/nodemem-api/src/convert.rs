@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodemem_model::cluster::policy::{
-    self as model, validate_policy_settings, MemoryManagerSettings, NodeReserved, PolicySettings,
-};
+use nodemem_model::cluster::policy::{self as model, MemoryManagerSettings, NodeReserved};
+// The model's settings are named as this API names them: here the model's is
+// `node_model::NodeSettings`, the API's (the spec) `NodeSettings`.
 use nodemem_model::cluster::resolve::{resolve_policy, PolicyCandidate, Resolution};
 use nodemem_model::cluster::selector::{self, LabelSelector, Requirement};
+use nodemem_model::settings::{self as node_model, validate_node_settings};
 use nodemem_model::values::factor::ThrottlingFactor;
 use nodemem_model::values::memory_qos::{self, MemoryQosSettings};
 use nodemem_model::{Problem, Quantity};
@@ -229,12 +230,12 @@ fn check_rollout(rollout: &RolloutSpec, problems: &mut Vec<Problem>) {
 }
 
 /// The model's settings for a node (from a policy or a config spec), or every problem
-/// found, type-level and semantic (`nodemem_model::cluster::policy::validate_policy_settings`),
+/// found, type-level and semantic (`nodemem_model::settings::validate_node_settings`),
 /// with paths under `spec`.
-pub fn node_settings(settings: &NodeSettings) -> Result<PolicySettings, Vec<Problem>> {
+pub fn node_settings(settings: &NodeSettings) -> Result<node_model::NodeSettings, Vec<Problem>> {
     let mut problems = Vec::new();
     let converted = convert_settings(settings, &mut problems);
-    problems.extend(validate_policy_settings(&converted));
+    problems.extend(validate_node_settings(&converted));
     if problems.is_empty() {
         Ok(converted)
     } else {
@@ -242,8 +243,11 @@ pub fn node_settings(settings: &NodeSettings) -> Result<PolicySettings, Vec<Prob
     }
 }
 
-fn convert_settings(settings: &NodeSettings, problems: &mut Vec<Problem>) -> PolicySettings {
-    PolicySettings {
+fn convert_settings(
+    settings: &NodeSettings,
+    problems: &mut Vec<Problem>,
+) -> node_model::NodeSettings {
+    node_model::NodeSettings {
         memory_qos: to_memory_qos(&settings.memory_qos, "spec.memoryQoS", problems),
         memory_manager: to_memory_manager(&settings.memory_manager, "spec.memoryManager", problems),
         node_reserved: settings
@@ -306,11 +310,13 @@ fn to_reclaim(r: &crate::policy::ReclaimSpec) -> Option<nodemem_model::feedback:
 
 /// The effective settings of a policy, or every problem found: the selector and the
 /// rollout parameters too.
-pub fn policy_settings(spec: &NodeMemoryPolicySpec) -> Result<PolicySettings, Vec<Problem>> {
+pub fn policy_settings(
+    spec: &NodeMemoryPolicySpec,
+) -> Result<node_model::NodeSettings, Vec<Problem>> {
     let mut problems = to_selector(&spec.node_selector).validate("spec.nodeSelector");
     let settings = convert_settings(&spec.settings, &mut problems);
     check_rollout(&spec.rollout, &mut problems);
-    problems.extend(validate_policy_settings(&settings));
+    problems.extend(validate_node_settings(&settings));
     if problems.is_empty() {
         Ok(settings)
     } else {

@@ -16,7 +16,6 @@ use crate::policy::NodeSettings;
 use crate::watch_index::WatchIndex;
 use k8s_openapi::api::core::v1 as core;
 use kube::core::PartialObjectMeta;
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::status::NodeStatusFacts;
 use nodemem_model::node::NodePod;
 use nodemem_model::values::cgroup_layout::ContainerId;
@@ -39,7 +38,7 @@ pub struct IndexedConfig {
     /// When the node counts as healthy.
     pub health: HealthSpec,
     /// The settings the computation takes, or each reason they cannot be used.
-    pub settings: Result<PolicySettings, Vec<String>>,
+    pub settings: Result<nodemem_model::settings::NodeSettings, Vec<String>>,
 }
 
 /// What the agent last enforced, kept in the state directory so a restart with the

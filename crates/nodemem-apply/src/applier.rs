@@ -22,10 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use nodemem_cgroup::discover::{discover, Discovery};
 use nodemem_cgroup::{CgroupFs, Roots};
-use nodemem_model::cluster::policy::{Enforcement, MemoryManagerPolicy, PolicySettings};
+use nodemem_model::cluster::policy::{Enforcement, MemoryManagerPolicy};
+
 use nodemem_model::node::status::NodeStatusFacts;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::{MachineState, MemoryManager, Scope};
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_model::values::memory_qos::NodeMemoryFacts;
 
@@ -400,7 +402,7 @@ impl NodeApplier {
     /// Settings the node cannot carry out are refused before anything is written.
     pub fn write_node<'p>(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         node: &NodeStatusFacts,
         pods: &'p [NodePod],
         mode: WriteMode,
@@ -429,7 +431,7 @@ impl NodeApplier {
     /// (whole-node passes), the Node's facts taken, the Memory Manager loaded (Static).
     fn prepare(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         node: &NodeStatusFacts,
         reach: Reach<'_>,
     ) -> Result<Option<MemoryManager>, ApplyError> {
@@ -449,7 +451,7 @@ impl NodeApplier {
     /// kubelet.
     fn compute<'p>(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         pods: &'p [NodePod],
         manager: Option<MemoryManager>,
     ) -> Result<DesiredNode<'p>, ApplyError> {
@@ -544,7 +546,7 @@ impl NodeApplier {
     /// values set at creation found, and the records that changed saved.
     fn record(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         manager: Option<&MemoryManager>,
         report: &ApplyReport,
         reached: Option<&BTreeSet<String>>,
@@ -567,7 +569,7 @@ impl NodeApplier {
     /// what the kubelet is asked to do, what the agent would write.
     pub fn enforce<'p>(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         node: &NodeStatusFacts,
         pods: &'p [NodePod],
         reach: Reach<'_>,
@@ -585,7 +587,7 @@ impl NodeApplier {
     /// `applier/give_back_tests.rs`); its steps are [`NodeApplier::write_node`]'s with no cgroup to set.
     fn give_back_and_predict<'p>(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         node: &NodeStatusFacts,
         pods: &'p [NodePod],
         reach: Reach<'_>,
@@ -628,7 +630,7 @@ impl NodeApplier {
     /// totals and pods it covers.
     fn predict<'p>(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         node: &NodeStatusFacts,
         pods: &'p [NodePod],
     ) -> Result<DesiredNode<'p>, ApplyError> {
@@ -688,7 +690,7 @@ impl NodeApplier {
     /// nothing is written).
     fn memory_manager(
         &mut self,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
     ) -> Result<Option<MemoryManager>, ApplyError> {
         let reserved = &settings.memory_manager.reserved_memory;
         if let Some((for_reserved, m)) = &self.manager {
@@ -745,18 +747,18 @@ fn save_record(
 }
 
 /// Settings that give back everything nodemem set.
-pub fn off() -> PolicySettings {
-    PolicySettings {
+pub fn off() -> NodeSettings {
+    NodeSettings {
         memory_qos: nodemem_model::values::memory_qos::MemoryQosSettings {
             enabled: false,
             ..Default::default()
         },
-        ..PolicySettings::default()
+        ..NodeSettings::default()
     }
 }
 
 /// Settings this node cannot carry out.
-fn check_node_can_satisfy(settings: &PolicySettings, d: &Discovery) -> Result<(), ApplyError> {
+fn check_node_can_satisfy(settings: &NodeSettings, d: &Discovery) -> Result<(), ApplyError> {
     let mut problems = Vec::new();
     if settings.memory_qos.enabled && !d.has_controller("memory") {
         problems.push(Unsatisfiable::NoMemoryController);
@@ -865,16 +867,16 @@ mod tests {
     }
 
     /// Factor 0.5, TieredReservation.
-    fn at_half() -> PolicySettings {
+    fn at_half() -> NodeSettings {
         let reservation = nodemem_model::values::memory_qos::ReservationPolicy::TieredReservation;
         use nodemem_model::values::factor::ThrottlingFactor;
-        PolicySettings {
+        NodeSettings {
             memory_qos: nodemem_model::values::memory_qos::MemoryQosSettings {
                 enabled: true,
                 throttling_factor: Some(ThrottlingFactor::from_f64(0.5).unwrap()),
                 reservation_policy: reservation,
             },
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         }
     }
 

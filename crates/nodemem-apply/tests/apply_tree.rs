@@ -10,11 +10,11 @@ use nodemem_apply::execute::{execute, observe};
 use nodemem_apply::plan::{files_to_observe, plan, update_ownership};
 use nodemem_apply::{apply, ApplyOptions, Ownership, WriteKind};
 use nodemem_cgroup::CgroupFs;
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::pod::defaulting::apply_defaults;
 use nodemem_model::pod::qos::{qos_class, QosClass};
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::cgroup::{CgroupValue, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN};
 use nodemem_model::values::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
 use nodemem_model::values::factor::ThrottlingFactor;
@@ -124,14 +124,14 @@ fn pods(runtime: ContainerRuntime) -> Vec<NodePod> {
     ]
 }
 
-fn settings(reservation: ReservationPolicy, factor: f64) -> PolicySettings {
-    PolicySettings {
+fn settings(reservation: ReservationPolicy, factor: f64) -> NodeSettings {
+    NodeSettings {
         memory_qos: MemoryQosSettings {
             enabled: true,
             throttling_factor: Some(ThrottlingFactor::from_f64(factor).unwrap()),
             reservation_policy: reservation,
         },
-        ..PolicySettings::default()
+        ..NodeSettings::default()
     }
 }
 
@@ -159,7 +159,7 @@ fn tree_for(driver: CgroupDriver, pods: &[NodePod]) -> CgroupTree {
 }
 
 fn desired<'a>(
-    settings: &PolicySettings,
+    settings: &NodeSettings,
     driver: CgroupDriver,
     pods: &'a [NodePod],
 ) -> DesiredNode<'a> {

@@ -24,6 +24,7 @@ pub mod numa;
 pub mod pod;
 pub mod problem;
 pub mod quantity;
+pub mod settings;
 pub mod values;
 pub mod warning;
 

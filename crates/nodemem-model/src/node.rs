@@ -17,7 +17,8 @@ pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::policy::{MemoryManagerPolicy, PolicySettings};
+use crate::cluster::policy::MemoryManagerPolicy;
+
 use crate::numa::{
     cpuset_mems, MachineState, MemoryManager, NumaTopology, Pinning, Rejection, Scope,
 };
@@ -25,6 +26,7 @@ use crate::pod::profile::{ContainerMemory, PodMemoryProfile};
 use crate::pod::qos::QosClass;
 use crate::pod::{ordered_containers, ContainerKind, Pod};
 use crate::problem::Problem;
+use crate::settings::NodeSettings;
 use crate::values::cgroup::{
     CgroupValue, CgroupValues, CPUSET_MEMS, MEMORY_HIGH, MEMORY_LOW, MEMORY_MIN,
 };
@@ -121,7 +123,7 @@ impl NodePod {
 /// Everything [`desired_node`] reads. The output borrows from the pods (`'p`) only.
 #[derive(Clone, Debug)]
 pub struct NodeInput<'s, 'p> {
-    pub settings: &'s PolicySettings,
+    pub settings: &'s NodeSettings,
     pub facts: &'s NodeFacts,
     pub pods: &'p [NodePod],
     /// The Memory Manager's state from the previous computation (Static policy), so
@@ -581,8 +583,8 @@ mod tests {
         );
     }
 
-    fn static_settings() -> PolicySettings {
-        PolicySettings {
+    fn static_settings() -> NodeSettings {
+        NodeSettings {
             memory_qos: MemoryQosSettings {
                 enabled: true,
                 throttling_factor: Some(ThrottlingFactor::DEFAULT),
@@ -598,7 +600,7 @@ mod tests {
                     )]),
                 }],
             },
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         }
     }
 

@@ -557,8 +557,8 @@ pub fn render_table(report: &DiffReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{NodeFacts, NodePod};
+    use nodemem_model::settings::NodeSettings;
     use nodemem_model::values::memory_qos::MemoryQosSettings;
 
     fn pods() -> Vec<NodePod> {
@@ -580,8 +580,8 @@ mod tests {
         f
     }
 
-    fn settings(factor: f64) -> PolicySettings {
-        PolicySettings {
+    fn settings(factor: f64) -> NodeSettings {
+        NodeSettings {
             memory_qos: MemoryQosSettings {
                 enabled: true,
                 throttling_factor: Some(
@@ -589,7 +589,7 @@ mod tests {
                 ),
                 ..MemoryQosSettings::default()
             },
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         }
     }
 

@@ -6,9 +6,9 @@
 use k8s_openapi::api::core::v1 as core;
 use nodemem_api::convert::node_settings;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::numa::NumaTopology;
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::cgroup_layout::CgroupDriver;
 use nodemem_model::values::memory_qos::NodeMemoryFacts;
 
@@ -99,7 +99,7 @@ pub fn node_facts(node: &core::Node, config: Option<&NodeMemoryConfig>) -> NodeF
 
 /// The node computed for `settings`, or why it cannot be (the agent refuses the same).
 pub fn compute<'p>(
-    settings: &PolicySettings,
+    settings: &NodeSettings,
     facts: &NodeFacts,
     pods: &'p [NodePod],
 ) -> Result<DesiredNode<'p>, Vec<String>> {
@@ -115,11 +115,11 @@ pub fn compute<'p>(
 }
 
 /// The model settings of a policy (invalid ones name their problems).
-pub fn policy_settings(p: &NodeMemoryPolicy) -> Result<PolicySettings, Vec<String>> {
+pub fn policy_settings(p: &NodeMemoryPolicy) -> Result<NodeSettings, Vec<String>> {
     node_settings(&p.spec.settings).map_err(|ps| ps.iter().map(ToString::to_string).collect())
 }
 
 /// The model settings a node's config carries (what its agent enforces now).
-pub fn config_settings(c: &NodeMemoryConfig) -> Result<PolicySettings, Vec<String>> {
+pub fn config_settings(c: &NodeMemoryConfig) -> Result<NodeSettings, Vec<String>> {
     node_settings(&c.spec.settings).map_err(|ps| ps.iter().map(ToString::to_string).collect())
 }

@@ -226,10 +226,7 @@ pub fn typed_kind<T: DeserializeOwned + Serialize>(
 pub fn read_policies(
     docs: &[Document],
     problems: &mut Vec<String>,
-) -> Vec<(
-    NodeMemoryPolicy,
-    nodemem_model::cluster::policy::PolicySettings,
-)> {
+) -> Vec<(NodeMemoryPolicy, nodemem_model::settings::NodeSettings)> {
     if docs.is_empty() {
         problems.push("--policy: the file holds no NodeMemoryPolicy".to_string());
     }

@@ -9,9 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodemem_api::node_index::{IndexedConfig, NodeIndex};
 use nodemem_api::NodeMemoryConfigStatus;
 use nodemem_apply::ApplyReport;
-use nodemem_model::cluster::policy::{Enforcement, PolicySettings};
+use nodemem_model::cluster::policy::Enforcement;
+
 use nodemem_model::node::creation::CreationTable;
 use nodemem_model::node::{Admission, DesiredNode, NodePod};
+use nodemem_model::settings::NodeSettings;
 use tracing::{info, warn};
 
 use super::announce::{Announcer, Refusal};
@@ -109,7 +111,7 @@ impl Passes {
     /// `enforcement: Agent` only (the kubelet's own files left out); nothing otherwise.
     fn publish_creation(
         &self,
-        settings: Option<&PolicySettings>,
+        settings: Option<&NodeSettings>,
         desired: Option<&DesiredNode<'_>>,
         applier: &NodeApplier,
     ) {
@@ -244,7 +246,7 @@ impl Passes {
         &mut self,
         writers: &mut Writers,
         pass: &Pass<'_>,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
     ) -> (NodeMemoryConfigStatus, Vec<Refusal>) {
         let config = pass.config;
         let kubelet = configure_kubelet(writers, pass, settings).await;
@@ -282,7 +284,7 @@ impl Passes {
         &mut self,
         writers: &mut Writers,
         pass: &Pass<'_>,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         desired: &DesiredNode<'_>,
         report: &ApplyReport,
         kubelet: Option<&KubeletOutcome>,
@@ -342,7 +344,7 @@ impl Passes {
         &mut self,
         applier: &NodeApplier,
         pass: &Pass<'_>,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         desired: &DesiredNode<'_>,
     ) -> Option<nodemem_api::config::ReclaimSummary> {
         let revision = &pass.config.revision;
@@ -440,7 +442,7 @@ impl Passes {
         &mut self,
         applier: &NodeApplier,
         config: &IndexedConfig,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         desired: &DesiredNode<'_>,
         report: &ApplyReport,
     ) -> Verdict {
@@ -530,7 +532,7 @@ impl Passes {
         &mut self,
         applier: &NodeApplier,
         pass: &Pass<'_>,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         desired: &DesiredNode<'_>,
     ) -> Option<nodemem_api::config::ObservationSummary> {
         let revision = &pass.config.revision;
@@ -557,7 +559,7 @@ impl Passes {
         &mut self,
         applier: &mut NodeApplier,
         config: &IndexedConfig,
-        settings: &PolicySettings,
+        settings: &NodeSettings,
         desired: &DesiredNode<'_>,
     ) -> Option<nodemem_api::config::ReliefSummary> {
         let relief_settings = settings
@@ -651,7 +653,7 @@ impl Passes {
 async fn configure_kubelet(
     writers: &mut Writers,
     pass: &Pass<'_>,
-    settings: &PolicySettings,
+    settings: &NodeSettings,
 ) -> Option<KubeletOutcome> {
     let state = writers.applier.state();
     if settings.enforcement == Enforcement::Kubelet {

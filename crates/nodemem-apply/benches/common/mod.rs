@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use nodemem_apply::{apply, ApplyOptions, Ownership};
 use nodemem_cgroup::CgroupFs;
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
 use nodemem_model::pod::defaulting::apply_defaults;
 use nodemem_model::pod::profile::PodMemoryProfile;
 use nodemem_model::pod::qos::qos_class;
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
 use nodemem_model::values::factor::ThrottlingFactor;
 use nodemem_model::values::memory_qos::{MemoryQosSettings, NodeMemoryFacts, ReservationPolicy};
@@ -108,13 +108,13 @@ pub fn run(allocator: &str) {
     println!("allocator: {allocator}");
     // As `nodemem agent` does at start.
     nodemem_cgroup::fs::raise_open_file_limit();
-    let settings = PolicySettings {
+    let settings = NodeSettings {
         memory_qos: MemoryQosSettings {
             enabled: true,
             throttling_factor: Some(ThrottlingFactor::from_f64(0.9).unwrap()),
             reservation_policy: ReservationPolicy::TieredReservation,
         },
-        ..PolicySettings::default()
+        ..NodeSettings::default()
     };
     let facts = NodeFacts {
         memory: NodeMemoryFacts {

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeSet;
 
-use nodemem_model::cluster::policy::PolicySettings;
 use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
 use nodemem_model::pod::{Container, ContainerKind, Pod, PodSpec, Resources, CPU, MEMORY};
 use nodemem_model::quantity::Quantity;
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::cgroup_layout::{CgroupDriver, ContainerId, ContainerRuntime};
 use nodemem_model::values::factor::ThrottlingFactor;
 use nodemem_model::values::memory_qos::{MemoryQosSettings, ReservationPolicy};
@@ -72,21 +72,19 @@ fn pod(uid: usize, shapes: &[u8], started: &[bool], opted_out: bool) -> NodePod 
     NodePod::new(pod, ids, opted_out)
 }
 
-fn settings() -> impl Strategy<Value = PolicySettings> {
-    (any::<bool>(), 0..3usize, 0..3usize).prop_map(|(enabled, factor, reservation)| {
-        PolicySettings {
-            memory_qos: MemoryQosSettings {
-                enabled,
-                throttling_factor: [None, Some(0.5), Some(0.9)][factor]
-                    .map(|f| ThrottlingFactor::from_f64(f).unwrap()),
-                reservation_policy: [
-                    ReservationPolicy::None,
-                    ReservationPolicy::TieredReservation,
-                    ReservationPolicy::HardReservation,
-                ][reservation],
-            },
-            ..PolicySettings::default()
-        }
+fn settings() -> impl Strategy<Value = NodeSettings> {
+    (any::<bool>(), 0..3usize, 0..3usize).prop_map(|(enabled, factor, reservation)| NodeSettings {
+        memory_qos: MemoryQosSettings {
+            enabled,
+            throttling_factor: [None, Some(0.5), Some(0.9)][factor]
+                .map(|f| ThrottlingFactor::from_f64(f).unwrap()),
+            reservation_policy: [
+                ReservationPolicy::None,
+                ReservationPolicy::TieredReservation,
+                ReservationPolicy::HardReservation,
+            ][reservation],
+        },
+        ..NodeSettings::default()
     })
 }
 
@@ -121,7 +119,7 @@ proptest! {
             cgroup_driver: if systemd { CgroupDriver::Systemd } else { CgroupDriver::Cgroupfs },
             ..NodeFacts::default()
         };
-        let compute = |settings: &PolicySettings| {
+        let compute = |settings: &NodeSettings| {
             desired_node(NodeInput { settings, facts: &facts, pods: &pods, memory_manager: None })
                 .unwrap()
         };

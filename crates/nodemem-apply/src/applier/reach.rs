@@ -52,8 +52,8 @@ fn pods_reach(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemem_model::cluster::policy::PolicySettings;
     use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
+    use nodemem_model::settings::NodeSettings;
 
     #[test]
     fn a_pod_event_reaches_that_pod_and_the_node_level_cgroups() {
@@ -88,7 +88,7 @@ mod tests {
         let pods = vec![pod("a"), pod("b")];
         let facts = NodeFacts::default();
         let desired = desired_node(NodeInput {
-            settings: &PolicySettings::default(),
+            settings: &NodeSettings::default(),
             facts: &facts,
             pods: &pods,
             memory_manager: None,

@@ -1,9 +1,11 @@
 //! What to leave to the kubelet under `enforcement: Agent`: the files its own Memory
 //! QoS or Memory Manager writes, from its settings and version.
 
-use nodemem_model::cluster::policy::{MemoryManagerPolicy, PolicySettings};
+use nodemem_model::cluster::policy::MemoryManagerPolicy;
+
 use nodemem_model::kubelet::version::KubeletVersion;
 use nodemem_model::kubelet::writes::KubeletQosWrites;
+use nodemem_model::settings::NodeSettings;
 
 use super::KubeletSettings;
 
@@ -29,7 +31,7 @@ const ALL_FILES: &[&str] = &["memory.min", "memory.low", "memory.high", "cpuset.
 pub fn kubelet_conflict(
     kubelet: &KubeletSettings,
     version: Option<KubeletVersion>,
-    settings: &PolicySettings,
+    settings: &NodeSettings,
 ) -> Option<KubeletConflict> {
     if settings.enforcement != nodemem_model::cluster::policy::Enforcement::Agent {
         return None;
@@ -80,7 +82,7 @@ mod tests {
             ..KubeletSettings::default()
         };
         kubelet.qos.gate = Some(true);
-        let mut settings = PolicySettings::default();
+        let mut settings = NodeSettings::default();
         let c = kubelet_conflict(&kubelet, v136, &settings).unwrap();
         assert_eq!((c.reason, c.files), ("KubeletMemoryQoS", MEMORY_QOS_FILES));
         assert!(c.message.starts_with("the kubelet (v1.36.3) enforces this itself (it writes memory.high (memoryThrottlingFactor 0.9); /var/lib/kubelet/config.yaml); nodemem leaves memory.min, memory.low, memory.high to it"), "{}", c.message);
@@ -115,7 +117,7 @@ mod tests {
     fn a_v1_37_kubelet_conflicts_only_when_it_writes_values() {
         use nodemem_model::kubelet::writes::Named;
         let v137 = KubeletVersion::parse("v1.37.2").ok();
-        let settings = PolicySettings::default();
+        let settings = NodeSettings::default();
         let mut kubelet = KubeletSettings {
             origin: crate::kubelet::KubeletOrigin {
                 config: Some("/var/lib/kubelet/config.yaml".into()),

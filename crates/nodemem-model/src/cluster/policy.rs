@@ -1,9 +1,10 @@
-//! The effective settings a policy asks of a node, and the semantic validation that
-//! spans several fields (what OpenAPI schemas and CEL rules at admission cannot check).
+//! The parts of a node's settings that are the cluster's (the Memory Manager's policy
+//! and reserved memory, the node's reservations, the enforcement) and the rules that
+//! span several fields (what OpenAPI schemas and CEL rules at admission cannot check);
+//! the settings whole are [`crate::settings::NodeSettings`].
 
 use std::collections::BTreeMap;
 
-use crate::values::memory_qos::MemoryQosSettings;
 // Defined beside the NUMA machine that consumes it; part of the settings API here.
 pub use crate::numa::machine::ReservedMemory;
 use crate::pod::{is_hugepages, is_valid_hugepages_name, MEMORY};
@@ -47,54 +48,7 @@ pub enum Enforcement {
     Observe,
 }
 
-/// Everything a policy asks of the nodes it selects.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct PolicySettings {
-    pub memory_qos: MemoryQosSettings,
-    pub memory_manager: MemoryManagerSettings,
-    pub node_reserved: Option<NodeReserved>,
-    pub enforcement: Enforcement,
-    /// Relief for containers memory.high chokes (`enforcement: Agent` only).
-    pub relief: Option<crate::feedback::relief::ReliefSettings>,
-    /// Proactive reclaim of cold memory (None: off; `Active` under `enforcement: Agent`
-    /// only).
-    pub reclaim: Option<crate::feedback::reclaim::Reclaim>,
-}
-
-/// Every semantic problem with the settings, with paths under `spec`.
-pub fn validate_policy_settings(settings: &PolicySettings) -> Vec<Problem> {
-    // Whether the kubelet can express the reservation policy depends on its version
-    // (HardReservation only before v1.36, never from v1.36): refused per node when the
-    // drop-in is rendered (`kubelet_dropin::render`), not for the whole policy.
-    let mut problems = Vec::new();
-    if settings.relief.is_some() && settings.enforcement != Enforcement::Agent {
-        problems.push(Problem::new(
-            "spec.memoryQoS.relief",
-            "relief raises memory.high that the agent set: it needs enforcement: Agent",
-        ));
-    }
-    if settings
-        .reclaim
-        .as_ref()
-        .is_some_and(|r| r.mode == crate::feedback::reclaim::ReclaimMode::Active)
-        && settings.enforcement != Enforcement::Agent
-    {
-        problems.push(Problem::new(
-            "spec.reclaim.mode",
-            "reclaim mode Active writes memory.reclaim, which only the agent's enforcement does: it needs enforcement: Agent (mode Observe reports what it would reclaim under any enforcement)",
-        ));
-    }
-    validate_memory_manager(&settings.memory_manager, &mut problems);
-    if let Some(reserved) = &settings.node_reserved {
-        validate_node_reserved(reserved, &mut problems);
-        if settings.memory_manager.policy == MemoryManagerPolicy::Static {
-            check_sum_rule(&settings.memory_manager, reserved, &mut problems);
-        }
-    }
-    problems
-}
-
-fn validate_memory_manager(mm: &MemoryManagerSettings, problems: &mut Vec<Problem>) {
+pub(crate) fn validate_memory_manager(mm: &MemoryManagerSettings, problems: &mut Vec<Problem>) {
     const PATH: &str = "spec.memoryManager.reservedMemory";
     let mut seen = BTreeMap::new();
     for (i, entry) in mm.reserved_memory.iter().enumerate() {
@@ -168,7 +122,7 @@ fn validate_memory_manager(mm: &MemoryManagerSettings, problems: &mut Vec<Proble
     }
 }
 
-fn validate_node_reserved(reserved: &NodeReserved, problems: &mut Vec<Problem>) {
+pub(crate) fn validate_node_reserved(reserved: &NodeReserved, problems: &mut Vec<Problem>) {
     for (field, q) in [
         ("kubeReserved", reserved.kube_reserved),
         ("systemReserved", reserved.system_reserved),
@@ -189,7 +143,7 @@ fn validate_node_reserved(reserved: &NodeReserved, problems: &mut Vec<Problem>) 
 /// kube-reserved + system-reserved + the hard eviction threshold. nodeReserved names
 /// memory only, so the rule is checked for `memory`; hugepage reservations are checked
 /// against each NUMA node's hugepage capacity by the NUMA model instead.
-fn check_sum_rule(
+pub(crate) fn check_sum_rule(
     mm: &MemoryManagerSettings,
     reserved: &NodeReserved,
     problems: &mut Vec<Problem>,
@@ -235,6 +189,7 @@ pub fn sum_rule_problem(mm: &MemoryManagerSettings, reserved: &NodeReserved) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{validate_node_settings, NodeSettings};
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap()
@@ -247,14 +202,14 @@ mod tests {
         }
     }
 
-    fn static_settings(entries: Vec<ReservedMemory>, node: Option<NodeReserved>) -> PolicySettings {
-        PolicySettings {
+    fn static_settings(entries: Vec<ReservedMemory>, node: Option<NodeReserved>) -> NodeSettings {
+        NodeSettings {
             memory_manager: MemoryManagerSettings {
                 policy: MemoryManagerPolicy::Static,
                 reserved_memory: entries,
             },
             node_reserved: node,
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         }
     }
 
@@ -273,9 +228,9 @@ mod tests {
             ],
             Some(node.clone()),
         );
-        assert_eq!(validate_policy_settings(&ok), vec![]);
+        assert_eq!(validate_node_settings(&ok), vec![]);
         let bad = static_settings(vec![reserved(0, &[("memory", "800Mi")])], Some(node));
-        let problems = validate_policy_settings(&bad);
+        let problems = validate_node_settings(&bad);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].message.contains("800Mi"), "{}", problems[0]);
         assert!(problems[0].message.contains("900Mi"), "{}", problems[0]);
@@ -294,7 +249,7 @@ mod tests {
             eviction_hard: Some(q("500Mi")),
         };
         let ok = static_settings(vec![reserved(0, &[("memory", "1524Mi")])], Some(node));
-        assert_eq!(validate_policy_settings(&ok), vec![]);
+        assert_eq!(validate_node_settings(&ok), vec![]);
     }
 
     #[test]
@@ -310,7 +265,7 @@ mod tests {
             ],
             None,
         );
-        let got: Vec<String> = validate_policy_settings(&settings)
+        let got: Vec<String> = validate_node_settings(&settings)
             .iter()
             .map(|p| p.to_string())
             .collect();
@@ -333,19 +288,19 @@ mod tests {
 
     #[test]
     fn static_needs_memory_reservation_and_none_refuses_it() {
-        let problems = validate_policy_settings(&static_settings(vec![], None));
+        let problems = validate_node_settings(&static_settings(vec![], None));
         assert_eq!(problems.len(), 1);
         assert!(problems[0]
             .message
             .contains("Static policy needs reserved memory"));
-        let none = PolicySettings {
+        let none = NodeSettings {
             memory_manager: MemoryManagerSettings {
                 policy: MemoryManagerPolicy::None,
                 reserved_memory: vec![reserved(0, &[("memory", "1Gi")])],
             },
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         };
-        let problems = validate_policy_settings(&none);
+        let problems = validate_node_settings(&none);
         assert_eq!(problems.len(), 1);
         assert!(problems[0]
             .message
@@ -361,7 +316,7 @@ mod tests {
             ],
             None,
         );
-        let got: Vec<String> = validate_policy_settings(&settings)
+        let got: Vec<String> = validate_node_settings(&settings)
             .iter()
             .map(|p| p.to_string())
             .collect();
@@ -378,16 +333,16 @@ mod tests {
     /// cannot express.
     #[test]
     fn hard_reservation_under_the_kubelet_is_left_to_each_node() {
-        let mut settings = PolicySettings {
+        let mut settings = NodeSettings {
             enforcement: Enforcement::Kubelet,
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         };
         settings.memory_qos.reservation_policy =
             crate::values::memory_qos::ReservationPolicy::HardReservation;
-        assert!(validate_policy_settings(&settings).is_empty());
+        assert!(validate_node_settings(&settings).is_empty());
         settings.memory_qos.reservation_policy =
             crate::values::memory_qos::ReservationPolicy::TieredReservation;
-        assert!(validate_policy_settings(&settings).is_empty());
+        assert!(validate_node_settings(&settings).is_empty());
     }
 
     #[test]

@@ -108,10 +108,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::cluster::policy::PolicySettings;
     use crate::node::{desired_node, NodeFacts, NodeInput, NodePod};
     use crate::pod::{Container, ContainerKind, Pod, PodSpec, Resources};
     use crate::quantity::Quantity;
+    use crate::settings::NodeSettings;
     use crate::values::factor::ThrottlingFactor;
     use crate::values::memory_qos::NodeMemoryFacts;
     use crate::values::memory_qos::{MemoryQosSettings, ReservationPolicy};
@@ -140,14 +140,14 @@ mod tests {
         NodePod::new(pod, BTreeMap::new(), opt_out)
     }
 
-    fn settings() -> PolicySettings {
-        PolicySettings {
+    fn settings() -> NodeSettings {
+        NodeSettings {
             memory_qos: MemoryQosSettings {
                 enabled: true,
                 throttling_factor: Some(ThrottlingFactor::DEFAULT),
                 reservation_policy: ReservationPolicy::TieredReservation,
             },
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         }
     }
 

@@ -19,11 +19,13 @@
 use std::fmt::Write;
 
 use crate::cluster::policy::{
-    sum_rule_problem, MemoryManagerPolicy, MemoryManagerSettings, NodeReserved, PolicySettings,
+    sum_rule_problem, MemoryManagerPolicy, MemoryManagerSettings, NodeReserved,
     DEFAULT_EVICTION_HARD_MEMORY,
 };
+
 use crate::kubelet::version::{KubeletVersion, MEMORY_QOS_ON_BY_DEFAULT};
 use crate::quantity::{format_bytes, Quantity};
+use crate::settings::NodeSettings;
 use crate::values::memory_qos::ReservationPolicy;
 
 /// The drop-in's file name: `.conf` (the kubelet reads nothing else), and a name that
@@ -122,7 +124,7 @@ pub struct DropInOwner<'a> {
 /// kubelet's own configuration reserves (used when the settings name no nodeReserved).
 /// Every reason the settings cannot be rendered is returned.
 pub fn render(
-    settings: &PolicySettings,
+    settings: &NodeSettings,
     version: &str,
     kubelet_reserved: &KubeletReserved,
     owner: DropInOwner<'_>,
@@ -181,11 +183,7 @@ pub fn render(
 /// The YAML, written by hand so that it is stable byte for byte (an unchanged drop-in
 /// is never rewritten, and a rewrite means a kubelet restart). The version is named in
 /// the header: a kubelet upgrade that changes what may be rendered rewrites the file.
-fn render_text(
-    settings: &PolicySettings,
-    version: KubeletVersion,
-    owner: DropInOwner<'_>,
-) -> String {
+fn render_text(settings: &NodeSettings, version: KubeletVersion, owner: DropInOwner<'_>) -> String {
     let mut y = String::new();
     let _ = writeln!(
         y,
@@ -272,17 +270,17 @@ mod tests {
         Quantity::parse(s).unwrap()
     }
 
-    fn tiered() -> PolicySettings {
-        let mut s = PolicySettings {
+    fn tiered() -> NodeSettings {
+        let mut s = NodeSettings {
             enforcement: crate::cluster::policy::Enforcement::Kubelet,
-            ..PolicySettings::default()
+            ..NodeSettings::default()
         };
         s.memory_qos.reservation_policy = ReservationPolicy::TieredReservation;
         s.memory_qos.throttling_factor = Some(ThrottlingFactor::from_f64(0.8).unwrap());
         s
     }
 
-    fn static_numa(s: &mut PolicySettings) {
+    fn static_numa(s: &mut NodeSettings) {
         s.memory_manager.policy = MemoryManagerPolicy::Static;
         s.memory_manager.reserved_memory = vec![
             ReservedMemory {

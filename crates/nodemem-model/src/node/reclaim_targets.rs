@@ -45,10 +45,10 @@ mod tests {
 
     #[test]
     fn targets_are_the_managed_containers_of_the_named_classes_with_their_requests() {
-        use crate::cluster::policy::PolicySettings;
         use crate::node::{desired_node, NodeFacts, NodeInput, NodePod};
         use crate::pod::{Container, ContainerKind, Pod, PodSpec, Resources, CPU, MEMORY};
         use crate::quantity::Quantity;
+        use crate::settings::NodeSettings;
         use crate::values::cgroup_layout::{ContainerId, ContainerRuntime};
         let pod = |uid: &str, resources: &[(&str, &str)], limits: bool, opted_out: bool| {
             let list: crate::pod::ResourceList = resources
@@ -89,7 +89,7 @@ mod tests {
         ];
         let facts = NodeFacts::default();
         let desired = desired_node(NodeInput {
-            settings: &PolicySettings::default(),
+            settings: &NodeSettings::default(),
             facts: &facts,
             pods: &pods,
             memory_manager: None,

@@ -1,0 +1,59 @@
+//! The settings a node runs, in one place: what a policy asks of the nodes it selects
+//! and its config carries to each (the API's `NodeSettings`, converted), and their
+//! validation across fields. Above the parts it gathers (`values`, `cluster`,
+//! `feedback`), below the node that computes from it (`node`).
+
+use crate::cluster::policy::{
+    check_sum_rule, validate_memory_manager, validate_node_reserved, Enforcement,
+    MemoryManagerPolicy, MemoryManagerSettings, NodeReserved,
+};
+use crate::problem::Problem;
+use crate::values::memory_qos::MemoryQosSettings;
+
+/// Everything a policy asks of the nodes it selects, as the API's `NodeSettings` says it
+/// (converted by `nodemem_api::convert`): what a node runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeSettings {
+    pub memory_qos: MemoryQosSettings,
+    pub memory_manager: MemoryManagerSettings,
+    pub node_reserved: Option<NodeReserved>,
+    pub enforcement: Enforcement,
+    /// Relief for containers memory.high chokes (`enforcement: Agent` only).
+    pub relief: Option<crate::feedback::relief::ReliefSettings>,
+    /// Proactive reclaim of cold memory (None: off; `Active` under `enforcement: Agent`
+    /// only).
+    pub reclaim: Option<crate::feedback::reclaim::Reclaim>,
+}
+
+/// Every semantic problem with the settings, with paths under `spec`.
+pub fn validate_node_settings(settings: &NodeSettings) -> Vec<Problem> {
+    // Whether the kubelet can express the reservation policy depends on its version
+    // (HardReservation only before v1.36, never from v1.36): refused per node when the
+    // drop-in is rendered (`kubelet_dropin::render`), not for the whole policy.
+    let mut problems = Vec::new();
+    if settings.relief.is_some() && settings.enforcement != Enforcement::Agent {
+        problems.push(Problem::new(
+            "spec.memoryQoS.relief",
+            "relief raises memory.high that the agent set: it needs enforcement: Agent",
+        ));
+    }
+    if settings
+        .reclaim
+        .as_ref()
+        .is_some_and(|r| r.mode == crate::feedback::reclaim::ReclaimMode::Active)
+        && settings.enforcement != Enforcement::Agent
+    {
+        problems.push(Problem::new(
+            "spec.reclaim.mode",
+            "reclaim mode Active writes memory.reclaim, which only the agent's enforcement does: it needs enforcement: Agent (mode Observe reports what it would reclaim under any enforcement)",
+        ));
+    }
+    validate_memory_manager(&settings.memory_manager, &mut problems);
+    if let Some(reserved) = &settings.node_reserved {
+        validate_node_reserved(reserved, &mut problems);
+        if settings.memory_manager.policy == MemoryManagerPolicy::Static {
+            check_sum_rule(&settings.memory_manager, reserved, &mut problems);
+        }
+    }
+    problems
+}
