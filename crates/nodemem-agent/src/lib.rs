@@ -148,9 +148,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     init_logs(args.log_format);
     // While the agent runs one thread: capabilities and Landlock are per thread.
     confine_at_start(args)?;
-    let applier = once::applier_config(args);
+    let node = once::node_config(args);
     let kubelet = kubelet_mode::KubeletModeConfig {
-        files: applier.kubelet.clone(),
+        files: node.kubelet.clone(),
         proc_root: args.proc_root.clone(),
         restart: kubelet_mode::KubeletRestart {
             by: restart_by(args),
@@ -161,7 +161,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     };
     let mut agent = node_sync::NodeSync::new(
         node_name,
-        applier,
+        node,
         kubelet,
         std::time::Duration::from_secs(args.resync_seconds.max(1)),
     );

@@ -46,7 +46,8 @@ use crate::units::UnitHolder;
 use announce::Announcer;
 use batch::{Batch, Update, Watches};
 use nodemem_api::conditions::condition;
-use nodemem_apply::applier::{ApplierConfig, NodeApplier, Reach, Recovery, RecoveryAction};
+use nodemem_apply::applier::{NodeApplier, Reach, Recovery, RecoveryAction};
+use nodemem_apply::node::{Node, NodeConfig};
 use pass::{NriLink, PassInput, Passes, Writers};
 
 /// The field manager of everything the agent writes.
@@ -72,7 +73,8 @@ pub enum RunError {
 
 pub struct NodeSync {
     pub node_name: String,
-    pub applier: ApplierConfig,
+    /// Where the node's files are (what discovery reads).
+    pub node: NodeConfig,
     /// Where `enforcement: Kubelet` writes, and how it restarts the kubelet.
     pub kubelet: KubeletModeConfig,
     pub resync: Duration,
@@ -113,13 +115,13 @@ struct Loop {
 impl NodeSync {
     pub fn new(
         node_name: String,
-        applier: ApplierConfig,
+        node: NodeConfig,
         kubelet: KubeletModeConfig,
         resync: Duration,
     ) -> Self {
         NodeSync {
             node_name,
-            applier,
+            node,
             kubelet,
             resync,
             metrics: Default::default(),
@@ -145,11 +147,12 @@ impl NodeSync {
                 instance: Some(self.node_name.clone()),
             },
         );
-        let applier = self.open_applier(&client).await;
-        let kubelet = KubeletMode::new(self.kubelet.clone(), applier.state());
-        let units = (applier.holds_units() && !self.systemd.is_empty())
+        let (node, applier) = self.open_node(&client).await;
+        let kubelet = KubeletMode::new(self.kubelet.clone(), node.state());
+        let units = (node.holds_units() && !self.systemd.is_empty())
             .then(|| UnitHolder::new(self.systemd.clone()));
         let mut writers = Writers {
+            node,
             applier,
             kubelet,
             units,
@@ -162,7 +165,7 @@ impl NodeSync {
         // What one memory.reclaim write can take grows with the NUMA nodes.
         reclaim.set_numa_nodes(
             writers
-                .applier
+                .node
                 .discovery()
                 .topology
                 .as_ref()
@@ -183,7 +186,7 @@ impl NodeSync {
             self.status_refresh,
             self.metrics.clone(),
         );
-        let mut updates = self.updates(&client, &writers.applier, fired, nri_news, woken)?;
+        let mut updates = self.updates(&client, &writers.node, fired, nri_news, woken)?;
         let mut state = Loop {
             index: NodeIndex::new(&self.node_name),
             watches: Watches::default(),
@@ -209,7 +212,10 @@ impl NodeSync {
             for (path, files) in batch.created.drain(..) {
                 // Not saved now: the next pass saves the claim again and reports a
                 // state directory that keeps failing.
-                if let Err(e) = writers.applier.created_by_runtime(&path, files) {
+                if let Err(e) = writers
+                    .applier
+                    .created_by_runtime(&writers.node, &path, files)
+                {
                     warn!(error = %e, cgroup = %path, "the claim of values set at creation was not saved");
                 }
             }
@@ -217,9 +223,9 @@ impl NodeSync {
                 writers.applier.started_by_runtime(&path);
             }
             passes
-                .sample_and_relieve(&mut writers.applier, &mut batch)
+                .sample_and_relieve((&writers.node, &mut writers.applier), &mut batch)
                 .await;
-            passes.reclaim(&writers.applier, &mut batch);
+            passes.reclaim(&writers.node, &mut batch);
             self.run_batch(&mut state, &batch, &mut writers, &mut passes, &status_out)
                 .await;
             for done in batch.sandboxes_waiting.drain(..) {
@@ -269,7 +275,7 @@ impl NodeSync {
         // Record what is enforced now, when the index changed (reactions and resyncs
         // change nothing it holds).
         if next.index_changed {
-            record_last_known(&writers.applier, state);
+            record_last_known(&writers.node, state);
         }
     }
 
@@ -303,13 +309,13 @@ impl NodeSync {
     fn updates(
         &self,
         client: &Client,
-        applier: &NodeApplier,
+        node: &Node,
         fired: UnboundedReceiver<String>,
         nri: UnboundedReceiver<NriNews>,
         woken: UnboundedReceiver<()>,
     ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, CgroupWatchError> {
-        let node = &self.node_name;
-        let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let name = &self.node_name;
+        let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let configs = watch(
             Api::<NodeMemoryConfig>::all(client.clone()),
             by_name.clone(),
@@ -317,7 +323,7 @@ impl NodeSync {
         .map(|e| e.map(|e| Update::Config(Box::new(e))));
         let pods = watch(
             Api::<core::Pod>::all(client.clone()),
-            watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+            watcher::Config::default().fields(&format!("spec.nodeName={name}")),
         )
         .map(|e| e.map(|e| Update::Pod(Box::new(e))));
         let nodes = watch(Api::<core::Node>::all(client.clone()), by_name)
@@ -351,12 +357,12 @@ impl NodeSync {
             rx.recv().await?;
             Some((Ok(Update::Resync), rx))
         });
-        let driver = applier.discovery().cgroup_driver;
+        let driver = node.discovery().cgroup_driver;
         let top =
             nodemem_cgroup::CgroupPath::new(nodemem_model::values::cgroup_layout::kubepods(driver))
                 .expect("a constant path");
         let cgroups = watch_cgroups(
-            self.applier.roots.cgroup.clone(),
+            self.node.roots.cgroup.clone(),
             top,
             driver,
             self.runtime_records.clone(),
@@ -386,8 +392,8 @@ impl NodeSync {
         writers: &mut Writers,
         passes: &mut Passes,
     ) -> Option<LastKnown> {
-        let applier = &mut writers.applier;
-        match applier
+        let (node, applier) = (&writers.node, &mut writers.applier);
+        match node
             .state()
             .load::<LastKnown>(LAST_KNOWN_FILE, LAST_KNOWN_KIND)
         {
@@ -398,7 +404,7 @@ impl NodeSync {
                 if let Some(Ok(settings)) = index.config().map(|c| c.settings.clone()) {
                     // The pass a config brings: under enforcement: Kubelet the drop-in
                     // is on disk already and nodemem's values are given back.
-                    match applier.enforce(&settings, index.node(), &pods, Reach::Node) {
+                    match applier.enforce(node, &settings, index.node(), &pods, Reach::Node) {
                         Ok((_, report)) => {
                             nodemem_plumbing::allocator::release_free_memory();
                             passes.hold_in_systemd(writers).await;
@@ -418,7 +424,7 @@ impl NodeSync {
             Ok(None) => None,
             Err(e) if e.is_unusable() => {
                 applier.note_recovery(Recovery {
-                    record: applier.state().path(LAST_KNOWN_FILE).display().to_string(),
+                    record: node.state().path(LAST_KNOWN_FILE).display().to_string(),
                     problem: e.to_string(),
                     action: RecoveryAction::LastKnownReadAgain,
                 });
@@ -434,12 +440,14 @@ impl NodeSync {
     /// Discovers the node, and until that works (cgroup v1, or kubepods not created
     /// yet by a kubelet that starts after the agent) reports why on the config and
     /// tries again every resync interval, rather than exiting into a crash loop.
-    async fn open_applier(&self, client: &Client) -> NodeApplier {
+    async fn open_node(&self, client: &Client) -> (Node, NodeApplier) {
         let configs: Api<NodeMemoryConfig> = Api::all(client.clone());
         let mut reported = None;
         loop {
-            let e = match NodeApplier::open(&self.applier) {
-                Ok(applier) => return applier,
+            let opened = Node::discover(&self.node)
+                .and_then(|node| NodeApplier::open(&node).map(|applier| (node, applier)));
+            let e = match opened {
+                Ok(opened) => return opened,
                 Err(e) => e,
             };
             warn!(error = %e, "this node cannot be enforced yet; retrying every resync interval");
@@ -510,14 +518,14 @@ where
 }
 
 /// What is enforced now goes to the state directory, when it differs from the record.
-fn record_last_known(applier: &NodeApplier, state: &mut Loop) {
+fn record_last_known(node: &Node, state: &mut Loop) {
     let now_known = state.index.last_known();
     if now_known == state.saved {
         return;
     }
     let result = match &now_known {
-        Some(k) => applier.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
-        None => applier.state().remove(LAST_KNOWN_FILE),
+        Some(k) => node.state().save(LAST_KNOWN_FILE, LAST_KNOWN_KIND, k),
+        None => node.state().remove(LAST_KNOWN_FILE),
     };
     match result {
         Ok(()) => state.saved = now_known,

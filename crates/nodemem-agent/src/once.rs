@@ -23,7 +23,8 @@ use nodemem_model::settings::NodeSettings;
 
 use crate::args::{AgentArgs, DriverArg};
 use crate::output::{render, OnceOutput};
-use nodemem_apply::applier::{ApplierConfig, ApplyError, Category, NodeApplier, Reach, WriteMode};
+use nodemem_apply::applier::{ApplyError, Category, NodeApplier, Reach, WriteMode};
+use nodemem_apply::node::{Node, NodeConfig};
 use nodemem_plumbing::manifests::{check_settings, read_documents, typed, typed_kind, Document};
 use nodemem_plumbing::CliError;
 use nodemem_plumbing::Outcome;
@@ -70,9 +71,11 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     };
     let inputs = read_inputs(config, node, pods)?;
     let mode = write_mode(&inputs, args.dry_run)?;
-    let mut applier = NodeApplier::open(&applier_config(args)).map_err(apply_error)?;
+    let node = Node::discover(&node_config(args)).map_err(apply_error)?;
+    let mut applier = NodeApplier::open(&node).map_err(apply_error)?;
     let (desired, report) = applier
         .write_node(
+            &node,
             &inputs.settings,
             &inputs.node,
             &inputs.pods,
@@ -96,8 +99,9 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         &desired,
         &report,
     );
-    output.health = Some(health_now(&applier, &inputs, &desired, &report));
-    if let Some(c) = applier.conflict() {
+    output.health = Some(health_now(&node, &inputs, &desired, &report));
+    let recorded = applier.recorded();
+    if let Some(c) = recorded.conflict {
         output.warnings.insert(0, c.message.clone());
     }
     if inputs.settings.enforcement == Enforcement::Observe && !args.dry_run {
@@ -107,7 +111,7 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     }
     // A state record that could not be trusted was set aside and re-derived: said
     // first, it is what the operator must know before the values.
-    for (i, r) in applier.recoveries().iter().enumerate() {
+    for (i, r) in recorded.recoveries.iter().enumerate() {
         output.warnings.insert(i, format!("{}: {r}", r.reason()));
     }
     let outcome = Outcome {
@@ -119,14 +123,14 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
         return Ok(outcome);
     }
     drop(desired);
-    follow(&mut applier, &inputs, args, &outcome.stdout)
+    follow((&node, &mut applier), &inputs, args, &outcome.stdout)
 }
 
 /// The `Healthy` verdict the in-cluster agent would report right after this pass (a
 /// fresh revision: nothing counted since; the pressure gate on the managed pods'
 /// memory.pressure now).
 fn health_now(
-    applier: &NodeApplier,
+    node: &Node,
     inputs: &Inputs,
     desired: &nodemem_model::node::DesiredNode<'_>,
     report: &ApplyReport,
@@ -139,7 +143,7 @@ fn health_now(
     let gate = crate::health::refault_gate(&inputs.health, &inputs.settings);
     // Reclaim does not run here: under Active it has touched nothing to judge.
     let judged = gate.is_some() && !crate::health::reclaim_active(&inputs.settings);
-    let readings = crate::health::read_signals(applier.cgroup_fs(), managed, &|_| judged);
+    let readings = crate::health::read_signals(node.cgroup_fs(), managed, &|_| judged);
     let mut baseline = crate::health::Baseline::default();
     let signals = baseline.update(&inputs.revision, &readings, std::time::Instant::now());
     let now = crate::health::Now {
@@ -168,7 +172,7 @@ fn health_now(
 /// its directory is created (the reaction path of the in-cluster agent, with file
 /// inputs). One line per reaction on stdout.
 fn follow(
-    applier: &mut NodeApplier,
+    (node, applier): (&Node, &mut NodeApplier),
     inputs: &Inputs,
     args: &AgentArgs,
     first_report: &str,
@@ -176,13 +180,14 @@ fn follow(
     use std::io::Write as _;
     let mode = write_mode(inputs, args.dry_run)?;
     let top = nodemem_cgroup::CgroupPath::new(nodemem_model::values::cgroup_layout::kubepods(
-        applier.discovery().cgroup_driver,
+        node.discovery().cgroup_driver,
     ))
     .expect("a constant path");
     let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
         .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
     // A cgroup created between the first pass and the watch: covered now.
     let _ = applier.write_node(
+        node,
         &inputs.settings,
         &inputs.node,
         &inputs.pods,
@@ -216,6 +221,7 @@ fn follow(
         }
         let appeared: Vec<String> = scope.iter().cloned().collect();
         let line = match applier.write_node(
+            node,
             &inputs.settings,
             &inputs.node,
             &inputs.pods,
@@ -240,9 +246,9 @@ fn apply_error(e: ApplyError) -> CliError {
     CliError::many(e.problems())
 }
 
-/// The applier's settings from the command line.
-pub fn applier_config(args: &AgentArgs) -> ApplierConfig {
-    ApplierConfig {
+/// Where the node's files are, from the command line.
+pub fn node_config(args: &AgentArgs) -> NodeConfig {
+    NodeConfig {
         roots: Roots {
             cgroup: args.cgroup_root.clone(),
             sys: args.sys_root.clone(),

@@ -5,6 +5,7 @@
 //! * [`applier`]: one node's enforcement a pass at a time (discovery, the kubelet's
 //!   settings, the node computation, the writes, the records), what `agent --once`
 //!   and the in-cluster agent both call.
+//! * [`node`]: the node as discovered, which the agent owns and lends to the engine.
 //! * [`plan`]: pure write planning and ownership (what nodemem set, and what it held
 //!   before).
 //! * [`execute`]: reading what the plan needs and performing its writes.
@@ -24,6 +25,7 @@ pub mod backoff;
 pub mod execute;
 pub mod fault;
 pub mod kubelet;
+pub mod node;
 pub mod numa_state;
 pub mod plan;
 pub mod state;

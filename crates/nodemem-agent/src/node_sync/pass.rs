@@ -28,11 +28,13 @@ use crate::relief::Relief;
 use crate::status::{add_state_recovered, status, status_write, PassOutcome, StatusWrite};
 use crate::status_writer::StatusWriter;
 use nodemem_apply::applier::{off, NodeApplier, Reach, WriteMode};
+use nodemem_apply::node::Node;
 
-/// The node's writers: the cgroup applier, the kubelet's configuration, and systemd's
-/// record of the units the applier writes (systemd-driver nodes whose systemd the agent
-/// reaches).
+/// The node the agent discovered, and its writers: the engine, the kubelet's
+/// configuration, and systemd's record of the units the engine writes (systemd-driver
+/// nodes whose systemd the agent reaches). The node is lent to each.
 pub struct Writers {
+    pub node: Node,
     pub applier: NodeApplier,
     pub kubelet: KubeletMode,
     pub units: Option<crate::units::UnitHolder>,
@@ -117,7 +119,7 @@ impl Passes {
     ) {
         let table = match (settings, desired) {
             (Some(s), Some(d)) if s.enforcement == Enforcement::Agent => {
-                let leave_alone = applier.conflict().map_or(&[][..], |c| c.files);
+                let leave_alone = applier.recorded().conflict.map_or(&[][..], |c| c.files);
                 CreationTable::of(d, leave_alone)
             }
             _ => CreationTable::default(),
@@ -157,7 +159,7 @@ impl Passes {
                     config.generation,
                     PassOutcome::InvalidConfig(problems),
                     None,
-                    writers.applier.discovery(),
+                    writers.node.discovery(),
                     input.last,
                     &pass.now,
                 ),
@@ -167,7 +169,7 @@ impl Passes {
         };
         add_state_recovered(
             &mut new_status,
-            writers.applier.recoveries(),
+            writers.applier.recorded().recoveries,
             config.generation,
             input.last,
             &pass.now,
@@ -212,13 +214,14 @@ impl Passes {
         self.reclaim.stop();
         self.publish_creation(None, None, &writers.applier);
         self.metrics.config(None);
-        if let Some(outcome) = writers.kubelet.leave(writers.applier.state()).await {
+        if let Some(outcome) = writers.kubelet.leave(writers.node.state()).await {
             info!(
                 ?outcome,
                 "no NodeMemoryConfig: the kubelet drop-in is removed"
             );
         }
         match writers.applier.write_node(
+            &writers.node,
             &off(),
             input.index.node(),
             input.pods,
@@ -253,7 +256,7 @@ impl Passes {
         let node = pass.input.index.node();
         match writers
             .applier
-            .enforce(settings, node, pass.input.pods, pass.reach)
+            .enforce(&writers.node, settings, node, pass.input.pods, pass.reach)
         {
             Ok((desired, report)) => {
                 let refused = refusals(&desired);
@@ -269,7 +272,7 @@ impl Passes {
                     config.generation,
                     PassOutcome::Failed(&e),
                     None,
-                    writers.applier.discovery(),
+                    writers.node.discovery(),
                     pass.input.last,
                     &pass.now,
                 );
@@ -293,18 +296,19 @@ impl Passes {
         self.report_overridden(&mut writers.applier, desired).await;
         self.publish_creation(Some(settings), Some(desired), &writers.applier);
         self.hold_in_systemd(writers).await;
-        let applier = &mut writers.applier;
-        let conflict = applier.conflict().cloned();
-        let (kubelet_settings, kubelet_unread) = applier.kubelet_read();
+        let (node, applier) = (&writers.node, &mut writers.applier);
+        let recorded = applier.recorded();
+        let conflict = recorded.conflict.cloned();
+        let memory = recorded.memory.clone();
         let kubelet_read = crate::kubelet_status::KubeletRead {
-            settings: kubelet_settings,
-            unread: kubelet_unread,
-            version: applier.memory_facts().kubelet_version,
+            settings: recorded.kubelet,
+            unread: recorded.kubelet_unread,
+            version: memory.kubelet_version,
         };
         // Health reads every managed pod's signals: on whole-node passes only
         // (resyncs, config changes), not on reactions.
         let health = matches!(pass.reach, Reach::Node)
-            .then(|| self.health(applier, pass.config, settings, desired, report));
+            .then(|| self.health(node, pass.config, settings, desired, report));
         let config = pass.config;
         let mut s = status(
             &config.revision,
@@ -318,23 +322,23 @@ impl Passes {
                 kubelet_read,
             },
             health.as_ref(),
-            applier.discovery(),
+            node.discovery(),
             pass.input.last,
             &pass.now,
         );
         // The threshold the ceilings used, for views that cannot read the kubelet's
         // configuration.
         if let Some(node) = &mut s.node {
-            node.hard_eviction_memory = applier.memory_facts().hard_eviction_memory;
+            node.hard_eviction_memory = memory.hard_eviction_memory;
             node.container_values = Some(self.nri.state.borrow().status());
         }
         // Observed under Agent and Observe; under Kubelet the kubelet's memory.high is
         // not nodemem's to report on.
         if settings.enforcement != Enforcement::Kubelet {
-            s.observation = self.observe(applier, pass, settings, desired);
+            s.observation = self.observe(node, &memory, pass, settings, desired);
         }
-        s.relief = self.refresh_relief(applier, config, settings, desired);
-        s.reclaim = self.refresh_reclaim(applier, pass, settings, desired);
+        s.relief = self.refresh_relief((node, applier), config, settings, desired);
+        s.reclaim = self.refresh_reclaim(node, pass, settings, desired);
         s
     }
 
@@ -342,7 +346,7 @@ impl Passes {
     /// passes (they move with every tick), the last ones stay on reactions.
     fn refresh_reclaim(
         &mut self,
-        applier: &NodeApplier,
+        node: &Node,
         pass: &Pass<'_>,
         settings: &NodeSettings,
         desired: &DesiredNode<'_>,
@@ -358,7 +362,7 @@ impl Passes {
             revision,
             settings.reclaim.as_ref(),
             desired,
-            applier.own_cgroup(),
+            node.own_cgroup(),
             pass.input.last.and_then(|l| l.reclaim.as_ref()),
         );
         if matches!(pass.reach, Reach::Node) {
@@ -374,11 +378,11 @@ impl Passes {
     /// Proactive reclaim's tick: the containers whose interval passed are stepped.
     /// News for status (first readings, the kernel found unable) makes the pass a
     /// whole-node one.
-    pub fn reclaim(&mut self, applier: &NodeApplier, batch: &mut Batch) {
+    pub fn reclaim(&mut self, node: &Node, batch: &mut Batch) {
         if !batch.reclaim {
             return;
         }
-        let report = self.reclaim.tick(applier.cgroup_fs());
+        let report = self.reclaim.tick(node.cgroup_fs());
         let (containers, mode) = self.reclaim.targets();
         self.metrics.reclaim.tick(containers, mode, &report);
         if self.reclaim.news() {
@@ -440,7 +444,7 @@ impl Passes {
     /// The managed pods' signals (and metrics), against the baseline of the revision.
     fn health(
         &mut self,
-        applier: &NodeApplier,
+        node: &Node,
         config: &IndexedConfig,
         settings: &NodeSettings,
         desired: &DesiredNode<'_>,
@@ -459,7 +463,7 @@ impl Passes {
         // set without it) every managed pod.
         let judged = |pod: &str| gate.is_some() && (!active || touched.contains(pod));
         let readings = crate::health::read_signals(
-            applier.cgroup_fs(),
+            node.cgroup_fs(),
             managed().map(|p| p.path.as_str()),
             &judged,
         );
@@ -467,7 +471,7 @@ impl Passes {
         // Per container for metrics, which carry no refaults.
         let containers = if self.metrics.wants_containers() {
             crate::health::read_signals(
-                applier.cgroup_fs(),
+                node.cgroup_fs(),
                 managed()
                     .flat_map(|p| &p.containers)
                     .filter_map(|c| c.path.as_deref()),
@@ -530,7 +534,8 @@ impl Passes {
     /// whole-node passes, not on every pod event.
     fn observe(
         &mut self,
-        applier: &NodeApplier,
+        node: &Node,
+        memory: &nodemem_model::values::memory_qos::NodeMemoryFacts,
         pass: &Pass<'_>,
         settings: &NodeSettings,
         desired: &DesiredNode<'_>,
@@ -540,8 +545,8 @@ impl Passes {
             revision,
             settings.enforcement != Enforcement::Observe,
             desired,
-            applier.own_cgroup(),
-            applier.memory_facts(),
+            node.own_cgroup(),
+            memory,
         );
         if matches!(pass.reach, Reach::Node) {
             self.observer.report()
@@ -557,7 +562,7 @@ impl Passes {
     /// that says otherwise relieves nothing).
     fn refresh_relief(
         &mut self,
-        applier: &mut NodeApplier,
+        (node, applier): (&Node, &mut NodeApplier),
         config: &IndexedConfig,
         settings: &NodeSettings,
         desired: &DesiredNode<'_>,
@@ -569,8 +574,8 @@ impl Passes {
             &config.revision,
             relief_settings,
             desired,
-            applier.own_cgroup(),
-            applier.cgroup_fs(),
+            node.own_cgroup(),
+            node.cgroup_fs(),
         );
         applier.set_relief(raised);
         self.relief.summary()
@@ -579,14 +584,18 @@ impl Passes {
     /// The observer's sample, and relief for containers whose trigger fired (and, on each
     /// tick, those under way). News for status, or a relief decision, makes the pass a
     /// whole-node one.
-    pub async fn sample_and_relieve(&mut self, applier: &mut NodeApplier, batch: &mut Batch) {
+    pub async fn sample_and_relieve(
+        &mut self,
+        (node, applier): (&Node, &mut NodeApplier),
+        batch: &mut Batch,
+    ) {
         for _ in &batch.fired {
             self.metrics.relief_trigger_fired();
         }
         if batch.sample {
             let started = std::time::Instant::now();
             self.observer
-                .sample(|path| crate::observer::read(applier.cgroup_fs(), path));
+                .sample(|path| crate::observer::read(node.cgroup_fs(), path));
             let (observed, throttled) = self.observer.counts();
             self.metrics
                 .observation(observed, throttled, started.elapsed().as_secs_f64());
@@ -601,7 +610,7 @@ impl Passes {
         }
         let relief = &mut self.relief;
         let due = relief.due(&batch.fired);
-        let decisions = relief.step(&due, |path| crate::relief::read(applier.cgroup_fs(), path));
+        let decisions = relief.step(&due, |path| crate::relief::read(node.cgroup_fs(), path));
         if !decisions.is_empty() {
             // The next (whole-node) pass writes the raised or restored memory.high,
             // systemd's record of the unit included.
@@ -655,7 +664,7 @@ async fn configure_kubelet(
     pass: &Pass<'_>,
     settings: &NodeSettings,
 ) -> Option<KubeletOutcome> {
-    let state = writers.applier.state();
+    let state = writers.node.state();
     if settings.enforcement == Enforcement::Kubelet {
         let owner = nodemem_model::node::kubelet_dropin::DropInOwner {
             node: &pass.config.name,
