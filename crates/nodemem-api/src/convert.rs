@@ -120,17 +120,17 @@ pub fn to_memory_qos(
     path: &str,
     problems: &mut Vec<Problem>,
 ) -> MemoryQosSettings {
-    let factor = ThrottlingFactor::from_f64(spec.throttling_factor).unwrap_or_else(|e| {
-        problems.push(Problem::new(
-            format!("{path}.throttlingFactor"),
-            e.to_string(),
-        ));
-        ThrottlingFactor::DEFAULT
-    });
-    let throttling_factor = match spec.memory_high {
-        MemoryHighPolicy::Throttle => Some(factor),
-        MemoryHighPolicy::None => None,
-    };
+    // One hand-off to the model, which checks the factor and decides whether memory.high
+    // is set; nothing of it is read back here (a problem makes the settings unusable).
+    let throttle = spec.memory_high == MemoryHighPolicy::Throttle;
+    let throttling_factor = ThrottlingFactor::for_memory_high(spec.throttling_factor, throttle)
+        .unwrap_or_else(|e| {
+            problems.push(Problem::new(
+                format!("{path}.throttlingFactor"),
+                e.to_string(),
+            ));
+            None
+        });
     MemoryQosSettings {
         enabled: spec.enabled,
         throttling_factor,

@@ -42,6 +42,15 @@ impl ThrottlingFactor {
         scale: 1,
     };
 
+    /// The factor a policy's `memoryQoS` sets, from its two fields at once, so that the
+    /// API's conversion hands both over and reads neither back: `value`
+    /// (`throttlingFactor`) is checked whatever `throttle` says, and kept only when
+    /// `throttle` (`memoryHigh: Throttle`); otherwise memory.high is not set.
+    pub fn for_memory_high(value: f64, throttle: bool) -> Result<Option<Self>, FactorError> {
+        let factor = ThrottlingFactor::from_f64(value)?;
+        Ok(throttle.then_some(factor))
+    }
+
     /// Accepts a factor in (0, 1].
     pub fn from_f64(value: f64) -> Result<Self, FactorError> {
         if !(value > 0.0 && value <= 1.0) {
@@ -166,6 +175,21 @@ impl fmt::Display for ThrottlingFactor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// memoryHigh: Throttle keeps the factor, None drops it; a bad factor is refused
+    /// under both (the policy's field is wrong whichever memoryHigh says).
+    #[test]
+    fn the_factor_for_memory_high_is_checked_whatever_memory_high_says() {
+        let half = ThrottlingFactor::from_f64(0.5).unwrap();
+        assert_eq!(ThrottlingFactor::for_memory_high(0.5, true), Ok(Some(half)));
+        assert_eq!(ThrottlingFactor::for_memory_high(0.5, false), Ok(None));
+        for throttle in [true, false] {
+            assert_eq!(
+                ThrottlingFactor::for_memory_high(1.5, throttle),
+                Err(FactorError::OutOfRange("1.5".into()))
+            );
+        }
+    }
 
     #[test]
     fn accepts_the_valid_range_only() {
