@@ -6,8 +6,8 @@
 //!
 //! * [`error`]: why a pass did not apply, in a bounded set of categories.
 //! * [`recovery`]: a state record that could not be trusted, and what was done instead.
-//! * [`records`]: the records in the state directory and their last saved copies.
-//! * [`kubelet_view`]: the kubelet as last read, and what a pass leaves to it.
+//! * `records`: the records in the state directory and their last saved copies.
+//! * `kubelet_view`: the kubelet as last read, and what a pass leaves to it.
 //! * [`creation`]: containers created with nodemem's values (NRI) until their cgroup is
 //!   found.
 //! * [`reach`]: what a pass covers.

@@ -13,6 +13,8 @@
 //!   control plane: a real node.
 //! - [`nri_runtime`]: NRI's runtime side (containerd/nri's adaptation) as a process.
 //! - [`stats`]: quantiles of measured samples.
+//! - [`scripted_api`]: a scripted Kubernetes API in the test's process, for the loops'
+//!   wiring tested without a control plane.
 
 pub mod admission;
 pub mod bed;
@@ -31,6 +33,7 @@ pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod real_node;
+pub mod scripted_api;
 pub mod simulate;
 pub mod stats;
 pub mod vm;

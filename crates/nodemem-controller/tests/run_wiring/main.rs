@@ -1,18 +1,16 @@
 //! `Controller::run`'s wiring without a control plane (issue 45, item 4): the real loop
-//! (its watches, queue, decisions and writes) against a scripted API (`api.rs`), on
+//! (its watches, queue, decisions and writes) against a scripted API (`nodemem_testkit::scripted_api`), on
 //! tokio's paused clock, so its ticks and the CRD readings pass in no real time. What
 //! the loop decides is tested apart in `src/tests.rs`; here, that it is carried out:
 //! which requests, to which object, with which field manager and owner, and when not.
 
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is the test failing
 
-mod api;
-
 use std::time::Duration;
 
-use api::{Api, Recorded, CONFIGS, NODES, POLICIES};
 use hyper::Method;
 use nodemem_controller::run::{Controller, FIELD_MANAGER, FINALIZER_MANAGER};
+use nodemem_testkit::scripted_api::{Api, Recorded, CONFIGS, NODES, POLICIES};
 use serde_json::{json, Value};
 
 /// A policy for the nodes labelled `pool: <pool>`.
@@ -126,6 +124,7 @@ async fn no_write_before_every_list_is_whole_then_each_selected_node_gets_its_co
             (NODES, node("n2", "b")),
         ],
         &[CONFIGS],
+        &[NODES],
     );
     with_controller(&api, lists_then_applies(&api)).await;
 }
@@ -211,6 +210,7 @@ async fn watch_events_move_a_node_into_the_pool_and_bring_back_a_config_deleted_
             (NODES, node("n2", "b")),
         ],
         &[],
+        &[NODES],
     );
     with_controller(&api, relabel_and_delete(&api)).await;
 }
@@ -255,6 +255,7 @@ async fn a_deleted_policy_lets_its_nodes_go_then_its_finalizer() {
     let api = Api::new(
         vec![(POLICIES, policy("web", "a")), (NODES, node("n1", "a"))],
         &[],
+        &[NODES],
     );
     with_controller(&api, delete_the_policy(&api)).await;
 }

@@ -1,15 +1,19 @@
-//! A scripted Kubernetes API for [`Controller::run`](nodemem_controller::run::Controller):
-//! a `tower` service in the test's process that answers the requests the controller's
-//! watches and writes make, the way kube-rs's controller-rs tests its reconciler
-//! against a scripted API (there with `tower-test`; here a small store, because the
-//! controller's watches run side by side and ask in no fixed order).
+//! A scripted Kubernetes API for the loops of the controller and the agent
+//! (`nodemem_controller::run::Controller`, `nodemem_agent::node_sync::NodeSync`): a
+//! `tower` service in the test's process that answers the requests their watches and
+//! writes make, the way kube-rs's controller-rs tests its reconciler against a scripted
+//! API (there with `tower-test`; here a small store, because the loops' watches run side
+//! by side and ask in no fixed order).
 //!
 //! It keeps what a kube-apiserver keeps for these tests: objects by resource and name
 //! with a resourceVersion, lists, watches that stay open and hear every change (the
-//! writes echo as watch events, as the apiserver's do), server-side applies merged
-//! the simple way these objects need (a whole spec, a status, a finalizer list). Every
-//! request is recorded for the test to read. A list can be held back until the test
-//! lets it go, to show what the controller does before its lists are whole.
+//! writes echo as watch events, as the apiserver's do), field selectors on `metadata.name`
+//! and `spec.nodeName`, metadata-only resources, server-side applies merged the simple
+//! way these objects need (a whole spec, a status, a finalizer list). Every request is
+//! recorded for the test to read. A list can be held back until the test lets it go, to
+//! show what a loop does before its lists are whole. It is no apiserver: the real one
+//! judges the product in the control-plane tests; this one lets a loop's wiring be
+//! tested in a unit test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -22,14 +26,16 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
-/// The resources the controller reads and writes, by their path's last segment.
+/// The resources the loops read and write, by their path's last segment.
 pub const POLICIES: &str = "nodememorypolicies";
 pub const CONFIGS: &str = "nodememoryconfigs";
 pub const NODES: &str = "nodes";
+pub const PODS: &str = "pods";
+pub const NAMESPACES: &str = "namespaces";
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
-/// One request as the controller sent it.
+/// One request as the client sent it.
 #[derive(Clone, Debug)]
 pub struct Recorded {
     pub method: Method,
@@ -47,9 +53,17 @@ struct Store {
     version: u64,
     /// resource -> name -> object.
     objects: BTreeMap<&'static str, BTreeMap<String, Value>>,
-    /// resource -> the open watches' senders.
-    watches: BTreeMap<&'static str, Vec<mpsc::UnboundedSender<Bytes>>>,
+    /// resource -> the open watches.
+    watches: BTreeMap<&'static str, Vec<Watch>>,
+    /// The resources served as metadata only (`PartialObjectMetadata`).
+    metadata_only: BTreeSet<&'static str>,
     requests: Vec<Recorded>,
+}
+
+/// An open watch: where its events go, and the field selector it was opened with.
+struct Watch {
+    events: mpsc::UnboundedSender<Bytes>,
+    selector: Option<(String, String)>,
 }
 
 /// The scripted API; cheap to clone (one store).
@@ -62,12 +76,18 @@ pub struct Api {
 
 impl Api {
     /// An API holding `objects` (resource, object), the lists of `held` waiting for
-    /// [`Api::release`].
-    pub fn new(objects: Vec<(&'static str, Value)>, held: &[&'static str]) -> Api {
+    /// [`Api::release`], the resources of `metadata_only` served as metadata (as the
+    /// loops ask for them).
+    pub fn new(
+        objects: Vec<(&'static str, Value)>,
+        held: &[&'static str],
+        metadata_only: &[&'static str],
+    ) -> Api {
         let api = Api {
             store: Arc::default(),
             held: Arc::new(watch::Sender::new(held.iter().copied().collect())),
         };
+        api.store.lock().unwrap().metadata_only = metadata_only.iter().copied().collect();
         for (resource, object) in objects {
             api.put(resource, object);
         }
@@ -187,13 +207,16 @@ impl Api {
             POLICIES => POLICIES,
             CONFIGS => CONFIGS,
             NODES => NODES,
+            PODS => PODS,
+            NAMESPACES => NAMESPACES,
             _ => return not_found(&r.path),
         };
+        let selector = r.query.get("fieldSelector").and_then(|s| field_selector(s));
         match (&r.method, rest) {
             (&Method::GET, []) if r.query.get("watch").map(String::as_str) == Some("true") => {
-                self.watch(resource)
+                self.watch(resource, selector)
             }
-            (&Method::GET, []) => self.list(resource).await,
+            (&Method::GET, []) => self.list(resource, selector.as_ref()).await,
             (&Method::PATCH, [name]) => self.apply(resource, name, &r, |stored, patch| {
                 if let Some(finalizers) = patch["metadata"].get("finalizers") {
                     stored["metadata"]["finalizers"] = finalizers.clone();
@@ -256,17 +279,27 @@ impl Api {
         json_response(StatusCode::OK, &object)
     }
 
-    async fn list(&self, resource: &'static str) -> Response<Body> {
+    async fn list(
+        &self,
+        resource: &'static str,
+        selector: Option<&(String, String)>,
+    ) -> Response<Body> {
         let mut held = self.held.subscribe();
         // Waits while the test holds this resource's lists back.
         let _ = held.wait_for(|h| !h.contains(resource)).await;
         let store = self.store.lock().unwrap();
+        let metadata_only = store.metadata_only.contains(resource);
         let items: Vec<Value> = store
             .objects
             .get(resource)
-            .map(|o| o.values().cloned().collect())
+            .map(|o| {
+                o.values()
+                    .filter(|o| selected(o, selector))
+                    .map(|o| served(o, metadata_only))
+                    .collect()
+            })
             .unwrap_or_default();
-        let kind = if resource == NODES {
+        let kind = if metadata_only {
             "PartialObjectMetadataList"
         } else {
             "List"
@@ -278,16 +311,17 @@ impl Api {
         )
     }
 
-    /// A watch that stays open and hears every later change of `resource`.
-    fn watch(&self, resource: &'static str) -> Response<Body> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// A watch that stays open and hears every later change of `resource` its
+    /// selector selects.
+    fn watch(&self, resource: &'static str, selector: Option<(String, String)>) -> Response<Body> {
+        let (events, rx) = mpsc::unbounded_channel();
         self.store
             .lock()
             .unwrap()
             .watches
             .entry(resource)
             .or_default()
-            .push(tx);
+            .push(Watch { events, selector });
         let frames = futures::stream::unfold(rx, |mut rx| async move {
             let line = rx.recv().await?;
             Some((Ok::<_, Infallible>(Frame::data(line)), rx))
@@ -300,21 +334,71 @@ impl Api {
     }
 }
 
-/// Tells the open watches of `resource` about a change (a node's watch sees metadata
-/// only, as the controller asks for).
+/// Tells the open watches of `resource` that select it about a change (metadata only
+/// where the resource is served so).
 fn tell(store: &mut Store, resource: &'static str, kind: &str, object: &Value) {
-    let object = if resource == NODES {
+    let served = served(object, store.metadata_only.contains(resource));
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": served})).unwrap();
+    line.push(b'\n');
+    let line = Bytes::from(line);
+    if let Some(watches) = store.watches.get_mut(resource) {
+        watches.retain(|w| {
+            !selected(object, w.selector.as_ref()) || w.events.send(line.clone()).is_ok()
+        });
+    }
+}
+
+/// The object as a client asking for `metadata_only` gets it.
+fn served(object: &Value, metadata_only: bool) -> Value {
+    if metadata_only {
         json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
             "metadata": object["metadata"]})
     } else {
         object.clone()
-    };
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap();
-    line.push(b'\n');
-    let line = Bytes::from(line);
-    if let Some(watches) = store.watches.get_mut(resource) {
-        watches.retain(|w| w.send(line.clone()).is_ok());
     }
+}
+
+/// A field selector of one equality (`metadata.name=x`, `spec.nodeName=x`), the only
+/// kind the loops send, as (field, value); None for none or another kind.
+fn field_selector(query_value: &str) -> Option<(String, String)> {
+    let decoded = percent_decode(query_value);
+    let (field, value) = decoded.split_once('=')?;
+    Some((field.to_string(), value.to_string()))
+}
+
+/// Whether `object` has the selector's field at its value.
+fn selected(object: &Value, selector: Option<&(String, String)>) -> bool {
+    let Some((field, value)) = selector else {
+        return true;
+    };
+    let found = field.split('.').fold(object, |v, key| &v[key]);
+    found.as_str() == Some(value.as_str())
+}
+
+/// A query value's `%XX` escapes decoded (`+` is a space).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// This build's own CRD by name: the controller finds nothing missing.
