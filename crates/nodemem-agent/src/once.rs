@@ -73,16 +73,8 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let mode = write_mode(&inputs, args.dry_run)?;
     let node = Node::discover(&node_config(args)).map_err(apply_error)?;
     let mut applier = NodeApplier::open(&node).map_err(apply_error)?;
-    let (desired, report) = applier
-        .write_node(
-            &node,
-            &inputs.settings,
-            &inputs.node,
-            &inputs.pods,
-            mode,
-            Reach::Node,
-        )
-        .map_err(|e| match e.category() {
+    let (desired, report) =
+        pass(&mut applier, &node, &inputs, mode, Reach::Node).map_err(|e| match e.category() {
             Category::Unsatisfiable => CliError::many(
                 e.problems()
                     .iter()
@@ -186,14 +178,7 @@ fn follow(
     let mut watcher = nodemem_cgroup::watch::TreeWatcher::new(&args.cgroup_root, &top)
         .map_err(|e| CliError::one(format!("cannot watch {}: {e}", args.cgroup_root.display())))?;
     // A cgroup created between the first pass and the watch: covered now.
-    let _ = applier.write_node(
-        node,
-        &inputs.settings,
-        &inputs.node,
-        &inputs.pods,
-        mode,
-        Reach::Node,
-    );
+    let _ = pass(applier, node, inputs, mode, Reach::Node);
     {
         let mut out = std::io::stdout();
         let _ = write!(out, "{first_report}");
@@ -220,14 +205,7 @@ fn follow(
             continue;
         }
         let appeared: Vec<String> = scope.iter().cloned().collect();
-        let line = match applier.write_node(
-            node,
-            &inputs.settings,
-            &inputs.node,
-            &inputs.pods,
-            mode,
-            Reach::Cgroups(&scope),
-        ) {
+        let line = match pass(applier, node, inputs, mode, Reach::Cgroups(&scope)) {
             Ok((_, report)) => format!(
                 "reacted to {}: wrote {} file(s), {} failed",
                 appeared.join(", "),
@@ -239,6 +217,23 @@ fn follow(
         let mut out = std::io::stdout();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
+    }
+}
+
+/// One pass over `reach`: the in-cluster agent's own (`NodeApplier::enforce`) when it
+/// writes, which `--once` does only under `enforcement: Agent`; planned only otherwise
+/// (`--dry-run`, and Observe, whose values `--once` shows without giving anything back).
+fn pass<'p>(
+    applier: &mut NodeApplier,
+    node: &Node,
+    inputs: &'p Inputs,
+    mode: WriteMode,
+    reach: Reach<'_>,
+) -> Result<(nodemem_model::node::DesiredNode<'p>, ApplyReport), ApplyError> {
+    let (settings, status, pods) = (&inputs.settings, &inputs.node, &inputs.pods);
+    match mode {
+        WriteMode::Write => applier.enforce(node, settings, status, pods, reach),
+        WriteMode::DryRun => applier.write_node(node, settings, status, pods, mode, reach),
     }
 }
 

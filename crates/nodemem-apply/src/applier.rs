@@ -42,7 +42,7 @@ use crate::kubelet::conflict::KubeletConflict;
 use crate::kubelet::{KubeletSettings, KubeletUnread};
 use crate::node::Node;
 use crate::units::{held_values, UnitProperty, UnitValue};
-use crate::{apply_within, ApplyOptions, ApplyReport, WriteBackoff};
+use crate::{write_cgroups_within, ApplyOptions, ApplyReport, WriteBackoff};
 use creation::{Creations, Overridden};
 pub use error::{ApplyError, Category, Unsatisfiable};
 use kubelet_view::KubeletView;
@@ -53,11 +53,14 @@ pub use recovery::{Recovery, RecoveryAction};
 /// Whether a pass writes or only plans (`agent --once --dry-run`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteMode {
+    /// Plans and writes.
     Write,
+    /// Plans only: nothing is written and no record changes.
     DryRun,
 }
 
 impl WriteMode {
+    /// [`WriteMode::DryRun`] when `dry_run`, else [`WriteMode::Write`].
     pub fn dry_run(dry_run: bool) -> Self {
         if dry_run {
             WriteMode::DryRun
@@ -265,7 +268,7 @@ impl NodeApplier {
         }
         let report = self.plan_and_execute(node, &cgroups, reach, reached.as_deref(), dry_run)?;
         if !dry_run {
-            // The cgroups the pass covered, as apply_within limited them.
+            // The cgroups the pass covered, as write_cgroups_within limited them.
             cgroups.retain(|c| reached.as_ref().is_none_or(|s| s.contains(c.path)));
             self.hand_off_units(node, &cgroups, &report, reached.is_none());
         }
@@ -352,7 +355,7 @@ impl NodeApplier {
         let now = started.elapsed();
         let state = node.state();
         let (owned, mut save) = self.ownership.split();
-        apply_within(
+        write_cgroups_within(
             node.cgroup_fs(),
             cgroups,
             owned,

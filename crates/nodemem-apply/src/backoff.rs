@@ -9,10 +9,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+/// A write held back after the kernel refused it, until its retry time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Deferred {
+    /// The cgroup (relative to the cgroup root).
     pub cgroup: String,
+    /// The interface file.
     pub file: String,
     /// Consecutive failures so far.
     pub failures: u32,
@@ -29,6 +32,8 @@ struct Entry {
     error: String,
 }
 
+/// Writes the kernel refused, each retried after a delay that doubles per failure
+/// up to a cap, so that a file the kernel keeps refusing is not written on every pass.
 #[derive(Clone, Debug)]
 pub struct WriteBackoff {
     base: Duration,
@@ -43,6 +48,7 @@ impl Default for WriteBackoff {
 }
 
 impl WriteBackoff {
+    /// Delays from `base`, doubling per consecutive failure, at most `cap`.
     pub fn new(base: Duration, cap: Duration) -> Self {
         WriteBackoff {
             base,
@@ -63,6 +69,7 @@ impl WriteBackoff {
         })
     }
 
+    /// Records a failed write at `now`: its next attempt waits the next delay.
     pub fn failed(&mut self, cgroup: &str, file: &str, error: &str, now: Duration) {
         let e = self
             .entries
@@ -79,6 +86,7 @@ impl WriteBackoff {
         e.error = error.to_string();
     }
 
+    /// The write went through: the file is written again whenever a pass wants.
     pub fn succeeded(&mut self, cgroup: &str, file: &str) {
         self.entries.remove(&(cgroup.to_string(), file.to_string()));
     }
@@ -88,10 +96,12 @@ impl WriteBackoff {
         self.entries.retain(|(c, _), _| c != cgroup);
     }
 
+    /// How many files are held back.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether no file is held back.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -47,7 +47,7 @@ const SPARE_DESCRIPTORS: u64 = 128;
 /// Reads the files `plan::files_to_observe` names, holding each cgroup directory open
 /// for the writes that follow (as many as the open-file limit allows; the rest are
 /// opened by path). Paths that are not safe were refused before (see
-/// [`crate::apply()`]); here they read as missing.
+/// [`crate::write_cgroups()`]); here they read as missing.
 pub fn observe(fs: &CgroupFs, wanted: &BTreeMap<String, BTreeSet<String>>) -> (Observed, OpenDirs) {
     let budget = nodemem_cgroup::fs::open_file_limit().saturating_sub(SPARE_DESCRIPTORS) as usize;
     let mut held = OpenDirs::default();
@@ -146,15 +146,20 @@ fn read_by_path(fs: &CgroupFs, p: &CgroupPath, files: &BTreeSet<String>) -> Cgro
     )
 }
 
+/// A write the kernel refused, with its error and errno.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FailedWrite {
+    /// The write that failed.
     #[serde(flatten)]
     pub write: Write,
+    /// The error, naming the file and the value.
     pub error: String,
+    /// The errno, when the kernel gave one (EINVAL, EBUSY).
     pub errno: Option<i32>,
 }
 
+/// What the writes of one pass came to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Executed {
@@ -162,6 +167,7 @@ pub struct Executed {
     pub applied: Vec<Write>,
     /// Skipped: the cgroup was gone.
     pub vanished: Vec<Write>,
+    /// Refused by the kernel.
     pub failed: Vec<FailedWrite>,
 }
 

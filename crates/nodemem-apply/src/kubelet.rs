@@ -36,6 +36,7 @@ pub use process::{
 pub struct KubeletUnread {
     /// The condition reason.
     pub reason: &'static str,
+    /// What is wrong, naming the file or the process.
     pub message: String,
     /// What the agent read last is kept (a file changed since the kubelet started may
     /// be unreadable while the kubelet still runs what it read); otherwise nothing was
@@ -48,18 +49,24 @@ pub struct KubeletUnread {
 pub enum KubeletSource {
     /// Files given to the agent (`--kubelet-config`, `--kubelet-config-dir`).
     Given {
+        /// The kubelet's configuration file.
         config: PathBuf,
+        /// Its drop-in directory, when the kubelet has one.
         config_dir: Option<PathBuf>,
     },
     /// The running kubelet, found under this procfs: its command line names the files,
     /// read through its root.
-    Process { proc_root: PathBuf },
+    Process {
+        /// The host's procfs.
+        proc_root: PathBuf,
+    },
 }
 
 /// The kubelet's configuration, and where nodemem's drop-in and the Memory Manager's
 /// state file are.
 #[derive(Clone, Debug)]
 pub struct KubeletFiles {
+    /// Where the configuration is read.
     pub source: KubeletSource,
     /// Under [`KubeletSource::Process`]: a mount of the kubelet's `--config-dir` given
     /// to the agent for its drop-in, checked to be that same directory. Without it the
@@ -175,40 +182,73 @@ impl KubeletSettings {
     }
 }
 
+/// Why the kubelet's configuration could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletFileError {
+    /// No process under the procfs is the host's kubelet.
     #[error("no kubelet process under {}: the agent finds the kubelet in the host's PID namespace (hostPID) and reads its files through its root{}", .proc_root.display(), ignoring(.ignored))]
     NoKubeletProcess {
+        /// The procfs searched.
         proc_root: PathBuf,
+        /// Processes named like a kubelet that are not the host's, and why.
         ignored: Vec<IgnoredKubelet>,
     },
+    /// More than one process could be the host's kubelet.
     #[error("{} processes could each be the host's kubelet ({}): nodemem does not guess which the node runs, and reads neither{}", .candidates.len(), .candidates.join(", "), ignoring(.ignored))]
     AmbiguousKubelet {
+        /// Each candidate, by pid and command.
         candidates: Vec<String>,
+        /// Processes named like a kubelet that are not the host's, and why.
         ignored: Vec<IgnoredKubelet>,
     },
+    /// A file that should be a KubeletConfiguration is not one.
     #[error("{named}: not a KubeletConfiguration: {reason}")]
-    NotAConfiguration { named: String, reason: String },
+    NotAConfiguration {
+        /// The file, as the kubelet names it.
+        named: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A file could not be read or written.
     #[error("{named}: {source}")]
     Io {
+        /// The file, as the kubelet names it.
         named: String,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// A kubelet flag nodemem reads has a value the kubelet would not accept either.
     #[error("{who}: {source}")]
     FlagNotUnderstood {
+        /// The process, by pid and command.
         who: String,
+        /// The flag and why.
         #[source]
         source: FlagError,
     },
+    /// k3s's own configuration file could not be read as k3s reads it.
     #[error("{config}: k3s's configuration: {reason}")]
-    K3sConfig { config: String, reason: String },
+    K3sConfig {
+        /// The file.
+        config: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `enforcement: Kubelet` on a kubelet without a drop-in directory.
     #[error("enforcement: Kubelet needs the kubelet's --config-dir: {who} runs without one, so a drop-in would not be read")]
-    NoConfigDir { who: String },
+    NoConfigDir {
+        /// The process, by pid and command.
+        who: String,
+    },
+    /// The `--kubelet-config-dir` given to the agent is not the kubelet's.
     #[error("the agent's --kubelet-config-dir ({}) is not the directory {who} reads drop-ins from ({kubelet})", .given.display())]
     ConfigDirMismatch {
+        /// The directory given to the agent.
         given: PathBuf,
+        /// The process, by pid and command.
         who: String,
+        /// The directory the kubelet reads drop-ins from.
         kubelet: String,
     },
 }
@@ -576,8 +616,11 @@ impl KubeletFiles {
 /// How [`KubeletFiles::read`] treats nodemem's own drop-in.
 #[derive(Clone, Copy, Debug)]
 pub enum OwnDropIn<'a> {
+    /// Read as it is on disk.
     OnDisk,
+    /// Left out, as if it were not there (what the kubelet runs without nodemem).
     Without,
+    /// Read with this text in its place (what the kubelet would run with it).
     As(&'a str),
 }
 

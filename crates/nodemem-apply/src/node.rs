@@ -21,9 +21,11 @@ use crate::state::StateDir;
 /// Where the node's files are: what [`Node::discover`] reads.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
+    /// The cgroup file system's, sysfs's and procfs's roots.
     pub roots: Roots,
     /// The cgroup driver when known; discovery finds it otherwise.
     pub cgroup_driver: Option<CgroupDriver>,
+    /// The agent's state directory (its records).
     pub state_dir: PathBuf,
     /// The kubelet's `topologyManagerScope`.
     pub topology_scope: Scope,

@@ -7,15 +7,24 @@ use nodemem_model::numa::{MachineState, MemoryManager, MemoryManagerState, Scope
 
 use crate::state::{StateDir, StateError};
 
+/// The Memory Manager's record in the state directory.
 pub const NUMA_STATE_FILE: &str = "memory-manager.json";
 const KIND: &str = "memory-manager";
 
+/// Why the Memory Manager's record could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NumaStateError {
+    /// The record could not be read or written.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The record does not fit this node's topology or the settings' reservedMemory.
     #[error("{path}: the saved Memory Manager state does not match this node: {}; remove the file to admit every pod again from an empty node map", .problems.join("; "))]
-    Mismatch { path: String, problems: Vec<String> },
+    Mismatch {
+        /// The record's path.
+        path: String,
+        /// Each mismatch.
+        problems: Vec<String>,
+    },
 }
 
 /// The saved state, checked against the node map the current topology and
@@ -42,6 +51,7 @@ pub fn load(
     Ok(Some(manager))
 }
 
+/// Saves the Memory Manager's record.
 pub fn save(state: &StateDir, manager: &MemoryManager) -> Result<(), StateError> {
     state.save(NUMA_STATE_FILE, KIND, &MemoryManagerState::capture(manager))
 }

@@ -37,18 +37,22 @@ use serde::{Deserialize, Serialize};
 /// value before nodemem's first write.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ownership {
+    /// cgroup path -> file -> the value before nodemem's first write.
     pub files: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Ownership {
+    /// Whether nodemem set `file` of cgroup `path`.
     pub fn owns(&self, path: &str, file: &str) -> bool {
         self.files.get(path).is_some_and(|f| f.contains_key(file))
     }
 
+    /// How many files nodemem set.
     pub fn len(&self) -> usize {
         self.files.values().map(BTreeMap::len).sum()
     }
 
+    /// Whether nodemem set no file.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
@@ -151,6 +155,7 @@ fn parent_of(path: &str) -> &str {
 
 const CPUSET_MEMS_EFFECTIVE: &str = "cpuset.mems.effective";
 
+/// Why a write is planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum WriteKind {
@@ -160,19 +165,26 @@ pub enum WriteKind {
     Restore,
 }
 
+/// One planned write.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Write {
+    /// The cgroup (relative to the cgroup root).
     pub cgroup: String,
+    /// The interface file.
     pub file: String,
     /// The text read before planning; None when it could not be read.
     pub old: Option<String>,
+    /// The text to write.
     pub new: String,
+    /// Set or given back.
     pub kind: WriteKind,
 }
 
+/// The writes a pass needs, in kernel order, and the desired cgroups not there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// In the order the kernel needs (parents before children where it matters).
     pub writes: Vec<Write>,
     /// Desired cgroups that do not exist (yet).
     pub missing: Vec<String>,

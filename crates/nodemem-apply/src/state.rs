@@ -23,17 +23,33 @@ struct Envelope {
     data: Value,
 }
 
+/// Why a state record could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// The file could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The record's path.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The record is torn or was edited (its checksum or JSON is wrong).
     #[error("{}: corrupt state record ({reason}); move it away to start from an empty record", .path.display())]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt {
+        /// The record's path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The record is of another format version (a newer or older agent's).
     #[error("{}: state format {found} is not the supported format {STATE_FORMAT}", .path.display())]
-    UnsupportedFormat { path: PathBuf, found: u32 },
+    UnsupportedFormat {
+        /// The record's path.
+        path: PathBuf,
+        /// Its format version.
+        found: u32,
+    },
 }
 
 impl StateError {
@@ -62,6 +78,7 @@ fn canonical(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("a JSON value always serializes")
 }
 
+/// The agent's state directory: records saved atomically, versioned and checksummed.
 #[derive(Clone, Debug)]
 pub struct StateDir {
     dir: PathBuf,
@@ -78,6 +95,7 @@ impl StateDir {
         Ok(StateDir { dir })
     }
 
+    /// Where the record `name` is.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

@@ -59,6 +59,7 @@ impl UnitProperty {
         }
     }
 
+    /// The cgroup interface file the property stands for.
     pub fn file(self) -> &'static str {
         match self {
             UnitProperty::MemoryMin => MEMORY_MIN,
@@ -117,8 +118,11 @@ pub fn unit_name(cgroup: &str) -> Option<&str> {
 /// One unit's properties to set, for the cgroup it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnitUpdate {
+    /// The cgroup (relative to the cgroup root).
     pub cgroup: String,
+    /// Its unit (`kubepods-burstable-pod<uid>.slice`, `cri-containerd-<id>.scope`).
     pub unit: String,
+    /// The properties to set, by the value nodemem holds.
     pub properties: BTreeMap<UnitProperty, UnitValue>,
 }
 
@@ -222,10 +226,12 @@ impl UnitRecords {
         self.sent.retain(|c, _| live.contains(c));
     }
 
+    /// How many cgroups have properties sent.
     pub fn len(&self) -> usize {
         self.sent.len()
     }
 
+    /// Whether none has.
     pub fn is_empty(&self) -> bool {
         self.sent.is_empty()
     }

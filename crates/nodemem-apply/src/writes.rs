@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::execute::{execute, observe, FailedWrite};
 use crate::plan::{files_to_observe, intend, plan_leaving, update_ownership, Ownership, Write};
 
+/// How one pass runs: planned only or written, the node's page size, the files left to the kubelet.
 #[derive(Clone, Copy, Debug)]
 pub struct ApplyOptions {
     /// Plan only: nothing is written and the ownership record is unchanged.
@@ -65,15 +66,15 @@ impl ApplyReport {
     }
 }
 
-/// [`apply_within`] over the whole node, the ownership record kept in memory only
+/// [`write_cgroups_within`] over the whole node, the ownership record kept in memory only
 /// (tests and benchmarks).
-pub fn apply(
+pub fn write_cgroups(
     fs: &CgroupFs,
     desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,
     options: ApplyOptions,
 ) -> ApplyReport {
-    let Ok(report) = apply_within(fs, desired, owned, options, None, None, &mut in_memory);
+    let Ok(report) = write_cgroups_within(fs, desired, owned, options, None, None, &mut in_memory);
     report
 }
 
@@ -82,7 +83,7 @@ pub fn in_memory(_: &Ownership) -> Result<(), std::convert::Infallible> {
     Ok(())
 }
 
-/// [`apply`] with two refinements. `backoff` (with the current time) holds back writes
+/// [`write_cgroups`] with two refinements. `backoff` (with the current time) holds back writes
 /// to files whose earlier failures' backoff has not passed and records this pass's
 /// failures. `reach` limits the pass to those cgroups (None: the whole node): a cgroup
 /// that just appeared is planned, read and written alone, nothing else is read, and
@@ -94,7 +95,7 @@ pub fn in_memory(_: &Ownership) -> Result<(), std::convert::Infallible> {
 /// that names every file it wrote. When `save` fails nothing is written, `owned` is as
 /// it was, and the error is returned. The caller saves again after the pass (restores
 /// and failures change the record).
-pub fn apply_within<E>(
+pub fn write_cgroups_within<E>(
     fs: &CgroupFs,
     desired: &[DesiredCgroup<'_>],
     owned: &mut Ownership,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use nodemem_apply::execute::{execute, observe};
 use nodemem_apply::plan::{files_to_observe, plan, update_ownership};
-use nodemem_apply::{apply, ApplyOptions, Ownership, WriteKind};
+use nodemem_apply::{write_cgroups, ApplyOptions, Ownership, WriteKind};
 use nodemem_cgroup::CgroupFs;
 use nodemem_model::node::{desired_node, DesiredNode, NodeFacts, NodeInput, NodePod};
 use nodemem_model::pod::defaulting::apply_defaults;
@@ -199,7 +199,7 @@ fn every_qos_class_gets_what_the_node_computation_predicts_in_both_drivers_and_r
                 &pods,
             );
             let mut owned = Ownership::default();
-            let report = apply(&fs, &node.cgroups(), &mut owned, options());
+            let report = write_cgroups(&fs, &node.cgroups(), &mut owned, options());
             assert!(report.ok(), "{report:#?}");
             assert!(report.missing.is_empty(), "{:?}", report.missing);
             // Every cgroup and file the computation names reads back as predicted, and
@@ -269,7 +269,7 @@ fn every_qos_class_gets_what_the_node_computation_predicts_in_both_drivers_and_r
             assert_eq!(tree.read(job, MEMORY_MIN).unwrap(), "0");
 
             // A second pass changes nothing: zero writes.
-            let again = apply(&fs, &node.cgroups(), &mut owned, options());
+            let again = write_cgroups(&fs, &node.cgroups(), &mut owned, options());
             assert_eq!(again.writes(), 0, "{again:#?}");
         }
     }
@@ -287,7 +287,7 @@ fn protection_rises_parents_first_and_falls_children_first() {
         driver,
         &pods,
     );
-    let up = apply(&fs, &hard.cgroups(), &mut owned, options());
+    let up = write_cgroups(&fs, &hard.cgroups(), &mut owned, options());
     let depth = |p: &str| p.split('/').count();
     let min_depths: Vec<usize> = up
         .applied
@@ -326,7 +326,7 @@ fn protection_rises_parents_first_and_falls_children_first() {
         driver,
         &halved,
     );
-    let down = apply(&fs, &lower.cgroups(), &mut owned, options());
+    let down = write_cgroups(&fs, &lower.cgroups(), &mut owned, options());
     let min_depths: Vec<usize> = down
         .applied
         .iter()
@@ -392,7 +392,7 @@ fn a_cgroup_that_vanishes_before_its_write_is_skipped_and_counted() {
         driver,
         &rest,
     );
-    let report = apply(&fs, &node.cgroups(), &mut owned, options());
+    let report = write_cgroups(&fs, &node.cgroups(), &mut owned, options());
     assert!(
         report.ok()
             && report
@@ -439,7 +439,7 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
         driver,
         &pods,
     );
-    let first = apply(&fs, &on.cgroups(), &mut owned, options());
+    let first = write_cgroups(&fs, &on.cgroups(), &mut owned, options());
     assert!(first.ok());
     // Already right: not written, but claimed (an agent killed before it saved its
     // record may have written it), so that giving back covers it.
@@ -458,7 +458,7 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
         "nothing is desired: {:?}",
         off.cgroups()
     );
-    let report = apply(&fs, &off.cgroups(), &mut owned, options());
+    let report = write_cgroups(&fs, &off.cgroups(), &mut owned, options());
     assert!(report.ok(), "{report:#?}");
     assert!(report.applied.iter().all(|w| w.kind == WriteKind::Restore));
     assert_eq!(
@@ -480,7 +480,7 @@ fn turning_memory_qos_off_restores_exactly_the_owned_files() {
     assert_eq!(tree.read(&api_pod, MEMORY_LOW).unwrap(), "0");
     // Nothing more to restore.
     assert_eq!(
-        apply(&fs, &off.cgroups(), &mut owned, options()).writes(),
+        write_cgroups(&fs, &off.cgroups(), &mut owned, options()).writes(),
         0
     );
 }
@@ -502,7 +502,7 @@ fn a_failed_write_names_the_file_value_and_errno_and_the_rest_still_runs() {
     std::fs::remove_file(&kp).unwrap();
     std::fs::create_dir(&kp).unwrap();
     let mut owned = Ownership::default();
-    let report = apply(&fs, &node.cgroups(), &mut owned, options());
+    let report = write_cgroups(&fs, &node.cgroups(), &mut owned, options());
     assert_eq!(report.failed.len(), 1, "{:#?}", report.failed);
     let f = &report.failed[0];
     assert_eq!(
@@ -554,7 +554,7 @@ fn hostile_identifiers_are_refused_and_nothing_outside_is_touched() {
         &pods,
     );
     let mut owned = Ownership::default();
-    let report = apply(&fs, &node.cgroups(), &mut owned, options());
+    let report = write_cgroups(&fs, &node.cgroups(), &mut owned, options());
     assert!(!report.refused.is_empty());
     assert!(
         report
@@ -586,7 +586,7 @@ fn dry_run_plans_without_writing() {
         &pods,
     );
     let mut owned = Ownership::default();
-    let report = apply(
+    let report = write_cgroups(
         &fs,
         &node.cgroups(),
         &mut owned,
@@ -608,7 +608,7 @@ fn dry_run_plans_without_writing() {
 
 #[test]
 fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
-    use nodemem_apply::{apply_within, WriteBackoff};
+    use nodemem_apply::{write_cgroups_within, WriteBackoff};
     use std::time::Duration;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
@@ -626,14 +626,14 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
     let mut backoff = WriteBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
     let at = |s: u64| Duration::from_secs(s);
     let pass = |owned: &mut Ownership, backoff: &mut WriteBackoff, now| {
-        apply_within(
+        write_cgroups_within(
             &fs,
             &node.cgroups(),
             owned,
             options(),
             Some((backoff, now)),
             None,
-            &mut nodemem_apply::apply::in_memory,
+            &mut nodemem_apply::writes::in_memory,
         )
         .unwrap()
     };
@@ -670,8 +670,8 @@ fn a_file_that_keeps_failing_is_retried_with_backoff_not_every_pass() {
 }
 
 #[test]
-fn an_apply_within_reach_reads_and_writes_only_its_cgroups() {
-    use nodemem_apply::apply_within;
+fn an_write_cgroups_within_reach_reads_and_writes_only_its_cgroups() {
+    use nodemem_apply::write_cgroups_within;
     use std::collections::BTreeSet;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
@@ -685,14 +685,14 @@ fn an_apply_within_reach_reads_and_writes_only_its_cgroups() {
     let mut owned = Ownership::default();
     let api_container = node.pods[1].containers[0].path.clone().unwrap();
     let reach = BTreeSet::from([api_container.clone()]);
-    let report = apply_within(
+    let report = write_cgroups_within(
         &fs,
         &node.cgroups(),
         &mut owned,
         options(),
         None,
         Some(&reach),
-        &mut nodemem_apply::apply::in_memory,
+        &mut nodemem_apply::writes::in_memory,
     )
     .unwrap();
     assert!(report.ok());
@@ -713,14 +713,14 @@ fn an_apply_within_reach_reads_and_writes_only_its_cgroups() {
     off.memory_qos.enabled = false;
     let nothing = desired(&off, driver, &pods);
     let other = BTreeSet::from(["kubepods.slice".to_string()]);
-    let report = apply_within(
+    let report = write_cgroups_within(
         &fs,
         &nothing.cgroups(),
         &mut owned,
         options(),
         None,
         Some(&other),
-        &mut nodemem_apply::apply::in_memory,
+        &mut nodemem_apply::writes::in_memory,
     )
     .unwrap();
     assert_eq!(report.writes(), 0);
@@ -729,7 +729,7 @@ fn an_apply_within_reach_reads_and_writes_only_its_cgroups() {
 
 #[test]
 fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
-    use nodemem_apply::apply_within;
+    use nodemem_apply::write_cgroups_within;
     let driver = CgroupDriver::Systemd;
     let pods = pods(ContainerRuntime::Containerd);
     let tree = tree_for(driver, &pods);
@@ -742,7 +742,7 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
     let before = tree.files().unwrap();
     let mut owned = Ownership::default();
     let mut saved = Vec::new();
-    let refused = apply_within(
+    let refused = write_cgroups_within(
         &fs,
         &node.cgroups(),
         &mut owned,
@@ -761,7 +761,7 @@ fn a_pass_whose_record_cannot_be_saved_writes_nothing() {
     assert!(owned.is_empty(), "the record is as it was");
     // Saved: the record names every file before the pass writes it.
     let mut at_save = Ownership::default();
-    let report = apply_within(
+    let report = write_cgroups_within(
         &fs,
         &node.cgroups(),
         &mut owned,

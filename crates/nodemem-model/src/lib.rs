@@ -16,6 +16,9 @@
 //!   pool's rollout.
 //! * [`feedback`]: observation, relief and the factor recommendation.
 
+// Every public item says what it is; clippy -D warnings (make lint) makes this a gate.
+#![warn(missing_docs)]
+
 pub mod cluster;
 pub mod feedback;
 pub mod kubelet;

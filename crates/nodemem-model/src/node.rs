@@ -51,7 +51,9 @@ pub const MANAGED_FILES: [&str; 4] = [MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, CPUSE
 /// What the node is and how the kubelet lays it out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeFacts {
+    /// The Node's memory figures, the page size, the kubelet's version.
     pub memory: NodeMemoryFacts,
+    /// How the kubelet names cgroups (its `cgroupDriver`).
     pub cgroup_driver: CgroupDriver,
     /// NUMA nodes with their capacity per memory type, when known.
     pub topology: Option<NumaTopology>,
@@ -87,10 +89,12 @@ impl NodePod {
         }
     }
 
+    /// The pod as its spec says.
     pub fn pod(&self) -> &Pod {
         &self.pod
     }
 
+    /// Its containers' IDs by name, as reported or found.
     pub fn container_ids(&self) -> &BTreeMap<String, ContainerId> {
         &self.container_ids
     }
@@ -111,10 +115,12 @@ impl NodePod {
         ordered_containers(&self.pod.spec).any(|c| c.name == name)
     }
 
+    /// Whether its namespace opted out of Memory QoS.
     pub fn memory_qos_opt_out(&self) -> bool {
         self.memory_qos_opt_out
     }
 
+    /// Its memory requests and limits, QoS class and NUMA needs, derived once.
     pub fn profile(&self) -> &PodMemoryProfile {
         &self.profile
     }
@@ -123,8 +129,11 @@ impl NodePod {
 /// Everything [`desired_node`] reads. The output borrows from the pods (`'p`) only.
 #[derive(Clone, Debug)]
 pub struct NodeInput<'s, 'p> {
+    /// The settings the node runs.
     pub settings: &'s NodeSettings,
+    /// What the node is.
     pub facts: &'s NodeFacts,
+    /// Its pods, in admission order.
     pub pods: &'p [NodePod],
     /// The Memory Manager's state from the previous computation (Static policy), so
     /// pods keep their NUMA nodes; None starts from an empty node map.
@@ -146,25 +155,35 @@ pub enum Admission {
 /// every event, so it copies nothing it does not have to).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerOutcome<'a> {
+    /// The container's name.
     pub name: &'a str,
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
     /// Its cgroup, once the container has an ID.
     pub path: Option<String>,
     /// Values including the informational memory.max.
     pub values: CgroupValues,
+    /// Its NUMA pinning (Static Memory Manager).
     pub pinning: Pinning,
     /// Its request and limit: what its memory.high is computed from (observation
     /// weighs other factors with them).
     pub memory: ContainerMemory,
 }
 
+/// A pod's outcome: its cgroup and values, and its containers'.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodOutcome<'a> {
+    /// Its namespace.
     pub namespace: &'a str,
+    /// Its name.
     pub name: &'a str,
+    /// Its UID.
     pub uid: &'a str,
+    /// Its QoS class.
     pub qos: QosClass,
+    /// Its cgroup (relative to the cgroup root).
     pub path: String,
+    /// Managed, opted out or refused.
     pub admission: Admission,
     /// Values including the informational memory.max.
     pub values: CgroupValues,
@@ -189,7 +208,9 @@ impl PodOutcome<'_> {
 /// One cgroup nodemem writes, borrowed from a [`DesiredNode`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DesiredCgroup<'n> {
+    /// The cgroup (relative to the cgroup root).
     pub path: &'n str,
+    /// What nodemem sets in it.
     pub values: &'n CgroupValues,
 }
 
@@ -246,6 +267,7 @@ impl DesiredNode<'_> {
             })
     }
 
+    /// How many pods nodemem manages.
     pub fn managed_pods(&self) -> usize {
         self.pods
             .iter()
@@ -253,6 +275,7 @@ impl DesiredNode<'_> {
             .count()
     }
 
+    /// How many pods are pinned to NUMA nodes.
     pub fn pinned_pods(&self) -> usize {
         self.pods
             .iter()

@@ -14,8 +14,11 @@ use std::collections::BTreeMap;
 
 use crate::quantity::Quantity;
 
+/// The CPU resource's name.
 pub const CPU: &str = "cpu";
+/// The memory resource's name.
 pub const MEMORY: &str = "memory";
+/// What hugepages resources' names start with (`hugepages-2Mi`).
 pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 
 /// Resource name -> quantity, as in `core/v1.ResourceList`.
@@ -24,15 +27,19 @@ pub type ResourceList = BTreeMap<String, Quantity>;
 /// Requests and limits of a container or of the whole pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Resources {
+    /// `resources.requests`.
     pub requests: ResourceList,
+    /// `resources.limits`.
     pub limits: ResourceList,
 }
 
 impl Resources {
+    /// The request for `name`, zero when none.
     pub fn request(&self, name: &str) -> Quantity {
         self.requests.get(name).copied().unwrap_or_default()
     }
 
+    /// The limit for `name`, zero when none.
     pub fn limit(&self, name: &str) -> Quantity {
         self.limits.get(name).copied().unwrap_or_default()
     }
@@ -52,6 +59,7 @@ pub enum ContainerKind {
 }
 
 impl ContainerKind {
+    /// `init`, `sidecar` or `app`, as metrics and status name the kind.
     pub fn as_str(self) -> &'static str {
         match self {
             ContainerKind::Init => "init",
@@ -61,10 +69,14 @@ impl ContainerKind {
     }
 }
 
+/// A container of the spec, with what the memory rules read of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Container {
+    /// Its name.
     pub name: String,
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
+    /// Its requests and limits.
     pub resources: Resources,
 }
 
@@ -73,6 +85,7 @@ pub struct Container {
 pub struct PodSpec {
     /// Init containers (including sidecars) in spec order.
     pub init_containers: Vec<Container>,
+    /// App containers, `spec.containers`.
     pub containers: Vec<Container>,
     /// `spec.resources` (KEP-2837 pod-level resources), if present.
     pub resources: Option<Resources>,
@@ -91,9 +104,13 @@ impl PodSpec {
 /// A pod as the rules see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pod {
+    /// Its namespace.
     pub namespace: String,
+    /// Its name.
     pub name: String,
+    /// Its UID, which names its cgroup.
     pub uid: String,
+    /// What the rules read of its spec.
     pub spec: PodSpec,
 }
 
@@ -103,6 +120,7 @@ pub fn is_pod_level_resource(name: &str) -> bool {
     name == CPU || name == MEMORY
 }
 
+/// Whether `name` is a hugepages resource (`hugepages-<size>`).
 pub fn is_hugepages(name: &str) -> bool {
     name.starts_with(HUGEPAGES_PREFIX)
 }

@@ -22,12 +22,16 @@ pub struct Quantity {
 /// Why a quantity string was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
+    /// An empty string.
     #[error("quantity is empty")]
     Empty,
+    /// Not a number with a suffix.
     #[error("invalid quantity {0:?}: expected a number with an optional suffix such as 512Mi, 1G, 100m or 1e3")]
     Syntax(String),
+    /// A suffix Kubernetes does not know.
     #[error("invalid quantity {0:?}: unknown suffix {1:?} (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent)")]
     Suffix(String, String),
+    /// More than an i64 of nano-units holds.
     #[error("quantity {0:?} is too large")]
     TooLarge(String),
 }
@@ -58,14 +62,17 @@ impl Quantity {
         div_ceil(self.nanos, 1_000_000) as i64
     }
 
+    /// Whether it is zero.
     pub fn is_zero(&self) -> bool {
         self.nanos == 0
     }
 
+    /// Whether it is below zero.
     pub fn is_negative(&self) -> bool {
         self.nanos < 0
     }
 
+    /// The sum, None on overflow.
     pub fn checked_add(self, other: Quantity) -> Option<Quantity> {
         self.nanos
             .checked_add(other.nanos)

@@ -14,9 +14,13 @@ use crate::values::memory_qos::MemoryQosSettings;
 /// (converted by `nodemem_api::convert`): what a node runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeSettings {
+    /// Memory QoS: the throttling factor, the reservation policy.
     pub memory_qos: MemoryQosSettings,
+    /// The Memory Manager: None or Static, reservedMemory.
     pub memory_manager: MemoryManagerSettings,
+    /// The node's reservations, for the Memory Manager's sum rule.
     pub node_reserved: Option<NodeReserved>,
+    /// Who carries the settings out: the agent, the kubelet, or nobody (Observe).
     pub enforcement: Enforcement,
     /// Relief for containers memory.high chokes (`enforcement: Agent` only).
     pub relief: Option<crate::feedback::relief::ReliefSettings>,

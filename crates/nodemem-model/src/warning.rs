@@ -7,26 +7,41 @@ use std::fmt;
 use crate::numa::Rejection;
 use crate::quantity::format_bytes;
 
+/// What the node computation found worth telling, beside the values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Warning {
     /// The node reports no kernel version.
     KernelVersionUnknown,
     /// The kernel version does not parse as `major.minor...`.
-    KernelVersionUnparsable { text: String },
+    KernelVersionUnparsable {
+        /// The version as reported.
+        text: String,
+    },
     /// The kernel lacks the memory.high livelock fix (5.9).
-    KernelBeforeLivelockFix { version: String },
+    KernelBeforeLivelockFix {
+        /// The version as reported.
+        version: String,
+    },
     /// Containers without a memory limit need node allocatable memory for memory.high.
     NoAllocatableMemory,
     /// kubepods' memory.min would exceed what the node can give pods.
-    ProtectionExceedsAllocatable { protected: i64, allocatable: i64 },
+    ProtectionExceedsAllocatable {
+        /// memory.min summed, bytes.
+        protected: i64,
+        /// What the node can give pods, bytes.
+        allocatable: i64,
+    },
     /// A NUMA topology is known but the Memory Manager policy is None.
     TopologyWithoutStaticPolicy,
     /// The Static Memory Manager policy is asked for but no NUMA topology is known.
     StaticPolicyWithoutTopology,
     /// The Memory Manager refused a pod: it is neither pinned nor protected.
     PodRejected {
+        /// The pod's namespace.
         namespace: String,
+        /// The pod's name.
         name: String,
+        /// Why it was refused.
         rejection: Rejection,
     },
     /// Memory QoS is off: nodemem only restores what it set before.

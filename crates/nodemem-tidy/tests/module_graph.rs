@@ -374,7 +374,7 @@ fn resolve(
 }
 
 /// The file that defines what a path names: through a module's `pub use` re-exports
-/// (a facade such as `numa/mod.rs` re-exporting `machine::NumaTopology`) to the file
+/// (a facade such as `numa.rs` re-exporting `machine::NumaTopology`) to the file
 /// the item lives in, since that is the file the path depends on.
 fn defining_file(
     module: &[String],

@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nodemem_apply::{apply, ApplyOptions, Ownership};
+use nodemem_apply::{write_cgroups, ApplyOptions, Ownership};
 use nodemem_cgroup::CgroupFs;
 use nodemem_model::node::{desired_node, NodeFacts, NodeInput, NodePod};
 use nodemem_model::pod::defaulting::apply_defaults;
@@ -203,7 +203,7 @@ pub fn run(allocator: &str) {
     };
     // The exact writes a full apply makes, and the files' kernel defaults to reset to.
     let mut probe = Ownership::default();
-    let planned = apply(
+    let planned = write_cgroups(
         &fs,
         &cgroups,
         &mut probe,
@@ -249,13 +249,13 @@ pub fn run(allocator: &str) {
         reset();
         let mut owned = Ownership::default();
         let t = Instant::now();
-        let report = apply(&kernel_path_fs, &cgroups, &mut owned, options);
+        let report = write_cgroups(&kernel_path_fs, &cgroups, &mut owned, options);
         let elapsed = t.elapsed();
         assert_eq!(report.applied.len(), writes.len());
         reset();
         let mut owned = Ownership::default();
         let t = Instant::now();
-        let checked = apply(&checked_fs, &cgroups, &mut owned, options);
+        let checked = write_cgroups(&checked_fs, &cgroups, &mut owned, options);
         let checked_elapsed = t.elapsed();
         assert_eq!(checked.applied.len(), writes.len());
         reset();
@@ -312,17 +312,17 @@ pub fn run(allocator: &str) {
 
     // 3. Nothing changed: zero writes.
     let mut owned = Ownership::default();
-    apply(&fs, &cgroups, &mut owned, options);
+    write_cgroups(&fs, &cgroups, &mut owned, options);
     let samples: Vec<Duration> = (0..50)
         .map(|_| {
             let t = Instant::now();
-            let again = apply(&fs, &cgroups, &mut owned, options);
+            let again = write_cgroups(&fs, &cgroups, &mut owned, options);
             let d = t.elapsed();
             assert_eq!(again.writes(), 0, "a second apply writes nothing");
             d
         })
         .collect();
-    let again = apply(&fs, &cgroups, &mut owned, options);
+    let again = write_cgroups(&fs, &cgroups, &mut owned, options);
     println!(
         "second apply, nothing changed: {} writes, {} reads: median {:.0} us (goal: zero writes)",
         again.applied.len(),

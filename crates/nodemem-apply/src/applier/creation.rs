@@ -9,7 +9,9 @@ use crate::ApplyReport;
 /// first found its cgroup: someone changed it after nodemem's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Overridden {
+    /// The container's cgroup (relative to the cgroup root).
     pub cgroup: String,
+    /// The interface file (`memory.high`).
     pub file: String,
     /// What it held instead of nodemem's value.
     pub found: Option<String>,

@@ -25,6 +25,7 @@ pub enum Category {
 }
 
 impl Category {
+    /// The condition reason and metric label of the category.
     pub fn reason(self) -> &'static str {
         match self {
             Category::Discovery => "NodeNotSupported",
@@ -39,12 +40,14 @@ impl Category {
 /// condition reason and metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// The node could not be discovered as nodemem needs it (cgroup v2, kubepods).
     #[error("discovery: {0}")]
     Discovery(#[source] DiscoveryError),
     /// The kubelet's configuration could not be read (its eviction threshold and
     /// Memory Manager are part of the computation).
     #[error(transparent)]
     KubeletFiles(KubeletFileError),
+    /// The state directory could not be read or written.
     #[error(transparent)]
     State(StateError),
     /// The record of what the pass would write could not be saved before it: the pass
@@ -54,6 +57,7 @@ pub enum ApplyError {
     /// The saved Memory Manager state does not fit the node or the settings.
     #[error(transparent)]
     MemoryManagerState(NumaStateError),
+    /// Settings this node cannot carry out, each named; nothing was written.
     #[error("{}", joined(.0))]
     Unsatisfiable(Vec<Unsatisfiable>),
 }
@@ -61,17 +65,22 @@ pub enum ApplyError {
 /// What the node cannot carry out of its settings.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unsatisfiable {
+    /// The memory controller is not enabled at kubepods.
     #[error("the memory controller is not available at kubepods (cgroup.controllers); Memory QoS cannot be applied")]
     NoMemoryController,
+    /// Static Memory Manager without the cpuset controller.
     #[error("the Static memoryManager policy needs the cpuset controller at kubepods (cgroup.controllers), which this node does not offer")]
     StaticWithoutCpuset,
+    /// Static Memory Manager on a node without NUMA nodes in sysfs.
     #[error("the Static memoryManager policy needs NUMA nodes in sysfs (devices/system/node), and this node shows none")]
     StaticWithoutNuma,
+    /// A reservedMemory this node's NUMA nodes cannot hold.
     #[error("this node cannot satisfy it: {0}")]
     ReservedMemory(Problem),
 }
 
 impl ApplyError {
+    /// The bounded category of the error: its condition reason and metric label.
     pub fn category(&self) -> Category {
         match self {
             ApplyError::Discovery(_) | ApplyError::KubeletFiles(_) => Category::Discovery,

@@ -7,8 +7,11 @@ use nodemem_model::node::DesiredNode;
 /// event changed (with the node-level cgroups their requests are summed into).
 #[derive(Clone, Copy, Debug)]
 pub enum Reach<'a> {
+    /// Every cgroup of the node (resyncs, config changes).
     Node,
+    /// The cgroups that just appeared (inotify), by path.
     Cgroups(&'a std::collections::BTreeSet<String>),
+    /// The pods an event changed, by UID.
     Pods(&'a std::collections::BTreeSet<String>),
 }
 

@@ -10,17 +10,25 @@ pub struct Recovery {
     pub record: String,
     /// What was wrong with it.
     pub problem: String,
+    /// What was done instead of stopping.
     pub action: RecoveryAction,
 }
 
+/// What the agent did with a record it could not trust.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecoveryAction {
     /// Found at start: set aside, and what nodemem owns re-derived from the current
     /// settings (each file's value before nodemem taken as the kernel's default).
-    OwnershipRederived { set_aside: String },
+    OwnershipRederived {
+        /// Where the record was moved.
+        set_aside: String,
+    },
     /// Found at start: set aside, and the Memory Manager's assignments re-derived by
     /// admitting the node's pods again in their admission order.
-    MemoryManagerRederived { set_aside: String },
+    MemoryManagerRederived {
+        /// Where the record was moved.
+        set_aside: String,
+    },
     /// Found while running: written again from what the agent holds in memory.
     Rewritten,
     /// The last known config and pods, found at start: not used; read from the

@@ -22,31 +22,43 @@ use serde::{Deserialize, Serialize};
 pub enum Request {
     /// A file's text.
     Read {
+        /// The file.
         path: PathBuf,
     },
     /// A directory's entries, each with whether it is a directory.
     List {
+        /// The directory.
         path: PathBuf,
     },
     /// A file's device and inode (whether it exists, and which it is).
     Identity {
+        /// The file or directory.
         path: PathBuf,
     },
     /// A symbolic link's target (`ns/mnt`).
     Link {
+        /// The link.
         path: PathBuf,
     },
     /// Replaces a file atomically with `text`.
     Write {
+        /// The file.
         path: PathBuf,
+        /// Its new text.
         text: String,
+        /// Its permission bits.
         mode: u32,
     },
+    /// Renames a file within its directory.
     Rename {
+        /// The file.
         from: PathBuf,
+        /// Its new name.
         to: PathBuf,
     },
+    /// Removes a file.
     Remove {
+        /// The file.
         path: PathBuf,
     },
 }
@@ -78,25 +90,38 @@ impl Request {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "camelCase")]
 pub enum Reply {
+    /// A file's text.
     Text {
+        /// The text.
         text: String,
     },
+    /// A directory's entries.
     Entries {
+        /// The entries, in no particular order.
         entries: Vec<Entry>,
     },
+    /// Which file it is.
     Identity {
+        /// Its device.
         dev: u64,
+        /// Its inode.
         ino: u64,
+        /// Whether it is a directory.
         dir: bool,
     },
+    /// A symbolic link's target.
     Link {
+        /// The target, as the link holds it.
         target: PathBuf,
     },
+    /// The write, rename or removal is done.
     Done,
     /// The operation failed or was refused; `kind` is the `io::ErrorKind`'s name for
     /// the two kinds callers tell apart (`NotFound`, `PermissionDenied`), else `Other`.
     Error {
+        /// `NotFound`, `PermissionDenied` or `Other`.
         kind: String,
+        /// What failed, naming the path.
         message: String,
     },
 }
@@ -104,7 +129,9 @@ pub enum Reply {
 /// A directory entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The entry's name.
     pub name: String,
+    /// Whether it is a directory.
     pub dir: bool,
 }
 

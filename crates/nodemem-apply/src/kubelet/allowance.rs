@@ -17,7 +17,9 @@ use super::Reachable;
 /// with `enforcement: Kubelet` allowed).
 #[derive(Clone, Debug, Default)]
 pub struct Allowance {
+    /// The files the reader may read.
     pub reachable: Reachable,
+    /// Whether it may write nodemem's drop-in and the Memory Manager's state file.
     pub writes: bool,
 }
 

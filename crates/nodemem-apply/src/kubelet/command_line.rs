@@ -43,7 +43,9 @@ pub enum KubeletHost {
 /// One flag as given: its name (normalized) and value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeletFlag {
+    /// The flag's name, without dashes.
     pub name: String,
+    /// Its value, as given.
     pub value: String,
 }
 
@@ -56,6 +58,7 @@ impl std::fmt::Display for KubeletFlag {
 /// What the kubelet's command line says about where its configuration is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeletCommandLine {
+    /// Which kubelet runs: the kubelet or k3s's agent.
     pub host: KubeletHost,
     /// `--config`, as given (relative to the kubelet's working directory).
     pub config: Option<String>,
@@ -223,7 +226,9 @@ impl K3sFiles {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("kubelet flag {flag}: {reason}")]
 pub struct FlagError {
+    /// The flag, as given.
     pub flag: KubeletFlag,
+    /// Why the kubelet would refuse it.
     pub reason: String,
 }
 
@@ -232,13 +237,19 @@ pub struct FlagError {
 /// merged with the files' by name; `--reserved-memory` appends.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FlagSettings {
+    /// `--feature-gates`.
     pub feature_gates: BTreeMap<String, bool>,
+    /// `--eviction-hard`.
     pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// `--kube-reserved`.
     pub kube_reserved: Option<BTreeMap<String, String>>,
+    /// `--system-reserved`.
     pub system_reserved: Option<BTreeMap<String, String>>,
+    /// `--memory-manager-policy`.
     pub memory_manager_policy: Option<String>,
     /// In the configuration's shape (`[{numaNode, limits}]`), to compare with it.
     pub reserved_memory: Option<serde_json::Value>,
+    /// `--cgroup-driver`.
     pub cgroup_driver: Option<String>,
 }
 

@@ -13,8 +13,11 @@ use super::KubeletSettings;
 /// `enforcement: Agent` nodemem leaves those files to it rather than fight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeletConflict {
+    /// The condition reason (`KubeletMemoryQoS`, `KubeletMemoryManager`, both).
     pub reason: &'static str,
+    /// What the kubelet enforces, from which files, and what to do.
     pub message: String,
+    /// The files nodemem leaves to the kubelet.
     pub files: &'static [&'static str],
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 /// A process that runs a kubelet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeletProcess {
+    /// Its process ID under the procfs read.
     pub pid: u32,
     /// Its command line, the program first.
     pub argv: Vec<String>,
@@ -105,9 +106,11 @@ const CONTAINER_PARENTS: &[&str] = &["containerd-shim", "conmon", "conmonrs"];
 /// A process named like a kubelet that is not the host's, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IgnoredKubelet {
+    /// Its process ID.
     pub pid: u32,
     /// `kubelet`, `k3s agent`.
     pub command: String,
+    /// Why it is not the host's kubelet.
     pub why: String,
 }
 
@@ -147,6 +150,7 @@ impl KubeletSearch {
 /// Why no single process is the host's kubelet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NoHostKubelet {
+    /// No process qualifies.
     None,
     /// Two or more qualify: nodemem does not guess which the node runs.
     More(Vec<String>),

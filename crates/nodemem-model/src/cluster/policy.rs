@@ -15,27 +15,37 @@ use crate::quantity::{format_bytes, Quantity};
 /// used in the KEP-1769 sum rule when no `evictionHard` is given.
 pub const DEFAULT_EVICTION_HARD_MEMORY: i64 = 100 << 20;
 
+/// The kubelet's `memoryManagerPolicy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MemoryManagerPolicy {
+    /// No NUMA pinning: the kubelet's default.
     #[default]
     None,
+    /// Guaranteed pods' memory pinned to NUMA nodes (KEP-1769).
     Static,
 }
 
+/// The Memory Manager a policy asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MemoryManagerSettings {
+    /// None or Static.
     pub policy: MemoryManagerPolicy,
+    /// Memory reserved per NUMA node (`reservedMemory`), which Static needs.
     pub reserved_memory: Vec<ReservedMemory>,
 }
 
 /// The node's reservations that the KEP-1769 sum rule compares `reservedMemory` with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeReserved {
+    /// The kubelet's `kubeReserved` memory.
     pub kube_reserved: Option<Quantity>,
+    /// The kubelet's `systemReserved` memory.
     pub system_reserved: Option<Quantity>,
+    /// The kubelet's `evictionHard` `memory.available`.
     pub eviction_hard: Option<Quantity>,
 }
 
+/// Who carries out the settings on the node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Enforcement {
     /// The node agent writes cgroup files itself.

@@ -14,8 +14,11 @@ use crate::cluster::selector::LabelSelector;
 /// What resolution needs to know about a policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyCandidate<'a> {
+    /// The policy's name.
     pub name: &'a str,
+    /// Its priority: the highest selecting a node governs it.
     pub priority: i32,
+    /// The nodes it selects.
     pub selector: &'a LabelSelector,
     /// Seconds since the epoch of its creation; None (a policy read from a file) counts
     /// as newer than any that has one.
@@ -34,10 +37,12 @@ pub enum Won {
     OldestOnTie,
 }
 
+/// Which policy governs a node, and the others that select it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Resolution {
     /// The governing policy, if any matches.
     pub winner: Option<String>,
+    /// Why the winner won.
     pub won: Won,
     /// Other matching policies with the winner's priority (empty when no conflict).
     pub conflicting: Vec<String>,

@@ -23,20 +23,25 @@ pub struct RolloutParams {
     pub progress_deadline_seconds: u64,
     /// Failed nodes tolerated before `on_failure` applies.
     pub max_failures: u32,
+    /// What `max_failures` failed nodes bring: a pause or a rollback.
     pub on_failure: OnFailure,
     /// No new node starts updating.
     pub paused: bool,
 }
 
+/// What a rollout does once `maxFailures` nodes failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnFailure {
+    /// Nothing new starts until a person resumes.
     Pause,
+    /// The updated nodes go back to the previous revision.
     Rollback,
 }
 
 /// Where one node of the pool stands, from its NodeMemoryConfig.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeProgress<'a> {
+    /// The node's name.
     pub node: &'a str,
     /// The revision its config's spec carries (None: no config yet).
     pub spec_revision: Option<&'a str>,
@@ -55,7 +60,10 @@ pub enum AgentReport {
     /// Nothing reported for the spec's revision yet.
     Pending,
     /// Applied and Healthy on the spec's revision for this many seconds.
-    Good { for_seconds: u64 },
+    Good {
+        /// Seconds since it first reported so.
+        for_seconds: u64,
+    },
     /// Applied=False or Healthy=False on the spec's revision.
     Bad,
 }
@@ -65,12 +73,16 @@ pub enum AgentReport {
 pub enum NodePhase {
     /// Still on another revision (or none).
     Waiting,
+    /// On the target revision and not ready yet (or draining for it).
     Updating,
+    /// On the target revision, Applied and Healthy for `minReadySeconds`.
     Ready,
+    /// A bad report on the target revision, or past its progress deadline.
     Failed,
 }
 
 impl NodePhase {
+    /// Every phase, in the order of [`NodePhase::index`].
     pub const ALL: [NodePhase; 4] = [
         NodePhase::Waiting,
         NodePhase::Updating,
@@ -87,32 +99,43 @@ impl NodePhase {
 /// The rollout's state and its next step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RolloutPlan {
+    /// Where the rollout stands.
     pub state: RolloutState,
     /// Nodes whose config should now get the target revision.
     pub start: Vec<String>,
     /// Nodes whose config should go back to the previous revision (Rollback).
     pub revert: Vec<String>,
+    /// The pool's nodes counted by phase.
     pub counts: Counts,
+    /// The failed nodes, by name.
     pub failed: Vec<String>,
 }
 
+/// A pool's nodes counted for the policy's status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Nodes the policy selects.
     pub matched: u32,
+    /// Nodes on the target revision (updating, ready or failed).
     pub updated: u32,
+    /// Nodes updating to it.
     pub updating: u32,
+    /// Nodes ready on it.
     pub ready: u32,
+    /// Nodes failed on it.
     pub failed: u32,
 }
 
 /// Why the rollout does what it does, for status and events.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RolloutState {
+    /// Every node is ready on the target revision.
     Complete,
     /// Nodes are updating; more may start as slots free up.
     Progressing,
     /// Canary nodes are updating; the rest waits until they are ready.
     WaitingForCanary,
+    /// Paused by the policy's `rollout.paused`.
     Paused,
     /// maxFailures reached under `Pause`: nothing new starts.
     Degraded,
@@ -150,6 +173,7 @@ pub fn phase(node: &NodeProgress<'_>, target: &str, params: &RolloutParams) -> N
 /// A pool's nodes by phase, each in name order: all the planner reads. The controller
 /// keeps them as agents report ([`plan`] classifies a list from scratch).
 pub trait PhaseSets {
+    /// How many nodes are in `phase`.
     fn count(&self, phase: NodePhase) -> u32;
     /// The nodes in `phase`, by name.
     fn in_phase(&self, phase: NodePhase) -> Box<dyn Iterator<Item = &str> + '_>;

@@ -5,28 +5,41 @@ use std::collections::BTreeMap;
 
 use crate::problem::Problem;
 
+/// How a requirement compares a label's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operator {
+    /// The label is set to one of the values.
     In,
+    /// The label is not set, or set to none of the values.
     NotIn,
+    /// The label is set, to anything.
     Exists,
+    /// The label is not set.
     DoesNotExist,
 }
 
+/// One of a selector's `matchExpressions`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement {
+    /// The label's key.
     pub key: String,
+    /// How its value is compared.
     pub operator: Operator,
+    /// The values compared with (empty for Exists and DoesNotExist).
     pub values: Vec<String>,
 }
 
+/// A `metav1.LabelSelector`: every label and every expression must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LabelSelector {
+    /// Labels that must hold these values.
     pub match_labels: BTreeMap<String, String>,
+    /// Requirements that must all hold.
     pub match_expressions: Vec<Requirement>,
 }
 
 impl LabelSelector {
+    /// Whether it selects every node (no label and no expression).
     pub fn is_empty(&self) -> bool {
         self.match_labels.is_empty() && self.match_expressions.is_empty()
     }
@@ -112,6 +125,7 @@ pub fn label_key(key: &str) -> Result<(), String> {
 }
 
 impl Requirement {
+    /// Whether `labels` meet the requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         let value = labels.get(&self.key);
         match self.operator {

@@ -37,7 +37,9 @@ pub struct ContainerObservation {
 /// One sample of a container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Seconds since the epoch.
     pub at: u64,
+    /// memory.current less the inactive page cache, bytes.
     pub working_set: i64,
     /// The kernel's memory.peak (5.19+), if read.
     pub peak: Option<i64>,
@@ -48,6 +50,7 @@ pub struct Sample {
 }
 
 impl ContainerObservation {
+    /// Adds a sample to the container's figures.
     pub fn record(&mut self, s: Sample) {
         if self.samples == 0 {
             self.since = s.at;

@@ -29,7 +29,9 @@ use crate::pod::qos::QosClass;
 /// What a policy asks of reclaim (`reclaim`; absent or `Disabled`: nothing).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Reclaim {
+    /// Observe or Active.
     pub mode: ReclaimMode,
+    /// How fast and how far it goes.
     pub settings: ReclaimSettings,
     /// The QoS classes whose containers it acts on.
     pub classes: Vec<QosClass>,
@@ -62,6 +64,7 @@ pub struct ReclaimSettings {
 /// One reading of the cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Seconds since the epoch.
     pub at: u64,
     /// memory.pressure `some total=` (microseconds, cumulative).
     pub stall_total_us: u64,
@@ -102,7 +105,10 @@ impl Sample {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Write this many bytes to memory.reclaim.
-    Reclaim { bytes: i64 },
+    Reclaim {
+        /// Bytes to ask the kernel to reclaim.
+        bytes: i64,
+    },
     /// Nothing this time, and why.
     Hold(Hold),
 }
@@ -114,11 +120,24 @@ pub enum Hold {
     /// the same path): the baseline.
     Baseline,
     /// The interval since the last step or back-off has not passed.
-    Waiting { until: u64 },
+    Waiting {
+        /// When the next step may come, seconds since the epoch.
+        until: u64,
+    },
     /// The stall since the last step is over the target: backed off until `until`.
-    Pressure { stall_us_per_s: u64, until: u64 },
+    Pressure {
+        /// The stall measured, microseconds per second.
+        stall_us_per_s: u64,
+        /// When steps resume, seconds since the epoch.
+        until: u64,
+    },
     /// Refaults since the last step are over their budget: backed off until `until`.
-    Refaults { per_s: u64, until: u64 },
+    Refaults {
+        /// The refaults measured, per second.
+        per_s: u64,
+        /// When steps resume, seconds since the epoch.
+        until: u64,
+    },
     /// Nothing to take above the floor (or less than a page of it).
     NothingCold,
 }
@@ -160,6 +179,7 @@ impl Reclaimer {
         self.since.is_none() || now >= self.next_at
     }
 
+    /// The step for the sample `now` under `s`: how much to reclaim, or why nothing.
     pub fn step(&mut self, s: &ReclaimSettings, now: &Sample) -> Step {
         let Some(since) = self.since.filter(|p| counted_from(p, now)) else {
             self.since = Some(*now);

@@ -20,6 +20,7 @@ pub struct ContainerEvidence {
     /// What memory.high is computed towards: the memory limit, or the node's
     /// allocatable memory for a container without one.
     pub ceiling: i64,
+    /// The node's base page size, bytes.
     pub page_size: i64,
     /// How the node's kubelet rounds memory.high (`NodeMemoryFacts::kubelet_float`).
     pub float: KubeletFloat,
@@ -97,43 +98,62 @@ impl Default for RecommendParams {
 /// The evidence a recommendation stands on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Evidence {
+    /// Containers observed.
     pub containers: usize,
+    /// Nodes they ran on.
     pub nodes: usize,
+    /// The longest observation, seconds.
     pub observed_seconds: u64,
 }
 
 /// One step of the distribution: a factor and the share of containers that fit it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Step {
+    /// The factor.
     pub factor: ThrottlingFactor,
+    /// The share of containers whose working set stays under memory.high at it.
     pub share_fitting: f64,
 }
 
+/// What the observations say of the throttling factor.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Recommendation {
     /// `factor` keeps at least the target share under memory.high, and every higher
     /// step does too; `current_throttled_share` is the share the current factor would
     /// throttle.
     Factor {
+        /// The factor recommended.
         factor: ThrottlingFactor,
+        /// The share of containers it keeps under memory.high.
         share_fitting: f64,
+        /// The share the current factor throttles.
         current_throttled_share: f64,
+        /// What it stands on.
         evidence: Evidence,
+        /// Each step's share, from the lowest factor.
         distribution: Vec<Step>,
     },
     /// Even a factor of 1 keeps fewer than the target share under memory.high: those
     /// containers outgrow their limits, which no factor mends.
     NoFactorSuffices {
+        /// The share a factor of 1 keeps under memory.high.
         best_share: f64,
+        /// The share the current factor throttles.
         current_throttled_share: f64,
+        /// What it stands on.
         evidence: Evidence,
+        /// Each step's share, from the lowest factor.
         distribution: Vec<Step>,
     },
     /// Not enough to go on; what is missing is named.
     TooLittleEvidence {
+        /// What there is.
         evidence: Evidence,
+        /// Containers needed.
         needs_containers: usize,
+        /// Seconds of observation needed.
         needs_observed_seconds: u64,
+        /// Nodes needed.
         needs_nodes: usize,
     },
 }

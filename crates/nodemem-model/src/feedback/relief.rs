@@ -24,9 +24,11 @@ pub struct ReliefSettings {
 /// One reading of a container.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reading {
+    /// Seconds since the epoch.
     pub at: u64,
     /// PSI `full` avg10 of its memory.pressure, percent.
     pub full_avg10: f64,
+    /// memory.current less the inactive page cache, bytes.
     pub working_set: i64,
     /// The memory.high the settings give it.
     pub memory_high: i64,
@@ -46,18 +48,23 @@ impl Reading {
 /// What to do with the container's memory.high now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Nothing changes.
     Nothing,
     /// Raise memory.high to this (None: `max`) until `until`.
     Relieve {
+        /// The raised memory.high (None: `max`).
         to: Option<i64>,
+        /// Until when, seconds since the epoch.
         until: u64,
     },
     /// Put the settings' memory.high back.
     Restore {
+        /// The settings' memory.high.
         to: i64,
     },
     /// It needs relief again within the repeat window: told, not relieved.
     Report {
+        /// When its last relief ended, seconds since the epoch.
         last_relief_ended: u64,
     },
 }
@@ -99,6 +106,7 @@ impl ContainerRelief {
         matches!(self.state, State::Relieved { .. })
     }
 
+    /// The action for reading `r` under `s`, the state moved on.
     pub fn step(&mut self, r: &Reading, s: &ReliefSettings) -> Action {
         match self.state {
             State::Relieved { until } => {

@@ -22,12 +22,16 @@ pub enum MemoryEviction {
     Fraction(f32),
 }
 
+/// Why a `memory.available` eviction threshold cannot be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EvictionError {
+    /// Neither a quantity nor a percentage.
     #[error("memory.available {0:?}: not a quantity or a percentage")]
     Unreadable(String),
+    /// A percentage outside 0 % to 100 %.
     #[error("memory.available {0:?}: a percentage must be within 0% and 100%")]
     PercentOutOfRange(String),
+    /// Zero or negative.
     #[error("memory.available {0:?}: the threshold must be positive")]
     NotPositive(String),
 }

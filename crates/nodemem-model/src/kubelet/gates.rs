@@ -9,7 +9,9 @@ use super::version::KubeletVersion;
 /// A gate and the first kubelet minor version without it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemovedGate {
+    /// The gate's name (`featureGates`).
     pub name: &'static str,
+    /// The first minor version that refuses it.
     pub removed_in: KubeletVersion,
 }
 

@@ -22,8 +22,11 @@ use std::fmt;
 /// `v1.36.3`, `v1.36.0-rc.1`, `v1.35.2+k3s1`, `v1.34.1-eks-113cf36`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KubeletVersion {
+    /// Always 1 today.
     pub major: u32,
+    /// The minor version, which decides the rules.
     pub minor: u32,
+    /// The patch version.
     pub patch: u32,
 }
 
@@ -42,6 +45,7 @@ pub const NEWEST_ON_A_REAL_NODE: KubeletVersion = KubeletVersion::v1(37);
 /// Where a kubelet stands against the versions nodemem is tested with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KubeletSupport {
+    /// Between [`OLDEST_SUPPORTED`] and [`NEWEST_TESTED`].
     Tested,
     /// Older than [`OLDEST_SUPPORTED`]: nodemem applies the rules it has for it (the
     /// oldest it knows), unchecked.
@@ -56,6 +60,7 @@ pub enum KubeletSupport {
 pub struct UnknownKubeletVersion(pub String);
 
 impl KubeletVersion {
+    /// Reads a Node's `kubeletVersion`; anything after the patch number is dropped.
     pub fn parse(text: &str) -> Result<Self, UnknownKubeletVersion> {
         let unknown = || UnknownKubeletVersion(text.to_string());
         let core = text.trim().strip_prefix('v').unwrap_or(text.trim());
@@ -78,6 +83,7 @@ impl KubeletVersion {
         })
     }
 
+    /// v1.`minor`.0.
     pub const fn v1(minor: u32) -> Self {
         KubeletVersion {
             major: 1,

@@ -31,9 +31,12 @@ const RESERVATION_POLICY: KubeletVersion = KubeletVersion::v1(36);
 /// named with a value.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum Named<T> {
+    /// Not named: the kubelet's default holds.
     #[default]
     Absent,
+    /// Named as `null`: defaulted again.
     Null,
+    /// Named with a value.
     Value(T),
 }
 
@@ -46,6 +49,7 @@ impl<T> Named<T> {
         }
     }
 
+    /// The value, when one is named.
     pub fn value(&self) -> Option<&T> {
         match self {
             Named::Value(v) => Some(v),
@@ -59,7 +63,9 @@ impl<T> Named<T> {
 pub struct KubeletQosConfig {
     /// `featureGates.MemoryQoS`; None when not named.
     pub gate: Option<bool>,
+    /// `memoryThrottlingFactor`.
     pub throttling_factor: Named<f64>,
+    /// `memoryReservationPolicy`, when named.
     pub reservation_policy: Option<String>,
 }
 

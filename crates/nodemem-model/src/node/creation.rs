@@ -26,6 +26,7 @@ pub struct ContainerCreation {
 }
 
 impl ContainerCreation {
+    /// Whether it sets nothing.
     pub fn is_empty(&self) -> bool {
         self.unified.is_empty() && self.mems.is_none()
     }
@@ -43,13 +44,16 @@ impl ContainerCreation {
 /// One pod: its cgroup (written when its sandbox runs) and its containers by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodCreation {
+    /// The pod's cgroup (relative to the cgroup root).
     pub path: String,
+    /// Its containers' values, by name.
     pub containers: BTreeMap<String, ContainerCreation>,
 }
 
 /// Every pod the node computation knows, by UID.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CreationTable {
+    /// How the kubelet names cgroups.
     pub cgroup_driver: CgroupDriver,
     pods: HashMap<String, PodCreation>,
 }
@@ -68,6 +72,7 @@ impl CreationTable {
         }
     }
 
+    /// The pod of UID `uid`, when known.
     pub fn pod(&self, uid: &str) -> Option<&PodCreation> {
         self.pods.get(uid)
     }

@@ -54,16 +54,22 @@ pub const RESERVATION_POLICY_KUBELET: KubeletVersion = KubeletVersion::v1(36);
 /// Why settings are not rendered for a node's kubelet.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KubeletRefusal {
+    /// The Node's kubelet version cannot be read.
     #[error("the node reports kubelet version {0:?}, which is not vMAJOR.MINOR.PATCH; nodemem cannot tell which fields that kubelet accepts, so nothing is rendered")]
     UnknownVersion(String),
+    /// Older than the first kubelet with the MemoryQoS gate.
     #[error("kubelet {0} is older than {OLDEST_KUBELET}, the first with the MemoryQoS gate and the beta Memory Manager; upgrade the kubelet or use enforcement: Agent")]
     TooOld(KubeletVersion),
+    /// The kubelet cannot express the reservation policy.
     #[error("kubelet {0} cannot express memoryQoS with reservationPolicy {1:?}: before {RESERVATION_POLICY_KUBELET} its MemoryQoS gate sets memory.min for every container with a memory request and has no memoryReservationPolicy; upgrade the kubelet to {RESERVATION_POLICY_KUBELET} or later, or use enforcement: Agent")]
     NoReservationPolicy(KubeletVersion, ReservationPolicy),
+    /// No kubelet takes `memoryReservationPolicy: HardReservation`.
     #[error("kubelet {0} cannot express memoryQoS with reservationPolicy HardReservation: from {RESERVATION_POLICY_KUBELET} its memoryReservationPolicy takes None or TieredReservation only (before {RESERVATION_POLICY_KUBELET} the MemoryQoS gate is HardReservation); use enforcement: Agent")]
     HardReservation(KubeletVersion),
+    /// The kubelet cannot leave memory.high unset.
     #[error("kubelet {0} cannot leave memory.high unset (memoryHigh: None): before {MEMORY_QOS_ON_BY_DEFAULT} an unset memoryThrottlingFactor means 0.9; upgrade the kubelet to {MEMORY_QOS_ON_BY_DEFAULT} or later, set a throttlingFactor, or use enforcement: Agent")]
     NoUnsetFactor(KubeletVersion),
+    /// reservedMemory breaks the kubelet's sum rule.
     #[error("the kubelet would refuse to start: {0}")]
     SumRule(String),
 }
@@ -86,7 +92,9 @@ impl KubeletRefusal {
 /// for the KEP-1769 sum rule when the settings name no `nodeReserved`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KubeletReserved {
+    /// `kubeReserved` memory.
     pub kube_reserved: Option<Quantity>,
+    /// `systemReserved` memory.
     pub system_reserved: Option<Quantity>,
     /// The `memory.available` hard eviction threshold in bytes; None when it is a
     /// percentage (the sum rule is then left to the kubelet).
@@ -116,7 +124,9 @@ pub struct DropIn {
 /// Who the drop-in is for, named in its header.
 #[derive(Clone, Copy, Debug)]
 pub struct DropInOwner<'a> {
+    /// The node's name.
     pub node: &'a str,
+    /// The revision the drop-in carries.
     pub revision: &'a str,
 }
 

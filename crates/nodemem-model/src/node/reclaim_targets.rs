@@ -9,10 +9,15 @@ use crate::pod::qos::QosClass;
 /// policy names, with its floor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target<'n> {
+    /// The pod's namespace.
     pub namespace: &'n str,
+    /// The pod's name.
     pub pod: &'n str,
+    /// The container's name.
     pub container: &'n str,
+    /// Its cgroup (relative to the cgroup root).
     pub path: &'n str,
+    /// Its pod's QoS class.
     pub qos: QosClass,
     /// Its memory request (0 without one): never asked for below it.
     pub floor: i64,

@@ -14,11 +14,13 @@ use crate::pod::{is_valid_hugepages_name, MEMORY};
 use crate::problem::Problem;
 use crate::quantity::{format_bytes, Quantity};
 
+/// A NUMA node's number, as sysfs and the kubelet number them.
 pub type NumaId = i64;
 
 /// `reservedMemory[]`: memory held back from pods on one NUMA node, per memory type.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ReservedMemory {
+    /// The NUMA node.
     pub numa_node: i64,
     /// `memory` or `hugepages-<size>` -> amount.
     pub limits: BTreeMap<String, Quantity>,
@@ -27,22 +29,31 @@ pub struct ReservedMemory {
 /// NUMA nodes with their capacity per memory type (`memory`, `hugepages-<size>`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumaTopology {
+    /// NUMA node -> memory type -> bytes.
     pub nodes: BTreeMap<NumaId, BTreeMap<String, i64>>,
 }
 
+/// One memory type on one NUMA node, as the kubelet's Memory Manager counts it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryTable {
+    /// Capacity, bytes.
     pub total: i64,
+    /// Held back by `reservedMemory`.
     pub system_reserved: i64,
+    /// What pods may take: total less system_reserved.
     pub allocatable: i64,
+    /// Taken by admitted containers.
     pub reserved: i64,
+    /// Still free: allocatable less reserved.
     pub free: i64,
 }
 
+/// One NUMA node in the Memory Manager's map.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeState {
+    /// Per memory type (`memory`, `hugepages-<size>`).
     pub memory_map: BTreeMap<String, MemoryTable>,
     /// Container allocations currently using this node.
     pub assignments: u32,
@@ -50,8 +61,10 @@ pub struct NodeState {
     pub group: BTreeSet<NumaId>,
 }
 
+/// The Memory Manager's node map (the kubelet's `machineState`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineState {
+    /// By NUMA node.
     pub nodes: BTreeMap<NumaId, NodeState>,
 }
 

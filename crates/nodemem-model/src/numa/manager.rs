@@ -23,8 +23,10 @@ use crate::quantity::format_bytes;
 /// Topology manager scope: hints per container, or one hint for the whole pod.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scope {
+    /// A hint per container (the kubelet's default).
     #[default]
     Container,
+    /// One hint for the whole pod.
     Pod,
 }
 
@@ -32,7 +34,9 @@ pub enum Scope {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Block {
+    /// The NUMA nodes it may use.
     pub numa_affinity: Vec<NumaId>,
+    /// The memory type (`memory`, `hugepages-<size>`).
     #[serde(rename = "type")]
     pub kind: String,
     /// Bytes taken from each node of the affinity.
@@ -42,7 +46,9 @@ pub struct Block {
 /// A NUMA affinity hint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hint {
+    /// The NUMA nodes.
     pub nodes: Vec<NumaId>,
+    /// Whether they are the fewest that could hold the request.
     pub preferred: bool,
 }
 
@@ -65,13 +71,17 @@ pub enum RejectionReason {
     /// No node or group of nodes has the request free. `together_enough`: the nodes
     /// summed would hold it, but they are already separate groups.
     NoFit {
+        /// What was asked, by memory type, bytes.
         requests: BTreeMap<String, i64>,
+        /// Whether the nodes summed would hold it.
         together_enough: bool,
     },
     /// The best free nodes are more than the fewest that could physically hold the
     /// request ("Reject Pod2" in KEP-1769).
     NotPreferred {
+        /// What was asked, by memory type, bytes.
         requests: BTreeMap<String, i64>,
+        /// The best free nodes found.
         nodes: Vec<NumaId>,
     },
 }
@@ -118,16 +128,22 @@ impl std::fmt::Display for RejectionReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "scope")]
 pub enum Rejection {
+    /// The pod's request (pod scope).
     Pod {
+        /// Why it found no NUMA nodes.
         reason: RejectionReason,
     },
+    /// One of its containers' requests (container scope).
     Container {
+        /// The container.
         name: String,
+        /// Why it found no NUMA nodes.
         reason: RejectionReason,
     },
 }
 
 impl Rejection {
+    /// Why it found no NUMA nodes, whichever scope.
     pub fn reason(&self) -> &RejectionReason {
         match self {
             Rejection::Pod { reason } | Rejection::Container { reason, .. } => reason,
@@ -174,7 +190,9 @@ type Requests = BTreeMap<String, i64>;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryManager {
+    /// Per container or per pod.
     pub scope: Scope,
+    /// The node map.
     pub machine: MachineState,
     /// pod UID -> container name -> blocks.
     pub assignments: BTreeMap<String, BTreeMap<String, Vec<Block>>>,
@@ -206,6 +224,7 @@ fn describe(requests: &Requests) -> String {
 }
 
 impl MemoryManager {
+    /// A manager over `machine` with nothing admitted.
     pub fn new(machine: MachineState, scope: Scope) -> Self {
         MemoryManager {
             scope,

@@ -7,17 +7,23 @@ use serde::{Deserialize, Serialize};
 use super::machine::MachineState;
 use super::manager::{MemoryManager, REUSED};
 
+/// The format of the Memory Manager's record nodemem writes.
 pub const STATE_VERSION: u32 = 1;
 
+/// The Memory Manager's record in the agent's state directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryManagerState {
+    /// Its format, [`STATE_VERSION`].
     pub version: u32,
+    /// `Static`, as the kubelet names it in its own file.
     pub policy_name: String,
+    /// The state.
     pub manager: MemoryManager,
 }
 
 impl MemoryManagerState {
+    /// The record of `manager`.
     pub fn capture(manager: &MemoryManager) -> Self {
         MemoryManagerState {
             version: STATE_VERSION,

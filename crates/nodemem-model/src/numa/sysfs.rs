@@ -10,23 +10,36 @@ use std::collections::BTreeMap;
 /// stable name for condition reasons.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SysfsError {
+    /// A node's meminfo has no MemTotal line.
     #[error("meminfo: no \"Node N MemTotal:\" line")]
     NoMemTotal,
+    /// MemTotal is not a number.
     #[error("meminfo: MemTotal value {0:?} is not a number")]
     MemTotalNotANumber(String),
+    /// MemTotal is not in kB.
     #[error("meminfo: MemTotal unit {0:?}, expected kB")]
     MemTotalUnit(Option<String>),
+    /// MemTotal in bytes overflows.
     #[error("meminfo: MemTotal overflows")]
     MemTotalOverflow,
+    /// A directory under `hugepages/` not named `hugepages-<size>kB`.
     #[error("{0:?} is not a hugepages-<size>kB directory")]
     NotAHugepagesDir(String),
+    /// A hugepage pool's count is not a number.
     #[error("{dir}/nr_hugepages: {value:?} is not a number")]
-    HugepageCountNotANumber { dir: String, value: String },
+    HugepageCountNotANumber {
+        /// The pool's directory.
+        dir: String,
+        /// What `nr_hugepages` holds.
+        value: String,
+    },
+    /// A hugepage pool's bytes overflow.
     #[error("{0}: hugepage pool overflows")]
     HugepagePoolOverflow(String),
 }
 
 impl SysfsError {
+    /// A stable CamelCase name, for condition reasons.
     pub fn code(&self) -> &'static str {
         match self {
             SysfsError::NoMemTotal

@@ -9,8 +9,10 @@ use crate::pod::aggregate::{pod_memory_limit, pod_memory_request};
 use crate::pod::qos::{has_pod_level_resources, qos_class, QosClass};
 use crate::pod::{ordered_containers, ContainerKind, PodSpec, MEMORY};
 
+/// A container's memory request and limit, and its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContainerMemory {
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
     /// Bytes; 0 when not requested.
     pub request: i64,
@@ -18,8 +20,10 @@ pub struct ContainerMemory {
     pub limit: i64,
 }
 
+/// What the memory rules need of a pod, derived once per pod event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodMemoryProfile {
+    /// Its QoS class; None while it cannot be derived (no containers).
     pub qos: Option<QosClass>,
     /// The effective pod memory request (`PodRequests`).
     pub request: i64,
@@ -79,6 +83,7 @@ impl PodMemoryProfile {
         }
     }
 
+    /// Its QoS class, BestEffort when none could be derived.
     pub fn qos(&self) -> QosClass {
         self.qos.unwrap_or(QosClass::BestEffort)
     }

@@ -9,14 +9,19 @@
 use crate::pod::{is_pod_level_resource, PodSpec, Resources, CPU, MEMORY};
 use crate::quantity::Quantity;
 
+/// A pod's QoS class, as the kubelet derives it (`GetPodQOS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum QosClass {
+    /// Every container has equal CPU and memory requests and limits.
     Guaranteed,
+    /// Some request or limit, not Guaranteed.
     Burstable,
+    /// No request or limit at all.
     BestEffort,
 }
 
 impl QosClass {
+    /// The class's name, as the kubelet spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             QosClass::Guaranteed => "Guaranteed",

@@ -4,10 +4,15 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// Memory QoS's hard protection.
 pub const MEMORY_MIN: &str = "memory.min";
+/// Memory QoS's best-effort protection.
 pub const MEMORY_LOW: &str = "memory.low";
+/// The throttling limit the factor sets.
 pub const MEMORY_HIGH: &str = "memory.high";
+/// The hard limit, the runtime's (shown, never written by nodemem).
 pub const MEMORY_MAX: &str = "memory.max";
+/// The NUMA nodes a cgroup's memory may come from (Static Memory Manager).
 pub const CPUSET_MEMS: &str = "cpuset.mems";
 
 /// The value of one cgroup file: a byte count, the literal `max`, or free text such
@@ -15,15 +20,19 @@ pub const CPUSET_MEMS: &str = "cpuset.mems";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum CgroupValue {
+    /// A byte count.
     Bytes(i64),
+    /// Text as the kernel takes it: `max`, a NUMA node list.
     Text(String),
 }
 
 impl CgroupValue {
+    /// The literal `max`: no limit.
     pub fn max() -> Self {
         CgroupValue::Text("max".to_string())
     }
 
+    /// The byte count, None for text.
     pub fn bytes(&self) -> Option<i64> {
         match self {
             CgroupValue::Bytes(b) => Some(*b),
@@ -62,6 +71,7 @@ fn slot(file: &str) -> Option<usize> {
 }
 
 impl CgroupValues {
+    /// No value for any file.
     pub fn new() -> Self {
         CgroupValues::default()
     }
@@ -73,14 +83,17 @@ impl CgroupValues {
         slot(file).and_then(|i| self.slots[i].replace(value))
     }
 
+    /// The value of `file`, if set.
     pub fn get(&self, file: &str) -> Option<&CgroupValue> {
         slot(file).and_then(|i| self.slots[i].as_ref())
     }
 
+    /// Unsets `file`, returning its value.
     pub fn remove(&mut self, file: &str) -> Option<CgroupValue> {
         slot(file).and_then(|i| self.slots[i].take())
     }
 
+    /// Whether `file` has a value.
     pub fn contains_key(&self, file: &str) -> bool {
         self.get(file).is_some()
     }
@@ -93,14 +106,17 @@ impl CgroupValues {
             .filter_map(|(f, v)| v.as_ref().map(|v| (*f, v)))
     }
 
+    /// The files with a value, in name order.
     pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.iter().map(|(f, _)| f)
     }
 
+    /// How many files have a value.
     pub fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
+    /// Whether no file has a value.
     pub fn is_empty(&self) -> bool {
         self.slots.iter().all(Option::is_none)
     }
@@ -136,6 +152,7 @@ impl Serialize for CgroupValues {
     }
 }
 
+/// Sets `file` to `bytes`.
 pub fn set_bytes(values: &mut CgroupValues, file: &'static str, bytes: i64) {
     values.insert(file, CgroupValue::Bytes(bytes));
 }

@@ -10,25 +10,32 @@
 
 use crate::pod::qos::QosClass;
 
+/// How the kubelet names cgroups (its `cgroupDriver`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CgroupDriver {
+    /// systemd's slices and scopes (`kubepods.slice`).
     #[default]
     Systemd,
+    /// Plain directories (`kubepods`).
     Cgroupfs,
 }
 
 /// The container runtime, which names container cgroups.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ContainerRuntime {
+    /// containerd (`cri-containerd-<id>.scope`).
     #[default]
     Containerd,
+    /// CRI-O (`crio-<id>.scope`).
     CriO,
 }
 
 /// A container as the kubelet reports it in `status.containerStatuses[].containerID`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ContainerId {
+    /// The runtime, from the ID's `<runtime>://` prefix.
     pub runtime: ContainerRuntime,
+    /// The ID, without the prefix.
     pub id: String,
 }
 

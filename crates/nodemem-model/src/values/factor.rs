@@ -27,10 +27,13 @@ pub struct ThrottlingFactor {
     scale: u32,
 }
 
+/// Why a throttling factor was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FactorError {
+    /// Not in (0, 1].
     #[error("must be greater than 0 and less than or equal to 1, found {0}")]
     OutOfRange(String),
+    /// More decimal places than the exact arithmetic holds.
     #[error("must have at most {MAX_DECIMALS} decimal places, found {0}")]
     TooPrecise(String),
 }
@@ -72,6 +75,7 @@ impl ThrottlingFactor {
         })
     }
 
+    /// The factor as a float, as the kubelet's configuration holds it.
     pub fn as_f64(&self) -> f64 {
         self.numerator as f64 / 10f64.powi(self.scale as i32)
     }

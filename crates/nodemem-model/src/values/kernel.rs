@@ -4,9 +4,12 @@
 
 use crate::warning::Warning;
 
+/// A kernel's `major.minor`, what the Memory QoS warnings compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KernelVersion {
+    /// The major version.
     pub major: u32,
+    /// The minor version.
     pub minor: u32,
 }
 

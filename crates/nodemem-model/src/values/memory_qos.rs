@@ -80,6 +80,7 @@ pub struct MemoryQosSettings {
     /// None: no memory.high anywhere (the v1.37 kubelet's unset
     /// `memoryThrottlingFactor`).
     pub throttling_factor: Option<ThrottlingFactor>,
+    /// Which pods memory.min or memory.low protect, and how.
     pub reservation_policy: ReservationPolicy,
 }
 
@@ -153,21 +154,31 @@ impl Default for NodeMemoryFacts {
     }
 }
 
+/// One container's values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerPlan {
+    /// Its name.
     pub name: String,
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
+    /// Its cgroup's values.
     pub cgroup: CgroupValues,
 }
 
+/// One pod's values and its containers'.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodPlan {
+    /// Its namespace.
     pub namespace: String,
+    /// Its name.
     pub name: String,
+    /// Its UID.
     pub uid: String,
+    /// Its QoS class.
     pub qos: QosClass,
     /// Annotated `nodemem.io/memory-qos: disabled`: no values, not in the sums.
     pub opted_out: bool,
+    /// Its cgroup's values.
     pub cgroup: CgroupValues,
     /// Init and sidecar containers in spec order, then app containers.
     pub containers: Vec<ContainerPlan>,
@@ -176,17 +187,26 @@ pub struct PodPlan {
 /// Node totals, the equivalents of `kubelet_memory_qos_node_memory_{min,low}_bytes`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryTotals {
+    /// memory.min summed over the node's pods.
     pub memory_min_bytes: i64,
+    /// memory.low summed over the node's pods.
     pub memory_low_bytes: i64,
 }
 
+/// A node's values: the node-level cgroups', each pod's, and the warnings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodePlan {
+    /// The kubepods cgroup's.
     pub kubepods: CgroupValues,
+    /// The Burstable QoS cgroup's.
     pub burstable: CgroupValues,
+    /// The BestEffort QoS cgroup's.
     pub besteffort: CgroupValues,
+    /// Each pod's, in the order given.
     pub pods: Vec<PodPlan>,
+    /// What the node should know of them.
     pub warnings: Vec<Warning>,
+    /// memory.min and memory.low summed.
     pub totals: MemoryTotals,
 }
 
@@ -233,17 +253,24 @@ pub fn plan_pods<'a>(
 /// One pod's values: its cgroup, and its containers' in [`ordered_containers`] order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodValues {
+    /// The pod cgroup's.
     pub pod: CgroupValues,
+    /// Its containers', in order.
     pub containers: Vec<CgroupValues>,
 }
 
 /// The node-level cgroups, warnings and totals once every pod is added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeLevel {
+    /// The kubepods cgroup's.
     pub kubepods: CgroupValues,
+    /// The Burstable QoS cgroup's.
     pub burstable: CgroupValues,
+    /// The BestEffort QoS cgroup's.
     pub besteffort: CgroupValues,
+    /// What the node should know of them.
     pub warnings: Vec<Warning>,
+    /// memory.min and memory.low summed.
     pub totals: MemoryTotals,
 }
 
@@ -259,6 +286,7 @@ pub struct NodeAccumulator<'s> {
 }
 
 impl<'s> NodeAccumulator<'s> {
+    /// An empty walk of a node under `settings`.
     pub fn new(settings: &'s MemoryQosSettings, node: &'s NodeMemoryFacts) -> Self {
         NodeAccumulator {
             settings,
@@ -305,6 +333,7 @@ impl<'s> NodeAccumulator<'s> {
         container_values(self.settings, self.node, profile.qos(), profile, c)
     }
 
+    /// The node-level values, warnings and totals of the pods added.
     pub fn finish(self) -> NodeLevel {
         let mut level = NodeLevel {
             warnings: memory_qos_kernel_warnings(self.node.kernel_version.as_deref()),
