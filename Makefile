@@ -17,9 +17,9 @@ NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 ## The first lane's tiers in order; BESIDE's run in a second lane beside the first from
 ## the start of its tier BESIDE_FROM on, at the lowest priority (tests/scripts/tiers.sh
 ## says how and why)
-TIERS = prereqs nri unit apiserver image-check kubelet-oracle vm node
+TIERS = prereqs nri unit crds-check kubelet-float apiserver image-check kubelet-oracle vm node
 BESIDE_FROM = node
-BESIDE = lint crds-check tidy kubelet-float
+BESIDE = lint tidy
 test:
 	@MAKE="$(MAKE)" bash tests/scripts/tiers.sh $(TIERS) --beside $(BESIDE_FROM) $(BESIDE)
 

@@ -153,14 +153,12 @@ pub fn refault_gate(
     limits.refault_gate(reclaim_active(settings))
 }
 
-/// Whether these settings' reclaim is Active: then the refault gate judges only the
-/// pods reclaim took from (a pod that refaults on its own is not reclaim's doing), and
-/// a node whose gate fails stops reclaiming.
+/// Whether these settings' reclaim is Active (the pool's, or a workload class's):
+/// then the refault gate judges only the pods reclaim took from (a pod that refaults on
+/// its own is not reclaim's doing), and a node whose gate fails stops reclaiming.
 pub fn reclaim_active(settings: &nodemem_model::settings::NodeSettings) -> bool {
     use nodemem_model::feedback::reclaim::ReclaimMode;
-    settings
-        .reclaim
-        .as_ref()
+    nodemem_model::node::reclaim_targets::headline(settings)
         .is_some_and(|r| r.mode == ReclaimMode::Active)
 }
 

@@ -205,7 +205,12 @@ pub fn run(args: &AgentArgs) -> Result<Outcome, CliError> {
     let proc_root = args.proc_root.clone();
     let own = writable_trees(args);
     runtime.block_on(async move {
-        let client = nodemem_plumbing::kubeclient::client(kubeconfig.as_deref(), None).await?;
+        // A request the apiserver refuses for load is retried briefly in the client,
+        // then fails to its caller: the status writer backs off and writes its newest
+        // status (kube's default client would hold a stale one through 15 retries).
+        let client =
+            nodemem_plumbing::kubeclient::client_with_brief_retries(kubeconfig.as_deref())
+                .await?;
         // Started (its kubeconfig read, its client built): from here on the agent
         // makes none of the system calls its filter refuses.
         match confine::confine() {

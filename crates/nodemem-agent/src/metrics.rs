@@ -60,6 +60,18 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
+/// A workload class of the node's policy: at most 16 values (the CRD's bound).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: String,
+}
+
+/// The resource one of the agent's watches reads (config, node, pods, namespaces).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabel {
+    resource: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QosLabel {
     qos: &'static str,
@@ -141,9 +153,11 @@ pub struct Metrics {
     nri_connections: Family<ResultLabel, Counter>,
     nri_registered: Gauge,
     status_writes: Family<ResultLabel, Counter>,
+    watch_lists: Family<ResourceLabel, Counter>,
     memory_min: Gauge,
     memory_low: Gauge,
     managed_pods: Gauge,
+    class_pods: Family<ClassLabel, Gauge>,
     pinning_requests: Gauge,
     pinning_errors: Gauge,
     high_events: Family<QosLabel, Counter>,
@@ -201,9 +215,11 @@ impl Metrics {
             nri_connections: Family::default(),
             nri_registered: Gauge::default(),
             status_writes: Family::default(),
+            watch_lists: Family::default(),
             memory_min: Gauge::default(),
             memory_low: Gauge::default(),
             managed_pods: Gauge::default(),
+            class_pods: Family::default(),
             pinning_requests: Gauge::default(),
             pinning_errors: Gauge::default(),
             high_events: Family::default(),
@@ -315,6 +331,11 @@ impl Metrics {
     /// Registers the status writes (what the node's config status costs the apiserver).
     fn register_status(&self, registry: &mut Registry) {
         registry.register(
+            "watch_lists",
+            "Lists the agent's watches began, by resource: one per watch at the agent's start, and one each time the apiserver could not resume a watch where it stopped (410 Gone: an apiserver restarted alone)",
+            self.watch_lists.clone(),
+        );
+        registry.register(
             "status_writes",
             "Writes of the node's config status, by result: ok, error (tried again), gone (the config it was for is gone); figures and counters alone wait for --status-refresh-seconds",
             self.status_writes.clone(),
@@ -347,6 +368,11 @@ impl Metrics {
             "managed_pods",
             "Pods whose cgroups the agent manages",
             self.managed_pods.clone(),
+        );
+        registry.register(
+            "class_pods",
+            "Managed pods that run a workload class of the node's policy (nodemem.io/class), by class; the others run the pool's settings",
+            self.class_pods.clone(),
         );
         registry.register(
             "memory_manager_pinning_requests",
@@ -668,6 +694,13 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// One of the agent's watches began a list of `resource`.
+    pub fn watch_list(&self, resource: &'static str) {
+        self.watch_lists
+            .get_or_create(&ResourceLabel { resource })
+            .inc();
+    }
+
     pub fn status_write(&self, result: &'static str) {
         self.status_writes
             .get_or_create(&ResultLabel { result })
@@ -700,11 +733,21 @@ impl Metrics {
         memory_min: i64,
         memory_low: i64,
         managed_pods: usize,
+        classes: &std::collections::BTreeMap<&str, usize>,
         pinning: Option<(u64, u64)>,
     ) {
         self.memory_min.set(memory_min);
         self.memory_low.set(memory_low);
         self.managed_pods.set(managed_pods as i64);
+        // A class no pod runs any more (or gone from the policy) leaves the series.
+        self.class_pods.clear();
+        for (class, pods) in classes {
+            self.class_pods
+                .get_or_create(&ClassLabel {
+                    class: class.to_string(),
+                })
+                .set(*pods as i64);
+        }
         if let Some((requests, errors)) = pinning {
             self.pinning_requests.set(requests as i64);
             self.pinning_errors.set(errors as i64);
@@ -755,7 +798,13 @@ mod tests {
         m.record_pass(Trigger::Event, 0.002);
         m.writes(3, 1, &[Some(libc::EINVAL), Some(12345)], false);
         m.writes(2, 0, &[], true);
-        m.node(1 << 30, 1 << 29, 7, Some((5, 1)));
+        m.node(
+            1 << 30,
+            1 << 29,
+            7,
+            &[("batch", 2), ("service", 3)].into(),
+            Some((5, 1)),
+        );
         m.runtime_records(3, 0);
         m.runtime_records(1, 1);
         m.signals(&[
@@ -776,6 +825,8 @@ mod tests {
             "nodemem_agent_runtime_records_total{result=\"unusable\"} 1",
             "nodemem_agent_node_memory_min_bytes 1073741824",
             "nodemem_agent_managed_pods 7",
+            "nodemem_agent_class_pods{class=\"batch\"} 2",
+            "nodemem_agent_class_pods{class=\"service\"} 3",
             "nodemem_agent_memory_manager_pinning_errors 1",
             "nodemem_agent_memory_high_events_total{qos=\"burstable\"} 5",
             "nodemem_agent_oom_kills_total{qos=\"guaranteed\"} 2",
@@ -788,6 +839,11 @@ mod tests {
             );
         }
         assert!(m.ready());
+        // A class that no pod runs any more leaves no series behind.
+        m.node(0, 0, 2, &[("batch", 2)].into(), None);
+        let text = m.encode();
+        assert!(text.contains("nodemem_agent_class_pods{class=\"batch\"} 2"));
+        assert!(!text.contains("class=\"service\""), "{text}");
     }
 
     fn reading(high: u64, oom_kill: u64, full_avg60: f64) -> crate::health::Reading {

@@ -316,22 +316,26 @@ impl NodeSync {
     ) -> Result<impl Stream<Item = watcher::Result<Update>> + Unpin, CgroupWatchError> {
         let name = &self.node_name;
         let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let m = &self.metrics;
         let configs = watch(
             Api::<NodeMemoryConfig>::all(client.clone()),
             by_name.clone(),
+            (m, "config"),
         )
         .map(|e| e.map(|e| Update::Config(Box::new(e))));
         let pods = watch(
             Api::<core::Pod>::all(client.clone()),
             watcher::Config::default().fields(&format!("spec.nodeName={name}")),
+            (m, "pods"),
         )
         .map(|e| e.map(|e| Update::Pod(Box::new(e))));
-        let nodes = watch(Api::<core::Node>::all(client.clone()), by_name)
+        let nodes = watch(Api::<core::Node>::all(client.clone()), by_name, (m, "node"))
             .map(|e| e.map(|e| Update::Node(Box::new(e))));
         // Namespace metadata only: the agent reads their labels, nothing else.
         let namespaces = watch(
             Api::<kube::core::PartialObjectMeta<core::Namespace>>::all(client.clone()),
             watcher::Config::default(),
+            (m, "namespaces"),
         )
         .map(|e| e.map(|e| Update::Namespace(Box::new(e))));
         let resync = every(self.resync, || Update::Resync).boxed();
@@ -533,14 +537,27 @@ fn record_last_known(node: &Node, state: &mut Loop) {
     }
 }
 
+/// A watch with kube's backoff (a watch the apiserver closed or refused is opened again
+/// after a jittered pause, 0.8 s doubling to 30 s) and its bookmarks (kube asks for
+/// them: they keep its resource version recent, so that it resumes where it stopped on
+/// another apiserver of the control plane); each list it begins is counted for
+/// `resource`.
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
+    (metrics, resource): (&Arc<Metrics>, &'static str),
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher::watcher(api, config).default_backoff()
+    let metrics = metrics.clone();
+    watcher::watcher(api, config)
+        .default_backoff()
+        .inspect(move |e| {
+            if matches!(e, Ok(Event::Init)) {
+                metrics.watch_list(resource);
+            }
+        })
 }
 
 /// `update()` every `period`, the first at once.

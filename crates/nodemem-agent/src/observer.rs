@@ -5,7 +5,9 @@
 //! memory.peak and memory.events `high` are read; [`nodemem_model::feedback::observe`] keeps
 //! the figures, this module keeps which containers there are and turns them into the
 //! node's [`ObservationSummary`] (the tally the controller sums into a pool's
-//! recommendation, and the worst containers).
+//! recommendation, and the worst containers). The containers of a workload class with
+//! a memory.high of its own (its factor, or none) are tallied apart, per class: they are
+//! no evidence for the pool's factor, and each class's tally is the evidence for its own.
 //!
 //! The cost is three small reads per container per sample and no writes; the summary
 //! goes to status on whole-node passes only, so observing adds no status writes of
@@ -15,12 +17,13 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodemem_api::config::{ObservationSummary, ObservedContainer};
+use nodemem_api::config::{ClassObservation, ObservationSummary, ObservedContainer};
 use nodemem_cgroup::parse::{memory_events, memory_stat, working_set};
 use nodemem_cgroup::{CgroupFs, CgroupPath};
 use nodemem_model::feedback::observe::{worst, ContainerObservation, Sample};
 use nodemem_model::feedback::recommend::{ContainerEvidence, Tally};
 use nodemem_model::node::DesiredNode;
+use nodemem_model::settings::NodeSettings;
 use nodemem_model::values::cgroup::MEMORY_HIGH;
 use nodemem_model::values::memory_qos::NodeMemoryFacts;
 
@@ -61,6 +64,11 @@ pub fn read(fs: &CgroupFs, path: &str) -> Option<Reading> {
 struct Tracked {
     pod: String,
     container: String,
+    /// The workload class its values follow (None: the pool's settings).
+    class: Option<String>,
+    /// The tally it counts in: None the pool's, else its class's (a class with a
+    /// memory.high of its own).
+    tally: Option<String>,
     memory_high: Option<i64>,
     /// Its request and what memory.high is computed towards; None when memory.high
     /// has nothing to be computed towards (no limit and no allocatable known yet).
@@ -95,8 +103,8 @@ pub struct Observer {
     enforced: bool,
     since: Option<Time>,
     tracked: BTreeMap<String, Tracked>,
-    /// Containers gone since: they stay evidence.
-    retired: Tally,
+    /// Containers gone since, by tally (None: the pool's): they stay evidence.
+    retired: BTreeMap<Option<String>, Tally>,
     /// The worst of the containers gone since.
     retired_worst: Vec<(String, Tracked)>,
     /// The counts and the worst containers the last summary put in status.
@@ -110,6 +118,8 @@ struct Headline {
     containers: i32,
     throttled: i32,
     worst: Vec<(String, String)>,
+    /// Each class's containers and throttled ones.
+    classes: Vec<(String, i32, i32)>,
 }
 
 impl Headline {
@@ -121,6 +131,11 @@ impl Headline {
                 .worst
                 .iter()
                 .map(|w| (w.pod.clone(), w.container.clone()))
+                .collect(),
+            classes: s
+                .classes
+                .iter()
+                .map(|c| (c.name.clone(), c.containers, c.throttled_containers))
                 .collect(),
         }
     }
@@ -134,7 +149,7 @@ impl Default for Observer {
             enforced: false,
             since: None,
             tracked: BTreeMap::new(),
-            retired: Tally::default(),
+            retired: BTreeMap::new(),
             retired_worst: Vec::new(),
             reported: None,
         }
@@ -144,8 +159,9 @@ impl Default for Observer {
 impl Observer {
     /// After a pass: the containers to observe and the memory.high each has (or would
     /// have) under `revision`: every managed one but the agent's own (`own_cgroup`:
-    /// nodemem never sets its values). A new revision starts the observation over:
-    /// what it throttles is not what the previous one did.
+    /// nodemem never sets its values), each in the tally of its class when `settings`
+    /// give that class a memory.high of its own. A new revision starts the observation
+    /// over: what it throttles is not what the previous one did.
     pub fn refresh(
         &mut self,
         revision: &str,
@@ -153,6 +169,7 @@ impl Observer {
         desired: &DesiredNode<'_>,
         own_cgroup: Option<&str>,
         facts: &NodeMemoryFacts,
+        settings: &NodeSettings,
     ) {
         if self.revision != revision || self.enforced != enforced {
             *self = Observer {
@@ -167,13 +184,18 @@ impl Observer {
                 continue;
             }
             let memory_high = c.values.get(MEMORY_HIGH).and_then(|v| v.bytes());
+            let class = pod.class.map(str::to_string);
             let mut tracked = self.tracked.remove(path).unwrap_or_else(|| Tracked {
                 pod: format!("{}/{}", pod.namespace, pod.name),
                 container: c.name.to_string(),
+                class: None,
+                tally: None,
                 memory_high,
                 evidence: None,
                 observation: ContainerObservation::default(),
             });
+            tracked.tally = own_tally(pod.class, settings);
+            tracked.class = class;
             tracked.memory_high = memory_high;
             tracked.evidence = ContainerEvidence::of(&c.memory, facts, 0);
             now.insert(path.to_string(), tracked);
@@ -182,6 +204,8 @@ impl Observer {
         for (path, gone) in std::mem::replace(&mut self.tracked, now) {
             if let Some(e) = gone.evidence(self.enforced) {
                 self.retired
+                    .entry(gone.tally.clone())
+                    .or_default()
                     .add_container(&e, gone.observation.would_throttle());
             }
             if gone.observation.would_throttle() {
@@ -218,12 +242,16 @@ impl Observer {
     /// The summary for status; None before the first sample.
     pub fn summary(&self) -> Option<ObservationSummary> {
         let since = self.since.clone()?;
-        let mut tally = self.retired;
+        let mut tallies = self.retired.clone();
         for t in self.tracked.values() {
             if let Some(e) = t.evidence(self.enforced) {
-                tally.add_container(&e, t.observation.would_throttle());
+                tallies
+                    .entry(t.tally.clone())
+                    .or_default()
+                    .add_container(&e, t.observation.would_throttle());
             }
         }
+        let tally = tallies.remove(&None).unwrap_or_default();
         let first = self
             .tracked
             .values()
@@ -243,6 +271,7 @@ impl Observer {
             .collect();
         all.extend(self.retired_worst.iter().cloned());
         let count = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+        let fitting = |t: &Tally| t.fitting.iter().map(|n| count(*n)).collect();
         Some(ObservationSummary {
             revision: self.revision.clone(),
             enforced: self.enforced,
@@ -251,10 +280,21 @@ impl Observer {
                 .unwrap_or(i64::MAX),
             containers: count(tally.containers),
             throttled_containers: count(tally.throttled),
-            fitting_by_factor: tally.fitting.iter().map(|n| count(*n)).collect(),
+            fitting_by_factor: fitting(&tally),
             worst: worst_of(&all, WORST)
                 .into_iter()
                 .map(|(_, t)| observed(&t))
+                .collect(),
+            classes: tallies
+                .into_iter()
+                .filter_map(|(name, t)| {
+                    Some(ClassObservation {
+                        name: name?,
+                        containers: count(t.containers),
+                        throttled_containers: count(t.throttled),
+                        fitting_by_factor: fitting(&t),
+                    })
+                })
                 .collect(),
         })
     }
@@ -285,6 +325,18 @@ impl Observer {
     }
 }
 
+/// The tally a container of `class` counts in: its class's when the class's memory.high
+/// is not the pool's (its own factor, or none), else the pool's (None). A class the
+/// policy lacks follows the pool (its pods get the pool's settings).
+fn own_tally(class: Option<&str>, settings: &NodeSettings) -> Option<String> {
+    let c = settings
+        .classes
+        .iter()
+        .find(|c| Some(c.name.as_str()) == class)?;
+    let pool = &settings.memory_qos;
+    (c.memory_qos(pool).throttling_factor != pool.throttling_factor).then(|| c.name.clone())
+}
+
 fn worst_of(all: &[(String, Tracked)], n: usize) -> Vec<(String, Tracked)> {
     let by_path: BTreeMap<&String, &Tracked> = all.iter().map(|(p, t)| (p, t)).collect();
     let observations: BTreeMap<&String, ContainerObservation> =
@@ -306,6 +358,7 @@ fn observed(t: &Tracked) -> ObservedContainer {
         seconds_above_high: i64::try_from(o.seconds_above_high).unwrap_or(i64::MAX),
         max_excess_bytes: o.max_excess,
         throttle_events: i64::try_from(o.throttle_events).unwrap_or(i64::MAX),
+        class: t.class.clone(),
     }
 }
 
@@ -364,10 +417,24 @@ mod tests {
         let mut o = Observer::default();
         // The agent's own container is not observed: nodemem never sets its values.
         let own = path_of(&desired, "batch");
-        o.refresh("r1", false, &desired, Some(&own), &facts.memory);
+        o.refresh(
+            "r1",
+            false,
+            &desired,
+            Some(&own),
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         assert_eq!(o.paths().count(), 2);
         assert!(o.paths().all(|p| p != own));
-        o.refresh("r1", false, &desired, None, &facts.memory);
+        o.refresh(
+            "r1",
+            false,
+            &desired,
+            None,
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         assert_eq!(o.summary(), None, "nothing sampled yet");
         assert_eq!(o.paths().count(), 3);
         sample(
@@ -410,7 +477,14 @@ mod tests {
         // web goes away: it stays evidence and stays named.
         let fewer: Vec<NodePod> = pods.iter().skip(1).cloned().collect();
         let desired_fewer = desired_of(&settings, &facts, &fewer);
-        o.refresh("r1", false, &desired_fewer, None, &facts.memory);
+        o.refresh(
+            "r1",
+            false,
+            &desired_fewer,
+            None,
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         assert_eq!(o.paths().count(), 2);
         let after = o.summary().unwrap();
         assert_eq!(
@@ -424,7 +498,14 @@ mod tests {
         assert_eq!(after.worst[0].pod, "shop/web");
 
         // A new revision starts over.
-        o.refresh("r2", false, &desired_fewer, None, &facts.memory);
+        o.refresh(
+            "r2",
+            false,
+            &desired_fewer,
+            None,
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         assert_eq!(o.summary(), None);
     }
 
@@ -433,7 +514,14 @@ mod tests {
         let (settings, facts, pods) = fixture();
         let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
-        o.refresh("r1", true, &desired, None, &facts.memory);
+        o.refresh(
+            "r1",
+            true,
+            &desired,
+            None,
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         // web is held at its memory.high (160Mi) and the kernel counts the events.
         sample(&mut o, &desired, &[("web", 159, 7), ("batch", 10, 0)]);
         sample(&mut o, &desired, &[("web", 160, 19), ("batch", 10, 0)]);
@@ -446,8 +534,105 @@ mod tests {
         assert_eq!(s.fitting_by_factor[9], 1, "0.50: only batch");
         assert_eq!(s.fitting_by_factor[10], 2, "0.55: both");
         // Switching between Agent and Observe starts over as well.
-        o.refresh("r1", false, &desired, None, &facts.memory);
+        o.refresh(
+            "r1",
+            false,
+            &desired,
+            None,
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         assert_eq!(o.summary(), None);
+    }
+
+    /// Workload classes (issue 63): a class with a factor of its own and one without
+    /// memory.high are tallied apart, each on its own; a class that keeps the pool's
+    /// factor (it only drops protection) and a class the policy lacks count with the
+    /// pool, whose tally is then the evidence for the pool's factor alone.
+    #[test]
+    fn classes_with_a_memory_high_of_their_own_are_tallied_apart() {
+        use crate::test_node::classed;
+        use nodemem_model::class::{ClassMemoryHigh, Protection, WorkloadClass};
+        use nodemem_model::values::factor::ThrottlingFactor;
+        let mut settings = settings(0.5, ReservationPolicy::TieredReservation);
+        settings.classes = vec![
+            WorkloadClass {
+                memory_high: ClassMemoryHigh::Factor(ThrottlingFactor::from_f64(0.25).unwrap()),
+                ..WorkloadClass::named("batch")
+            },
+            WorkloadClass {
+                memory_high: ClassMemoryHigh::Unset,
+                ..WorkloadClass::named("service")
+            },
+            WorkloadClass {
+                protection: Protection::Unprotected,
+                ..WorkloadClass::named("loose")
+            },
+        ];
+        let pods = vec![
+            burstable("web", &"a".repeat(64)),
+            classed(burstable("etl", &"b".repeat(64)), "batch"),
+            classed(burstable("api", &"c".repeat(64)), "service"),
+            classed(burstable("cron", &"d".repeat(64)), "loose"),
+            classed(burstable("odd", &"e".repeat(64)), "nowhere"),
+        ];
+        let f = facts();
+        let desired = desired_of(&settings, &f, &pods);
+        let mut o = Observer::default();
+        o.refresh("r1", false, &desired, None, &f.memory, &settings);
+        // etl at 0.25 has 64 + 48 = 112Mi: 120Mi is over it, and fits from 0.30 on.
+        sample(
+            &mut o,
+            &desired,
+            &[
+                ("web", 100, 0),
+                ("etl", 120, 0),
+                ("api", 240, 0),
+                ("cron", 100, 0),
+                ("odd", 100, 0),
+            ],
+        );
+        let s = o.summary().unwrap();
+        assert_eq!(
+            (s.containers, s.throttled_containers),
+            (3, 0),
+            "web, cron and odd follow the pool's factor"
+        );
+        let by_name: BTreeMap<&str, &ClassObservation> =
+            s.classes.iter().map(|c| (c.name.as_str(), c)).collect();
+        assert_eq!(
+            by_name.keys().copied().collect::<Vec<_>>(),
+            ["batch", "service"]
+        );
+        let batch = by_name["batch"];
+        assert_eq!((batch.containers, batch.throttled_containers), (1, 1));
+        let from = |c: &ClassObservation| c.fitting_by_factor.iter().position(|n| *n == 1);
+        // (120 - 64) / 192 = 0.29: fits from 0.30 (the sixth step) on.
+        assert_eq!(from(batch), Some(5));
+        let service = by_name["service"];
+        assert_eq!(
+            (service.containers, service.throttled_containers),
+            (1, 0),
+            "no memory.high: never throttled"
+        );
+        // (240 - 64) / 192 = 0.92: it would need 0.95.
+        assert_eq!(from(service), Some(18));
+        let etl = s.worst.iter().find(|w| w.pod == "shop/etl").unwrap();
+        assert_eq!(etl.class.as_deref(), Some("batch"));
+        // Gone, a class's container stays its class's evidence.
+        let fewer: Vec<NodePod> = pods
+            .iter()
+            .filter(|p| p.pod().name != "etl")
+            .cloned()
+            .collect();
+        let desired_fewer = desired_of(&settings, &f, &fewer);
+        o.refresh("r1", false, &desired_fewer, None, &f.memory, &settings);
+        let after = o.summary().unwrap();
+        assert_eq!(
+            after.classes.iter().find(|c| c.name == "batch"),
+            Some(batch)
+        );
+        assert_eq!(after.containers, 3);
     }
 
     #[test]
@@ -455,7 +640,14 @@ mod tests {
         let (settings, facts, pods) = fixture();
         let desired = desired_of(&settings, &facts, &pods);
         let mut o = Observer::default();
-        o.refresh("r1", false, &desired, None, &facts.memory);
+        o.refresh(
+            "r1",
+            false,
+            &desired,
+            None,
+            &facts.memory,
+            &NodeSettings::default(),
+        );
         sample(&mut o, &desired, &[("batch", 10, 0)]);
         let s = o.summary().unwrap();
         assert_eq!(s.containers, 1);

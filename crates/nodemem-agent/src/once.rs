@@ -25,7 +25,9 @@ use crate::args::{AgentArgs, DriverArg};
 use crate::output::{render, OnceOutput};
 use nodemem_apply::applier::{ApplyError, Category, NodeApplier, Reach, WriteMode};
 use nodemem_apply::node::{Node, NodeConfig};
-use nodemem_plumbing::manifests::{check_settings, read_documents, typed, typed_kind, Document};
+use nodemem_plumbing::manifests::{
+    check_settings, read_documents, read_node_pods, typed, Document,
+};
 use nodemem_plumbing::CliError;
 use nodemem_plumbing::Outcome;
 
@@ -377,10 +379,7 @@ fn one_of<'a>(
 /// cgroups left and are not counted, as in the kubelet's active-pod sums.
 fn read_pods(docs: &[Document], node_name: &str, problems: &mut Vec<String>) -> Vec<NodePod> {
     let mut out = Vec::new();
-    for doc in docs {
-        let Some(pod) = typed_kind::<core::Pod>(doc, "Pod", problems) else {
-            continue;
-        };
+    for (doc, pod, namespace) in read_node_pods(docs, problems) {
         let at = format!("{}: {}", doc.origin, doc.describe());
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         if let Some(bound) = bound.filter(|b| !node_name.is_empty() && *b != node_name) {
@@ -393,7 +392,7 @@ fn read_pods(docs: &[Document], node_name: &str, problems: &mut Vec<String>) -> 
         if matches!(phase, Some("Succeeded") | Some("Failed")) {
             continue;
         }
-        match node_pod_from_k8s(&pod, false) {
+        match node_pod_from_k8s(&pod, &namespace) {
             Ok(p) => {
                 let mut bad = Vec::new();
                 if let Err(e) = check_identifier("pod UID", &p.pod().uid) {

@@ -24,7 +24,7 @@ use nodemem_cgroup::{CgroupFs, CgroupPath};
 pub use nodemem_model::feedback::reclaim::ReclaimMode;
 use nodemem_model::feedback::reclaim::{Hold, Reclaim as Settings, Reclaimer, Sample, Step};
 use nodemem_model::feedback::reclaim_parts::UNKNOWN_NUMA_NODES;
-use nodemem_model::node::reclaim_targets::targets;
+use nodemem_model::node::reclaim_targets::{targets, Target};
 use nodemem_model::node::DesiredNode;
 use reading::read;
 use tracing::warn;
@@ -41,6 +41,8 @@ const FIGURES_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 #[derive(Debug)]
 struct Tracked {
     floor: i64,
+    /// Its mode and pace: its workload class's, or the pool's.
+    reclaim: Settings,
     reclaimer: Reclaimer,
     /// memory.current when first read under this revision.
     first_current: Option<i64>,
@@ -223,9 +225,30 @@ impl Reclaim {
         own_cgroup: Option<&str>,
         last: Option<&ReclaimSummary>,
     ) {
-        if self.revision != revision || self.settings.as_ref() != settings {
+        let targets = match settings {
+            Some(s) => targets(desired, &s.classes)
+                .into_iter()
+                .map(|t| (t, s.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        self.refresh_targets(revision, settings, targets, own_cgroup, last);
+    }
+
+    /// [`Reclaim::refresh`] with each container's own reclaim (its workload class's,
+    /// `reclaim_targets::class_targets`); `headline` is the node's as status names it
+    /// (`reclaim_targets::headline`: None, off).
+    pub fn refresh_targets(
+        &mut self,
+        revision: &str,
+        headline: Option<&Settings>,
+        targets: Vec<(Target<'_>, Settings)>,
+        own_cgroup: Option<&str>,
+        last: Option<&ReclaimSummary>,
+    ) {
+        if self.revision != revision || self.settings.as_ref() != headline {
             self.revision = revision.to_string();
-            self.totals = settings.map_or_else(TickReport::default, |s| {
+            self.totals = headline.map_or_else(TickReport::default, |s| {
                 counted_before(last, revision, s.mode)
             });
             self.tracked.clear();
@@ -234,23 +257,25 @@ impl Reclaim {
             self.touched.clear();
             self.halted = None;
         }
-        self.settings = settings.cloned();
-        let Some(settings) = settings else {
+        self.settings = headline.cloned();
+        if headline.is_none() {
             self.tracked.clear();
             return;
-        };
+        }
         let mut kept = BTreeMap::new();
-        for t in targets(desired, &settings.classes) {
+        for (t, reclaim) in targets {
             if Some(t.path) == own_cgroup {
                 continue;
             }
             let tracked = match self.tracked.remove(t.path) {
-                Some(mut old) => {
+                // A container whose class changed starts again under its new pace.
+                Some(mut old) if old.reclaim == reclaim => {
                     old.floor = t.floor;
                     old
                 }
-                None => Tracked {
+                _ => Tracked {
                     floor: t.floor,
+                    reclaim,
                     reclaimer: Reclaimer::default(),
                     first_current: None,
                     last: None,
@@ -279,9 +304,9 @@ impl Reclaim {
     /// [`Reclaim::tick`] at `at` seconds into the agent's run.
     fn tick_at(&mut self, at: u64, fs: &CgroupFs) -> TickReport {
         let mut report = TickReport::default();
-        let Some(settings) = self.settings.clone() else {
+        if self.settings.is_none() {
             return report;
-        };
+        }
         self.fold_finished(&mut report);
         if self.halted.is_some() {
             self.totals.add(&report);
@@ -323,11 +348,11 @@ impl Reclaim {
                 t.refaults_per_s = now.refaults.saturating_sub(last.refaults) / seconds;
             }
             t.last = Some(now);
-            match t.reclaimer.step(&settings.settings, &now) {
+            match t.reclaimer.step(&t.reclaim.settings, &now) {
                 Step::Reclaim { bytes } => {
                     report.steps += 1;
                     report.asked += bytes;
-                    match settings.mode {
+                    match t.reclaim.mode {
                         ReclaimMode::Observe => {}
                         ReclaimMode::Active if self.unsupported => {}
                         ReclaimMode::Active => {
@@ -657,6 +682,85 @@ mod tests {
 
     /// 1 % of 512 MiB, in whole pages.
     const STEP: i64 = (512 * MI / 100) / 4096 * 4096;
+
+    /// Workload classes (issue 63): the pool observes, its batch class takes actively
+    /// at a pace of its own, a service class takes nothing; each container steps at
+    /// its own class's pace and mode, and status names the node's reclaim Active.
+    #[test]
+    fn each_container_reclaims_as_its_class_says() {
+        use crate::test_node::classed;
+        use nodemem_model::class::{ClassReclaim, WorkloadClass};
+        use nodemem_model::node::reclaim_targets::{class_targets, headline};
+        let pods = vec![
+            burstable("cache", &"c".repeat(64)),
+            classed(burstable("etl", &"e".repeat(64)), "batch"),
+            classed(burstable("web", &"w".repeat(64)), "service"),
+        ];
+        let mut s = settings(0.5, ReservationPolicy::None);
+        s.reclaim = Some(reclaim(ReclaimMode::Observe));
+        let batch_pace = ReclaimSettings {
+            max_step_permille: 20,
+            ..reclaim(ReclaimMode::Active).settings
+        };
+        s.classes = vec![
+            WorkloadClass {
+                reclaim: ClassReclaim::Own {
+                    mode: ReclaimMode::Active,
+                    settings: batch_pace,
+                },
+                ..WorkloadClass::named("batch")
+            },
+            WorkloadClass {
+                reclaim: ClassReclaim::Disabled,
+                ..WorkloadClass::named("service")
+            },
+        ];
+        let f = facts();
+        let d = desired(&s, &f, &pods);
+        let root = tempfile::tempdir().unwrap();
+        for name in ["cache", "etl", "web"] {
+            fill(&root.path().join(path_of(&d, name)), 0, true);
+        }
+        let mut r = Reclaim::new().with_inline_writes();
+        r.refresh_targets(
+            "r1",
+            headline(&s).as_ref(),
+            class_targets(&d, &s),
+            None,
+            None,
+        );
+        assert_eq!(
+            r.targets(),
+            (2, Some(ReclaimMode::Active)),
+            "not the service's"
+        );
+        let fs = CgroupFs::new(root.path());
+        r.tick_at(0, &fs);
+        let t = r.tick_at(2, &fs);
+        // 1 % observed on the pool's, 2 % asked of the batch class's.
+        assert_eq!(
+            (t.steps, t.asked),
+            (2, STEP + (512 * MI / 50) / 4096 * 4096)
+        );
+        let written = |name: &str| {
+            std::fs::read_to_string(root.path().join(path_of(&d, name)).join(MEMORY_RECLAIM))
+                .unwrap()
+        };
+        assert_eq!(written("cache"), "", "the pool observes");
+        assert!(!written("etl").is_empty(), "the batch class takes actively");
+        assert_eq!(written("web"), "", "the service class takes nothing");
+        assert_eq!(r.summary().unwrap().mode, "Active");
+        // The batch class turned off: its container leaves, the pool's stays.
+        s.classes[0].reclaim = ClassReclaim::Disabled;
+        r.refresh_targets(
+            "r2",
+            headline(&s).as_ref(),
+            class_targets(&d, &s),
+            None,
+            None,
+        );
+        assert_eq!(r.targets(), (1, Some(ReclaimMode::Observe)));
+    }
 
     #[test]
     fn observe_reports_what_on_would_take_and_writes_nothing() {

@@ -100,7 +100,7 @@ pub fn status(
     };
     let mut s = NodeMemoryConfigStatus {
         observed_revision: previous.and_then(|p| p.observed_revision.clone()),
-        node: Some(facts(discovery, None)),
+        node: Some(Box::new(facts(discovery, None))),
         ..NodeMemoryConfigStatus::default()
     };
     let mut conditions = Vec::new();
@@ -119,15 +119,23 @@ pub fn status(
             if let Some((ok, reason, message)) = kubelet_read.support_condition() {
                 conditions.push(stamp.condition("KubeletSupported", ok, reason, message));
             }
-            s.node = Some(NodeFacts {
+            s.node = Some(Box::new(NodeFacts {
                 kubelet: kubelet_read.facts(),
                 ..facts(discovery, Some(desired))
-            });
+            }));
             s.totals = Some(MemoryTotals {
                 memory_min_bytes: desired.totals.memory_min_bytes,
                 memory_low_bytes: desired.totals.memory_low_bytes,
             });
             s.managed_pods = desired.managed_pods() as i32;
+            s.classes = desired
+                .pods_per_class()
+                .into_iter()
+                .map(|(name, pods)| nodemem_api::policy::ClassPods {
+                    name: name.to_string(),
+                    pods: pods as i64,
+                })
+                .collect();
             let applied = Applied {
                 report,
                 kubelet: kubelet.map(KubeletOutcome::applied),
@@ -435,7 +443,7 @@ pub fn status_write(
         }
         // Reclaim's headline is news (`Reclaim::news`); its figures move every tick.
         if let Some(r) = &mut s.reclaim {
-            *r = nodemem_api::config::ReclaimSummary {
+            **r = nodemem_api::config::ReclaimSummary {
                 revision: std::mem::take(&mut r.revision),
                 mode: std::mem::take(&mut r.mode),
                 supported: r.supported,
@@ -474,7 +482,7 @@ mod tests {
     fn figures_alone_are_coalesced_and_everything_else_goes_at_once() {
         let observed = |seconds: i64, throttled: i32| NodeMemoryConfigStatus {
             observed_revision: Some("r1".into()),
-            observation: Some(nodemem_api::config::ObservationSummary {
+            observation: Some(Box::new(nodemem_api::config::ObservationSummary {
                 revision: "r1".into(),
                 enforced: false,
                 since: Time(Default::default()),
@@ -483,7 +491,8 @@ mod tests {
                 throttled_containers: throttled,
                 fitting_by_factor: vec![3; 20],
                 worst: Vec::new(),
-            }),
+                classes: Vec::new(),
+            })),
             ..NodeMemoryConfigStatus::default()
         };
         let a = observed(10, 0);
@@ -520,7 +529,7 @@ mod tests {
                 "requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]}
         }))
         .unwrap();
-        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()]
+        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, &Default::default()).unwrap()]
     }
 
     /// A systemd-driver node with `kernel`, as discovery reports it.

@@ -18,7 +18,7 @@ pub fn pod(name: &str, id: &str, resources: serde_json::Value) -> NodePod {
             "image": "x", "imageID": "", "ready": true, "restartCount": 0}]}
     }))
     .unwrap();
-    nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()
+    nodemem_api::k8s::node_pod_from_k8s(&pod, &Default::default()).unwrap()
 }
 
 /// Request 64Mi, limit 256Mi: memory.high 160Mi at factor 0.5.
@@ -28,6 +28,15 @@ pub fn burstable(name: &str, id: &str) -> NodePod {
         id,
         json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}),
     )
+}
+
+/// `p` with its workload class chosen by its own annotation.
+pub fn classed(p: NodePod, class: &str) -> NodePod {
+    let choice = nodemem_model::class::ClassChoice::Named {
+        name: class.into(),
+        source: nodemem_model::class::ClassSource::PodAnnotation,
+    };
+    NodePod::new(p.pod().clone(), p.container_ids().clone(), choice)
 }
 
 pub fn settings(factor: f64, reservation: ReservationPolicy) -> NodeSettings {

@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{HealthSpec, NodeSettings};
+use crate::policy::{ClassPods, HealthSpec, NodeSettings};
 
 /// Resolved memory settings for one node.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -50,6 +50,9 @@ pub struct NodeMemoryConfigSpec {
 }
 
 /// What the node agent reports.
+// Its largest parts are boxed: the controller holds one per node and queues one per
+// watch event, and an absent part then costs a pointer, not its whole size
+// (`a_status_stays_small`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMemoryConfigStatus {
@@ -62,13 +65,18 @@ pub struct NodeMemoryConfigStatus {
     pub conditions: Vec<Condition>,
     /// Facts the agent discovered about the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<NodeFacts>,
+    pub node: Option<Box<NodeFacts>>,
     /// Totals over the pods on the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub totals: Option<MemoryTotals>,
     /// Pods whose cgroups the agent manages.
     #[serde(default)]
     pub managed_pods: i32,
+    /// Of the managed pods, how many run each workload class (`nodemem.io/class`);
+    /// classes without a pod here are left out, and the rest run the pool's settings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub classes: Vec<ClassPods>,
     /// What the managed pods went through since `observedRevision` was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_revision: Option<RevisionSignals>,
@@ -79,7 +87,7 @@ pub struct NodeMemoryConfigStatus {
     /// `enforcement: Observe` the one that would be set), refreshed on whole-node
     /// passes; absent under `enforcement: Kubelet`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observation: Option<ObservationSummary>,
+    pub observation: Option<Box<ObservationSummary>>,
     /// Relief for containers memory.high chokes (`memoryQoS.relief`), since the
     /// revision was applied; absent while relief is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,7 +96,7 @@ pub struct NodeMemoryConfigStatus {
     /// or would take (Observe); absent while reclaim is off. Written when its mode,
     /// support or containers change, and at most every 30 s while its figures move.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reclaim: Option<ReclaimSummary>,
+    pub reclaim: Option<Box<ReclaimSummary>>,
 }
 
 /// What proactive reclaim did, or would do, on a node since its revision was applied.
@@ -239,6 +247,31 @@ pub struct ObservationSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub worst: Vec<ObservedContainer>,
+    /// The containers of the workload classes whose memory.high does not follow the
+    /// pool's factor (a class's own `throttlingFactor`, or `memoryHigh: None`), each
+    /// class apart: they are left out of the counts above, which are the evidence for
+    /// the pool's factor alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub classes: Vec<ClassObservation>,
+}
+
+/// One workload class's observation on a node: the evidence for its own factor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassObservation {
+    /// The class (one of the policy's `classes`).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Its containers observed with room for a memory.high, including those gone since.
+    pub containers: i32,
+    /// Of those, the ones its memory.high throttled (or would have); 0 for a class
+    /// without memory.high.
+    pub throttled_containers: i32,
+    /// As the node's `fittingByFactor`, for this class's containers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub fitting_by_factor: Vec<i32>,
 }
 
 /// One container that memory.high throttled, or would have.
@@ -262,6 +295,9 @@ pub struct ObservedContainer {
     pub max_excess_bytes: i64,
     /// memory.events `high` counted while observed (under enforcement).
     pub throttle_events: i64,
+    /// The workload class its values follow; absent: the pool's own settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
 }
 
 /// Node facts.
@@ -403,4 +439,22 @@ pub struct RevisionSignals {
     /// measured on a managed pod; absent before one is measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_refaults_per_second: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The controller holds a status per node (`report::ConfigEntry`) and queues one per
+    /// watch event: its inline size is paid 20,000 times over whether its parts are
+    /// there or not. Boxing the node's facts, the observation and reclaim took it from
+    /// 952 to 264 bytes, and the controller's peak at 20,000 nodes back under its goal
+    /// (BENCHMARKS.md). A new part that is large belongs in a box too.
+    #[test]
+    fn a_status_stays_small() {
+        let size = std::mem::size_of::<NodeMemoryConfigStatus>();
+        assert!(size <= 320, "NodeMemoryConfigStatus is {size} bytes inline");
+        let entry = std::mem::size_of::<crate::report::ConfigEntry>();
+        assert!(entry <= 640, "ConfigEntry is {entry} bytes inline");
+    }
 }

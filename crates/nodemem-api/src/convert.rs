@@ -270,6 +270,99 @@ fn convert_settings(
             }
         }),
         reclaim: settings.reclaim.as_ref().and_then(to_reclaim),
+        classes: settings
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                to_class(
+                    c,
+                    &settings.memory_qos,
+                    settings.reclaim.as_ref(),
+                    &format!("spec.classes[{i}]"),
+                    problems,
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The model's class: what it leaves out follows the pool (`pool_qos`, `pool_reclaim`);
+/// a field a class may not set is a problem at `path` (the CRD's rules refuse it
+/// too: this is for a spec the apiserver did not check, as `simulate` reads).
+fn to_class(
+    spec: &crate::policy::WorkloadClassSpec,
+    pool_qos: &MemoryQosSpec,
+    pool_reclaim: Option<&crate::policy::ReclaimSpec>,
+    path: &str,
+    problems: &mut Vec<Problem>,
+) -> nodemem_model::class::WorkloadClass {
+    use crate::policy::{ClassProtection, ReclaimModeSpec};
+    use nodemem_model::class::{ClassMemoryHigh, ClassReclaim, Protection, WorkloadClass};
+    for (field, set, what) in [
+        ("memoryManager", spec.memory_manager.is_some(), "the Memory Manager: NUMA pinning and reserved memory are the node's"),
+        ("nodeReserved", spec.node_reserved.is_some(), "the node's reservations"),
+        ("enforcement", spec.enforcement.is_some(), "the enforcement: the node's agent enforces every class"),
+        ("reservationPolicy", spec.reservation_policy.is_some(), "the reservation policy, which the QoS-class cgroups follow: it chooses protection Pool or None"),
+    ] {
+        if set {
+            problems.push(Problem::new(format!("{path}.{field}"), format!("a class cannot change {what}")));
+        }
+    }
+    let mut factor = |value: f64| match ThrottlingFactor::from_f64(value) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            problems.push(Problem::new(
+                format!("{path}.throttlingFactor"),
+                e.to_string(),
+            ));
+            None
+        }
+    };
+    let memory_high = match (spec.memory_high, spec.throttling_factor) {
+        (Some(MemoryHighPolicy::None), Some(_)) => {
+            problems.push(Problem::new(
+                format!("{path}.throttlingFactor"),
+                "throttlingFactor is not used with memoryHigh: None",
+            ));
+            ClassMemoryHigh::Unset
+        }
+        (Some(MemoryHighPolicy::None), None) => ClassMemoryHigh::Unset,
+        (_, Some(value)) => factor(value).map_or(ClassMemoryHigh::Pool, ClassMemoryHigh::Factor),
+        // Throttle on a pool that sets none: the pool's factor, which it keeps unused.
+        (Some(MemoryHighPolicy::Throttle), None) => factor(pool_qos.throttling_factor)
+            .map_or(ClassMemoryHigh::Pool, ClassMemoryHigh::Factor),
+        (None, None) => ClassMemoryHigh::Pool,
+    };
+    let reclaim = match &spec.reclaim {
+        None => ClassReclaim::Pool,
+        Some(r) if r.mode == ReclaimModeSpec::Disabled => ClassReclaim::Disabled,
+        Some(r) => {
+            let mut base = pool_reclaim.cloned().unwrap_or_default();
+            base.mode = r.mode;
+            if let Some(stall) = r.target_stall_microseconds_per_second {
+                base.target_stall_microseconds_per_second = stall;
+            }
+            if let Some(step) = r.max_step_permille {
+                base.max_step_permille = step;
+            }
+            match to_reclaim(&base) {
+                Some(own) => ClassReclaim::Own {
+                    mode: own.mode,
+                    settings: own.settings,
+                },
+                None => ClassReclaim::Disabled,
+            }
+        }
+    };
+    WorkloadClass {
+        name: spec.name.clone(),
+        memory_high,
+        protection: match spec.protection {
+            None | Some(ClassProtection::Pool) => Protection::Pool,
+            Some(ClassProtection::None) => Protection::Unprotected,
+        },
+        reclaim,
     }
 }
 

@@ -4,6 +4,7 @@
 // Every public item says what it is; clippy -D warnings (make lint) makes this a gate.
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod conditions;
 pub mod config;
 pub mod convert;

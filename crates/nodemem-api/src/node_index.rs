@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::NodeMemoryConfig;
 use crate::convert::node_settings;
-use crate::k8s::{node_pod_from_k8s, node_status_facts, opts_out};
+use crate::k8s::{node_pod_from_k8s, node_status_facts, NamespaceChoice};
 use crate::policy::HealthSpec;
 use crate::policy::NodeSettings;
 use crate::watch_index::WatchIndex;
@@ -99,7 +99,10 @@ fn reduced(pod: &core::Pod) -> core::Pod {
     p.metadata.creation_timestamp = pod.metadata.creation_timestamp.clone();
     p.metadata.annotations = pod.metadata.annotations.clone().map(|a| {
         a.into_iter()
-            .filter(|(k, _)| k == nodemem_model::node::MEMORY_QOS_OPT_OUT_KEY)
+            .filter(|(k, _)| {
+                k == nodemem_model::node::MEMORY_QOS_OPT_OUT_KEY
+                    || k == nodemem_model::class::CLASS_KEY
+            })
             .collect()
     });
     p.spec = pod.spec.as_ref().map(|s| core::PodSpec {
@@ -164,7 +167,9 @@ pub struct NodeIndex {
     /// The Node's memory figures and kubelet version.
     node: NodeStatusFacts,
     pods: BTreeMap<String, IndexedPod>,
-    opted_out_namespaces: BTreeSet<String>,
+    /// What namespaces' labels choose for their pods (opt-out, class): only those that
+    /// choose anything.
+    namespace_choices: BTreeMap<String, NamespaceChoice>,
     /// Pods whose conversion failed, for reporting.
     pod_problems: BTreeMap<String, Vec<String>>,
     /// Containers the runtime's record named when their cgroup appeared, before the
@@ -268,17 +273,20 @@ impl NodeIndex {
         changed
     }
 
-    /// A namespace's labels changed; true when its opt-out changed a pod of this node.
+    /// A namespace's labels changed; true when its opt-out or class changed a pod of
+    /// this node.
     pub fn apply_namespace(
         &mut self,
         name: &str,
         labels: Option<&BTreeMap<String, String>>,
     ) -> bool {
-        let out = opts_out(labels);
-        let changed = if out {
-            self.opted_out_namespaces.insert(name.to_string())
+        let choice = NamespaceChoice::of(labels);
+        let changed = if choice.is_empty() {
+            self.namespace_choices.remove(name).is_some()
         } else {
-            self.opted_out_namespaces.remove(name)
+            self.namespace_choices
+                .insert(name.to_string(), choice.clone())
+                != Some(choice)
         };
         if !changed {
             return false;
@@ -300,7 +308,12 @@ impl NodeIndex {
 
     fn convert(&mut self, uid: &str, raw: core::Pod) {
         let namespace = raw.metadata.namespace.clone().unwrap_or_default();
-        let converted = node_pod_from_k8s(&raw, self.opted_out_namespaces.contains(&namespace))
+        let choice = self
+            .namespace_choices
+            .get(&namespace)
+            .cloned()
+            .unwrap_or_default();
+        let converted = node_pod_from_k8s(&raw, &choice)
             .map_err(|ps| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>());
         match &converted {
             Ok(_) => {
@@ -712,6 +725,65 @@ mod tests {
             !index.apply_namespace("other", Some(&labels)),
             "no pod of this node there"
         );
+    }
+
+    #[test]
+    fn a_pods_class_comes_from_its_annotation_then_its_namespaces_label_and_survives_the_record() {
+        use nodemem_model::class::{ClassChoice, ClassSource};
+        let mut index = NodeIndex::new("n1");
+        index.apply_config(&config("n1", "r1", 0.8));
+        let mut own = pod("a", "uid-1", "n1", "64Mi", Some("c1"));
+        own.metadata.annotations = Some(BTreeMap::from([
+            ("nodemem.io/class".to_string(), "batch".to_string()),
+            ("unrelated".to_string(), "x".to_string()),
+        ]));
+        index.apply_pod(&own);
+        index.apply_pod(&pod("b", "uid-2", "n1", "64Mi", None));
+        let choices = |index: &NodeIndex| -> Vec<ClassChoice> {
+            index
+                .node_pods()
+                .iter()
+                .map(|p| p.class_choice().clone())
+                .collect()
+        };
+        let named = |name: &str, source| ClassChoice::Named {
+            name: name.into(),
+            source,
+        };
+        assert_eq!(
+            choices(&index),
+            [
+                named("batch", ClassSource::PodAnnotation),
+                ClassChoice::Pool
+            ]
+        );
+        let labels = BTreeMap::from([("nodemem.io/class".to_string(), "web".to_string())]);
+        assert!(index.apply_namespace("shop", Some(&labels)));
+        assert!(!index.apply_namespace("shop", Some(&labels)), "unchanged");
+        assert_eq!(
+            choices(&index),
+            [
+                named("batch", ClassSource::PodAnnotation),
+                named("web", ClassSource::NamespaceLabel)
+            ]
+        );
+        // The record an agent restarts from keeps the annotation (and no other).
+        let json = serde_json::to_string(&index.last_known().unwrap()).unwrap();
+        assert!(
+            json.contains("nodemem.io/class") && !json.contains("unrelated"),
+            "{json}"
+        );
+        let edited = BTreeMap::from([("nodemem.io/class".to_string(), "batch".to_string())]);
+        assert!(
+            index.apply_namespace("shop", Some(&edited)),
+            "a label edited"
+        );
+        assert_eq!(
+            choices(&index)[1],
+            named("batch", ClassSource::NamespaceLabel)
+        );
+        assert!(index.apply_namespace("shop", None));
+        assert_eq!(choices(&index)[1], ClassChoice::Pool);
     }
 
     #[test]

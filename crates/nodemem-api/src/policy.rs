@@ -126,6 +126,16 @@ impl Default for RecommendationSpec {
         "rule": "!has(self.reclaim) || !has(self.reclaim.mode) || self.reclaim.mode != 'Active' || !has(self.enforcement) || self.enforcement == 'Agent'",
         "message": "reclaim mode Active writes memory.reclaim, which only enforcement: Agent does (mode Observe reports what it would reclaim under any enforcement)",
         "fieldPath": ".reclaim.mode"
+    },
+    {
+        "rule": "!has(self.classes) || size(self.classes) == 0 || !has(self.enforcement) || self.enforcement != 'Kubelet'",
+        "message": "classes need enforcement: Agent or Observe: under Kubelet the kubelet sets one throttling factor and one reservation policy for every pod",
+        "fieldPath": ".classes"
+    },
+    {
+        "rule": "!has(self.classes) || !has(self.enforcement) || self.enforcement == 'Agent' || self.classes.all(c, !has(c.reclaim) || !has(c.reclaim.mode) || c.reclaim.mode != 'Active')",
+        "message": "a class's reclaim mode Active writes memory.reclaim, which only enforcement: Agent does",
+        "fieldPath": ".classes"
     }
 ]))]
 pub struct NodeSettings {
@@ -158,6 +168,148 @@ pub struct NodeSettings {
     /// what it would reclaim and writes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimSpec>,
+
+    /// Workload classes: what a workload may choose differently from the pool (its
+    /// memory.high, whether its request is protected, its proactive reclaim). A pod
+    /// chooses one with the annotation `nodemem.io/class: <name>`, a namespace for its
+    /// pods with the label of the same key (the pod's own annotation wins); no choice,
+    /// or a name the list does not have (a Warning Event on the pod says so), is the
+    /// pool's own settings. Part of the revision: a change rolls out as any other.
+    /// Needs enforcement Agent or Observe.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub classes: Vec<WorkloadClassSpec>,
+}
+
+/// A workload class: each field left out follows the pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.throttlingFactor) || !has(self.memoryHigh) || self.memoryHigh != 'None'",
+        "message": "throttlingFactor is not used with memoryHigh: None",
+        "fieldPath": ".throttlingFactor"
+    },
+    {
+        "rule": "!has(self.memoryManager)",
+        "message": "a class cannot change the Memory Manager: NUMA pinning and reserved memory are the node's (spec.memoryManager)",
+        "fieldPath": ".memoryManager"
+    },
+    {
+        "rule": "!has(self.nodeReserved)",
+        "message": "a class cannot change the node's reservations (spec.nodeReserved)",
+        "fieldPath": ".nodeReserved"
+    },
+    {
+        "rule": "!has(self.enforcement)",
+        "message": "a class cannot change the enforcement: the node's agent enforces every class (spec.enforcement)",
+        "fieldPath": ".enforcement"
+    },
+    {
+        "rule": "!has(self.reservationPolicy)",
+        "message": "a class cannot change the reservation policy, which the QoS-class cgroups follow: it chooses protection Pool or None",
+        "fieldPath": ".reservationPolicy"
+    }
+]))]
+pub struct WorkloadClassSpec {
+    /// The class's name, which pods and namespaces choose it by (a DNS label).
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// memory.high = floor((request + factor * (limit or node allocatable - request)) /
+    /// pageSize) * pageSize for this class's containers, the kubelet's formula of each
+    /// version. In (0, 1]. Left out: the pool's (memoryQoS.throttlingFactor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true, "maximum" = 1))]
+    pub throttling_factor: Option<f64>,
+    /// Throttle: memory.high from the class's factor (or the pool's). None: no
+    /// memory.high on this class's cgroups (a JVM whose heap must never meet it).
+    /// Left out: as the pool (memoryQoS.memoryHigh), but a throttlingFactor given
+    /// here throttles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "MemoryHighPolicy")]
+    pub memory_high: Option<MemoryHighPolicy>,
+    /// Pool (the default): the class's requests become memory.min / memory.low as the
+    /// pool's reservationPolicy says. None: no memory.min or memory.low on its cgroups,
+    /// and its requests are left out of the QoS-class cgroups' sums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ClassProtection")]
+    pub protection: Option<ClassProtection>,
+    /// The class's proactive reclaim. Left out: the pool's (reclaim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ClassReclaimSpec>,
+    /// Not in a class: the Memory Manager is the node's. Refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_manager: Option<NotInAClass>,
+    /// Not in a class: the node's reservations are the node's. Refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_reserved: Option<NotInAClass>,
+    /// Not in a class: the node's agent enforces every class. Refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<String>,
+    /// Not in a class: a class chooses protection Pool or None. Refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_policy: Option<String>,
+}
+
+/// An object a class may not set (the pool's `memoryManager`, `nodeReserved`),
+/// declared so that admission can name it: the apiserver prunes an undeclared field
+/// before its rules see it, and its rules see only typed fields (CEL declares no
+/// untyped one, apiserver `SchemaDeclType`): an object of any content, kept whole,
+/// refused by the class's rules.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NotInAClass(pub serde_json::Value);
+
+impl JsonSchema for NotInAClass {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NotInAClass".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true,
+        })
+    }
+}
+
+/// Whether a class's requests are protected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// The variants are the CRD's enum values: a doc comment on one would make the schema
+// a `oneOf` of described constants instead of an `enum` (schemars), so the type's doc
+// and the fields' docs say what each means.
+#[allow(missing_docs)]
+pub enum ClassProtection {
+    #[default]
+    Pool,
+    None,
+}
+
+/// A class's proactive reclaim: its mode, and its pace where it differs from the
+/// pool's (interval, refault budget and QoS classes stay the pool's, or the defaults
+/// without a pool reclaim).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassReclaimSpec {
+    /// Disabled: none on this class, whatever the pool's. Observe: reports what it
+    /// would reclaim. Active: writes memory.reclaim (enforcement: Agent only).
+    pub mode: ReclaimModeSpec,
+    /// The stall the class's containers may show (see reclaim); left out: the pool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub target_stall_microseconds_per_second: Option<i32>,
+    /// The largest step, per mille of memory.current; left out: the pool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_step_permille: Option<i32>,
 }
 
 impl NodeSettings {
@@ -173,6 +325,7 @@ impl NodeSettings {
             node_reserved: None,
             enforcement: Enforcement::default(),
             reclaim: None,
+            classes: Vec::new(),
         }
     }
 }
@@ -901,6 +1054,36 @@ pub struct RecommendationStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub distribution: Vec<FactorShare>,
+    /// The same for each workload class whose memory.high does not follow the pool's
+    /// factor, from its own containers alone (those are left out of the figures above,
+    /// which recommend the pool's factor).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub classes: Vec<ClassRecommendation>,
+}
+
+/// A workload class's own throttling-factor recommendation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassRecommendation {
+    /// The class.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// As the pool's `reason`, for this class's containers.
+    pub reason: RecommendationReason,
+    /// What it says, in words.
+    pub message: String,
+    /// The factor recommended for the class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttling_factor: Option<f64>,
+    /// The share, percent, of its containers under memory.high at that factor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitting_percent: Option<f64>,
+    /// The class's factor now; absent: the class sets no memory.high.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_factor: Option<f64>,
+    /// Its containers observed with room for a memory.high.
+    pub containers: i32,
 }
 
 /// How a recommendation came out.
@@ -956,6 +1139,21 @@ pub struct PoolSignals {
     /// when none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<PoolReclaim>,
+    /// Each workload class of the spec with the pods that run it on the pool's nodes
+    /// (as their agents last reported); absent without classes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub classes: Vec<ClassPods>,
+}
+
+/// How many pods run a workload class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassPods {
+    /// The class.
+    pub name: String,
+    /// Its pods.
+    pub pods: i64,
 }
 
 /// A pool's proactive reclaim: the sums of its nodes' `status.reclaim`.

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::policy::{
     Enforcement, MemoryManagerSpec, MemoryQosSpec, NodeReservedSpec, NodeSettings, ReclaimSpec,
+    WorkloadClassSpec,
 };
 
 /// The hashed document. Its own type (not `NodeSettings` itself) so the hash input
@@ -23,6 +24,10 @@ struct Hashed<'a> {
     /// before reclaim existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     reclaim: &'a Option<ReclaimSpec>,
+    /// Left out when empty: a policy without classes keeps the revision it had
+    /// before classes existed.
+    #[serde(skip_serializing_if = "<[WorkloadClassSpec]>::is_empty")]
+    classes: &'a [WorkloadClassSpec],
 }
 
 /// 64-bit FNV-1a over the canonical JSON of the settings, as 16 hex digits. FNV is
@@ -34,6 +39,7 @@ pub fn revision(settings: &NodeSettings) -> String {
         node_reserved: &settings.node_reserved,
         enforcement: &settings.enforcement,
         reclaim: &settings.reclaim,
+        classes: &settings.classes,
     };
     // Struct fields serialize in declaration order and maps are BTreeMaps: canonical.
     let json = serde_json::to_vec(&hashed).expect("settings always serialize");
@@ -49,6 +55,28 @@ pub fn revision(settings: &NodeSettings) -> String {
 mod tests {
     use super::*;
     use crate::policy::{NodeMemoryPolicySpec, ReservationPolicy};
+
+    #[test]
+    fn a_class_is_part_of_the_revision_and_no_class_keeps_the_old_one() {
+        use crate::policy::{ClassProtection, WorkloadClassSpec};
+        let base = NodeMemoryPolicySpec::default();
+        let r0 = revision(&base.settings);
+        let mut classed = base.clone();
+        classed.settings.classes = vec![WorkloadClassSpec {
+            name: "batch".into(),
+            throttling_factor: Some(0.5),
+            ..WorkloadClassSpec::default()
+        }];
+        let r1 = revision(&classed.settings);
+        assert_ne!(r1, r0);
+        classed.settings.classes[0].throttling_factor = Some(0.6);
+        let r2 = revision(&classed.settings);
+        assert_ne!(r2, r1, "a class's factor changed is a new revision");
+        classed.settings.classes[0].protection = Some(ClassProtection::None);
+        assert_ne!(revision(&classed.settings), r2);
+        classed.settings.classes.clear();
+        assert_eq!(revision(&classed.settings), r0);
+    }
 
     #[test]
     fn revision_tracks_node_settings_only() {
@@ -74,7 +102,7 @@ mod tests {
 
         // Reclaim is a setting that reaches nodes: each change of it is a revision
         // (found: it was not hashed, and a policy turning it on rolled nothing out).
-        let mut observing = base;
+        let mut observing = base.clone();
         observing.settings.reclaim = Some(ReclaimSpec::default());
         let r1 = revision(&observing.settings);
         assert_ne!(r1, r0);

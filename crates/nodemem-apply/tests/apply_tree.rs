@@ -90,7 +90,7 @@ fn pod(
             spec,
         },
         ids,
-        false,
+        nodemem_model::class::ClassChoice::Pool,
     )
 }
 
@@ -318,7 +318,11 @@ fn protection_rises_parents_first_and_falls_children_first() {
                     }
                 }
             }
-            NodePod::new(pod, p.container_ids().clone(), false)
+            NodePod::new(
+                pod,
+                p.container_ids().clone(),
+                nodemem_model::class::ClassChoice::Pool,
+            )
         })
         .collect();
     let lower = desired(
@@ -535,7 +539,11 @@ fn hostile_identifiers_are_refused_and_nothing_outside_is_touched() {
     let mut pods = pods(ContainerRuntime::Containerd);
     let mut hostile = pods[1].pod().clone();
     hostile.uid = "../../../../outside".into();
-    pods[1] = NodePod::new(hostile, pods[1].container_ids().clone(), false);
+    pods[1] = NodePod::new(
+        hostile,
+        pods[1].container_ids().clone(),
+        nodemem_model::class::ClassChoice::Pool,
+    );
     let mut ids = pods[2].container_ids().clone();
     ids.insert(
         "job".into(),
@@ -544,7 +552,11 @@ fn hostile_identifiers_are_refused_and_nothing_outside_is_touched() {
             id: "..".into(),
         },
     );
-    pods[2] = NodePod::new(pods[2].pod().clone(), ids, false);
+    pods[2] = NodePod::new(
+        pods[2].pod().clone(),
+        ids,
+        nodemem_model::class::ClassChoice::Pool,
+    );
     let tree = tree_for(driver, &pods[..1]);
     let fs = CgroupFs::new(tree.root());
     let outside = tree.root().parent().unwrap().join("outside");

@@ -23,6 +23,8 @@ use nodemem_controller::decision::Decision;
 use nodemem_controller::world::World;
 use serde_json::json;
 
+/// The sizes, unless NODEMEM_DECIDE_SIZES names others (`500,100000`: the first is the
+/// one the others are held against).
 const SIZES: [usize; 3] = [500, 5_000, 20_000];
 const SAMPLES: usize = 200;
 const T0: i64 = 1_795_341_600;
@@ -74,7 +76,14 @@ impl Cluster {
 }
 
 fn main() {
-    let mut clusters: Vec<Cluster> = SIZES.into_iter().map(Cluster::new).collect();
+    let sizes: Vec<usize> = match std::env::var("NODEMEM_DECIDE_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| n.trim().parse().expect("NODEMEM_DECIDE_SIZES: node counts"))
+            .collect(),
+        Err(_) => SIZES.to_vec(),
+    };
+    let mut clusters: Vec<Cluster> = sizes.into_iter().map(Cluster::new).collect();
     // The sizes take turns, so that whatever else the machine does meanwhile falls on
     // all of them alike; each sample finds the caches as another cluster left them, as
     // a controller's decision finds them after its writes.

@@ -359,6 +359,10 @@ impl Controller {
             agents = self.agents.is_some(),
             "watching NodeMemoryPolicies, Nodes and NodeMemoryConfigs (and the agents' pods and DaemonSet Events when it deploys them)"
         );
+        // Start-up's cost (the lists read and indexed, the first decision) grows with
+        // the cluster: said once, with its sizes, for whoever sizes the controller.
+        let watching_since = std::time::Instant::now();
+        let mut started_up = false;
         loop {
             // Everything queued makes one decision: events and ticks that arrived
             // during the last decision's writes do not each decide again. Waits only
@@ -382,6 +386,10 @@ impl Controller {
             let now = k8s_openapi::jiff::Timestamp::now().as_second();
             world.leading_since.get_or_insert(now);
             let decision = decider.decide(&mut world, now);
+            if !started_up {
+                started_up = true;
+                log_start_up(&world, watching_since, started);
+            }
             let apis = Apis {
                 policies: &policies,
                 configs: &configs,
@@ -806,4 +814,20 @@ fn config_patch(w: &ConfigWrite, changed_at: i64) -> serde_json::Value {
     }
     json!({"apiVersion": "nodemem.io/v1alpha1", "kind": "NodeMemoryConfig",
         "metadata": metadata, "spec": w.spec})
+}
+
+/// The first decision is made: the lists are whole and indexed.
+fn log_start_up(
+    world: &World,
+    watching_since: std::time::Instant,
+    decided_from: std::time::Instant,
+) {
+    info!(
+        nodes = world.nodes.len(),
+        configs = world.configs.len(),
+        policies = world.policies.len(),
+        listed_ms = decided_from.duration_since(watching_since).as_millis() as u64,
+        first_decision_ms = decided_from.elapsed().as_millis() as u64,
+        "started up: every list read and indexed, the first decision made"
+    );
 }

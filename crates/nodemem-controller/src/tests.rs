@@ -1474,12 +1474,12 @@ fn a_node_that_cannot_reclaim_is_named_on_its_policy() {
     agent_reports(&mut w, "a", true, T0 + 1);
     let report = |w: &mut World, supported: bool| {
         let c = w.configs.get_mut("a").unwrap();
-        c.status.reclaim = Some(nodemem_api::config::ReclaimSummary {
+        c.status.reclaim = Some(Box::new(nodemem_api::config::ReclaimSummary {
             revision: c.spec.revision.clone(),
             mode: "Observe".into(),
             supported,
             ..Default::default()
-        });
+        }));
         w.touch_node("a");
     };
     report(&mut w, false);
@@ -1642,6 +1642,103 @@ fn one_node_cannot_steer_its_pools_recommendation() {
     assert_eq!((r.containers, r.nodes, r.observed_seconds), (80, 4, 7200));
 }
 
+/// Workload classes (issue 63): a class with a factor of its own gets its own
+/// recommendation from its containers alone, with the pool's quorum; a class without
+/// memory.high too (its current factor absent); a class on the pool's factor has none
+/// (its containers are the pool's evidence), and the pool's recommendation is the
+/// pool's tally's.
+#[test]
+fn each_class_with_its_own_memory_high_gets_its_own_recommendation() {
+    use nodemem_api::policy::RecommendationReason;
+    use nodemem_api::policy::RecommendationReason::{Recommended, TooLittleEvidence};
+    let mut p = policy("p", "p", 0, 0.9, json!({"maxUnavailable": "100%"}));
+    p.spec.recommendation.min_containers = 10;
+    p.spec.recommendation.min_observation_seconds = 3600;
+    p.spec.settings.classes = serde_json::from_value(json!([
+        {"name": "batch", "throttlingFactor": 0.5},
+        {"name": "service", "memoryHigh": "None"},
+        {"name": "loose", "protection": "None"}]))
+    .unwrap();
+    let mut w = world(&[p], &[("a", "p"), ("b", "p")]);
+    let mut now = T0;
+    settle(&mut w, &mut now, 2);
+    // The pool's containers fit every factor; batch's only from 0.70 on (the 14th
+    // step); service has reported nothing.
+    let batch_fitting: Vec<i32> = (1..=20).map(|k| if k >= 14 { 8 } else { 0 }).collect();
+    for n in ["a", "b"] {
+        observe(&mut w, n, 20, 20, 7200);
+        let o = w
+            .configs
+            .get_mut(n)
+            .unwrap()
+            .status
+            .observation
+            .as_mut()
+            .unwrap();
+        o.classes = vec![nodemem_api::config::ClassObservation {
+            name: "batch".into(),
+            containers: 8,
+            throttled_containers: 8,
+            fitting_by_factor: batch_fitting.clone(),
+        }];
+        w.touch_node(n);
+    }
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    let r = w.policies["p"].status.recommendation.clone().unwrap();
+    assert_eq!(r.containers, 40, "the pool's own containers alone");
+    assert_eq!(r.throttling_factor, Some(0.05), "{}", r.message);
+    type Row<'a> = (&'a str, RecommendationReason, Option<f64>, Option<f64>, i32);
+    let classes: Vec<Row<'_>> = r
+        .classes
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.reason,
+                c.throttling_factor,
+                c.current_factor,
+                c.containers,
+            )
+        })
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("batch", Recommended, Some(0.7), Some(0.5), 16),
+            ("service", TooLittleEvidence, None, None, 0),
+        ],
+        "{:?}",
+        r.classes
+    );
+    assert!(
+        r.classes[0]
+            .message
+            .contains("the current 0.5 throttles 100%"),
+        "{}",
+        r.classes[0].message
+    );
+    // One node alone reporting a class is no quorum of a two-node pool.
+    let o = w
+        .configs
+        .get_mut("b")
+        .unwrap()
+        .status
+        .observation
+        .as_mut()
+        .unwrap();
+    o.classes.clear();
+    w.touch_node("b");
+    let d = decide(&w, now + 1);
+    apply(&mut w, &d, now + 1);
+    let r = w.policies["p"].status.recommendation.clone().unwrap();
+    assert_eq!(
+        r.classes[0].reason, TooLittleEvidence,
+        "{}",
+        r.classes[0].message
+    );
+}
+
 /// A config deleted while its node waits for the rollout is repaired at the revision
 /// the node ran, once: the same decision's rollout neither writes it the target too nor
 /// names it in its NodesUpdating Event; the free slot goes to another node.
@@ -1790,4 +1887,63 @@ fn a_policy_that_selects_no_node_says_so_once_per_spec() {
         ready.message
     );
     assert_eq!(no_nodes(&decide(&w, now)), 0);
+}
+
+/// Workload classes (issue 63): a class's change is a new revision that moves through
+/// the pool as any change (canary first), and the policy counts each class's pods over
+/// the pool from what its agents report, a class no pod runs at 0.
+#[test]
+fn a_classs_change_rolls_out_as_a_revision_and_the_pool_counts_its_pods() {
+    let with_classes = |factor: f64, generation: i64| {
+        let mut p = policy("p", "p", 0, 0.9, json!({"canary": 1, "maxUnavailable": 2}));
+        p.metadata.generation = Some(generation);
+        p.spec.settings.classes = serde_json::from_value(json!([
+            {"name": "batch", "throttlingFactor": factor, "protection": "None"},
+            {"name": "service", "memoryHigh": "None"},
+        ]))
+        .unwrap();
+        p
+    };
+    let mut w = world(
+        &[with_classes(0.5, 1)],
+        &[("a", "p"), ("b", "p"), ("c", "p")],
+    );
+    let mut now = T0;
+    settle(&mut w, &mut now, 8);
+    let first = w.policies["p"].status.revision.clone().unwrap();
+    assert!(w.configs.values().all(|c| c.spec.revision == first));
+    assert_eq!(w.configs["a"].spec.settings.classes.len(), 2);
+    // The agents report their pods per class; the policy sums them per spec class.
+    for (node, batch) in [("a", 2), ("b", 3)] {
+        let c = w.configs.get_mut(node).unwrap();
+        c.status.classes = vec![nodemem_api::policy::ClassPods {
+            name: "batch".into(),
+            pods: batch,
+        }];
+        w.touch_node(node);
+    }
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    let pool = w.policies["p"].status.pool.clone().unwrap();
+    let counts: Vec<(&str, i64)> = pool
+        .classes
+        .iter()
+        .map(|c| (c.name.as_str(), c.pods))
+        .collect();
+    assert_eq!(counts, [("batch", 5), ("service", 0)]);
+    // A class's factor edited: a new revision, the canary node first.
+    let mut edited = with_classes(0.6, 2);
+    edited.status = Some(w.policies["p"].status.clone());
+    w.apply_policy(&edited);
+    let d = decide(&w, now);
+    apply(&mut w, &d, now);
+    let second = w.policies["p"].status.revision.clone().unwrap();
+    assert_ne!(second, first);
+    assert_eq!(written(&d).len(), 1, "the canary alone: {:?}", written(&d));
+    agent_reports(&mut w, written(&d)[0], true, now);
+    now += 10;
+    settle(&mut w, &mut now, 10);
+    assert!(w.configs.values().all(|c| c.spec.revision == second));
+    let batch = &w.configs["c"].spec.settings.classes[0];
+    assert_eq!(batch.throttling_factor, Some(0.6));
 }

@@ -358,9 +358,7 @@ impl World {
             return false;
         }
         let mut entry = ConfigEntry::from(c);
-        let now = self
-            .clock
-            .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().as_second());
+        let now = self.clock.unwrap_or_else(seen_now);
         entry.good_seen_at = good_seen_at(self.configs.get(&name), &entry, now);
         let stamped = nodemem_api::report::ready_since(c);
         let keeps = entry
@@ -404,6 +402,19 @@ impl World {
         self.vanished.remove(name);
         changed
     }
+}
+
+/// This process's clock now as a report's stamp: the whole second at or after now.
+/// Decisions count a report's age in whole seconds from a floored now; a stamp floored
+/// too would count a report seen at 10.9 s ready for 2 s at 12.0 s, up to a second
+/// short of minReadySeconds (the apiserver tier measured 1.4 s for 2 s). Rounded up,
+/// `for_seconds` never exceeds the real time since the report was seen.
+fn seen_now() -> i64 {
+    ceil_second(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn ceil_second(t: k8s_openapi::jiff::Timestamp) -> i64 {
+    t.as_second() + i64::from(t.subsec_nanosecond() > 0)
 }
 
 /// When the agent's report on `entry`'s revision turned good, on a controller's clock:
@@ -577,6 +588,36 @@ mod tests {
     use super::*;
     use nodemem_api::report::SPEC_CHANGED_AT;
     use serde_json::json;
+
+    /// A report seen good at 10.9 s is not ready for 2 s at 12.0 s: the stamp is the
+    /// next whole second, so the whole-second age never exceeds the real one.
+    #[test]
+    fn a_reports_stamp_rounds_up_so_min_ready_seconds_is_never_short() {
+        let at = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+        let whole = at("2026-11-22T09:00:10Z");
+        assert_eq!(ceil_second(whole), whole.as_second());
+        let late = at("2026-11-22T09:00:10.9Z");
+        assert_eq!(ceil_second(late), whole.as_second() + 1);
+        let early = at("2026-11-22T09:00:10.000000001Z");
+        assert_eq!(ceil_second(early), whole.as_second() + 1);
+        // Every fraction of a second: the age counted at any later real time, floored
+        // as decisions floor it, is at most the real age.
+        for tenth in 0..10 {
+            let seen = at(&format!("2026-11-22T09:00:10.{tenth}Z"));
+            for later_tenths in 0..40_i64 {
+                let now = seen
+                    .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(
+                        later_tenths * 100,
+                    ))
+                    .unwrap();
+                let counted = (now.as_second() - ceil_second(seen)).max(0);
+                assert!(
+                    counted * 10 <= later_tenths,
+                    "seen {seen}, now {now}: counted {counted} s of {later_tenths}/10 s"
+                );
+            }
+        }
+    }
 
     /// An agent's report as the apiserver has it: Applied and Healthy at `status`, set
     /// at `at` by the agent's clock, on revision `revision` (generation 2).

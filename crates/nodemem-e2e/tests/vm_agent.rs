@@ -85,7 +85,13 @@ fn node_pods(items: &[Value]) -> Vec<NodePod> {
         .iter()
         // The kubelet counts every pod that has not terminated (Pending ones too).
         .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
-        .map(|p| node_pod_from_k8s(&serde_json::from_value(p.clone()).unwrap(), false).unwrap())
+        .map(|p| {
+            node_pod_from_k8s(
+                &serde_json::from_value(p.clone()).unwrap(),
+                &Default::default(),
+            )
+            .unwrap()
+        })
         .collect()
 }
 

@@ -15,10 +15,12 @@
 //! * [`cluster`]: policy settings, their validation, which policy governs a node, and a
 //!   pool's rollout.
 //! * [`feedback`]: observation, relief and the factor recommendation.
+//! * [`class`]: workload classes, what a pod chooses and what a class changes.
 
 // Every public item says what it is; clippy -D warnings (make lint) makes this a gate.
 #![warn(missing_docs)]
 
+pub mod class;
 pub mod cluster;
 pub mod feedback;
 pub mod kubelet;

@@ -17,6 +17,7 @@ pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::class::{ClassChoice, ClassSource, WorkloadClass};
 use crate::cluster::policy::MemoryManagerPolicy;
 
 use crate::numa::{
@@ -67,24 +68,25 @@ pub struct NodeFacts {
 pub struct NodePod {
     pod: Pod,
     container_ids: BTreeMap<String, ContainerId>,
-    memory_qos_opt_out: bool,
+    choice: ClassChoice,
     profile: PodMemoryProfile,
 }
 
 impl NodePod {
     /// `pod` must already carry the apiserver's defaults. `container_ids`: container
-    /// name -> runtime ID, for containers that have started. `memory_qos_opt_out`:
-    /// `nodemem.io/memory-qos: disabled` on the pod or its namespace.
+    /// name -> runtime ID, for containers that have started. `choice`: the class its
+    /// annotations or its namespace's labels choose (`nodemem.io/class`), or the
+    /// opt-out (`nodemem.io/memory-qos: disabled`).
     pub fn new(
         pod: Pod,
         container_ids: BTreeMap<String, ContainerId>,
-        memory_qos_opt_out: bool,
+        choice: ClassChoice,
     ) -> Self {
         let profile = PodMemoryProfile::of(&pod.spec);
         NodePod {
             pod,
             container_ids,
-            memory_qos_opt_out,
+            choice,
             profile,
         }
     }
@@ -115,9 +117,22 @@ impl NodePod {
         ordered_containers(&self.pod.spec).any(|c| c.name == name)
     }
 
-    /// Whether its namespace opted out of Memory QoS.
+    /// Whether it, or its namespace, opted out of Memory QoS.
     pub fn memory_qos_opt_out(&self) -> bool {
-        self.memory_qos_opt_out
+        self.choice.opted_out()
+    }
+
+    /// The name of the class it chose, if it named one.
+    pub fn named_class(&self) -> Option<&str> {
+        match &self.choice {
+            ClassChoice::Named { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The class it chose, or its opt-out, and where that came from.
+    pub fn class_choice(&self) -> &ClassChoice {
+        &self.choice
     }
 
     /// Its memory requests and limits, QoS class and NUMA needs, derived once.
@@ -185,6 +200,11 @@ pub struct PodOutcome<'a> {
     pub path: String,
     /// Managed, opted out or refused.
     pub admission: Admission,
+    /// The class its values follow (None: the pool's own settings, also for a pod
+    /// naming a class the settings do not have).
+    pub class: Option<&'a str>,
+    /// Where its choice of class (or its opt-out) came from; the pool when none.
+    pub class_source: ClassSource,
     /// Values including the informational memory.max.
     pub values: CgroupValues,
     /// Init and sidecar containers in spec order, then app containers.
@@ -192,6 +212,21 @@ pub struct PodOutcome<'a> {
 }
 
 impl PodOutcome<'_> {
+    /// Where the class its values follow came from: the pod's annotation, its
+    /// namespace's label, or the pool (no choice, or a class the settings do not have:
+    /// its values are the pool's). An opted-out pod's is where its opt-out came from.
+    pub fn class_from(&self) -> ClassSource {
+        match (self.class, &self.admission) {
+            (Some(_), _) | (None, Admission::OptedOut) => self.class_source,
+            (None, _) => ClassSource::Pool,
+        }
+    }
+
+    /// Whether it chose a class by name (one its settings have or not).
+    pub fn names_a_class(&self) -> bool {
+        self.class_source != ClassSource::Pool && self.admission != Admission::OptedOut
+    }
+
     /// The NUMA nodes its containers are pinned to, if any is pinned.
     pub fn pinned_nodes(&self) -> BTreeSet<i64> {
         self.containers
@@ -267,12 +302,33 @@ impl DesiredNode<'_> {
             })
     }
 
+    /// Whether any pod names a workload class: then views show every pod's class.
+    pub fn names_classes(&self) -> bool {
+        self.pods.iter().any(PodOutcome::names_a_class)
+    }
+
     /// How many pods nodemem manages.
     pub fn managed_pods(&self) -> usize {
         self.pods
             .iter()
             .filter(|p| p.admission == Admission::Managed)
             .count()
+    }
+
+    /// Of the pods nodemem manages, how many run each workload class, by name (the
+    /// pool's own pods, in no class, are not counted).
+    pub fn pods_per_class(&self) -> BTreeMap<&str, usize> {
+        let mut counts = BTreeMap::new();
+        for p in self
+            .pods
+            .iter()
+            .filter(|p| p.admission == Admission::Managed)
+        {
+            if let Some(class) = p.class {
+                *counts.entry(class).or_default() += 1;
+            }
+        }
+        counts
     }
 
     /// How many pods are pinned to NUMA nodes.
@@ -386,6 +442,7 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
             Unprotected,
             Protected,
         }
+        let class = chosen_class(settings, node_pod, &mut rejected_warnings);
         let (admission, mode) = match rejection {
             Some(r) => {
                 rejected_warnings.push(Warning::PodRejected {
@@ -395,14 +452,17 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
                 });
                 (Admission::Rejected(r), Mode::Nothing)
             }
-            None if node_pod.memory_qos_opt_out => (Admission::OptedOut, Mode::Unprotected),
+            None if node_pod.choice.opted_out() => (Admission::OptedOut, Mode::Unprotected),
             None if !qos_enabled => (Admission::Managed, Mode::Unprotected),
             None => (Admission::Managed, Mode::Protected),
         };
+        // A class hands the kubelet's formulas other settings; the pool's otherwise.
+        let class_qos = class.map(|c| c.memory_qos(&settings.memory_qos));
+        let pod_qos = class_qos.as_ref().unwrap_or(&settings.memory_qos);
         let pod_values = match mode {
             Mode::Nothing => CgroupValues::new(),
             Mode::Unprotected => unprotected_pod_cgroup(profile, facts.memory.rules()),
-            Mode::Protected => acc.add_pod_cgroup(profile),
+            Mode::Protected => acc.add_pod_cgroup_under(pod_qos, profile),
         };
         let path = pod_dir(driver, qos, &pod.uid);
         let containers = ordered_containers(&pod.spec)
@@ -411,7 +471,7 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
                 let mut values = match mode {
                     Mode::Nothing => CgroupValues::new(),
                     Mode::Unprotected => unprotected_container(memory),
-                    Mode::Protected => acc.container(profile, memory),
+                    Mode::Protected => acc.container_under(pod_qos, profile, memory),
                 };
                 let pin = pinning.remove(&c.name).unwrap_or(Pinning::Unpinned);
                 if let Pinning::Pinned(nodes) = &pin {
@@ -437,6 +497,8 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
             qos,
             path,
             admission,
+            class: class.and(node_pod.named_class()),
+            class_source: node_pod.choice.source(),
             values: pod_values,
             containers,
         });
@@ -461,6 +523,35 @@ pub fn desired_node<'p>(input: NodeInput<'_, 'p>) -> Result<DesiredNode<'p>, Nod
         totals: level.totals,
         memory_manager: manager,
     })
+}
+
+/// The class a pod's values follow: the one it names, if the settings have it (a name
+/// they do not have is warned of, and the pool's settings apply); none for a pod that
+/// opted out or chose nothing.
+fn chosen_class<'s>(
+    settings: &'s NodeSettings,
+    node_pod: &NodePod,
+    warnings: &mut Vec<Warning>,
+) -> Option<&'s WorkloadClass> {
+    let ClassChoice::Named { name, source } = &node_pod.choice else {
+        return None;
+    };
+    let class = settings.class(name);
+    if class.is_none() {
+        warnings.push(Warning::UnknownClass {
+            namespace: node_pod.pod.namespace.clone(),
+            name: node_pod.pod.name.clone(),
+            uid: node_pod.pod.uid.clone(),
+            class: name.clone(),
+            source: source.as_str(),
+            known: settings
+                .class_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
+        });
+    }
+    class
 }
 
 /// The key a pod's assignments are stored under: its UID, or its position when the
@@ -584,7 +675,7 @@ mod tests {
         } else {
             BTreeMap::new()
         };
-        NodePod::new(pod, ids, false)
+        NodePod::new(pod, ids, ClassChoice::Pool)
     }
 
     #[test]

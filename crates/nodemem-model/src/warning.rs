@@ -46,6 +46,23 @@ pub enum Warning {
     },
     /// Memory QoS is off: nodemem only restores what it set before.
     MemoryQosDisabled,
+    /// A pod (or its namespace) names a class the node's settings do not have: the
+    /// pool's own settings apply to it.
+    UnknownClass {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        name: String,
+        /// The pod's UID (its Event names it).
+        uid: String,
+        /// The class it names.
+        class: String,
+        /// Where it names it (`ClassSource::as_str`: the warning sits below the
+        /// classes, which compute with the values that warn).
+        source: &'static str,
+        /// The classes the settings have.
+        known: Vec<String>,
+    },
 }
 
 impl Warning {
@@ -61,6 +78,7 @@ impl Warning {
             Warning::StaticPolicyWithoutTopology => "StaticPolicyWithoutTopology",
             Warning::PodRejected { .. } => "PodRejectedByMemoryManager",
             Warning::MemoryQosDisabled => "MemoryQoSDisabled",
+            Warning::UnknownClass { .. } => "UnknownClass",
         }
     }
 }
@@ -108,6 +126,25 @@ impl fmt::Display for Warning {
             Warning::MemoryQosDisabled => f.write_str(
                 "Memory QoS is disabled: nodemem sets no memory.min, memory.low or memory.high and restores those it set (memory.min and memory.low to 0, memory.high to max)",
             ),
+            Warning::UnknownClass {
+                namespace,
+                name,
+                uid: _,
+                class,
+                source,
+                known,
+            } => {
+                let known = if known.is_empty() {
+                    "the policy names no class".to_string()
+                } else {
+                    format!("the policy's classes are {}", known.join(", "))
+                };
+                write!(
+                    f,
+                    "pod {namespace}/{name} asks for class {class:?} (its {}) that the node's policy does not have: it gets the pool's settings; {known}",
+                    source
+                )
+            }
         }
     }
 }

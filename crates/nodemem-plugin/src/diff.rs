@@ -80,7 +80,24 @@ pub struct NodeDiff {
     /// refuse them with these problems).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// Pods whose workload class changes (a class added to or taken from the policy
+    /// their choice names, a node moving to a policy with other classes): their values
+    /// follow another class's settings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassChange>,
     pub cgroups: Vec<ValueChange>,
+}
+
+/// A pod's workload class before and after; `None` is the pool's own settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassChange {
+    /// `NAMESPACE/POD`.
+    pub pod: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Where the pod's choice comes from (`pod annotation`, `namespace label`).
+    pub chosen_by: String,
 }
 
 /// A value before and after; `None` is "not set by nodemem".
@@ -116,8 +133,46 @@ impl NodeDiff {
             || self.enforcement.changed()
             || self.reclaim.changed()
             || !self.cgroups.is_empty()
+            || !self.classes.is_empty()
             || !self.problems.is_empty()
     }
+}
+
+/// The pods whose class differs between the two computed sides. Only pods that choose
+/// a class can change one: a pod without a choice follows the pool on either side.
+fn class_changes(
+    before: Option<&DesiredNode<'_>>,
+    after: Option<&DesiredNode<'_>>,
+) -> Vec<ClassChange> {
+    let classes =
+        |d: Option<&DesiredNode<'_>>| -> BTreeMap<String, (Option<String>, &'static str)> {
+            d.map(|d| {
+                d.pods
+                    .iter()
+                    .filter(|p| p.names_a_class())
+                    .map(|p| {
+                        let key = format!("{}/{}", p.namespace, p.name);
+                        (key, (p.class.map(str::to_string), p.class_source.as_str()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+    let (b, a) = (classes(before), classes(after));
+    let pods: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    pods.into_iter()
+        .filter_map(|pod| {
+            let from = b.get(pod).and_then(|c| c.0.clone());
+            let to = a.get(pod).and_then(|c| c.0.clone());
+            let chosen_by = a.get(pod).or(b.get(pod))?.1.to_string();
+            (from != to).then(|| ClassChange {
+                pod: pod.clone(),
+                from,
+                to,
+                chosen_by,
+            })
+        })
+        .collect()
 }
 
 /// Every managed file of every cgroup of a computed node, with its owner.
@@ -219,6 +274,7 @@ pub fn diff_node(name: &str, before: Option<&Side<'_>>, after: Option<&Side<'_>>
         },
         pending: None,
         problems: after.map(|s| s.problems.clone()).unwrap_or_default(),
+        classes: class_changes(before.and_then(|s| s.node), after.and_then(|s| s.node)),
         cgroups,
     }
 }
@@ -526,6 +582,17 @@ pub fn render_table(report: &DiffReport) -> String {
                 "  nothing changes on this node: its agent keeps the values it runs"
             );
         }
+        for c in &n.classes {
+            let class = |v: &Option<String>| v.clone().unwrap_or_else(|| "pool".into());
+            let _ = writeln!(
+                out,
+                "  pod {}: class {} -> {} (chosen by {}; \"pool\": the pool's own settings)",
+                c.pod,
+                class(&c.from),
+                class(&c.to),
+                c.chosen_by
+            );
+        }
         if !n.cgroups.is_empty() {
             // The cgroup paths are in -o json|yaml; people read the owner.
             let mut table = crate::render::table(&["CGROUP OF", "FILE", "FROM", "TO"]);
@@ -557,6 +624,7 @@ pub fn render_table(report: &DiffReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodemem_model::class::CLASS_KEY as CLASS;
     use nodemem_model::node::{NodeFacts, NodePod};
     use nodemem_model::settings::NodeSettings;
     use nodemem_model::values::memory_qos::MemoryQosSettings;
@@ -570,7 +638,7 @@ mod tests {
                 "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
         }))
         .unwrap();
-        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, false).unwrap()]
+        vec![nodemem_api::k8s::node_pod_from_k8s(&pod, &Default::default()).unwrap()]
     }
 
     fn facts() -> NodeFacts {
@@ -803,6 +871,87 @@ mod tests {
         };
         let pods = [("n1".to_string(), vec![pod_on("n1", "n1-uid")])].into();
         (snapshot, pods)
+    }
+
+    /// Classes added to a policy: a pod whose annotation names one, and a pod whose
+    /// namespace's label does, move from the pool's settings to their class's, said per
+    /// pod with where the choice came from; a pod without a choice does not move.
+    #[test]
+    fn classes_added_to_a_policy_move_the_pods_that_choose_them() {
+        let a = policy("a", "a", 0, 0.9);
+        let (snapshot, mut pods) = one_node(&a);
+        let mut batch = pod_on("n1", "b-uid");
+        batch.metadata.annotations = Some([(CLASS.into(), "batch".into())].into());
+        let mut shop = pod_on("n1", "s-uid");
+        shop.metadata.namespace = Some("shop".into());
+        pods.get_mut("n1").unwrap().extend([batch, shop]);
+        let namespace: core::Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "shop", "labels": {CLASS: "service"}}}))
+        .unwrap();
+        let mut classed = a.clone();
+        classed.spec.settings.classes = serde_json::from_value(serde_json::json!([
+            {"name": "service", "memoryHigh": "None"},
+            {"name": "batch", "throttlingFactor": 0.5, "protection": "None"}]))
+        .unwrap();
+        let r = build(
+            &snapshot,
+            std::slice::from_ref(&classed),
+            &pods,
+            &[namespace],
+        );
+        let n1 = &r.nodes[0];
+        let moved: Vec<(&str, Option<&str>, Option<&str>, &str)> = n1
+            .classes
+            .iter()
+            .map(|c| {
+                (
+                    c.pod.as_str(),
+                    c.from.as_deref(),
+                    c.to.as_deref(),
+                    c.chosen_by.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            moved,
+            [
+                ("default/web-b-uid", None, Some("batch"), "pod annotation"),
+                ("shop/web-s-uid", None, Some("service"), "namespace label"),
+            ]
+        );
+        let high = |owner: &str| {
+            n1.cgroups
+                .iter()
+                .find(|c| c.owner == owner && c.file == "memory.high")
+        };
+        assert!(high("default/web-n1-uid/c").is_none(), "{:?}", n1.cgroups);
+        let batch_high = high("default/web-b-uid/c").unwrap();
+        let num = |v: &Option<String>| v.as_deref().unwrap().parse::<i64>().unwrap();
+        assert!(
+            num(&batch_high.from) > num(&batch_high.to),
+            "{batch_high:?}"
+        );
+        assert_eq!(high("shop/web-s-uid/c").unwrap().to, None, "no memory.high");
+        let table = render_table(&r);
+        assert!(
+            table.contains(
+                "  pod default/web-b-uid: class pool -> batch (chosen by pod annotation;"
+            ),
+            "{table}"
+        );
+        // Taken away again: the same pods move back.
+        let (snapshot, _) = one_node(&classed);
+        let back = build(&snapshot, std::slice::from_ref(&a), &pods, &[]);
+        let back: Vec<(Option<&str>, Option<&str>)> = back.nodes[0]
+            .classes
+            .iter()
+            .map(|c| (c.from.as_deref(), c.to.as_deref()))
+            .collect();
+        assert_eq!(
+            back,
+            [(Some("batch"), None)],
+            "the namespace is not given: one pod"
+        );
     }
 
     #[test]

@@ -90,6 +90,13 @@ pub struct PodValues {
     pub qos_class: String,
     /// Managed, OptedOut, or Rejected: reason.
     pub admission: String,
+    /// The workload class its values follow (absent: the pool's own settings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Where its class came from (`pod annotation`, `namespace label`, `pool`); absent
+    /// when no pod of the node names a class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_min: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,10 +197,10 @@ pub fn build(
         enforcement: config.map(|c| format!("{:?}", c.spec.settings.enforcement)),
         observation: config
             .and_then(|c| c.status.as_ref())
-            .and_then(|st| st.observation.clone()),
+            .and_then(|st| st.observation.as_deref().cloned()),
         reclaim: config
             .and_then(|c| c.status.as_ref())
-            .and_then(|st| st.reclaim.clone()),
+            .and_then(|st| st.reclaim.as_deref().cloned()),
         pods: pods_out,
         problems,
     }
@@ -455,7 +462,16 @@ fn pod_values(
         None => None,
     };
     let values = match &computed {
-        Some(d) => d.pods.iter().map(computed_pod_values).collect(),
+        Some(d) => {
+            let shown = d.names_classes();
+            d.pods
+                .iter()
+                .map(|p| PodValues {
+                    class_from: shown.then(|| p.class_from().as_str().to_string()),
+                    ..computed_pod_values(p)
+                })
+                .collect()
+        }
         None => node_pods
             .pods
             .iter()
@@ -466,6 +482,8 @@ fn pod_values(
                     .as_str()
                     .to_string(),
                 admission: "Unmanaged".into(),
+                class: None,
+                class_from: None,
                 memory_min: None,
                 memory_low: None,
                 memory_high: None,
@@ -489,6 +507,8 @@ fn computed_pod_values(p: &nodemem_model::node::PodOutcome<'_>) -> PodValues {
             Admission::OptedOut => "OptedOut".into(),
             Admission::Rejected(r) => format!("Rejected: {r}"),
         },
+        class: p.class.map(str::to_string),
+        class_from: None,
         memory_min: value(&p.values, MEMORY_MIN),
         memory_low: value(&p.values, MEMORY_LOW),
         // memory.high is set per container (KEP-2570): the distinct values
@@ -608,22 +628,25 @@ pub fn render_table(r: &ExplainReport) -> String {
     if let Some(rc) = &r.reclaim {
         let _ = writeln!(out, "\n{}", reclaim_text(rc));
     }
-    let mut t = table(&[
-        "NAMESPACE",
-        "POD",
-        "QOS",
-        "NODEMEM",
-        "MEMORY.MIN",
-        "MEMORY.LOW",
-        "MEMORY.HIGH",
-        "CPUSET.MEMS",
-    ]);
+    let with_classes = r.pods.iter().any(|p| p.class_from.is_some());
+    let mut header = vec!["NAMESPACE", "POD", "QOS", "NODEMEM"];
+    if with_classes {
+        header.push("CLASS");
+    }
+    header.extend(["MEMORY.MIN", "MEMORY.LOW", "MEMORY.HIGH", "CPUSET.MEMS"]);
+    let mut t = table(&header);
     for p in &r.pods {
-        t.add_row(vec![
+        let mut row = vec![
             p.namespace.clone(),
             p.name.clone(),
             p.qos_class.clone(),
             p.admission.clone(),
+        ];
+        if with_classes {
+            let from = p.class_from.as_deref().unwrap_or("pool");
+            row.push(format!("{} ({from})", p.class.as_deref().unwrap_or("-")));
+        }
+        row.extend(vec![
             memory(&p.memory_min),
             memory(&p.memory_low),
             // The distinct values of its containers, comma-separated.
@@ -635,6 +658,7 @@ pub fn render_table(r: &ExplainReport) -> String {
             }),
             dash(&p.cpuset_mems),
         ]);
+        t.add_row(row);
     }
     let observed = if r.enforcement.as_deref() == Some("Observe") {
         ", the values enforcement would set (enforcement: Observe writes none)"
@@ -759,7 +783,9 @@ mod tests {
                     seconds_above_high: 60,
                     max_excess_bytes: 62_074_880,
                     throttle_events: 0,
+                    class: None,
                 }],
+                classes: Vec::new(),
             }),
             reclaim: None,
             pods: vec![PodValues {
@@ -767,6 +793,8 @@ mod tests {
                 name: "report-batch-1".into(),
                 qos_class: "Burstable".into(),
                 admission: "Managed".into(),
+                class: None,
+                class_from: None,
                 memory_min: None,
                 memory_low: None,
                 memory_high: Some("1825361920".into()),
@@ -928,6 +956,36 @@ mod tests {
             "{enforced}"
         );
         assert!(enforced.contains("Pods (1):"), "{enforced}");
+        assert!(!enforced.contains("CLASS"), "no class named: no column");
+    }
+
+    /// Workload classes: a CLASS column with each pod's class and where it came from,
+    /// once a pod of the node names one; JSON carries both.
+    #[test]
+    fn each_pod_shows_its_class_and_where_it_came_from() {
+        let mut r = report("Agent", true);
+        r.pods[0].class = Some("batch".into());
+        r.pods[0].class_from = Some("pod annotation".into());
+        let mut pool = r.pods[0].clone();
+        pool.name = "api".into();
+        pool.class = None;
+        pool.class_from = Some("pool".into());
+        r.pods.push(pool);
+        let out = render_table(&r);
+        let row = |name: &str| {
+            let pods = out.split("Pods (2):").nth(1).unwrap();
+            pods.lines().find(|l| l.contains(name)).unwrap().to_string()
+        };
+        assert!(out.contains("CLASS"), "{out}");
+        assert!(
+            row("report-batch-1").contains("batch (pod annotation)"),
+            "{out}"
+        );
+        assert!(row(" api ").contains("- (pool)"), "{out}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["pods"][0]["class"], "batch");
+        assert_eq!(json["pods"][0]["classFrom"], "pod annotation");
+        assert!(json["pods"][1].get("class").is_none());
     }
 
     /// Reclaim says what it took under On, what it would take under Observe, and a

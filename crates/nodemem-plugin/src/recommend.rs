@@ -38,7 +38,9 @@ pub fn build(policy: &NodeMemoryPolicy) -> Result<RecommendReport, CliError> {
 }
 
 /// The policy with the recommended factor, as a manifest to commit (no status, no
-/// server-set metadata); an error when there is no factor to recommend.
+/// server-set metadata); an error when there is no factor to recommend. Each workload
+/// class with a factor of its own and a recommendation gets its recommended factor
+/// too (a class without memory.high keeps none).
 pub fn manifest(policy: &NodeMemoryPolicy, report: &RecommendReport) -> Result<Value, CliError> {
     let r = &report.recommendation;
     let Some(factor) = r.throttling_factor else {
@@ -50,6 +52,15 @@ pub fn manifest(policy: &NodeMemoryPolicy, report: &RecommendReport) -> Result<V
     let mut spec = serde_json::to_value(&policy.spec)
         .map_err(|e| CliError::one(format!("nodememorypolicy {}: {e}", report.policy)))?;
     spec["memoryQoS"]["throttlingFactor"] = json!(factor);
+    for c in &r.classes {
+        let (Some(factor), Some(_)) = (c.throttling_factor, c.current_factor) else {
+            continue;
+        };
+        let classes = spec["classes"].as_array_mut().into_iter().flatten();
+        for class in classes.filter(|k| k["name"] == c.name.as_str()) {
+            class["throttlingFactor"] = json!(factor);
+        }
+    }
     let mut metadata = json!({"name": report.policy});
     if let Some(labels) = policy.metadata.labels.as_ref().filter(|l| !l.is_empty()) {
         metadata["labels"] = json!(labels);
@@ -139,6 +150,27 @@ pub fn render_table(report: &RecommendReport) -> String {
         out.push_str(&text(&dist));
         out.push('\n');
     }
+    if !r.classes.is_empty() {
+        // Classes with a memory.high of their own: their containers are not in the
+        // figures above.
+        let mut classes = table(&["CLASS", "REASON", "RECOMMENDED", "CURRENT", "CONTAINERS"]);
+        let factor = |f: Option<f64>, none: &str| f.map_or(none.to_string(), |f| f.to_string());
+        for c in &r.classes {
+            classes.add_row(vec![
+                c.name.clone(),
+                format!("{:?}", c.reason),
+                factor(c.throttling_factor, "-"),
+                factor(c.current_factor, "no memory.high"),
+                c.containers.to_string(),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&text(&classes));
+        out.push('\n');
+        for c in &r.classes {
+            out.push_str(&format!("class {}: {}\n", c.name, c.message));
+        }
+    }
     out
 }
 
@@ -182,6 +214,7 @@ mod tests {
                     fitting_percent: if k >= 9 { 99.2 } else { 50.0 },
                 })
                 .collect(),
+            classes: Vec::new(),
         }
     }
 
@@ -230,6 +263,58 @@ mod tests {
             !render_table(&report).contains("FACTOR"),
             "no distribution without evidence"
         );
+    }
+
+    /// Workload classes: each class with a factor of its own gets its recommended
+    /// factor in the manifest and a row in the table; a class without memory.high
+    /// keeps none, and one without a recommendation keeps its factor.
+    #[test]
+    fn classes_get_their_own_recommended_factors() {
+        use nodemem_api::policy::ClassRecommendation;
+        let mut p = policy(None);
+        p.spec.settings.classes = serde_json::from_value(json!([
+            {"name": "batch", "throttlingFactor": 0.5},
+            {"name": "jobs", "throttlingFactor": 0.6},
+            {"name": "service", "memoryHigh": "None"}]))
+        .unwrap();
+        let class = |name: &str, factor: Option<f64>, current: Option<f64>| ClassRecommendation {
+            name: name.into(),
+            reason: if factor.is_some() {
+                RecommendationReason::Recommended
+            } else {
+                RecommendationReason::TooLittleEvidence
+            },
+            message: format!("{name} says"),
+            throttling_factor: factor,
+            fitting_percent: None,
+            current_factor: current,
+            containers: 7,
+        };
+        let mut r = recommended();
+        r.classes = vec![
+            class("batch", Some(0.7), Some(0.5)),
+            class("jobs", None, Some(0.6)),
+            class("service", Some(0.95), None),
+        ];
+        p.status = Some(nodemem_api::NodeMemoryPolicyStatus {
+            recommendation: Some(r),
+            ..Default::default()
+        });
+        let report = build(&p).unwrap();
+        let m = manifest(&p, &report).unwrap();
+        assert_eq!(
+            m["spec"]["classes"],
+            json!([
+                {"name": "batch", "throttlingFactor": 0.7},
+                {"name": "jobs", "throttlingFactor": 0.6},
+                {"name": "service", "memoryHigh": "None"}])
+        );
+        let back: NodeMemoryPolicy = serde_json::from_value(m).unwrap();
+        assert!(nodemem_api::convert::node_settings(&back.spec.settings).is_ok());
+        let out = render_table(&report);
+        assert!(out.contains("batch    Recommended        0.7"), "{out}");
+        assert!(out.contains("no memory.high"), "{out}");
+        assert!(out.contains("class jobs: jobs says"), "{out}");
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct PolicyRow {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rolled_back_revision: Option<String>,
+    /// Its workload classes with the pods that run each over the pool (as the
+    /// controller last summed its agents' reports).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<nodemem_api::policy::ClassPods>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -114,6 +118,7 @@ fn policy_row(p: &NodeMemoryPolicy) -> PolicyRow {
         state,
         message,
         rolled_back_revision: status.rolled_back_revision.clone(),
+        classes: status.pool.map(|p| p.classes).unwrap_or_default(),
     }
 }
 
@@ -297,6 +302,19 @@ pub fn render_table(r: &StatusReport) -> String {
         for p in r.policies.iter().filter(|p| p.state != "Complete") {
             let _ = writeln!(out, "  {}: {}", p.name, p.message);
         }
+        for p in r.policies.iter().filter(|p| !p.classes.is_empty()) {
+            let counts: Vec<String> = p
+                .classes
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.pods))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {}: pods per class: {} (the others run the pool's settings)",
+                p.name,
+                counts.join(", ")
+            );
+        }
         for p in r.policies.iter().filter(|p| p.excluded > 0) {
             let named: Vec<String> = p
                 .excluded_nodes
@@ -396,6 +414,44 @@ mod tests {
     fn node(name: &str, pool: &str) -> k8s_openapi::api::core::v1::Node {
         serde_json::from_value(json!({"metadata": {"name": name, "labels": {"pool": pool}}}))
             .unwrap()
+    }
+
+    /// A policy with workload classes: its pods per class over the pool, from its status.
+    #[test]
+    fn a_policy_with_classes_counts_the_pods_of_each() {
+        let mut p = policy("a", "x", 0);
+        let mut status = p.status.clone().unwrap_or_default();
+        status.pool = Some(nodemem_api::policy::PoolSignals {
+            classes: vec![
+                nodemem_api::policy::ClassPods {
+                    name: "batch".into(),
+                    pods: 5,
+                },
+                nodemem_api::policy::ClassPods {
+                    name: "service".into(),
+                    pods: 0,
+                },
+            ],
+            ..Default::default()
+        });
+        p.status = Some(status);
+        let s = Snapshot {
+            policies: vec![p, policy("b", "y", 0)],
+            nodes: vec![node("n1", "x")],
+            configs: Vec::new(),
+        };
+        let r = build(&s);
+        let out = render_table(&r);
+        assert!(
+            out.contains(
+                "a: pods per class: batch 5, service 0 (the others run the pool's settings)"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("b: pods per class"), "{out}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["policies"][0]["classes"][0]["pods"], 5);
+        assert!(json["policies"][1].get("classes").is_none());
     }
 
     /// `kubectl nodemem status POLICY`, as the alerts say it: that policy's row, its

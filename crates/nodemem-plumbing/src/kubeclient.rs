@@ -20,13 +20,18 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
 pub const BRIEF_RETRIES: u32 = 2;
 
 /// [`client`] for a process that retries failed writes itself, per object (the
-/// controller): a request the apiserver refuses for load (429, 503, 504) is retried
+/// controller's writes, the agent's status writes): a request the apiserver refuses for load (429, 503, 504) is retried
 /// here only [`BRIEF_RETRIES`] times, honouring the apiserver's Retry-After, then
 /// fails to its caller. kube's default client retries one request up to 15 times over
 /// minutes, which would hold a whole decision's writes behind one refused object.
 pub async fn client_with_brief_retries(kubeconfig: Option<&Path>) -> Result<Client, CliError> {
+    with_brief_retries(config(kubeconfig, None).await?)
+}
+
+/// The client of `config` with [`client_with_brief_retries`]' retries (what tests
+/// build against an apiserver of their own).
+pub fn with_brief_retries(mut config: Config) -> Result<Client, CliError> {
     use kube::client::retry::RetryPolicy;
-    let mut config = config(kubeconfig, None).await?;
     config.default_retry = false;
     let policy = RetryPolicy::new(
         std::time::Duration::from_millis(200),

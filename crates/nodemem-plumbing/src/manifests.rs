@@ -221,6 +221,38 @@ pub fn typed_kind<T: DeserializeOwned + Serialize>(
     typed(doc).map_err(|e| problems.extend(e.problems)).ok()
 }
 
+/// The pods of a file with what its Namespace documents choose for them (a class by
+/// label `nodemem.io/class`, the opt-out), as the agent reads them from its namespace
+/// watch: each Pod converted for the node computation, every other kind a problem.
+pub fn read_node_pods<'d>(
+    docs: &'d [Document],
+    problems: &mut Vec<String>,
+) -> Vec<(
+    &'d Document,
+    k8s_openapi::api::core::v1::Pod,
+    nodemem_api::k8s::NamespaceChoice,
+)> {
+    use k8s_openapi::api::core::v1 as core;
+    use nodemem_api::k8s::NamespaceChoice;
+    let mut namespaces = std::collections::BTreeMap::new();
+    for doc in docs.iter().filter(|d| d.kind() == Some("Namespace")) {
+        if let Some(ns) = typed_kind::<core::Namespace>(doc, "Namespace", problems) {
+            let name = ns.metadata.name.clone().unwrap_or_default();
+            namespaces.insert(name, NamespaceChoice::of(ns.metadata.labels.as_ref()));
+        }
+    }
+    let mut out = Vec::new();
+    for doc in docs.iter().filter(|d| d.kind() != Some("Namespace")) {
+        let Some(pod) = typed_kind::<core::Pod>(doc, "Pod", problems) else {
+            continue;
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let choice = namespaces.get(namespace).cloned().unwrap_or_default();
+        out.push((doc, pod, choice));
+    }
+    out
+}
+
 /// The policies of a file, each checked as `simulate` checks them (unknown fields,
 /// apiVersion and kind, settings); problems are collected.
 pub fn read_policies(

@@ -66,7 +66,7 @@ pub struct ControlPlane {
     keep: bool,
 }
 
-fn free_port() -> Result<u16, Error> {
+pub(crate) fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::Setup(format!("no free loopback port: {e}")))?;
     Ok(l.local_addr()
@@ -122,6 +122,11 @@ pub struct Options {
     /// delete) with its user and times: [`ControlPlane::audit_writes`] shows who wrote
     /// when.
     pub audit_writes: bool,
+    /// The apiserver's seats in all (`--max-requests-inflight` two thirds of them,
+    /// `--max-mutating-requests-inflight` the rest: with API Priority and Fairness on,
+    /// their sum is what the priority levels share), as a small managed control plane
+    /// has them (about 200). None: the apiserver's own (400 + 200).
+    pub seats: Option<u32>,
 }
 
 /// Metadata for every write, nothing for reads and watches.
@@ -223,11 +228,12 @@ impl ControlPlane {
         )?;
         wait_port(&mut etcd, etcd_port)?;
 
-        let mut admission = Vec::new();
+        // The flags an option adds.
+        let mut optional = Vec::new();
         if let Some(level) = &options.pod_security_default {
             let file = dir.join("admission.yaml");
             write(&file, &pod_security_admission(level))?;
-            admission.push(format!(
+            optional.push(format!(
                 "--admission-control-config-file={}",
                 file.display()
             ));
@@ -235,13 +241,23 @@ impl ControlPlane {
         if options.audit_writes {
             let file = dir.join("audit-policy.yaml");
             write(&file, AUDIT_WRITES_POLICY)?;
-            admission.extend([
+            optional.extend([
                 format!("--audit-policy-file={}", file.display()),
                 format!("--audit-log-path={}", dir.join("audit.log").display()),
                 "--audit-log-format=json".into(),
                 // Written before the response: a test that read a response finds its
                 // request in the log.
                 "--audit-log-mode=blocking".into(),
+            ]);
+        }
+        if let Some(seats) = options.seats {
+            let reading = (seats * 2 / 3).max(1);
+            optional.extend([
+                format!("--max-requests-inflight={reading}"),
+                format!(
+                    "--max-mutating-requests-inflight={}",
+                    seats.saturating_sub(reading).max(1)
+                ),
             ]);
         }
         let mut apiserver = Process::spawn(
@@ -284,7 +300,7 @@ impl ControlPlane {
                 "--v=1".into(),
             ]
             .into_iter()
-            .chain(admission)
+            .chain(optional)
             .collect::<Vec<String>>(),
             &dir.join("kube-apiserver.log"),
         )?;
@@ -398,6 +414,11 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The flags the apiserver runs with (a second one on the same etcd takes them).
+    pub fn apiserver_args(&self) -> &[String] {
+        self.apiserver.args()
     }
 
     /// A kubeconfig with cluster-admin rights (for kubectl and manual use).
@@ -764,7 +785,7 @@ fn write_token_kubeconfig(path: &Path, server: &str, dir: &Path, token: &str) ->
 }
 
 /// Waits until a component accepts TCP connections on `port`, or fails with its log.
-fn wait_port(process: &mut Process, port: u16) -> Result<(), Error> {
+pub(crate) fn wait_port(process: &mut Process, port: u16) -> Result<(), Error> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(status) = process.exited() {

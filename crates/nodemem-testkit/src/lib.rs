@@ -34,6 +34,7 @@ pub mod process;
 pub mod proxy;
 pub mod real_node;
 pub mod scripted_api;
+pub mod second_apiserver;
 pub mod simulate;
 pub mod stats;
 pub mod vm;

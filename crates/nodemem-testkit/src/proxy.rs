@@ -2,8 +2,11 @@
 //! can be partitioned from the control plane while everything else keeps talking to
 //! it. Cutting closes every open connection and black-holes new ones (accepted, never
 //! answered, as a dropped route looks to a client); restoring closes the black-holed
-//! connections so that their clients retry at once, and forwards again.
+//! connections so that their clients retry at once, and forwards again. Retargeting
+//! sends new connections elsewhere while open ones stay where they are, as a load
+//! balancer in front of several apiservers does when one leaves it.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,12 +15,15 @@ use std::thread;
 
 use crate::error::Error;
 
-#[derive(Default)]
 struct Shared {
+    /// Where new connections go.
+    target: Mutex<SocketAddr>,
     cut: AtomicBool,
     stopped: AtomicBool,
-    /// Both ends of every forwarded connection, to close on a cut.
-    open: Mutex<Vec<TcpStream>>,
+    /// Both ends of every open forwarded connection by its number, to close on a cut
+    /// (a connection's entry goes when it closes: a proxy holding thousands of watches
+    /// keeps no descriptor of those gone).
+    open: Mutex<HashMap<u64, [Arc<TcpStream>; 2]>>,
     /// Connections accepted while cut, held unanswered.
     held: Mutex<Vec<TcpStream>>,
     /// Connections accepted in all.
@@ -38,7 +44,14 @@ impl TcpProxy {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Setup(format!("proxy address: {e}")))?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            target: Mutex::new(target),
+            cut: AtomicBool::default(),
+            stopped: AtomicBool::default(),
+            open: Mutex::default(),
+            held: Mutex::default(),
+            accepted: AtomicU64::default(),
+        });
         let s = shared.clone();
         thread::spawn(move || {
             for client in listener.incoming() {
@@ -46,15 +59,16 @@ impl TcpProxy {
                     return;
                 }
                 let Ok(client) = client else { continue };
-                s.accepted.fetch_add(1, Ordering::SeqCst);
+                let number = s.accepted.fetch_add(1, Ordering::SeqCst);
                 if s.cut.load(Ordering::SeqCst) {
                     s.held.lock().unwrap().push(client);
                     continue;
                 }
+                let target = *s.target.lock().unwrap();
                 let Ok(upstream) = TcpStream::connect(target) else {
                     continue;
                 };
-                forward(&s, client, upstream);
+                forward(&s, number, client, upstream);
             }
         });
         Ok(TcpProxy { addr, shared })
@@ -73,8 +87,10 @@ impl TcpProxy {
     /// Cuts the way: open connections are closed, new ones are held unanswered.
     pub fn cut(&self) {
         self.shared.cut.store(true, Ordering::SeqCst);
-        for s in self.shared.open.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
+        for (_, ends) in self.shared.open.lock().unwrap().drain() {
+            for s in ends {
+                let _ = s.shutdown(Shutdown::Both);
+            }
         }
     }
 
@@ -85,6 +101,12 @@ impl TcpProxy {
         for s in self.shared.held.lock().unwrap().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
+    }
+
+    /// Sends new connections to `target`; open ones stay with the old target until
+    /// either end closes them.
+    pub fn retarget(&self, target: SocketAddr) {
+        *self.shared.target.lock().unwrap() = target;
     }
 
     /// Connections accepted so far (a client that retried shows here).
@@ -104,22 +126,32 @@ impl Drop for TcpProxy {
 }
 
 /// Copies both ways on two threads; both ends are registered to be closed by a cut.
-fn forward(shared: &Arc<Shared>, client: TcpStream, upstream: TcpStream) {
-    let pairs = (
-        client.try_clone(),
-        upstream.try_clone(),
-        client.try_clone(),
-        upstream.try_clone(),
-    );
-    let (Ok(c2), Ok(u2), Ok(c3), Ok(u3)) = pairs else {
-        return;
-    };
-    shared.open.lock().unwrap().extend([c3, u3]);
-    thread::spawn(move || copy(client, u2));
-    thread::spawn(move || copy(upstream, c2));
+/// The threads and the registry share each socket (two descriptors a connection: a
+/// benchmark's proxy carries thousands of watches under a limit of open files).
+fn forward(shared: &Arc<Shared>, number: u64, client: TcpStream, upstream: TcpStream) {
+    let (client, upstream) = (Arc::new(client), Arc::new(upstream));
+    shared
+        .open
+        .lock()
+        .unwrap()
+        .insert(number, [client.clone(), upstream.clone()]);
+    let ends =
+        |from: &Arc<TcpStream>, to: &Arc<TcpStream>| (from.clone(), to.clone(), shared.clone());
+    for (from, to, s) in [ends(&client, &upstream), ends(&upstream, &client)] {
+        copier(move || {
+            copy(&from, &to);
+            s.open.lock().unwrap().remove(&number);
+        });
+    }
 }
 
-fn copy(mut from: TcpStream, mut to: TcpStream) {
+/// A copying thread on a small stack (its buffer is 16 KiB): a benchmark's proxy
+/// carries thousands of watches, two threads each.
+fn copier(f: impl FnOnce() + Send + 'static) {
+    let _ = thread::Builder::new().stack_size(128 * 1024).spawn(f);
+}
+
+fn copy(mut from: &TcpStream, mut to: &TcpStream) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buf) {
@@ -154,6 +186,39 @@ mod tests {
             }
         });
         addr
+    }
+
+    /// A server that answers every connection with `tag` and closes it.
+    fn tagged(tag: &'static [u8]) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let _ = s.write_all(tag);
+            }
+        });
+        addr
+    }
+
+    fn read_tag(addr: SocketAddr) -> Vec<u8> {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut buf = [0u8; 1];
+        s.read_exact(&mut buf).unwrap();
+        buf.to_vec()
+    }
+
+    #[test]
+    fn retargets_new_connections_and_leaves_open_ones() {
+        let echoed = echo();
+        let proxy = TcpProxy::start(echoed).unwrap();
+        let mut open = TcpStream::connect(proxy.addr()).unwrap();
+        assert_eq!(round_trip(&mut open).unwrap(), b"ping");
+        proxy.retarget(tagged(b"b"));
+        assert_eq!(read_tag(proxy.addr()), b"b");
+        // The connection opened before still reaches the echo server.
+        assert_eq!(round_trip(&mut open).unwrap(), b"ping");
+        proxy.retarget(tagged(b"c"));
+        assert_eq!(read_tag(proxy.addr()), b"c");
     }
 
     fn round_trip(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {

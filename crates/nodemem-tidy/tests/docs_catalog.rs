@@ -146,6 +146,7 @@ const NOT_REASONS: &[&str] = &[
     "Recover",
     "Relieve",
     "Pin",
+    "Classify",
     "Repair",
     "Rollout",
     "Static",

@@ -20,10 +20,28 @@
 //! sent to etcd (`etcd_requests_total`), and the events its watch cache dispatched.
 //! Then a policy over every node is created and the time until each agent's config
 //! watch delivers its config is measured.
+//!
+//! Then what each agent's watches deliver, counted per agent and resource (issue 64):
+//! for the policy change; for a pod's life (created bound to its node, Running,
+//! deleted) on NODEMEM_WATCH_PODS nodes (20); and for an apiserver restart under every
+//! watch (stopped, started again 5 s later): the watches that had to list again, the
+//! restarted apiserver's LIST requests per resource and its busiest second, the
+//! requests its flow control turned away, and when it held as many watches as before.
+//! NODEMEM_WATCH_RESTART=rolling runs a second apiserver on the same etcd from the
+//! start, the agents reaching both through one address (a proxy standing for the load
+//! balancer of a highly available control plane), and takes the first out as a
+//! rolling upgrade does instead: whether the watches resume on the other from their
+//! resource versions (the bookmarks keep them recent) or list again.
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is the run failing
 
 mod common;
+#[path = "agent_watches/pod_starts.rs"]
+mod pod_starts;
+#[path = "agent_watches/restart.rs"]
+mod restart;
+#[path = "agent_watches/tally.rs"]
+mod tally;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -33,11 +51,118 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use nodemem_api::{NodeMemoryConfig, NodeMemoryPolicy};
 use nodemem_testkit::Identity;
 use serde_json::json;
+
+/// The configs' resource, as the apiserver's metrics name it.
+const CONFIGS: &str = "nodememoryconfigs";
+
+/// A pod's life on NODEMEM_WATCH_PODS nodes spread over the agents: each agent's events
+/// per resource, and the pod watch events the apiserver sent in all, per pod.
+fn pods_on_a_few_nodes(cluster: &common::Cluster, tally: &tally::Tally, agents: usize) {
+    let pods: usize = std::env::var("NODEMEM_WATCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+        .clamp(1, agents);
+    let nodes: Vec<String> = (0..pods)
+        .map(|k| format!("agent-{:05}", k * agents / pods))
+        .collect();
+    let before = (
+        tally.read(),
+        cluster.runtime.block_on(metrics(&cluster.client)),
+    );
+    cluster
+        .runtime
+        .block_on(pod_starts::pods_live_and_go(&cluster.client, &nodes));
+    let after = (
+        tally.read(),
+        cluster.runtime.block_on(metrics(&cluster.client)),
+    );
+    for line in tally::per_agent(&before.0, &after.0) {
+        println!("agent_watches: a pod's life (created bound, Running, deleted) on {pods} node(s), per agent: {line}");
+    }
+    let sent = |m: &BTreeMap<String, f64>| -> f64 {
+        m.iter()
+            .filter(|(k, _)| {
+                k.starts_with("apiserver_watch_events_total{") && k.contains("resource=\"pods\"")
+            })
+            .map(|(_, v)| v)
+            .sum()
+    };
+    println!(
+        "agent_watches: pod watch events the apiserver sent for them: {} ({:.1} per pod, to every watcher of pods: the bound agent and the cluster-wide ones)",
+        sent(&after.1) - sent(&before.1),
+        (sent(&after.1) - sent(&before.1)) / pods as f64
+    );
+}
+
+/// The apiserver restarted under every watch: the agents' relists per resource (their
+/// own count), and what the restarted apiserver saw.
+fn restarted(cluster: &mut common::Cluster, tally: &tally::Tally, ha: Option<&restart::Ha>) {
+    let before = tally.read();
+    let m = cluster.runtime.block_on(metrics(&cluster.client));
+    let watches: f64 = m
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("apiserver_longrunning_requests{") && k.contains("verb=\"WATCH\"")
+        })
+        .map(|(_, v)| v)
+        .sum();
+    let (seen, what) = match ha {
+        None => (
+            restart::restart_and_watch(cluster, Duration::from_secs(5), watches),
+            "the apiserver restarted (from its stop to ready again",
+        ),
+        // The agents' own watches: the controller's and the controller-manager's stay
+        // with the first apiserver (they do not go through the balancer).
+        Some(ha) => (
+            restart::roll_over(
+                cluster,
+                ha,
+                before.events.values().map(Vec::len).sum::<usize>() as f64,
+            ),
+            "the first of two apiservers taken out, the second left (its stop took",
+        ),
+    };
+    let after = tally.read();
+    println!(
+        "agent_watches: {what} {:.1} s, {} start(s)): {} watches open before; {} held again {} (at most {} in the window)",
+        seen.down.as_secs_f64(),
+        seen.starts,
+        watches,
+        if ha.is_some() { "the agents'" } else { "as many" },
+        seen.watches_back.map_or_else(
+            || "not within 90 s".to_string(),
+            |d| format!("{:.1} s after it was ready", d.as_secs_f64())
+        ),
+        seen.most_watches
+    );
+    for resource in after.relists.keys() {
+        println!(
+            "agent_watches: after the restart, the agents' watches of {resource} that listed again: {} of {}",
+            after.relists_since(&before, resource),
+            after.events[resource].len()
+        );
+    }
+    for line in tally::per_agent(&before, &after) {
+        println!("agent_watches: the restart, per agent: {line}");
+    }
+    println!(
+        "agent_watches: {}'s LIST requests in its first 90 s: {} (the busiest second {}); requests its flow control turned away: {}",
+        if ha.is_some() { "the apiserver left" } else { "the restarted apiserver" },
+        seen.lists
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        seen.peak_lists_per_second,
+        seen.rejected
+    );
+}
 
 /// When each agent's config watch delivered a config with a revision.
 type Arrivals = Arc<Mutex<BTreeMap<usize, Instant>>>;
@@ -48,7 +173,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5000);
     let others = OtherWatch::from_env();
-    let cluster = common::Cluster::start();
+    let mut cluster = common::Cluster::start();
     let admin = cluster.cp.admin_kubeconfig().to_path_buf();
     let repo = nodemem_testkit::binaries::repo_root();
     nodemem_testkit::clients::kubectl(
@@ -67,11 +192,20 @@ fn main() {
 
     // Each agent's own identity (a pod bound to its node, and a token bound to it).
     let started = Instant::now();
+    let ha = std::env::var("NODEMEM_WATCH_RESTART")
+        .is_ok_and(|v| v == "rolling")
+        .then(|| restart::Ha::start(&cluster));
     let clients: Vec<Client> = cluster.runtime.block_on(async {
         futures::stream::iter(0..agents)
             .map(|i| {
-                let cp = &cluster.cp;
-                async move { cp.client(&Identity::Agent(name(i))).await.unwrap() }
+                let (cp, ha) = (&cluster.cp, ha.as_ref());
+                async move {
+                    let agent = Identity::Agent(name(i));
+                    match ha {
+                        Some(ha) => ha.client(cp, &agent).await,
+                        None => cp.client(&agent).await.unwrap(),
+                    }
+                }
             })
             .buffered(32)
             .collect()
@@ -82,13 +216,15 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
 
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut controller = cluster.spawn_controller(&[], log.as_file());
     let before = cluster.runtime.block_on(metrics(&cluster.client));
     let memory_before = control_plane_memory(&cluster.cp);
 
     // Every agent's three watches; each config watch records when its config comes.
     let arrivals: Arrivals = Arc::default();
+    let resources: Vec<&'static str> = std::iter::once(CONFIGS)
+        .chain(others.iter().map(|w| w.resource()))
+        .collect();
+    let tally = Arc::new(tally::Tally::new(&resources, agents));
     let listed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // Errors the config watches met (the apiserver closing one, a request refused):
     // each is retried by listing again.
@@ -102,15 +238,17 @@ fn main() {
         let arrivals = arrivals.clone();
         let listed = listed.clone();
         let failures = failures.clone();
+        let counts = tally.clone();
         tasks.push(cluster.runtime.spawn(async move {
-            let mut events = Box::pin(watcher::watcher(configs, by_name));
-            let mut first_list = true;
+            // With the agent's backoff (node_sync.rs): a watch the apiserver closed or
+            // refused is opened again after a pause, not at once.
+            let mut events = Box::pin(watcher::watcher(configs, by_name).default_backoff());
+            let mut listed_once = false;
             while let Some(e) = events.next().await {
+                if counts.count(CONFIGS, i, &e, &mut listed_once) {
+                    listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 match e {
-                    Ok(watcher::Event::InitDone) if first_list => {
-                        first_list = false;
-                        listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
                     // A watch listed again after an error brings its config in the list.
                     Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))
                         if !c.spec.revision.is_empty() =>
@@ -129,7 +267,11 @@ fn main() {
             }
         }));
         for watch in &others {
-            tasks.push(cluster.runtime.spawn(watch.open(client.clone(), &node)));
+            tasks.push(
+                cluster
+                    .runtime
+                    .spawn(watch.open(client.clone(), &node, tally.clone(), i)),
+            );
         }
     }
     while listed.load(std::sync::atomic::Ordering::Relaxed) < agents {
@@ -154,7 +296,13 @@ fn main() {
             .join(", ")
     );
 
+    // The controller starts once the watches are open: opening 15,000 of them keeps the
+    // apiserver so busy that a controller started before them can miss its Lease's
+    // renewal and exit, as one replica of a Deployment does.
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut controller = cluster.spawn_controller(&[], log.as_file());
     // A policy over every node: the time until each agent's watch brings its config.
+    let before_policy = tally.read();
     let (created, last_written) = cluster.runtime.block_on(async {
         let configs: Api<DynamicObject> = Api::all_with(
             cluster.client.clone(),
@@ -195,6 +343,10 @@ fn main() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let changed = cluster.runtime.block_on(metrics(&cluster.client));
+    // What follows the configs' writing (the controller's own status updates) counted
+    // with them.
+    std::thread::sleep(Duration::from_secs(5));
+    let after_policy = tally.read();
     let mut reached: Vec<Duration> = arrivals
         .lock()
         .unwrap()
@@ -242,6 +394,11 @@ fn main() {
             )
         );
     }
+    for line in tally::per_agent(&before_policy, &after_policy) {
+        println!("agent_watches: the policy change, per agent: {line}");
+    }
+    pods_on_a_few_nodes(&cluster, &tally, agents);
+    restarted(&mut cluster, &tally, ha.as_ref());
     for t in tasks {
         t.abort();
     }
@@ -286,26 +443,36 @@ impl OtherWatch {
         }
     }
 
-    /// The watch as agent `node` opens it, its events read and dropped.
+    /// The watch as agent `agent` (node `node`) opens it, with the agent's backoff, its
+    /// events counted on `tally`.
     fn open(
         self,
         client: Client,
         node: &str,
+        tally: Arc<tally::Tally>,
+        agent: usize,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let resource = self.resource();
         match self {
             OtherWatch::Node => {
                 let by_name = watcher::Config::default().fields(&format!("metadata.name={node}"));
-                Box::pin(drain(watcher::watcher(Api::<Node>::all(client), by_name)))
+                let events = watcher::watcher(Api::<Node>::all(client), by_name).default_backoff();
+                Box::pin(tally::counted(events, tally, resource, agent))
             }
             OtherWatch::Pods => {
                 let bound = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-                Box::pin(drain(watcher::watcher(Api::<Pod>::all(client), bound)))
+                let events = watcher::watcher(Api::<Pod>::all(client), bound).default_backoff();
+                Box::pin(tally::counted(events, tally, resource, agent))
             }
             // Metadata only, as the agent reads them (their labels).
-            OtherWatch::Namespaces => Box::pin(drain(watcher::watcher(
-                Api::<kube::core::PartialObjectMeta<Namespace>>::all(client),
-                watcher::Config::default(),
-            ))),
+            OtherWatch::Namespaces => {
+                let events = watcher::watcher(
+                    Api::<kube::core::PartialObjectMeta<Namespace>>::all(client),
+                    watcher::Config::default(),
+                )
+                .default_backoff();
+                Box::pin(tally::counted(events, tally, resource, agent))
+            }
         }
     }
 }
@@ -320,12 +487,6 @@ fn control_plane_memory(cp: &nodemem_testkit::ControlPlane) -> Vec<(String, f64)
             Some((name.trim().to_string(), rss as f64 / 1024.0))
         })
         .collect()
-}
-
-/// Reads a watch's events and drops them.
-async fn drain<K>(events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>>) {
-    let mut events = Box::pin(events);
-    while events.next().await.is_some() {}
 }
 
 /// The apiserver's metrics, as `series -> value`.

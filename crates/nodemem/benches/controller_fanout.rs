@@ -19,7 +19,8 @@
 //! controller keeps reconciling (every second) with nothing to change; and the
 //! controller's resident memory (its peak too: the fan-out's events queue while its
 //! writes run).
-//! NODEMEM_FANOUT_NODES changes the node count; NODEMEM_FANOUT_DIAG=1 adds a second
+//! NODEMEM_FANOUT_NODES changes the node count, NODEMEM_FANOUT_WRITERS=n measures the
+//! ceiling with n writers without the sweep; NODEMEM_FANOUT_DIAG=1 adds a second
 //! fan-out by a warm controller and the best plain client with the controller's identity
 //! and with a second watch; NODEMEM_FANOUT_PROFILE=dir with NODEMEM_APISERVER_PROFILING=1
 //! saves the apiserver's CPU profile during the first round's ceiling and fan-out;
@@ -135,7 +136,13 @@ fn main() {
     };
 
     // The sweep: 1 to 64 writers; the fastest writer count is the ceiling's.
-    let sweep: Vec<(usize, Duration)> = WRITERS
+    // NODEMEM_FANOUT_WRITERS=n skips the sweep for that one count (at 50,000 nodes the
+    // sweep alone took 7 minutes, and 16 writers were the fastest as at 20,000).
+    let writer_counts: Vec<usize> = match std::env::var("NODEMEM_FANOUT_WRITERS") {
+        Ok(n) => vec![n.parse().expect("NODEMEM_FANOUT_WRITERS is a writer count")],
+        Err(_) => WRITERS.to_vec(),
+    };
+    let sweep: Vec<(usize, Duration)> = writer_counts
         .into_iter()
         .map(|writers| {
             (
@@ -332,7 +339,9 @@ impl Bench<'_> {
         before_stop();
         let _ = controller.kill();
         let _ = controller.wait();
+        let start_up = measure.then(|| self.start_up(args));
         FanoutRun {
+            start_up,
             took,
             first_seen,
             revision,
@@ -383,6 +392,29 @@ impl Bench<'_> {
             rss_after_fanout,
             rss_quiet,
         }
+    }
+
+    /// A controller started anew where every node has its config (and the policy is
+    /// there): how long until it has listed, indexed and decided once, by its own log.
+    fn start_up(&self, args: &[&str]) -> StartUp {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let spawned = Instant::now();
+        let mut controller = self.cluster.spawn_controller(args, log.as_file());
+        let line = loop {
+            let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.contains("started up:")) {
+                break line.to_string();
+            }
+            assert!(
+                spawned.elapsed() < Duration::from_secs(600),
+                "the controller did not start up: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let until_logged = spawned.elapsed();
+        let _ = controller.kill();
+        let _ = controller.wait();
+        StartUp { until_logged, line }
     }
 
     /// The names of every config there is now.
@@ -648,6 +680,15 @@ struct FanoutRun {
     revision: String,
     terminated: f64,
     measured: Option<Measured>,
+    start_up: Option<StartUp>,
+}
+
+/// A new controller's start-up over every node's config: its own log line, read as a
+/// user would (`started up: ...`), with the sizes it read.
+struct StartUp {
+    /// From the process's spawn until the line was written.
+    until_logged: Duration,
+    line: String,
 }
 
 /// The first round's writes and memory.
@@ -671,6 +712,13 @@ impl FanoutRun {
             "controller_fanout: config watches the apiserver closed during the fan-out for falling behind: {} (goal: 0)",
             self.terminated
         );
+        if let Some(s) = &self.start_up {
+            println!(
+                "controller_fanout: a controller started anew over {nodes} configs logged its start-up {:.2} s after its spawn: {}",
+                s.until_logged.as_secs_f64(),
+                s.line.trim()
+            );
+        }
         let Some(m) = &self.measured else { return };
         let (total, detail) = &m.fanout_writes;
         let (quiet, quiet_detail) = &m.quiet_writes;

@@ -21,7 +21,7 @@ use nodemem_model::values::memory_qos::NodeMemoryFacts;
 use nodemem_model::Warning;
 
 use nodemem_plumbing::flags::ScopeArg;
-use nodemem_plumbing::manifests::{read_documents, read_policies, typed, typed_kind, Document};
+use nodemem_plumbing::manifests::{read_documents, read_node_pods, read_policies, typed, Document};
 use nodemem_plumbing::CliError;
 
 pub use numa::{parse_topology, read_topology};
@@ -255,11 +255,8 @@ fn read_node(
 
 fn read_pods(docs: &[Document], problems: &mut Vec<String>) -> Vec<NodePod> {
     let mut pods = Vec::new();
-    for doc in docs {
-        let Some(k8s_pod) = typed_kind::<core::Pod>(doc, "Pod", problems) else {
-            continue;
-        };
-        match node_pod_from_k8s(&k8s_pod, false) {
+    for (doc, k8s_pod, namespace) in read_node_pods(docs, problems) {
+        match node_pod_from_k8s(&k8s_pod, &namespace) {
             Ok(pod) => pods.push(pod),
             Err(ps) => problems.extend(
                 ps.into_iter()

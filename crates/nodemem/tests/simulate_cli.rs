@@ -318,6 +318,20 @@ fn invalid_input_fails_with_one_line_per_problem() {
         ),
         ("selector", "  nodeSelector:\n    matchExpressions:\n    - {key: pool, operator: In}\n", GOOD_POD, &["spec.nodeSelector.matchExpressions[0].values: must be specified"]),
         ("operator", "  nodeSelector:\n    matchExpressions:\n    - {key: pool, operator: Near, values: [a]}\n", GOOD_POD, &["operator: unknown variant `Near`"]),
+        (
+            "classes",
+            "  enforcement: Observe\n  classes:\n  - name: Batch\n    throttlingFactor: 1.5\n  - name: web\n    memoryManager: {policy: Static}\n    reclaim: {mode: Active}\n  - name: web\n    throttlingFactor: 0.5\n    memoryHigh: None\n",
+            GOOD_POD,
+            &[
+                "spec.classes[0].name: class name \"Batch\" must be a DNS label",
+                "spec.classes[0].throttlingFactor: must be greater than 0 and less than or equal to 1, found 1.5",
+                "spec.classes[1].memoryManager: a class cannot change the Memory Manager",
+                "spec.classes[1].reclaim.mode: reclaim mode Active writes memory.reclaim",
+                "spec.classes[2].throttlingFactor: throttlingFactor is not used with memoryHigh: None",
+                "spec.classes[2].name: class \"web\" is named twice",
+            ],
+        ),
+        ("classes-kubelet", "  enforcement: Kubelet\n  classes:\n  - name: batch\n", GOOD_POD, &["spec.classes: classes need enforcement: Agent or Observe"]),
     ];
     for (tag, spec, pods, want) in cases {
         let (code, stderr) = simulate_bad(tag, spec, pods);
@@ -521,4 +535,70 @@ fn the_kubelet_version_of_the_node_names_the_rules_applied() {
         );
         assert_eq!(out["kubeletRules"], said, "{version}");
     }
+}
+
+/// Workload classes (issue 63): each pod's class and where it came from, its values
+/// under its class's settings, the parents' sums without the unprotected class, and a
+/// class the policy does not have named in a warning.
+#[test]
+fn each_pod_shows_its_class_and_where_it_came_from() {
+    let out = example("classes");
+    let class = |name: &str| {
+        let p = pod(&out, name);
+        (p["class"].as_str(), p["classFrom"].as_str().unwrap())
+    };
+    assert_eq!(class("checkout"), (Some("service"), "namespace label"));
+    assert_eq!(class("nightly-etl"), (Some("batch"), "pod annotation"));
+    assert_eq!(class("api"), (None, "pool"));
+    assert_eq!(
+        class("report"),
+        (None, "pool"),
+        "gold is not a class of the policy"
+    );
+    // service: protected as the pool, no memory.high.
+    let checkout = container(pod(&out, "checkout"), "app");
+    assert_eq!(checkout["memory.low"], 1024 * MI);
+    assert!(checkout.get("memory.high").is_none(), "{checkout}");
+    // batch: memory.high at 0.5 of the headroom (512Mi + 0.5 x 3584Mi), no protection.
+    let etl = container(pod(&out, "nightly-etl"), "etl");
+    assert_eq!(etl["memory.high"], 2304 * MI);
+    assert!(etl.get("memory.low").is_none(), "{etl}");
+    // the pool's: its factor 0.9 (256Mi + 0.9 x 768Mi, floored to the page).
+    let api = container(pod(&out, "api"), "api");
+    assert_eq!(
+        api["memory.high"],
+        (256 * MI + (0.9 * (768 * MI) as f64) as i64) / 4096 * 4096
+    );
+    // The parents protect the protected pods only: 1Gi + 256Mi + 128Mi.
+    assert_eq!(out["qos"]["burstable"]["memory.low"], 1408 * MI);
+    assert_eq!(out["kubepods"]["memory.min"], 1408 * MI);
+    let warnings = out["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| {
+            let w = w.as_str().unwrap();
+            w.contains("web/report") && w.contains("\"gold\"") && w.contains("service, batch")
+        }),
+        "{warnings:?}"
+    );
+    // A node where no pod names a class reads as before: no classFrom.
+    let general = example("general");
+    assert!(general["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p.get("classFrom").is_none() && p.get("class").is_none()));
+    // The table's CLASS column.
+    let (code, table, _) = nodemem(&[
+        "simulate",
+        "--policy",
+        "examples/classes/policy.yaml",
+        "--node",
+        "examples/classes/node.yaml",
+        "--pods",
+        "examples/classes/pods.yaml",
+    ]);
+    assert_eq!(code, 0);
+    assert!(table.contains("CLASS"), "{table}");
+    assert!(table.contains("batch (pod annotation)"), "{table}");
+    assert!(table.contains("service (namespace label)"), "{table}");
 }

@@ -13,12 +13,16 @@ use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 
-/// A pod the Memory Manager refused to pin, and why.
+/// What a pass refused a pod, and why: NUMA pinning the Memory Manager refused
+/// (`NumaPinningRefused`), or the class it names that its policy does not have
+/// (`UnknownClass`: it runs the pool's settings).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub namespace: String,
     pub pod: String,
     pub uid: String,
+    /// The Event's reason.
+    pub event: &'static str,
     pub reason: String,
 }
 
@@ -26,8 +30,23 @@ pub struct Announcer {
     /// None until the client exists (and in tests): nothing is published.
     pub recorder: Option<Recorder>,
     pub metrics: Arc<Metrics>,
-    /// Pods already told they were refused NUMA pinning (uid).
-    told_refused: BTreeSet<String>,
+    /// Pods already told what they were refused (uid, Event reason, note): told
+    /// again only when that changes.
+    told_refused: BTreeSet<(String, &'static str, String)>,
+    /// Each pod's workload class as last computed (uid -> class, where it came from):
+    /// a change is told on the pod.
+    classes: std::collections::BTreeMap<String, ClassSeen>,
+}
+
+/// A pod's workload class as a pass computed it: its name (None: the pool's own
+/// settings) and where the choice came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassSeen {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub class: Option<String>,
+    pub from: &'static str,
 }
 
 impl Announcer {
@@ -36,6 +55,7 @@ impl Announcer {
             recorder,
             metrics,
             told_refused: BTreeSet::new(),
+            classes: std::collections::BTreeMap::new(),
         }
     }
 
@@ -123,24 +143,63 @@ impl Announcer {
         }
     }
 
-    /// An Event on each pod the Memory Manager newly refused.
+    /// A Normal Event `ClassChanged` on each pod whose workload class changed since the
+    /// last pass (its annotation or its namespace's label edited, or its policy's
+    /// classes); a pod seen for the first time is not told. Returns the pods told.
+    pub async fn class_events(&mut self, now: Vec<ClassSeen>) -> usize {
+        let mut told = 0;
+        let mut seen = std::collections::BTreeMap::new();
+        for c in now {
+            let before = self.classes.get(&c.uid);
+            if let Some(before) = before.filter(|b| (&b.class, b.from) != (&c.class, c.from)) {
+                let name = |s: &ClassSeen| {
+                    format!(
+                        "{} ({})",
+                        s.class.as_deref().unwrap_or("the pool's settings"),
+                        s.from
+                    )
+                };
+                let note = format!(
+                    "workload class {} -> {}: its values follow at once",
+                    name(before),
+                    name(&c)
+                );
+                info!(pod = %format!("{}/{}", c.namespace, c.pod), "{note}");
+                let reference = pod_reference(&c.namespace, &c.pod, &c.uid);
+                self.publish(
+                    EventType::Normal,
+                    &reference,
+                    "ClassChanged",
+                    &note,
+                    "Classify",
+                )
+                .await;
+                told += 1;
+            }
+            seen.insert(c.uid.clone(), c);
+        }
+        self.classes = seen;
+        told
+    }
+
+    /// A Warning Event on each pod newly refused something (NUMA pinning, its class).
     pub async fn refusal_events(&mut self, refused: Vec<Refusal>) {
-        let now: BTreeSet<String> = refused.iter().map(|r| r.uid.clone()).collect();
-        self.told_refused.retain(|uid| now.contains(uid));
+        let key = |r: &Refusal| (r.uid.clone(), r.event, r.reason.clone());
+        let now: BTreeSet<_> = refused.iter().map(key).collect();
+        self.told_refused.retain(|k| now.contains(k));
         let new: Vec<Refusal> = refused
             .into_iter()
-            .filter(|r| self.told_refused.insert(r.uid.clone()))
+            .filter(|r| self.told_refused.insert(key(r)))
             .collect();
         for r in new {
             let reference = pod_reference(&r.namespace, &r.pod, &r.uid);
-            self.publish(
-                EventType::Warning,
-                &reference,
-                "NumaPinningRefused",
-                &r.reason,
-                "Pin",
-            )
-            .await;
+            let action = if r.event == "UnknownClass" {
+                "Classify"
+            } else {
+                "Pin"
+            };
+            self.publish(EventType::Warning, &reference, r.event, &r.reason, action)
+                .await;
         }
     }
 
@@ -210,5 +269,51 @@ fn pod_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
         name: Some(name.to_string()),
         uid: Some(uid.to_string()),
         ..ObjectReference::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(uid: &str, class: Option<&str>, from: &'static str) -> ClassSeen {
+        ClassSeen {
+            namespace: "shop".into(),
+            pod: format!("pod-{uid}"),
+            uid: uid.into(),
+            class: class.map(str::to_string),
+            from,
+        }
+    }
+
+    /// A pod's class change is told once, on that pod; a pod seen the first time, or
+    /// unchanged, is not; a pod gone is forgotten.
+    #[tokio::test]
+    async fn a_pods_class_change_is_told_once_and_only_for_that_pod() {
+        let mut a = Announcer::new(None, Arc::new(Metrics::new()));
+        let first = vec![
+            seen("1", Some("batch"), "pod annotation"),
+            seen("2", None, "pool"),
+        ];
+        assert_eq!(a.class_events(first.clone()).await, 0, "first sight");
+        assert_eq!(a.class_events(first).await, 0, "nothing changed");
+        let moved = vec![
+            seen("1", Some("service"), "pod annotation"),
+            seen("2", None, "pool"),
+        ];
+        assert_eq!(a.class_events(moved.clone()).await, 1);
+        assert_eq!(a.class_events(moved).await, 0, "told once");
+        // Gone, then back in another class: first sight again.
+        assert_eq!(a.class_events(vec![seen("2", None, "pool")]).await, 0);
+        assert_eq!(
+            a.class_events(vec![seen("1", Some("batch"), "namespace label")])
+                .await,
+            0
+        );
+        assert_eq!(
+            a.class_events(vec![seen("1", None, "pool")]).await,
+            1,
+            "the label removed: back to the pool's"
+        );
     }
 }

@@ -16,7 +16,7 @@ use nodemem_model::node::{Admission, DesiredNode, NodePod};
 use nodemem_model::settings::NodeSettings;
 use tracing::{info, warn};
 
-use super::announce::{Announcer, Refusal};
+use super::announce::{Announcer, ClassSeen, Refusal};
 use super::batch::{Batch, NextPass};
 use crate::health::{verdict, Baseline, Now, Refaults, Verdict};
 use crate::kubelet_mode::{KubeletMode, KubeletOutcome};
@@ -152,7 +152,7 @@ impl Passes {
             now: Time(k8s_openapi::jiff::Timestamp::now()),
             started,
         };
-        let (mut new_status, refused) = match &config.settings {
+        let (mut new_status, told) = match &config.settings {
             Err(problems) => (
                 status(
                     &config.revision,
@@ -163,7 +163,7 @@ impl Passes {
                     input.last,
                     &pass.now,
                 ),
-                Vec::new(),
+                PodNews::default(),
             ),
             Ok(settings) => self.carry_out(writers, &pass, settings).await,
         };
@@ -176,7 +176,10 @@ impl Passes {
         );
         self.metrics
             .record_pass(next.trigger, started.elapsed().as_secs_f64());
-        self.announcer.refusal_events(refused).await;
+        self.announcer.refusal_events(told.refused).await;
+        if let Some(classes) = told.classes {
+            self.announcer.class_events(classes).await;
+        }
         self.report(config, new_status, input.last, status_out)
             .await
     }
@@ -250,7 +253,7 @@ impl Passes {
         writers: &mut Writers,
         pass: &Pass<'_>,
         settings: &NodeSettings,
-    ) -> (NodeMemoryConfigStatus, Vec<Refusal>) {
+    ) -> (NodeMemoryConfigStatus, PodNews) {
         let config = pass.config;
         let kubelet = configure_kubelet(writers, pass, settings).await;
         let node = pass.input.index.node();
@@ -259,11 +262,15 @@ impl Passes {
             .enforce(&writers.node, settings, node, pass.input.pods, pass.reach)
         {
             Ok((desired, report)) => {
-                let refused = refusals(&desired);
+                let told = PodNews {
+                    refused: refusals(&desired),
+                    // Every pass computes the whole node (its reach only limits the writes).
+                    classes: Some(classes_seen(&desired)),
+                };
                 let status = self
                     .after_writes(writers, pass, settings, &desired, &report, kubelet.as_ref())
                     .await;
-                (status, refused)
+                (status, told)
             }
             Err(e) => {
                 warn!(error = %e, "not applied");
@@ -276,7 +283,7 @@ impl Passes {
                     pass.input.last,
                     &pass.now,
                 );
-                (status, Vec::new())
+                (status, PodNews::default())
             }
         }
     }
@@ -350,23 +357,26 @@ impl Passes {
         pass: &Pass<'_>,
         settings: &NodeSettings,
         desired: &DesiredNode<'_>,
-    ) -> Option<nodemem_api::config::ReclaimSummary> {
+    ) -> Option<Box<nodemem_api::config::ReclaimSummary>> {
         let revision = &pass.config.revision;
         // Whether the node has swap, read where reclaim is set: at each whole-node pass
         // (a swapon or swapoff is seen within the resync), the revision's first among them.
-        if matches!(pass.reach, Reach::Node) && settings.reclaim.is_some() {
+        use nodemem_model::node::reclaim_targets::{class_targets, headline};
+        // The pool's reclaim, or a workload class's.
+        let headline = headline(settings);
+        if matches!(pass.reach, Reach::Node) && headline.is_some() {
             self.reclaim
                 .set_swap(crate::reclaim::node_has_swap(&self.proc_root));
         }
-        self.reclaim.refresh(
+        self.reclaim.refresh_targets(
             revision,
-            settings.reclaim.as_ref(),
-            desired,
+            headline.as_ref(),
+            class_targets(desired, settings),
             node.own_cgroup(),
-            pass.input.last.and_then(|l| l.reclaim.as_ref()),
+            pass.input.last.and_then(|l| l.reclaim.as_deref()),
         );
         if matches!(pass.reach, Reach::Node) {
-            self.reclaim.report()
+            self.reclaim.report().map(Box::new)
         } else {
             pass.input
                 .last
@@ -428,6 +438,7 @@ impl Passes {
             desired.totals.memory_min_bytes,
             desired.totals.memory_low_bytes,
             desired.managed_pods(),
+            &desired.pods_per_class(),
             desired
                 .memory_manager
                 .as_ref()
@@ -539,7 +550,7 @@ impl Passes {
         pass: &Pass<'_>,
         settings: &NodeSettings,
         desired: &DesiredNode<'_>,
-    ) -> Option<nodemem_api::config::ObservationSummary> {
+    ) -> Option<Box<nodemem_api::config::ObservationSummary>> {
         let revision = &pass.config.revision;
         self.observer.refresh(
             revision,
@@ -547,9 +558,10 @@ impl Passes {
             desired,
             node.own_cgroup(),
             memory,
+            settings,
         );
         if matches!(pass.reach, Reach::Node) {
-            self.observer.report()
+            self.observer.report().map(Box::new)
         } else {
             pass.input
                 .last
@@ -686,20 +698,57 @@ async fn configure_kubelet(
     }
 }
 
-fn refusals(desired: &DesiredNode<'_>) -> Vec<Refusal> {
+/// What a pass has to tell pods: what it refused them, and each one's class (None: the
+/// pass computed nothing).
+#[derive(Default)]
+struct PodNews {
+    refused: Vec<Refusal>,
+    classes: Option<Vec<ClassSeen>>,
+}
+
+/// Each pod's workload class as this pass computed it.
+fn classes_seen(desired: &DesiredNode<'_>) -> Vec<ClassSeen> {
     desired
         .pods
         .iter()
-        .filter_map(|p| match &p.admission {
-            Admission::Rejected(r) => Some(Refusal {
-                namespace: p.namespace.to_string(),
-                pod: p.name.to_string(),
-                uid: p.uid.to_string(),
-                reason: r.to_string(),
-            }),
-            _ => None,
+        .map(|p| ClassSeen {
+            namespace: p.namespace.to_string(),
+            pod: p.name.to_string(),
+            uid: p.uid.to_string(),
+            class: p.class.map(str::to_string),
+            from: p.class_from().as_str(),
         })
         .collect()
+}
+
+/// What the pass refused pods: NUMA pinning, a class the policy does not have.
+fn refusals(desired: &DesiredNode<'_>) -> Vec<Refusal> {
+    let pinning = desired.pods.iter().filter_map(|p| match &p.admission {
+        Admission::Rejected(r) => Some(Refusal {
+            namespace: p.namespace.to_string(),
+            pod: p.name.to_string(),
+            uid: p.uid.to_string(),
+            event: "NumaPinningRefused",
+            reason: r.to_string(),
+        }),
+        _ => None,
+    });
+    let classes = desired.warnings.iter().filter_map(|w| match w {
+        nodemem_model::Warning::UnknownClass {
+            namespace,
+            name,
+            uid,
+            ..
+        } => Some(Refusal {
+            namespace: namespace.clone(),
+            pod: name.clone(),
+            uid: uid.clone(),
+            event: "UnknownClass",
+            reason: w.to_string(),
+        }),
+        _ => None,
+    });
+    pinning.chain(classes).collect()
 }
 
 fn qos_label(qos: nodemem_model::pod::qos::QosClass) -> &'static str {

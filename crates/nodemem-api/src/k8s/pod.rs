@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use nodemem_model::class::{ChoiceKeys, ClassChoice, CLASS_KEY};
 use nodemem_model::node::status::NodeStatusFacts;
 use nodemem_model::node::{NodePod, MEMORY_QOS_OPT_OUT_KEY, MEMORY_QOS_OPT_OUT_VALUE};
 use nodemem_model::pod::defaulting::apply_defaults;
@@ -130,6 +131,49 @@ pub fn opts_out(labels_or_annotations: Option<&BTreeMap<String, String>>) -> boo
         .is_some_and(|v| v == MEMORY_QOS_OPT_OUT_VALUE)
 }
 
+/// What a namespace's labels choose for its pods: the opt-out
+/// (`nodemem.io/memory-qos: disabled`), a class (`nodemem.io/class`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceChoice {
+    /// It opts its pods out.
+    pub opted_out: bool,
+    /// The class it names for its pods.
+    pub class: Option<String>,
+}
+
+impl NamespaceChoice {
+    /// From a namespace's labels.
+    pub fn of(labels: Option<&BTreeMap<String, String>>) -> Self {
+        NamespaceChoice {
+            opted_out: opts_out(labels),
+            class: labels.and_then(|l| l.get(CLASS_KEY)).cloned(),
+        }
+    }
+
+    /// Whether it chooses anything.
+    pub fn is_empty(&self) -> bool {
+        *self == NamespaceChoice::default()
+    }
+}
+
+/// The class a pod runs in, or its opt-out: its own annotations first, then its
+/// namespace's labels (`nodemem_model::class::ClassChoice::of`).
+pub fn class_choice(pod: &core::Pod, namespace: &NamespaceChoice) -> ClassChoice {
+    let annotations = pod.metadata.annotations.as_ref();
+    ClassChoice::of(
+        ChoiceKeys {
+            opted_out: opts_out(annotations),
+            class: annotations
+                .and_then(|a| a.get(CLASS_KEY))
+                .map(String::as_str),
+        },
+        ChoiceKeys {
+            opted_out: namespace.opted_out,
+            class: namespace.class.as_deref(),
+        },
+    )
+}
+
 /// Container name -> runtime ID from `status.initContainerStatuses` and
 /// `status.containerStatuses`; containers without an ID (not started) or with an
 /// unknown runtime are left out.
@@ -150,11 +194,11 @@ pub fn container_ids(pod: &core::Pod) -> BTreeMap<String, ContainerId> {
 }
 
 /// A pod as the node computation takes it: converted, defaulted as the apiserver does,
-/// validated, with its container IDs and opt-out (`namespace_opts_out`: the pod's
-/// namespace carries the opt-out label).
+/// validated, with its container IDs and its choice of class or opt-out (`namespace`:
+/// what its namespace's labels choose).
 pub fn node_pod_from_k8s(
     pod: &core::Pod,
-    namespace_opts_out: bool,
+    namespace: &NamespaceChoice,
 ) -> Result<NodePod, Vec<Problem>> {
     let mut model = pod_from_k8s(pod)?;
     apply_defaults(&mut model.spec);
@@ -165,7 +209,7 @@ pub fn node_pod_from_k8s(
     Ok(NodePod::new(
         model,
         container_ids(pod),
-        namespace_opts_out || opts_out(pod.metadata.annotations.as_ref()),
+        class_choice(pod, namespace),
     ))
 }
 

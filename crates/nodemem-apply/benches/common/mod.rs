@@ -89,10 +89,92 @@ fn pods() -> Vec<NodePod> {
                     spec,
                 },
                 ids,
-                false,
+                nodemem_model::class::ClassChoice::Pool,
             )
         })
         .collect()
+}
+
+/// Workload classes (issue 63): the same 250 pods, three in four choosing one of three
+/// classes (a service without memory.high, a batch class with its own factor, no
+/// protection and its own reclaim, one changing nothing), against the pass without
+/// classes; medians taken in alternation, their ratio printed.
+fn classes_against_none(settings: &NodeSettings, facts: &NodeFacts, plain: &[NodePod]) {
+    use nodemem_model::class::{
+        ClassChoice, ClassMemoryHigh, ClassReclaim, ClassSource, Protection, WorkloadClass,
+    };
+    use nodemem_model::feedback::reclaim::{ReclaimMode, ReclaimSettings};
+    let classed_settings = NodeSettings {
+        classes: vec![
+            WorkloadClass {
+                memory_high: ClassMemoryHigh::Unset,
+                ..WorkloadClass::named("service")
+            },
+            WorkloadClass {
+                memory_high: ClassMemoryHigh::Factor(ThrottlingFactor::from_f64(0.5).unwrap()),
+                protection: Protection::Unprotected,
+                reclaim: ClassReclaim::Own {
+                    mode: ReclaimMode::Active,
+                    settings: ReclaimSettings {
+                        target_stall_us_per_s: 1000,
+                        max_step_permille: 20,
+                        interval_seconds: 6,
+                        max_refaults_per_s: 100,
+                    },
+                },
+                ..WorkloadClass::named("batch")
+            },
+            WorkloadClass::named("plain"),
+        ],
+        ..settings.clone()
+    };
+    let classed: Vec<NodePod> = plain
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let choice = match i % 4 {
+                3 => ClassChoice::Pool,
+                k => ClassChoice::Named {
+                    name: ["service", "batch", "plain"][k].into(),
+                    source: if k == 0 {
+                        ClassSource::NamespaceLabel
+                    } else {
+                        ClassSource::PodAnnotation
+                    },
+                },
+            };
+            NodePod::new(p.pod().clone(), p.container_ids().clone(), choice)
+        })
+        .collect();
+    let time = |settings: &NodeSettings, pods: &[NodePod]| {
+        let t = Instant::now();
+        std::hint::black_box(
+            desired_node(NodeInput {
+                settings,
+                facts,
+                pods,
+                memory_manager: None,
+            })
+            .unwrap(),
+        );
+        t.elapsed()
+    };
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        time(&classed_settings, &classed);
+        time(settings, plain);
+    }
+    for _ in 0..2000 {
+        with.push(time(&classed_settings, &classed));
+        without.push(time(settings, plain));
+    }
+    let (with, without) = (median(with), median(without));
+    println!(
+        "desired_node with workload classes (3 classes, 3 pods in 4 choosing one): median {:.1} us against {:.1} us without classes: {:.2}x (goal: no measurable cost, <= 1.10x)",
+        micros(with),
+        micros(without),
+        with.as_secs_f64() / without.as_secs_f64()
+    );
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -172,6 +254,8 @@ pub fn run(allocator: &str) {
         "pod memory profiles: {PODS} pods derived once per pod event: median {:.1} us for all of them",
         micros(median(samples))
     );
+
+    classes_against_none(&settings, &facts, &pods);
 
     // NODEMEM_BENCH=desired stops here (for profiling the computation alone).
     if std::env::var("NODEMEM_BENCH").as_deref() == Ok("desired") {

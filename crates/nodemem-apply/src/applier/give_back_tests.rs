@@ -69,7 +69,11 @@ fn pod(uid: usize, shapes: &[u8], started: &[bool], opted_out: bool) -> NodePod 
             ..PodSpec::default()
         },
     };
-    NodePod::new(pod, ids, opted_out)
+    NodePod::new(
+        pod,
+        ids,
+        nodemem_model::class::ClassChoice::from_opt_out(opted_out),
+    )
 }
 
 fn settings() -> impl Strategy<Value = NodeSettings> {

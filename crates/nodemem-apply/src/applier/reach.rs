@@ -85,7 +85,7 @@ mod tests {
                     },
                 )]
                 .into(),
-                false,
+                nodemem_model::class::ClassChoice::Pool,
             )
         };
         let pods = vec![pod("a"), pod("b")];

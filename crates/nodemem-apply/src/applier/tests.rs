@@ -78,7 +78,11 @@ fn burstable_web(id: &str) -> NodePod {
         runtime: ContainerRuntime::Containerd,
         id: id.into(),
     };
-    NodePod::new(pod, [("app".to_string(), id)].into(), false)
+    NodePod::new(
+        pod,
+        [("app".to_string(), id)].into(),
+        nodemem_model::class::ClassChoice::Pool,
+    )
 }
 
 /// A temporary node (`temp_node`) running pod `web` (`burstable_web`).

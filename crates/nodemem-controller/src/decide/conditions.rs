@@ -55,6 +55,19 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
             would_reclaim_bytes: sums.reclaim.would_reclaim_bytes,
             reclaimable_bytes: sums.reclaim.reclaimable_bytes,
         }),
+        // Every class of the spec, with no pod too: a class nobody chose shows as such.
+        classes: round
+            .policy
+            .entry
+            .spec
+            .settings
+            .classes
+            .iter()
+            .map(|c| nodemem_api::policy::ClassPods {
+                name: c.name.clone(),
+                pods: round.pool.class_pods().get(&c.name).copied().unwrap_or(0),
+            })
+            .collect(),
     });
     let quorum = crate::decide::recommendation::quorum(round.pool.len());
     let (tally, nodes, observed_seconds) = round.pool.observed(quorum);
@@ -64,7 +77,16 @@ pub(super) fn record_progress(round: &Round<'_>, status: &mut NodeMemoryPolicySt
         nodes,
         quorum,
         observed_seconds,
-    );
+    )
+    .map(|mut r| {
+        r.classes = crate::decide::recommendation::class_recommendations(
+            &round.policy.entry.spec,
+            round.pool.observed_classes(),
+            quorum,
+            observed_seconds,
+        );
+        r
+    });
 }
 
 /// `Progressing` and `Degraded` from the planner's state and what it does not know (a

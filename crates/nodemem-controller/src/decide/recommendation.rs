@@ -9,7 +9,8 @@
 //! containers that fit any factor, counts as one large node, not as the pool. Pure: each node's share in, the status field out.
 
 use nodemem_api::policy::{
-    Enforcement, FactorShare, NodeMemoryPolicySpec, RecommendationReason, RecommendationStatus,
+    ClassRecommendation, Enforcement, FactorShare, NodeMemoryPolicySpec, RecommendationReason,
+    RecommendationStatus,
 };
 use nodemem_model::feedback::recommend::{
     recommend_tally, RecommendParams, Recommendation, Tally, STEPS,
@@ -21,22 +22,47 @@ use nodemem_api::report::ConfigEntry;
 /// What one node's observation adds to the tally of `revision` (its config on that
 /// revision, observed on it), and how long it has observed.
 pub(crate) fn observed_tally(c: &ConfigEntry, revision: &str) -> Option<(Tally, u64)> {
-    let o = c
-        .status
+    let o = observation_on(c, revision)?;
+    let tally = tally_of(o.containers, o.throttled_containers, &o.fitting_by_factor);
+    Some((tally, u64::try_from(o.observed_seconds).unwrap_or(0)))
+}
+
+/// What one node's observation adds to each workload class's tally of `revision`
+/// (the classes whose memory.high is not the pool's), by class name.
+pub(crate) fn observed_class_tallies(c: &ConfigEntry, revision: &str) -> Vec<(String, Tally)> {
+    observation_on(c, revision).map_or_else(Vec::new, |o| {
+        o.classes
+            .iter()
+            .map(|k| {
+                let t = tally_of(k.containers, k.throttled_containers, &k.fitting_by_factor);
+                (k.name.clone(), t)
+            })
+            .collect()
+    })
+}
+
+fn observation_on<'c>(
+    c: &'c ConfigEntry,
+    revision: &str,
+) -> Option<&'c nodemem_api::config::ObservationSummary> {
+    c.status
         .observation
-        .as_ref()
-        .filter(|o| c.spec.revision == revision && o.revision == revision)?;
+        .as_deref()
+        .filter(|o| c.spec.revision == revision && o.revision == revision)
+}
+
+/// A tally as an agent reports it; negative counts (a broken agent) are none.
+fn tally_of(containers: i32, throttled: i32, fitting_by_factor: &[i32]) -> Tally {
     let count = |n: i32| u64::try_from(n).unwrap_or(0);
     let mut fitting = [0u64; STEPS];
-    for (f, n) in fitting.iter_mut().zip(&o.fitting_by_factor) {
+    for (f, n) in fitting.iter_mut().zip(fitting_by_factor) {
         *f = count(*n);
     }
-    let tally = Tally {
-        containers: count(o.containers),
+    Tally {
+        containers: count(containers),
         fitting,
-        throttled: count(o.throttled_containers),
-    };
-    Some((tally, u64::try_from(o.observed_seconds).unwrap_or(0)))
+        throttled: count(throttled),
+    }
 }
 
 /// Observing nodes a recommendation needs in a pool of `pool` nodes: half of them,
@@ -159,9 +185,56 @@ pub(super) fn recommendation(
     Some(status(
         recommend_tally(tally, nodes, observed_seconds, &params),
         r.target_percent,
-        current,
+        Some(current),
         tally,
     ))
+}
+
+/// Each workload class's own recommendation, from the tallies of its containers
+/// (`classes`: the class's pool tally and how many nodes reported it), with the pool's
+/// quorum and observation time: one node cannot steer a class either. The classes
+/// whose memory.high is the pool's have none (their containers are the pool's
+/// evidence); a class no node reported yet is TooLittleEvidence.
+pub(super) fn class_recommendations(
+    spec: &NodeMemoryPolicySpec,
+    classes: &std::collections::BTreeMap<String, (Tally, usize)>,
+    quorum: usize,
+    observed_seconds: u64,
+) -> Vec<ClassRecommendation> {
+    let Ok(settings) = nodemem_api::convert::node_settings(&spec.settings) else {
+        return Vec::new();
+    };
+    let pool = &settings.memory_qos;
+    let r = &spec.recommendation;
+    let params = RecommendParams {
+        target_share: f64::from(r.target_percent.clamp(1, 100)) / 100.0,
+        min_containers: usize::try_from(r.min_containers).unwrap_or(1).max(1),
+        min_observed_seconds: u64::try_from(r.min_observation_seconds).unwrap_or(0),
+        min_nodes: quorum,
+    };
+    settings
+        .classes
+        .iter()
+        .filter_map(|class| {
+            let current = class.memory_qos(pool).throttling_factor;
+            if current == pool.throttling_factor {
+                return None;
+            }
+            let (tally, nodes) = classes.get(&class.name).copied().unwrap_or_default();
+            let current = current.map(|f| f.as_f64());
+            let rec = recommend_tally(&tally, nodes, observed_seconds, &params);
+            let s = status(rec, r.target_percent, current, &tally);
+            Some(ClassRecommendation {
+                name: class.name.clone(),
+                reason: s.reason,
+                message: s.message,
+                throttling_factor: s.throttling_factor,
+                fitting_percent: s.fitting_percent,
+                current_factor: current,
+                containers: s.containers,
+            })
+        })
+        .collect()
 }
 
 /// A share as a percentage with two decimals: status does not change with noise.
@@ -172,12 +245,12 @@ fn percent(share: f64) -> f64 {
 fn status(
     r: Recommendation,
     target_percent: i32,
-    current: f64,
+    current: Option<f64>,
     tally: &Tally,
 ) -> RecommendationStatus {
     let base = RecommendationStatus {
         target_percent,
-        current_factor: current,
+        current_factor: current.unwrap_or_default(),
         containers: i32::try_from(tally.containers).unwrap_or(i32::MAX),
         ..RecommendationStatus::default()
     };
@@ -263,8 +336,12 @@ fn status(
 }
 
 /// The factor as the policy writes it (0.8, not 0.8000000000000002).
-fn factor_text(f: f64) -> String {
-    ThrottlingFactor::from_f64(f).map_or_else(|_| f.to_string(), |f| f.to_string())
+/// The current factor in words; None: a class without memory.high.
+fn factor_text(f: Option<f64>) -> String {
+    match f {
+        Some(f) => ThrottlingFactor::from_f64(f).map_or_else(|_| f.to_string(), |f| f.to_string()),
+        None => "none (no memory.high)".into(),
+    }
 }
 
 #[cfg(test)]

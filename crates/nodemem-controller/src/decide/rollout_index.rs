@@ -18,7 +18,7 @@ use nodemem_api::report::{report, ConfigEntry};
 use nodemem_model::cluster::rollout::{phase, AgentReport, NodePhase, NodeProgress, PhaseSets};
 use nodemem_model::feedback::recommend::Tally;
 
-use crate::decide::recommendation::observed_tally;
+use crate::decide::recommendation::{observed_class_tallies, observed_tally};
 use crate::world::World;
 
 /// What a rollout's phases and figures depend on besides its nodes: when it changes,
@@ -49,7 +49,13 @@ struct Member {
     drain_marked: bool,
     stale_health: bool,
     signals: Signals,
-    observed: Option<(Tally, u64)>,
+    /// Its pods per workload class (`status.classes`), by name.
+    classes: Vec<(String, i64)>,
+    /// Boxed: most nodes have none, and the index holds a member per node.
+    observed: Option<Box<(Tally, u64)>>,
+    /// Its workload classes' tallies on the spec's revision (those whose memory.high
+    /// is not the pool's), by name.
+    class_observed: Vec<(String, Tally)>,
 }
 
 /// Two members are the same when everything but the time of their next check is
@@ -60,7 +66,9 @@ impl PartialEq for Member {
             && self.drain_marked == other.drain_marked
             && self.stale_health == other.stale_health
             && self.signals == other.signals
+            && self.classes == other.classes
             && self.observed == other.observed
+            && self.class_observed == other.class_observed
     }
 }
 
@@ -153,10 +161,24 @@ pub(crate) struct RolloutIndex {
     drain_marked: BTreeSet<String>,
     stale_health: BTreeSet<String>,
     signals: Signals,
+    /// The members' pods per workload class, summed (a class no member runs is gone).
+    class_pods: BTreeMap<String, i64>,
     worst: BTreeSet<(Reverse<i64>, Reverse<i64>, String)>,
     observed_nodes: usize,
     /// Observed seconds -> how many nodes report that many.
     observed_seconds: BTreeMap<u64, usize>,
+    /// The pool's tallies as last computed: weighing each node against the others
+    /// reads every node (a median), so they are computed once and kept until a
+    /// member's tally changes, not at every decision.
+    tallies: TallyCache,
+}
+
+/// The pool's tally and its classes', each computed on first use after a member's
+/// tally (or class tallies) changed.
+#[derive(Clone, Debug, Default)]
+struct TallyCache {
+    pool: std::sync::OnceLock<Tally>,
+    classes: std::sync::OnceLock<BTreeMap<String, (Tally, usize)>>,
 }
 
 /// The same nodes in the same places with the same figures; the times of the next
@@ -169,6 +191,7 @@ impl PartialEq for RolloutIndex {
             && self.drain_marked == other.drain_marked
             && self.stale_health == other.stale_health
             && self.signals == other.signals
+            && self.class_pods == other.class_pods
             && self.worst == other.worst
             && self.observed_nodes == other.observed_nodes
             && self.observed_seconds == other.observed_seconds
@@ -185,9 +208,11 @@ impl RolloutIndex {
             drain_marked: BTreeSet::new(),
             stale_health: BTreeSet::new(),
             signals: Signals::default(),
+            class_pods: BTreeMap::new(),
             worst: BTreeSet::new(),
             observed_nodes: 0,
             observed_seconds: BTreeMap::new(),
+            tallies: TallyCache::default(),
         }
     }
 
@@ -278,7 +303,26 @@ impl RolloutIndex {
                 self.worst.insert(k);
             }
         }
-        let observed = |m: Option<&Member>| m.and_then(|m| m.observed);
+        let classes = |m: Option<&Member>| m.map(|m| m.classes.clone()).unwrap_or_default();
+        let (was, is) = (classes(old), classes(new));
+        if was != is {
+            for (sign, list) in [(-1, was), (1, is)] {
+                for (name, pods) in list {
+                    let sum = self.class_pods.entry(name).or_default();
+                    *sum += sign * pods;
+                }
+            }
+            self.class_pods.retain(|_, pods| *pods != 0);
+        }
+        let tally = |m: Option<&Member>| m.and_then(|m| m.observed.as_deref().map(|(t, _)| *t));
+        if tally(old) != tally(new) {
+            self.tallies.pool = Default::default();
+        }
+        let class_tallies = |m: Option<&Member>| m.map(|m| m.class_observed.clone());
+        if class_tallies(old) != class_tallies(new) {
+            self.tallies.classes = Default::default();
+        }
+        let observed = |m: Option<&Member>| m.and_then(|m| m.observed.as_deref().copied());
         if observed(old) != observed(new) {
             if let Some((_, seconds)) = observed(old) {
                 self.observed_nodes -= 1;
@@ -323,6 +367,11 @@ impl RolloutIndex {
         &self.stale_health
     }
 
+    /// The pool's pods per workload class, by name, as its nodes last reported.
+    pub(crate) fn class_pods(&self) -> &BTreeMap<String, i64> {
+        &self.class_pods
+    }
+
     /// The pool's signals: the sums, and the five worst nodes.
     pub(crate) fn signals(&self) -> (Signals, Vec<String>) {
         let worst = self.worst.iter().take(5).map(|k| k.2.clone()).collect();
@@ -334,11 +383,14 @@ impl RolloutIndex {
     /// `quorum` of them have observed (0 while fewer observe): one node cannot meet
     /// the observation minimum for its pool.
     pub(crate) fn observed(&self, quorum: usize) -> (Tally, usize, u64) {
-        let tallies: Vec<&Tally> = self
-            .members
-            .values()
-            .filter_map(|m| m.observed.as_ref().map(|(t, _)| t))
-            .collect();
+        let tally = *self.tallies.pool.get_or_init(|| {
+            let tallies: Vec<&Tally> = self
+                .members
+                .values()
+                .filter_map(|m| m.observed.as_deref().map(|(t, _)| t))
+                .collect();
+            crate::decide::recommendation::pool_tally(&tallies)
+        });
         let mut counted = 0;
         let mut seconds = 0;
         for (s, n) in self.observed_seconds.iter().rev() {
@@ -348,11 +400,27 @@ impl RolloutIndex {
                 break;
             }
         }
-        (
-            crate::decide::recommendation::pool_tally(&tallies),
-            self.observed_nodes,
-            seconds,
-        )
+        (tally, self.observed_nodes, seconds)
+    }
+
+    /// Each workload class's tally over the nodes that report it, weighed as the
+    /// pool's is, and how many nodes report it.
+    pub(crate) fn observed_classes(&self) -> &BTreeMap<String, (Tally, usize)> {
+        self.tallies.classes.get_or_init(|| {
+            let mut by_class: BTreeMap<&str, Vec<&Tally>> = BTreeMap::new();
+            for m in self.members.values() {
+                for (name, t) in &m.class_observed {
+                    by_class.entry(name).or_default().push(t);
+                }
+            }
+            by_class
+                .into_iter()
+                .map(|(name, tallies)| {
+                    let tally = crate::decide::recommendation::pool_tally(&tallies);
+                    (name.to_string(), (tally, tallies.len()))
+                })
+                .collect()
+        })
     }
 }
 
@@ -416,10 +484,23 @@ fn member_of(world: &World, key: &RolloutKey, node: &str, now: i64) -> Member {
             .as_ref()
             .is_some_and(|h| on_target.is_some_and(|c| c.spec.health != *h)),
         signals: Signals::of(config),
+        classes: config.map_or_else(Vec::new, |c| {
+            c.status
+                .classes
+                .iter()
+                .map(|k| (k.name.clone(), k.pods))
+                .collect()
+        }),
         observed: key
             .spec_revision
             .as_deref()
-            .and_then(|r| config.and_then(|c| observed_tally(c, r))),
+            .and_then(|r| config.and_then(|c| observed_tally(c, r)))
+            .map(Box::new),
+        class_observed: key
+            .spec_revision
+            .as_deref()
+            .and_then(|r| config.map(|c| observed_class_tallies(c, r)))
+            .unwrap_or_default(),
     }
 }
 
@@ -609,6 +690,55 @@ mod tests {
         assert!(index.checks.is_empty());
     }
 
+    /// The pool's tally is weighed once and kept while reports change only other
+    /// figures (a decision after such a report reads no other node); a node's tally
+    /// changing, or a node leaving, weighs it again, and the kept and the new tally are
+    /// what weighing the whole pool gives.
+    #[test]
+    fn the_pools_tally_is_weighed_again_only_when_a_tally_changes() {
+        let nodes = [("n1", "a"), ("n2", "a"), ("n3", "a")];
+        let mut w = world(
+            &[policy("p", "a", 0, 0.8, json!({"maxUnavailable": "100%"}))],
+            &nodes,
+        );
+        let d = crate::decide::decide(&w, T0);
+        apply(&mut w, &d, T0);
+        let target = w.configs["n1"].spec.revision.clone();
+        for (n, _) in nodes {
+            agent_reports(&mut w, n, true, T0);
+            observe(&mut w, n, 4, 100);
+        }
+        let names = nodes.map(|(n, _)| n);
+        let mut index = RolloutIndex::build(&w, key("p", &target), names, T0 + 10);
+        let weighed = |i: &RolloutIndex| i.tallies.pool.get().is_some();
+        assert!(!weighed(&index), "nothing weighed before it is asked for");
+        let first = index.observed(1).0;
+        assert!(weighed(&index));
+
+        // Signals and observed seconds change: the tally is kept.
+        signals(&mut w, "n1", 7, 1);
+        observe(&mut w, "n2", 4, 500);
+        index.update(&w, "n1", T0 + 20);
+        index.update(&w, "n2", T0 + 20);
+        assert!(weighed(&index), "no tally changed");
+        assert_eq!(index.observed(1).0, first);
+        assert_eq!(index.observed(3).2, 100, "the seconds are still read fresh");
+
+        // A node's tally changes: weighed again, as a new index weighs it.
+        observe(&mut w, "n3", 9, 100);
+        index.update(&w, "n3", T0 + 30);
+        assert!(!weighed(&index));
+        let fresh = RolloutIndex::build(&w, key("p", &target), names, T0 + 30);
+        assert_eq!(index.observed(1).0, fresh.observed(1).0);
+        assert_ne!(index.observed(1).0, first);
+
+        // A node leaves: weighed again without it.
+        index.remove("n3");
+        assert!(!weighed(&index));
+        let without = RolloutIndex::build(&w, key("p", &target), ["n1", "n2"], T0 + 30);
+        assert_eq!(index.observed(1).0, without.observed(1).0);
+    }
+
     /// Reclaim's figures: summed over the nodes that report them, unsupported
     /// kernels counted; a node that stops reporting takes its share away.
     #[test]
@@ -624,14 +754,14 @@ mod tests {
         let report = |w: &mut World, node: &str, supported: bool, reclaimed: i64| {
             w.touch_node(node);
             w.configs.get_mut(node).unwrap().status.reclaim =
-                Some(nodemem_api::config::ReclaimSummary {
+                Some(Box::new(nodemem_api::config::ReclaimSummary {
                     mode: "Active".into(),
                     supported,
                     reclaimed_bytes: reclaimed,
                     headroom_gained_bytes: reclaimed / 2,
                     reclaimable_bytes: 100,
                     ..Default::default()
-                });
+                }));
         };
         report(&mut w, "n1", true, 1000);
         report(&mut w, "n2", false, 0);

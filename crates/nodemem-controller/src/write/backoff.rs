@@ -16,8 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// The first delay.
-pub const BASE: Duration = Duration::from_secs(1);
+pub use nodemem_api::backoff::{retry_after, BASE};
 /// The longest delay (a Retry-After above it is still honoured). The agents' grace
 /// for a deleted config outlasts it (`nodemem_api::WRITE_BACKOFF_CAP`).
 pub const CAP: Duration = nodemem_api::WRITE_BACKOFF_CAP;
@@ -47,10 +46,7 @@ pub struct Backoffs {
 /// earlier failure, capped, scaled by `jitter` (from [0.5, 1]), and never below
 /// `retry_after`.
 pub fn delay(failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    let exponential = BASE.saturating_mul(1 << doublings).min(CAP);
-    let jittered = exponential.mul_f64(jitter.clamp(0.5, 1.0));
-    jittered.max(retry_after.unwrap_or_default())
+    nodemem_api::backoff::delay(failures, jitter, retry_after, CAP)
 }
 
 impl Backoffs {
@@ -111,19 +107,6 @@ impl Backoffs {
 /// Jitter in [0.5, 1] for [`Backoffs::failed`].
 pub fn jitter() -> f64 {
     0.5 + fastrand::f64() / 2.0
-}
-
-/// The delay the apiserver asked for in its answer, if it did.
-pub fn retry_after(e: &kube::Error) -> Option<Duration> {
-    match e {
-        kube::Error::Api(s) => s
-            .details
-            .as_ref()
-            .map(|d| d.retry_after_seconds)
-            .filter(|s| *s > 0)
-            .map(|s| Duration::from_secs(u64::from(s))),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -191,20 +174,6 @@ mod tests {
         assert!(b.due(&key("a"), S(50)));
         assert!(!b.due(&key("b"), S(50)), "still within its Retry-After");
         assert_eq!(b.len(), 1);
-    }
-
-    #[test]
-    fn retry_after_is_read_from_the_apiservers_status() {
-        let status = |details: Option<u32>| {
-            let mut s = kube::core::Status::failure("slow down", "TooManyRequests").with_code(429);
-            s.details = details.map(|n| {
-                serde_json::from_value(serde_json::json!({"retryAfterSeconds": n})).unwrap()
-            });
-            kube::Error::Api(s.boxed())
-        };
-        assert_eq!(retry_after(&status(Some(3))), Some(S(3)));
-        assert_eq!(retry_after(&status(Some(0))), None);
-        assert_eq!(retry_after(&status(None)), None);
     }
 
     proptest::proptest! {

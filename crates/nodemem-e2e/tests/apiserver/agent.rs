@@ -184,7 +184,7 @@ pub(crate) async fn expected_on(
     });
     let node_pods: Vec<_> = listed
         .iter()
-        .map(|p| node_pod_from_k8s(p, false).unwrap())
+        .map(|p| node_pod_from_k8s(p, &Default::default()).unwrap())
         .collect();
     let node: Node = Api::<Node>::all(client.clone())
         .get(node_name)
@@ -612,21 +612,20 @@ async fn the_agent_enforces_its_config_on_its_node_and_reports() {
     )
     .unwrap();
     let offline = spawn(&unreachable, "offline.log");
+    // The pass writes first and logs once it has held the values in systemd, so the
+    // value can be back before the line is: wait for both (a CI run caught the gap).
     wait_for(
-        "the offline agent to restore kubepods memory.min",
+        "the offline agent to restore kubepods memory.min and say so",
         &offline,
         async || {
-            (tree.read("kubepods.slice", "memory.min").ok()? == hard_kubepods_min).then_some(())
+            let restored = tree.read("kubepods.slice", "memory.min").ok()? == hard_kubepods_min;
+            let said = offline
+                .log()
+                .contains("enforced the last known config from the state directory");
+            (restored && said).then_some(())
         },
     )
     .await;
-    assert!(
-        offline
-            .log()
-            .contains("enforced the last known config from the state directory"),
-        "{}",
-        offline.log()
-    );
     drop(offline);
     agent = spawn(&kubeconfig, "agent-again.log");
     // The restarted agent's first passes find everything in place: no write at all.

@@ -767,7 +767,9 @@ async fn the_chart_installs_and_its_rbac_is_enough_and_no_more() {
             let (a, b) = g.split_once('/').unwrap();
             a == b
         });
-        if seen.count() == 5 {
+        // Every policy of examples/kustomization.yaml (starter, general, numa-database,
+        // batch, database, classes' mixed).
+        if seen.count() == 6 {
             break;
         }
         assert!(
@@ -1729,6 +1731,41 @@ fn the_chart_is_an_umbrella_charts_dependency_and_takes_the_values_teams_set() {
         ]));
         assert!(!docs.iter().any(|d| d["kind"] == "ResourceQuota"), "{set}");
     }
+    // API Priority and Fairness: the agents' share as set, the schemas' service accounts
+    // those of the release's namespace; none with flowControl.enabled=false.
+    let flow = documents(&helm(&[
+        "template",
+        "nodemem",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "platform-memory",
+        "--set",
+        "flowControl.agentShares=25",
+    ]));
+    let agents = find(&flow, "PriorityLevelConfiguration", "nodemem-agents");
+    assert_eq!(agents["spec"]["limited"]["nominalConcurrencyShares"], 25);
+    for name in ["nodemem-agents", "nodemem-controller"] {
+        let schema = find(&flow, "FlowSchema", name);
+        assert_eq!(
+            schema["spec"]["rules"][0]["subjects"][0]["serviceAccount"]["namespace"],
+            "platform-memory",
+            "{name}"
+        );
+        assert_eq!(schema["spec"]["priorityLevelConfiguration"]["name"], name);
+    }
+    let off = documents(&helm(&[
+        "template",
+        "nodemem",
+        chart.to_str().unwrap(),
+        "--set",
+        "flowControl.enabled=false",
+    ]));
+    assert!(
+        !off.iter().any(|d| d["apiVersion"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("flowcontrol"))),
+        "flowControl.enabled=false"
+    );
     // A digest that is not one is refused by the schema, naming it.
     let bin = nodemem_testkit::binaries::control_plane_binaries().unwrap();
     let out = Command::new(&bin.helm)

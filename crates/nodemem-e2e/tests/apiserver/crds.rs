@@ -55,8 +55,14 @@ async fn crds_are_established_and_examples_are_accepted() {
         examples += 1;
     }
     assert_eq!(
-        examples, 6,
-        "starter, general, database, batch, numa-database and kubelet"
+        examples, 7,
+        "starter, general, database, batch, numa-database, kubelet and classes"
+    );
+    let mixed = api.get("mixed").await.unwrap();
+    assert_eq!(mixed.data["spec"]["classes"][1]["name"], "batch");
+    assert_eq!(
+        mixed.data["spec"]["classes"][1]["reclaim"]["mode"],
+        "Active"
     );
     let starter = api.get("starter").await.unwrap();
     assert_eq!(starter.data["spec"]["enforcement"], "Observe");
@@ -69,6 +75,137 @@ async fn crds_are_established_and_examples_are_accepted() {
         numa.data["spec"]["memoryManager"]["reservedMemory"][0]["limits"]["memory"],
         "1124Mi"
     );
+}
+
+/// Workload classes (issue 63) at admission: names, limits and duplicates by the
+/// schema, and what a class cannot change (the Memory Manager, the node's
+/// reservations, the enforcement, the reservation policy) refused by name, whatever
+/// its value; classes under Kubelet enforcement, and a class's Active reclaim without
+/// the agent's, refused with why.
+#[tokio::test]
+async fn workload_classes_are_checked_at_admission() {
+    cluster();
+    let api = policies(admin().await);
+    let sel = json!({"matchLabels": {"pool": "classes"}});
+    let classes = |list: Value| json!({"nodeSelector": sel, "classes": list});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "class-name",
+            classes(json!([{"name": "Batch"}])),
+            "spec.classes[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+        ),
+        (
+            "class-name-long",
+            classes(json!([{"name": "a".repeat(64)}])),
+            "spec.classes[0].name: Too long: may not be more than 63 bytes",
+        ),
+        (
+            "class-twice",
+            classes(json!([{"name": "web"}, {"name": "web", "throttlingFactor": 0.5}])),
+            "spec.classes[1]: Duplicate value",
+        ),
+        (
+            "class-too-many",
+            classes(Value::Array((0..17).map(|i| json!({"name": format!("c{i}")})).collect())),
+            "spec.classes: Too many: 17: must have at most 16 items",
+        ),
+        (
+            "class-factor",
+            classes(json!([{"name": "batch", "throttlingFactor": 1.5}])),
+            "spec.classes[0].throttlingFactor in body should be less than or equal to 1",
+        ),
+        (
+            "class-factor-unused",
+            classes(json!([{"name": "batch", "throttlingFactor": 0.5, "memoryHigh": "None"}])),
+            "throttlingFactor is not used with memoryHigh: None",
+        ),
+        (
+            "class-protection",
+            classes(json!([{"name": "batch", "protection": "Soft"}])),
+            "spec.classes[0].protection: Unsupported value: \"Soft\": supported values: \"Pool\", \"None\"",
+        ),
+        (
+            "class-memory-manager",
+            classes(json!([{"name": "db", "memoryManager": {"policy": "Static"}}])),
+            "spec.classes[0].memoryManager: Invalid value: a class cannot change the Memory Manager: NUMA pinning and reserved memory are the node's (spec.memoryManager)",
+        ),
+        (
+            "class-enforcement",
+            classes(json!([{"name": "db", "enforcement": "Agent"}])),
+            "a class cannot change the enforcement",
+        ),
+        (
+            "class-node-reserved",
+            classes(json!([{"name": "db", "nodeReserved": {"kubeReserved": "1Gi"}}])),
+            "a class cannot change the node's reservations",
+        ),
+        (
+            "class-reservation-policy",
+            classes(json!([{"name": "db", "reservationPolicy": "HardReservation"}])),
+            "a class cannot change the reservation policy",
+        ),
+        (
+            "classes-under-kubelet",
+            json!({"nodeSelector": sel, "enforcement": "Kubelet", "classes": [{"name": "batch"}]}),
+            "spec.classes: Invalid value: classes need enforcement: Agent or Observe: under Kubelet the kubelet sets one throttling factor and one reservation policy for every pod",
+        ),
+        (
+            "class-active-under-observe",
+            json!({"nodeSelector": sel, "enforcement": "Observe",
+                "classes": [{"name": "batch", "reclaim": {"mode": "Active"}}]}),
+            "a class's reclaim mode Active writes memory.reclaim, which only enforcement: Agent does",
+        ),
+        (
+            "class-reclaim-mode",
+            classes(json!([{"name": "batch", "reclaim": {"mode": "On"}}])),
+            "spec.classes[0].reclaim.mode: Unsupported value: \"On\"",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, spec, expected) in cases {
+        match api
+            .create(
+                &PostParams::default(),
+                &policy(&format!("invalid-{name}"), spec),
+            )
+            .await
+        {
+            Ok(_) => failures.push(format!("{name}: accepted, expected {expected:?}")),
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(expected) => {}
+            Err(e) => failures.push(format!("{name}: {e}, expected {expected:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // Three classes under Observe, each field once: accepted and read back as written.
+    let accepted = api
+        .create(
+            &PostParams::default(),
+            &policy(
+                "classes-accepted",
+                json!({"nodeSelector": sel, "enforcement": "Observe", "classes": [
+                    {"name": "service", "memoryHigh": "None"},
+                    {"name": "batch", "throttlingFactor": 0.5, "protection": "None",
+                     "reclaim": {"mode": "Observe", "maxStepPermille": 20}},
+                    {"name": "plain"},
+                ]}),
+            ),
+        )
+        .await
+        .expect("a valid policy with classes");
+    let got = &accepted.data["spec"]["classes"];
+    assert_eq!(got[0], json!({"name": "service", "memoryHigh": "None"}));
+    assert_eq!(
+        got[1]["reclaim"],
+        json!({"mode": "Observe", "maxStepPermille": 20})
+    );
+    assert_eq!(
+        got[2],
+        json!({"name": "plain"}),
+        "no default fills a class in"
+    );
+    let typed: nodemem_api::NodeMemoryPolicy =
+        serde_json::from_value(serde_json::to_value(&accepted).unwrap()).unwrap();
+    assert!(nodemem_api::convert::policy_settings(&typed.spec).is_ok());
 }
 
 /// GET a list as a server-side Table (what `kubectl get` asks for).

@@ -395,6 +395,8 @@ fn readme_figures_hold(shell: &Shell) {
     let revisions = |lines: &[String]| -> BTreeMap<String, String> {
         table_rows(lines, "POLICY")
             .iter()
+            // The lines under the table name a policy with a colon (its classes).
+            .filter(|r| !r.split(' ').next().unwrap_or("").ends_with(':'))
             .map(|r| {
                 let cols: Vec<&str> = r.split(' ').collect();
                 (cols[0].to_string(), cols[3].to_string())

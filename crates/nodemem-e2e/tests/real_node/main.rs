@@ -88,6 +88,7 @@ macro_rules! phase {
 }
 
 mod agents_blocked;
+mod classes;
 mod configz;
 mod decoy;
 mod give_back;
@@ -399,6 +400,11 @@ fn real_node_runs_pods_and_nodemem(name: &str) {
         });
         phase!(phases, node, bed, "nri-restarts", &["nri"], || async {
             nri::nri_survives_restarts(&mut node, &bed, &agent_ip()).await
+        });
+        // Before the reaction phase turns NRI off: the class's values at creation.
+        phase!(phases, node, bed, "classes", &["nri"], || async {
+            let installed = installed.as_ref().expect("install passed");
+            classes::classes_on_the_real_node(&mut node, &bed, installed).await
         });
         phase!(phases, node, bed, "reaction", &["install"], || async {
             nri::without_nri_the_reaction_holds(&mut node, &bed, &agent_ip(), nri_start).await

@@ -297,7 +297,9 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
     // The agent's process killed: the kubelet restarts its container after a while.
     let (out, code) = node.run("pkill -KILL -f '^/nodemem agent'").unwrap();
     assert_eq!(code, 0, "no agent process to kill: {out}");
+    let killed = Instant::now();
     let away = one_pod(&bed.client, &name, "nri-agent-away").await;
+    let running = Instant::now();
     eprintln!("NRI: a pod started while the agent was away");
     // Its /metrics refuses connections until the kubelet has restarted it.
     eventually(
@@ -310,6 +312,7 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
     )
     .await;
     // Same resources as nri-after-restart: the same values, repaired.
+    let registered = Instant::now();
     let wanted = container_files(node, &id);
     eventually(
         "the container created while the agent was away holds nodemem's values",
@@ -317,6 +320,18 @@ pub(crate) async fn nri_survives_restarts(node: &mut RealNode, bed: &Bed<'_>, ag
         async || (container_files(node, &away) == wanted).then_some(()),
     )
     .await;
+    // The window a pod runs without nodemem's values when it starts before the plugin
+    // registers (issue 64): from its container running to the repair, and the part of
+    // it after the agent's registration (the rest is the kubelet's restart back-off).
+    eprintln!(
+        "NRI: the pod started while the agent was away ran {:.1?} without nodemem's values \
+         (running {:.1?} after the kill, the agent registered again {:.1?} after that, \
+         its values {:.1?} after the registration was seen)",
+        running.elapsed(),
+        running - killed,
+        registered - running,
+        registered.elapsed(),
+    );
     let api: Api<core::Pod> = Api::namespaced(bed.client.clone(), "default");
     for pod in ["nri-held", "nri-after-restart", "nri-agent-away"] {
         let _ = api.delete(pod, &Default::default()).await;

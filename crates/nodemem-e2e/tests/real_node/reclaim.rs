@@ -11,7 +11,8 @@
 //! up to 30 s, and the kubelet can evict first: once the stream holds 180 MiB of active
 //! cache a small pod is started, a container that comes is news, and status is written
 //! at once with the figures of the moment); with `mode: Active` the same pod streams to
-//! the end and 25 s beyond, not evicted, memory.available never under the threshold,
+//! the end and 25 s beyond (Active by the pool's `batch` class, which the `default`
+//! namespace's label chooses for both pods, the pool itself observing), not evicted, memory.available never under the threshold,
 //! `status.reclaim` counting at least 150Mi reclaimed and 100Mi of working set
 //! (headroom) gained, the agent's metric at least as much; a pod beside it reading its
 //! 48Mi file ten times a second keeps at least 40Mi of it in page cache and refaults
@@ -136,9 +137,22 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
     };
 
     // Active: the same pod, not evicted; beside it the pod whose page cache is hot (read
-    // ten times a second), which reclaim must leave resident.
+    // ten times a second), which reclaim must leave resident. Active by a workload
+    // class (issue 63): the pool keeps observing, its `batch` class takes, and the
+    // namespace's label puts both pods in it.
     let refaults_before = super::reclaim_cold::refaults(node, hot);
-    repolicy(client, bed.admin(), &name, &reclaim_patch("Active")).await;
+    kubectl(
+        bed.admin(),
+        &[
+            "label",
+            "namespace",
+            "default",
+            &format!("{CLASS_KEY}=batch"),
+            "--overwrite",
+        ],
+    )
+    .unwrap();
+    repolicy(client, bed.admin(), &name, BATCH_ACTIVE).await;
     let probe = super::reclaim_latency::started(node, agent_ip, "Active");
     let (evicted, seen) = stream_until_evicted(node, bed, "stream-reclaimed", false).await;
     let active_cost = super::reclaim_latency::stopped(node, agent_ip, probe);
@@ -188,9 +202,27 @@ async fn reclaim_keeps_a_streaming_pod_from_eviction(
         hot_file / MI
     );
 
+    // The pool as the phase found it before the class: Active, no classes.
+    kubectl(
+        bed.admin(),
+        &["label", "namespace", "default", &format!("{CLASS_KEY}-")],
+    )
+    .unwrap();
+    repolicy(client, bed.admin(), &name, POOL_ACTIVE).await;
     spec.kubelet = base;
     restart_kubelet_with(node, spec, client).await;
 }
+
+/// The pool observing at the phase's pace, its `batch` class taking actively at the
+/// same step.
+const BATCH_ACTIVE: &str = r#"{"spec":{"enforcement":"Agent","reclaim":{"mode":"Observe","intervalSeconds":2,"maxStepPermille":100},
+    "classes":[{"name":"batch","reclaim":{"mode":"Active","maxStepPermille":100}}]}}"#;
+/// The pool Active itself again, without classes.
+const POOL_ACTIVE: &str = r#"{"spec":{"enforcement":"Agent","reclaim":{"mode":"Active","intervalSeconds":2,"maxStepPermille":100},
+    "classes":null}}"#;
+
+/// The annotation and namespace label that choose a workload class.
+const CLASS_KEY: &str = nodemem_model::class::CLASS_KEY;
 
 /// What a streaming pod's run showed.
 #[derive(Debug, Default)]
@@ -281,7 +313,7 @@ async fn stream_until_evicted(
             .and_then(|c| c.status?.reclaim)
         {
             seen.most_reclaimable = seen.most_reclaimable.max(r.reclaimable_bytes);
-            seen.reclaim = Some(r);
+            seen.reclaim = Some(*r);
         }
         if Instant::now() > deadline {
             break None;
@@ -295,7 +327,7 @@ async fn stream_until_evicted(
         .ok()
         .and_then(|c| c.status?.reclaim)
     {
-        seen.reclaim = Some(r);
+        seen.reclaim = Some(*r);
     }
     pods.delete(pod, &Default::default()).await.unwrap();
     if nudged {

@@ -338,5 +338,5 @@ pub(crate) async fn configs_reclaim(
     configs: &Api<NodeMemoryConfig>,
     name: &str,
 ) -> Option<nodemem_api::config::ReclaimSummary> {
-    configs.get(name).await.ok()?.status?.reclaim
+    configs.get(name).await.ok()?.status?.reclaim.map(|r| *r)
 }

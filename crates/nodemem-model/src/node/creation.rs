@@ -142,7 +142,11 @@ mod tests {
             spec,
         };
         // Not started: the runtime asks before the kubelet reports an ID.
-        NodePod::new(pod, BTreeMap::new(), opt_out)
+        NodePod::new(
+            pod,
+            BTreeMap::new(),
+            crate::class::ClassChoice::from_opt_out(opt_out),
+        )
     }
 
     fn settings() -> NodeSettings {

@@ -2,8 +2,10 @@
 //! (`crate::feedback::reclaim`), which the policy's settings name, because choosing them reads
 //! the computed node (`crate::node`), which reads the policy.
 
+use crate::feedback::reclaim::{Reclaim, ReclaimMode};
 use crate::node::DesiredNode;
 use crate::pod::qos::QosClass;
+use crate::settings::NodeSettings;
 
 /// A cgroup reclaim acts on: a container of a pod nodemem manages, of a QoS class the
 /// policy names, with its floor.
@@ -40,6 +42,52 @@ pub fn targets<'n>(desired: &'n DesiredNode<'_>, classes: &[QosClass]) -> Vec<Ta
             floor: c.memory.request.max(0),
         })
         .collect()
+}
+
+/// The containers of `desired` reclaim acts on under `settings`, each with the reclaim
+/// its workload class gives it (the pool's for a pod in no class): a class may turn it
+/// off, observe, or take actively at its own pace, on the QoS classes the pool's
+/// reclaim names (Burstable and BestEffort without one).
+pub fn class_targets<'n>(
+    desired: &'n DesiredNode<'_>,
+    settings: &NodeSettings,
+) -> Vec<(Target<'n>, Reclaim)> {
+    desired
+        .managed_containers()
+        .filter_map(|(pod, c, path)| {
+            let reclaim = match pod.class.and_then(|name| settings.class(name)) {
+                Some(class) => class.reclaim(settings.reclaim.as_ref())?,
+                None => settings.reclaim.clone()?,
+            };
+            reclaim.classes.contains(&pod.qos).then(|| {
+                let target = Target {
+                    namespace: pod.namespace,
+                    pod: pod.name,
+                    container: c.name,
+                    path,
+                    qos: pod.qos,
+                    floor: c.memory.request.max(0),
+                };
+                (target, reclaim)
+            })
+        })
+        .collect()
+}
+
+/// The node's reclaim as its status names it: on when the pool's or any class's is;
+/// Active when any is; the pace the pool's (or its first class's with one).
+pub fn headline(settings: &NodeSettings) -> Option<Reclaim> {
+    let mut all = settings.reclaim.iter().cloned().chain(
+        settings
+            .classes
+            .iter()
+            .filter_map(|c| c.reclaim(settings.reclaim.as_ref())),
+    );
+    let mut first = all.next()?;
+    if all.any(|r| r.mode == ReclaimMode::Active) {
+        first.mode = ReclaimMode::Active;
+    }
+    Some(first)
 }
 
 #[cfg(test)]
@@ -83,7 +131,7 @@ mod tests {
                     },
                 },
                 [("c".to_string(), id)].into(),
-                opted_out,
+                crate::class::ClassChoice::from_opt_out(opted_out),
             )
         };
         let pods = [

@@ -312,16 +312,33 @@ impl<'s> NodeAccumulator<'s> {
     /// The pod cgroup's values, counted in the sums; its containers' values come from
     /// [`NodeAccumulator::container`] (no intermediate list on the hot path).
     pub fn add_pod_cgroup(&mut self, profile: &PodMemoryProfile) -> CgroupValues {
+        self.add_pod_cgroup_under(self.settings, profile)
+    }
+
+    /// [`NodeAccumulator::add_pod_cgroup`] for a pod computed under its own settings
+    /// (its workload class's): its request counts in the QoS-class cgroups' sums only
+    /// when it is protected as the node's reservation policy protects (a parent
+    /// protects what its children ask, never less; a class without protection asks
+    /// nothing).
+    pub fn add_pod_cgroup_under(
+        &mut self,
+        settings: &MemoryQosSettings,
+        profile: &PodMemoryProfile,
+    ) -> CgroupValues {
         let qos = profile.qos();
         let request = profile.request;
-        match qos {
-            QosClass::Guaranteed => {
-                self.guaranteed_sum = self.guaranteed_sum.saturating_add(request)
+        if settings.reservation_policy == self.settings.reservation_policy {
+            match qos {
+                QosClass::Guaranteed => {
+                    self.guaranteed_sum = self.guaranteed_sum.saturating_add(request)
+                }
+                QosClass::Burstable => {
+                    self.burstable_sum = self.burstable_sum.saturating_add(request)
+                }
+                QosClass::BestEffort => {}
             }
-            QosClass::Burstable => self.burstable_sum = self.burstable_sum.saturating_add(request),
-            QosClass::BestEffort => {}
         }
-        let pod = pod_values(self.settings, self.node, qos, profile, request);
+        let pod = pod_values(settings, self.node, qos, profile, request);
         self.totals.memory_min_bytes += pod.get(MEMORY_MIN).and_then(|v| v.bytes()).unwrap_or(0);
         self.totals.memory_low_bytes += pod.get(MEMORY_LOW).and_then(|v| v.bytes()).unwrap_or(0);
         pod
@@ -329,8 +346,19 @@ impl<'s> NodeAccumulator<'s> {
 
     /// One container's values of a pod added with [`NodeAccumulator::add_pod_cgroup`].
     pub fn container(&mut self, profile: &PodMemoryProfile, c: &ContainerMemory) -> CgroupValues {
+        self.container_under(self.settings, profile, c)
+    }
+
+    /// One container's values of a pod added with
+    /// [`NodeAccumulator::add_pod_cgroup_under`] under the same settings.
+    pub fn container_under(
+        &mut self,
+        settings: &MemoryQosSettings,
+        profile: &PodMemoryProfile,
+        c: &ContainerMemory,
+    ) -> CgroupValues {
         self.needs_allocatable |= c.limit == 0;
-        container_values(self.settings, self.node, profile.qos(), profile, c)
+        container_values(settings, self.node, profile.qos(), profile, c)
     }
 
     /// The node-level values, warnings and totals of the pods added.

@@ -29,7 +29,7 @@ pub fn one_of_each() -> String {
     agent.record_pass(Trigger::Start, 0.01);
     agent.reaction(0.001);
     agent.writes(1, 1, &[Some(28)], true);
-    agent.node(1, 1, 1, Some((1, 0)));
+    agent.node(1, 1, 1, &[("batch", 1)].into(), Some((1, 0)));
     agent.unit_updates(&nodemem_agent::units::HoldOutcome {
         set: 1,
         gone: 1,
@@ -40,6 +40,7 @@ pub fn one_of_each() -> String {
     agent.nri_answer("CreateContainer", 0.001);
     agent.nri_connection("registered", true);
     agent.status_write("ok");
+    agent.watch_list("config");
     agent.relief("MemoryHighRelieved");
     agent.reclaim.tick(
         1,

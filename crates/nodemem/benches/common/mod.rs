@@ -14,6 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use nodemem_testkit::binaries::repo_root;
 use nodemem_testkit::clients::kubectl;
+use nodemem_testkit::control_plane::Options;
 use nodemem_testkit::{ControlPlane, Identity};
 use serde_json::json;
 
@@ -26,8 +27,13 @@ pub struct Cluster {
 impl Cluster {
     /// A control plane with the CRDs established and `deploy/controller` applied.
     pub fn start() -> Self {
+        Self::start_with(&Options::default())
+    }
+
+    /// [`Cluster::start`] on an apiserver that differs from the defaults by `options`.
+    pub fn start_with(options: &Options) -> Self {
         let repo = repo_root();
-        let cp = ControlPlane::start().expect("control plane");
+        let cp = ControlPlane::start_with(options).expect("control plane");
         let admin = cp.admin_kubeconfig().to_path_buf();
         let path = |p: &str| repo.join(p).display().to_string();
         kubectl(&admin, &["apply", "-f", &path("crds")]).unwrap();
@@ -91,7 +97,17 @@ impl Cluster {
             .runtime
             .block_on(self.cp.kubeconfig(&Identity::Controller))
             .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_nodemem"))
+        // NODEMEM_BENCH_HEAPTRACK=file: the controller runs under heaptrack, which
+        // writes its heap profile there (the resident figures are then heaptrack's).
+        let mut command = match std::env::var_os("NODEMEM_BENCH_HEAPTRACK") {
+            Some(out) => {
+                let mut c = Command::new("heaptrack");
+                c.arg("-o").arg(out).arg(env!("CARGO_BIN_EXE_nodemem"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_nodemem")),
+        };
+        command
             .args(["controller", "--tick-seconds", "1", "--metrics-addr", "off"])
             .args(extra)
             .env("KUBECONFIG", &kubeconfig)

@@ -108,7 +108,7 @@ pub fn build(
             .into_iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(workload_namespace))
         {
-            let Ok(model) = nodemem_api::k8s::node_pod_from_k8s(p, false) else {
+            let Ok(model) = nodemem_api::k8s::node_pod_from_k8s(p, &Default::default()) else {
                 continue;
             };
             let qos = qos_class(&model.pod().spec);
@@ -286,6 +286,7 @@ mod tests {
             state: state.into(),
             message: String::new(),
             rolled_back_revision: None,
+            classes: Vec::new(),
         }
     }
 

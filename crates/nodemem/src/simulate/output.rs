@@ -4,7 +4,10 @@
 //! "pods": [{"namespace", "name", "uid", "qosClass", "cgroup", "containers": [{"name",
 //! "cgroup"}]}]}`, where every cgroup object maps file names to bytes or `"max"`, and a
 //! file nodemem does not set is absent. A pod annotated `nodemem.io/memory-qos:
-//! disabled` also has `"optedOut": true` (and no memory.min/low/high). `kubeletRules`
+//! disabled` also has `"optedOut": true` (and no memory.min/low/high). When a pod on
+//! the node names a workload class (`nodemem.io/class`), every pod has `"classFrom"`
+//! (`pod annotation`, `namespace label` or `pool`) and those in a class `"class"`; the
+//! table gains a CLASS column. `kubeletRules`
 //! names the kubelet version the Node reports and the rules it chose (absent when no
 //! policy selects the node).
 //!
@@ -77,6 +80,14 @@ pub struct PodOutput {
     /// Annotated `nodemem.io/memory-qos: disabled`: nodemem protects nothing of it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub opted_out: bool,
+    /// The workload class its values follow (absent: the pool's own settings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Where its class came from: `pod annotation`, `namespace label`, or `pool` (no
+    /// choice, or a class the policy does not have); absent when no pod on the node
+    /// names a class.
+    #[serde(rename = "classFrom", skip_serializing_if = "Option::is_none")]
+    pub class_from: Option<String>,
     pub cgroup: CgroupValues,
     pub containers: Vec<ContainerOutput>,
 }
@@ -90,6 +101,8 @@ impl PodOutput {
             uid: p.uid.clone(),
             qos_class: qos_class(&p.spec).as_str().to_string(),
             opted_out: false,
+            class: None,
+            class_from: None,
             cgroup: CgroupValues::new(),
             containers: p
                 .spec
@@ -148,7 +161,7 @@ impl SimulateOutput {
                 burstable: desired.burstable.clone(),
                 besteffort: desired.besteffort.clone(),
             },
-            pods: desired.pods.iter().map(PodOutput::from_outcome).collect(),
+            pods: with_classes_shown(desired),
             numa: desired.memory_manager.as_ref().map(|m| NumaOutput {
                 nodes: m
                     .machine
@@ -166,6 +179,24 @@ impl SimulateOutput {
     }
 }
 
+/// The pods, each with its class and where it came from when any pod on the node names
+/// a class (a node without classes reads as it always did).
+fn with_classes_shown(desired: &DesiredNode) -> Vec<PodOutput> {
+    let shown = desired.names_classes();
+    desired
+        .pods
+        .iter()
+        .map(|p| {
+            let mut out = PodOutput::from_outcome(p);
+            if shown {
+                // A class the policy does not have is the pool's (the warning names it).
+                out.class_from = Some(p.class_from().as_str().to_string());
+            }
+            out
+        })
+        .collect()
+}
+
 impl PodOutput {
     fn from_outcome(p: &PodOutcome<'_>) -> Self {
         PodOutput {
@@ -174,6 +205,8 @@ impl PodOutput {
             uid: p.uid.to_string(),
             qos_class: p.qos.as_str().to_string(),
             opted_out: p.admission == Admission::OptedOut,
+            class: p.class.map(str::to_string),
+            class_from: None,
             cgroup: p.values.clone(),
             containers: p
                 .containers
@@ -212,44 +245,47 @@ fn human(values: &CgroupValues, file: &str) -> String {
 /// NUMA pinning, a CPUSET.MEMS column and the NUMA memory map below.
 pub fn render_table(output: &SimulateOutput) -> String {
     let with_numa = output.numa.is_some();
-    let mut header = vec![
-        "CGROUP",
-        "CONTAINER",
-        "QOS",
-        "MEMORY.MIN",
-        "MEMORY.LOW",
-        "MEMORY.HIGH",
-        "MEMORY.MAX",
-    ];
+    let with_classes = output.pods.iter().any(|p| p.class_from.is_some());
+    let mut header = vec!["CGROUP", "CONTAINER", "QOS"];
+    if with_classes {
+        header.push("CLASS");
+    }
+    header.extend(["MEMORY.MIN", "MEMORY.LOW", "MEMORY.HIGH", "MEMORY.MAX"]);
     if with_numa {
         header.push("CPUSET.MEMS");
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut row =
-        |cgroup: &str, container: Option<&ContainerOutput>, qos: &str, v: &CgroupValues| {
-            let mut r = vec![
-                cgroup.to_string(),
-                container.map(|c| c.name.clone()).unwrap_or_default(),
-                qos.to_string(),
-            ];
-            r.extend(
-                [MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, MEMORY_MAX]
-                    .iter()
-                    .map(|f| human(v, f)),
-            );
-            if with_numa {
-                let rejected = container.is_some_and(|c| c.numa.is_some());
-                r.push(if rejected {
-                    "rejected".to_string()
-                } else {
-                    human(v, CPUSET_MEMS)
-                });
-            }
-            rows.push(r);
-        };
-    row("kubepods", None, "", &output.kubepods);
-    row("kubepods/burstable", None, "", &output.qos.burstable);
-    row("kubepods/besteffort", None, "", &output.qos.besteffort);
+    let mut row = |cgroup: &str,
+                   container: Option<&ContainerOutput>,
+                   qos: &str,
+                   class: &str,
+                   v: &CgroupValues| {
+        let mut r = vec![
+            cgroup.to_string(),
+            container.map(|c| c.name.clone()).unwrap_or_default(),
+            qos.to_string(),
+        ];
+        if with_classes {
+            r.push(class.to_string());
+        }
+        r.extend(
+            [MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, MEMORY_MAX]
+                .iter()
+                .map(|f| human(v, f)),
+        );
+        if with_numa {
+            let rejected = container.is_some_and(|c| c.numa.is_some());
+            r.push(if rejected {
+                "rejected".to_string()
+            } else {
+                human(v, CPUSET_MEMS)
+            });
+        }
+        rows.push(r);
+    };
+    row("kubepods", None, "", "", &output.kubepods);
+    row("kubepods/burstable", None, "", "", &output.qos.burstable);
+    row("kubepods/besteffort", None, "", "", &output.qos.besteffort);
     for pod in &output.pods {
         let name = format!("{}/{}", pod.namespace, pod.name);
         let qos = if pod.opted_out {
@@ -257,9 +293,14 @@ pub fn render_table(output: &SimulateOutput) -> String {
         } else {
             pod.qos_class.clone()
         };
-        row(&name, None, &qos, &pod.cgroup);
+        let class = match (&pod.class, &pod.class_from) {
+            (Some(class), Some(from)) => format!("{class} ({from})"),
+            (None, Some(from)) => format!("- ({from})"),
+            _ => String::new(),
+        };
+        row(&name, None, &qos, &class, &pod.cgroup);
         for c in &pod.containers {
-            row(&name, Some(c), "", &c.cgroup);
+            row(&name, Some(c), "", "", &c.cgroup);
         }
     }
     let mut text = match &output.policy {
