@@ -11,7 +11,7 @@ export RUST_BACKTRACE := $(if $(NODEMEM_BACKTRACE),1,0)
 CARGO ?= cargo
 NODEMEM := $(CARGO_TARGET_DIR)/debug/nodemem
 
-.PHONY: release test kubelet-float kubelet-oracle tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak build simulate crds control-plane real-node image image-check sandbox prereqs
+.PHONY: release test kubelet-float kubelet-oracle tidy nri lint fmt-check clippy crds-check unit apiserver vm node bench-node soak churn build simulate crds control-plane real-node image image-check sandbox prereqs
 
 ## test: every tier CI runs: formatting, lints, CRD drift, unit, control plane, image, real kernel, real node
 ## The first lane's tiers in order; BESIDE's run in a second lane beside the first from
@@ -104,6 +104,17 @@ soak:
 	  export NODEMEM_CONTROL_PLANE_BIN && \
 	  NODEMEM_SOAK_SECONDS=600 $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked \
 	    -- --nocapture churn_soak
+
+## churn: node churn at 500 (BENCHMARKS.md "Node churn"): a rollout over 600 nodes
+## while 500 join within a minute, each with a pod at once, and 500 leave (make test
+## runs 8 and 6 over 12)
+churn:
+	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
+	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  NODEMEM_CHURN_INITIAL=600 NODEMEM_CHURN_JOINING=500 NODEMEM_CHURN_LEAVING=500 \
+	  NODEMEM_CHURN_MAX_UNAVAILABLE=100 NODEMEM_CHURN_SPREAD_SECONDS=60 \
+	  $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked \
+	    -- --nocapture churn::nodes_joining
 
 ## image: the container image as an OCI layout (static binaries for amd64 and arm64, one
 ## multi-architecture index, no container engine)

@@ -118,6 +118,10 @@ pub struct RealNodeSpec {
     pub numa_node_mib: u32,
     /// How long boot, join and the first Ready may take.
     pub ready_timeout: Duration,
+    /// Whether the node may be rebooted ([`RealNode::reboot`]): a guest reboot resets
+    /// the VM (its disk's changes kept) instead of ending qemu (`-no-reboot`, which
+    /// makes a kernel panic end the run at once rather than boot again).
+    pub rebootable: bool,
 }
 
 impl RealNodeSpec {
@@ -129,6 +133,7 @@ impl RealNodeSpec {
             labels: Vec::new(),
             numa_node_mib: 1024,
             ready_timeout: Duration::from_secs(300),
+            rebootable: false,
         }
     }
 
@@ -151,6 +156,8 @@ pub struct RealNode {
     /// The host's end of the node's virtio port `nodemem.wake` (qemu's socket), once
     /// connected: a line written after each request wakes the node's runner at once.
     wake: Option<std::os::unix::net::UnixStream>,
+    /// [`RealNodeSpec::rebootable`].
+    rebootable: bool,
 }
 
 /// The initramfs: busybox, the disk's modules, and an init that loads them, mounts the
@@ -382,6 +389,10 @@ impl RealNode {
             "user,model=virtio-net-pci".into(),
         ]);
         args.extend(wake_port(&dir.join(WAKE_SOCKET)));
+        if spec.rebootable {
+            // A reset keeps `snapshot=on`'s overlay: the disk as the node left it.
+            args.retain(|a| a != "-no-reboot");
+        }
         let console = dir.join("console.log");
         let qemu = Process::spawn(
             "qemu-system-x86_64",
@@ -398,6 +409,7 @@ impl RealNode {
             next_request: AtomicU64::new(0),
             request_budget: Self::REQUEST_BUDGET,
             wake: None,
+            rebootable: spec.rebootable,
         };
         // The runner answering means systemd ran the setup and the share works.
         node.run_within("true", spec.ready_timeout)?;
@@ -479,6 +491,71 @@ impl RealNode {
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Makes each of the run's files that the node's setup copies over `/` at every boot
+/// (the share's `root/`) what the node has now: a boot after a reboot then starts from
+/// what the node ran (a kubelet restarted with another configuration, say), as a real
+/// node's disk does, not from what the harness booted it with.
+const KEEP_WHAT_RUNS: &str = "cd /mnt/nodemem/root && find . -type f -print0 | while IFS= read -r -d '' f; do if [ -e \"/$f\" ]; then cp -a \"/$f\" \"$f\"; fi; done; sync";
+
+/// The node's boot, as the kernel names it (`/proc/sys/kernel/random/boot_id`, which
+/// the kubelet reports as the Node's `nodeInfo.bootID`).
+const BOOT_ID: &str = "cat /proc/sys/kernel/random/boot_id";
+
+impl RealNode {
+    /// The node's current boot ([`BOOT_ID`]).
+    pub fn boot_id(&mut self) -> Result<String, Error> {
+        let (out, code) = self.run(BOOT_ID)?;
+        if code != 0 || out.trim().is_empty() {
+            return Err(node_err(format!("{BOOT_ID}: exit {code}: {out}")));
+        }
+        Ok(out.trim().to_string())
+    }
+
+    /// Reboots the node as an operator does (`systemctl reboot`: a clean shutdown, the
+    /// same kernel and disk booted again), once what it runs is kept for the boot
+    /// ([`KEEP_WHAT_RUNS`]). Returns the new boot's id once the node's runner answers
+    /// from it, within `timeout`. Only a node booted `rebootable`.
+    pub fn reboot(&mut self, timeout: Duration) -> Result<String, Error> {
+        if !self.rebootable {
+            return Err(node_err(format!(
+                "{} was booted with -no-reboot (RealNodeSpec::rebootable is false)",
+                self.name
+            )));
+        }
+        let before = self.boot_id()?;
+        for script in [
+            KEEP_WHAT_RUNS,
+            // Later, so that the runner answers this request before it stops.
+            "systemd-run --on-active=2 --timer-property=AccuracySec=100ms systemctl reboot",
+        ] {
+            let (out, code) = self.run(script)?;
+            if code != 0 {
+                return Err(node_err(format!("{script}: exit {code}: {out}")));
+            }
+        }
+        // Each look is answered by the old boot's runner until it stops, then by the
+        // new boot's (a request the old one took and never answered is run again:
+        // the runner goes on from the first one unanswered).
+        let started = Instant::now();
+        loop {
+            let left = timeout.checked_sub(started.elapsed()).ok_or_else(|| {
+                node_err(format!(
+                    "{} not back from its reboot within {}s; console:\n{}",
+                    self.name,
+                    timeout.as_secs(),
+                    self.console()
+                ))
+            })?;
+            let (out, code) = self.run_within(BOOT_ID, left)?;
+            let now = out.trim();
+            if code == 0 && !now.is_empty() && now != before {
+                return Ok(now.to_string());
+            }
+            std::thread::sleep(Duration::from_secs(1));
         }
     }
 }

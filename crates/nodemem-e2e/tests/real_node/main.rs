@@ -103,6 +103,7 @@ mod observation;
 mod owners;
 mod pace;
 mod reaction;
+mod reboot;
 mod reclaim;
 mod reclaim_cold;
 mod reclaim_latency;
@@ -148,7 +149,7 @@ fn a_real_systemd_driver_node_runs_pods_and_nodemem_as_users_install_it() {
 /// default), cgroupfs driver: kubelet-version, kubelet-reference,
 /// pod-level-memory-high, kubelet-reference-without-factor, kubelet-float,
 /// kubelet-at-defaults, install, reports, configz, no-conflict-at-defaults,
-/// simulate-prediction, explain, owners, reclaim, give-back, kubelet-mode (on nodemem
+/// simulate-prediction, explain, owners, reclaim, reboot, give-back, kubelet-mode (on nodemem
 /// installed again after the give-back), numa.
 #[test]
 fn a_real_v1_37_cgroupfs_node_is_the_reference_and_runs_nodemem_beside_its_defaults() {

@@ -48,6 +48,7 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
     let _slot = super::side_by_side::slot();
     let mut spec = RealNodeSpec::new(name, driver).label("nodemem.io/pool", "real");
     spec.kubelet = kubelets_v137_memory_qos(Some(0.9));
+    spec.rebootable = true;
     let (cp, mut node, started) = boot(&spec, KUBELET_V137);
     let rt = runtime();
     rt.block_on(async {
@@ -196,6 +197,13 @@ pub(crate) fn a_v1_37_node(driver: Driver, name: &str) {
             let agent_ip = agent_ip.expect("install passed");
             reclaim::reclaim_on_a_real_kernel(&mut node, &bed, &mut spec, &agent_ip).await
         });
+        // A reboot (issue 64): the node comes back under its config, and the give-back
+        // after it finds what nodemem kept across the boot.
+        phase!(phases, node, bed, "reboot", &["install"], || {
+            let installed = installed.as_ref().expect("install passed");
+            reboot::it_comes_back_under_its_config(&mut node, &bed, installed)
+        });
+        remove_pods_or_say(&bed, &ListParams::default()).await;
         // The give-back on cgroupfs: the kubelet at its defaults writes none of these
         // files, so every one must read what it leaves there.
         phase!(phases, node, bed, "give-back", &["install"], || {
