@@ -28,11 +28,19 @@ async fn container_ids(client: &kube::Client, node: &str) -> BTreeMap<String, St
         let status = pod.status.unwrap_or_default();
         for c in status.container_statuses.unwrap_or_default() {
             if c.state.as_ref().is_some_and(|s| s.running.is_some()) {
-                ids.insert(format!("{name}/{}", c.name), c.container_id.unwrap_or_default());
+                ids.insert(
+                    format!("{name}/{}", c.name),
+                    c.container_id.unwrap_or_default(),
+                );
             }
         }
     }
     ids
+}
+
+/// The files and their values as `node_values_become` takes them.
+fn wanted(files: &[(String, String)]) -> Vec<(&String, &String)> {
+    files.iter().map(|(p, v)| (p, v)).collect()
 }
 
 /// The Node's boot as its kubelet reports it, when the Node is Ready.
@@ -70,11 +78,12 @@ pub(crate) async fn it_comes_back_under_its_config(
             .map(|(path, (_, value))| (path, value))
             .collect::<Vec<(String, String)>>()
     };
-    let wanted = |files: &[(String, String)]| -> Vec<(&String, &String)> {
-        files.iter().map(|(p, v)| (p, v)).collect()
-    };
     let before = expected().await;
-    node_values_become(node, &wanted(&before), "files not as predicted before the reboot");
+    node_values_become(
+        node,
+        &wanted(&before),
+        "files not as predicted before the reboot",
+    );
     let ids_before = container_ids(&bed.client, &name).await;
     let boot_before = ready_on_boot(&bed.client, &name)
         .await
@@ -112,7 +121,11 @@ pub(crate) async fn it_comes_back_under_its_config(
         "the same cgroups (new container IDs) after the reboot"
     );
     assert_ne!(after, before, "the containers' cgroups are new");
-    node_values_become(node, &wanted(&after), "files not as predicted after the reboot");
+    node_values_become(
+        node,
+        &wanted(&after),
+        "files not as predicted after the reboot",
+    );
     let values = began.elapsed();
     eprintln!(
         "{name}: rebooted (systemctl reboot): the node answered again {back:.0?} after, the Node Ready on its new boot {ready:.0?}, every container running again {running:.0?}, all {} files as predicted {values:.0?} after",
