@@ -506,7 +506,7 @@ const KEEP_WHAT_RUNS: &str = "cd /mnt/nodemem/root && find . -type f -print0 | w
 const BOOT_ID: &str = "cat /proc/sys/kernel/random/boot_id";
 
 impl RealNode {
-    /// The node's current boot ([`BOOT_ID`]).
+    /// The node's current boot (`BOOT_ID`).
     pub fn boot_id(&mut self) -> Result<String, Error> {
         let (out, code) = self.run(BOOT_ID)?;
         if code != 0 || out.trim().is_empty() {
@@ -517,7 +517,7 @@ impl RealNode {
 
     /// Reboots the node as an operator does (`systemctl reboot`: a clean shutdown, the
     /// same kernel and disk booted again), once what it runs is kept for the boot
-    /// ([`KEEP_WHAT_RUNS`]). Returns the new boot's id once the node's runner answers
+    /// (`KEEP_WHAT_RUNS`). Returns the new boot's id once the node's runner answers
     /// from it, within `timeout`. Only a node booted `rebootable`.
     pub fn reboot(&mut self, timeout: Duration) -> Result<String, Error> {
         if !self.rebootable {
