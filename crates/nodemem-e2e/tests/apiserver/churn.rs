@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::agent::{spawn_agent, AgentProcess};
 use crate::common::{
     condition, create_app_pod, create_namespace, create_policy, node_states, own_control_plane,
-    pool_nodes, reports_good, spawn_controller, watch_configs,
+    reports_good, spawn_controller, watch_configs,
 };
 
 /// The sizes of a run: `make test`'s by default, each settable by the environment.
@@ -137,7 +137,8 @@ struct Bed {
 impl Bed {
     /// A control plane of the test's own; the initial nodes in the pool, each with its
     /// pod and its agent; the joining nodes' cgroup trees ready; the fake kubelet
-    /// running every node's pods (whatever joins later).
+    /// running every node's pods (whatever joins later). The nodes, pods and agents are
+    /// made [`IN_FLIGHT`] at a time (each agent's identity is a few requests in turn).
     async fn set_up(
         initial: &[String],
         joining: &[String],
@@ -147,29 +148,40 @@ impl Bed {
         FakeKubelet,
         BTreeMap<String, AgentProcess>,
     ) {
+        let began = Instant::now();
         let cp = own_control_plane().await;
         let client = cp.client(&Identity::Admin).await.unwrap();
-        let named: Vec<(&str, &str)> = initial.iter().map(|n| (n.as_str(), "churn")).collect();
-        let mut trees = pool_nodes(&client, &named).await;
-        for node in joining {
+        let mut trees = BTreeMap::new();
+        for node in initial.iter().chain(joining) {
             let tree = CgroupTree::new(CgroupDriver::Systemd, 2).unwrap();
             trees.insert(node.clone(), Arc::new(tree));
         }
+        side_by_side(initial, |node| register(&client, node)).await;
         let kubelet = FakeKubelet::start(client.clone(), trees.clone());
         create_namespace(&client, "churn").await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "churn");
-        for node in initial {
-            create_app_pod(&pods, node, "64Mi", "256Mi").await;
-        }
+        let pods = &pods;
+        side_by_side(initial, |node| async move {
+            create_app_pod(pods, node, "64Mi", "256Mi").await;
+        })
+        .await;
         let bed = Bed {
             cp,
             trees,
             dir: tempfile::tempdir().unwrap(),
         };
-        let mut agents = BTreeMap::new();
-        for node in initial {
-            agents.insert(node.clone(), bed.start_agent(node).await);
-        }
+        let starting = &bed;
+        let agents = side_by_side(initial, |node| async move {
+            (node.to_string(), starting.start_agent(node).await)
+        })
+        .await
+        .into_iter()
+        .collect();
+        eprintln!(
+            "churn: {} nodes, their pods and agents set up in {:.1} s",
+            initial.len(),
+            began.elapsed().as_secs_f64()
+        );
         (bed, client, kubelet, agents)
     }
 
@@ -193,16 +205,52 @@ impl Bed {
     /// its agent, as a scheduler binds pods to a node the moment it is Ready), its
     /// agent started. Returns the agent and when it started.
     async fn join(&self, client: &kube::Client, node: &str) -> (AgentProcess, Instant) {
-        SimNode::new(node)
-            .label("nodemem.io/pool", "churn")
-            .register(client)
-            .await
-            .unwrap();
+        register(client, node).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "churn");
         create_app_pod(&pods, node, "64Mi", "256Mi").await;
         let agent = self.start_agent(node).await;
         (agent, Instant::now())
     }
+}
+
+/// Joins, leaves and set-up steps under way at once: enough that a node's few requests
+/// in turn (its Node, its pod, its agent's identity: a pod bound to it and a token)
+/// keep up with 500 joins a minute.
+const IN_FLIGHT: usize = 64;
+
+/// `step` for each node, [`IN_FLIGHT`] at a time; the outputs in completion order.
+async fn side_by_side<'a, F, T>(nodes: &'a [String], step: impl Fn(&'a str) -> F) -> Vec<T>
+where
+    F: std::future::Future<Output = T>,
+{
+    futures::stream::iter(nodes)
+        .map(|node| step(node))
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// Registers `node` as a Node of the churn pool.
+async fn register(client: &kube::Client, node: &str) {
+    SimNode::new(node)
+        .label("nodemem.io/pool", "churn")
+        .register(client)
+        .await
+        .unwrap();
+}
+
+/// The agents' resident memory (MiB, from /proc), sorted.
+fn resident_mib<'a>(agents: impl Iterator<Item = &'a AgentProcess>) -> Vec<f64> {
+    let mut rss: Vec<f64> = agents
+        .filter_map(|a| {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", a.pid())).ok()?;
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib / 1024.0)
+        })
+        .collect();
+    rss.sort_by(f64::total_cmp);
+    rss
 }
 
 /// Takes `node` out of the cluster as `way` says; returns when its Node was deleted.
@@ -295,7 +343,7 @@ async fn churn(
             tokio::time::sleep_until(at(i, joining.len())).await;
             (node.clone(), bed.join(client, node).await)
         })
-        .buffer_unordered(16)
+        .buffer_unordered(IN_FLIGHT)
         .collect::<BTreeMap<_, _>>();
     let count = leaving.len();
     let leaves = futures::stream::iter(leaving.into_iter().enumerate())
@@ -304,7 +352,7 @@ async fn churn(
             let left = leave(client, &node, agent, LEAVES[i % LEAVES.len()]).await;
             (node, left)
         })
-        .buffer_unordered(16)
+        .buffer_unordered(IN_FLIGHT)
         .collect::<BTreeMap<_, _>>();
     tokio::join!(joins, leaves)
 }
@@ -461,6 +509,14 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
     let on_second = waits(&joined, |n| good_at(&seen, n, Some(&second)));
     let median = |w: &[f64]| w[w.len() / 2];
     let last = |w: &[f64]| w[w.len() - 1];
+    let rss = resident_mib(agents.values().chain(joined.values().map(|(a, _)| a)));
+    eprintln!(
+        "churn: the {} agents at the end: resident {:.1} MiB (median) to {:.1} MiB (largest), {:.0} MiB in all",
+        rss.len(),
+        median(&rss),
+        last(&rss),
+        rss.iter().sum::<f64>()
+    );
     eprintln!(
         "churn: {} nodes joined and {} left (deleted, drained, NotReady in turn) in {churned:.1} s, during a rollout of {} (maxUnavailable {}, minReadySeconds 3): joining nodes' first values reported good {:.1} s (median) to {:.1} s (last) after their agents started, on the new revision {:.1} s to {:.1} s; at most {most} node(s) on the new revision without a good report at once",
         sizes.joining,
