@@ -111,6 +111,8 @@ soak:
 churn:
 	NODEMEM_CONTROL_PLANE_BIN="$$(bash tests/scripts/build-control-plane.sh)" && \
 	  export NODEMEM_CONTROL_PLANE_BIN && \
+	  NODEMEM_IMAGE_ARCHES=amd64 NODEMEM_IMAGE_OUT=$(CARGO_TARGET_DIR)/image/churn-oci bash image/build-oci.sh >/dev/null && \
+	  export NODEMEM_E2E_BINARY=$(CARGO_TARGET_DIR)/x86_64-unknown-linux-gnu/release/nodemem && \
 	  NODEMEM_CHURN_INITIAL=600 NODEMEM_CHURN_JOINING=500 NODEMEM_CHURN_LEAVING=500 \
 	  NODEMEM_CHURN_MAX_UNAVAILABLE=100 NODEMEM_CHURN_SPREAD_SECONDS=60 \
 	  $(CARGO) test -p nodemem-e2e --features apiserver-tests --test apiserver --locked \

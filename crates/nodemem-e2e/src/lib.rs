@@ -16,10 +16,26 @@ use std::time::{Duration, Instant};
 pub use nodemem_testkit::binaries::repo_root;
 
 /// The `nodemem` binary, built once per test process from the workspace as it is now
-/// (a no-op when `make` built it already), so a tier never runs a stale binary.
+/// (a no-op when `make` built it already), so a tier never runs a stale binary; or the
+/// one `NODEMEM_E2E_BINARY` names (`make churn`: the image's release binary, whose
+/// agents take a third of a debug one's memory, so that hundreds fit beside the
+/// control plane).
 pub fn nodemem() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_nodemem)
+    BINARY.get_or_init(|| match std::env::var_os("NODEMEM_E2E_BINARY") {
+        Some(path) => given_binary(PathBuf::from(path)),
+        None => build_nodemem(),
+    })
+}
+
+/// The binary `NODEMEM_E2E_BINARY` names, which must be there.
+fn given_binary(path: PathBuf) -> PathBuf {
+    assert!(
+        path.is_file(),
+        "NODEMEM_E2E_BINARY={}: no such file (build it first, as `make churn` does)",
+        path.display()
+    );
+    path
 }
 
 fn build_nodemem() -> PathBuf {
