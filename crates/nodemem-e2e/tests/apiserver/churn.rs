@@ -62,7 +62,28 @@ impl Sizes {
             sizes.leaving < sizes.initial && sizes.joining > 0 && sizes.max_unavailable > 0,
             "{sizes:?}: fewer leaving than initial, at least one joining, maxUnavailable > 0"
         );
+        sizes.check_inotify_instances();
         sizes
+    }
+
+    /// Every agent holds an inotify instance (its watch on the cgroup tree), and the
+    /// kernel allows a user `fs.inotify.max_user_instances` (often 128): past it, the
+    /// next agents end with "Too many open files" (seen: 240 of 600 running). One agent
+    /// per node never meets it; hundreds on one machine do, so the run says so first.
+    fn check_inotify_instances(&self) {
+        let path = "/proc/sys/fs/inotify/max_user_instances";
+        let Some(limit) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+        else {
+            return;
+        };
+        let wanted = self.initial + self.joining + 64;
+        assert!(
+            limit >= wanted,
+            "{self:?} runs up to {} agents, each with an inotify instance, but {path} is {limit}: raise it (sysctl fs.inotify.max_user_instances={wanted})",
+            self.initial + self.joining
+        );
     }
 
     /// The nodes that stay or join: the pool at the end.
