@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::agent::{spawn_agent, AgentProcess};
 use crate::common::{
     condition, create_app_pod, create_namespace, create_policy, node_states, own_control_plane,
-    reports_good, spawn_controller, watch_configs,
+    reports_good, spawn_controller_with, watch_configs,
 };
 
 /// The sizes of a run: `make test`'s by default, each settable by the environment.
@@ -431,11 +431,15 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
     let (initial, joining) = names.split_at(sizes.initial);
     let (bed, client, _kubelet, mut agents) = Bed::set_up(initial, joining).await;
     let controller_log = bed.dir.path().join("controller.log");
-    let _controller = spawn_controller(
+    // One replica, without leader election: the tests' 6 s Lease was lost to an
+    // apiserver slow to answer while 600 agents started on two cores (the controller
+    // then exits for its Deployment to start it again, and no Deployment runs here).
+    let _controller = spawn_controller_with(
         &bed.cp.kubeconfig(&Identity::Controller).await.unwrap(),
         "replica-a",
         "nodemem:test",
         &controller_log,
+        &["--leader-elect", "false"],
     );
     let logs = || std::fs::read_to_string(&controller_log).unwrap_or_default();
     let policies = crate::common::policies(client.clone());
