@@ -723,6 +723,11 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     let name = obj.meta().name.clone().unwrap_or_default();
+    // Read first: a create of what exists still goes through admission (a policy's
+    // parameter lookup, which timed out on an apiserver busy with 1,100 agents).
+    if let Ok(Some(existing)) = api.get_opt(&name).await {
+        return Ok(existing);
+    }
     match api.create(&PostParams::default(), obj).await {
         Ok(created) => Ok(created),
         Err(kube::Error::Api(s)) if s.code == 409 => api
