@@ -184,13 +184,10 @@ async fn handle_pod(
         let qos = qos_of(pod);
         tree.remove_pod(qos, &uid)?;
         running.remove(&uid);
-        // The kubelet confirms the deletion once the containers are gone (beside the
-        // watch, as the status below).
-        tokio::spawn(async move {
-            let _ = api
-                .delete(&name, &DeleteParams::default().grace_period(0))
-                .await;
-        });
+        // The kubelet confirms the deletion once the containers are gone.
+        let _ = api
+            .delete(&name, &DeleteParams::default().grace_period(0))
+            .await;
         return Ok(());
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -238,17 +235,9 @@ async fn handle_pod(
         "initContainerStatuses": init.iter().map(|c| status_of(c, true)).collect::<Vec<_>>(),
         "containerStatuses": app.iter().map(|c| status_of(c, false)).collect::<Vec<_>>(),
     }});
-    // Written beside the watch, as each node's kubelet writes its own pods' statuses:
-    // one status after another held every pod behind the ones before it (with 1,100
-    // nodes' pods, a drained pod's deletion waited minutes behind them).
-    tokio::spawn(async move {
-        let written = api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-            .await;
-        if let Err(e) = written {
-            eprintln!("fake kubelet: status of pod {ns}/{name}: {e}");
-        }
-    });
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map_err(|e| Error::Api(format!("status of pod {ns}/{name}: {e}")))?;
     Ok(())
 }
 
