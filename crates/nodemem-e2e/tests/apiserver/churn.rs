@@ -288,11 +288,26 @@ async fn leave(client: &kube::Client, node: &str, agent: AgentProcess, way: Leav
             let pods: Api<Pod> = Api::namespaced(client.clone(), "churn");
             let pod = format!("app-{node}");
             pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+            // What the pod was at the last look, for a failure message.
+            let last = Mutex::new(String::from("not read"));
             crate::common::eventually(
                 "a drained node's pod gone",
                 Duration::from_secs(120),
-                &nodemem_e2e::no_context,
-                async || pods.get_opt(&pod).await.ok()?.is_none().then_some(()),
+                &|| format!("pod churn/{pod} at the last look: {}", last.lock().unwrap()),
+                async || {
+                    let now = pods.get_opt(&pod).await;
+                    *last.lock().unwrap() = match &now {
+                        Ok(Some(p)) => format!(
+                            "deletionTimestamp {:?}, phase {:?}, node {:?}",
+                            p.metadata.deletion_timestamp,
+                            p.status.as_ref().and_then(|s| s.phase.clone()),
+                            p.spec.as_ref().and_then(|s| s.node_name.clone())
+                        ),
+                        Ok(None) => "gone".into(),
+                        Err(e) => format!("not read: {e}"),
+                    };
+                    now.ok()?.is_none().then_some(())
+                },
             )
             .await;
             drop(agent);
@@ -485,6 +500,13 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
         .collect();
     let (joined, left_at) = churn(&bed, &client, sizes, joining, leaving).await;
     let churned = churn_began.elapsed().as_secs_f64();
+    let since_churn = |last: Option<&Instant>| {
+        last.map_or(0.0, |t| {
+            t.saturating_duration_since(churn_began).as_secs_f64()
+        })
+    };
+    let joins_took = since_churn(joined.values().map(|(_, t)| t).max());
+    let leaves_took = since_churn(left_at.values().max());
     let staying: Vec<&String> = initial[sizes.leaving..].iter().chain(joining).collect();
     let second = crate::common::eventually(
         "every staying and joining node on the new revision, reported good, no config for a node that left",
@@ -543,7 +565,7 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
         rss.iter().sum::<f64>()
     );
     eprintln!(
-        "churn: {} nodes joined and {} left (deleted, drained, NotReady in turn) in {churned:.1} s, during a rollout of {} (maxUnavailable {}, minReadySeconds 3): joining nodes' first values reported good {:.1} s (median) to {:.1} s (last) after their agents started, on the new revision {:.1} s to {:.1} s; at most {most} node(s) on the new revision without a good report at once",
+        "churn: {} nodes joined and {} left (deleted, drained, NotReady in turn) in {churned:.1} s (the last agent started at {joins_took:.1} s, the last Node deleted at {leaves_took:.1} s), during a rollout of {} (maxUnavailable {}, minReadySeconds 3): joining nodes' first values reported good {:.1} s (median) to {:.1} s (last) after their agents started, on the new revision {:.1} s to {:.1} s; at most {most} node(s) on the new revision without a good report at once",
         sizes.joining,
         sizes.leaving,
         sizes.initial,
