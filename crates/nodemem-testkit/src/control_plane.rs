@@ -594,19 +594,22 @@ impl ControlPlane {
                 write_token_kubeconfig(&path, &self.server, &self.dir, &token)?;
                 Ok(path)
             }
-            Identity::Agent(node) => {
-                let admin = self.admin().await?;
-                ensure_service_account(&admin, AGENT_SERVICE_ACCOUNT).await?;
-                let pod = agent_identity_pod(&admin, node).await?;
-                let token =
-                    service_account_token(&admin, AGENT_SERVICE_ACCOUNT, Some(&pod)).await?;
-                let path = self
-                    .dir
-                    .join(format!("agent-{}.kubeconfig", sanitize(node)));
-                write_token_kubeconfig(&path, &self.server, &self.dir, &token)?;
-                Ok(path)
-            }
+            Identity::Agent(node) => self.agent_kubeconfig(&self.admin().await?, node).await,
         }
+    }
+
+    /// [`Identity::Agent`]'s kubeconfig, its requests made with `admin` (an admin
+    /// client of the caller's: a test that starts hundreds of agents makes no new
+    /// connection for each).
+    pub async fn agent_kubeconfig(&self, admin: &Client, node: &str) -> Result<PathBuf, Error> {
+        ensure_service_account(admin, AGENT_SERVICE_ACCOUNT).await?;
+        let pod = agent_identity_pod(admin, node).await?;
+        let token = service_account_token(admin, AGENT_SERVICE_ACCOUNT, Some(&pod)).await?;
+        let path = self
+            .dir
+            .join(format!("agent-{}.kubeconfig", sanitize(node)));
+        write_token_kubeconfig(&path, &self.server, &self.dir, &token)?;
+        Ok(path)
     }
 
     async fn admin(&self) -> Result<Client, Error> {

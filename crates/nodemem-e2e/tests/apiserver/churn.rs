@@ -151,6 +151,8 @@ fn most_updating(
 /// identity), the nodes' cgroup trees and a directory for the agents' files.
 struct Bed {
     cp: nodemem_testkit::ControlPlane,
+    /// An admin client: the agents' identities are made with it.
+    admin: kube::Client,
     trees: BTreeMap<String, Arc<CgroupTree>>,
     dir: tempfile::TempDir,
 }
@@ -188,6 +190,7 @@ impl Bed {
         .await;
         let bed = Bed {
             cp,
+            admin: client.clone(),
             trees,
             dir: tempfile::tempdir().unwrap(),
         };
@@ -209,8 +212,7 @@ impl Bed {
     /// Starts `node`'s agent with its own node's token, its files under the bed's
     /// directory.
     async fn start_agent(&self, node: &str) -> AgentProcess {
-        let identity = Identity::Agent(node.to_string());
-        let kubeconfig = self.cp.kubeconfig(&identity).await.unwrap();
+        let kubeconfig = self.cp.agent_kubeconfig(&self.admin, node).await.unwrap();
         let node_dir = self.dir.path().join(node);
         std::fs::create_dir_all(&node_dir).unwrap();
         spawn_agent(
@@ -290,10 +292,11 @@ async fn leave(client: &kube::Client, node: &str, agent: AgentProcess, way: Leav
             pods.delete(&pod, &DeleteParams::default()).await.unwrap();
             // What the pod was at the last look, for a failure message.
             let last = Mutex::new(String::from("not read"));
-            crate::common::eventually(
-                "a drained node's pod gone",
+            // Looked at each half second: a tenth of a second, with 64 drains at once,
+            // was 640 reads a second on the apiserver the agents share.
+            let gone = nodemem_e2e::within(
                 Duration::from_secs(120),
-                &|| format!("pod churn/{pod} at the last look: {}", last.lock().unwrap()),
+                Duration::from_millis(500),
                 async || {
                     let now = pods.get_opt(&pod).await;
                     *last.lock().unwrap() = match &now {
@@ -310,6 +313,11 @@ async fn leave(client: &kube::Client, node: &str, agent: AgentProcess, way: Leav
                 },
             )
             .await;
+            assert!(
+                gone.is_some(),
+                "timed out waiting for drained node {node}'s pod gone: at the last look {}",
+                last.lock().unwrap()
+            );
             drop(agent);
         }
         Leave::NotReady => {
