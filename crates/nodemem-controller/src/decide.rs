@@ -17,6 +17,8 @@ pub(crate) mod health;
 #[cfg(test)]
 mod incremental_tests;
 pub(crate) mod index;
+#[cfg(test)]
+mod joining_tests;
 pub mod node_failure;
 pub(crate) mod policy_status;
 pub(crate) mod recommendation;
@@ -50,7 +52,7 @@ use rollout_index::RolloutIndex;
 use round::Round;
 use target::{choose_target, kept_revisions, nothing_to_roll_out};
 use view::{policy_views, PolicyView, Pool};
-use writes::{write_health_settings, write_rollback, write_target};
+use writes::{write_health_settings, write_rollback, write_running_revision, write_target};
 
 /// Everything the controller should do now, from the whole world (the model the
 /// [`Decider`] keeps to).
@@ -175,7 +177,7 @@ fn decide_policy(
     status.target_revision = Some(target.revision.clone());
     // The index keeps the pool's rollout to the target chosen here (the same choice);
     // should it not, the pool is classified from scratch.
-    let key = rollout_key(v, &target.revision);
+    let key = rollout_key(v, &target, &choice);
     let rollout = match rollout.filter(|r| *r.key() == key) {
         Some(r) => Cow::Borrowed(r),
         None => Cow::Owned(RolloutIndex::build(
@@ -193,6 +195,7 @@ fn decide_policy(
     round.announce_failures(old, out);
     let start = nodes_to_start(&round, out);
     write_target(&round, &start, out);
+    write_running_revision(&round, &start, repaired, out);
     status.rolled_back_revision = write_rollback(&round, choice.rolled_back, out);
     write_health_settings(&round, out);
     record_progress(&round, &mut status);

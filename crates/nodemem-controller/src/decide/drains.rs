@@ -91,6 +91,12 @@ fn drain_order(round: &Round<'_>, node: &str) -> DrainOrder {
     }
 }
 
+/// Whether a node that ran no config must be drained before `settings` (the kubelet's
+/// own Memory Manager changes from its default).
+pub(super) fn drains_a_new_node(settings: &nodemem_api::policy::NodeSettings) -> bool {
+    kubelets_memory_manager(settings) != Default::default()
+}
+
 /// The Memory Manager the kubelet itself runs with under `settings`: the policy's under
 /// enforcement: Kubelet (nodemem's drop-in sets it); otherwise nodemem writes none and
 /// the kubelet keeps its own, taken as the default (None).

@@ -11,11 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use nodemem_api::policy::RevisionRecord;
 use nodemem_api::revision::revision;
 use nodemem_model::cluster::resolve::{resolve_policy, PolicyCandidate};
 
 use super::rollout_index::{RolloutIndex, RolloutKey};
-use super::target::choose_target;
+use super::target::{choose_target, TargetChoice};
 use super::view::PolicyView;
 use crate::decide::handoff::Moving;
 use crate::decide::settings::{released_settings, rollout_params};
@@ -177,21 +178,32 @@ fn rollout_keys(views: &[PolicyView<'_>]) -> BTreeMap<String, RolloutKey> {
     let mut keys = BTreeMap::new();
     for v in views.iter().filter(|v| !v.entry.deleting) {
         let mut scratch = Decision::default();
-        let Some(target) = choose_target(v, &v.entry.status, &mut scratch).and_then(|c| c.target)
-        else {
+        let Some(choice) = choose_target(v, &v.entry.status, &mut scratch) else {
             continue;
         };
-        keys.insert(v.name.to_string(), rollout_key(v, &target.revision));
+        let Some(target) = &choice.target else {
+            continue;
+        };
+        keys.insert(v.name.to_string(), rollout_key(v, target, &choice));
     }
     keys
 }
 
-/// What a policy's pool moving to `target` depends on.
-pub(super) fn rollout_key(v: &PolicyView<'_>, target: &str) -> RolloutKey {
+/// What a policy's pool moving to `target` (`choice`'s) depends on.
+pub(super) fn rollout_key(
+    v: &PolicyView<'_>,
+    target: &RevisionRecord,
+    choice: &TargetChoice,
+) -> RolloutKey {
     let params = rollout_params(&v.entry.spec.rollout, 0);
     RolloutKey {
         policy: v.name.to_string(),
-        target: target.to_string(),
+        target: target.revision.clone(),
+        previous: choice
+            .previous
+            .as_ref()
+            .map(|p| p.revision.clone())
+            .filter(|p| *p != target.revision),
         min_ready_seconds: params.min_ready_seconds,
         progress_deadline_seconds: params.progress_deadline_seconds,
         drains: true,
@@ -216,6 +228,7 @@ fn release_key(world: &World, policy: &str) -> RolloutKey {
         progress_deadline_seconds: params.progress_deadline_seconds,
         drains: false,
         spec_revision: None,
+        previous: None,
         health: None,
     }
 }

@@ -35,6 +35,10 @@ pub(crate) struct RolloutKey {
     pub(crate) drains: bool,
     /// The spec's revision, whose observations the recommendation sums (None: none).
     pub(crate) spec_revision: Option<String>,
+    /// The revision before the target, which a rollback returns to and a node new to
+    /// nodemem may get at once (`writes::write_running_revision`; None: none, or the
+    /// target is it, or a release).
+    pub(crate) previous: Option<String>,
     /// The health settings the nodes on the target follow (None: a release keeps each
     /// node's own).
     pub(crate) health: Option<HealthSpec>,
@@ -44,6 +48,7 @@ pub(crate) struct RolloutKey {
 #[derive(Clone, Debug)]
 struct Member {
     phase: NodePhase,
+    carries: Carries,
     /// No later than the first time its phase can change by time alone.
     next_check: Option<i64>,
     drain_marked: bool,
@@ -63,12 +68,48 @@ struct Member {
 impl PartialEq for Member {
     fn eq(&self, other: &Self) -> bool {
         self.phase == other.phase
+            && self.carries == other.carries
             && self.drain_marked == other.drain_marked
             && self.stale_health == other.stale_health
             && self.signals == other.signals
             && self.classes == other.classes
             && self.observed == other.observed
             && self.class_observed == other.class_observed
+    }
+}
+
+/// What a member's config carries, against the rollout's revisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carries {
+    /// No config at all: a node new to nodemem (it joined the cluster or the pool).
+    NoConfig,
+    /// Another policy's config: a node handed over between policies.
+    OtherPolicy,
+    /// The target revision.
+    Target,
+    /// The revision before the target ([`RolloutKey::previous`]).
+    Previous,
+    /// An older revision of the policy.
+    Older,
+}
+
+impl Carries {
+    const COUNT: usize = 5;
+
+    fn of(world: &World, key: &RolloutKey, node: &str) -> Carries {
+        let Some(config) = world.configs.get(node) else {
+            return Carries::NoConfig;
+        };
+        let revision = &config.spec.revision;
+        if config.spec.policy != key.policy {
+            Carries::OtherPolicy
+        } else if *revision == key.target {
+            Carries::Target
+        } else if key.previous.as_ref() == Some(revision) {
+            Carries::Previous
+        } else {
+            Carries::Older
+        }
     }
 }
 
@@ -160,6 +201,11 @@ pub(crate) struct RolloutIndex {
     checks: BTreeSet<(i64, String)>,
     drain_marked: BTreeSet<String>,
     stale_health: BTreeSet<String>,
+    /// Members per [`Carries`] (in its order).
+    carrying: [usize; Carries::COUNT],
+    /// Members with no config at all, kept only while the key has a previous revision
+    /// (a first rollout, where every node has none, keeps no such set).
+    unconfigured: BTreeSet<String>,
     signals: Signals,
     /// The members' pods per workload class, summed (a class no member runs is gone).
     class_pods: BTreeMap<String, i64>,
@@ -190,6 +236,8 @@ impl PartialEq for RolloutIndex {
             && self.phases == other.phases
             && self.drain_marked == other.drain_marked
             && self.stale_health == other.stale_health
+            && self.carrying == other.carrying
+            && self.unconfigured == other.unconfigured
             && self.signals == other.signals
             && self.class_pods == other.class_pods
             && self.worst == other.worst
@@ -207,6 +255,8 @@ impl RolloutIndex {
             checks: BTreeSet::new(),
             drain_marked: BTreeSet::new(),
             stale_health: BTreeSet::new(),
+            carrying: [0; Carries::COUNT],
+            unconfigured: BTreeSet::new(),
             signals: Signals::default(),
             class_pods: BTreeMap::new(),
             worst: BTreeSet::new(),
@@ -291,6 +341,19 @@ impl RolloutIndex {
             flag(old, |m| m.stale_health),
             flag(new, |m| m.stale_health),
         );
+        let carries = |m: Option<&Member>| m.map(|m| m.carries);
+        if carries(old) != carries(new) {
+            if let Some(c) = carries(old) {
+                self.carrying[c as usize] -= 1;
+            }
+            if let Some(c) = carries(new) {
+                self.carrying[c as usize] += 1;
+            }
+            let unconfigured =
+                |m| self.key.previous.is_some() && carries(m) == Some(Carries::NoConfig);
+            let (was, is) = (unconfigured(old), unconfigured(new));
+            set_flag(&mut self.unconfigured, node, was, is);
+        }
         let signals = |m: Option<&Member>| m.map(|m| m.signals).unwrap_or_default();
         let (was, is) = (signals(old), signals(new));
         if was != is {
@@ -360,6 +423,17 @@ impl RolloutIndex {
     /// Members with a drain mark (for any revision).
     pub(crate) fn drain_marked(&self) -> &BTreeSet<String> {
         &self.drain_marked
+    }
+
+    /// How many members' configs carry `what`.
+    pub(crate) fn carrying(&self, what: Carries) -> usize {
+        self.carrying[what as usize]
+    }
+
+    /// Members with no config at all, by name (none kept while the key has no previous
+    /// revision).
+    pub(crate) fn unconfigured(&self) -> &BTreeSet<String> {
+        &self.unconfigured
     }
 
     /// Members on the target whose config's health settings differ from the policy's.
@@ -477,6 +551,7 @@ fn member_of(world: &World, key: &RolloutKey, node: &str, now: i64) -> Member {
     let on_target = config.filter(|c| c.spec.revision == key.target);
     Member {
         phase: phase(&progress, &key.target, &params),
+        carries: Carries::of(world, key, node),
         next_check: next_check(&progress, key, now),
         drain_marked: key.drains && world.drains.contains_key(node),
         stale_health: key
@@ -569,6 +644,7 @@ mod tests {
             progress_deadline_seconds: 600,
             drains: true,
             spec_revision: Some(target.to_string()),
+            previous: None,
             health: Some(HealthSpec::default()),
         }
     }

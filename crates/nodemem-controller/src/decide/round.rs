@@ -132,7 +132,7 @@ fn classify(
     target: &RevisionRecord,
     now: i64,
 ) -> RolloutIndex {
-    let key = super::index::rollout_key(policy, &target.revision);
+    let key = super::index::rollout_key(policy, target, &TargetChoice::spec_only());
     RolloutIndex::build(world, key, pool.iter().copied(), now)
 }
 

@@ -1,13 +1,21 @@
 //! The configs a round writes or deletes: the target to the nodes that start, the
-//! previous revision (or no config) to the nodes a rollback sends back, and the
-//! policy's health settings, which follow it without a new revision.
+//! previous revision (or no config) to the nodes a rollback sends back, the revision
+//! the pool runs to nodes that join it mid-rollout, and the policy's health settings,
+//! which follow it without a new revision.
+
+use std::collections::BTreeSet;
 
 use nodemem_api::policy::RevisionRecord;
 use nodemem_api::NodeMemoryConfigSpec;
 use nodemem_model::cluster::rollout::RolloutState;
 
+use super::drains::drains_a_new_node;
+use super::rollout_index::Carries;
 use super::round::Round;
-use crate::decision::{ConfigWrite, Decision};
+use crate::decision::{ConfigWrite, Decision, PolicyEvent};
+
+/// Joining nodes a `NodesJoined` Event names; it counts the rest.
+const NAMED_JOINS: usize = 10;
 
 pub(super) fn write_target(round: &Round<'_>, start: &[String], out: &mut Decision) {
     for node in start {
@@ -36,6 +44,77 @@ pub(super) fn write_rollback(
         }
     }
     Some(round.policy.revision.clone())
+}
+
+/// A node new to nodemem (no config at all: an autoscaler's, a node added to the
+/// pool's label) that joins while the pool moves to the target gets the revision the
+/// pool runs at once, and the target later in its turn like every other node. Without
+/// it, its pods run the kubelet's own values until its turn comes, and for as long as
+/// the rollout is paused or stopped (Degraded, OneNodeFailed). Not a step of the
+/// rollout: the node counts as waiting for the target, and maxUnavailable and the
+/// canary count the target only. Nodes that start, drain or are repaired this round
+/// are left to that.
+pub(super) fn write_running_revision(
+    round: &Round<'_>,
+    started: &[String],
+    repaired: &BTreeSet<String>,
+    out: &mut Decision,
+) {
+    let Some(running) = running_revision(round) else {
+        return;
+    };
+    let draining: BTreeSet<&str> = out.drains.iter().map(|d| d.node.as_str()).collect();
+    let joined: Vec<&String> = round
+        .pool
+        .unconfigured()
+        .iter()
+        .filter(|n| {
+            !started.contains(n)
+                && !repaired.contains(*n)
+                && !draining.contains(n.as_str())
+                && !round.pool.drain_marked().contains(*n)
+        })
+        .collect();
+    if joined.is_empty() {
+        return;
+    }
+    for node in &joined {
+        out.writes
+            .push(config_write(round, node, spec_for(round, running)));
+    }
+    let named: Vec<&str> = joined
+        .iter()
+        .take(NAMED_JOINS)
+        .map(|n| n.as_str())
+        .collect();
+    let more = joined.len() - named.len();
+    out.events.push(PolicyEvent {
+        policy: round.policy.name.to_string(),
+        warning: false,
+        reason: "NodesJoined",
+        message: format!(
+            "revision {} (the pool runs it) to {}{}, new to the pool while it moves to revision {}: they wait their turn for it",
+            running.revision,
+            named.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() },
+            round.target.revision,
+        ),
+    });
+}
+
+/// The revision the pool runs while it moves to the target: the previous one (where a
+/// rollback returns), while at least as many of its nodes carry it as carry an older
+/// one, and never one no node carries (a revision that was paused from the start and
+/// edited, never rolled out). None too where it would need a node that ran nothing to
+/// be drained first (the kubelet's own Memory Manager): such a node waits its turn.
+fn running_revision<'r>(round: &'r Round<'_>) -> Option<&'r RevisionRecord> {
+    let previous = round
+        .previous
+        .as_ref()
+        .filter(|p| p.revision != round.target.revision)?;
+    let on_previous = round.pool.carrying(Carries::Previous);
+    let runs = on_previous > 0 && on_previous >= round.pool.carrying(Carries::Older);
+    (runs && !drains_a_new_node(&previous.settings)).then_some(previous)
 }
 
 /// Nodes on the target whose health settings differ from the policy's get them now

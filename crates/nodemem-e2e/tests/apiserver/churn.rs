@@ -440,8 +440,9 @@ fn counted_nodes(metrics: &str) -> [Option<f64>; 4] {
 /// A rollout (maxUnavailable 2, minReadySeconds 3) over 12 nodes while 8 nodes join,
 /// each with a pod landing at once and its agent started, and 6 leave (in turn deleted,
 /// drained, gone NotReady): every node that stays or joins ends on the new revision,
-/// reported good; each joining node within the rollout's own pace of its agent
-/// starting (printed, with its first good report on any revision); no config is left
+/// reported good; each joining node runs the revision the pool ran within seconds of
+/// its agent starting, and the new one within the rollout's own pace (both printed);
+/// no config is left
 /// for a node that is gone, and the controller counts none; at no moment are more than
 /// maxUnavailable nodes on the new revision without a good report; and the leaving
 /// nodes fail nothing (no failed node, no rollback, the policy Ready).
@@ -561,6 +562,12 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
     let seen = seen.lock().unwrap().clone();
     let most = most_updating(&start, &seen, &second, &left_at);
     let first_values = waits(&joined, |n| good_at(&seen, n, None));
+    // Joining nodes whose first values were the pool's running revision, not the
+    // rollout's target (given at once, the target in their turn).
+    let ran_first = joined
+        .keys()
+        .filter(|n| good_at(&seen, n, Some(&first)) == good_at(&seen, n, None))
+        .count();
     let on_second = waits(&joined, |n| good_at(&seen, n, Some(&second)));
     let median = |w: &[f64]| w[w.len() / 2];
     let last = |w: &[f64]| w[w.len() - 1];
@@ -573,7 +580,7 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
         rss.iter().sum::<f64>()
     );
     eprintln!(
-        "churn: {} nodes joined and {} left (deleted, drained, NotReady in turn) in {churned:.1} s (the last agent started at {joins_took:.1} s, the last Node deleted at {leaves_took:.1} s), during a rollout of {} (maxUnavailable {}, minReadySeconds 3): joining nodes' first values reported good {:.1} s (median) to {:.1} s (last) after their agents started, on the new revision {:.1} s to {:.1} s; at most {most} node(s) on the new revision without a good report at once",
+        "churn: {} nodes joined and {} left (deleted, drained, NotReady in turn) in {churned:.1} s (the last agent started at {joins_took:.1} s, the last Node deleted at {leaves_took:.1} s), during a rollout of {} (maxUnavailable {}, minReadySeconds 3): joining nodes' first values reported good {:.1} s (median) to {:.1} s (last) after their agents started ({ran_first} of them on the revision the pool ran), on the new revision {:.1} s to {:.1} s; at most {most} node(s) on the new revision without a good report at once",
         sizes.joining,
         sizes.leaving,
         sizes.initial,
@@ -591,7 +598,20 @@ async fn nodes_joining_and_leaving_mid_rollout_neither_exceed_its_pace_nor_fail_
         "{status:#}"
     );
     assert!(status["rolledBackRevision"].is_null(), "{status:#}");
-    // A joining node waits at most for the rollout's batches in front of it
+    // A joining node runs the pool's revision at once, however far the rollout is
+    // from its turn: its first values within seconds of its agent (0.3 s at make
+    // test's size; the bound leaves room for a loaded machine, and for 500 agents
+    // starting in a minute on two cores).
+    let first_bound = 15.0 + sizes.joining as f64 / 25.0;
+    assert!(
+        last(&first_values) < first_bound,
+        "joining nodes' first values {first_values:?}"
+    );
+    assert!(
+        ran_first > 0,
+        "no joining node ran the pool's revision first"
+    );
+    // And the target in its turn: at most the rollout's batches in front of it
     // (maxUnavailable at a time, each ready after 3 s) on the test bed's two cores:
     // 90 s for make test's 14 nodes, 2 at a time.
     let bound = 20.0 + 10.0 * sizes.batches() as f64;
