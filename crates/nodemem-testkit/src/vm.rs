@@ -238,7 +238,10 @@ impl Vm {
             self.node_memory_mib,
             &self.kernel,
             &initrd,
-            &format!("console=ttyS0 quiet loglevel=1 panic=-1 {}", self.cmdline),
+            &format!(
+                "console=ttyS0 quiet loglevel=1 panic=-1 {ROOTFS} {}",
+                self.cmdline
+            ),
         );
         args.extend(["-nic".into(), "none".into()]);
         let console_path = dir.path().join("console.log");
@@ -268,6 +271,13 @@ impl Vm {
             &std::fs::read(&console_path).map_err(|e| vm_err(e.to_string()))?,
         )
         .replace('\r', "");
+        if let Some(line) = unpacking_failure(&console) {
+            return Err(vm_err(format!(
+                "the kernel did not unpack the whole initramfs ({} MiB in a VM of {} MiB): {line}",
+                std::fs::metadata(&initrd).map_or(0, |m| m.len() >> 20),
+                2 * self.node_memory_mib
+            )));
+        }
         parse_console(&console, started.elapsed()).ok_or_else(|| {
             vm_err(format!(
                 "qemu ended ({status}) without the script's exit marker; console:\n{}",
@@ -275,6 +285,22 @@ impl Vm {
             ))
         })
     }
+}
+
+/// The root file system the initramfs is unpacked into. Without `root=` the kernel makes
+/// it a tmpfs, whose size cap is half the memory counted when it is mounted, and the
+/// initramfs itself is not counted yet: a 152 MB debug `nodemem` then did not fit
+/// ("Initramfs unpacking failed: write error"; the files after it, the dynamic loader
+/// among them, were missing and the script's `nodemem` was "not found"). ramfs has no
+/// cap; the tests' own files live on the tmpfs the init script mounts on /tmp.
+const ROOTFS: &str = "rootfstype=ramfs";
+
+/// The kernel's line saying the initramfs was unpacked only in part, if it printed one
+/// (at KERN_EMERG, so `loglevel=1` shows it).
+fn unpacking_failure(console: &str) -> Option<&str> {
+    console
+        .lines()
+        .find(|l| l.contains("Initramfs unpacking failed"))
 }
 
 /// The script's output between the markers and its exit code.
@@ -308,6 +334,19 @@ mod tests {
         assert_eq!(out.exit_code, 3);
         assert!(parse_console("NODEMEM-VM-BEGIN\nno end\n", Duration::ZERO).is_none());
         assert!(parse_console("kernel panic\n", Duration::ZERO).is_none());
+    }
+
+    #[test]
+    fn a_partly_unpacked_initramfs_is_found_on_the_console() {
+        let console = "[ 1.1] Trying to unpack rootfs image as initramfs...\n[ 1.7] Initramfs unpacking failed: write error\nNODEMEM-VM-BEGIN\n";
+        assert_eq!(
+            unpacking_failure(console),
+            Some("[ 1.7] Initramfs unpacking failed: write error")
+        );
+        assert_eq!(
+            unpacking_failure("NODEMEM-VM-BEGIN\nNODEMEM-VM-EXIT 0\n"),
+            None
+        );
     }
 
     #[test]
